@@ -1,0 +1,39 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create/refresh .venv, then train CartPole on a local cluster to its stop value
+#   make test   create/refresh .venv, then run the whole test suite
+# Every install goes through constraints.txt (torch is pinned to the local CPU build).
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run serial test test-fast bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/parallel-rl run -c configs/cartpole_dqn_parallel.py
+
+serial: $(STAMP)
+	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# skip the long end-to-end tests (CI runs everything)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/serial_cartpole.py
+	$(BIN)/python benchmarks/hot_loops.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""The coordinator's REST application (Flask app factory)."""

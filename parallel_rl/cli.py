@@ -1,0 +1,131 @@
+"""The ``parallel-rl`` command line.
+
+Exit codes: 0 solved (or budget reached where a budget is the goal), 1 a
+failure with a one-line reason, 2 a usage or config error, 3 a training
+budget ran out before the stop value, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional
+
+from .errors import ParallelRLError
+
+logger = logging.getLogger(__name__)
+
+
+def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("-c", "--config", required=required, help="config file (Python, defines main_config)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)")
+
+
+def _add_server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="address to bind (default from config, 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port to bind; 0 lets the OS pick (printed)")
+    p.add_argument("--shared-dir", default=None, help="shared filesystem root (overrides parallel.shared_dir)")
+
+
+def _add_coordinator_url(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--coordinator", default=os.environ.get("PARALLEL_RL_COORDINATOR"),
+                   help="coordinator URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_COORDINATOR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parallel-rl", description="Distributed RL training service.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serial", help="train in one process (serial pipeline)")
+    _add_config_args(p)
+
+    p = sub.add_parser("run", help="run a whole cluster as local processes")
+    _add_config_args(p)
+    p.add_argument("--collectors", type=int, default=2, help="number of collector processes (default 2)")
+    p.add_argument("--port", type=int, default=None, help="coordinator REST port (0: OS picks)")
+    p.add_argument("--host", default=None, help="coordinator bind address")
+    p.add_argument("--shared-dir", default=None, help="shared filesystem root")
+
+    p = sub.add_parser("coordinator", help="run the coordinator (master)")
+    _add_config_args(p)
+    _add_server_args(p)
+
+    for role in ("learner", "collector"):
+        p = sub.add_parser(role, help=f"run a {role} slave that registers with a coordinator")
+        _add_config_args(p, required=False)
+        _add_server_args(p)
+        _add_coordinator_url(p)
+        p.add_argument("--advertise", default=None,
+                       help="URL the coordinator should use to reach this worker (default http://HOST:PORT)")
+        p.add_argument("--max-tasks", type=int, default=0, help="exit after this many tasks (0: no limit)")
+
+    p = sub.add_parser("status", help="cluster summary")
+    _add_coordinator_url(p)
+    p.add_argument("--json", action="store_true", help="print raw JSON")
+
+    p = sub.add_parser("tasks", help="list tasks")
+    _add_coordinator_url(p)
+    p.add_argument("--kind", choices=["collector", "learner", "evaluator"])
+    p.add_argument("--state", choices=["pending", "running", "finished", "failed", "cancelled"])
+    p.add_argument("--json", action="store_true", help="print raw JSON")
+
+    p = sub.add_parser("collectors", help="list, add or remove collectors")
+    _add_coordinator_url(p)
+    p.add_argument("--json", action="store_true", help="print raw JSON")
+    csub = p.add_subparsers(dest="action", metavar="ACTION")
+    a = csub.add_parser("add", help="add a running collector slave by URL")
+    a.add_argument("url")
+    r = csub.add_parser("remove", help="remove a collector by worker id")
+    r.add_argument("worker_id")
+    return parser
+
+
+def cmd_serial(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .entry.serial import serial_pipeline
+    from .progress import ProgressReporter
+    from .runtime import setup_process
+
+    cfg = load_config(args.config, args.overrides)
+    setup_process(cfg)
+    reporter = ProgressReporter(cfg.env.stop_value, name="serial")
+
+    def progress(info: dict) -> None:
+        reporter.update(info["envstep"], info["train_iter"], info["eval_episode_return_mean"], force=True)
+
+    try:
+        result = serial_pipeline(cfg, progress=progress)
+    finally:
+        reporter.close()
+    print(result.summary(), flush=True)
+    if not result.solved:
+        print(f"parallel-rl: {result.reason}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "serial":
+        return cmd_serial(args)
+    from . import commands  # the cluster commands live beside the servers they start
+
+    return commands.dispatch(args)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ParallelRLError as exc:
+        print(f"parallel-rl {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"parallel-rl {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

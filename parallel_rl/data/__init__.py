@@ -1,0 +1,22 @@
+"""Replay buffers (columnar) and their factory."""
+from .buffer import (
+    BUFFER_REGISTRY,
+    AdvancedReplayBuffer,
+    BufferStats,
+    EpisodeReplayBuffer,
+    IBuffer,
+    NaiveReplayBuffer,
+    buffer_default_config,
+    create_buffer,
+)
+
+__all__ = [
+    "BUFFER_REGISTRY",
+    "AdvancedReplayBuffer",
+    "BufferStats",
+    "EpisodeReplayBuffer",
+    "IBuffer",
+    "NaiveReplayBuffer",
+    "buffer_default_config",
+    "create_buffer",
+]

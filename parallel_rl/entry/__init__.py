@@ -1,0 +1,1 @@
+"""Entry points: the serial pipeline and the local cluster launcher."""

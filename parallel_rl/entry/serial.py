@@ -1,0 +1,108 @@
+"""The serial pipeline: collect, train and evaluate in one process.
+
+The same components as the cluster (env manager, DQN policy, collector,
+replay buffer, learner, evaluator), wired in one loop.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from easydict import EasyDict
+
+from ..data.buffer import create_buffer
+from ..envs.env_manager import EnvManager
+from ..policy import create_policy, epsilon_schedule
+from ..runtime import experiment_dir
+from ..worker.collector import create_serial_collector
+from ..worker.evaluator import InteractionSerialEvaluator
+from ..worker.learner import create_learner
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    solved: bool
+    reason: str
+    env_steps: int
+    train_iter: int
+    last_eval_return: float
+    best_eval_return: float
+    duration: float
+
+    def summary(self) -> str:
+        verdict = "solved" if self.solved else "stopped"
+        return (
+            f"{verdict}: {self.reason}; env_steps={self.env_steps} train_iter={self.train_iter} "
+            f"last_eval_return={self.last_eval_return:.1f} best_eval_return={self.best_eval_return:.1f} "
+            f"time={self.duration:.2f}s"
+        )
+
+
+def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None) -> TrainResult:
+    """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out."""
+    start = time.perf_counter()
+    exp_dir = experiment_dir(cfg)
+    os.makedirs(exp_dir, exist_ok=True)
+    collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
+    evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
+    policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_num, seed=cfg.seed)
+    learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
+    collector = create_serial_collector(
+        cfg.policy.collect.collector, collector_env, policy.collect_mode,
+        **({"nstep": cfg.policy.nstep} if cfg.policy.collect.collector.type == "sample" else {}),
+        discount_factor=cfg.policy.discount_factor,
+    )
+    evaluator = InteractionSerialEvaluator(
+        cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
+        cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
+    )
+    buffer = create_buffer(cfg.policy.other.replay_buffer)
+    epsilon = epsilon_schedule(cfg.policy.other.eps)
+    learn = cfg.policy.learn
+    budget = cfg.serial
+    last_return = best_return = float("nan")
+    solved, reason = False, ""
+    learner.call_hook("before_run")
+    try:
+        while True:
+            if evaluator.should_eval(learner.train_iter):
+                stop, info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
+                last_return = info["eval_episode_return_mean"]
+                best_return = evaluator.best_return
+                if progress is not None:
+                    progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value})
+                if stop:
+                    solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.env.stop_value:g}"
+                    break
+            if budget.max_env_step and collector.envstep >= budget.max_env_step:
+                reason = f"env step budget {budget.max_env_step} used up"
+                break
+            if budget.max_train_iter and learner.train_iter >= budget.max_train_iter:
+                reason = f"train iteration budget {budget.max_train_iter} used up"
+                break
+            if budget.max_seconds and time.perf_counter() - start >= budget.max_seconds:
+                reason = f"time budget {budget.max_seconds:g}s used up"
+                break
+            data = collector.collect(
+                cfg.policy.collect.n_sample, train_iter=learner.train_iter,
+                policy_kwargs={"eps": epsilon(collector.envstep)},
+            )
+            buffer.push(data, cur_collector_envstep=collector.envstep)
+            for _ in range(learn.update_per_collect):
+                batch = buffer.sample(learn.batch_size, learner.train_iter)
+                if batch is None:
+                    break
+                learner.train(batch, collector.envstep)
+                if learner.priority_info is not None:
+                    buffer.update(learner.priority_info)
+        learner.call_hook("after_run")
+    finally:
+        collector.close()
+        evaluator.close()
+    return TrainResult(solved, reason, collector.envstep, learner.train_iter, last_return,
+                       best_return, time.perf_counter() - start)

@@ -1,0 +1,162 @@
+"""A vector env manager over gymnasium.
+
+Picks the fastest vectorization the env offers: the env's own vector
+implementation when it has one (CartPole's is ~3.5x faster than
+``SyncVectorEnv``), ``SyncVectorEnv`` otherwise, ``AsyncVectorEnv`` when asked
+(slow envs). All of gymnasium's vector envs auto-reset on the *next* step
+(``AutoresetMode.NEXT_STEP``): the step after an episode ends returns that
+env's first observation and no transition. :class:`EnvStep` marks such rows
+``valid=False`` so callers never record them.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+import gymnasium as gym
+import numpy as np
+from easydict import EasyDict
+
+from ..errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+VECTOR_MODES = ("auto", "vector_entry_point", "sync", "async")
+
+
+@dataclass
+class EnvStep:
+    """One step of all envs. Row i is a real transition only where ``valid[i]``."""
+
+    obs: np.ndarray  # observation after the step (the final one where the episode ended)
+    reward: np.ndarray  # float32
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
+    valid: np.ndarray  # bool; False where the env was auto-reset (obs is its first obs)
+    episode_return: np.ndarray  # float64; the return of episodes that ended this step, else nan
+    episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+
+def import_env_modules(names: Iterable[str]) -> None:
+    """Import user modules that register envs with gymnasium (``env.import_names``)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"env.import_names: cannot import {name!r}: {exc}") from exc
+
+
+class EnvManager:
+    """``num_envs`` copies of one gymnasium env with a discrete action space."""
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            env_id="CartPole-v1",
+            collector_env_num=8,
+            evaluator_env_num=8,
+            n_evaluator_episode=8,
+            stop_value=195.0,
+            # auto | vector_entry_point | sync | async
+            vector_mode="auto",
+            # kwargs for gymnasium.make (open dict)
+            env_kwargs={},
+            # modules to import so that their envs register with gymnasium
+            import_names=[],
+        )
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: Optional[int] = None,
+        vector_mode: str = "auto",
+        env_kwargs: Optional[dict] = None,
+    ):
+        if num_envs <= 0:
+            raise ConfigError(f"{num_envs=} must be > 0")
+        if vector_mode not in VECTOR_MODES:
+            raise ConfigError(f"env.vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
+        if vector_mode == "auto":
+            vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.vector_mode = vector_mode
+        self._seed = seed
+        self._env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, **(env_kwargs or {}))
+        if not isinstance(self._env.single_action_space, gym.spaces.Discrete):
+            self._env.close()
+            raise ConfigError(
+                f"env {env_id!r} has action space {self._env.single_action_space}; only Discrete is supported"
+            )
+        self.action_num = int(self._env.single_action_space.n)
+        self.obs_shape = tuple(self._env.single_observation_space.shape)
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._needs_reset = np.zeros(num_envs, dtype=bool)
+        self._obs: Optional[np.ndarray] = None
+        self.closed = False
+
+    @classmethod
+    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None) -> "EnvManager":
+        import_env_modules(env_cfg.import_names)
+        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=env_cfg.vector_mode, env_kwargs=env_cfg.env_kwargs)
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.obs_shape))
+
+    @property
+    def obs(self) -> np.ndarray:
+        """The current observation of every env (after :meth:`reset`)."""
+        if self._obs is None:
+            raise RuntimeError(f"EnvManager({self.env_id}): call reset() before reading obs")
+        return self._obs
+
+    def reset(self, seed: Optional[int] = None) -> np.ndarray:
+        seed = self._seed if seed is None else seed
+        obs, _ = self._env.reset(seed=seed)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        self._needs_reset[:] = False
+        self._obs = np.asarray(obs, dtype=np.float32)
+        return self._obs
+
+    def step(self, actions: np.ndarray) -> EnvStep:
+        obs, reward, terminated, truncated, _ = self._env.step(actions)
+        obs = np.asarray(obs, dtype=np.float32)
+        reward = np.asarray(reward, dtype=np.float32)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool)
+        valid = ~self._needs_reset
+        self._returns[self._needs_reset] = 0.0
+        self._lengths[self._needs_reset] = 0
+        self._returns += np.where(valid, reward, 0.0)
+        self._lengths += valid
+        done = (terminated | truncated) & valid
+        episode_return = np.where(done, self._returns, np.nan)
+        episode_length = np.where(done, self._lengths, 0)
+        self._needs_reset = done
+        self._obs = obs
+        return EnvStep(obs, reward, terminated & valid, truncated & valid, valid, episode_return, episode_length)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._env.close()
+            self.closed = True
+
+    def __enter__(self) -> "EnvManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

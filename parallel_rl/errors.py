@@ -1,0 +1,54 @@
+"""Every exception parallel_rl raises on purpose.
+
+Messages say what went wrong *and* how to fix it: they are printed to users
+as one line by the CLI.
+"""
+from __future__ import annotations
+
+
+class ParallelRLError(Exception):
+    """Base class: the CLI prints ``str(exc)`` and exits non-zero."""
+
+    exit_code = 1
+
+
+class ConfigError(ParallelRLError, ValueError):
+    """A config file, key or value is wrong (unknown key, bad type, ...)."""
+
+    exit_code = 2
+
+
+class StorageError(ParallelRLError):
+    """The shared filesystem refused an operation or held a bad file."""
+
+
+class PathOutsideRootError(StorageError):
+    """A path taken from a message points outside the shared root."""
+
+
+class ProtocolError(ParallelRLError):
+    """A peer answered something that is not our protocol (garbage, wrong schema)."""
+
+
+class AuthError(ProtocolError):
+    """The cluster token was missing or wrong."""
+
+
+class PeerUnavailableError(ProtocolError):
+    """A peer could not be reached within the retry budget."""
+
+
+class RemoteError(ProtocolError):
+    """The peer answered with a typed JSON error."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{code} (HTTP {status}): {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class BudgetExhausted(ParallelRLError):
+    """Training stopped on a budget (env steps, iterations, time) before the stop value."""
+
+    exit_code = 3

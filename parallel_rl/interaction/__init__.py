@@ -1,0 +1,1 @@
+"""Master/slave interaction: HTTP between the coordinator and its workers."""

@@ -1,0 +1,63 @@
+"""Default config of the cluster (the ``parallel`` section)."""
+from __future__ import annotations
+
+from easydict import EasyDict
+
+
+def parallel_default_config() -> EasyDict:
+    return EasyDict(
+        # shared filesystem root; empty: <exp_name>/shared
+        shared_dir="",
+        coordinator=dict(
+            host="127.0.0.1",
+            port=0,
+            # a worker silent this long is marked lost and its task fails
+            heartbeat_ttl=10.0,
+            # read-only REST calls need the token too
+            auth_read=False,
+            # request bodies larger than this get 413
+            max_body_bytes=4 * 1024 * 1024,
+            # chunk files no buffer row references are deleted after this delay
+            chunk_grace_seconds=10.0,
+            # write the replay index + task table here at shutdown and every N seconds (0: off)
+            state_save_seconds=0.0,
+        ),
+        commander=dict(
+            type="solo",
+            # env steps per collector task; the next task follows at once
+            collector_task_env_steps=4096,
+            # evaluate every N learner iterations (on the newest policy)
+            eval_freq=200,
+            # a failed task is retried on another worker this many times
+            max_task_attempts=3,
+            # budgets (0: none): stop after this many env steps / train iterations / seconds
+            max_env_step=0,
+            max_train_iter=0,
+            max_seconds=0.0,
+        ),
+        collector=dict(
+            # transitions per chunk file
+            chunk_size=256,
+            # a partial chunk is flushed after this many seconds
+            flush_interval=0.05,
+        ),
+        learner=dict(
+            # publish a policy checkpoint every N iterations
+            publish_every=20,
+            # batches requested per metadata round trip (pipelined)
+            prefetch_batches=8,
+            # chunk files kept in memory
+            chunk_cache_size=512,
+            # policy/learner checkpoints kept on disk
+            keep_checkpoints=5,
+            # wait for this many transitions in the buffer before training
+            min_buffer_size=256,
+            # at most this many updates per transition collected (0: unlimited)
+            max_updates_per_transition=0.0,
+        ),
+        worker=dict(
+            heartbeat_interval=1.0,
+            request_timeout=5.0,
+            max_retries=3,
+        ),
+    )

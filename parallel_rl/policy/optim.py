@@ -1,0 +1,56 @@
+"""Adam through torch's functional kernel, without ``torch.optim.Optimizer``.
+
+``torch.optim.Optimizer``'s methods are wrapped in ``torch._disable_dynamo``,
+whose first call imports ``torch._dynamo``: 1.3-1.4 s on this 2-core machine,
+paid by every learner process before its first update (a third of our whole
+serial CartPole budget). ``torch.optim.adam.adam`` is the same math and does
+not touch dynamo, so this class only keeps the state tensors.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List
+
+import torch
+from torch.optim.adam import adam
+
+
+class Adam:
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3, betas=(0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        self.params: List[torch.nn.Parameter] = list(params)
+        self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.state_steps = [torch.tensor(0.0) for _ in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        adam(
+            [self.params[i] for i in live], [self.params[i].grad for i in live],
+            [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
+            [self.state_steps[i] for i in live],
+            foreach=True, capturable=False, differentiable=False, fused=None, grad_scale=None,
+            found_inf=None, has_complex=False, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
+            lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False,
+        )
+
+    def state_dict(self) -> Dict:
+        return {
+            "exp_avg": [t.clone() for t in self.exp_avg],
+            "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+            "state_steps": [t.clone() for t in self.state_steps],
+            "lr": self.lr,
+        }
+
+    def load_state_dict(self, state: Dict) -> None:
+        if len(state["exp_avg"]) != len(self.params):
+            raise ValueError(f"optimizer state has {len(state['exp_avg'])} tensors, model has {len(self.params)}")
+        self.exp_avg = [t.clone() for t in state["exp_avg"]]
+        self.exp_avg_sq = [t.clone() for t in state["exp_avg_sq"]]
+        self.state_steps = [t.clone() for t in state["state_steps"]]
+        self.lr = float(state.get("lr", self.lr))

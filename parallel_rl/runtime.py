@@ -1,0 +1,38 @@
+"""Process set-up shared by every role: logging, torch threads, seeds."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+
+import numpy as np
+
+
+def setup_logging(level: str = "INFO") -> None:
+    root = logging.getLogger()
+    if not any(getattr(h, "_parallel_rl", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler._parallel_rl = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
+    # waitress logs every queue depth warning at WARNING; keep it quieter
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+
+
+def setup_process(cfg, seed: int | None = None, need_torch: bool = True) -> None:
+    """Call first in every process: logs, torch threads (1 by default), seeds."""
+    setup_logging(cfg.system.log_level)
+    seed = cfg.seed if seed is None else seed
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    if need_torch:
+        import torch
+
+        torch.set_num_threads(max(1, int(cfg.system.torch_num_threads)))
+        torch.manual_seed(seed)
+
+
+def experiment_dir(cfg) -> str:
+    return os.path.abspath(cfg.exp_name)

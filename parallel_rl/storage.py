@@ -1,0 +1,202 @@
+"""The shared filesystem: every path is built here, inside one root.
+
+Layout under the root (see docs/storage.md)::
+
+    data/<chunk_name>.npz          step-data chunks (columns; loaded with allow_pickle=False)
+    policy/policy_000001234.pt     policy checkpoints (torch.save of a state dict; weights_only=True)
+    learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume
+
+Every file is written to a temporary name in its directory and moved into
+place with ``os.replace``, so a reader never sees half a file. Names that
+come from messages are validated and resolved; anything pointing outside the
+root raises :class:`PathOutsideRootError`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import zipfile
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from .errors import PathOutsideRootError, StorageError
+
+logger = logging.getLogger(__name__)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_POLICY_RE = re.compile(r"^policy_(\d{9,})\.pt$")
+_LEARNER_RE = re.compile(r"^learner_(\d{9,})\.pt$")
+
+
+def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
+    """Write through ``write(fileobj)`` to a temp file beside ``path``, then rename."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Save columns as an uncompressed ``.npz`` atomically (object arrays are refused)."""
+    for name, arr in arrays.items():
+        if np.asarray(arr).dtype == object:
+            raise StorageError(f"column {name!r} has dtype object; only plain numeric/bool/str arrays are stored")
+    _atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def load_npz(path: str) -> Dict[str, np.ndarray]:
+    """Load every array of an ``.npz`` without ever unpickling."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+
+
+class SharedStorage:
+    """Paths and file operations on the shared filesystem root."""
+
+    def __init__(self, root: str):
+        self.root = os.path.realpath(os.path.abspath(root))
+        self.data_dir = os.path.join(self.root, "data")
+        self.policy_dir = os.path.join(self.root, "policy")
+        self.learner_dir = os.path.join(self.root, "learner")
+        try:
+            for d in (self.data_dir, self.policy_dir, self.learner_dir):
+                os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the shared directory {self.root!r}: {exc}; pass --shared-dir") from exc
+
+    def __repr__(self) -> str:
+        return f"SharedStorage({self.root!r})"
+
+    # ---- containment -------------------------------------------------------------
+    def resolve(self, relpath: str) -> str:
+        """Absolute path of ``relpath`` inside the root; refuses anything that escapes it."""
+        if not isinstance(relpath, str) or not relpath or "\x00" in relpath:
+            raise PathOutsideRootError(f"invalid path {relpath!r}")
+        full = os.path.realpath(os.path.join(self.root, relpath))
+        if os.path.commonpath([full, self.root]) != self.root or full == self.root:
+            raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.root!r}")
+        return full
+
+    @staticmethod
+    def check_name(name: str) -> str:
+        if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+            raise PathOutsideRootError(
+                f"invalid file name {name!r}: use letters, digits, '_', '-', '.' (max 128, no '..')"
+            )
+        return name
+
+    # ---- step data ---------------------------------------------------------------
+    def chunk_path(self, name: str) -> str:
+        return self.resolve(os.path.join("data", self.check_name(name) + ".npz"))
+
+    def write_chunk(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
+        path = self.chunk_path(name)
+        atomic_save_npz(path, columns)
+        return path
+
+    def read_chunk(self, name: str) -> Dict[str, np.ndarray]:
+        return load_npz(self.chunk_path(name))
+
+    def delete_chunk(self, name: str) -> bool:
+        try:
+            os.unlink(self.chunk_path(name))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def list_chunks(self) -> List[str]:
+        return sorted(f[:-4] for f in os.listdir(self.data_dir) if f.endswith(".npz") and not f.startswith("."))
+
+    # ---- checkpoints ---------------------------------------------------------------
+    def policy_path(self, version: int) -> str:
+        if int(version) < 0:
+            raise StorageError(f"policy version must be >= 0, got {version}")
+        return os.path.join(self.policy_dir, f"policy_{int(version):09d}.pt")
+
+    def learner_path(self, version: int) -> str:
+        return os.path.join(self.learner_dir, f"learner_{int(version):09d}.pt")
+
+    def save_policy(self, version: int, state_dict: Mapping) -> str:
+        path = self.policy_path(version)
+        _torch_save_atomic(path, state_dict)
+        return path
+
+    def load_policy(self, version: int) -> Dict:
+        return _torch_load(self.policy_path(version))
+
+    def save_learner_state(self, version: int, state: Mapping) -> str:
+        path = self.learner_path(version)
+        _torch_save_atomic(path, state)
+        return path
+
+    def load_learner_state(self, version: int) -> Dict:
+        return _torch_load(self.learner_path(version))
+
+    @staticmethod
+    def _versions(directory: str, pattern: re.Pattern) -> List[int]:
+        out = []
+        for name in os.listdir(directory):
+            m = pattern.match(name)
+            if m:
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    def policy_versions(self) -> List[int]:
+        return self._versions(self.policy_dir, _POLICY_RE)
+
+    def latest_policy_version(self) -> Optional[int]:
+        versions = self.policy_versions()
+        return versions[-1] if versions else None
+
+    def latest_learner_version(self) -> Optional[int]:
+        versions = self._versions(self.learner_dir, _LEARNER_RE)
+        return versions[-1] if versions else None
+
+    def prune_checkpoints(self, keep: int) -> int:
+        """Delete all but the newest ``keep`` policy and learner checkpoints; returns files removed."""
+        removed = 0
+        for directory, pattern, path_of in (
+            (self.policy_dir, _POLICY_RE, self.policy_path),
+            (self.learner_dir, _LEARNER_RE, self.learner_path),
+        ):
+            versions = self._versions(directory, pattern)
+            for version in versions[: max(0, len(versions) - keep)]:
+                try:
+                    os.unlink(path_of(version))
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
+
+
+def _torch_save_atomic(path: str, state: Mapping) -> None:
+    import torch
+
+    _atomic_write(path, lambda f: torch.save(dict(state), f))
+
+
+def _torch_load(path: str) -> Dict:
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # torch raises many types for corrupt or unsafe files
+        raise StorageError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc

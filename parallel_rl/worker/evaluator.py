@@ -1,0 +1,148 @@
+"""Serial evaluator: greedy episodes on a vector env, mean return against the stop value."""
+from __future__ import annotations
+
+import abc
+import logging
+import math
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+from easydict import EasyDict
+
+from ..envs.env_manager import EnvManager
+
+logger = logging.getLogger(__name__)
+
+
+class VectorEvalMonitor:
+    """Spreads ``n_episode`` evenly over ``env_num`` envs and keeps each env's first episodes.
+
+    Taking whichever episodes finish first would favour short (often bad)
+    episodes; here env i contributes exactly its quota, so the mean is unbiased.
+    """
+
+    def __init__(self, env_num: int, n_episode: int):
+        if n_episode < env_num:
+            raise ValueError(f"{n_episode=} must be >= {env_num=} (every env runs at least one episode)")
+        base, extra = divmod(n_episode, env_num)
+        self.quota = np.array([base + (i < extra) for i in range(env_num)], dtype=np.int64)
+        self._returns: List[List[float]] = [[] for _ in range(env_num)]
+        self._lengths: List[List[int]] = [[] for _ in range(env_num)]
+
+    def wants(self, env_id: int) -> bool:
+        return len(self._returns[env_id]) < self.quota[env_id]
+
+    def update(self, env_id: int, episode_return: float, episode_length: int) -> None:
+        if self.wants(env_id):
+            self._returns[env_id].append(float(episode_return))
+            self._lengths[env_id].append(int(episode_length))
+
+    def is_finished(self) -> bool:
+        return all(len(r) >= q for r, q in zip(self._returns, self.quota))
+
+    def returns(self) -> List[float]:
+        return [r for env in self._returns for r in env]
+
+    def lengths(self) -> List[int]:
+        return [n for env in self._lengths for n in env]
+
+
+class ISerialEvaluator(abc.ABC):
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(eval_freq=200)
+
+    @abc.abstractmethod
+    def should_eval(self, train_iter: int) -> bool: ...
+
+    @abc.abstractmethod
+    def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1): ...
+
+
+class InteractionSerialEvaluator(ISerialEvaluator):
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            # evaluate every N learner iterations
+            eval_freq=200,
+            # give up on an evaluation after this many seconds (0: no limit)
+            max_seconds=60.0,
+        )
+
+    def __init__(
+        self,
+        cfg: EasyDict,
+        env: EnvManager,
+        policy,
+        stop_value: float,
+        n_evaluator_episode: int,
+        seed: int = 0,
+    ):
+        """``policy``: a policy mode whose ``forward(obs)`` returns greedy actions."""
+        self.cfg = cfg
+        self.env = env
+        self._policy = policy
+        self.stop_value = float(stop_value)
+        self.n_episode = n_evaluator_episode
+        self._seed = seed
+        self._last_eval_iter: Optional[int] = None
+        self.eval_count = 0
+        self.best_return = -math.inf
+
+    def reset_policy(self, policy) -> None:
+        self._policy = policy
+
+    def should_eval(self, train_iter: int) -> bool:
+        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
+            return False
+        self._last_eval_iter = train_iter
+        return True
+
+    def eval(
+        self,
+        save_ckpt_fn: Optional[Callable[[str], None]] = None,
+        train_iter: int = -1,
+        envstep: int = -1,
+        n_episode: Optional[int] = None,
+    ) -> Tuple[bool, Dict]:
+        """Run the episodes; returns (stop_flag, info). Saves ``ckpt_best`` on a new best mean."""
+        n_episode = n_episode or self.n_episode
+        monitor = VectorEvalMonitor(self.env.num_envs, n_episode)
+        start = time.perf_counter()
+        env_steps = 0
+        self.env.reset(seed=self._seed + 7919 * self.eval_count)
+        deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
+        while not monitor.is_finished():
+            if time.perf_counter() > deadline:
+                logger.warning("evaluator: gave up after %.0fs with %d/%d episodes", self.cfg.max_seconds,
+                               len(monitor.returns()), n_episode)
+                break
+            step = self.env.step(self._policy.forward(self.env.obs))
+            env_steps += int(step.valid.sum())
+            for env_id in np.flatnonzero(step.terminated | step.truncated):
+                monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
+        self.eval_count += 1
+        returns = monitor.returns()
+        mean = float(np.mean(returns)) if returns else float("nan")
+        info = {
+            "train_iter": train_iter,
+            "envstep": envstep,
+            "episodes": len(returns),
+            "env_steps": env_steps,
+            "duration": time.perf_counter() - start,
+            "eval_episode_return_mean": mean,
+            "eval_episode_return_std": float(np.std(returns)) if returns else float("nan"),
+            "eval_episode_return_max": float(np.max(returns)) if returns else float("nan"),
+            "eval_episode_return_min": float(np.min(returns)) if returns else float("nan"),
+            "episode_length_mean": float(np.mean(monitor.lengths())) if returns else float("nan"),
+        }
+        if returns and mean > self.best_return:
+            self.best_return = mean
+            if save_ckpt_fn is not None:
+                save_ckpt_fn("ckpt_best.pt")
+        stop_flag = bool(returns) and len(returns) == n_episode and mean >= self.stop_value
+        return stop_flag, info
+
+    def close(self) -> None:
+        self.env.close()

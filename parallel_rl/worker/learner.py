@@ -1,0 +1,206 @@
+"""BaseLearner: trains a policy on batches and runs hooks around it.
+
+The learner is the algorithm object only; process shells (the serial
+pipeline, :class:`parallel_rl.interaction.learner_worker.FlaskFileSystemLearner`)
+feed it batches. Hooks run at ``before_run``, ``after_run``, ``before_iter``
+and ``after_iter``; at ``after_iter`` ``learner.priority_info`` holds the
+priorities of the batch just trained on.
+
+Hooks come from config keys named ``<hook>_<position>`` (DI-engine style)::
+
+    hook=dict(save_ckpt_after_iter=1000, log_show_after_iter=100, save_ckpt_after_run=True)
+"""
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+from easydict import EasyDict
+
+from ..errors import ConfigError
+from ..registry import Registry
+
+logger = logging.getLogger(__name__)
+
+POSITIONS = ("before_run", "after_run", "before_iter", "after_iter")
+HOOK_REGISTRY = Registry("learner hook")
+LEARNER_REGISTRY = Registry("learner")
+
+
+class LearnerHook(abc.ABC):
+    """Runs at one position; lower ``priority`` runs first."""
+
+    def __init__(self, name: str, priority: float, position: str, **kwargs: Any):
+        if position not in POSITIONS:
+            raise ConfigError(f"hook {name!r}: position must be one of {POSITIONS}, got {position!r}")
+        self.name, self.priority, self.position = name, float(priority), position
+
+    @abc.abstractmethod
+    def __call__(self, learner: "BaseLearner") -> None: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, priority={self.priority}, position={self.position!r})"
+
+
+class SaveCkptHook(LearnerHook):
+    """Save ``iteration_<N>.pt`` every ``freq`` iterations (or once, at run positions)."""
+
+    def __init__(self, name: str, priority: float, position: str, freq: int = 1, **kwargs: Any):
+        super().__init__(name, priority, position)
+        self.freq = int(freq)
+
+    def __call__(self, learner: "BaseLearner") -> None:
+        if self.position.endswith("_iter") and (self.freq <= 0 or learner.train_iter % self.freq != 0):
+            return
+        learner.save_checkpoint(f"iteration_{learner.train_iter}.pt")
+
+
+class LoadCkptHook(LearnerHook):
+    """Load a checkpoint path before the run (empty path: do nothing)."""
+
+    def __init__(self, name: str, priority: float, position: str, path: str = "", **kwargs: Any):
+        super().__init__(name, priority, position)
+        self.path = path
+
+    def __call__(self, learner: "BaseLearner") -> None:
+        if self.path:
+            learner.load_checkpoint(self.path)
+
+
+class LogShowHook(LearnerHook):
+    """Log ``learn_info`` every ``freq`` iterations."""
+
+    def __init__(self, name: str, priority: float, position: str, freq: int = 100, **kwargs: Any):
+        super().__init__(name, priority, position)
+        self.freq = int(freq)
+
+    def __call__(self, learner: "BaseLearner") -> None:
+        if self.freq > 0 and learner.train_iter % self.freq == 0:
+            info = " ".join(f"{k}={v:.4g}" for k, v in learner.learn_info.items() if isinstance(v, (int, float)))
+            logger.info("%s: iter %d %s", learner.instance_name, learner.train_iter, info)
+
+
+def register_learner_hook(name: str, hook_cls: type) -> None:
+    """Make ``<name>_<position>`` config keys build ``hook_cls``."""
+    HOOK_REGISTRY.register(name, hook_cls)
+
+
+register_learner_hook("save_ckpt", SaveCkptHook)
+register_learner_hook("load_ckpt", LoadCkptHook)
+register_learner_hook("log_show", LogShowHook)
+
+
+def build_learner_hook_by_cfg(hook_cfg: Mapping) -> Dict[str, List[LearnerHook]]:
+    """``{'save_ckpt_after_iter': 1000, ...}`` -> ``{'after_iter': [SaveCkptHook], ...}``."""
+    hooks: Dict[str, List[LearnerHook]] = {p: [] for p in POSITIONS}
+    for key, value in hook_cfg.items():
+        position = next((p for p in POSITIONS if key.endswith("_" + p)), None)
+        if position is None:
+            raise ConfigError(f"learner hook key {key!r} must end with one of _{', _'.join(POSITIONS)}")
+        name = key[: -len(position) - 1]
+        if value is False or value is None:
+            continue
+        kwargs = {"path": value} if isinstance(value, str) else {"freq": int(value)}
+        # built-in priorities: loading before anything, logging last
+        priority = {"load_ckpt": 20, "save_ckpt": 50, "log_show": 80}.get(name, 50)
+        hooks[position].append(HOOK_REGISTRY.build(name, name, priority, position, **kwargs))
+    return hooks
+
+
+def merge_hooks(a: Mapping[str, List[LearnerHook]], b: Mapping[str, List[LearnerHook]]) -> Dict[str, List[LearnerHook]]:
+    """Union of two hook tables, each position sorted by priority (stable: ``a`` before ``b`` on ties)."""
+    return {p: sorted(list(a.get(p, [])) + list(b.get(p, [])), key=lambda h: h.priority) for p in POSITIONS}
+
+
+class BaseLearner:
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            type="base",
+            hook=dict(
+                load_ckpt_before_run="",
+                log_show_after_iter=500,
+                save_ckpt_after_iter=0,
+                save_ckpt_after_run=True,
+            ),
+        )
+
+    def __init__(self, cfg: EasyDict, policy, exp_dir: Optional[str] = None, instance_name: str = "learner"):
+        """``policy``: a policy's ``learn_mode`` (``forward(batch) -> info``, ``state_dict``, ``load_state_dict``)."""
+        self.cfg = cfg
+        self._policy = policy
+        self.instance_name = instance_name
+        self.exp_dir = exp_dir
+        self.train_iter = 0
+        self.learn_info: Dict[str, float] = {}
+        self.priority_info: Optional[Dict[str, np.ndarray]] = None
+        self._hooks = build_learner_hook_by_cfg(cfg.hook)
+        self._last_time = time.perf_counter()
+
+    @property
+    def policy(self):
+        return self._policy
+
+    def register_hook(self, hook: LearnerHook) -> None:
+        self._hooks = merge_hooks(self._hooks, {hook.position: [hook]})
+
+    def hooks(self, position: str) -> List[LearnerHook]:
+        return list(self._hooks[position])
+
+    def call_hook(self, position: str) -> None:
+        for hook in self._hooks[position]:
+            hook(self)
+
+    def train(self, data: Mapping[str, np.ndarray], envstep: int = -1) -> Dict[str, float]:
+        """One update on ``data``; returns scalar learn info."""
+        self.call_hook("before_iter")
+        log = self._policy.forward(data)
+        priority = log.pop("priority", None)
+        if priority is not None and "index" in data:
+            self.priority_info = {"index": data["index"], "uid": data["uid"], "priority": priority}
+        else:
+            self.priority_info = None
+        self.train_iter += 1
+        log["train_iter"] = self.train_iter
+        log["envstep"] = envstep
+        self.learn_info = log
+        self.call_hook("after_iter")
+        return log
+
+    # ---- checkpoints -------------------------------------------------------------
+    @property
+    def ckpt_dir(self) -> str:
+        if self.exp_dir is None:
+            raise ConfigError(f"{self.instance_name}: no exp_dir, cannot save checkpoints")
+        return os.path.join(self.exp_dir, "ckpt")
+
+    def save_checkpoint(self, name: str = "ckpt_latest.pt") -> Optional[str]:
+        """Write the full learning state under ``<exp_dir>/ckpt/`` (atomic); None without exp_dir."""
+        if self.exp_dir is None:
+            return None
+        from ..storage import _torch_save_atomic
+
+        os.makedirs(self.ckpt_dir, exist_ok=True)
+        path = os.path.join(self.ckpt_dir, name)
+        _torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self.train_iter})
+        return path
+
+    def load_checkpoint(self, path: str) -> None:
+        from ..storage import _torch_load
+
+        state = _torch_load(path)
+        self._policy.load_state_dict(state["policy"])
+        self.train_iter = int(state.get("train_iter", 0))
+        logger.info("%s: resumed from %s at iter %d", self.instance_name, path, self.train_iter)
+
+
+LEARNER_REGISTRY.register("base", BaseLearner)
+
+
+def create_learner(cfg: EasyDict, policy, **kwargs: Any) -> BaseLearner:
+    """Build the learner named by ``cfg.type`` (``base`` or a registered one)."""
+    return LEARNER_REGISTRY.build(cfg.get("type", "base"), cfg, policy, **kwargs)
