@@ -104,12 +104,11 @@ class _SumTree:
             return
         pos = np.asarray(index, dtype=np.int64) + self.size
         self.tree[pos] = value
-        pos = np.unique(pos // 2)
+        # all leaves sit at one depth; duplicate parents just write the same sum twice
+        pos = pos // 2
         while pos[0] >= 1:
             self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
-            if pos[0] == 1:
-                break
-            pos = np.unique(pos // 2)
+            pos = pos // 2
 
     def rebuild(self) -> None:
         """Recompute every inner node from the leaves (after a bulk leaf load)."""

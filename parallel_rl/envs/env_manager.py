@@ -37,6 +37,8 @@ class EnvStep:
     valid: np.ndarray  # bool; False where the env was auto-reset (obs is its first obs)
     episode_return: np.ndarray  # float64; the return of episodes that ended this step, else nan
     episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0
+    episode_ended: bool = False  # any episode ended in this step
+    n_valid: int = 0  # number of real transitions in this step
 
     @property
     def done(self) -> np.ndarray:
@@ -104,6 +106,12 @@ class EnvManager:
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._needs_reset = np.zeros(num_envs, dtype=bool)
+        # shared read-only arrays for the common step where no episode ends
+        self._all_valid = np.ones(num_envs, dtype=bool)
+        self._no_returns = np.full(num_envs, np.nan)
+        self._no_lengths = np.zeros(num_envs, dtype=np.int64)
+        for shared in (self._all_valid, self._no_returns, self._no_lengths):
+            shared.flags.writeable = False
         self._obs: Optional[np.ndarray] = None
         self.closed = False
 
@@ -138,17 +146,31 @@ class EnvManager:
         reward = np.asarray(reward, dtype=np.float32)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
-        valid = ~self._needs_reset
-        self._returns[self._needs_reset] = 0.0
-        self._lengths[self._needs_reset] = 0
-        self._returns += np.where(valid, reward, 0.0)
-        self._lengths += valid
-        done = (terminated | truncated) & valid
-        episode_return = np.where(done, self._returns, np.nan)
-        episode_length = np.where(done, self._lengths, 0)
+        resetting = self._needs_reset
+        if resetting.any():  # rows auto-reset in this step carry no transition
+            valid = ~resetting
+            reward = np.where(valid, reward, np.float32(0.0))
+            terminated = terminated & valid
+            truncated = truncated & valid
+            self._returns[resetting] = 0.0
+            self._lengths[resetting] = 0
+            self._lengths += valid
+            n_valid = int(valid.sum())
+        else:
+            n_valid = self.num_envs
+            valid = self._all_valid
+            self._lengths += 1
+        self._returns += reward
+        done = terminated | truncated
+        ended = bool(done.any())
+        if ended:
+            episode_return = np.where(done, self._returns, np.nan)
+            episode_length = np.where(done, self._lengths, 0)
+        else:
+            episode_return, episode_length = self._no_returns, self._no_lengths
         self._needs_reset = done
         self._obs = obs
-        return EnvStep(obs, reward, terminated & valid, truncated & valid, valid, episode_return, episode_length)
+        return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended, n_valid)
 
     def close(self) -> None:
         if not self.closed:

@@ -87,65 +87,75 @@ class ISerialCollector(abc.ABC):
     def close(self) -> None: ...
 
 
-class _NStepWindow:
-    """Per-env windows of the last n steps, turned into n-step transitions (vectorized)."""
+class _NStepBuilder:
+    """Turns raw vector steps into n-step transitions, in bulk.
 
-    def __init__(self, num_envs: int, obs_shape: tuple, nstep: int, gamma: float):
+    The hot loop only appends each step's arrays to lists; ``build()`` then
+    computes every transition whose window is complete (n steps seen, or the
+    episode ended) with a few vectorized passes, and keeps the steps that
+    incomplete windows still need for the next call.
+    """
+
+    FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "done", "valid", "pending")
+
+    def __init__(self, nstep: int, gamma: float):
         self.n, self.gamma = nstep, gamma
-        self.obs = np.zeros((num_envs, nstep) + obs_shape, dtype=np.float32)
-        self.action = np.zeros((num_envs, nstep), dtype=np.int64)
-        self.reward = np.zeros((num_envs, nstep), dtype=np.float32)
-        self.length = np.zeros(num_envs, dtype=np.int64)
-        self.gammas = (gamma ** np.arange(nstep)).astype(np.float32)
+        self.steps = {f: [] for f in self.FIELDS}
+        self.pending = 0  # valid rows whose transition is not built yet
 
     def clear(self) -> None:
-        self.length[:] = 0
+        self.steps = {f: [] for f in self.FIELDS}
+        self.pending = 0
 
-    def step(self, obs, action, step, collect_iter: int) -> Optional[Columns]:
-        """Add one vector step; return the transitions it completes (or None)."""
-        valid = step.valid
-        # Shift every window left by one and write the new step at the end.
-        self.obs[:, :-1] = self.obs[:, 1:]
-        self.action[:, :-1] = self.action[:, 1:]
-        self.reward[:, :-1] = self.reward[:, 1:]
-        self.obs[:, -1] = obs
-        self.action[:, -1] = action
-        self.reward[:, -1] = step.reward
-        self.length = np.where(valid, np.minimum(self.length + 1, self.n), 0)
-        done = step.terminated | step.truncated
-        pieces = []
-        full = np.flatnonzero((self.length == self.n) & ~done)
-        if len(full):
-            pieces.append(
-                {
-                    "obs": self.obs[full, 0],
-                    "action": self.action[full, 0],
-                    "reward": self.reward[full] @ self.gammas,
-                    "next_obs": step.obs[full],
-                    "done": np.zeros(len(full), dtype=bool),
-                    "discount": np.full(len(full), self.gamma ** self.n, dtype=np.float32),
-                }
-            )
-        for env in np.flatnonzero(done):  # episode ended: flush its whole window
-            h = int(self.length[env])
-            rewards = self.reward[env, self.n - h:]
-            returns = np.array([rewards[j:] @ self.gammas[: h - j] for j in range(h)], dtype=np.float32)
-            pieces.append(
-                {
-                    "obs": self.obs[env, self.n - h:],
-                    "action": self.action[env, self.n - h:],
-                    "reward": returns,
-                    "next_obs": np.repeat(step.obs[env][None], h, axis=0),
-                    "done": np.full(h, bool(step.terminated[env])),
-                    "discount": (self.gamma ** np.arange(h, 0, -1)).astype(np.float32),
-                }
-            )
-            self.length[env] = 0
-        if not pieces:
-            return None
-        out = concat_columns(pieces)
-        out["reward"] = out["reward"].astype(np.float32)
-        out["collect_iter"] = np.full(len(out["action"]), collect_iter, dtype=np.int64)
+    def add(self, obs: np.ndarray, action: np.ndarray, step) -> None:
+        s = self.steps
+        s["obs"].append(obs)
+        s["action"].append(action)
+        s["reward"].append(step.reward)
+        s["next_obs"].append(step.obs)
+        s["terminated"].append(step.terminated)
+        s["done"].append(step.terminated | step.truncated)
+        s["valid"].append(step.valid)
+        s["pending"].append(step.valid)
+
+    def build(self, collect_iter: int) -> Columns:
+        """All transitions that are complete now, time-major, as columns."""
+        if not self.steps["obs"]:
+            return {}
+        arr = {f: np.array(v) for f, v in self.steps.items()}  # (T, E, ...); np.array beats np.stack 3x here
+        T = arr["obs"].shape[0]
+        pending = arr["pending"]
+        ret = np.zeros(pending.shape, dtype=np.float64)
+        k = np.zeros(pending.shape, dtype=np.int64)
+        ended = np.zeros(pending.shape, dtype=bool)
+        open_ = pending.copy()  # window still open at offset j
+        for j in range(min(self.n, T)):
+            rows = T - j  # rows t whose step t+j exists
+            add = open_[:rows]
+            ret[:rows] += np.where(add, arr["reward"][j:], 0.0) * self.gamma ** j
+            k[:rows] += add
+            ends = add & arr["done"][j:]
+            ended[:rows] |= ends
+            open_[:rows] = add & ~arr["done"][j:]
+            open_[rows:] = False
+        complete = pending & (ended | (k == self.n))
+        t_idx, e_idx = np.nonzero(complete)
+        last = t_idx + k[t_idx, e_idx] - 1
+        out = {
+            "obs": arr["obs"][t_idx, e_idx],
+            "action": arr["action"][t_idx, e_idx].astype(np.int64),
+            "reward": ret[t_idx, e_idx].astype(np.float32),
+            "next_obs": arr["next_obs"][last, e_idx],
+            "done": arr["terminated"][last, e_idx],
+            "discount": (self.gamma ** k[t_idx, e_idx]).astype(np.float32),
+            "collect_iter": np.full(len(t_idx), collect_iter, dtype=np.int64),
+        }
+        # keep the steps from the first incomplete window on
+        still = pending & ~complete
+        first = int(np.argmax(still.any(axis=1))) if still.any() else T
+        self.steps = {f: list(arr[f][first:]) for f in self.FIELDS}
+        self.steps["pending"] = list(still[first:])
+        self.pending = int(still.sum())
         return out
 
 
@@ -179,9 +189,8 @@ class SampleSerialCollector(ISerialCollector):
         if env is not None:
             self._env = env
         self._env.reset()
-        self._window = _NStepWindow(self._env.num_envs, self._env.obs_shape, self._nstep, self._gamma)
-        self._carry: List[Columns] = []
-        self._carry_len = 0
+        self._builder = _NStepBuilder(self._nstep, self._gamma)
+        self._ready: Columns = {}
 
     def reset_policy(self, policy=None) -> None:
         if policy is not None:
@@ -192,34 +201,38 @@ class SampleSerialCollector(ISerialCollector):
         return self._env
 
     def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> Columns:
-        """Run the envs until ``n_sample`` transitions are ready; return exactly that many."""
+        """Run the envs until ``n_sample`` transitions are ready; return exactly that many.
+
+        Transitions completed beyond ``n_sample`` are returned by the next call.
+        """
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
-        pieces, have = self._carry, self._carry_len
-        env, window, forward = self._env, self._window, self._policy.forward
-        while have < n_sample:
+        env, builder, forward = self._env, self._builder, self._policy.forward
+        # at most n-1 rows per env are incomplete, so this many valid steps suffice
+        missing = n_sample - columns_len(self._ready)
+        need = missing + (self._nstep - 1) * env.num_envs - builder.pending if missing > 0 else 0
+        steps = 0
+        while steps < need:
             obs = env.obs
             action = forward(obs, **policy_kwargs)
             step = env.step(action)
-            stats.env_steps += int(step.valid.sum())
-            done_rows = np.flatnonzero(step.terminated | step.truncated)
-            if len(done_rows):
+            builder.add(obs, action, step)
+            steps += step.n_valid
+            if step.episode_ended:
+                done_rows = np.flatnonzero(step.done)
                 stats.episodes += len(done_rows)
                 stats.returns.extend(step.episode_return[done_rows].tolist())
                 stats.lengths.extend(step.episode_length[done_rows].tolist())
-            out = window.step(obs, action, step, train_iter)
-            if out is not None:
-                pieces.append(out)
-                have += len(out["action"])
-        data = concat_columns(pieces)
-        self._carry = [slice_columns(data, n_sample)] if have > n_sample else []
-        self._carry_len = have - n_sample
+        stats.env_steps = steps
+        built = builder.build(train_iter) if missing > 0 else {}
+        data = concat_columns([c for c in (self._ready, built) if c])
+        self._ready = slice_columns(data, n_sample)
         data = slice_columns(data, 0, n_sample)
         self.envstep += stats.env_steps
-        stats.transitions = n_sample
+        stats.transitions = columns_len(data)
         stats.duration = time.perf_counter() - start
         self.last_stats = stats
         return data

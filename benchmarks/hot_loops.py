@@ -1,0 +1,137 @@
+"""Throughput of the library's hot loops next to bare loops doing the same work, same run.
+
+    .venv/bin/python benchmarks/hot_loops.py [--seconds 3]
+
+- collector: SampleSerialCollector.collect(64) (8 CartPole envs, epsilon-greedy, n-step
+  returns, per-env episode stats) vs a bare hand-written loop: the same MLP's argmax,
+  epsilon-greedy, vector env step, 1-step transition rows written to numpy arrays.
+- learner: buffer.sample + BaseLearner.train (+ priority update) vs a bare loop:
+  uniform numpy sampling + the same double-DQN update (grad clipping included)
+  written inline with torch.optim.Adam.
+Target: library >= 85% of bare.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from parallel_rl.config import compile_config
+from parallel_rl.data import create_buffer
+from parallel_rl.envs import EnvManager
+from parallel_rl.policy import DQNPolicy, QNetwork
+from parallel_rl.worker import BaseLearner, SampleSerialCollector
+
+
+def timed(fn, seconds: float) -> float:
+    """Calls per second of fn over about ``seconds`` (after a short warm-up)."""
+    for _ in range(20):
+        fn()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def collector_rates(cfg, seconds: float, nstep: int) -> tuple[float, float]:
+    env = EnvManager("CartPole-v1", 8, seed=0)
+    policy = DQNPolicy(cfg.policy, env.obs_dim, env.action_num, seed=0)
+    model, eps = policy.model, 0.1
+    raw = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="vector_entry_point")
+    obs, _ = raw.reset(seed=0)
+    rng = np.random.default_rng(0)
+    size = 1 << 16
+    store = {"obs": np.zeros((size, 4), np.float32), "next_obs": np.zeros((size, 4), np.float32),
+             "action": np.zeros(size, np.int64), "reward": np.zeros(size, np.float32),
+             "done": np.zeros(size, bool)}
+    state = {"obs": obs, "pos": 0, "reset": np.zeros(8, bool)}
+
+    def bare_step():
+        # what one writes by hand: epsilon-greedy, step, write 1-step rows of real transitions
+        obs = state["obs"]
+        with torch.no_grad():
+            action = model(torch.from_numpy(obs)).argmax(dim=-1).numpy()
+        explore = rng.random(8) < eps
+        action = np.where(explore, rng.integers(0, 2, 8), action)
+        next_obs, reward, term, trunc, _ = raw.step(action)
+        keep = np.flatnonzero(~state["reset"])
+        pos = state["pos"]
+        rows = (pos + np.arange(len(keep))) % size
+        store["obs"][rows], store["next_obs"][rows] = obs[keep], next_obs[keep]
+        store["action"][rows], store["reward"][rows], store["done"][rows] = action[keep], reward[keep], term[keep]
+        state.update(obs=next_obs, pos=(pos + len(keep)) % size, reset=term | trunc)
+
+    bare = timed(bare_step, seconds) * 8
+    collector = SampleSerialCollector(None, env, policy.collect_mode, nstep=nstep)
+    lib = timed(lambda: collector.collect(64, policy_kwargs={"eps": eps}), seconds) * 64
+    env.close()
+    raw.close()
+    return bare, lib
+
+
+def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    n, batch_size = 20000, cfg.policy.learn.batch_size
+    data = {
+        "obs": rng.random((n, 4), dtype=np.float32), "action": rng.integers(0, 2, n),
+        "reward": rng.random(n, dtype=np.float32), "next_obs": rng.random((n, 4), dtype=np.float32),
+        "done": rng.random(n) < 0.05, "discount": np.full(n, 0.97, np.float32),
+        "collect_iter": np.zeros(n, np.int64),
+    }
+    # bare: what one writes by hand
+    hidden, dueling = cfg.policy.model.hidden_size_list, cfg.policy.model.dueling
+    model, target = QNetwork(4, 2, hidden, dueling), QNetwork(4, 2, hidden, dueling)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tensors = {k: torch.from_numpy(v) for k, v in data.items()}
+
+    def bare_update():
+        idx = torch.from_numpy(rng.integers(0, n, batch_size))
+        obs, nxt = tensors["obs"][idx], tensors["next_obs"][idx]
+        q = model(obs).gather(1, tensors["action"][idx].unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_a = model(nxt).argmax(1, keepdim=True)
+            td_target = tensors["reward"][idx] + tensors["discount"][idx] * (~tensors["done"][idx]).float() * \
+                target(nxt).gather(1, next_a).squeeze(1)
+        loss = F.smooth_l1_loss(q, td_target)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.policy.learn.max_grad_norm)
+        opt.step()
+
+    bare = timed(bare_update, seconds)
+    policy = DQNPolicy(cfg.policy, 4, 2, seed=0)
+    learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode)
+    buffer = create_buffer({"type": buffer_type, "replay_buffer_size": n})
+    buffer.push(data)
+
+    def lib_update():
+        learner.train(buffer.sample(batch_size, learner.train_iter))
+        if learner.priority_info is not None:
+            buffer.update(learner.priority_info)
+
+    lib = timed(lib_update, seconds)
+    return bare, lib
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
+                                                                     "save_ckpt_after_run": False}}}}})
+    for nstep in (1, 3):
+        bare, lib = collector_rates(cfg, args.seconds, nstep)
+        print(f"collector env steps/s (nstep={nstep}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
+    for kind in ("naive", "advanced"):
+        bare, lib = learner_rates(cfg, args.seconds, kind)
+        print(f"learner updates/s ({kind:8s}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
+
+
+if __name__ == "__main__":
+    main()

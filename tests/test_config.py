@@ -1,0 +1,113 @@
+import pytest
+
+from parallel_rl.config import apply_overrides, compile_config, load_config, load_config_file, parse_override
+from parallel_rl.errors import ConfigError
+
+
+def test_defaults_have_every_component_section():
+    cfg = compile_config({})
+    assert cfg.env.env_id == "CartPole-v1"
+    assert cfg.policy.learn.batch_size == 64
+    assert cfg.policy.other.replay_buffer.type == "advanced"
+    assert cfg.policy.eval.evaluator.eval_freq > 0
+    assert "hook" in cfg.policy.learn.learner
+    assert cfg.system.torch_num_threads == 1
+
+
+def test_user_values_merge_deeply_over_defaults():
+    cfg = compile_config({"policy": {"learn": {"batch_size": 32}}, "env": {"stop_value": 100}})
+    assert cfg.policy.learn.batch_size == 32
+    assert cfg.policy.learn.learning_rate == 1e-3  # sibling default kept
+    assert cfg.env.stop_value == 100.0 and isinstance(cfg.env.stop_value, float)
+
+
+def test_unknown_key_names_key_and_closest_valid_one():
+    with pytest.raises(ConfigError, match=r"'policy\.learn\.batch_sze'.*did you mean 'policy\.learn\.batch_size'"):
+        compile_config({"policy": {"learn": {"batch_sze": 3}}})
+
+
+def test_unknown_top_level_key():
+    with pytest.raises(ConfigError, match="unknown config key 'nonsense'"):
+        compile_config({"nonsense": 1})
+
+
+@pytest.mark.parametrize(
+    "user, match",
+    [
+        ({"policy": {"learn": {"batch_size": "big"}}}, "batch_size must be int"),
+        ({"policy": {"learn": {"double": 1}}}, "double must be bool"),
+        ({"policy": {"learn": 5}}, "policy.learn must be a dict"),
+        ({"policy": {"learn": {"batch_size": 0}}}, "batch_size must be > 0"),
+        ({"policy": {"discount_factor": 1.5}}, "discount_factor"),
+        ({"policy": {"other": {"replay_buffer": {"type": "nope"}}}}, "unknown buffer type 'nope'"),
+    ],
+)
+def test_bad_values_are_config_errors(user, match):
+    with pytest.raises(ConfigError, match=match):
+        compile_config(user)
+
+
+def test_buffer_keys_follow_buffer_type():
+    cfg = compile_config({"policy": {"other": {"replay_buffer": {"type": "naive"}}}})
+    assert "alpha" not in cfg.policy.other.replay_buffer
+    with pytest.raises(ConfigError, match="alpha"):
+        compile_config({"policy": {"other": {"replay_buffer": {"type": "naive", "alpha": 0.5}}}})
+
+
+def test_open_dicts_accept_any_keys():
+    cfg = compile_config({"env": {"env_kwargs": {"episode_length": 7}}})
+    assert cfg.env.env_kwargs.episode_length == 7
+
+
+@pytest.mark.parametrize(
+    "text, parts, value",
+    [
+        ("a.b=3", ["a", "b"], 3),
+        ("a=0.5", ["a"], 0.5),
+        ("a=true", ["a"], True),
+        ("a=[64, 64]", ["a"], [64, 64]),
+        ("a=hello", ["a"], "hello"),
+        ('a="3"', ["a"], "3"),
+        ("a=", ["a"], ""),
+    ],
+)
+def test_parse_override(text, parts, value):
+    assert parse_override(text) == (parts, value)
+
+
+@pytest.mark.parametrize("text", ["novalue", "=3", "a..b=1", ".a=1"])
+def test_parse_override_rejects_malformed(text):
+    with pytest.raises(ConfigError, match="--set"):
+        parse_override(text)
+
+
+def test_overrides_apply_before_validation():
+    user = apply_overrides({"env": {"stop_value": 1}}, ["env.stop_value=400", "policy.learn.batch_size=128"])
+    cfg = compile_config(user)
+    assert cfg.env.stop_value == 400 and cfg.policy.learn.batch_size == 128
+
+
+def test_load_config_file(tmp_path):
+    path = tmp_path / "c.py"
+    path.write_text("main_config = dict(exp_name='x', env=dict(stop_value=5))\n")
+    assert load_config_file(str(path))["exp_name"] == "x"
+    assert load_config(str(path), ["env.stop_value=7"]).env.stop_value == 7
+
+
+def test_load_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config_file(str(tmp_path / "missing.py"))
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n")
+    with pytest.raises(ConfigError, match="main_config"):
+        load_config_file(str(bad))
+    broken = tmp_path / "broken.py"
+    broken.write_text("main_config = dict(\n")
+    with pytest.raises(ConfigError, match="failed to load"):
+        load_config_file(str(broken))
+
+
+def test_shipped_configs_compile():
+    for path in ("configs/cartpole_dqn.py",):
+        cfg = load_config(path)
+        assert cfg.env.stop_value == 195
