@@ -1,1 +1,60 @@
-"""The coordinator's REST application (Flask app factory)."""
+"""The coordinator's REST application: ``create_app(coordinator)``.
+
+One blueprint per resource; views stay thin and call into
+:class:`parallel_rl.coordinator.Coordinator`, kept in ``app.extensions``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from flask import Flask, current_app, request
+
+from parallel_rl.interaction.http import ApiError, check_token, install_json_errors
+
+
+def get_coordinator():
+    coordinator = current_app.extensions.get("parallel_rl.coordinator")
+    if coordinator is None:
+        raise ApiError(503, "unavailable", "no coordinator is attached to this app")
+    return coordinator
+
+
+def require_token() -> None:
+    """Mutating calls and worker traffic need the cluster token."""
+    check_token(current_app.config.get("CLUSTER_TOKEN"))
+
+
+def require_read_token() -> None:
+    if current_app.config.get("AUTH_READ"):
+        check_token(current_app.config.get("CLUSTER_TOKEN"))
+
+
+def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None) -> Flask:
+    app = Flask("parallel_rl.coordinator")
+    max_body = 4 * 1024 * 1024
+    if coordinator is not None:
+        max_body = int(coordinator.cfg.parallel.coordinator.max_body_bytes)
+    app.config.from_mapping(
+        CLUSTER_TOKEN=getattr(coordinator, "token", None),
+        AUTH_READ=bool(coordinator.cfg.parallel.coordinator.auth_read) if coordinator is not None else False,
+        MAX_CONTENT_LENGTH=max_body,
+        JSON_SORT_KEYS=False,
+    )
+    if test_config:
+        app.config.from_mapping(test_config)
+    app.json.sort_keys = False
+    if coordinator is not None:
+        app.extensions["parallel_rl.coordinator"] = coordinator
+    install_json_errors(app)
+
+    from .views import buffers, cluster, tasks, workers
+
+    for module in (cluster, tasks, workers, buffers):
+        app.register_blueprint(module.bp)
+
+    @app.before_request
+    def _read_auth():
+        if request.method in ("GET", "HEAD", "OPTIONS") and request.endpoint != "cluster.health":
+            require_read_token()
+
+    return app

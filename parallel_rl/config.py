@@ -24,12 +24,12 @@ def default_config() -> EasyDict:
     from .data.buffer import buffer_default_config
     from .envs.env_manager import EnvManager
     from .interaction.defaults import parallel_default_config
-    from .policy.dqn import DQNPolicy
+    from .policy.defaults import POLICY_DEFAULTS
     from .worker.collector import SampleSerialCollector
     from .worker.evaluator import InteractionSerialEvaluator
     from .worker.learner import BaseLearner
 
-    policy = DQNPolicy.default_config()
+    policy = POLICY_DEFAULTS["dqn"]()
     policy.collect.collector = SampleSerialCollector.default_config()
     policy.eval.evaluator = InteractionSerialEvaluator.default_config()
     policy.learn.learner = BaseLearner.default_config()

@@ -36,3 +36,26 @@ def setup_process(cfg, seed: int | None = None, need_torch: bool = True) -> None
 
 def experiment_dir(cfg) -> str:
     return os.path.abspath(cfg.exp_name)
+
+
+def set_torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, int(n)))
+
+
+def die_with_parent(env_var: str = "PARALLEL_RL_PARENT_PID") -> None:
+    """When started by ``parallel-rl run``: get SIGTERM if the launcher dies (Linux prctl)."""
+    parent = os.environ.get(env_var)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != int(parent):  # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)

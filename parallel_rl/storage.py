@@ -168,6 +168,21 @@ class SharedStorage:
         versions = self._versions(self.learner_dir, _LEARNER_RE)
         return versions[-1] if versions else None
 
+    def reset(self) -> int:
+        """Remove every file of ours (chunks, checkpoints, temp files) for a fresh run; returns the count."""
+        removed = 0
+        for directory, pattern in ((self.data_dir, re.compile(r"^(\.tmp-.*|.*\.npz)$")),
+                                   (self.policy_dir, re.compile(r"^(\.tmp-.*|policy_\d+\.pt)$")),
+                                   (self.learner_dir, re.compile(r"^(\.tmp-.*|learner_\d+\.pt)$"))):
+            for name in os.listdir(directory):
+                if pattern.match(name):
+                    try:
+                        os.unlink(os.path.join(directory, name))
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+        return removed
+
     def prune_checkpoints(self, keep: int) -> int:
         """Delete all but the newest ``keep`` policy and learner checkpoints; returns files removed."""
         removed = 0

@@ -54,6 +54,18 @@ def import_env_modules(names: Iterable[str]) -> None:
             raise ConfigError(f"env.import_names: cannot import {name!r}: {exc}") from exc
 
 
+def env_spaces(env_cfg: EasyDict) -> tuple:
+    """(obs_dim, action_num) of the configured env, without keeping it open (learners need only this)."""
+    import_env_modules(env_cfg.import_names)
+    env = gym.make(env_cfg.env_id, **(env_cfg.env_kwargs or {}))
+    try:
+        if not isinstance(env.action_space, gym.spaces.Discrete):
+            raise ConfigError(f"env {env_cfg.env_id!r} has action space {env.action_space}; only Discrete is supported")
+        return int(np.prod(env.observation_space.shape)), int(env.action_space.n)
+    finally:
+        env.close()
+
+
 class EnvManager:
     """``num_envs`` copies of one gymnasium env with a discrete action space."""
 

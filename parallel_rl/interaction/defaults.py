@@ -11,6 +11,8 @@ def parallel_default_config() -> EasyDict:
         coordinator=dict(
             host="127.0.0.1",
             port=0,
+            # URL workers use to reach the coordinator (empty: the address it serves on)
+            advertise="",
             # a worker silent this long is marked lost and its task fails
             heartbeat_ttl=10.0,
             # read-only REST calls need the token too
@@ -28,6 +30,10 @@ def parallel_default_config() -> EasyDict:
             collector_task_env_steps=4096,
             # evaluate every N learner iterations (on the newest policy)
             eval_freq=200,
+            # collectors may run at most warmup_env_steps + max_env_steps_per_update * train_iter
+            # env steps (0: no limit); beyond that they wait for the learner instead of taking its CPU
+            max_env_steps_per_update=16.0,
+            warmup_env_steps=1000,
             # a failed task is retried on another worker this many times
             max_task_attempts=3,
             # budgets (0: none): stop after this many env steps / train iterations / seconds
@@ -48,8 +54,10 @@ def parallel_default_config() -> EasyDict:
             prefetch_batches=8,
             # chunk files kept in memory
             chunk_cache_size=512,
+            # save the full learner state (optimizer included, for resume) every N iterations
+            save_state_every=200,
             # policy/learner checkpoints kept on disk
-            keep_checkpoints=5,
+            keep_checkpoints=20,
             # wait for this many transitions in the buffer before training
             min_buffer_size=256,
             # at most this many updates per transition collected (0: unlimited)

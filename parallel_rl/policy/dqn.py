@@ -8,7 +8,6 @@ return and its discount are computed by the collector, so one row holds
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
@@ -19,6 +18,7 @@ from easydict import EasyDict
 from torch import nn
 
 from ..errors import ConfigError
+from .defaults import dqn_default_config
 from .optim import Adam
 
 
@@ -49,14 +49,6 @@ class QNetwork(nn.Module):
         return self.head(x)
 
 
-def epsilon_schedule(eps_cfg: EasyDict) -> Callable[[int], float]:
-    """Epsilon as a function of collected env steps (``exp`` or ``linear`` decay)."""
-    start, end, decay = float(eps_cfg.start), float(eps_cfg.end), float(eps_cfg.decay)
-    if eps_cfg.type == "exp":
-        return lambda envstep: end + (start - end) * math.exp(-1.0 * envstep / decay)
-    return lambda envstep: max(end, start - (start - end) * envstep / decay)
-
-
 @dataclass(frozen=True)
 class PolicyMode:
     """One mode of a policy (DI-engine's ``learn_mode`` / ``collect_mode`` / ``eval_mode``)."""
@@ -69,27 +61,7 @@ class PolicyMode:
 class DQNPolicy:
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            type="dqn",
-            model=dict(hidden_size_list=[128, 128, 64], dueling=True),
-            discount_factor=0.99,
-            nstep=3,
-            priority=True,
-            learn=dict(
-                update_per_collect=4,
-                batch_size=64,
-                learning_rate=1e-3,
-                # hard copy to the target network every N updates (0: use target_theta)
-                target_update_freq=100,
-                # soft update factor when target_update_freq == 0
-                target_theta=0.005,
-                double=True,
-                max_grad_norm=10.0,
-            ),
-            collect=dict(n_sample=64),
-            eval=dict(),
-            other=dict(eps=dict(type="exp", start=0.95, end=0.05, decay=5000)),
-        )
+        return dqn_default_config()
 
     def __init__(self, cfg: EasyDict, obs_dim: int, action_num: int, seed: Optional[int] = None):
         self.cfg = cfg

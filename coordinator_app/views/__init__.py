@@ -1,0 +1,1 @@
+"""Blueprints of the coordinator's REST API (one per resource)."""

@@ -1,0 +1,16 @@
+"""Health and cluster summary."""
+from flask import Blueprint, jsonify
+
+from .. import get_coordinator
+
+bp = Blueprint("cluster", __name__, url_prefix="/api/v1")
+
+
+@bp.get("/health")
+def health():
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/cluster")
+def cluster():
+    return jsonify(get_coordinator().summary())

@@ -1,0 +1,74 @@
+"""Collectors and learners: list, add, remove; and the workers' own traffic
+(heartbeat, batched metadata), which needs the cluster token."""
+from flask import Blueprint, jsonify, request
+
+from parallel_rl.interaction.http import ApiError, field, json_body
+
+from .. import get_coordinator, require_token
+
+bp = Blueprint("workers", __name__, url_prefix="/api/v1")
+
+KIND_OF = {"collectors": "collector", "learners": "learner"}
+
+
+def _kind(collection: str) -> str:
+    if collection not in KIND_OF:
+        raise ApiError(404, "not_found", f"no resource {collection!r} (collectors or learners)")
+    return KIND_OF[collection]
+
+
+@bp.get("/<collection>")
+def list_workers(collection: str):
+    kind = _kind(collection)
+    return jsonify({collection: [w.to_dict() for w in get_coordinator().workers.list(kind)]})
+
+
+@bp.post("/<collection>")
+def add_worker(collection: str):
+    kind = _kind(collection)
+    require_token()
+    body = json_body()
+    worker = get_coordinator().add_worker(kind, field(body, "address", str))
+    return jsonify(worker.to_dict()), 201
+
+
+@bp.get("/<collection>/<worker_id>")
+def get_worker(collection: str, worker_id: str):
+    kind = _kind(collection)
+    worker = get_coordinator().workers.get(worker_id)
+    if worker is None or worker.kind != kind:
+        raise ApiError(404, "not_found", f"no {kind} {worker_id!r}")
+    return jsonify(worker.to_dict())
+
+
+@bp.delete("/<collection>/<worker_id>")
+def remove_worker(collection: str, worker_id: str):
+    """Remove a worker: no new tasks; its running task wraps up and its data stays.
+
+    A slave leaving on its own sends ``{"self": true}`` after reporting its tasks."""
+    kind = _kind(collection)
+    require_token()
+    coordinator = get_coordinator()
+    body = request.get_json(silent=True) or {}
+    if isinstance(body, dict) and body.get("self") is True:
+        worker = coordinator.deregister(worker_id, kind)
+    else:
+        worker = coordinator.remove_worker(worker_id, kind)
+    return jsonify(worker.to_dict())
+
+
+@bp.post("/workers/<worker_id>/heartbeat")
+def heartbeat(worker_id: str):
+    require_token()
+    coordinator = get_coordinator()
+    worker = coordinator.heartbeat(worker_id)
+    return jsonify(coordinator.control_for(worker))
+
+
+@bp.post("/workers/<worker_id>/metadata")
+def metadata(worker_id: str):
+    require_token()
+    body = json_body()
+    messages = field(body, "messages", list)
+    wait = float(field(body, "wait_for_allowance", (int, float), required=False, default=0.0))
+    return jsonify({"control": get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait)})

@@ -1,0 +1,202 @@
+"""The cluster commands of the CLI: roles (coordinator, learner, collector),
+the local launcher (run) and the REST client for people (status, tasks, collectors)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from .errors import ConfigError, ParallelRLError
+
+logger = logging.getLogger(__name__)
+
+
+def _load(args: argparse.Namespace):
+    from .config import load_config
+
+    return load_config(getattr(args, "config", None), getattr(args, "overrides", []))
+
+
+def _on_signals(callback) -> None:
+    """Run ``callback(signal_name)`` in a thread on SIGINT/SIGTERM (never inside the handler)."""
+
+    def handler(signum, frame):
+        threading.Thread(target=callback, args=(signal.Signals(signum).name,), daemon=True).start()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+# ---- roles ---------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from .entry.launcher import run_local_cluster
+    from .runtime import setup_process
+
+    cfg = _load(args)
+    setup_process(cfg, need_torch=False)
+    host = args.host or cfg.parallel.coordinator.host
+    port = cfg.parallel.coordinator.port if args.port is None else args.port
+    return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from coordinator_app import create_app
+
+    from .coordinator import Coordinator, CoordinatorState
+    from .interaction.http import ServerThread, new_token, token_from_env
+    from .runtime import experiment_dir, setup_process
+    from .storage import SharedStorage
+
+    cfg = _load(args)
+    setup_process(cfg, need_torch=False)
+    token = token_from_env()
+    if not token:
+        token = new_token()
+        print(f"coordinator: PARALLEL_RL_TOKEN was not set; workers must use this one: {token}", flush=True)
+    root = args.shared_dir or cfg.parallel.shared_dir or os.path.join(experiment_dir(cfg), "shared")
+    coordinator = Coordinator(cfg, SharedStorage(root), token)
+    host = args.host or cfg.parallel.coordinator.host
+    port = cfg.parallel.coordinator.port if args.port is None else args.port
+    server = ServerThread(create_app(coordinator), host, port, threads=16, name="coordinator")
+    if not coordinator.advertise_url:
+        coordinator.advertise_url = server.url
+    server.start()
+    coordinator.start()
+    print(f"REST API: {server.url}/api/v1", flush=True)
+    interrupted: List[str] = []
+
+    def stop(name: str) -> None:
+        interrupted.append(name)
+        coordinator.done_event.set()
+
+    _on_signals(stop)
+    try:
+        coordinator.done_event.wait()
+    finally:
+        coordinator.close(notify_workers=True)
+        server.close()
+    if interrupted:
+        print(f"coordinator: stopped by {interrupted[0]}", flush=True)
+        return 0
+    print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
+    if coordinator.state == CoordinatorState.SOLVED:
+        return 0
+    if coordinator.state == CoordinatorState.STOPPED:
+        return 0 if cfg.env.stop_value == float("inf") else 3
+    return 1
+
+
+def cmd_slave(args: argparse.Namespace) -> int:
+    from .interaction.http import token_from_env
+    from .runtime import die_with_parent, setup_process
+
+    die_with_parent()
+    cfg = _load(args)
+    setup_process(cfg, need_torch=True)
+    if not args.coordinator:
+        raise ConfigError(f"{args.command}: pass --coordinator URL (or set PARALLEL_RL_COORDINATOR)")
+    if args.command == "learner":
+        from .interaction.learner_worker import FlaskFileSystemLearner as SlaveClass
+    else:
+        from .interaction.collector_worker import FlaskFileSystemCollector as SlaveClass
+    wcfg = cfg.parallel.worker
+    slave = SlaveClass(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
+                       advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
+                       max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries)
+    _on_signals(lambda name: slave.request_stop())
+    print(f"{args.command}: serving on {slave.address}", flush=True)
+    try:
+        slave.start()
+    except ParallelRLError:
+        slave.close()
+        raise
+    code = slave.run()
+    if slave.fatal_error:
+        print(f"parallel-rl {args.command}: {slave.fatal_error}", file=sys.stderr)
+    return code
+
+
+# ---- REST client for people ---------------------------------------------------------------------
+def _client(args: argparse.Namespace):
+    from .interaction.http import HttpClient, token_from_env
+
+    if not args.coordinator:
+        raise ConfigError(f"{args.command}: pass --coordinator URL (or set PARALLEL_RL_COORDINATOR)")
+    return HttpClient(args.coordinator, token_from_env(), timeout=5.0, max_retries=1)
+
+
+def render_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
+    """Plain aligned columns (what `kubectl get` prints)."""
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.3g}"
+        if isinstance(value, dict):
+            return " ".join(f"{k}={cell(v)}" for k, v in value.items())
+        return str(value)
+
+    table = [[c.upper() for c in columns]] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    data = _client(args).get("/api/v1/cluster")
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = "  ".join(f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n) if isinstance(v, dict)
+                              else f"{k}={v}" for k, v in value.items())
+        print(f"{key:>17}: {'-' if value is None else value}")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("kind", args.kind), ("state", args.state)) if v}
+    params["limit"] = 1000
+    data = _client(args).get("/api/v1/tasks", params=params)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(render_table(data["tasks"], ["task_id", "kind", "state", "worker_id", "attempts", "progress", "error"]))
+    return 0
+
+
+def cmd_collectors(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.action == "add":
+        data = client.post("/api/v1/collectors", {"address": args.url})
+    elif args.action == "remove":
+        data = client.delete(f"/api/v1/collectors/{args.worker_id}")
+    else:
+        data = client.get("/api/v1/collectors")
+        if not args.json:
+            print(render_table(data["collectors"], ["worker_id", "address", "state", "current_task",
+                                                    "seconds_since_heartbeat", "env_steps", "policy_version"]))
+            return 0
+    if args.json or args.action:
+        print(json.dumps(data, indent=2))
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "coordinator": cmd_coordinator,
+    "learner": cmd_slave,
+    "collector": cmd_slave,
+    "status": cmd_status,
+    "tasks": cmd_tasks,
+    "collectors": cmd_collectors,
+}
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    return COMMANDS[args.command](args)

@@ -1,0 +1,124 @@
+"""Commanders decide which task goes to which worker.
+
+:class:`SoloCommander`: one learner task; a collector task for every free
+collector; an evaluator task on a collector whenever the policy has advanced
+``eval_freq`` iterations since the last evaluation; failed tasks are replaced
+(up to ``max_task_attempts``); epsilon decays with collected env steps.
+The coordinator calls :meth:`step` whenever something changed.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from easydict import EasyDict
+
+from ..policy.epsilon import epsilon_schedule
+from ..registry import Registry
+from .tasks import Task, TaskKind, TaskState
+from .workers import Worker, WorkerState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .coordinator import Coordinator
+
+logger = logging.getLogger(__name__)
+
+COMMANDER_REGISTRY = Registry("commander")
+
+
+class SoloCommander:
+    def __init__(self, cfg: EasyDict, coordinator: "Coordinator"):
+        self.cfg = cfg
+        self.coordinator = coordinator
+        self.ccfg = cfg.parallel.commander
+        self._epsilon = epsilon_schedule(cfg.policy.other.eps)
+        self.last_eval_version: Optional[int] = None
+
+    def epsilon(self, env_steps: int) -> float:
+        return self._epsilon(env_steps)
+
+    # ---- scheduling ------------------------------------------------------------------
+    def step(self) -> None:
+        c = self.coordinator
+        if c.system_shutdown_flag:
+            return
+        self._assign_pending()
+        self._ensure_learner()
+        self._feed_collectors()
+        self._schedule_eval()
+
+    def _free_workers(self, kind: str) -> list:
+        return [w for w in self.coordinator.workers.list(kind) if w.state == WorkerState.IDLE and w.current_task is None]
+
+    def _assign_pending(self) -> None:
+        c = self.coordinator
+        for task in c.tasks.list(state=TaskState.PENDING.value):
+            if task.kind == TaskKind.EVALUATOR:
+                worker = self._eval_worker()
+            else:
+                free = self._free_workers("learner" if task.kind == TaskKind.LEARNER else "collector")
+                worker = free[0] if free else None
+            if worker is not None:
+                c.assign(task, worker)
+
+    def _ensure_learner(self) -> None:
+        c = self.coordinator
+        live = [t for t in c.tasks.list(kind=TaskKind.LEARNER.value) if not t.state.is_final]
+        if live:
+            return
+        free = self._free_workers("learner")
+        if free:
+            spec = {"resume": c.storage.latest_learner_version() is not None}
+            c.assign(c.tasks.create(TaskKind.LEARNER, spec), free[0])
+
+    def _feed_collectors(self) -> None:
+        c = self.coordinator
+        for worker in self._free_workers("collector"):
+            task = c.tasks.create(TaskKind.COLLECTOR, {"env_steps": int(self.ccfg.collector_task_env_steps)})
+            c.assign(task, worker)
+
+    def _eval_worker(self) -> Optional[Worker]:
+        candidates = [w for w in self.coordinator.workers.list("collector") if w.assignable and w.eval_task is None]
+        # prefer the collector that evaluated least recently (spreads the cost)
+        return min(candidates, key=lambda w: w.tasks_done, default=None)
+
+    def _schedule_eval(self) -> None:
+        c = self.coordinator
+        version = c.policy_version
+        if version < 0:
+            return
+        if self.last_eval_version is not None and version - self.last_eval_version < self.ccfg.eval_freq:
+            return
+        if any(not t.state.is_final for t in c.tasks.list(kind=TaskKind.EVALUATOR.value)):
+            return
+        worker = self._eval_worker()
+        if worker is None:
+            return
+        self.last_eval_version = version
+        spec = {"policy_version": version, "n_episode": int(self.cfg.env.n_evaluator_episode)}
+        c.assign(c.tasks.create(TaskKind.EVALUATOR, spec), worker)
+
+    # ---- failures ----------------------------------------------------------------------
+    def on_task_failed(self, task: Task) -> None:
+        """Create a replacement task unless the attempts are used up."""
+        if task.attempts >= self.ccfg.max_task_attempts:
+            logger.error("commander: %s failed %d times, not retrying: %s", task.task_id, task.attempts, task.error)
+            if task.kind == TaskKind.LEARNER:
+                self.coordinator.finish("failed", f"learner task failed {task.attempts} times: {task.error}")
+            return
+        spec = dict(task.spec)
+        if task.kind == TaskKind.LEARNER:
+            spec["resume"] = True
+        if task.kind == TaskKind.EVALUATOR:
+            spec["policy_version"] = max(spec["policy_version"], self.coordinator.policy_version)
+        replacement = self.coordinator.tasks.create(task.kind, spec, replaces=task)
+        logger.info("commander: %s replaces failed %s (attempt %d of %d)", replacement.task_id, task.task_id,
+                    task.attempts + 1, self.ccfg.max_task_attempts)
+
+
+COMMANDER_REGISTRY.register("solo", SoloCommander)
+
+
+def create_parallel_commander(cfg: EasyDict, coordinator: "Coordinator"):
+    """Build the commander named by ``cfg.parallel.commander.type``."""
+    return COMMANDER_REGISTRY.build(cfg.parallel.commander.type, cfg, coordinator)

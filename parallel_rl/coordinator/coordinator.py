@@ -1,0 +1,532 @@
+"""The coordinator (master): worker registry, task table, replay index, commander.
+
+Slaves talk to it through ``coordinator_app`` (HTTP); every method here is
+plain Python so tests can drive it directly. Locking: ``self._lock`` guards
+registry/task/counter updates; HTTP calls to slaves are made outside it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any, Dict, List, Optional
+from urllib.parse import urlparse
+
+from easydict import EasyDict
+
+from ..errors import ParallelRLError, StorageError
+from ..interaction.http import ApiError, HttpClient
+from ..storage import SharedStorage
+from .commander import create_parallel_commander
+from .replay import ReplayIndex
+from .tasks import Task, TaskKind, TaskState, TaskTable
+from .workers import Worker, WorkerRegistry, WorkerState
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("collector", "learner")
+
+
+class CoordinatorState:
+    RUNNING = "running"
+    SOLVED = "solved"
+    STOPPED = "stopped"  # a budget ran out
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+def check_address(address: Any) -> str:
+    if not isinstance(address, str):
+        raise ApiError(400, "bad_request", f"field 'address' must be a string, got {type(address).__name__}")
+    parsed = urlparse(address)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
+        raise ApiError(400, "bad_request", f"address must look like http://HOST:PORT, got {address!r}")
+    return address.rstrip("/")
+
+
+class Coordinator:
+    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None):
+        self.cfg = cfg
+        self.storage = storage
+        self.token = token
+        self.advertise_url: Optional[str] = cfg.parallel.coordinator.advertise or None
+        self.tasks = TaskTable()
+        self.workers = WorkerRegistry()
+        self.replay = ReplayIndex(cfg.policy.other.replay_buffer, storage,
+                                  grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
+        self.commander = create_parallel_commander(cfg, self)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        # notified when the learner advances (collectors waiting for their allowance wake up)
+        self._progress = threading.Condition()
+        self._closing = threading.Event()
+        self.done_event = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.state = CoordinatorState.RUNNING
+        self.reason = ""
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        self.env_steps = 0
+        self.episodes = 0
+        self.train_iter = 0
+        self.policy_version = -1
+        self.policy_published_at: Dict[int, float] = {}
+        self.learn_info: Dict[str, Any] = {}
+        self.last_eval_return = math.nan
+        self.best_eval_return = math.nan
+        self.eval_history: List[Dict[str, Any]] = []
+        self.throughput_history: List[Dict[str, Any]] = []
+        self.messages_handled = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> "Coordinator":
+        self._thread = threading.Thread(target=self._control_loop, name="coordinator-control", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def system_shutdown_flag(self) -> bool:
+        return self.state != CoordinatorState.RUNNING
+
+    def kick(self) -> None:
+        """Wake the commander (something changed)."""
+        self._wake.set()
+
+    def finish(self, state: str, reason: str) -> None:
+        """Training is over (solved, budget, failure): stop handing out work."""
+        with self._lock:
+            if self.state != CoordinatorState.RUNNING:
+                return
+            self.state, self.reason = state, reason
+        logger.info("coordinator: %s: %s", state, reason)
+        self.done_event.set()
+        self.replay.wake_waiters()
+        self._notify_progress()
+        self.kick()
+
+    def close(self, notify_workers: bool = True) -> None:
+        """Stop the control loop and tell every active worker to disconnect (best effort)."""
+        if self._closing.is_set():
+            return
+        self.finish(CoordinatorState.CLOSED, "coordinator closed")
+        self._closing.set()
+        self.kick()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if notify_workers:
+            for worker in self.workers.list(active_only=True):
+                try:
+                    worker.client.post("/slave/v1/disconnect", {"reason": self.reason}, timeout=1.0, retries=0)
+                except ParallelRLError as exc:
+                    logger.debug("coordinator: %s did not take the disconnect: %s", worker.worker_id, exc)
+
+    def _control_loop(self) -> None:
+        ttl = float(self.cfg.parallel.coordinator.heartbeat_ttl)
+        tick = max(0.05, min(0.5, ttl / 4))
+        while not self._closing.is_set():
+            self._wake.wait(tick)
+            self._wake.clear()
+            try:
+                self._reap(ttl)
+                self._check_budgets()
+                self.commander.step()
+                self.replay.collect_garbage()
+                self._sample_throughput()
+            except Exception:  # the control loop must survive any single bad step
+                logger.exception("coordinator: control loop step failed")
+
+    def _reap(self, ttl: float) -> None:
+        for worker in self.workers.expired(ttl):
+            self.mark_lost(worker, f"no heartbeat for {ttl:g}s")
+
+    def _check_budgets(self) -> None:
+        b = self.cfg.parallel.commander
+        if b.max_env_step and self.env_steps >= b.max_env_step:
+            self.finish(CoordinatorState.STOPPED, f"env step budget {b.max_env_step} used up")
+        elif b.max_train_iter and self.train_iter >= b.max_train_iter:
+            self.finish(CoordinatorState.STOPPED, f"train iteration budget {b.max_train_iter} used up")
+        elif b.max_seconds and self.uptime >= b.max_seconds:
+            self.finish(CoordinatorState.STOPPED, f"time budget {b.max_seconds:g}s used up")
+
+    def _sample_throughput(self) -> None:
+        now = self.uptime
+        if self.throughput_history and now - self.throughput_history[-1]["t"] < 1.0:
+            return
+        self.throughput_history.append({"t": round(now, 3), "env_steps": self.env_steps, "train_iter": self.train_iter})
+        del self.throughput_history[:-600]
+
+    @property
+    def uptime(self) -> float:
+        return time.monotonic() - self._t0
+
+    @property
+    def public_url(self) -> Optional[str]:
+        return self.advertise_url
+
+    # ---- membership --------------------------------------------------------------------
+    def add_worker(self, kind: str, address: Any) -> Worker:
+        """Connect to a running slave at ``address`` and register it (409 if already registered)."""
+        if kind not in KINDS:
+            raise ApiError(404, "not_found", f"unknown worker kind {kind!r}")
+        address = check_address(address)
+        wcfg = self.cfg.parallel.worker
+        client = HttpClient(address, self.token, timeout=wcfg.request_timeout, max_retries=1)
+        try:
+            health = client.get("/slave/v1/health")
+        except ParallelRLError as exc:
+            raise ApiError(502, "bad_gateway", f"cannot reach a {kind} at {address}: {exc}") from None
+        if not isinstance(health, dict) or health.get("kind") != kind:
+            got = health.get("kind") if isinstance(health, dict) else type(health).__name__
+            raise ApiError(400, "bad_request", f"{address} is a {got!r}, not a {kind}")
+        worker = self.workers.register(kind, address, client)
+        try:
+            client.post("/slave/v1/connect", {
+                "worker_id": worker.worker_id,
+                "coordinator": self.public_url,
+                "config": _jsonable(self.cfg),
+                "shared_dir": self.storage.root,
+                "heartbeat_interval": float(wcfg.heartbeat_interval),
+                "heartbeat_ttl": float(self.cfg.parallel.coordinator.heartbeat_ttl),
+            })
+        except ParallelRLError as exc:
+            with self._lock:
+                worker.state = WorkerState.GONE
+            raise ApiError(502, "bad_gateway", f"{kind} at {address} refused to connect: {exc}") from None
+        with self._lock:
+            if worker.state == WorkerState.CONNECTING:
+                worker.state = WorkerState.IDLE
+        logger.info("coordinator: registered %s at %s", worker.worker_id, address)
+        self.kick()
+        return worker
+
+    def heartbeat(self, worker_id: str) -> Worker:
+        worker = self.workers.heartbeat(worker_id)
+        if worker is None:
+            raise ApiError(404, "not_found", f"worker {worker_id!r} is not registered (register again)")
+        return worker
+
+    def remove_worker(self, worker_id: str, kind: Optional[str] = None, reason: str = "removed") -> Worker:
+        """Deregister: no new tasks; a running task is asked to wrap up (its data stays)."""
+        worker = self.workers.get(worker_id)
+        if worker is None or (kind is not None and worker.kind != kind):
+            raise ApiError(404, "not_found", f"no {kind or 'worker'} {worker_id!r}")
+        if not worker.state.active:
+            raise ApiError(409, "conflict", f"{worker_id} is already {worker.state.value}")
+        with self._lock:
+            running = [t for t in (worker.current_task, worker.eval_task) if t]
+            worker.state = WorkerState.LEAVING if running else WorkerState.GONE
+        logger.info("coordinator: removing %s (%s); running tasks: %s", worker_id, reason, running or "none")
+        for task_id in running:
+            try:
+                worker.client.delete(f"/slave/v1/tasks/{task_id}", timeout=2.0, retries=0)
+            except ParallelRLError as exc:
+                logger.warning("coordinator: %s did not take the stop for %s: %s", worker_id, task_id, exc)
+                self._end_task(task_id, TaskState.CANCELLED, error=f"{worker_id} removed: {exc}")
+        if not running:
+            self._disconnect(worker, reason)
+        self.kick()
+        return worker
+
+    def deregister(self, worker_id: str, kind: Optional[str] = None) -> Worker:
+        """A slave leaving on its own (SIGTERM): it reported its tasks already."""
+        worker = self.workers.get(worker_id)
+        if worker is None or (kind is not None and worker.kind != kind):
+            raise ApiError(404, "not_found", f"no {kind or 'worker'} {worker_id!r}")
+        with self._lock:
+            running = [t for t in (worker.current_task, worker.eval_task) if t]
+            worker.state = WorkerState.GONE
+        for task_id in running:
+            self._end_task(task_id, TaskState.CANCELLED, error=f"{worker_id} left")
+        logger.info("coordinator: %s deregistered", worker_id)
+        self.kick()
+        return worker
+
+    def _disconnect(self, worker: Worker, reason: str) -> None:
+        with self._lock:
+            worker.state = WorkerState.GONE
+        try:
+            worker.client.post("/slave/v1/disconnect", {"reason": reason}, timeout=2.0, retries=0)
+        except ParallelRLError as exc:
+            logger.debug("coordinator: %s disconnect not acknowledged: %s", worker.worker_id, exc)
+
+    def mark_lost(self, worker: Worker, reason: str) -> None:
+        with self._lock:
+            if not worker.state.active:
+                return
+            worker.state = WorkerState.LOST
+            running = [t for t in (worker.current_task, worker.eval_task) if t]
+        logger.warning("coordinator: %s at %s lost (%s); failing %s", worker.worker_id, worker.address, reason,
+                       running or "no task")
+        for task_id in running:
+            self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} lost: {reason}")
+        self.kick()
+
+    # ---- tasks ----------------------------------------------------------------------------
+    def assign(self, task: Task, worker: Worker) -> bool:
+        """Hand ``task`` to ``worker`` over HTTP; on refusal the task fails and the worker is lost."""
+        with self._lock:
+            if not worker.assignable:
+                return False
+            self.tasks.start(task, worker.worker_id)
+            if task.kind == TaskKind.EVALUATOR:
+                worker.eval_task = task.task_id
+            else:
+                worker.current_task = task.task_id
+                worker.state = WorkerState.BUSY
+        payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
+        try:
+            worker.client.post("/slave/v1/tasks", payload, retries=1)
+        except ParallelRLError as exc:
+            logger.error("coordinator: %s at %s refused %s: %s", worker.worker_id, worker.address, task.task_id, exc)
+            self.mark_lost(worker, f"refused task {task.task_id}: {exc}")
+            return False
+        logger.debug("coordinator: %s -> %s %s", task.task_id, worker.worker_id, task.spec)
+        return True
+
+    def _end_task(self, task_id: str, state: TaskState, result: Optional[dict] = None,
+                  error: Optional[str] = None) -> Optional[Task]:
+        with self._lock:
+            task = self.tasks.end(task_id, state, result=result, error=error)
+            if task is None:
+                return None
+            worker = self.workers.get(task.worker_id) if task.worker_id else None
+            if worker is not None:
+                if worker.eval_task == task_id:
+                    worker.eval_task = None
+                if worker.current_task == task_id:
+                    worker.current_task = None
+                    if worker.state == WorkerState.BUSY:
+                        worker.state = WorkerState.IDLE
+                worker.tasks_done += 1
+                leaving_done = worker.state == WorkerState.LEAVING and not (worker.current_task or worker.eval_task)
+            else:
+                leaving_done = False
+        log = logger.info if state != TaskState.FINISHED or task.kind == TaskKind.LEARNER else logger.debug
+        log("coordinator: %s %s%s", task_id, state.value, f" ({error})" if error else "")
+        if state == TaskState.FAILED:
+            self.commander.on_task_failed(task)
+        if task.kind == TaskKind.EVALUATOR and state == TaskState.FINISHED and result:
+            self._on_eval_result(task, result)
+        if leaving_done:
+            self._disconnect(worker, "removed")
+        self.kick()
+        return task
+
+    def _on_eval_result(self, task: Task, result: dict) -> None:
+        mean = float(result.get("eval_episode_return_mean", math.nan))
+        with self._lock:
+            self.last_eval_return = mean
+            if math.isnan(self.best_eval_return) or mean > self.best_eval_return:
+                self.best_eval_return = mean
+            self.eval_history.append({"t": round(self.uptime, 3), "policy_version": task.spec.get("policy_version"),
+                                      "env_steps": self.env_steps, "train_iter": self.train_iter,
+                                      "eval_return": mean})
+        stop_value = float(self.cfg.env.stop_value)
+        logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
+                    task.spec.get("policy_version"), mean, stop_value)
+        if result.get("episodes", 0) >= task.spec.get("n_episode", 0) and mean >= stop_value:
+            self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
+                                                 f"(policy version {task.spec.get('policy_version')})")
+
+    # ---- metadata from slaves --------------------------------------------------------------
+    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]],
+                        wait_for_allowance: float = 0.0) -> Dict[str, Any]:
+        """Apply a batch of messages from a slave; returns the control block for it.
+
+        With ``wait_for_allowance`` > 0 (a throttled collector) the answer waits
+        up to that many seconds until collecting is allowed again."""
+        worker = self.heartbeat(worker_id)
+        for msg in messages:
+            if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                raise ApiError(400, "bad_request", f"each message must be an object with a 'type', got {msg!r:.80}")
+            handler = self._HANDLERS.get(msg["type"])
+            if handler is None:
+                raise ApiError(400, "bad_request", f"unknown message type {msg['type']!r}")
+            try:
+                handler(self, worker, msg)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ApiError(400, "bad_request", f"bad {msg['type']!r} message: {type(exc).__name__}: {exc}") from None
+        self.messages_handled += len(messages)
+        if wait_for_allowance > 0:
+            self.wait_for_allowance(wait_for_allowance)
+        return self.control_for(worker)
+
+    def control_for(self, worker: Worker) -> Dict[str, Any]:
+        allowed = self.allowed_env_steps()
+        return {
+            "policy_version": self.policy_version,
+            "epsilon": self.commander.epsilon(self.env_steps),
+            "stop": self.system_shutdown_flag,
+            "state": worker.state.value,
+            "env_steps": self.env_steps,
+            "allowed_env_steps": None if allowed is None else int(allowed),
+        }
+
+    # ---- replay ratio -------------------------------------------------------------------------
+    def allowed_env_steps(self) -> Optional[float]:
+        """How far collectors may run ahead of the learner (None: no limit).
+
+        ``warmup_env_steps + max_env_steps_per_update * train_iter``: collectors
+        that outrun the learner only steal its CPU and fill the buffer with data
+        it never trains on.
+        """
+        ratio = float(self.cfg.parallel.commander.max_env_steps_per_update)
+        if ratio <= 0:
+            return None
+        return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
+
+    def wait_for_allowance(self, timeout: float) -> bool:
+        """Block a collector until it may collect again (the learner advanced) or ``timeout``."""
+        def may_collect() -> bool:
+            allowed = self.allowed_env_steps()
+            return self.system_shutdown_flag or allowed is None or self.env_steps < allowed
+
+        with self._progress:
+            return self._progress.wait_for(may_collect, timeout=max(0.0, min(timeout, 10.0)))
+
+    def _notify_progress(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
+
+    def _msg_chunk(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        try:
+            added = self.replay.add_chunk(str(msg["chunk"]), int(msg["size"]), int(msg["policy_version"]),
+                                          worker.worker_id)
+        except StorageError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        if not added:
+            return  # a retried message
+        with self._lock:
+            steps = int(msg.get("env_steps", 0))
+            self.env_steps += steps
+            worker.env_steps += steps
+            worker.policy_version = int(msg["policy_version"])
+            self.episodes += len(msg.get("episode_returns", []))
+        if msg.get("task_id"):
+            task = self.tasks.get(msg["task_id"])
+            if task is not None:
+                self.tasks.update_progress(task.task_id, env_steps=task.progress.get("env_steps", 0) + steps,
+                                           chunks=task.progress.get("chunks", 0) + 1)
+
+    def _msg_task_done(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        self._end_task(str(msg["task_id"]), TaskState.FINISHED, result=dict(msg.get("result") or {}))
+
+    def _msg_task_cancelled(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        self._end_task(str(msg["task_id"]), TaskState.CANCELLED, result=dict(msg.get("result") or {}),
+                       error=msg.get("error"))
+
+    def _msg_task_failed(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        self._end_task(str(msg["task_id"]), TaskState.FAILED, error=str(msg.get("error", "unknown error")))
+
+    def _msg_policy(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        version = int(msg["version"])
+        with self._lock:
+            worker.policy_version = version
+            if version > self.policy_version:
+                self.policy_version = version
+                self.policy_published_at[version] = time.time()
+        self.kick()
+
+    def _msg_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> None:
+        with self._lock:
+            worker.train_iter = int(msg["train_iter"])
+            self.train_iter = max(self.train_iter, worker.train_iter)
+            self.learn_info = dict(msg.get("info") or {})
+        self._notify_progress()
+        if msg.get("task_id"):
+            self.tasks.update_progress(str(msg["task_id"]), train_iter=worker.train_iter)
+
+    _HANDLERS = {
+        "chunk": _msg_chunk,
+        "task_done": _msg_task_done,
+        "task_cancelled": _msg_task_cancelled,
+        "task_failed": _msg_task_failed,
+        "policy": _msg_policy,
+        "learn_info": _msg_learn_info,
+    }
+
+    # ---- learner data ---------------------------------------------------------------------
+    def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,
+               priorities: Optional[Dict[str, list]] = None, wait: float = 1.0) -> List[Dict[str, Any]]:
+        """Batches of references for a learner; waits up to ``wait`` s for enough data."""
+        worker = self.heartbeat(worker_id)
+        if priorities:
+            try:
+                self.replay.update_priorities(priorities["index"], priorities["uid"], priorities["priority"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ApiError(400, "bad_request", f"bad priorities: {exc}") from None
+        with self._lock:
+            worker.train_iter = max(worker.train_iter, train_iter)
+            advanced = train_iter > self.train_iter
+            self.train_iter = max(self.train_iter, train_iter)
+        if advanced:
+            self._notify_progress()
+        lcfg = self.cfg.parallel.learner
+        min_size = max(batch_size, int(lcfg.min_buffer_size))
+        ratio = float(lcfg.max_updates_per_transition)
+
+        def allowed() -> int:
+            if self.system_shutdown_flag or self.replay.count() < min_size:
+                return 0
+            if ratio > 0:
+                return max(0, int(ratio * self.replay.buffer.stats().pushed) - self.replay.batches_served)
+            return batches
+
+        self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
+        n = min(batches, allowed())
+        return self.replay.sample(batch_size, n, train_iter) if n > 0 else []
+
+    # ---- inspection ---------------------------------------------------------------------------
+    def summary(self) -> Dict[str, Any]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "workers": self.workers.counts(),
+            "tasks": self.tasks.counts(),
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "train_iter": self.train_iter,
+            "policy_version": self.policy_version,
+            "last_eval_return": _num(self.last_eval_return),
+            "best_eval_return": _num(self.best_eval_return),
+            "stop_value": float(self.cfg.env.stop_value),
+            "uptime": round(self.uptime, 3),
+            "started_at": self.started_at,
+            "exp_name": self.cfg.exp_name,
+            "env_id": self.cfg.env.env_id,
+        }
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Task table, counters and the replay index (numpy arrays under ``replay``)."""
+        with self._lock:
+            return {
+                "tasks": self.tasks.state_dict(),
+                "counters": {"env_steps": self.env_steps, "episodes": self.episodes, "train_iter": self.train_iter,
+                             "policy_version": self.policy_version,
+                             "best_eval_return": _num(self.best_eval_return),
+                             "last_eval_version": self.commander.last_eval_version},
+                "replay": self.replay.state_dict(),
+            }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        with self._lock:
+            self.tasks.load_state_dict(state["tasks"])
+            c = state["counters"]
+            self.env_steps, self.episodes = int(c["env_steps"]), int(c["episodes"])
+            self.train_iter, self.policy_version = int(c["train_iter"]), int(c["policy_version"])
+            self.best_eval_return = math.nan if c["best_eval_return"] is None else float(c["best_eval_return"])
+            self.commander.last_eval_version = c.get("last_eval_version")
+            self.replay.load_state_dict(state["replay"])
+
+
+def _num(x: float) -> Optional[float]:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _jsonable(cfg: Any) -> Any:
+    if isinstance(cfg, dict):
+        return {str(k): _jsonable(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [_jsonable(v) for v in cfg]
+    return cfg

@@ -1,0 +1,185 @@
+"""The coordinator's replay buffer: an index of references into chunk files.
+
+Rows live in the chunk files on the shared disk; the index holds one row per
+transition with columns ``chunk`` (chunk id), ``row`` and ``collect_iter``,
+inside the same buffer classes the serial pipeline uses (priorities, IS
+weights, ``max_use``, ``max_staleness``). When the buffer evicts the last row
+of a chunk, the file is deleted after a grace period (a learner may still be
+reading it).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ..data.buffer import create_buffer
+from ..errors import StorageError
+from ..storage import SharedStorage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ChunkInfo:
+    chunk_id: int
+    name: str
+    size: int
+    policy_version: int
+    worker_id: str
+    refs: int
+    created: float
+
+
+class ReplayIndex:
+    def __init__(self, buffer_cfg, storage: SharedStorage, grace_seconds: float = 10.0, name: str = "default"):
+        self.name = name
+        self.storage = storage
+        self.grace_seconds = grace_seconds
+        self.buffer = create_buffer(buffer_cfg, on_evict=self._on_evict)
+        self._lock = threading.RLock()
+        self._pushed = threading.Condition(self._lock)
+        self._chunks: Dict[str, ChunkInfo] = {}
+        self._names: Dict[int, str] = {}
+        self._next_id = 0
+        self._doomed: List[tuple] = []  # (delete_at, name)
+        self.chunks_deleted = 0
+        self.batches_served = 0
+
+    # ---- push ----------------------------------------------------------------------
+    def add_chunk(self, name: str, size: int, policy_version: int, worker_id: str) -> bool:
+        """Index a chunk file's rows; False when the chunk is already known (a retried message)."""
+        path = self.storage.chunk_path(name)  # validates the name, refuses escapes
+        with self._lock:
+            if name in self._chunks:
+                return False
+            if size <= 0:
+                raise StorageError(f"chunk {name!r}: size must be > 0, got {size}")
+            if not os.path.isfile(path):
+                raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
+            info = ChunkInfo(self._next_id, name, size, policy_version, worker_id, size, time.time())
+            self._next_id += 1
+            self._chunks[name] = info
+            self._names[info.chunk_id] = name
+            self.buffer.push({
+                "chunk": np.full(size, info.chunk_id, dtype=np.int64),
+                "row": np.arange(size, dtype=np.int32),
+                "collect_iter": np.full(size, policy_version, dtype=np.int64),
+            })
+            self._pushed.notify_all()
+            return True
+
+    def _on_evict(self, rows: Dict[str, np.ndarray]) -> None:
+        ids, counts = np.unique(rows["chunk"], return_counts=True)
+        delete_at = time.monotonic() + self.grace_seconds
+        for chunk_id, count in zip(ids.tolist(), counts.tolist()):
+            name = self._names.get(chunk_id)
+            if name is None:
+                continue
+            info = self._chunks[name]
+            info.refs -= count
+            if info.refs <= 0:
+                self._doomed.append((delete_at, name))
+
+    def collect_garbage(self, force: bool = False) -> int:
+        """Delete chunk files no row references any more (after the grace period)."""
+        now = time.monotonic()
+        with self._lock:
+            due = [n for t, n in self._doomed if force or t <= now]
+            self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
+            for name in due:
+                info = self._chunks.pop(name, None)
+                if info is not None:
+                    self._names.pop(info.chunk_id, None)
+        for name in due:
+            if self.storage.delete_chunk(name):
+                self.chunks_deleted += 1
+        return len(due)
+
+    # ---- sample --------------------------------------------------------------------
+    def wait_for(self, predicate, timeout: float) -> bool:
+        """Block until ``predicate()`` holds (re-checked on every push) or ``timeout`` passes."""
+        with self._pushed:
+            return self._pushed.wait_for(predicate, timeout=timeout)
+
+    def wake_waiters(self) -> None:
+        with self._pushed:
+            self._pushed.notify_all()
+
+    def sample(self, batch_size: int, batches: int, learner_iter: int) -> List[Dict[str, Any]]:
+        """Up to ``batches`` batches of references, as JSON-ready dicts."""
+        out = []
+        with self._lock:
+            for _ in range(batches):
+                s = self.buffer.sample(batch_size, learner_iter)
+                if s is None:
+                    break
+                ids, local = np.unique(s["chunk"], return_inverse=True)
+                out.append({
+                    "chunks": [self._names[i] for i in ids.tolist()],
+                    "chunk": local.astype(np.int64).tolist(),
+                    "row": s["row"].tolist(),
+                    "index": s["index"].tolist(),
+                    "uid": s["uid"].tolist(),
+                    "weight": s["weight"].tolist() if "weight" in s else [1.0] * batch_size,
+                })
+            self.batches_served += len(out)
+        return out
+
+    def update_priorities(self, index: List[int], uid: List[int], priority: List[float]) -> None:
+        if len(index) != len(uid) or len(index) != len(priority):
+            raise ValueError(f"priorities: index/uid/priority lengths differ ({len(index)}, {len(uid)}, {len(priority)})")
+        if index:
+            self.buffer.update({"index": np.asarray(index, dtype=np.int64), "uid": np.asarray(uid, dtype=np.int64),
+                                "priority": np.asarray(priority, dtype=np.float64)})
+
+    # ---- inspection / state ----------------------------------------------------------
+    def count(self) -> int:
+        return self.buffer.count()
+
+    def stats(self) -> Dict[str, Any]:
+        s = self.buffer.stats()
+        with self._lock:
+            chunks, doomed = len(self._chunks), len(self._doomed)
+        return {
+            "name": self.name,
+            "type": self.buffer.cfg.type,
+            "size": s.size,
+            "capacity": s.capacity,
+            "pushed": s.pushed,
+            "sampled": s.sampled,
+            "evicted": s.evicted,
+            "staleness": s.mean_staleness if not math.isnan(s.mean_staleness) else 0.0,
+            "chunks": chunks,
+            "chunks_pending_delete": doomed,
+            "chunks_deleted": self.chunks_deleted,
+            "batches_served": self.batches_served,
+        }
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        with self._lock:
+            state = {f"buffer/{k}": v for k, v in self.buffer.state_dict().items()}
+            infos = list(self._chunks.values())
+            state["chunks/name"] = np.array([c.name for c in infos], dtype=str)
+            state["chunks/worker"] = np.array([c.worker_id for c in infos], dtype=str)
+            state["chunks/ints"] = np.array([[c.chunk_id, c.size, c.policy_version, c.refs] for c in infos],
+                                            dtype=np.int64).reshape(-1, 4)
+            state["chunks/next_id"] = np.array(self._next_id)
+            return state
+
+    def load_state_dict(self, state: Dict[str, np.ndarray]) -> None:
+        with self._lock:
+            self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("buffer/")})
+            self._chunks, self._names = {}, {}
+            for name, worker, (cid, size, version, refs) in zip(
+                    state["chunks/name"].tolist(), state["chunks/worker"].tolist(), state["chunks/ints"].tolist()):
+                self._chunks[name] = ChunkInfo(cid, name, size, version, worker, refs, time.time())
+                self._names[cid] = name
+            self._next_id = int(state["chunks/next_id"])
+

@@ -1,0 +1,137 @@
+"""The task table: every task the coordinator hands out, with its lifecycle.
+
+pending -> running -> finished | failed | cancelled. A failed task is never
+reused: the commander creates a replacement (``replaces`` names the original)
+whose ``attempts`` continue the count.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+
+class TaskKind(str, Enum):
+    COLLECTOR = "collector"
+    LEARNER = "learner"
+    EVALUATOR = "evaluator"
+
+
+class TaskState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELLED)
+
+
+@dataclass
+class Task:
+    task_id: str
+    kind: TaskKind
+    spec: Dict[str, Any]
+    state: TaskState = TaskState.PENDING
+    worker_id: Optional[str] = None
+    created_at: float = field(default_factory=time.time)
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    attempts: int = 0
+    progress: Dict[str, Any] = field(default_factory=dict)
+    result: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+    replaces: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = self.kind.value
+        out["state"] = self.state.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Task":
+        data = dict(data)
+        data["kind"] = TaskKind(data["kind"])
+        data["state"] = TaskState(data["state"])
+        return cls(**data)
+
+
+class TaskTable:
+    """Thread-safe table of tasks in creation order."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._tasks: Dict[str, Task] = {}
+        self._seq = itertools.count(1)
+
+    def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None) -> Task:
+        with self._lock:
+            task_id = f"{kind.value}-{next(self._seq):06d}"
+            task = Task(task_id, kind, dict(spec), replaces=replaces.task_id if replaces else None,
+                        attempts=replaces.attempts if replaces else 0)
+            self._tasks[task_id] = task
+            return task
+
+    def get(self, task_id: str) -> Optional[Task]:
+        with self._lock:
+            return self._tasks.get(task_id)
+
+    def list(self, kind: Optional[str] = None, state: Optional[str] = None) -> List[Task]:
+        with self._lock:
+            return [t for t in self._tasks.values()
+                    if (kind is None or t.kind.value == kind) and (state is None or t.state.value == state)]
+
+    def start(self, task: Task, worker_id: str) -> None:
+        with self._lock:
+            task.state = TaskState.RUNNING
+            task.worker_id = worker_id
+            task.started_at = time.time()
+            task.attempts += 1
+
+    def end(self, task_id: str, state: TaskState, result: Optional[dict] = None,
+            error: Optional[str] = None) -> Optional[Task]:
+        """Move a task to a final state; returns it, or None when unknown or already final."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.state.is_final:
+                return None
+            task.state = state
+            task.finished_at = time.time()
+            if result is not None:
+                task.result = result
+            if error is not None:
+                task.error = error
+            return task
+
+    def update_progress(self, task_id: str, **progress: Any) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                task.progress.update(progress)
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        with self._lock:
+            out: Dict[str, Dict[str, int]] = {k.value: {s.value: 0 for s in TaskState} for k in TaskKind}
+            for t in self._tasks.values():
+                out[t.kind.value][t.state.value] += 1
+            return out
+
+    def state_dict(self) -> Dict[str, Any]:
+        with self._lock:
+            return {"tasks": [t.to_dict() for t in self._tasks.values()]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        with self._lock:
+            self._tasks = {}
+            top = 0
+            for item in state["tasks"]:
+                task = Task.from_dict(item)
+                self._tasks[task.task_id] = task
+                top = max(top, int(task.task_id.rsplit("-", 1)[1]))
+            self._seq = itertools.count(top + 1)

@@ -1,0 +1,116 @@
+"""The worker registry: who is in the cluster, and whether their lease is alive.
+
+Lifecycle: register -> idle <-> busy -> (leaving ->) gone; a worker whose last
+heartbeat is older than the TTL is reaped as lost. A lost or gone worker's
+address may register again; it gets a new worker id.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from ..interaction.http import ApiError, HttpClient
+
+
+class WorkerState(str, Enum):
+    CONNECTING = "connecting"  # registered, the coordinator is connecting to it: no tasks yet
+    IDLE = "idle"
+    BUSY = "busy"
+    LEAVING = "leaving"  # removal requested: no new tasks, running task wraps up
+    LOST = "lost"  # lease expired or unreachable
+    GONE = "gone"  # deregistered
+
+    @property
+    def active(self) -> bool:
+        return self in (WorkerState.CONNECTING, WorkerState.IDLE, WorkerState.BUSY, WorkerState.LEAVING)
+
+
+@dataclass
+class Worker:
+    worker_id: str
+    kind: str  # collector | learner
+    address: str
+    client: HttpClient = field(repr=False)
+    state: WorkerState = WorkerState.IDLE
+    registered_at: float = field(default_factory=time.time)
+    last_heartbeat: float = field(default_factory=time.monotonic)
+    current_task: Optional[str] = None
+    eval_task: Optional[str] = None
+    env_steps: int = 0
+    train_iter: int = 0
+    policy_version: int = -1
+    tasks_done: int = 0
+
+    @property
+    def assignable(self) -> bool:
+        return self.state in (WorkerState.IDLE, WorkerState.BUSY)
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = {
+            "worker_id": self.worker_id,
+            "kind": self.kind,
+            "address": self.address,
+            "state": self.state.value,
+            "current_task": self.current_task,
+            "registered_at": self.registered_at,
+            "seconds_since_heartbeat": round(time.monotonic() - self.last_heartbeat, 3),
+            "policy_version": self.policy_version,
+            "tasks_done": self.tasks_done,
+        }
+        if self.kind == "collector":
+            out["env_steps"] = self.env_steps
+            out["eval_task"] = self.eval_task
+        else:
+            out["train_iter"] = self.train_iter
+        return out
+
+
+class WorkerRegistry:
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._workers: Dict[str, Worker] = {}
+        self._seq = {"collector": itertools.count(1), "learner": itertools.count(1)}
+
+    def register(self, kind: str, address: str, client: HttpClient) -> Worker:
+        with self._lock:
+            for w in self._workers.values():
+                if w.address == address and w.state.active:
+                    raise ApiError(409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})")
+            worker = Worker(f"{kind}-{next(self._seq[kind])}", kind, address, client, state=WorkerState.CONNECTING)
+            self._workers[worker.worker_id] = worker
+            return worker
+
+    def get(self, worker_id: str) -> Optional[Worker]:
+        with self._lock:
+            return self._workers.get(worker_id)
+
+    def list(self, kind: Optional[str] = None, active_only: bool = False) -> List[Worker]:
+        with self._lock:
+            return [w for w in self._workers.values()
+                    if (kind is None or w.kind == kind) and (not active_only or w.state.active)]
+
+    def heartbeat(self, worker_id: str) -> Optional[Worker]:
+        """Renew the lease; None when the worker is unknown or no longer active."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None or not worker.state.active:
+                return None
+            worker.last_heartbeat = time.monotonic()
+            return worker
+
+    def expired(self, ttl: float) -> List[Worker]:
+        """Active workers whose lease ran out (the caller marks them lost)."""
+        now = time.monotonic()
+        with self._lock:
+            return [w for w in self._workers.values() if w.state.active and now - w.last_heartbeat > ttl]
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        with self._lock:
+            out = {k: {s.value: 0 for s in WorkerState} for k in ("collector", "learner")}
+            for w in self._workers.values():
+                out[w.kind][w.state.value] += 1
+            return out

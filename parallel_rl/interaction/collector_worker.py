@@ -1,0 +1,160 @@
+"""FlaskFileSystemCollector: the collector's process shell in the cluster.
+
+Runs collector tasks (collect ``env_steps`` steps, written as chunk files)
+and evaluator tasks (greedy episodes of one policy version). An evaluator
+task that arrives mid-collection runs between two chunks, so evaluation
+never waits for a collection task to end. A newer policy announced by the
+coordinator is loaded before the next batch of steps.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+from easydict import EasyDict
+
+from ..errors import ParallelRLError
+from ..worker.collector import concat_columns
+from ..worker.zergling_collector import ZerglingParallelCollector
+from .http import ApiError
+from .slave import Slave, SlaveTask
+
+logger = logging.getLogger(__name__)
+
+
+class FlaskFileSystemCollector(Slave):
+    kind = "collector"
+
+    def __init__(self, *args: Any, seed: Optional[int] = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._seed = seed
+        self.collector: Optional[ZerglingParallelCollector] = None
+        self._prefix = f"c{uuid.uuid4().hex[:8]}"
+        self._seq = 0
+        self._unreported = 0  # env steps sent since the last control block
+
+    def flush_interval(self, cfg: EasyDict) -> float:
+        return float(cfg.parallel.collector.flush_interval)
+
+    def setup(self, cfg: EasyDict) -> None:
+        if self.collector is not None:
+            return
+        seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
+        self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
+
+    def teardown(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+            self.collector = None
+
+    def validate_task(self, task: SlaveTask) -> None:
+        if task.kind == "collector":
+            if not isinstance(task.spec.get("env_steps"), int) or task.spec["env_steps"] <= 0:
+                raise ApiError(400, "bad_request", f"collector task needs env_steps > 0, got {task.spec!r}")
+        elif task.kind == "evaluator":
+            if not isinstance(task.spec.get("policy_version"), int):
+                raise ApiError(400, "bad_request", f"evaluator task needs policy_version, got {task.spec!r}")
+        else:
+            raise ApiError(400, "bad_request", f"a collector runs collector and evaluator tasks, not {task.kind!r}")
+
+    # ---- policy -------------------------------------------------------------------------
+    def refresh_policy(self) -> None:
+        """Load the newest policy the coordinator announced (bounded delay: one outbox round trip)."""
+        wanted = int(self.control.get("policy_version", -1))
+        if wanted > self.collector.policy_version and self.collector.update_policy(wanted):
+            logger.debug("collector %s: policy version %d", self.worker_id, wanted)
+
+    # ---- tasks ----------------------------------------------------------------------------
+    def execute(self, task: SlaveTask) -> Dict[str, Any]:
+        if task.kind == "evaluator":
+            return self._evaluate(task)
+        return self._collect(task)
+
+    def _evaluate(self, task: SlaveTask) -> Dict[str, Any]:
+        result = self.collector.evaluate(task.spec["policy_version"], int(task.spec.get("n_episode", 1)))
+        result["completed"] = True
+        return result
+
+    def _run_waiting_evals(self) -> None:
+        """Evaluator tasks preempt collection between two chunks."""
+        while True:
+            task = self.inbox.take("evaluator")
+            if task is None:
+                return
+            self._run_task(task)
+
+    def _over_allowance(self, unreported: int) -> bool:
+        """True when the cluster has collected as much as the learner may use for now."""
+        allowed = self.control.get("allowed_env_steps")
+        return allowed is not None and int(self.control.get("env_steps", 0)) + self._unreported + unreported >= allowed
+
+    def on_control(self, control: Dict[str, Any]) -> None:
+        super().on_control(control)
+        self._unreported = 0
+
+    def _wait_for_allowance(self, task: SlaveTask) -> None:
+        """Throttled: send what we have and wait (long-poll) until the learner catches up."""
+        while not task.stop.is_set() and self._over_allowance(0):
+            self.outbox.flush(timeout=2.0)
+            try:
+                answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
+                                               {"messages": [], "wait_for_allowance": 1.0},
+                                               timeout=self.coordinator.timeout + 1.0)
+            except ParallelRLError as exc:
+                logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
+                return
+            self.on_control(answer["control"])
+
+    def _next_chunk_name(self) -> str:
+        self._seq += 1
+        return f"{self._prefix}-{self._seq:07d}"
+
+    def _collect(self, task: SlaveTask) -> Dict[str, Any]:
+        ccfg = self.cfg.parallel.collector
+        chunk_size = int(ccfg.chunk_size)
+        n_sample = max(1, min(chunk_size, int(self.cfg.policy.collect.n_sample)))
+        target = int(task.spec["env_steps"])
+        steps = transitions = chunks = 0
+        returns: List[float] = []
+        while steps < target and not task.stop.is_set():
+            self._run_waiting_evals()
+            self._wait_for_allowance(task)
+            self.refresh_policy()
+            eps = float(self.control.get("epsilon", self.cfg.policy.other.eps.start))
+            pieces, chunk_steps, chunk_returns = [], 0, []
+            started = time.monotonic()
+            version = self.collector.policy_version
+            # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
+            have = 0
+            while (have < chunk_size and steps + chunk_steps < target
+                   and not task.stop.is_set() and not self._over_allowance(chunk_steps)):
+                data, stats = self.collector.collect(min(n_sample, chunk_size - have), eps)
+                have += len(data["action"])
+                pieces.append(data)
+                chunk_steps += stats.env_steps
+                chunk_returns += stats.returns
+                if time.monotonic() - started >= ccfg.flush_interval:
+                    break
+                if int(self.control.get("policy_version", -1)) > version:
+                    break  # a new policy is out: close this chunk, stamp the next with it
+            if not pieces:
+                break
+            data = concat_columns(pieces)
+            name = self._next_chunk_name()
+            self.collector.send_stepdata(name, data)
+            self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
+                                "size": int(len(data["action"])), "policy_version": version,
+                                "env_steps": chunk_steps, "episode_returns": chunk_returns})
+            steps += chunk_steps
+            self._unreported += chunk_steps
+            transitions += len(data["action"])
+            chunks += 1
+            returns += chunk_returns
+        self._run_waiting_evals()
+        return {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
+                "mean_return": float(np.mean(returns)) if returns else None,
+                "policy_version": self.collector.policy_version, "completed": steps >= target}

@@ -1,0 +1,236 @@
+"""HTTP plumbing shared by the coordinator and every slave.
+
+- :class:`ServerThread` serves a WSGI app with waitress in a thread.
+- :func:`install_json_errors` gives an app one JSON error shape:
+  ``{"error": {"code": "...", "message": "..."}}``; no request gets an HTML page.
+- :func:`check_token` compares the cluster token in constant time.
+- :class:`HttpClient` makes JSON calls with a timeout and a bounded retry with
+  exponential backoff; it raises typed errors and never waits forever.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+import threading
+import time
+from typing import Any, Dict, Optional
+
+import requests
+import waitress
+from flask import Flask, jsonify, request
+from waitress import wasyncore
+from werkzeug.exceptions import HTTPException
+
+from ..errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "PARALLEL_RL_TOKEN"
+COORDINATOR_ENV = "PARALLEL_RL_COORDINATOR"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def token_from_env() -> Optional[str]:
+    return os.environ.get(TOKEN_ENV) or None
+
+
+# ---- server side -------------------------------------------------------------------
+class ApiError(Exception):
+    """Raised in a view to answer ``{"error": {...}}`` with ``status``."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
+    429: "too_many_requests", 500: "internal_error", 503: "unavailable",
+}
+
+
+def error_response(status: int, code: str, message: str):
+    response = jsonify({"error": {"code": code, "message": message}})
+    response.status_code = status
+    return response
+
+
+def install_json_errors(app: Flask) -> None:
+    """Every error leaves as JSON; unexpected exceptions are logged and become 500."""
+
+    @app.errorhandler(ApiError)
+    def _api_error(exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        status = exc.code or 500
+        return error_response(status, _CODES.get(status, "http_error"), exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        logger.exception("%s: unhandled error on %s %s", app.name, request.method, request.path)
+        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+
+def check_token(expected: Optional[str]) -> None:
+    """401 without a bearer token, 403 with a wrong one (constant-time compare)."""
+    if not expected:
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "unauthorized", "missing cluster token: send 'Authorization: Bearer <PARALLEL_RL_TOKEN>'")
+    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise ApiError(403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN")
+
+
+def json_body() -> Dict[str, Any]:
+    """The request's JSON object, or 400."""
+    data = request.get_json(silent=True)
+    if data is None:
+        raise ApiError(400, "bad_request", "the body must be JSON (Content-Type: application/json)")
+    if not isinstance(data, dict):
+        raise ApiError(400, "bad_request", f"the body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def field(data: Dict[str, Any], name: str, kind: type | tuple, required: bool = True, default: Any = None) -> Any:
+    """``data[name]`` checked against ``kind``; 400 naming the field otherwise."""
+    if name not in data or data[name] is None:
+        if required:
+            raise ApiError(400, "bad_request", f"missing field {name!r}")
+        return default
+    value = data[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ApiError(400, "bad_request", f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got bool")
+    if not isinstance(value, kinds):
+        raise ApiError(400, "bad_request",
+                       f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
+    return value
+
+
+class ServerThread:
+    """A waitress server for ``app`` on ``host:port`` (0: the OS picks), run in a daemon thread."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http"):
+        self._map: Dict[int, Any] = {}
+        self.server = waitress.create_server(
+            app, map=self._map, host=host, port=port, threads=threads, ident="parallel_rl",
+            channel_timeout=60, connection_limit=200, clear_untrusted_proxy_headers=True,
+        )
+        self.host, self.port = self.server.effective_host, int(self.server.effective_port)
+        self.thread = threading.Thread(target=self.server.run, name=f"{name}-server", daemon=True)
+        self.closed = False
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> "ServerThread":
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
+        if self.thread.is_alive():
+            # close every channel from inside the loop thread: its select() wakes and the loop ends now
+            self.server.trigger.pull_trigger(lambda: wasyncore.close_all(self._map))
+            self.thread.join(timeout)
+        wasyncore.close_all(self._map)
+
+
+# ---- client side -------------------------------------------------------------------
+class HttpClient:
+    """JSON calls to one peer, with the cluster token, a timeout and bounded retries.
+
+    Connection failures and timeouts are retried ``max_retries`` times with
+    exponential backoff, then raise :class:`PeerUnavailableError`. An HTTP
+    error answer raises :class:`RemoteError` (or :class:`AuthError` for
+    401/403) at once; an answer that is not our JSON raises ProtocolError.
+    """
+
+    def __init__(self, base_url: str, token: Optional[str] = None, timeout: float = 5.0,
+                 max_retries: int = 3, backoff: float = 0.1, max_backoff: float = 2.0):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.trust_env = False  # never route cluster traffic through a proxy from the env
+            if self.token:
+                session.headers["Authorization"] = f"Bearer {self.token}"
+            self._local.session = session
+        return session
+
+    def request(self, method: str, path: str, json: Any = None, timeout: Optional[float] = None,
+                retries: Optional[int] = None, params: Optional[dict] = None) -> Any:
+        url = self.base_url + path
+        retries = self.max_retries if retries is None else retries
+        delay = self.backoff
+        last_exc: Optional[Exception] = None
+        for attempt in range(retries + 1):
+            try:
+                response = self._session().request(method, url, json=json, params=params,
+                                                   timeout=timeout or self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last_exc = exc
+                if attempt < retries:
+                    time.sleep(delay)  # backoff between bounded retries, not a wait for state
+                    delay = min(delay * 2, self.max_backoff)
+                continue
+            return self._decode(method, url, response)
+        raise PeerUnavailableError(
+            f"{method} {url} failed after {retries + 1} attempt(s): {type(last_exc).__name__}: {last_exc}"
+        )
+
+    @staticmethod
+    def _decode(method: str, url: str, response: requests.Response) -> Any:
+        try:
+            data = response.json() if response.content else {}
+        except ValueError:
+            snippet = response.text[:80].replace("\n", " ")
+            raise ProtocolError(
+                f"{method} {url} answered HTTP {response.status_code} with non-JSON {snippet!r}; "
+                "is this a parallel_rl server?"
+            ) from None
+        if response.status_code >= 400:
+            err = data.get("error") if isinstance(data, dict) else None
+            if not isinstance(err, dict):
+                raise ProtocolError(f"{method} {url} answered HTTP {response.status_code} without an error object")
+            code, message = str(err.get("code", "error")), str(err.get("message", ""))
+            if response.status_code in (401, 403):
+                raise AuthError(f"{method} {url}: {message} (HTTP {response.status_code})")
+            raise RemoteError(response.status_code, code, message)
+        return data
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, json: Any = None, **kw: Any) -> Any:
+        return self.request("POST", path, json=json if json is not None else {}, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Any:
+        return self.request("DELETE", path, **kw)
+
+    def close(self) -> None:
+        session = getattr(self._local, "session", None)
+        if session is not None:
+            session.close()

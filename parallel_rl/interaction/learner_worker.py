@@ -1,0 +1,251 @@
+"""FlaskFileSystemLearner: the learner's process shell in the cluster.
+
+A learner task trains until stopped. :class:`DataPipeline` keeps the next
+batches ready: one request to the coordinator returns references for several
+batches (and carries the priorities of the batches just trained on); the rows
+are read from chunk files (cached) while the learner trains on the current
+batch. Every ``publish_every`` iterations the policy is written to the shared
+disk and announced; every ``save_state_every`` the full learner state
+(optimizer included) too, so a new learner resumes where a dead one stopped.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+from easydict import EasyDict
+
+from ..envs.env_manager import env_spaces
+from ..errors import ParallelRLError
+from ..policy import create_policy
+from ..storage import SharedStorage
+from ..worker.learner import create_learner
+from .http import ApiError, HttpClient
+from .slave import Slave, SlaveTask
+
+logger = logging.getLogger(__name__)
+
+
+class RowStore:
+    """Chunk rows kept in memory in fixed slots, so a batch is gathered with one index per column.
+
+    A batch of 64 rows may touch 64 chunks; indexing each chunk's columns
+    separately costs hundreds of small numpy calls. Here every loaded chunk
+    is copied once into slot ``s`` (rows ``s*slot_rows ...``) of preallocated
+    column arrays; the least recently used chunk's slot is reused.
+    """
+
+    def __init__(self, storage: SharedStorage, slots: int, slot_rows: int):
+        self.storage, self.slots, self.slot_rows = storage, slots, slot_rows
+        self._columns: Dict[str, np.ndarray] = {}
+        self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._free = list(range(slots - 1, -1, -1))
+        self.loads = 0
+
+    def _slot(self, name: str) -> int:
+        """The chunk's slot (loading the file on a miss), or -1 when the file is gone."""
+        slot = self._lru.get(name)
+        if slot is not None:
+            self._lru.move_to_end(name)
+            return slot
+        try:
+            cols = self.storage.read_chunk(name)
+        except FileNotFoundError:
+            return -1  # evicted and deleted since it was sampled
+        n = len(next(iter(cols.values())))
+        if n > self.slot_rows:
+            raise ValueError(f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}")
+        if not self._columns:
+            self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
+                             for k, v in cols.items()}
+        slot = self._free.pop() if self._free else self._lru.popitem(last=False)[1]
+        base = slot * self.slot_rows
+        for k, v in cols.items():
+            self._columns[k][base:base + n] = v
+        self._lru[name] = slot
+        self.loads += 1
+        return slot
+
+    def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
+        """Columns of rows ``rows`` of chunks ``chunks[local]``; and a mask of rows whose chunk was gone."""
+        slots = np.array([self._slot(name) for name in chunks], dtype=np.int64)[local]
+        keep = slots >= 0
+        pos = (slots * self.slot_rows + rows)[keep]
+        if len(pos) == 0:
+            return None, keep
+        return {k: v[pos] for k, v in self._columns.items()}, keep
+
+
+class DataPipeline:
+    """Prefetches batches for a learner in a background thread."""
+
+    def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
+                 prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default"):
+        self.client, self.worker_id, self.storage = client, worker_id, storage
+        self.batch_size, self.prefetch = batch_size, prefetch
+        self.buffer = buffer
+        self.on_control = on_control
+        self.train_iter = 0
+        self.error: Optional[str] = None
+        self.missing_rows = 0
+        self._rows = RowStore(storage, cache_size, chunk_rows)
+        self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
+        self._priorities: List[Dict[str, np.ndarray]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="learner-data", daemon=True)
+
+    def start(self) -> "DataPipeline":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def get(self, timeout: float) -> Optional[Dict[str, np.ndarray]]:
+        try:
+            return self._ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
+        if info is not None:
+            with self._lock:
+                self._priorities.append(info)
+
+    def _take_priorities(self) -> Optional[Dict[str, list]]:
+        with self._lock:
+            infos, self._priorities = self._priorities, []
+        if not infos:
+            return None
+        return {k: np.concatenate([i[k] for i in infos]).tolist() for k in ("index", "uid", "priority")}
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            body = {"worker_id": self.worker_id, "batch_size": self.batch_size, "batches": self.prefetch,
+                    "train_iter": self.train_iter, "wait": 1.0}
+            priorities = self._take_priorities()
+            if priorities:
+                body["priorities"] = priorities
+            try:
+                answer = self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
+                                          timeout=self.client.timeout + 1.0)
+                failures = 0
+            except ParallelRLError as exc:
+                failures += 1
+                if priorities:
+                    self.give_priorities({k: np.asarray(v) for k, v in priorities.items()})
+                if failures > 5:
+                    self.error = f"sampling from the coordinator failed {failures} times: {exc}"
+                    logger.error("learner: %s", self.error)
+                    return
+                self._stop.wait(min(2.0, 0.1 * 2 ** failures))  # bounded backoff
+                continue
+            if self.on_control is not None and answer.get("control"):
+                self.on_control(answer["control"])
+            for refs in answer.get("batches", []):
+                batch = self._load(refs)
+                while batch is not None and not self._stop.is_set():
+                    try:
+                        self._ready.put(batch, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+
+    def _load(self, refs: Dict[str, Any]) -> Optional[Dict[str, np.ndarray]]:
+        """Gather the rows of one batch of references into columns."""
+        batch, keep = self._rows.gather(refs["chunks"], np.asarray(refs["chunk"], dtype=np.int64),
+                                        np.asarray(refs["row"], dtype=np.int64))
+        if batch is None:
+            return None
+        self.missing_rows += int(len(keep) - keep.sum())
+        batch["index"] = np.asarray(refs["index"], dtype=np.int64)[keep]
+        batch["uid"] = np.asarray(refs["uid"], dtype=np.int64)[keep]
+        batch["weight"] = np.asarray(refs["weight"], dtype=np.float32)[keep]
+        return batch
+
+
+class FlaskFileSystemLearner(Slave):
+    kind = "learner"
+
+    def validate_task(self, task: SlaveTask) -> None:
+        if task.kind != "learner":
+            raise ApiError(400, "bad_request", f"a learner runs learner tasks, not {task.kind!r}")
+        with self._lock:
+            if self._running:
+                raise ApiError(409, "conflict", f"already running {sorted(self._running)}")
+
+    def setup(self, cfg: EasyDict) -> None:
+        self.obs_dim, self.action_num = env_spaces(cfg.env)
+
+    # ---- the learner's outputs --------------------------------------------------------------
+    def send_policy(self, policy, train_iter: int, final: bool = False) -> None:
+        """Write policy checkpoint ``train_iter`` (and, periodically, the full state) and announce it."""
+        lcfg = self.cfg.parallel.learner
+        self.storage.save_policy(train_iter, policy.model_state_dict())
+        if final or train_iter % int(lcfg.save_state_every) == 0:
+            self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
+        self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
+        self.send_metadata({"type": "policy", "version": train_iter}, urgent=True)
+
+    def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline) -> None:
+        info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
+        info["missing_rows"] = pipeline.missing_rows
+        self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
+                            "info": info})
+
+    def get_data(self, pipeline: DataPipeline, timeout: float) -> Optional[Dict[str, np.ndarray]]:
+        return pipeline.get(timeout)
+
+    # ---- the task -----------------------------------------------------------------------------
+    def execute(self, task: SlaveTask) -> Dict[str, Any]:
+        cfg, lcfg = self.cfg, self.cfg.parallel.learner
+        policy = create_policy(cfg.policy, self.obs_dim, self.action_num, seed=cfg.seed)
+        learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
+                                 instance_name=f"learner {self.worker_id}")
+        if task.spec.get("resume"):
+            version = self.storage.latest_learner_version()
+            if version is not None:
+                state = self.storage.load_learner_state(version)
+                policy.load_state_dict(state["policy"])
+                learner.train_iter = int(state["train_iter"])
+                logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
+        start_iter = learner.train_iter
+        self.send_policy(policy, learner.train_iter)
+        pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, int(cfg.policy.learn.batch_size),
+                                int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
+                                int(cfg.parallel.collector.chunk_size), on_control=self.on_control).start()
+        publish_every = int(lcfg.publish_every)
+        last_info = time.monotonic()
+        started = time.monotonic()
+        learner.call_hook("before_run")
+        try:
+            while not task.stop.is_set():
+                batch = self.get_data(pipeline, timeout=0.25)
+                if batch is None:
+                    if pipeline.error:
+                        raise RuntimeError(pipeline.error)
+                    continue
+                learner.train(batch)
+                pipeline.give_priorities(learner.priority_info)
+                pipeline.train_iter = learner.train_iter
+                if learner.train_iter % publish_every == 0:
+                    self.send_policy(policy, learner.train_iter)
+                if time.monotonic() - last_info >= 0.25:
+                    self.send_learn_info(task, learner, pipeline)
+                    last_info = time.monotonic()
+        finally:
+            pipeline.stop()
+            learner.call_hook("after_run")
+        self.send_policy(policy, learner.train_iter, final=True)
+        self.send_learn_info(task, learner, pipeline)
+        elapsed = time.monotonic() - started
+        return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
+                "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0}

@@ -1,0 +1,512 @@
+"""The process shell shared by collectors and learners (slaves).
+
+A slave serves a small HTTP API the coordinator (master) calls::
+
+    GET    /slave/v1/health            liveness and identity (open)
+    POST   /slave/v1/connect           the master adopts this slave: worker id, config, shared dir
+    POST   /slave/v1/tasks             start a task (202)
+    DELETE /slave/v1/tasks/<task_id>   wrap a task up early
+    POST   /slave/v1/disconnect        the master lets this slave go
+
+and talks back through the coordinator's REST API: registration, heartbeats
+(a lease) and batched metadata (:class:`Outbox`). ``run()`` is the worker
+loop: one ``try`` whose ``finally`` deregisters.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+from easydict import EasyDict
+from flask import Flask, jsonify
+
+from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
+from ..storage import SharedStorage
+from .http import ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors, json_body
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SlaveTask:
+    task_id: str
+    kind: str
+    spec: Dict[str, Any]
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class TaskInbox:
+    """Tasks handed to this slave, taken by the worker loop (blocking, no polling)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._tasks: Deque[SlaveTask] = collections.deque()
+        self._closed = False
+
+    def put(self, task: SlaveTask) -> None:
+        with self._cond:
+            self._tasks.append(task)
+            self._cond.notify_all()
+
+    def get(self, timeout: Optional[float] = None) -> Optional[SlaveTask]:
+        """The next task; None once closed (or after ``timeout``)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._tasks or self._closed, timeout=timeout)
+            return self._tasks.popleft() if self._tasks else None
+
+    def take(self, kind: str) -> Optional[SlaveTask]:
+        """Pop the first waiting task of ``kind`` without blocking."""
+        with self._cond:
+            for task in self._tasks:
+                if task.kind == kind:
+                    self._tasks.remove(task)
+                    return task
+            return None
+
+    def drain(self) -> List[SlaveTask]:
+        with self._cond:
+            tasks, self._tasks = list(self._tasks), collections.deque()
+            return tasks
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class Outbox:
+    """Batches metadata messages and sends them from one thread.
+
+    A batch leaves when it is ``flush_interval`` old, at once for an urgent
+    message, or on :meth:`flush`. Each answer carries a control block handed to
+    ``on_control``. A failed send keeps the messages and retries with backoff.
+    """
+
+    def __init__(self, send: Callable[[List[dict]], Optional[dict]], on_control: Callable[[dict], None],
+                 flush_interval: float = 0.05, name: str = "outbox"):
+        self._send, self._on_control = send, on_control
+        self.flush_interval = flush_interval
+        self._cond = threading.Condition()
+        self._messages: List[dict] = []
+        self._first_at: Optional[float] = None
+        self._urgent = False
+        self._in_flight = False
+        self._closed = False
+        self.sent = 0
+        self.failures = 0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, message: dict, urgent: bool = False) -> None:
+        with self._cond:
+            if not self._messages:
+                self._first_at = time.monotonic()
+            self._messages.append(message)
+            self._urgent = self._urgent or urgent
+            self._cond.notify_all()
+
+    def _ready(self) -> bool:
+        if self._closed:
+            return True
+        if not self._messages:
+            return False
+        return self._urgent or time.monotonic() - self._first_at >= self.flush_interval
+
+    def _loop(self) -> None:
+        backoff = 0.05
+        while True:
+            with self._cond:
+                while not self._ready():
+                    timeout = None
+                    if self._messages:
+                        timeout = max(0.0, self.flush_interval - (time.monotonic() - self._first_at))
+                    self._cond.wait(timeout)
+                if self._closed and not self._messages:
+                    return
+                batch, self._messages, self._urgent = self._messages, [], False
+                self._in_flight = True
+            try:
+                control = self._send(batch)
+                backoff = 0.05
+            except ParallelRLError as exc:
+                self.failures += 1
+                logger.warning("outbox: sending %d message(s) failed: %s", len(batch), exc)
+                with self._cond:
+                    self._messages = batch + self._messages
+                    self._first_at = time.monotonic()
+                    self._in_flight = False
+                    self._cond.notify_all()
+                    if self._closed:
+                        return
+                    self._cond.wait(backoff)  # bounded backoff before the retry (woken early by close)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            with self._cond:
+                self.sent += len(batch)
+                self._in_flight = False
+                self._cond.notify_all()
+            if control:
+                self._on_control(control)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Send everything queued now; True when the outbox emptied within ``timeout``."""
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not self._messages and not self._in_flight, timeout=timeout)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._messages)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+
+class Slave:
+    """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`."""
+
+    kind = "slave"
+
+    def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
+                 advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
+                 max_tasks: int = 0, request_timeout: float = 5.0, max_retries: int = 3):
+        self.token = token
+        self.coordinator_url = coordinator_url.rstrip("/") if coordinator_url else None
+        # started with --coordinator: registers itself, and exits when the coordinator lets it go
+        self.self_registering = coordinator_url is not None
+        self.shared_dir_override = shared_dir
+        self.max_tasks = max_tasks
+        self.request_timeout, self.max_retries = request_timeout, max_retries
+        self.worker_id: Optional[str] = None
+        self.cfg: Optional[EasyDict] = None
+        self.storage: Optional[SharedStorage] = None
+        self.coordinator: Optional[HttpClient] = None
+        self.outbox: Optional[Outbox] = None
+        self.inbox = TaskInbox()
+        self.tasks_done = 0
+        self.control: Dict[str, Any] = {}
+        self.connected = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._tasks_changed = threading.Condition(self._lock)  # notified when a task ends
+        self._running: Dict[str, SlaveTask] = {}
+        self._heartbeat_thread: Optional[threading.Thread] = None
+        self._heartbeat_interval = 1.0
+        self._heartbeat_ttl = 10.0
+        self.fatal_error: Optional[str] = None
+        self.app = self._create_app()
+        self.server = ServerThread(self.app, host, port, threads=4, name=self.kind)
+        self.address = (advertise or self.server.url).rstrip("/")
+
+    # ---- HTTP API (master -> slave) ------------------------------------------------------
+    def _create_app(self) -> Flask:
+        app = Flask(f"parallel_rl.{self.kind}")
+        app.config["MAX_CONTENT_LENGTH"] = 8 * 1024 * 1024
+        install_json_errors(app)
+        slave = self
+
+        @app.get("/slave/v1/health")
+        def health():
+            return jsonify({"status": "ok", "kind": slave.kind, "worker_id": slave.worker_id,
+                            "running": sorted(slave._running), "tasks_done": slave.tasks_done})
+
+        @app.post("/slave/v1/connect")
+        def connect():
+            check_token(slave.token)
+            body = json_body()
+            slave.on_connect(body_field(body, "worker_id", str), body_field(body, "config", dict),
+                             body_field(body, "coordinator", str, required=False),
+                             body_field(body, "shared_dir", str, required=False),
+                             float(body_field(body, "heartbeat_interval", (int, float), required=False, default=1.0)),
+                             float(body_field(body, "heartbeat_ttl", (int, float), required=False, default=10.0)))
+            return jsonify({"status": "connected", "worker_id": slave.worker_id})
+
+        @app.post("/slave/v1/tasks")
+        def start_task():
+            check_token(slave.token)
+            if not slave.connected.is_set():
+                raise ApiError(409, "conflict", "not connected to a coordinator")
+            body = json_body()
+            task = SlaveTask(body_field(body, "task_id", str), body_field(body, "kind", str),
+                             body_field(body, "spec", dict))
+            slave.accept_task(task)
+            return jsonify({"status": "accepted", "task_id": task.task_id}), 202
+
+        @app.delete("/slave/v1/tasks/<task_id>")
+        def stop_task(task_id: str):
+            check_token(slave.token)
+            if not slave.stop_task(task_id):
+                raise ApiError(404, "not_found", f"no running task {task_id!r}")
+            return jsonify({"status": "stopping", "task_id": task_id})
+
+        @app.post("/slave/v1/disconnect")
+        def disconnect():
+            check_token(slave.token)
+            body = json_body()
+            slave.on_disconnect(str(body.get("reason", "")))
+            return jsonify({"status": "disconnecting"})
+
+        return app
+
+    def accept_task(self, task: SlaveTask) -> None:
+        """Check and queue a task (raise ApiError 400/409 to refuse it)."""
+        self.validate_task(task)
+        self.inbox.put(task)
+
+    def validate_task(self, task: SlaveTask) -> None:
+        raise NotImplementedError
+
+    def stop_task(self, task_id: str) -> bool:
+        with self._lock:
+            task = self._running.get(task_id)
+        if task is None:
+            for waiting in self.inbox.drain():
+                if waiting.task_id == task_id:
+                    task = waiting
+                    self.report_end(waiting, "task_cancelled", {}, error="stopped before it started")
+                else:
+                    self.inbox.put(waiting)
+            return task is not None
+        task.stop.set()
+        return True
+
+    def on_connect(self, worker_id: str, config: dict, coordinator: Optional[str], shared_dir: Optional[str],
+                   heartbeat_interval: float, heartbeat_ttl: float) -> None:
+        from ..config import compile_config
+        from ..errors import ConfigError
+
+        try:
+            cfg = compile_config(config)
+        except ConfigError as exc:
+            raise ApiError(400, "bad_request", f"config from the coordinator is invalid: {exc}") from None
+        root = self.shared_dir_override or shared_dir
+        if not root:
+            raise ApiError(400, "bad_request", "no shared_dir: start the slave with --shared-dir")
+        with self._lock:
+            self.worker_id = worker_id
+            if coordinator and not self.coordinator_url:
+                self.coordinator_url = coordinator.rstrip("/")
+            if not self.coordinator_url:
+                raise ApiError(400, "bad_request", "no coordinator URL: start the slave with --coordinator")
+            self.cfg = cfg
+            self._heartbeat_interval, self._heartbeat_ttl = heartbeat_interval, heartbeat_ttl
+            if self.storage is None or self.storage.root != root:
+                self.storage = SharedStorage(root)
+            self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
+                                          max_retries=self.max_retries)
+            if self.outbox is None:
+                self.outbox = Outbox(self._send_metadata, self.on_control,
+                                     flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox")
+            self.setup(cfg)
+            if self._heartbeat_thread is None:
+                self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name=f"{self.kind}-heartbeat",
+                                                          daemon=True)
+                self._heartbeat_thread.start()
+        self.connected.set()
+        logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
+
+    def on_disconnect(self, reason: str) -> None:
+        """The coordinator lets us go: stop tasks, let them report, then forget our id (in the background)."""
+        logger.info("%s %s: coordinator let us go (%s)", self.kind, self.worker_id, reason or "no reason")
+        threading.Thread(target=self._release, args=(reason,), name=f"{self.kind}-release", daemon=True).start()
+
+    def _release(self, reason: str) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for task in running:
+            task.stop.set()
+        if reason != "re-register":
+            # let the running tasks report how they ended before we forget our worker id
+            with self._tasks_changed:
+                self._tasks_changed.wait_for(lambda: not any(t.task_id in self._running for t in running),
+                                             timeout=5.0)
+            if self.outbox is not None:
+                self.outbox.flush(timeout=2.0)
+        with self._lock:
+            self.worker_id = None
+        self.connected.clear()
+        for task in self.inbox.drain():
+            logger.info("%s: dropping queued %s", self.kind, task.task_id)
+        self.on_released(reason)
+
+    def on_released(self, reason: str) -> None:
+        """Hook: the coordinator disconnected us. Slaves started with --coordinator exit."""
+        if self.self_registering and reason != "re-register":
+            self.request_stop()
+
+    # ---- hooks for subclasses --------------------------------------------------------------
+    def flush_interval(self, cfg: EasyDict) -> float:
+        return 0.05
+
+    def setup(self, cfg: EasyDict) -> None:
+        """Build the algorithm objects from the coordinator's config."""
+
+    def execute(self, task: SlaveTask) -> Dict[str, Any]:
+        """Run one task; return its result. Raise to fail it."""
+        raise NotImplementedError
+
+    def on_control(self, control: Dict[str, Any]) -> None:
+        self.control = control
+        if control.get("stop"):
+            with self._lock:
+                running = list(self._running.values())
+            for task in running:
+                task.stop.set()
+
+    def teardown(self) -> None:
+        """Free the algorithm objects (envs, models)."""
+
+    # ---- slave -> master ----------------------------------------------------------------------
+    def _send_metadata(self, messages: List[dict]) -> Optional[dict]:
+        worker_id = self.worker_id
+        if worker_id is None or self.coordinator is None:
+            logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
+            return None
+        try:
+            return self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": messages})["control"]
+        except RemoteError as exc:
+            if exc.status == 404:
+                logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
+                               len(messages))
+                return None
+            raise
+
+    def send_metadata(self, message: dict, urgent: bool = False) -> None:
+        if self.outbox is not None:
+            self.outbox.put(message, urgent=urgent)
+
+    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None) -> None:
+        message = {"type": kind, "task_id": task.task_id, "result": result}
+        if error:
+            message["error"] = error
+        self.send_metadata(message, urgent=True)
+
+    def register(self, deadline_seconds: float = 60.0) -> None:
+        """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
+        client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout + 5, max_retries=0)
+        deadline = time.monotonic() + deadline_seconds
+        delay = 0.05
+        while True:
+            try:
+                client.post(f"/api/v1/{self.kind}s", {"address": self.address})
+                break
+            except PeerUnavailableError as exc:
+                if time.monotonic() + delay > deadline or self._stop.is_set():
+                    raise PeerUnavailableError(
+                        f"coordinator {self.coordinator_url} unreachable for {deadline_seconds:g}s: {exc}") from None
+                self._stop.wait(delay)
+                delay = min(delay * 2, 1.0)
+        if not self.connected.wait(self.request_timeout):
+            raise PeerUnavailableError(f"registered at {self.coordinator_url} but it never connected back")
+
+    def _heartbeat_loop(self) -> None:
+        last_ok = time.monotonic()
+        while not self._stop.wait(self._heartbeat_interval):
+            worker_id = self.worker_id
+            if worker_id is None or self.coordinator is None:
+                continue
+            try:
+                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", {}, retries=0,
+                                                timeout=max(1.0, self._heartbeat_interval))
+                last_ok = time.monotonic()
+                self.on_control(control)
+            except RemoteError as exc:
+                if exc.status == 404 and not self._stop.is_set():
+                    logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
+                    self._release("re-register")
+                    try:
+                        self.register()
+                    except ParallelRLError as reg_exc:
+                        logger.error("%s: registering again failed: %s", self.kind, reg_exc)
+            except ParallelRLError as exc:
+                silent = time.monotonic() - last_ok
+                logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",
+                               self.kind, worker_id, silent, exc)
+                if silent > 3 * self._heartbeat_ttl and self.coordinator_url:
+                    self.fatal_error = f"coordinator {self.coordinator_url} unreachable for {silent:.0f}s"
+                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
+                    self.request_stop()
+
+    # ---- worker loop ------------------------------------------------------------------------
+    def start(self) -> "Slave":
+        """Serve the slave API and, with a coordinator URL, register."""
+        self.server.start()
+        logger.info("%s: serving on %s", self.kind, self.address)
+        if self.coordinator_url:
+            self.register()
+        return self
+
+    def request_stop(self) -> None:
+        """Finish the running task early, deregister and return from :meth:`run`."""
+        self._stop.set()
+        with self._lock:
+            running = list(self._running.values())
+        for task in running:
+            task.stop.set()
+        self.inbox.close()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> int:
+        """Take tasks until stopped (or ``max_tasks`` done); deregisters on the way out."""
+        try:
+            while not self._stop.is_set():
+                task = self.inbox.get()
+                if task is None:
+                    continue
+                self._run_task(task)
+                if self.max_tasks and self.tasks_done >= self.max_tasks:
+                    logger.info("%s: done %d task(s), exiting", self.kind, self.tasks_done)
+                    break
+        finally:
+            self.close()
+        return 1 if self.fatal_error else 0
+
+    def _run_task(self, task: SlaveTask) -> None:
+        with self._lock:
+            self._running[task.task_id] = task
+        logger.info("%s %s: starting %s %s", self.kind, self.worker_id, task.task_id, task.spec)
+        try:
+            result = self.execute(task)
+        except Exception as exc:  # any failure of a task is reported, not swallowed
+            logger.exception("%s %s: %s failed", self.kind, self.worker_id, task.task_id)
+            self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}")
+        else:
+            completed = bool(result.pop("completed", False))
+            stopped = task.stop.is_set() and not completed
+            self.report_end(task, "task_cancelled" if stopped else "task_done", result,
+                            error="stopped early" if stopped else None)
+        finally:
+            with self._tasks_changed:
+                self._running.pop(task.task_id, None)
+                self.tasks_done += 1
+                self._tasks_changed.notify_all()
+
+    def close(self) -> None:
+        """Flush metadata, deregister, stop serving. Safe to call twice."""
+        self._stop.set()
+        self.inbox.close()
+        if self.outbox is not None:
+            self.outbox.close(timeout=5.0)
+        worker_id = self.worker_id
+        if worker_id and self.coordinator is not None:
+            try:
+                self.coordinator.request("DELETE", f"/api/v1/{self.kind}s/{worker_id}", json={"self": True},
+                                         retries=1, timeout=2.0)
+                logger.info("%s %s: deregistered", self.kind, worker_id)
+            except ParallelRLError as exc:
+                logger.warning("%s %s: could not deregister: %s", self.kind, worker_id, exc)
+            self.worker_id = None
+        self.teardown()
+        self.server.close(timeout=2.0)

@@ -1,0 +1,94 @@
+"""ZerglingParallelCollector: the collector's logic in the cluster (no HTTP).
+
+One policy over many envs with batched inference (the serial collector's
+machinery), chunks of transitions written to the shared disk, each stamped
+with the policy version that produced it, and greedy evaluation episodes on
+a separate env set. The process shell is
+:class:`parallel_rl.interaction.collector_worker.FlaskFileSystemCollector`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+from easydict import EasyDict
+
+from ..envs.env_manager import EnvManager
+from ..policy import create_policy
+from ..storage import SharedStorage
+from .collector import CollectStats, SampleSerialCollector
+from .evaluator import InteractionSerialEvaluator
+
+logger = logging.getLogger(__name__)
+
+
+class ZerglingParallelCollector:
+    def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
+        self.cfg = cfg
+        self.storage = storage
+        self.env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)
+        self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_num, seed=seed)
+        self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
+                                               nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
+        self.policy_version = -1
+        self._seed = seed
+        self._eval_policy = None
+        self._evaluator: Optional[InteractionSerialEvaluator] = None
+        self.policy_loaded_at: Dict[int, float] = {}
+
+    @property
+    def envstep(self) -> int:
+        return self.collector.envstep
+
+    def get_policy_update_info(self) -> Optional[int]:
+        """The newest policy version on the shared disk, if newer than ours."""
+        latest = self.storage.latest_policy_version()
+        return latest if latest is not None and latest > self.policy_version else None
+
+    def update_policy(self, version: int) -> bool:
+        """Load checkpoint ``version``; False if it is gone (pruned) or not newer."""
+        if version <= self.policy_version:
+            return False
+        try:
+            state = self.storage.load_policy(version)
+        except FileNotFoundError:
+            return False
+        self.policy.load_model_state_dict(state)
+        self.policy_version = version
+        self.policy_loaded_at[version] = time.time()
+        return True
+
+    def collect(self, n_sample: int, eps: float) -> Tuple[Dict[str, np.ndarray], CollectStats]:
+        data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps})
+        return data, self.collector.last_stats
+
+    def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
+        """Write a chunk atomically to the shared disk; returns its path."""
+        return self.storage.write_chunk(name, data)
+
+    def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
+        """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""
+        if self._evaluator is None:
+            env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000)
+            self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_num, seed=self._seed)
+            self._evaluator = InteractionSerialEvaluator(
+                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
+                self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
+        try:
+            state = self.storage.load_policy(version)
+        except FileNotFoundError:  # pruned meanwhile: evaluate the newest one instead
+            latest = self.storage.latest_policy_version()
+            if latest is None or latest < version:
+                raise
+            version, state = latest, self.storage.load_policy(latest)
+        self._eval_policy.load_model_state_dict(state)
+        _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
+        info["policy_version"] = version
+        return info
+
+    def close(self) -> None:
+        self.collector.close()
+        if self._evaluator is not None:
+            self._evaluator.close()
