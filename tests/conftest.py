@@ -36,3 +36,61 @@ def constant_policy():
 @pytest.fixture
 def cfg(tmp_path):
     return compile_config({"exp_name": str(tmp_path / "exp")})
+
+
+def eventually(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
+    """Wait until ``predicate()`` is truthy, checking public state every ``interval``; fail after ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        time.sleep(interval)
+
+
+def toy_cluster_config(tmp_path, **parallel):
+    """A cluster config on the deterministic toy env, small and fast."""
+    from parallel_rl.config import compile_config
+
+    user = {
+        "exp_name": str(tmp_path / "exp"),
+        "env": {"env_id": "parallel_rl/Counting-v0", "env_kwargs": {"episode_length": 5},
+                "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 2, "stop_value": 4.0},
+        "policy": {"model": {"hidden_size_list": [16]}, "nstep": 1},
+        "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0},
+                     "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
+                     "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0},
+                     "collector": {"chunk_size": 16}},
+    }
+    for section, values in parallel.items():
+        user["parallel"].setdefault(section, {}).update(values)
+    return compile_config(user)
+
+
+@pytest.fixture
+def coordinator_factory(tmp_path):
+    """Start coordinators (REST on 127.0.0.1, port picked by the OS); all closed at the end."""
+    from coordinator_app import create_app
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.interaction.http import ServerThread
+    from parallel_rl.storage import SharedStorage
+
+    started = []
+
+    def make(cfg=None, token="test-token", **parallel):
+        cfg = cfg or toy_cluster_config(tmp_path, **parallel)
+        coordinator = Coordinator(cfg, SharedStorage(str(tmp_path / "shared")), token)
+        server = ServerThread(create_app(coordinator), "127.0.0.1", 0, threads=16).start()
+        coordinator.advertise_url = server.url
+        coordinator.start()
+        started.append((coordinator, server))
+        return coordinator, server
+
+    yield make
+    for coordinator, server in started:
+        coordinator.close(notify_workers=False)
+        server.close()

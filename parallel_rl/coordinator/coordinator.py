@@ -72,6 +72,8 @@ class Coordinator:
         self.train_iter = 0
         self.policy_version = -1
         self.policy_published_at: Dict[int, float] = {}
+        # seconds from a policy's announcement to the first chunk stamped with it
+        self.policy_propagation: List[float] = []
         self.learn_info: Dict[str, Any] = {}
         self.last_eval_return = math.nan
         self.best_eval_return = math.nan
@@ -401,7 +403,11 @@ class Coordinator:
             steps = int(msg.get("env_steps", 0))
             self.env_steps += steps
             worker.env_steps += steps
-            worker.policy_version = int(msg["policy_version"])
+            worker.policy_version = version = int(msg["policy_version"])
+            published = self.policy_published_at.pop(version, None)
+            if published is not None:
+                self.policy_propagation.append(time.time() - published)
+                del self.policy_propagation[:-1000]
             self.episodes += len(msg.get("episode_returns", []))
         if msg.get("task_id"):
             task = self.tasks.get(msg["task_id"])
@@ -426,6 +432,8 @@ class Coordinator:
             if version > self.policy_version:
                 self.policy_version = version
                 self.policy_published_at[version] = time.time()
+                for old in [v for v in self.policy_published_at if v < version - 1000]:
+                    del self.policy_published_at[old]
         self.kick()
 
     def _msg_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> None:
@@ -491,11 +499,21 @@ class Coordinator:
             "last_eval_return": _num(self.last_eval_return),
             "best_eval_return": _num(self.best_eval_return),
             "stop_value": float(self.cfg.env.stop_value),
+            "policy_propagation_ms": self._propagation_stats(),
+            "learn_info": dict(self.learn_info),
             "uptime": round(self.uptime, 3),
             "started_at": self.started_at,
             "exp_name": self.cfg.exp_name,
             "env_id": self.cfg.env.env_id,
         }
+
+    def _propagation_stats(self) -> Dict[str, Any]:
+        with self._lock:
+            delays = sorted(self.policy_propagation)
+        if not delays:
+            return {"count": 0, "p50": None, "p95": None, "max": None}
+        pick = lambda q: round(1000 * delays[min(len(delays) - 1, int(q * len(delays)))], 1)  # noqa: E731
+        return {"count": len(delays), "p50": pick(0.5), "p95": pick(0.95), "max": round(1000 * delays[-1], 1)}
 
     def state_dict(self) -> Dict[str, Any]:
         """Task table, counters and the replay index (numpy arrays under ``replay``)."""

@@ -93,6 +93,7 @@ class DataPipeline:
         self.train_iter = 0
         self.error: Optional[str] = None
         self.missing_rows = 0
+        self.wait_seconds = 0.0
         self._rows = RowStore(storage, cache_size, chunk_rows)
         self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
         self._priorities: List[Dict[str, np.ndarray]] = []
@@ -109,10 +110,18 @@ class DataPipeline:
         self._thread.join(5.0)
 
     def get(self, timeout: float) -> Optional[Dict[str, np.ndarray]]:
+        """The next batch; time spent waiting is added to ``wait_seconds`` (a starved learner shows here)."""
+        try:
+            return self._ready.get_nowait()
+        except queue.Empty:
+            pass
+        start = time.monotonic()
         try:
             return self._ready.get(timeout=timeout)
         except queue.Empty:
             return None
+        finally:
+            self.wait_seconds += time.monotonic() - start
 
     def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
         if info is not None:
@@ -198,6 +207,7 @@ class FlaskFileSystemLearner(Slave):
     def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline) -> None:
         info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
         info["missing_rows"] = pipeline.missing_rows
+        info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
                             "info": info})
 

@@ -1,0 +1,216 @@
+"""The coordinator with real HTTP on 127.0.0.1 and scripted slaves built on the real slave shell."""
+import threading
+
+import numpy as np
+import pytest
+import requests
+
+from parallel_rl.interaction.http import HttpClient
+from parallel_rl.interaction.slave import Slave, SlaveTask
+from tests.conftest import eventually
+
+TOKEN = "test-token"
+
+
+class ScriptedSlave(Slave):
+    """Runs tasks the test scripts: records them, writes chunks on demand, finishes when told."""
+
+    def __init__(self, kind, coordinator_url, **kw):
+        self.kind = kind
+        super().__init__(coordinator_url, token=TOKEN, request_timeout=2.0, max_retries=1, **kw)
+        self.received = []
+        self.got_task = threading.Event()
+        self.finish = {}
+
+    def validate_task(self, task):
+        pass
+
+    def execute(self, task: SlaveTask):
+        self.received.append(task)
+        release = self.finish.setdefault(task.task_id, threading.Event())
+        self.got_task.set()
+        release.wait(timeout=10) or task.stop.wait(timeout=0)
+        return {"completed": not task.stop.is_set(), **task.spec}
+
+    def write_chunk(self, task_id, name, n=8, version=0):
+        self.storage.write_chunk(name, {"obs": np.arange(n, dtype=np.float32)[:, None], "action": np.zeros(n, np.int64)})
+        self.send_metadata({"type": "chunk", "task_id": task_id, "chunk": name, "size": n, "policy_version": version,
+                            "env_steps": n, "episode_returns": [1.0]}, urgent=True)
+        self.outbox.flush(5.0)
+
+
+@pytest.fixture
+def slaves():
+    made = []
+
+    def make(kind, url, run=True, **kw):
+        slave = ScriptedSlave(kind, url, **kw)
+        made.append(slave)
+        slave.start()
+        if run:
+            threading.Thread(target=slave.run, daemon=True).start()
+        return slave
+
+    yield make
+    for slave in made:
+        for ev in slave.finish.values():
+            ev.set()
+        slave.request_stop()
+        slave.close()
+
+
+def api(server, path, method="GET", json=None, token=TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return requests.request(method, server.url + "/api/v1" + path, json=json, headers=headers, timeout=5)
+
+
+def test_self_registered_collector_gets_a_collector_task(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task = collector.received[0]
+    assert task.kind == "collector" and task.spec == {"env_steps": 64}
+    body = api(server, f"/tasks/{task.task_id}").json()
+    assert body["state"] == "running" and body["worker_id"] == collector.worker_id and body["attempts"] == 1
+    workers = api(server, "/collectors").json()["collectors"]
+    assert [(w["worker_id"], w["state"], w["current_task"]) for w in workers] == [
+        (collector.worker_id, "busy", task.task_id)]
+
+
+def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task = collector.received[0]
+    collector.write_chunk(task.task_id, "c-1", n=8, version=3)
+    collector.write_chunk(task.task_id, "c-1", n=8, version=3)  # a retried message: counted once
+    buffers = api(server, "/buffers").json()["buffers"]
+    assert buffers[0]["size"] == 8 and buffers[0]["pushed"] == 8 and buffers[0]["chunks"] == 1
+    assert api(server, "/cluster").json()["env_steps"] == 8
+    assert api(server, f"/tasks/{task.task_id}").json()["progress"] == {"env_steps": 8, "chunks": 1}
+    learner = slaves("learner", server.url, run=False)
+    client = HttpClient(server.url, TOKEN)
+    answer = client.post("/api/v1/buffers/default/sample",
+                         {"worker_id": learner.worker_id, "batch_size": 4, "batches": 3, "train_iter": 5})
+    assert len(answer["batches"]) == 3
+    batch = answer["batches"][0]
+    assert batch["chunks"] == ["c-1"] and len(batch["row"]) == 4 and set(batch["row"]) <= set(range(8))
+    # priorities ride along with the next request
+    client.post("/api/v1/buffers/default/sample", {
+        "worker_id": learner.worker_id, "batch_size": 4, "batches": 1, "train_iter": 6,
+        "priorities": {"index": batch["index"], "uid": batch["uid"], "priority": [5.0] * 4}})
+    assert api(server, "/cluster").json()["train_iter"] == 6
+
+
+def test_sample_waits_for_enough_data_then_answers_empty(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 1000})
+    learner = slaves("learner", server.url, run=False)
+    answer = HttpClient(server.url, TOKEN).post("/api/v1/buffers/default/sample", {
+        "worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2})
+    assert answer["batches"] == []
+
+
+def test_eval_reaching_stop_value_solves(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    learner = slaves("learner", server.url, run=False)
+    learner.send_metadata({"type": "policy", "version": 0}, urgent=True)
+    learner.outbox.flush(5)
+    # the scripted collector is busy collecting, so the evaluator task waits in its inbox
+    evaluator = eventually(lambda: collector.inbox.take("evaluator"), message="evaluator task")
+    assert evaluator.spec == {"policy_version": 0, "n_episode": 2}
+    collector.report_end(evaluator, "task_done", {"eval_episode_return_mean": 4.0, "episodes": 2})
+    assert coordinator.done_event.wait(5)
+    summary = api(server, "/cluster").json()
+    assert summary["state"] == "solved" and summary["last_eval_return"] == 4.0
+
+
+def test_lost_collector_task_fails_and_is_replaced(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory()
+    doomed = slaves("collector", server.url)
+    assert doomed.got_task.wait(5)
+    first = doomed.received[0]
+    survivor = slaves("collector", server.url)
+    assert survivor.got_task.wait(5)
+    doomed._stop.set()  # heartbeats stop, like a SIGKILLed process (the lease runs out)
+    doomed.server.close()
+    failed = eventually(lambda: api(server, f"/tasks/{first.task_id}").json()["state"] == "failed", timeout=10,
+                        message="task failed after the TTL")
+    assert failed
+    worker = api(server, f"/collectors/{doomed.worker_id}").json()
+    assert worker["state"] == "lost" and worker["seconds_since_heartbeat"] >= 2.0
+    replacement = eventually(lambda: [t for t in api(server, "/tasks?kind=collector").json()["tasks"]
+                                      if t["replaces"] == first.task_id], message="replacement task")[0]
+    assert replacement["attempts"] >= 1 and replacement["state"] in ("pending", "running")
+    for ev in survivor.finish.values():
+        ev.set()  # the survivor frees up and takes the replacement
+    eventually(lambda: api(server, f"/tasks/{replacement['task_id']}").json()["worker_id"] == survivor.worker_id,
+               message="replacement on the survivor")
+
+
+def test_budget_stops_the_run(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory(commander={"max_env_step": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    collector.write_chunk(collector.received[0].task_id, "c-9", n=8)
+    assert coordinator.done_event.wait(5)
+    assert api(server, "/cluster").json()["state"] == "stopped"
+
+
+def test_collectors_wait_for_the_learner(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    collector.write_chunk(collector.received[0].task_id, "c-2", n=8)
+    client = HttpClient(server.url, TOKEN, timeout=5)
+    control = client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                          {"messages": [], "wait_for_allowance": 0.2})["control"]
+    assert control["allowed_env_steps"] == 8 and control["env_steps"] == 8  # not allowed: waited, timed out
+    learner = slaves("learner", server.url, run=False)
+    result = {}
+    waiter = threading.Thread(target=lambda: result.update(client.post(
+        f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [], "wait_for_allowance": 5.0})))
+    waiter.start()
+    learner.send_metadata({"type": "learn_info", "train_iter": 1, "info": {}}, urgent=True)
+    waiter.join(6)
+    assert result["control"]["allowed_env_steps"] == 12
+
+
+def test_removed_collector_gets_no_new_tasks(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url, run=True)
+    assert collector.got_task.wait(5)
+    task, worker_id = collector.received[0], collector.worker_id
+    response = api(server, f"/collectors/{worker_id}", method="DELETE")
+    assert response.status_code == 200 and response.json()["state"] == "leaving"
+    eventually(lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "cancelled",
+               message="running task wrapped up")
+    eventually(lambda: api(server, f"/collectors/{worker_id}").json()["state"] == "gone", message="collector gone")
+    # a self-registered collector that was let go exits its worker loop
+    eventually(lambda: collector.stopping, message="collector stopped")
+    assert len(collector.received) == 1
+
+
+def test_adding_a_dead_or_garbage_slave_is_a_clear_error(coordinator_factory):
+    from flask import Flask
+
+    from parallel_rl.interaction.http import ServerThread
+
+    coordinator, server = coordinator_factory()
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    response = api(server, "/collectors", method="POST", json={"address": dead})
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "bad_gateway" and "cannot reach" in response.json()["error"]["message"]
+    garbage_app = Flask("garbage")
+    garbage_app.add_url_rule("/slave/v1/health", "h", lambda: "<html>hello</html>")
+    garbage = ServerThread(garbage_app).start()
+    try:
+        response = api(server, "/collectors", method="POST", json={"address": garbage.url})
+        assert response.status_code == 502 and "non-JSON" in response.json()["error"]["message"]
+    finally:
+        garbage.close()

@@ -1,0 +1,117 @@
+"""The HTTP layer: auth, typed errors, timeouts and retries against real servers on 127.0.0.1."""
+import socket
+import threading
+import time
+
+import pytest
+from flask import Flask, jsonify
+
+from parallel_rl.errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
+from parallel_rl.interaction.http import ApiError, HttpClient, ServerThread, check_token, install_json_errors
+from parallel_rl.interaction.slave import Outbox
+
+
+@pytest.fixture
+def server():
+    app = Flask("test")
+    install_json_errors(app)
+    release = threading.Event()
+
+    @app.post("/secret")
+    def secret():
+        check_token("s3cret")
+        return jsonify({"ok": True})
+
+    @app.get("/slow")
+    def slow():
+        release.wait(5)
+        return jsonify({"ok": True})
+
+    @app.get("/garbage")
+    def garbage():
+        return "<html>not json</html>", 200
+
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("kaput")
+
+    @app.get("/conflict")
+    def conflict():
+        raise ApiError(409, "conflict", "already there")
+
+    srv = ServerThread(app).start()
+    yield srv
+    release.set()
+    srv.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_token_required_and_checked(server):
+    with pytest.raises(AuthError, match="missing cluster token"):
+        HttpClient(server.url).post("/secret")
+    with pytest.raises(AuthError, match="wrong cluster token"):
+        HttpClient(server.url, token="nope").post("/secret")
+    assert HttpClient(server.url, token="s3cret").post("/secret") == {"ok": True}
+
+
+def test_typed_errors(server):
+    client = HttpClient(server.url)
+    with pytest.raises(RemoteError) as exc:
+        client.get("/conflict")
+    assert exc.value.status == 409 and exc.value.code == "conflict"
+    with pytest.raises(RemoteError) as exc:
+        client.get("/nowhere")
+    assert exc.value.status == 404 and exc.value.code == "not_found"
+    with pytest.raises(RemoteError) as exc:
+        client.get("/boom")
+    assert exc.value.status == 500 and "kaput" in exc.value.message
+
+
+def test_garbage_answer_is_a_protocol_error(server):
+    with pytest.raises(ProtocolError, match="non-JSON"):
+        HttpClient(server.url).get("/garbage")
+
+
+def test_timeout_is_bounded(server):
+    client = HttpClient(server.url, timeout=0.3, max_retries=1, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(PeerUnavailableError, match="2 attempt"):
+        client.get("/slow")
+    assert time.monotonic() - start < 3.0
+
+
+def test_refused_connection_is_bounded():
+    client = HttpClient(f"http://127.0.0.1:{free_port()}", timeout=0.5, max_retries=2, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(PeerUnavailableError, match="3 attempt"):
+        client.get("/x")
+    assert time.monotonic() - start < 3.0
+
+
+def test_outbox_batches_and_retries():
+    sent, controls = [], []
+    fail = {"n": 1}
+    done = threading.Event()
+
+    def send(batch):
+        if fail["n"]:
+            fail["n"] -= 1
+            raise PeerUnavailableError("down")
+        sent.append(list(batch))
+        done.set()
+        return {"policy_version": len(sent)}
+
+    outbox = Outbox(send, controls.append, flush_interval=0.05)
+    for i in range(5):
+        outbox.put({"type": "chunk", "i": i})
+    assert outbox.flush(timeout=5.0)
+    outbox.close()
+    assert [m["i"] for batch in sent for m in batch] == [0, 1, 2, 3, 4]  # nothing lost, order kept
+    assert len(sent) <= 2  # batched, not one call per message
+    assert controls and controls[-1]["policy_version"] == len(sent)
+    assert outbox.failures == 1

@@ -1,0 +1,108 @@
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_rl.errors import PathOutsideRootError, StorageError
+from parallel_rl.storage import SharedStorage, atomic_save_npz, load_npz
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return SharedStorage(str(tmp_path / "shared"))
+
+
+def test_chunk_round_trip(storage):
+    cols = {"obs": np.arange(6, dtype=np.float32).reshape(3, 2), "done": np.array([False, True, False])}
+    path = storage.write_chunk("c1-0000001", cols)
+    assert path.startswith(storage.data_dir)
+    back = storage.read_chunk("c1-0000001")
+    np.testing.assert_array_equal(back["obs"], cols["obs"])
+    assert storage.list_chunks() == ["c1-0000001"]
+    assert storage.delete_chunk("c1-0000001") and not storage.delete_chunk("c1-0000001")
+
+
+def test_failed_write_leaves_no_file_and_no_temp(storage, monkeypatch):
+    def explode(f, **arrays):
+        f.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", explode)
+    with pytest.raises(OSError, match="disk full"):
+        storage.write_chunk("c1-0000002", {"x": np.zeros(3)})
+    assert os.listdir(storage.data_dir) == []
+
+
+def test_readers_never_see_a_partial_file(storage):
+    """The final name appears only once the content is complete (rename, not write in place)."""
+    big = {"obs": np.random.rand(20000, 4).astype(np.float32)}
+    storage.write_chunk("big", big)
+    seen = storage.read_chunk("big")
+    assert seen["obs"].shape == (20000, 4)
+    assert not [f for f in os.listdir(storage.data_dir) if f.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", "", "x" * 200, "a..b", ".hidden"])
+def test_bad_chunk_names_are_rejected(storage, name):
+    with pytest.raises(PathOutsideRootError):
+        storage.chunk_path(name)
+
+
+def test_resolve_refuses_escapes_including_symlinks(storage, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(storage.data_dir, "link"))
+    with pytest.raises(PathOutsideRootError):
+        storage.resolve("data/link/x.npz")
+    with pytest.raises(PathOutsideRootError):
+        storage.resolve("../outside/x")
+    assert storage.resolve("data/ok.npz").startswith(storage.root)
+
+
+def test_object_arrays_are_never_written_or_unpickled(storage, tmp_path):
+    with pytest.raises(StorageError, match="dtype object"):
+        storage.write_chunk("obj", {"x": np.array([{"a": 1}], dtype=object)})
+    # a hostile file with a pickled object array on the shared disk is refused on load
+    path = os.path.join(storage.data_dir, "evil.npz")
+    np.savez(path, x=np.array([object()], dtype=object))
+    with pytest.raises(StorageError, match="not a valid step-data chunk"):
+        storage.read_chunk("evil")
+
+
+def test_checkpoints_load_weights_only(storage):
+    storage.save_policy(3, {"model": {"w": torch.ones(2)}})
+    assert torch.equal(storage.load_policy(3)["model"]["w"], torch.ones(2))
+    assert os.path.basename(storage.policy_path(3)) == "policy_000000003.pt"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    with open(storage.policy_path(4), "wb") as f:
+        pickle.dump({"model": Evil()}, f, protocol=2)
+    with pytest.raises(StorageError, match="not a loadable checkpoint"):
+        storage.load_policy(4)
+
+
+def test_versions_prune_and_reset(storage):
+    for v in (1, 20, 300):
+        storage.save_policy(v, {"v": torch.tensor(v)})
+        storage.save_learner_state(v, {"v": torch.tensor(v)})
+    storage.write_chunk("c-1", {"x": np.zeros(1)})
+    assert storage.policy_versions() == [1, 20, 300]
+    assert storage.latest_policy_version() == 300 and storage.latest_learner_version() == 300
+    assert storage.prune_checkpoints(keep=2) == 2
+    assert storage.policy_versions() == [20, 300]
+    user_file = os.path.join(storage.data_dir, "README.txt")
+    open(user_file, "w").close()
+    assert storage.reset() == 5
+    assert storage.latest_policy_version() is None and storage.list_chunks() == []
+    assert os.path.exists(user_file)  # reset only removes our own files
+
+
+def test_atomic_save_npz_and_load(tmp_path):
+    path = str(tmp_path / "x.npz")
+    atomic_save_npz(path, {"a": np.arange(3)})
+    assert load_npz(path)["a"].tolist() == [0, 1, 2]
