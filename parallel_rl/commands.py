@@ -98,8 +98,6 @@ def cmd_slave(args: argparse.Namespace) -> int:
     die_with_parent()
     cfg = _load(args)
     setup_process(cfg, need_torch=True)
-    if not args.coordinator:
-        raise ConfigError(f"{args.command}: pass --coordinator URL (or set PARALLEL_RL_COORDINATOR)")
     if args.command == "learner":
         from .interaction.learner_worker import FlaskFileSystemLearner as SlaveClass
     else:
@@ -110,6 +108,9 @@ def cmd_slave(args: argparse.Namespace) -> int:
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries)
     _on_signals(lambda name: slave.request_stop())
     print(f"{args.command}: serving on {slave.address}", flush=True)
+    if not args.coordinator:
+        print(f"{args.command}: no --coordinator: waiting to be added with "
+              f"`parallel-rl {args.command}s add {slave.address}`", flush=True)
     try:
         slave.start()
     except ParallelRLError:

@@ -94,3 +94,71 @@ def coordinator_factory(tmp_path):
     for coordinator, server in started:
         coordinator.close(notify_workers=False)
         server.close()
+
+
+class CliProcess:
+    """A `python -m parallel_rl ...` process whose output goes to a file (a full pipe never blocks it)."""
+
+    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None):
+        import os
+        import subprocess
+        import sys
+
+        self.name = name
+        self.log_path = tmp_path / f"{name}.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_line(self, pattern: str, timeout: float = 60.0):
+        """The first match of ``pattern`` in the output, waiting up to ``timeout``."""
+        import re
+
+        def find():
+            if self.proc.poll() is not None and not re.search(pattern, self.output(), re.M):
+                raise AssertionError(f"{self.name} exited ({self.proc.returncode}) before printing "
+                                     f"{pattern!r}:\n{self.output()[-3000:]}")
+            return re.search(pattern, self.output(), re.M)
+
+        return eventually(find, timeout=timeout, interval=0.05, message=f"{self.name}: {pattern!r}")
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.flush()
+
+    def stop(self):
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Start CLI processes; every one is stopped (SIGTERM, then SIGKILL) at the end."""
+    started = []
+
+    def start(name: str, *args: str, env: dict | None = None) -> CliProcess:
+        p = CliProcess(tmp_path, name, *args, env=env)
+        started.append(p)
+        return p
+
+    yield start
+    for p in reversed(started):
+        p.stop()

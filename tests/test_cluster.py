@@ -2,10 +2,7 @@
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 import requests
@@ -18,8 +15,11 @@ TOY_CONFIG = textwrap.dedent("""
                  evaluator_env_num=2, n_evaluator_episode=2, stop_value=4.0),
         policy=dict(model=dict(hidden_size_list=[16]), nstep=1, learn=dict(batch_size=16),
                     other=dict(eps=dict(decay=300))),
-        parallel=dict(commander=dict(eval_freq=20, max_seconds=60.0, max_env_steps_per_update=8.0),
-                      collector=dict(chunk_size=32), learner=dict(min_buffer_size=32, publish_every=10)),
+        parallel=dict(coordinator=dict(heartbeat_ttl=2.0),
+                      worker=dict(heartbeat_interval=0.2),
+                      commander=dict(eval_freq=20, max_seconds=90.0, max_env_steps_per_update=8.0),
+                      collector=dict(chunk_size=32), learner=dict(min_buffer_size=32, publish_every=10,
+                                                                   save_state_every=20)),
     )
 """)
 
@@ -47,6 +47,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+def role_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline") as f:
+        argv = f.read().split("\0")
+    return next((a for a in argv if a in ("learner", "collector", "coordinator")), "")
+
+
 @pytest.fixture
 def toy_config(tmp_path):
     path = tmp_path / "toy.py"
@@ -54,72 +60,94 @@ def toy_config(tmp_path):
     return str(path)
 
 
-def start_run(tmp_path, config, *extra):
-    cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", config, "--set", f"exp_name={tmp_path / 'exp'}", *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_run(cli, tmp_path, config, *extra):
+    run = cli("run", "run", "-c", config, "--set", f"exp_name={tmp_path / 'exp'}", *extra)
+    url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+/api/v1)$").group(1)
+    return run, url
 
 
-def rest_url(proc) -> str:
-    line = proc.stdout.readline()
-    m = re.match(r"REST API: (http://127\.0\.0\.1:\d+/api/v1)", line)
-    assert m, f"first line should give the REST address, got {line!r}"
-    return m.group(1)
+def get(url, path):
+    return requests.get(url + path, timeout=5).json()
 
 
-def test_run_solves_toy_env_and_cleans_up(tmp_path, toy_config):
-    proc = start_run(tmp_path, toy_config)
-    try:
-        url = rest_url(proc)
-        assert requests.get(url + "/health", timeout=5).json() == {"status": "ok"}
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    assert re.search(r"^solved: eval return", out, re.M), out
-    assert child_pids(proc.pid) == []
+def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config)
+    assert get(url, "/health") == {"status": "ok"}
+    assert run.wait(120) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return", run.output(), re.M)
+    assert child_pids(run.pid) == []
     shared = tmp_path / "exp" / "shared"
     assert sorted(os.listdir(shared)) == ["data", "learner", "policy"]
     assert os.listdir(shared / "policy"), "the learner published checkpoints"
 
 
 @pytest.mark.slow
-def test_run_solves_cartpole(tmp_path):
-    proc = start_run(tmp_path, "configs/cartpole_dqn_parallel.py")
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
-    assert re.search(r"^solved: eval return \d+\.\d >= stop value 195", out, re.M)
+def test_run_solves_cartpole(cli, tmp_path):
+    run, url = start_run(cli, tmp_path, "configs/cartpole_dqn_parallel.py")
+    assert run.wait(300) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return \d+\.\d >= stop value 195", run.output(), re.M)
 
 
-def test_ctrl_c_leaves_no_process_behind(tmp_path, toy_config):
-    proc = start_run(tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "2")
-    try:
-        url = rest_url(proc)
-        eventually(lambda: len([w for w in requests.get(url + "/collectors", timeout=5).json()["collectors"]
-                                if w["state"] == "busy"]) == 2, timeout=60, message="two busy collectors")
-        children = child_pids(proc.pid)
-        assert len(children) == 3
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130
-    assert "interrupted (SIGINT)" in out
+@pytest.mark.slow
+def test_cartpole_solves_despite_a_killed_collector(cli, tmp_path):
+    run, url = start_run(cli, tmp_path, "configs/cartpole_dqn_parallel.py", "--collectors", "3",
+                         "--set", "parallel.coordinator.heartbeat_ttl=2.0")
+    eventually(lambda: len([w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]) == 3,
+               timeout=60, message="three busy collectors")
+    victim = next(pid for pid in child_pids(run.pid) if role_of(pid) == "collector")
+    os.kill(victim, signal.SIGKILL)
+    assert run.wait(300) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return", run.output(), re.M)
+    assert re.search(r"collector-\d+ at \S+ lost \((no heartbeat for 2s|refused task)", run.output())
+
+
+def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "2")
+    eventually(lambda: len([w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]) == 2,
+               timeout=60, message="two busy collectors")
+    children = child_pids(run.pid)
+    assert sorted(role_of(pid) for pid in children) == ["collector", "collector", "learner"]
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+    assert "interrupted (SIGINT)" in run.output()
     assert not [pid for pid in children if alive(pid)]
 
 
-def test_dead_learner_fails_the_run_with_its_reason(tmp_path, toy_config):
-    proc = start_run(tmp_path, toy_config, "--set", "env.stop_value=1000")
-    try:
-        url = rest_url(proc)
-        learner = eventually(lambda: [w for w in requests.get(url + "/learners", timeout=5).json()["learners"]
-                                      if w["state"] == "busy"], timeout=60, message="busy learner")[0]
-        assert learner["worker_id"] == "learner-1"
-        learner_pid = next(pid for pid in child_pids(proc.pid)
-                           if "learner" in open(f"/proc/{pid}/cmdline").read().split("\0"))
-        os.kill(learner_pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1
-    assert re.search(r"failed: learner-1 exited with code -9", err), err[-2000:]
-    assert not [pid for pid in child_pids(proc.pid) if alive(pid)]
+def test_dead_learner_fails_the_run_with_its_reason(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000")
+    eventually(lambda: [w for w in get(url, "/learners")["learners"] if w["state"] == "busy"], timeout=60,
+               message="busy learner")
+    children = child_pids(run.pid)
+    os.kill(next(pid for pid in children if role_of(pid) == "learner"), signal.SIGKILL)
+    assert run.wait(30) == 1
+    assert re.search(r"failed: learner-1 exited with code -9", run.output()), run.output()[-2000:]
+    assert not [pid for pid in children if alive(pid)]
+
+
+def test_killed_collector_is_reaped_and_its_task_replaced(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "2")
+    busy = eventually(lambda: [w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]
+                      if len([w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]) == 2
+                      else None, timeout=60, message="two busy collectors")
+    assert len(busy) == 2
+    victim = next(pid for pid in child_pids(run.pid) if role_of(pid) == "collector")
+    os.kill(victim, signal.SIGKILL)
+    lost = eventually(lambda: [w for w in get(url, "/collectors")["collectors"] if w["state"] == "lost"],
+                      timeout=10, message="collector marked lost within the 2 s TTL")[0]
+    # lost when its lease runs out, or sooner when it refuses a task the coordinator hands it
+    failed = eventually(lambda: [t for t in get(url, "/tasks?kind=collector&state=failed")["tasks"]
+                                 if t["worker_id"] == lost["worker_id"]], timeout=5, message="failed task")
+    assert len(failed) == 1 and re.search(r"lost: (no heartbeat for 2s|refused task)", failed[0]["error"])
+    survivor = next(w["worker_id"] for w in busy if w["worker_id"] != lost["worker_id"])
+    replacement = eventually(lambda: [t for t in get(url, "/tasks?kind=collector")["tasks"]
+                                      if t["replaces"] == failed[0]["task_id"] and t["worker_id"] == survivor],
+                             timeout=20, message="replacement task on the survivor")[0]
+    assert replacement["attempts"] >= 1
+    # nothing it wrote was dropped: every transition pushed is still in the buffer
+    buffer = get(url, "/buffers")["buffers"][0]
+    assert buffer["evicted"] == 0 and buffer["size"] == buffer["pushed"] > 0
+    # training goes on
+    before = get(url, "/cluster")["train_iter"]
+    eventually(lambda: get(url, "/cluster")["train_iter"] > before + 20, timeout=30, message="training continues")
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130

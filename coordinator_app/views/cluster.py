@@ -14,3 +14,12 @@ def health():
 @bp.get("/cluster")
 def cluster():
     return jsonify(get_coordinator().summary())
+
+
+@bp.get("/openapi.json")
+def openapi():
+    from parallel_rl import __version__
+
+    from ..openapi import openapi_document
+
+    return jsonify(openapi_document(__version__))

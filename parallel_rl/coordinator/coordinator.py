@@ -459,6 +459,8 @@ class Coordinator:
                priorities: Optional[Dict[str, list]] = None, wait: float = 1.0) -> List[Dict[str, Any]]:
         """Batches of references for a learner; waits up to ``wait`` s for enough data."""
         worker = self.heartbeat(worker_id)
+        if worker.kind != "learner":
+            raise ApiError(409, "conflict", f"{worker_id} is a {worker.kind}; only learners sample batches")
         if priorities:
             try:
                 self.replay.update_priorities(priorities["index"], priorities["uid"], priorities["priority"])

@@ -476,7 +476,8 @@ class Slave:
     def _run_task(self, task: SlaveTask) -> None:
         with self._lock:
             self._running[task.task_id] = task
-        logger.info("%s %s: starting %s %s", self.kind, self.worker_id, task.task_id, task.spec)
+        (logger.info if task.kind == "learner" else logger.debug)(
+            "%s %s: starting %s %s", self.kind, self.worker_id, task.task_id, task.spec)
         try:
             result = self.execute(task)
         except Exception as exc:  # any failure of a task is reported, not swallowed
@@ -494,9 +495,11 @@ class Slave:
                 self._tasks_changed.notify_all()
 
     def close(self) -> None:
-        """Flush metadata, deregister, stop serving. Safe to call twice."""
-        self._stop.set()
-        self.inbox.close()
+        """Stop tasks, flush metadata, deregister, stop serving. Safe to call twice, from any thread."""
+        self.request_stop()
+        with self._tasks_changed:  # a task running in another thread ends before we tear down
+            if not self._tasks_changed.wait_for(lambda: not self._running, timeout=10.0):
+                logger.warning("%s: tasks %s did not stop within 10s", self.kind, sorted(self._running))
         if self.outbox is not None:
             self.outbox.close(timeout=5.0)
         worker_id = self.worker_id

@@ -1,0 +1,164 @@
+"""The OpenAPI 3 document of the coordinator's REST API (served at /api/v1/openapi.json).
+
+tests/test_api.py checks it against the app both ways: every documented
+operation answers, and every route of the app is documented.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+
+def _ref(name: str) -> Dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: Dict[str, Any], description: str) -> Dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ERR = {
+    "400": _json(_ref("Error"), "malformed JSON, wrong types or values"),
+    "401": _json(_ref("Error"), "missing cluster token"),
+    "403": _json(_ref("Error"), "wrong cluster token"),
+    "404": _json(_ref("Error"), "unknown id"),
+    "405": _json(_ref("Error"), "method not allowed"),
+    "413": _json(_ref("Error"), "body too large"),
+}
+
+AUTH = [{"bearer": []}]
+
+
+def _errors(*codes: str) -> Dict[str, Any]:
+    return {c: ERR[c] for c in codes}
+
+
+def _path_param(name: str) -> Dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def openapi_document(version: str) -> Dict[str, Any]:
+    worker_collection = {"name": "collection", "in": "path", "required": True,
+                         "schema": {"type": "string", "enum": ["collectors", "learners"]}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "parallel_rl coordinator", "version": version,
+                 "description": "Inspect and operate a parallel_rl cluster. Mutating calls and worker traffic need "
+                                "'Authorization: Bearer <PARALLEL_RL_TOKEN>'; read-only calls are open unless "
+                                "parallel.coordinator.auth_read is set."},
+        "servers": [{"url": "/api/v1"}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                    "type": "object", "required": ["code", "message"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+                "Task": {"type": "object", "required": ["task_id", "kind", "state", "worker_id", "attempts"],
+                         "properties": {
+                             "task_id": {"type": "string"},
+                             "kind": {"type": "string", "enum": ["collector", "learner", "evaluator"]},
+                             "state": {"type": "string",
+                                       "enum": ["pending", "running", "finished", "failed", "cancelled"]},
+                             "worker_id": {"type": "string", "nullable": True},
+                             "created_at": {"type": "number"}, "started_at": {"type": "number", "nullable": True},
+                             "finished_at": {"type": "number", "nullable": True},
+                             "attempts": {"type": "integer"}, "progress": {"type": "object"},
+                             "result": {"type": "object", "nullable": True},
+                             "error": {"type": "string", "nullable": True},
+                             "replaces": {"type": "string", "nullable": True}, "spec": {"type": "object"}}},
+                "Worker": {"type": "object",
+                           "required": ["worker_id", "kind", "address", "state", "seconds_since_heartbeat"],
+                           "properties": {
+                               "worker_id": {"type": "string"},
+                               "kind": {"type": "string", "enum": ["collector", "learner"]},
+                               "address": {"type": "string"},
+                               "state": {"type": "string",
+                                         "enum": ["connecting", "idle", "busy", "leaving", "lost", "gone"]},
+                               "current_task": {"type": "string", "nullable": True},
+                               "seconds_since_heartbeat": {"type": "number"},
+                               "env_steps": {"type": "integer"}, "train_iter": {"type": "integer"},
+                               "policy_version": {"type": "integer"}}},
+                "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
+                           "properties": {k: {"type": "number"} for k in (
+                               "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks")}},
+                "Control": {"type": "object", "properties": {
+                    "policy_version": {"type": "integer"}, "epsilon": {"type": "number"}, "stop": {"type": "boolean"},
+                    "env_steps": {"type": "integer"}, "allowed_env_steps": {"type": "integer", "nullable": True}}},
+            },
+        },
+        "paths": {
+            "/health": {"get": {"summary": "liveness", "responses": {"200": _json(
+                {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok"]}}}, "alive")}}},
+            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": _json({"type": "object"},
+                                                                                             "OpenAPI 3")}}},
+            "/cluster": {"get": {"summary": "cluster summary", "responses": {"200": _json({"type": "object", "required": [
+                "state", "workers", "tasks", "env_steps", "train_iter", "policy_version", "last_eval_return",
+                "best_eval_return", "stop_value", "uptime"]}, "summary")}}},
+            "/tasks": {"get": {
+                "summary": "list tasks (newest last)",
+                "parameters": [
+                    {"name": "kind", "in": "query", "schema": {"type": "string",
+                                                               "enum": ["collector", "learner", "evaluator"]}},
+                    {"name": "state", "in": "query", "schema": {"type": "string", "enum": [
+                        "pending", "running", "finished", "failed", "cancelled"]}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "tasks": {"type": "array", "items": _ref("Task")}, "total": {"type": "integer"}}}, "a page"),
+                    **_errors("400")}}},
+            "/tasks/{task_id}": {"get": {"summary": "one task", "parameters": [_path_param("task_id")],
+                                         "responses": {"200": _json(_ref("Task"), "the task"), **_errors("404")}}},
+            "/{collection}": {
+                "get": {"summary": "list collectors or learners", "parameters": [worker_collection],
+                        "responses": {"200": _json({"type": "object"}, "workers"), **_errors("404")}},
+                "post": {"summary": "add a running slave by URL (the coordinator connects to it)",
+                         "security": AUTH, "parameters": [worker_collection],
+                         "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                             "type": "object", "required": ["address"],
+                             "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"}}}}}},
+                         "responses": {"201": _json(_ref("Worker"), "registered"),
+                                       "409": _json(_ref("Error"), "address already registered"),
+                                       "502": _json(_ref("Error"), "the slave could not be reached"),
+                                       **_errors("400", "401", "403", "404", "413")}}},
+            "/{collection}/{worker_id}": {
+                "get": {"summary": "one worker", "parameters": [worker_collection, _path_param("worker_id")],
+                        "responses": {"200": _json(_ref("Worker"), "the worker"), **_errors("404")}},
+                "delete": {"summary": "remove a worker: no new tasks, its running task wraps up, its data stays",
+                           "security": AUTH, "parameters": [worker_collection, _path_param("worker_id")],
+                           "responses": {"200": _json(_ref("Worker"), "leaving or gone"),
+                                         "409": _json(_ref("Error"), "already gone"),
+                                         **_errors("401", "403", "404")}}},
+            "/buffers": {"get": {"summary": "replay buffers", "responses": {"200": _json(
+                {"type": "object", "properties": {"buffers": {"type": "array", "items": _ref("Buffer")}}},
+                "buffers")}}},
+            "/buffers/{name}": {"get": {"summary": "one buffer", "parameters": [_path_param("name")],
+                                        "responses": {"200": _json(_ref("Buffer"), "the buffer"),
+                                                      **_errors("404")}}},
+            "/buffers/{name}/sample": {"post": {
+                "summary": "learner traffic: references for the next batches; carries priorities of past ones",
+                "security": AUTH, "parameters": [_path_param("name")],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["worker_id", "batch_size"], "properties": {
+                        "worker_id": {"type": "string"},
+                        "batch_size": {"type": "integer", "minimum": 1, "maximum": 65536},
+                        "batches": {"type": "integer", "minimum": 1, "maximum": 256},
+                        "train_iter": {"type": "integer"}, "wait": {"type": "number", "maximum": 10},
+                        "priorities": {"type": "object", "properties": {
+                            k: {"type": "array"} for k in ("index", "uid", "priority")}}}}}}},
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "batches": {"type": "array"}, "control": _ref("Control")}}, "references"),
+                    **_errors("400", "401", "403", "404", "413")}}},
+            "/workers/{worker_id}/heartbeat": {"post": {
+                "summary": "worker traffic: renew the lease", "security": AUTH,
+                "parameters": [_path_param("worker_id")],
+                "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
+            "/workers/{worker_id}/metadata": {"post": {
+                "summary": "worker traffic: a batch of messages (chunk, task_done, task_failed, task_cancelled, "
+                           "policy, learn_info)", "security": AUTH, "parameters": [_path_param("worker_id")],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["messages"], "properties": {
+                        "messages": {"type": "array", "items": {"type": "object", "required": ["type"]}},
+                        "wait_for_allowance": {"type": "number", "maximum": 10}}}}}},
+                "responses": {"200": _json({"type": "object", "properties": {"control": _ref("Control")}},
+                                           "control block"), **_errors("400", "401", "403", "404", "413")}}},
+        },
+    }

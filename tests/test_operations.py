@@ -1,0 +1,136 @@
+"""Operating a cluster whose roles run as separate processes (the docker-compose way)."""
+import json
+import os
+import re
+import signal
+import socket
+
+import pytest
+import requests
+
+from tests.conftest import eventually
+from tests.test_cluster import TOY_CONFIG
+
+TOKEN = "ops-token"
+ENV = {"PARALLEL_RL_TOKEN": TOKEN}
+
+
+@pytest.fixture
+def cluster(cli, tmp_path):
+    """A coordinator process on the toy env (unreachable stop value) and helpers to add roles."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = str(tmp_path / "shared")
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
+                      "--set", "env.stop_value=1000", "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+
+    class Cluster:
+        api = url + "/api/v1"
+
+        def start(self, role, name, *extra):
+            p = cli(name, role, "--coordinator", url, "--shared-dir", shared, *extra, env=ENV)
+            return p
+
+        def get(self, path):
+            return requests.get(self.api + path, timeout=5).json()
+
+    c = Cluster()
+    c.coordinator, c.url, c.coordinator_shared = coordinator, url, shared
+    return c
+
+
+def workers(cluster, kind, state=None):
+    return [w for w in cluster.get(f"/{kind}s")[f"{kind}s"] if state is None or w["state"] == state]
+
+
+def test_new_learner_resumes_from_the_latest_checkpoint(cluster):
+    cluster.start("collector", "collector-a")
+    learner = cluster.start("learner", "learner-a")
+    eventually(lambda: cluster.get("/cluster")["train_iter"] >= 60, timeout=60, message="learner trained 60 iters")
+    learner.proc.send_signal(signal.SIGKILL)
+    learner.wait(10)
+    failed = eventually(lambda: cluster.get("/tasks?kind=learner&state=failed")["tasks"], timeout=15,
+                        message="learner task failed after the TTL")
+    assert "learner-1 lost" in failed[0]["error"]
+    assert workers(cluster, "learner")[0]["state"] == "lost"
+    saved = max(int(f[8:17]) for f in os.listdir(os.path.join(cluster.coordinator_shared, "learner")))
+    buffer_before = cluster.get("/buffers")["buffers"][0]["size"]
+    cluster.start("learner", "learner-b")
+    resumed = eventually(lambda: [t for t in cluster.get("/tasks?kind=learner&state=running")["tasks"]], timeout=60,
+                         message="a new learner task")[0]
+    assert resumed["spec"] == {"resume": True} and resumed["replaces"] == failed[0]["task_id"]
+    assert resumed["worker_id"] == "learner-2"
+    # the new learner starts from the saved iteration (its optimizer state included), not from 0
+    assert eventually(lambda: resumed_iter(cluster, resumed["task_id"]), timeout=30) >= saved
+    assert cluster.get("/buffers")["buffers"][0]["size"] >= buffer_before  # the buffer survived
+
+
+def resumed_iter(cluster, task_id):
+    return cluster.get(f"/tasks/{task_id}")["progress"].get("train_iter")
+
+
+def test_sigterm_collector_hands_back_its_task_and_deregisters(cluster):
+    collector = cluster.start("collector", "collector-a")
+    cluster.start("learner", "learner-a")
+    busy = eventually(lambda: workers(cluster, "collector", "busy"), timeout=60, message="busy collector")[0]
+    task_id = busy["current_task"]
+    eventually(lambda: cluster.get("/buffers")["buffers"][0]["pushed"] > 0, timeout=30, message="data pushed")
+    collector.proc.send_signal(signal.SIGTERM)
+    assert collector.wait(20) == 0
+    assert workers(cluster, "collector")[0]["state"] == "gone"
+    task = cluster.get(f"/tasks/{task_id}")
+    assert task["state"] in ("cancelled", "finished")
+    assert cluster.get("/buffers")["buffers"][0]["size"] > 0  # what it wrote stays
+    assert re.search(r"deregistered", collector.output())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_collector_back_at_the_same_address_registers_again(cluster):
+    port = str(free_port())
+    first = cluster.start("collector", "collector-a", "--port", port)
+    eventually(lambda: workers(cluster, "collector", "busy"), timeout=60, message="busy collector")
+    first.proc.send_signal(signal.SIGKILL)
+    first.wait(10)
+    eventually(lambda: workers(cluster, "collector", "lost"), timeout=15, message="collector lost")
+    second = cluster.start("collector", "collector-b", "--port", port)
+    again = eventually(lambda: workers(cluster, "collector", "busy"), timeout=60, message="busy again")[0]
+    assert again["worker_id"] == "collector-2" and again["address"].endswith(":" + port)
+    assert second.proc.poll() is None
+
+
+def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
+    cluster.start("learner", "learner-a")
+    # a collector started without --coordinator waits to be added
+    lone = cli("lone", "collector", "--port", "0", "--shared-dir", str(tmp_path / "shared"), env=ENV)
+    address = lone.wait_line(r"^collector: serving on (http://\S+)$").group(1)
+    people = {"PARALLEL_RL_COORDINATOR": cluster.url, **ENV}
+
+    def run(name, *args):
+        p = cli(name, *args, env=people)
+        assert p.wait(30) == 0, p.output()
+        return p.output()
+
+    added = json.loads(run("add", "collectors", "add", address))
+    assert added["worker_id"] == "collector-1" and added["address"] == address
+    eventually(lambda: workers(cluster, "collector", "busy"), timeout=30, message="added collector gets a task")
+    table = run("list", "collectors")
+    assert re.search(r"^WORKER_ID\s+ADDRESS\s+STATE", table, re.M)
+    assert re.search(rf"^collector-1\s+{re.escape(address)}\s+busy", table, re.M)
+    status = run("status", "status")
+    assert re.search(r"^\s+state: running$", status, re.M)
+    tasks = run("tasks", "tasks", "--kind", "collector")
+    assert re.search(r"^collector-\d{6}\s+collector\s+running\s+collector-1", tasks, re.M)
+    removed = json.loads(run("remove", "collectors", "remove", "collector-1"))
+    assert removed["state"] in ("leaving", "gone")
+    eventually(lambda: workers(cluster, "collector")[0]["state"] == "gone", timeout=20, message="removed")
+    count = len(cluster.get("/tasks?kind=collector")["tasks"])
+    assert lone.proc.poll() is None  # started without --coordinator: it stays up, waiting to be added again
+    assert len(cluster.get("/tasks?kind=collector")["tasks"]) == count  # no new task reached it
+    bad = cli("bad", "collectors", "remove", "collector-9", env=people)
+    assert bad.wait(30) == 1 and "no collector 'collector-9'" in bad.output()
