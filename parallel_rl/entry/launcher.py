@@ -80,6 +80,7 @@ class LocalCluster:
             self.coordinator.advertise_url = self.server.url
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
+        self._reported_dead: set = set()
         self._stop = threading.Event()
 
     @property
@@ -113,6 +114,10 @@ class LocalCluster:
         for child in dead:
             if child.role == "learner":
                 return f"{child.name} exited with code {child.proc.returncode}: {child.last_words()}"
+            if child.name not in self._reported_dead:
+                self._reported_dead.add(child.name)
+                logger.warning("launcher: %s exited with code %s (%s); training goes on with the others",
+                               child.name, child.proc.returncode, child.last_words())
         collectors = [c for c in self.children if c.role == "collector"]
         if collectors and all(c.proc.poll() is not None for c in collectors):
             c = collectors[-1]
