@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run serial test test-fast bench clean
+.PHONY: run serial test test-fast browser bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,15 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
+browser:
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium and chromium-driver (Debian) for the dashboard test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+	    >/dev/null || echo "could not install chromium: the dashboard test will fail"; }
 
 # skip the long end-to-end tests (CI runs everything)
 test-fast: $(STAMP)

@@ -30,7 +30,7 @@ def require_read_token() -> None:
 
 
 def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None) -> Flask:
-    app = Flask("parallel_rl.coordinator")
+    app = Flask("parallel_rl.coordinator", static_folder=None)
     max_body = 4 * 1024 * 1024
     if coordinator is not None:
         max_body = int(coordinator.cfg.parallel.coordinator.max_body_bytes)
@@ -47,10 +47,14 @@ def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None
         app.extensions["parallel_rl.coordinator"] = coordinator
     install_json_errors(app)
 
-    from .views import buffers, cluster, tasks, workers
+    from .views import buffers, cluster, dashboard, tasks, workers
 
-    for module in (cluster, tasks, workers, buffers):
+    for module in (cluster, tasks, workers, buffers, dashboard):
         app.register_blueprint(module.bp)
+    if coordinator is not None:
+        from .metrics import install_metrics
+
+        install_metrics(app, coordinator)
 
     @app.before_request
     def _read_auth():

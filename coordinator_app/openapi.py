@@ -93,6 +93,11 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/cluster": {"get": {"summary": "cluster summary", "responses": {"200": _json({"type": "object", "required": [
                 "state", "workers", "tasks", "env_steps", "train_iter", "policy_version", "last_eval_return",
                 "best_eval_return", "stop_value", "uptime"]}, "summary")}}},
+            "/cluster/history": {"get": {"summary": "time series for charts: evaluations and throughput samples",
+                                         "responses": {"200": _json({"type": "object", "properties": {
+                                             "eval": {"type": "array", "items": {"type": "object"}},
+                                             "throughput": {"type": "array", "items": {"type": "object"}},
+                                             "stop_value": {"type": "number"}}}, "history")}}},
             "/tasks": {"get": {
                 "summary": "list tasks (newest last)",
                 "parameters": [

@@ -51,6 +51,8 @@ def default_config() -> EasyDict:
             # processes on a 2-core machine each run 7-8x slower.
             torch_num_threads=1,
             log_level="INFO",
+            # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<role> (cluster)
+            tensorboard=True,
         ),
     )
 

@@ -15,6 +15,10 @@ def test_serial_solves_cartpole(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("solved: eval return")
     assert (tmp_path / "exp" / "ckpt" / "ckpt_best.pt").is_file()
+    from tests.test_cluster import tensorboard_tags
+
+    assert {"evaluator/eval_return", "evaluator/env_steps_per_second", "learner/loss"} <= tensorboard_tags(
+        tmp_path / "exp" / "tensorboard")
 
 
 def test_serial_budget_exhausted_exits_3(tmp_path):

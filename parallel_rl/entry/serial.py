@@ -17,6 +17,7 @@ from ..data.buffer import create_buffer
 from ..envs.env_manager import EnvManager
 from ..policy import create_policy, epsilon_schedule
 from ..runtime import experiment_dir
+from ..tblog import TensorBoardLogger
 from ..worker.collector import create_serial_collector
 from ..worker.evaluator import InteractionSerialEvaluator
 from ..worker.learner import create_learner
@@ -62,6 +63,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
         cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
+    tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     epsilon = epsilon_schedule(cfg.policy.other.eps)
     learn = cfg.policy.learn
     budget = cfg.serial
@@ -74,6 +76,12 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 stop, info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
                 last_return = info["eval_episode_return_mean"]
                 best_return = evaluator.best_return
+                elapsed = time.perf_counter() - start
+                tb.scalars(collector.envstep, "evaluator/", eval_return=last_return,
+                           env_steps_per_second=collector.envstep / elapsed if elapsed > 0 else 0.0,
+                           updates_per_second=learner.train_iter / elapsed if elapsed > 0 else 0.0)
+                tb.scalars(learner.train_iter, "learner/", **{k: v for k, v in learner.learn_info.items()
+                                                             if k in ("loss", "q_value", "td_error")})
                 if progress is not None:
                     progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value})
                 if stop:
@@ -104,5 +112,6 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     finally:
         collector.close()
         evaluator.close()
+        tb.close()
     return TrainResult(solved, reason, collector.envstep, learner.train_iter, last_return,
                        best_return, time.perf_counter() - start)

@@ -18,6 +18,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ParallelRLError
+from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
 from .http import ApiError
@@ -45,11 +46,17 @@ class FlaskFileSystemCollector(Slave):
             return
         seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
         self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
+        tb_root = os.path.join(self.storage.root, "tensorboard")
+        self.tb_eval = TensorBoardLogger(os.path.join(tb_root, "evaluator") if cfg.system.tensorboard else None)
+        self.tb = TensorBoardLogger(os.path.join(tb_root, f"collector-{os.getpid()}")
+                                    if cfg.system.tensorboard else None)
 
     def teardown(self) -> None:
         if self.collector is not None:
             self.collector.close()
             self.collector = None
+            self.tb.close()
+            self.tb_eval.close()
 
     def validate_task(self, task: SlaveTask) -> None:
         if task.kind == "collector":
@@ -76,6 +83,9 @@ class FlaskFileSystemCollector(Slave):
 
     def _evaluate(self, task: SlaveTask) -> Dict[str, Any]:
         result = self.collector.evaluate(task.spec["policy_version"], int(task.spec.get("n_episode", 1)))
+        self.tb_eval.scalars(result["policy_version"], "evaluator/", eval_return=result["eval_episode_return_mean"],
+                             episode_length=result["episode_length_mean"])
+        self.tb_eval.flush()
         result["completed"] = True
         return result
 
@@ -120,6 +130,7 @@ class FlaskFileSystemCollector(Slave):
         target = int(task.spec["env_steps"])
         steps = transitions = chunks = 0
         returns: List[float] = []
+        task_started = time.monotonic()
         while steps < target and not task.stop.is_set():
             self._run_waiting_evals()
             self._wait_for_allowance(task)
@@ -155,6 +166,9 @@ class FlaskFileSystemCollector(Slave):
             chunks += 1
             returns += chunk_returns
         self._run_waiting_evals()
+        elapsed = time.monotonic() - task_started
+        self.tb.scalars(self.collector.envstep, "collector/", env_steps_per_second=steps / elapsed if elapsed else 0.0,
+                        mean_return=float(np.mean(returns)) if returns else None)
         return {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
                 "mean_return": float(np.mean(returns)) if returns else None,
                 "policy_version": self.collector.policy_version, "completed": steps >= target}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import queue
 import threading
 import time
@@ -24,6 +25,7 @@ from ..envs.env_manager import env_spaces
 from ..errors import ParallelRLError
 from ..policy import create_policy
 from ..storage import SharedStorage
+from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
 from .http import ApiError, HttpClient
 from .slave import Slave, SlaveTask
@@ -204,10 +206,14 @@ class FlaskFileSystemLearner(Slave):
         self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
         self.send_metadata({"type": "policy", "version": train_iter}, urgent=True)
 
-    def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline) -> None:
+    def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline, rate: float = 0.0) -> None:
         info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
         info["missing_rows"] = pipeline.missing_rows
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
+        info["updates_per_second"] = round(rate, 1)
+        self.tb.scalars(learner.train_iter, "learner/", loss=info.get("loss"), q_value=info.get("q_value"),
+                        td_error=info.get("td_error"), updates_per_second=rate,
+                        data_wait_seconds=info["data_wait_seconds"])
         self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
                             "info": info})
 
@@ -233,29 +239,36 @@ class FlaskFileSystemLearner(Slave):
                                 int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control).start()
         publish_every = int(lcfg.publish_every)
-        last_info = time.monotonic()
+        self.tb = TensorBoardLogger(os.path.join(self.storage.root, "tensorboard", "learner")
+                                    if cfg.system.tensorboard else None)
+        last_info, last_iter = time.monotonic(), learner.train_iter
         started = time.monotonic()
         learner.call_hook("before_run")
         try:
-            while not task.stop.is_set():
-                batch = self.get_data(pipeline, timeout=0.25)
-                if batch is None:
-                    if pipeline.error:
-                        raise RuntimeError(pipeline.error)
-                    continue
-                learner.train(batch)
-                pipeline.give_priorities(learner.priority_info)
-                pipeline.train_iter = learner.train_iter
-                if learner.train_iter % publish_every == 0:
-                    self.send_policy(policy, learner.train_iter)
-                if time.monotonic() - last_info >= 0.25:
-                    self.send_learn_info(task, learner, pipeline)
-                    last_info = time.monotonic()
+            try:
+                while not task.stop.is_set():
+                    batch = self.get_data(pipeline, timeout=0.25)
+                    if batch is None:
+                        if pipeline.error:
+                            raise RuntimeError(pipeline.error)
+                        continue
+                    learner.train(batch)
+                    pipeline.give_priorities(learner.priority_info)
+                    pipeline.train_iter = learner.train_iter
+                    if learner.train_iter % publish_every == 0:
+                        self.send_policy(policy, learner.train_iter)
+                    now = time.monotonic()
+                    if now - last_info >= 0.25:
+                        self.send_learn_info(task, learner, pipeline,
+                                             (learner.train_iter - last_iter) / (now - last_info))
+                        last_info, last_iter = now, learner.train_iter
+            finally:
+                pipeline.stop()
+                learner.call_hook("after_run")
+            self.send_policy(policy, learner.train_iter, final=True)
+            self.send_learn_info(task, learner, pipeline)
         finally:
-            pipeline.stop()
-            learner.call_hook("after_run")
-        self.send_policy(policy, learner.train_iter, final=True)
-        self.send_learn_info(task, learner, pipeline)
+            self.tb.close()
         elapsed = time.monotonic() - started
         return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
                 "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0}

@@ -1,0 +1,119 @@
+// parallel_rl dashboard: polls the coordinator's REST API once a second; no build step.
+"use strict";
+const API = "api/v1";
+const $ = (id) => document.getElementById(id);
+const fmt = (x, digits = 1) => (x === null || x === undefined || Number.isNaN(x)) ? "–"
+  : (typeof x === "number" ? (Number.isInteger(x) ? x.toLocaleString() : x.toFixed(digits)) : String(x));
+
+async function get(path) {
+  const response = await fetch(`${API}${path}`, {cache: "no-store"});
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+function cell(row, text, cls) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function chart(el, series, yAxes) {
+  const width = () => Math.max(300, el.clientWidth - 10);
+  const plot = new uPlot({
+    width: width(), height: 250, scales: {x: {time: false}},
+    axes: [{label: "seconds"}, ...yAxes],
+    series: [{label: "t"}, ...series],
+  }, [[], ...series.map(() => [])], el);
+  window.addEventListener("resize", () => plot.setSize({width: width(), height: 250}));
+  return plot;
+}
+
+const evalChart = chart($("eval-chart"), [
+  {label: "eval return", stroke: "#175cd3", width: 2, points: {show: true}},
+  {label: "stop value", stroke: "#12b76a", dash: [6, 4]},
+], [{label: "return"}]);
+const throughputChart = chart($("throughput-chart"), [
+  {label: "env steps/s", stroke: "#f79009", width: 2, scale: "steps"},
+  {label: "updates/s", stroke: "#7a5af8", width: 2, scale: "updates"},
+], [{label: "env steps/s", scale: "steps"},
+      {label: "updates/s", scale: "updates", side: 1, grid: {show: false}}]);
+
+function renderSummary(c) {
+  $("exp").textContent = `${c.exp_name} · ${c.env_id}`;
+  const state = $("state");
+  state.textContent = c.reason ? `${c.state}: ${c.reason}` : c.state;
+  state.className = `badge ${c.state}`;
+  $("eval").textContent = `${fmt(c.last_eval_return)} / ${fmt(c.stop_value, 0)}`;
+  $("best").textContent = fmt(c.best_eval_return);
+  $("env_steps").textContent = fmt(c.env_steps);
+  $("train_iter").textContent = fmt(c.train_iter);
+  $("policy_version").textContent = fmt(c.policy_version);
+  $("uptime").textContent = `${fmt(c.uptime)} s`;
+}
+
+function renderWorkers(workers) {
+  const body = $("workers").tBodies[0];
+  body.replaceChildren();
+  for (const w of workers) {
+    const row = body.insertRow();
+    row.dataset.workerId = w.worker_id;
+    cell(row, w.worker_id);
+    cell(row, w.kind);
+    cell(row, w.state, `state-${w.state}`);
+    cell(row, w.current_task || "–");
+    cell(row, `${fmt(w.seconds_since_heartbeat)} s`);
+    cell(row, w.kind === "collector" ? `${fmt(w.env_steps)} steps` : `${fmt(w.train_iter)} iters`);
+    cell(row, fmt(w.policy_version));
+    cell(row, w.address);
+  }
+}
+
+function renderTasks(tasks) {
+  const body = $("tasks").tBodies[0];
+  body.replaceChildren();
+  for (const t of tasks.slice().reverse()) {
+    const row = body.insertRow();
+    row.dataset.taskId = t.task_id;
+    cell(row, t.task_id);
+    cell(row, t.kind);
+    cell(row, t.state, `state-${t.state}`);
+    cell(row, t.worker_id || "–");
+    cell(row, t.attempts);
+    cell(row, Object.entries(t.progress || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(" ") || "–");
+    cell(row, t.error || "");
+  }
+}
+
+function renderCharts(h) {
+  const e = h.eval;
+  evalChart.setData([e.map((p) => p.t), e.map((p) => p.eval_return), e.map(() => h.stop_value)]);
+  const s = h.throughput;
+  const t = [], steps = [], updates = [];
+  for (let i = 1; i < s.length; i++) {
+    const dt = s[i].t - s[i - 1].t;
+    if (dt <= 0) continue;
+    t.push(s[i].t);
+    steps.push((s[i].env_steps - s[i - 1].env_steps) / dt);
+    updates.push((s[i].train_iter - s[i - 1].train_iter) / dt);
+  }
+  throughputChart.setData([t, steps, updates]);
+}
+
+async function refresh() {
+  try {
+    const [c, collectors, learners, tasks, history] = await Promise.all([
+      get("/cluster"), get("/collectors"), get("/learners"), get("/tasks?limit=1000"), get("/cluster/history")]);
+    renderSummary(c);
+    renderWorkers([...learners.learners, ...collectors.collectors]);
+    renderTasks(tasks.tasks.slice(-20));
+    renderCharts(history);
+    $("error").textContent = "";
+    document.body.dataset.updated = String(Date.now());
+  } catch (err) {
+    $("error").textContent = `update failed: ${err.message}`;
+  }
+}
+
+refresh();
+setInterval(refresh, 1000);
