@@ -18,7 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("-c", "--config", required=required, help="config file (Python, defines main_config)")
+    env_config = os.environ.get("PARALLEL_RL_CONFIG")
+    p.add_argument("-c", "--config", required=required and not env_config, default=env_config,
+                   help="config file (Python, defines main_config; env PARALLEL_RL_CONFIG)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)")
 
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("coordinator", help="run the coordinator (master)")
     _add_config_args(p)
     _add_server_args(p)
+    p.add_argument("--advertise", default=None,
+                   help="URL workers use to reach the coordinator (default http://HOST:PORT)")
 
     for role in ("learner", "collector"):
         p = sub.add_parser(role, help=f"run a {role} slave that registers with a coordinator")

@@ -63,8 +63,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     host = args.host or cfg.parallel.coordinator.host
     port = cfg.parallel.coordinator.port if args.port is None else args.port
     server = ServerThread(create_app(coordinator), host, port, threads=16, name="coordinator")
-    if not coordinator.advertise_url:
-        coordinator.advertise_url = server.url
+    coordinator.advertise_url = args.advertise or coordinator.advertise_url or server.url
     server.start()
     coordinator.start()
     print(f"REST API: {server.url}/api/v1", flush=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -171,6 +172,13 @@ class Outbox:
         self._thread.join(timeout)
 
 
+def default_advertise(host: str, port: int) -> str:
+    """The URL others reach us at: bound to all interfaces (a container), our host name's address."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostbyname(socket.gethostname())
+    return f"http://{host}:{port}"
+
+
 class Slave:
     """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`."""
 
@@ -205,7 +213,7 @@ class Slave:
         self.fatal_error: Optional[str] = None
         self.app = self._create_app()
         self.server = ServerThread(self.app, host, port, threads=4, name=self.kind)
-        self.address = (advertise or self.server.url).rstrip("/")
+        self.address = (advertise or default_advertise(host, self.server.port)).rstrip("/")
 
     # ---- HTTP API (master -> slave) ------------------------------------------------------
     def _create_app(self) -> Flask:
