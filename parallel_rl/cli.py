@@ -104,10 +104,10 @@ def cmd_serial(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     print(result.summary(), flush=True)
-    if not result.solved:
-        print(f"parallel-rl: {result.reason}", file=sys.stderr)
-        return 3
-    return 0
+    if result.solved or cfg.env.stop_value == float("inf"):  # no stop value: the budget was the goal
+        return 0
+    print(f"parallel-rl serial: {result.reason} before reaching the stop value", file=sys.stderr)
+    return 3
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -218,3 +218,21 @@ def test_adding_a_dead_or_garbage_slave_is_a_clear_error(coordinator_factory):
         assert response.status_code == 502 and "non-JSON" in response.json()["error"]["message"]
     finally:
         garbage.close()
+
+
+def test_coordinator_state_round_trip(coordinator_factory, slaves, tmp_path):
+    from parallel_rl.coordinator import Coordinator, create_parallel_commander
+    from parallel_rl.storage import SharedStorage
+
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    collector.write_chunk(collector.received[0].task_id, "c-s", n=8, version=1)
+    state = coordinator.state_dict()
+    other = Coordinator(coordinator.cfg, SharedStorage(str(tmp_path / "shared")), commander=create_parallel_commander(
+        coordinator.cfg))
+    other.load_state_dict(state)
+    assert other.env_steps == 8 and other.replay.count() == 8
+    assert [t.task_id for t in other.tasks.list()] == [t.task_id for t in coordinator.tasks.list()]
+    assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id > other.tasks.list()[-2].task_id
+    assert other.replay.sample(4, 2, 0)[0]["chunks"] == ["c-s"]

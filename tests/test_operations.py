@@ -119,6 +119,8 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
     added = json.loads(run("add", "collectors", "add", address))
     assert added["worker_id"] == "collector-1" and added["address"] == address
     eventually(lambda: workers(cluster, "collector", "busy"), timeout=30, message="added collector gets a task")
+    first = cluster.get("/tasks?kind=collector")["tasks"][0]
+    assert first["started_at"] - added["registered_at"] < 2.0  # a new collector gets work within 2 s
     table = run("list", "collectors")
     assert re.search(r"^WORKER_ID\s+ADDRESS\s+STATE", table, re.M)
     assert re.search(rf"^collector-1\s+{re.escape(address)}\s+busy", table, re.M)

@@ -52,37 +52,28 @@ function renderSummary(c) {
   $("uptime").textContent = `${fmt(c.uptime)} s`;
 }
 
-function renderWorkers(workers) {
-  const body = $("workers").tBodies[0];
+function renderRows(tableId, items, key, cells) {
+  const body = $(tableId).tBodies[0];
   body.replaceChildren();
-  for (const w of workers) {
+  for (const item of items) {
     const row = body.insertRow();
-    row.dataset.workerId = w.worker_id;
-    cell(row, w.worker_id);
-    cell(row, w.kind);
-    cell(row, w.state, `state-${w.state}`);
-    cell(row, w.current_task || "–");
-    cell(row, `${fmt(w.seconds_since_heartbeat)} s`);
-    cell(row, w.kind === "collector" ? `${fmt(w.env_steps)} steps` : `${fmt(w.train_iter)} iters`);
-    cell(row, fmt(w.policy_version));
-    cell(row, w.address);
+    row.dataset[key] = item[key === "workerId" ? "worker_id" : "task_id"];
+    for (const [text, cls] of cells(item)) cell(row, text, cls);
   }
 }
 
+function renderWorkers(workers) {
+  renderRows("workers", workers, "workerId", (w) => [
+    [w.worker_id], [w.kind], [w.state, `state-${w.state}`], [w.current_task || "–"],
+    [`${fmt(w.seconds_since_heartbeat)} s`],
+    [w.kind === "collector" ? `${fmt(w.env_steps)} steps` : `${fmt(w.train_iter)} iters`],
+    [fmt(w.policy_version)], [w.address]]);
+}
+
 function renderTasks(tasks) {
-  const body = $("tasks").tBodies[0];
-  body.replaceChildren();
-  for (const t of tasks.slice().reverse()) {
-    const row = body.insertRow();
-    row.dataset.taskId = t.task_id;
-    cell(row, t.task_id);
-    cell(row, t.kind);
-    cell(row, t.state, `state-${t.state}`);
-    cell(row, t.worker_id || "–");
-    cell(row, t.attempts);
-    cell(row, Object.entries(t.progress || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(" ") || "–");
-    cell(row, t.error || "");
-  }
+  renderRows("tasks", tasks.slice().reverse(), "taskId", (t) => [
+    [t.task_id], [t.kind], [t.state, `state-${t.state}`], [t.worker_id || "–"], [t.attempts],
+    [Object.entries(t.progress || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(" ") || "–"], [t.error || ""]]);
 }
 
 function renderCharts(h) {

@@ -27,7 +27,8 @@ COMMANDER_REGISTRY = Registry("commander")
 
 
 class SoloCommander:
-    def __init__(self, cfg: EasyDict, coordinator: "Coordinator"):
+    def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
+        """``coordinator`` may be attached later (the Coordinator does it when given this commander)."""
         self.cfg = cfg
         self.coordinator = coordinator
         self.ccfg = cfg.parallel.commander
@@ -119,6 +120,6 @@ class SoloCommander:
 COMMANDER_REGISTRY.register("solo", SoloCommander)
 
 
-def create_parallel_commander(cfg: EasyDict, coordinator: "Coordinator"):
-    """Build the commander named by ``cfg.parallel.commander.type``."""
+def create_parallel_commander(cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
+    """Build the commander named by ``cfg.parallel.commander.type`` (``solo`` or a registered one)."""
     return COMMANDER_REGISTRY.build(cfg.parallel.commander.type, cfg, coordinator)

@@ -46,7 +46,7 @@ def check_address(address: Any) -> str:
 
 
 class Coordinator:
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None):
+    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None, commander=None):
         self.cfg = cfg
         self.storage = storage
         self.token = token
@@ -55,7 +55,8 @@ class Coordinator:
         self.workers = WorkerRegistry()
         self.replay = ReplayIndex(cfg.policy.other.replay_buffer, storage,
                                   grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
-        self.commander = create_parallel_commander(cfg, self)
+        self.commander = commander or create_parallel_commander(cfg)
+        self.commander.coordinator = self
         self._lock = threading.RLock()
         self._wake = threading.Event()
         # notified when the learner advances (collectors waiting for their allowance wake up)

@@ -21,8 +21,6 @@ def parallel_default_config() -> EasyDict:
             max_body_bytes=4 * 1024 * 1024,
             # chunk files no buffer row references are deleted after this delay
             chunk_grace_seconds=10.0,
-            # write the replay index + task table here at shutdown and every N seconds (0: off)
-            state_save_seconds=0.0,
         ),
         commander=dict(
             type="solo",
