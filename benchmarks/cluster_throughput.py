@@ -7,8 +7,8 @@
 2. `parallel-rl run` (2 collectors, 1 learner, evaluation off) with the shipped
    replay ratio: learner updates/s from GET /api/v1/cluster over a window,
    and policy propagation delay (announcement -> first chunk stamped with it).
-3. The same with the replay ratio off (collectors flat out): env steps/s
-   delivered into the coordinator's buffer (GET /api/v1/buffers).
+3. The same with the replay ratio off and no CPU reserved for the learner
+   (collectors flat out): env steps/s delivered into the coordinator's buffer.
 Targets: learner >= 0.8 of bare, collectors >= 0.7 of bare, propagation p95 <= 100 ms.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,9 +62,14 @@ def measure_cluster(seconds: float, extra: list[str]) -> dict:
             "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt, "propagation": c2["policy_propagation_ms"]}
 
 
+def spread(values: list) -> str:
+    return f"median {statistics.median(values):.0f} (min {min(values):.0f}, max {max(values):.0f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--repeat", type=int, default=3, help="cluster runs per scenario (this machine is noisy)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
@@ -71,14 +77,21 @@ def main() -> None:
     bare_updates, _ = hot_loops.learner_rates(cfg, 3.0, "advanced")
     bare_steps, _ = hot_loops.collector_rates(cfg, 3.0, cfg.policy.nstep)
     print(f"bare loops (alone): {bare_updates:.0f} updates/s, {bare_steps:.0f} env steps/s", flush=True)
-    ratio_on = measure_cluster(args.seconds, [])
-    print(f"cluster, replay ratio on : learner {ratio_on['updates']:.0f} updates/s "
-          f"(ratio {ratio_on['updates'] / bare_updates:.2f}), collectors {ratio_on['pushed']:.0f} transitions/s; "
-          f"policy propagation ms {ratio_on['propagation']}", flush=True)
-    ratio_off = measure_cluster(args.seconds, ["--set", "parallel.commander.max_env_steps_per_update=0"])
-    print(f"cluster, replay ratio off: collectors {ratio_off['env_steps']:.0f} env steps/s into the buffer "
-          f"(ratio {ratio_off['env_steps'] / bare_steps:.2f} of one bare loop), learner {ratio_off['updates']:.0f} "
-          f"updates/s; policy propagation ms {ratio_off['propagation']}", flush=True)
+    on = [measure_cluster(args.seconds, []) for _ in range(args.repeat)]
+    # collectors flat out, and free to use every CPU (no core reserved for the learner)
+    off = [measure_cluster(args.seconds, ["--set", "parallel.commander.max_env_steps_per_update=0",
+                                          "--set", "parallel.learner.dedicated_cpu=false"])
+           for _ in range(args.repeat)]
+    updates = [r["updates"] for r in on]
+    p95 = [r["propagation"]["p95"] for r in on if r["propagation"]["p95"] is not None]
+    p50 = [r["propagation"]["p50"] for r in on if r["propagation"]["p50"] is not None]
+    steps = [r["env_steps"] for r in off]
+    print(f"{args.repeat} runs per scenario, {args.seconds:g} s windows")
+    print(f"learner updates/s in the cluster (shipped config): {spread(updates)}; "
+          f"ratio to bare {statistics.median(updates) / bare_updates:.2f}")
+    print(f"policy propagation (shipped config): p50 {spread(p50)} ms, p95 {spread(p95)} ms")
+    print(f"collector env steps/s into the buffer (ratio off): {spread(steps)}; "
+          f"ratio to one bare loop {statistics.median(steps) / bare_steps:.2f}")
 
 
 if __name__ == "__main__":

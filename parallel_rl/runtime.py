@@ -59,3 +59,17 @@ def die_with_parent(env_var: str = "PARALLEL_RL_PARENT_PID") -> None:
         return
     if os.getppid() != int(parent):  # the launcher died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def pin_process(pid: int, cpus: set) -> bool:
+    """Pin every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it); False if gone."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return False
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return True

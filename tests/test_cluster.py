@@ -119,6 +119,13 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
                timeout=60, message="two busy collectors")
     children = child_pids(run.pid)
     assert sorted(role_of(pid) for pid in children) == ["collector", "collector", "learner"]
+    # once training runs, the learner has the last CPU to itself; the others share the rest
+    cpus = sorted(os.sched_getaffinity(0))
+    eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="training")
+    for pid in children + [run.pid]:
+        expected = cpus[-1:] if role_of(pid) == "learner" else cpus[:-1]
+        eventually(lambda: sorted(os.sched_getaffinity(pid)) == expected, timeout=5,
+                   message=f"{role_of(pid) or 'launcher'} pinned to {expected}")
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert "interrupted (SIGINT)" in run.output()

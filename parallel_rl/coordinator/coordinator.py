@@ -380,10 +380,14 @@ class Coordinator:
         return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
 
     def wait_for_allowance(self, timeout: float) -> bool:
-        """Block a collector until it may collect again (the learner advanced) or ``timeout``."""
+        """Block a collector until it may collect a whole chunk again (the learner advanced) or ``timeout``.
+
+        Waking collectors for every few steps of allowance would cost a round trip per tiny chunk."""
+        grant = int(self.cfg.parallel.collector.chunk_size)
+
         def may_collect() -> bool:
             allowed = self.allowed_env_steps()
-            return self.system_shutdown_flag or allowed is None or self.env_steps < allowed
+            return self.system_shutdown_flag or allowed is None or allowed - self.env_steps >= grant
 
         with self._progress:
             return self._progress.wait_for(may_collect, timeout=max(0.0, min(timeout, 10.0)))

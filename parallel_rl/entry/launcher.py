@@ -26,7 +26,7 @@ from easydict import EasyDict
 from ..coordinator import Coordinator, CoordinatorState
 from ..interaction.http import TOKEN_ENV, ServerThread, new_token
 from ..progress import ProgressReporter
-from ..runtime import experiment_dir
+from ..runtime import experiment_dir, pin_process
 from ..storage import SharedStorage
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,20 @@ class LocalCluster:
     def url(self) -> str:
         return self.server.url
 
+    def _pin_cpus(self) -> bool:
+        """Once training runs: the learner gets the last CPU to itself, everyone else shares the others.
+
+        Done after start-up, not at spawn: the processes import torch in parallel on every CPU first."""
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(cpus) < 2:
+            return True
+        learner, others = {cpus[-1]}, set(cpus[:-1])
+        pin_process(os.getpid(), others)
+        for child in self.children:
+            pin_process(child.proc.pid, learner if child.role == "learner" else others)
+        logger.info("launcher: learner pinned to CPU %d, coordinator and collectors to %s", cpus[-1], sorted(others))
+        return True
+
     def _spawn(self, role: str, name: str) -> Child:
         cmd = [sys.executable, "-m", "parallel_rl", role, "--coordinator", self.url,
                "--shared-dir", self.storage.root, "--host", "127.0.0.1", "--port", "0"]
@@ -134,9 +148,12 @@ class LocalCluster:
             self.children.append(self._spawn("collector", f"collector-{i + 1}"))
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
+        pinned = not self.cfg.parallel.learner.dedicated_cpu
         try:
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
                 self.coordinator.done_event.wait(0.5)
+                if not pinned and self.coordinator.train_iter > 0:
+                    pinned = self._pin_cpus()
                 failure = self._check_children()
                 if failure:
                     self.coordinator.finish(CoordinatorState.FAILED, failure)

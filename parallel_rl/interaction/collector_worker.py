@@ -37,6 +37,7 @@ class FlaskFileSystemCollector(Slave):
         self._prefix = f"c{uuid.uuid4().hex[:8]}"
         self._seq = 0
         self._unreported = 0  # env steps sent since the last control block
+        self._announced_version = -1
 
     def flush_interval(self, cfg: EasyDict) -> float:
         return float(cfg.parallel.collector.flush_interval)
@@ -150,6 +151,8 @@ class FlaskFileSystemCollector(Slave):
                 chunk_returns += stats.returns
                 if time.monotonic() - started >= ccfg.flush_interval:
                     break
+                if version != self._announced_version:
+                    break  # the first chunk of a new policy version is announced after one batch of steps
                 if int(self.control.get("policy_version", -1)) > version:
                     break  # a new policy is out: close this chunk, stamp the next with it
             if not pieces:
@@ -157,9 +160,12 @@ class FlaskFileSystemCollector(Slave):
             data = concat_columns(pieces)
             name = self._next_chunk_name()
             self.collector.send_stepdata(name, data)
+            # the first chunk of a new policy version leaves at once: it tells the coordinator the policy is in use
             self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
                                 "size": int(len(data["action"])), "policy_version": version,
-                                "env_steps": chunk_steps, "episode_returns": chunk_returns})
+                                "env_steps": chunk_steps, "episode_returns": chunk_returns},
+                               urgent=version != self._announced_version)
+            self._announced_version = version
             steps += chunk_steps
             self._unreported += chunk_steps
             transitions += len(data["action"])

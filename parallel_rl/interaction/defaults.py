@@ -46,6 +46,10 @@ def parallel_default_config() -> EasyDict:
             flush_interval=0.05,
         ),
         learner=dict(
+            # under `parallel-rl run` with >= 2 CPUs, once training runs: the learner gets the last CPU to
+            # itself, the coordinator and collectors share the others (the learner is the bottleneck;
+            # sharing cores with them costs it ~15% of its updates on a 2-core machine)
+            dedicated_cpu=True,
             # publish a policy checkpoint every N iterations
             publish_every=20,
             # batches requested per metadata round trip (pipelined)
