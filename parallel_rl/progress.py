@@ -26,8 +26,9 @@ class ProgressReporter:
         self._start = time.perf_counter()
         self._last_line = -math.inf
         self._bar = (
-            tqdm(total=self.stop_value, file=self.stream, desc=f"{name} eval return", dynamic_ncols=True,
-                 bar_format="{desc}: {n:.1f}/{total:.0f} |{bar}| {postfix}")
+            # the fields ride in {unit}: tqdm prefixes {postfix} with ", "
+            tqdm(total=self.stop_value, file=self.stream, desc=f"{name} eval return", unit="",
+                 bar_format="{desc}: {n:.1f}/{total:.0f} |{bar:30}| {unit}")
             if self.live else None
         )
 
@@ -41,7 +42,8 @@ class ProgressReporter:
         if self._bar is not None:
             if not math.isnan(eval_return):
                 self._bar.n = max(0.0, min(eval_return, self.stop_value))
-            self._bar.set_postfix_str(" ".join(fields), refresh=True)
+            self._bar.unit = " ".join(fields)
+            self._bar.refresh()
             return
         now = time.perf_counter()
         if not force and now - self._last_line < self.min_interval:
