@@ -1,5 +1,6 @@
 """The coordinator with real HTTP on 127.0.0.1 and scripted slaves built on the real slave shell."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -173,12 +174,22 @@ def test_collectors_wait_for_the_learner(coordinator_factory, slaves):
     assert control["allowed_env_steps"] == 8 and control["env_steps"] == 8  # not allowed: waited, timed out
     learner = slaves("learner", server.url, run=False)
     result = {}
-    waiter = threading.Thread(target=lambda: result.update(client.post(
-        f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [], "wait_for_allowance": 5.0})))
+
+    def wait():
+        started = time.monotonic()
+        result.update(client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=10))
+        result["waited"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait)
     waiter.start()
+    # 1 iteration frees 4 steps: less than a chunk (16), the collector sleeps on; 4 iterations free 16
     learner.send_metadata({"type": "learn_info", "train_iter": 1, "info": {}}, urgent=True)
-    waiter.join(6)
-    assert result["control"]["allowed_env_steps"] == 12
+    learner.outbox.flush(5)
+    learner.send_metadata({"type": "learn_info", "train_iter": 4, "info": {}}, urgent=True)
+    waiter.join(10)
+    assert result["control"]["allowed_env_steps"] == 24
+    assert result["waited"] < 4.0  # woken by the learner's progress, not by the 8 s timeout
 
 
 def test_removed_collector_gets_no_new_tasks(coordinator_factory, slaves):
