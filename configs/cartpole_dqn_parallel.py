@@ -14,7 +14,8 @@ del main_config["serial"]
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=4096,
-        eval_freq=200,
+        # evaluations run on collectors, off the learner's CPU: evaluating often detects a solve sooner
+        eval_freq=100,
         # the same replay ratio as the serial pipeline: 64 transitions per 4 updates
         max_env_steps_per_update=16.0,
         max_env_step=500_000,

@@ -13,7 +13,8 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     if not any(getattr(h, "_parallel_rl", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+                                               "%H:%M:%S"))
         handler._parallel_rl = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))

@@ -109,6 +109,11 @@ class DataPipeline:
 
     def stop(self) -> None:
         self._stop.set()
+        while True:  # empty the queue: a put blocked on a full queue returns at once
+            try:
+                self._ready.get_nowait()
+            except queue.Empty:
+                break
         self._thread.join(5.0)
 
     def get(self, timeout: float) -> Optional[Dict[str, np.ndarray]]:
