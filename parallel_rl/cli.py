@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_coordinator_url(p)
         p.add_argument("--advertise", default=None,
                        help="URL the coordinator should use to reach this worker (default http://HOST:PORT)")
-        p.add_argument("--max-tasks", type=int, default=0, help="exit after this many tasks (0: no limit)")
+        p.add_argument("--max-tasks", type=int, default=0,
+                       help="exit after this many tasks (0: no limit; evaluations run inside a collector task "
+                            "do not count)")
 
     p = sub.add_parser("status", help="cluster summary")
     _add_coordinator_url(p)

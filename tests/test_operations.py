@@ -136,3 +136,28 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
     assert len(cluster.get("/tasks?kind=collector")["tasks"]) == count  # no new task reached it
     bad = cli("bad", "collectors", "remove", "collector-9", env=people)
     assert bad.wait(30) == 1 and "no collector 'collector-9'" in bad.output()
+
+
+def test_role_processes_solve_and_all_exit_zero(cli, tmp_path):
+    """The docker-compose flow to the end: the coordinator exits 0 when solved and lets every worker go."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = str(tmp_path / "shared")
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
+                      "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+    workers_ = [cli(f"{role}-x", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
+                for role in ("learner", "collector", "collector")]
+    assert coordinator.wait(120) == 0, coordinator.output()[-2000:]
+    assert re.search(r"^coordinator: solved: eval return", coordinator.output(), re.M)
+    for worker in workers_:
+        assert worker.wait(30) == 0, worker.output()[-2000:]
+        assert "coordinator let us go" in worker.output()
+
+
+def test_max_tasks_ends_a_worker(cluster):
+    collector = cluster.start("collector", "collector-once", "--max-tasks", "1")
+    cluster.start("learner", "learner-a")
+    assert collector.wait(60) == 0, collector.output()[-2000:]
+    assert "done 1 task(s), exiting" in collector.output()
+    eventually(lambda: workers(cluster, "collector")[0]["state"] == "gone", timeout=10, message="deregistered")

@@ -467,15 +467,20 @@ class Slave:
         return self._stop.is_set()
 
     def run(self) -> int:
-        """Take tasks until stopped (or ``max_tasks`` done); deregisters on the way out."""
+        """Take tasks until stopped (or ``max_tasks`` taken and done); deregisters on the way out.
+
+        ``max_tasks`` counts the tasks this loop takes; evaluations a collector runs between
+        two chunks of a task are part of that task."""
+        taken = 0
         try:
             while not self._stop.is_set():
                 task = self.inbox.get()
                 if task is None:
                     continue
+                taken += 1
                 self._run_task(task)
-                if self.max_tasks and self.tasks_done >= self.max_tasks:
-                    logger.info("%s: done %d task(s), exiting", self.kind, self.tasks_done)
+                if self.max_tasks and taken >= self.max_tasks:
+                    logger.info("%s: done %d task(s), exiting", self.kind, taken)
                     break
         finally:
             self.close()
