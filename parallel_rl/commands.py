@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 from .errors import ConfigError, ParallelRLError
 

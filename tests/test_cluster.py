@@ -124,7 +124,7 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
     eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="training")
     for pid in children + [run.pid]:
         expected = cpus[-1:] if role_of(pid) == "learner" else cpus[:-1]
-        eventually(lambda: sorted(os.sched_getaffinity(pid)) == expected, timeout=5,
+        eventually(lambda pid=pid, expected=expected: sorted(os.sched_getaffinity(pid)) == expected, timeout=5,
                    message=f"{role_of(pid) or 'launcher'} pinned to {expected}")
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130

@@ -20,7 +20,7 @@ def test_falls_back_to_sync_without_vector_entry_point(toy_env):
 def test_episode_bookkeeping_and_autoreset(toy_env):
     toy_env.reset()
     ones = np.ones(4, dtype=np.int64)
-    for t in range(4):
+    for _ in range(4):
         step = toy_env.step(ones)
         assert step.valid.all() and not step.done.any()
     step = toy_env.step(ones)  # 5th step ends every episode

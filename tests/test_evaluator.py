@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from parallel_rl.envs import EnvManager

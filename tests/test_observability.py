@@ -2,7 +2,6 @@
 import os
 import shutil
 
-import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
