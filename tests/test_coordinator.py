@@ -247,3 +247,19 @@ def test_coordinator_state_round_trip(coordinator_factory, slaves, tmp_path):
     assert [t.task_id for t in other.tasks.list()] == [t.task_id for t in coordinator.tasks.list()]
     assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id > other.tasks.list()[-2].task_id
     assert other.replay.sample(4, 2, 0)[0]["chunks"] == ["c-s"]
+
+
+def test_task_table_forgets_the_oldest_ended_tasks():
+    from parallel_rl.coordinator import TaskKind, TaskState, TaskTable
+
+    table = TaskTable(max_final=3)
+    live = table.create(TaskKind.LEARNER, {})
+    table.start(live, "learner-1")
+    ids = []
+    for _ in range(5):
+        task = table.create(TaskKind.COLLECTOR, {"env_steps": 1})
+        table.start(task, "collector-1")
+        table.end(task.task_id, TaskState.FINISHED)
+        ids.append(task.task_id)
+    assert [t.task_id for t in table.list()] == [live.task_id] + ids[-3:]
+    assert table.forgotten == 2 and table.counts()["collector"]["finished"] == 3

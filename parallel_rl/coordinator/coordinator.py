@@ -325,6 +325,7 @@ class Coordinator:
             self.eval_history.append({"t": round(self.uptime, 3), "policy_version": task.spec.get("policy_version"),
                                       "env_steps": self.env_steps, "train_iter": self.train_iter,
                                       "eval_return": mean})
+            del self.eval_history[:-10_000]
         stop_value = float(self.cfg.env.stop_value)
         logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
                     task.spec.get("policy_version"), mean, stop_value)
@@ -499,6 +500,7 @@ class Coordinator:
             "reason": self.reason,
             "workers": self.workers.counts(),
             "tasks": self.tasks.counts(),
+            "tasks_forgotten": self.tasks.forgotten,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "train_iter": self.train_iter,

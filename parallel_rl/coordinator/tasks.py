@@ -63,12 +63,18 @@ class Task:
 
 
 class TaskTable:
-    """Thread-safe table of tasks in creation order."""
+    """Thread-safe table of tasks in creation order.
 
-    def __init__(self):
+    A long run creates a task every few seconds forever: beyond ``max_final``
+    ended tasks, the oldest ended ones are forgotten (live tasks never are)."""
+
+    def __init__(self, max_final: int = 10_000):
         self._lock = threading.RLock()
         self._tasks: Dict[str, Task] = {}
         self._seq = itertools.count(1)
+        self.max_final = max_final
+        self._final = 0
+        self.forgotten = 0
 
     def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None) -> Task:
         with self._lock:
@@ -107,7 +113,17 @@ class TaskTable:
                 task.result = result
             if error is not None:
                 task.error = error
+            self._final += 1
+            if self._final > self.max_final:
+                self._forget_oldest_final()
             return task
+
+    def _forget_oldest_final(self) -> None:
+        excess = self._final - self.max_final
+        for task_id in [t.task_id for t in self._tasks.values() if t.state.is_final][:excess]:
+            del self._tasks[task_id]
+            self._final -= 1
+            self.forgotten += 1
 
     def update_progress(self, task_id: str, **progress: Any) -> None:
         with self._lock:
@@ -135,3 +151,4 @@ class TaskTable:
                 self._tasks[task.task_id] = task
                 top = max(top, int(task.task_id.rsplit("-", 1)[1]))
             self._seq = itertools.count(top + 1)
+            self._final = sum(t.state.is_final for t in self._tasks.values())
