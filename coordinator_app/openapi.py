@@ -122,7 +122,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
                              "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"}}}}}},
                          "responses": {"201": _json(_ref("Worker"), "registered"),
                                        "409": _json(_ref("Error"), "address already registered"),
-                                       "502": _json(_ref("Error"), "the slave could not be reached"),
+                                       "422": _json(_ref("Error"), "the slave cannot be reached or is not a parallel_rl worker"),
                                        **_errors("400", "401", "403", "404", "413")}}},
             "/{collection}/{worker_id}": {
                 "get": {"summary": "one worker", "parameters": [worker_collection, _path_param("worker_id")],

@@ -219,14 +219,14 @@ def test_adding_a_dead_or_garbage_slave_is_a_clear_error(coordinator_factory):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     response = api(server, "/collectors", method="POST", json={"address": dead})
-    assert response.status_code == 502
-    assert response.json()["error"]["code"] == "bad_gateway" and "cannot reach" in response.json()["error"]["message"]
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "unreachable" and "cannot reach" in response.json()["error"]["message"]
     garbage_app = Flask("garbage")
     garbage_app.add_url_rule("/slave/v1/health", "h", lambda: "<html>hello</html>")
     garbage = ServerThread(garbage_app).start()
     try:
         response = api(server, "/collectors", method="POST", json={"address": garbage.url})
-        assert response.status_code == 502 and "non-JSON" in response.json()["error"]["message"]
+        assert response.status_code == 422 and "non-JSON" in response.json()["error"]["message"]
     finally:
         garbage.close()
 

@@ -178,7 +178,7 @@ class Coordinator:
         try:
             health = client.get("/slave/v1/health")
         except ParallelRLError as exc:
-            raise ApiError(502, "bad_gateway", f"cannot reach a {kind} at {address}: {exc}") from None
+            raise ApiError(422, "unreachable", f"cannot reach a {kind} at {address}: {exc}") from None
         if not isinstance(health, dict) or health.get("kind") != kind:
             got = health.get("kind") if isinstance(health, dict) else type(health).__name__
             raise ApiError(400, "bad_request", f"{address} is a {got!r}, not a {kind}")
@@ -195,7 +195,7 @@ class Coordinator:
         except ParallelRLError as exc:
             with self._lock:
                 worker.state = WorkerState.GONE
-            raise ApiError(502, "bad_gateway", f"{kind} at {address} refused to connect: {exc}") from None
+            raise ApiError(422, "unreachable", f"{kind} at {address} refused to connect: {exc}") from None
         with self._lock:
             if worker.state == WorkerState.CONNECTING:
                 worker.state = WorkerState.IDLE
