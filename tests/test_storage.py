@@ -106,3 +106,14 @@ def test_atomic_save_npz_and_load(tmp_path):
     path = str(tmp_path / "x.npz")
     atomic_save_npz(path, {"a": np.arange(3)})
     assert load_npz(path)["a"].tolist() == [0, 1, 2]
+
+
+def test_stale_temp_file_from_a_crashed_writer_is_replaced(storage):
+    import threading
+
+    stale = os.path.join(storage.data_dir, f".tmp-{os.getpid()}-{threading.get_ident()}-c-stale.npz")
+    with open(stale, "wb") as f:
+        f.write(b"half")
+    storage.write_chunk("c-stale", {"x": np.arange(2)})
+    assert storage.read_chunk("c-stale")["x"].tolist() == [0, 1]
+    assert not os.path.exists(stale)
