@@ -53,6 +53,16 @@ class IBuffer(abc.ABC):
     @abc.abstractmethod
     def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]: ...
 
+    def _setup(self, cfg: Optional[Mapping], on_evict: Optional[Callable]) -> None:
+        """What every buffer's constructor does first: config over defaults, capacity, lock, rng."""
+        self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        self.capacity = int(self.cfg.replay_buffer_size)
+        if self.capacity <= 0:
+            raise ConfigError(f"replay_buffer_size must be > 0, got {self.capacity}")
+        self.on_evict = on_evict
+        self._lock = threading.RLock()
+        self._rng = np.random.default_rng(self.cfg.seed)
+
     def update(self, info: Mapping[str, np.ndarray]) -> None:
         """Priority feedback; buffers without priorities ignore it."""
 
@@ -139,13 +149,7 @@ class NaiveReplayBuffer(IBuffer):
         return EasyDict(type="naive", replay_buffer_size=20000, seed=0)
 
     def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
-        self.capacity = int(self.cfg.replay_buffer_size)
-        if self.capacity <= 0:
-            raise ConfigError(f"replay_buffer_size must be > 0, got {self.capacity}")
-        self.on_evict = on_evict
-        self._lock = threading.RLock()
-        self._rng = np.random.default_rng(self.cfg.seed)
+        self._setup(cfg, on_evict)
         self._columns: Columns = {}
         self._uid = np.full(self.capacity, -1, dtype=np.int64)
         self._valid = np.zeros(self.capacity, dtype=bool)
@@ -403,13 +407,7 @@ class EpisodeReplayBuffer(IBuffer):
         return EasyDict(type="episode", replay_buffer_size=1000, seed=0)
 
     def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
-        self.capacity = int(self.cfg.replay_buffer_size)
-        if self.capacity <= 0:
-            raise ConfigError(f"replay_buffer_size must be > 0, got {self.capacity}")
-        self.on_evict = on_evict
-        self._lock = threading.RLock()
-        self._rng = np.random.default_rng(self.cfg.seed)
+        self._setup(cfg, on_evict)
         self._episodes: List[Columns] = []
         self._next = 0
         self.pushed = self.sampled = self.evicted = 0

@@ -70,21 +70,37 @@ class ISerialCollector(abc.ABC):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sample")
 
+    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float):
+        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions."""
+        self.cfg = cfg
+        self._gamma = discount_factor
+        self._policy = policy
+        self._env: Optional[EnvManager] = None
+        self.envstep = 0
+        self.last_stats = CollectStats()
+        self.reset_env(env)
+
     @abc.abstractmethod
     def collect(self, *args, **kwargs): ...
 
     @abc.abstractmethod
     def reset_env(self, env: Optional[EnvManager] = None) -> None: ...
 
-    @abc.abstractmethod
-    def reset_policy(self, policy=None) -> None: ...
+    def reset_policy(self, policy=None) -> None:
+        if policy is not None:
+            self._policy = policy
 
     def reset(self, policy=None, env: Optional[EnvManager] = None) -> None:
         self.reset_env(env)
         self.reset_policy(policy)
 
-    @abc.abstractmethod
-    def close(self) -> None: ...
+    @property
+    def env(self) -> EnvManager:
+        return self._env
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
 
 
 class _NStepBuilder:
@@ -174,16 +190,10 @@ class SampleSerialCollector(ISerialCollector):
         nstep: int = 1,
         discount_factor: float = 0.99,
     ):
-        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions."""
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
-        self.cfg = cfg
-        self._nstep, self._gamma = nstep, discount_factor
-        self._policy = policy
-        self._env: Optional[EnvManager] = None
-        self.envstep = 0
-        self.last_stats = CollectStats()
-        self.reset_env(env)
+        self._nstep = nstep
+        super().__init__(cfg, env, policy, discount_factor)
 
     def reset_env(self, env: Optional[EnvManager] = None) -> None:
         if env is not None:
@@ -191,14 +201,6 @@ class SampleSerialCollector(ISerialCollector):
         self._env.reset()
         self._builder = _NStepBuilder(self._nstep, self._gamma)
         self._ready: Columns = {}
-
-    def reset_policy(self, policy=None) -> None:
-        if policy is not None:
-            self._policy = policy
-
-    @property
-    def env(self) -> EnvManager:
-        return self._env
 
     def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> Columns:
         """Run the envs until ``n_sample`` transitions are ready; return exactly that many.
@@ -237,10 +239,6 @@ class SampleSerialCollector(ISerialCollector):
         self.last_stats = stats
         return data
 
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
-
 
 class EpisodeSerialCollector(ISerialCollector):
     """Collects exactly ``n_episode`` whole episodes (1-step transitions) per call."""
@@ -250,13 +248,7 @@ class EpisodeSerialCollector(ISerialCollector):
         return EasyDict(type="episode")
 
     def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float = 0.99):
-        self.cfg = cfg
-        self._gamma = discount_factor
-        self._policy = policy
-        self._env: Optional[EnvManager] = None
-        self.envstep = 0
-        self.last_stats = CollectStats()
-        self.reset_env(env)
+        super().__init__(cfg, env, policy, discount_factor)
 
     def reset_env(self, env: Optional[EnvManager] = None) -> None:
         if env is not None:
@@ -264,10 +256,6 @@ class EpisodeSerialCollector(ISerialCollector):
         self._env.reset()
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
-
-    def reset_policy(self, policy=None) -> None:
-        if policy is not None:
-            self._policy = policy
 
     def collect(self, n_episode: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> List[Columns]:
         if n_episode <= 0:
@@ -305,10 +293,6 @@ class EpisodeSerialCollector(ISerialCollector):
         stats.duration = time.perf_counter() - start
         self.last_stats = stats
         return episodes
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
 
 
 COLLECTOR_REGISTRY.register("sample", SampleSerialCollector)
