@@ -29,6 +29,17 @@ def require_read_token() -> None:
         check_token(current_app.config.get("CLUSTER_TOKEN"))
 
 
+def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):
+    """A waitress server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
+
+    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
+    from parallel_rl.interaction.http import ServerThread
+
+    server = ServerThread(create_app(coordinator), host, port, threads=16, name="coordinator")
+    coordinator.advertise_url = advertise or coordinator.advertise_url or server.url
+    return server
+
+
 def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None) -> Flask:
     app = Flask("parallel_rl.coordinator", static_folder=None)
     max_body = 4 * 1024 * 1024

@@ -92,7 +92,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
     from .config import load_config
     from .entry.serial import serial_pipeline
     from .progress import ProgressReporter
-    from .runtime import setup_process
+    from .runtime import outcome_exit_code, setup_process
 
     cfg = load_config(args.config, args.overrides)
     setup_process(cfg)
@@ -106,10 +106,10 @@ def cmd_serial(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     print(result.summary(), flush=True)
-    if result.solved or cfg.env.stop_value == float("inf"):  # no stop value: the budget was the goal
-        return 0
-    print(f"parallel-rl serial: {result.reason} before reaching the stop value", file=sys.stderr)
-    return 3
+    code = outcome_exit_code("solved" if result.solved else "stopped", cfg.env.stop_value)
+    if code:
+        print(f"parallel-rl serial: {result.reason} before reaching the stop value", file=sys.stderr)
+    return code
 
 
 def _dispatch(args: argparse.Namespace) -> int:

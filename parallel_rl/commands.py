@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -20,6 +19,11 @@ def _load(args: argparse.Namespace):
     from .config import load_config
 
     return load_config(getattr(args, "config", None), getattr(args, "overrides", []))
+
+
+def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
+    """(host, port) of the coordinator's REST API: the command line over the config."""
+    return args.host or cfg.parallel.coordinator.host, cfg.parallel.coordinator.port if args.port is None else args.port
 
 
 def _on_signals(callback) -> None:
@@ -39,17 +43,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     setup_process(cfg, need_torch=False)
-    host = args.host or cfg.parallel.coordinator.host
-    port = cfg.parallel.coordinator.port if args.port is None else args.port
+    host, port = _coordinator_address(args, cfg)
     return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides)
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from coordinator_app import create_app
+    from coordinator_app import serve_coordinator
 
-    from .coordinator import Coordinator, CoordinatorState
-    from .interaction.http import ServerThread, new_token, token_from_env
-    from .runtime import experiment_dir, setup_process
+    from .coordinator import Coordinator
+    from .interaction.http import new_token, token_from_env
+    from .runtime import outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage
 
     cfg = _load(args)
@@ -58,12 +61,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if not token:
         token = new_token()
         print(f"coordinator: PARALLEL_RL_TOKEN was not set; workers must use this one: {token}", flush=True)
-    root = args.shared_dir or cfg.parallel.shared_dir or os.path.join(experiment_dir(cfg), "shared")
-    coordinator = Coordinator(cfg, SharedStorage(root), token)
-    host = args.host or cfg.parallel.coordinator.host
-    port = cfg.parallel.coordinator.port if args.port is None else args.port
-    server = ServerThread(create_app(coordinator), host, port, threads=16, name="coordinator")
-    coordinator.advertise_url = args.advertise or coordinator.advertise_url or server.url
+    coordinator = Coordinator(cfg, SharedStorage(shared_root(cfg, args.shared_dir)), token)
+    server = serve_coordinator(coordinator, *_coordinator_address(args, cfg), advertise=args.advertise)
     server.start()
     coordinator.start()
     print(f"REST API: {server.url}/api/v1", flush=True)
@@ -83,11 +82,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         print(f"coordinator: stopped by {interrupted[0]}", flush=True)
         return 0
     print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
-    if coordinator.state == CoordinatorState.SOLVED:
-        return 0
-    if coordinator.state == CoordinatorState.STOPPED:
-        return 0 if cfg.env.stop_value == float("inf") else 3
-    return 1
+    return outcome_exit_code(coordinator.state, cfg.env.stop_value)
 
 
 def cmd_slave(args: argparse.Namespace) -> int:

@@ -46,9 +46,3 @@ class RemoteError(ProtocolError):
         self.status = status
         self.code = code
         self.message = message
-
-
-class BudgetExhausted(ParallelRLError):
-    """Training stopped on a budget (env steps, iterations, time) before the stop value."""
-
-    exit_code = 3

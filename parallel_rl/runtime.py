@@ -39,6 +39,23 @@ def experiment_dir(cfg) -> str:
     return os.path.abspath(cfg.exp_name)
 
 
+def shared_root(cfg, override: str | None = None) -> str:
+    """The shared filesystem root: ``--shared-dir``, else ``parallel.shared_dir``, else <exp_name>/shared."""
+    return override or cfg.parallel.shared_dir or os.path.join(experiment_dir(cfg), "shared")
+
+
+def outcome_exit_code(outcome: str, stop_value: float) -> int:
+    """The CLI's exit code for how training ended ("solved", "stopped" on a budget, anything else a failure).
+
+    A budget is the goal (exit 0) only when there is no stop value (``env.stop_value = inf``); otherwise it
+    ran out before the stop value (exit 3)."""
+    if outcome == "solved":
+        return 0
+    if outcome == "stopped":
+        return 0 if stop_value == float("inf") else 3
+    return 1
+
+
 def set_torch_threads(n: int) -> None:
     import torch
 

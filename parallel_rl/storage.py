@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _POLICY_RE = re.compile(r"^policy_(\d{9,})\.pt$")
 _LEARNER_RE = re.compile(r"^learner_(\d{9,})\.pt$")
+_CHUNK_RE = re.compile(r"^.+\.npz$")
 
 
 def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
@@ -53,6 +54,15 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _unlink(path: str) -> bool:
+    """Remove ``path``; False when it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -122,11 +132,7 @@ class SharedStorage:
         return load_npz(self.chunk_path(name))
 
     def delete_chunk(self, name: str) -> bool:
-        try:
-            os.unlink(self.chunk_path(name))
-            return True
-        except FileNotFoundError:
-            return False
+        return _unlink(self.chunk_path(name))
 
     def list_chunks(self) -> List[str]:
         return sorted(f[:-4] for f in os.listdir(self.data_dir) if f.endswith(".npz") and not f.startswith("."))
@@ -179,16 +185,11 @@ class SharedStorage:
     def reset(self) -> int:
         """Remove every file of ours (chunks, checkpoints, temp files) for a fresh run; returns the count."""
         removed = 0
-        for directory, pattern in ((self.data_dir, re.compile(r"^(\.tmp-.*|.*\.npz)$")),
-                                   (self.policy_dir, re.compile(r"^(\.tmp-.*|policy_\d+\.pt)$")),
-                                   (self.learner_dir, re.compile(r"^(\.tmp-.*|learner_\d+\.pt)$"))):
+        for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
+                                   (self.learner_dir, _LEARNER_RE)):
             for name in os.listdir(directory):
-                if pattern.match(name):
-                    try:
-                        os.unlink(os.path.join(directory, name))
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
+                if name.startswith(".tmp-") or pattern.match(name):
+                    removed += _unlink(os.path.join(directory, name))
         return removed
 
     def prune_checkpoints(self, keep: int) -> int:
@@ -200,11 +201,7 @@ class SharedStorage:
         ):
             versions = self._versions(directory, pattern)
             for version in versions[: max(0, len(versions) - keep)]:
-                try:
-                    os.unlink(path_of(version))
-                    removed += 1
-                except FileNotFoundError:
-                    pass
+                removed += _unlink(path_of(version))
         return removed
 
 

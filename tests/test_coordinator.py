@@ -123,7 +123,7 @@ def test_eval_reaching_stop_value_solves(coordinator_factory, slaves):
     learner.send_metadata({"type": "policy", "version": 0}, urgent=True)
     learner.outbox.flush(5)
     # the scripted collector is busy collecting, so the evaluator task waits in its inbox
-    evaluator = eventually(lambda: collector.inbox.take("evaluator"), message="evaluator task")
+    evaluator = eventually(lambda: collector.inbox.take(lambda t: t.kind == "evaluator"), message="evaluator task")
     assert evaluator.spec == {"policy_version": 0, "n_episode": 2}
     collector.report_end(evaluator, "task_done", {"eval_episode_return_mean": 4.0, "episodes": 2})
     assert coordinator.done_event.wait(5)

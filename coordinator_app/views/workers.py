@@ -34,11 +34,7 @@ def add_worker(collection: str):
 
 @bp.get("/<collection>/<worker_id>")
 def get_worker(collection: str, worker_id: str):
-    kind = _kind(collection)
-    worker = get_coordinator().workers.get(worker_id)
-    if worker is None or worker.kind != kind:
-        raise ApiError(404, "not_found", f"no {kind} {worker_id!r}")
-    return jsonify(worker.to_dict())
+    return jsonify(get_coordinator().get_worker(worker_id, _kind(collection)).to_dict())
 
 
 @bp.delete("/<collection>/<worker_id>")

@@ -80,7 +80,7 @@ class SoloCommander:
 
     def _eval_worker(self) -> Optional[Worker]:
         candidates = [w for w in self.coordinator.workers.list("collector") if w.assignable and w.eval_task is None]
-        # prefer the collector that evaluated least recently (spreads the cost)
+        # spread evaluations: prefer the collector that has finished the fewest tasks
         return min(candidates, key=lambda w: w.tasks_done, default=None)
 
     def _schedule_eval(self) -> None:

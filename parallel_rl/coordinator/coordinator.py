@@ -80,7 +80,6 @@ class Coordinator:
         self.best_eval_return = math.nan
         self.eval_history: List[Dict[str, Any]] = []
         self.throughput_history: List[Dict[str, Any]] = []
-        self.messages_handled = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "Coordinator":
@@ -163,10 +162,6 @@ class Coordinator:
     def uptime(self) -> float:
         return time.monotonic() - self._t0
 
-    @property
-    def public_url(self) -> Optional[str]:
-        return self.advertise_url
-
     # ---- membership --------------------------------------------------------------------
     def add_worker(self, kind: str, address: Any) -> Worker:
         """Connect to a running slave at ``address`` and register it (409 if already registered)."""
@@ -186,8 +181,8 @@ class Coordinator:
         try:
             client.post("/slave/v1/connect", {
                 "worker_id": worker.worker_id,
-                "coordinator": self.public_url,
-                "config": _jsonable(self.cfg),
+                "coordinator": self.advertise_url,
+                "config": self.cfg,
                 "shared_dir": self.storage.root,
                 "heartbeat_interval": float(wcfg.heartbeat_interval),
                 "heartbeat_ttl": float(self.cfg.parallel.coordinator.heartbeat_ttl),
@@ -209,15 +204,20 @@ class Coordinator:
             raise ApiError(404, "not_found", f"worker {worker_id!r} is not registered (register again)")
         return worker
 
-    def remove_worker(self, worker_id: str, kind: Optional[str] = None, reason: str = "removed") -> Worker:
-        """Deregister: no new tasks; a running task is asked to wrap up (its data stays)."""
+    def get_worker(self, worker_id: str, kind: Optional[str] = None) -> Worker:
+        """The worker (of ``kind``, when given), or 404."""
         worker = self.workers.get(worker_id)
         if worker is None or (kind is not None and worker.kind != kind):
             raise ApiError(404, "not_found", f"no {kind or 'worker'} {worker_id!r}")
+        return worker
+
+    def remove_worker(self, worker_id: str, kind: Optional[str] = None, reason: str = "removed") -> Worker:
+        """Deregister: no new tasks; a running task is asked to wrap up (its data stays)."""
+        worker = self.get_worker(worker_id, kind)
         if not worker.state.active:
             raise ApiError(409, "conflict", f"{worker_id} is already {worker.state.value}")
         with self._lock:
-            running = [t for t in (worker.current_task, worker.eval_task) if t]
+            running = worker.running_tasks
             worker.state = WorkerState.LEAVING if running else WorkerState.GONE
         logger.info("coordinator: removing %s (%s); running tasks: %s", worker_id, reason, running or "none")
         for task_id in running:
@@ -233,11 +233,9 @@ class Coordinator:
 
     def deregister(self, worker_id: str, kind: Optional[str] = None) -> Worker:
         """A slave leaving on its own (SIGTERM): it reported its tasks already."""
-        worker = self.workers.get(worker_id)
-        if worker is None or (kind is not None and worker.kind != kind):
-            raise ApiError(404, "not_found", f"no {kind or 'worker'} {worker_id!r}")
+        worker = self.get_worker(worker_id, kind)
         with self._lock:
-            running = [t for t in (worker.current_task, worker.eval_task) if t]
+            running = worker.running_tasks
             worker.state = WorkerState.GONE
         for task_id in running:
             self._end_task(task_id, TaskState.CANCELLED, error=f"{worker_id} left")
@@ -258,7 +256,7 @@ class Coordinator:
             if not worker.state.active:
                 return
             worker.state = WorkerState.LOST
-            running = [t for t in (worker.current_task, worker.eval_task) if t]
+            running = worker.running_tasks
         logger.warning("coordinator: %s at %s lost (%s); failing %s", worker.worker_id, worker.address, reason,
                        running or "no task")
         for task_id in running:
@@ -302,7 +300,7 @@ class Coordinator:
                     if worker.state == WorkerState.BUSY:
                         worker.state = WorkerState.IDLE
                 worker.tasks_done += 1
-                leaving_done = worker.state == WorkerState.LEAVING and not (worker.current_task or worker.eval_task)
+                leaving_done = worker.state == WorkerState.LEAVING and not worker.running_tasks
             else:
                 leaving_done = False
         log = logger.info if state != TaskState.FINISHED or task.kind == TaskKind.LEARNER else logger.debug
@@ -351,7 +349,6 @@ class Coordinator:
                 handler(self, worker, msg)
             except (KeyError, TypeError, ValueError) as exc:
                 raise ApiError(400, "bad_request", f"bad {msg['type']!r} message: {type(exc).__name__}: {exc}") from None
-        self.messages_handled += len(messages)
         if wait_for_allowance > 0:
             self.wait_for_allowance(wait_for_allowance)
         return self.control_for(worker)
@@ -486,7 +483,7 @@ class Coordinator:
             if self.system_shutdown_flag or self.replay.count() < min_size:
                 return 0
             if ratio > 0:
-                return max(0, int(ratio * self.replay.buffer.stats().pushed) - self.replay.batches_served)
+                return max(0, int(ratio * self.replay.buffer.pushed) - self.replay.batches_served)
             return batches
 
         self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
@@ -549,11 +546,3 @@ class Coordinator:
 
 def _num(x: float) -> Optional[float]:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def _jsonable(cfg: Any) -> Any:
-    if isinstance(cfg, dict):
-        return {str(k): _jsonable(v) for k, v in cfg.items()}
-    if isinstance(cfg, (list, tuple)):
-        return [_jsonable(v) for v in cfg]
-    return cfg

@@ -46,6 +46,11 @@ class Worker:
     tasks_done: int = 0
 
     @property
+    def running_tasks(self) -> List[str]:
+        """Ids of the tasks this worker runs now (a collector may run an evaluation inside a collection)."""
+        return [t for t in (self.current_task, self.eval_task) if t]
+
+    @property
     def assignable(self) -> bool:
         return self.state in (WorkerState.IDLE, WorkerState.BUSY)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -487,6 +487,3 @@ def create_buffer(cfg: Mapping, on_evict: Optional[Callable[[Columns], None]] = 
     """Build the buffer named by ``cfg.type`` (``naive``, ``advanced``, ``episode`` or a registered one)."""
     return BUFFER_REGISTRY.build(cfg.get("type", "advanced"), cfg, on_evict=on_evict)
 
-
-def stats_dict(buffer: IBuffer) -> dict:
-    return asdict(buffer.stats())

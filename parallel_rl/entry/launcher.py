@@ -24,9 +24,9 @@ from typing import Deque, List, Optional
 from easydict import EasyDict
 
 from ..coordinator import Coordinator, CoordinatorState
-from ..interaction.http import TOKEN_ENV, ServerThread, new_token
+from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
-from ..runtime import experiment_dir, pin_process
+from ..runtime import outcome_exit_code, pin_process, shared_root
 from ..storage import SharedStorage
 
 logger = logging.getLogger(__name__)
@@ -67,17 +67,14 @@ class LocalCluster:
         self.config_path, self.overrides = config_path, list(overrides or [])
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
-        root = shared_dir or cfg.parallel.shared_dir or os.path.join(experiment_dir(cfg), "shared")
-        self.storage = SharedStorage(root)
+        self.storage = SharedStorage(shared_root(cfg, shared_dir))
         removed = self.storage.reset()
         if removed:
             logger.info("launcher: removed %d file(s) of an earlier run from %s", removed, self.storage.root)
         self.coordinator = Coordinator(cfg, self.storage, self.token)
-        from coordinator_app import create_app
+        from coordinator_app import serve_coordinator
 
-        self.server = ServerThread(create_app(self.coordinator), host, port, threads=16, name="coordinator")
-        if not self.coordinator.advertise_url:
-            self.coordinator.advertise_url = self.server.url
+        self.server = serve_coordinator(self.coordinator, host, port)
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
         self._reported_dead: set = set()
@@ -177,17 +174,14 @@ class LocalCluster:
         if self.interrupted:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
             return 130
-        if c.state == CoordinatorState.SOLVED:
-            print(f"solved: {c.reason}; {summary}", flush=True)
-            return 0
-        if c.state == CoordinatorState.STOPPED:
-            print(f"stopped: {c.reason}; {summary}", flush=True)
-            if self.cfg.env.stop_value == float("inf"):
-                return 0
-            print(f"parallel-rl run: {c.reason} before reaching the stop value", file=sys.stderr)
-            return 3
-        print(f"parallel-rl run: failed: {c.reason}", file=sys.stderr)
-        return 1
+        code = outcome_exit_code(c.state, self.cfg.env.stop_value)
+        if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
+            print(f"{c.state}: {c.reason}; {summary}", flush=True)
+            if code:
+                print(f"parallel-rl run: {c.reason} before reaching the stop value", file=sys.stderr)
+        else:
+            print(f"parallel-rl run: failed: {c.reason}", file=sys.stderr)
+        return code
 
     def shutdown(self, grace: float = 5.0) -> None:
         """Tell workers to stop, then terminate and kill whatever is left; close the server."""

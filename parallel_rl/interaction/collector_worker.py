@@ -73,7 +73,7 @@ class FlaskFileSystemCollector(Slave):
     def refresh_policy(self) -> None:
         """Load the newest policy the coordinator announced (bounded delay: one outbox round trip)."""
         wanted = int(self.control.get("policy_version", -1))
-        if wanted > self.collector.policy_version and self.collector.update_policy(wanted):
+        if self.collector.update_policy(wanted):  # False unless newer and on the disk
             logger.debug("collector %s: policy version %d", self.worker_id, wanted)
 
     # ---- tasks ----------------------------------------------------------------------------
@@ -93,7 +93,7 @@ class FlaskFileSystemCollector(Slave):
     def _run_waiting_evals(self) -> None:
         """Evaluator tasks preempt collection between two chunks."""
         while True:
-            task = self.inbox.take("evaluator")
+            task = self.inbox.take(lambda t: t.kind == "evaluator")
             if task is None:
                 return
             self._run_task(task)
@@ -173,8 +173,9 @@ class FlaskFileSystemCollector(Slave):
             returns += chunk_returns
         self._run_waiting_evals()
         elapsed = time.monotonic() - task_started
+        mean_return = float(np.mean(returns)) if returns else None
         self.tb.scalars(self.collector.envstep, "collector/", env_steps_per_second=steps / elapsed if elapsed else 0.0,
-                        mean_return=float(np.mean(returns)) if returns else None)
+                        mean_return=mean_return)
         return {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
-                "mean_return": float(np.mean(returns)) if returns else None,
+                "mean_return": mean_return,
                 "policy_version": self.collector.policy_version, "completed": steps >= target}

@@ -47,7 +47,6 @@ class RowStore:
         self._columns: Dict[str, np.ndarray] = {}
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
-        self.loads = 0
 
     def _slot(self, name: str) -> int:
         """The chunk's slot (loading the file on a miss), or -1 when the file is gone."""
@@ -70,7 +69,6 @@ class RowStore:
         for k, v in cols.items():
             self._columns[k][base:base + n] = v
         self._lru[name] = slot
-        self.loads += 1
         return slot
 
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):

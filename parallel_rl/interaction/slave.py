@@ -59,11 +59,11 @@ class TaskInbox:
             self._cond.wait_for(lambda: self._tasks or self._closed, timeout=timeout)
             return self._tasks.popleft() if self._tasks else None
 
-    def take(self, kind: str) -> Optional[SlaveTask]:
-        """Pop the first waiting task of ``kind`` without blocking."""
+    def take(self, match: Callable[[SlaveTask], bool]) -> Optional[SlaveTask]:
+        """Pop the first waiting task ``match`` accepts, without blocking."""
         with self._cond:
             for task in self._tasks:
-                if task.kind == kind:
+                if match(task):
                     self._tasks.remove(task)
                     return task
             return None
@@ -159,10 +159,6 @@ class Outbox:
             self._urgent = True
             self._cond.notify_all()
             return self._cond.wait_for(lambda: not self._messages and not self._in_flight, timeout=timeout)
-
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._messages)
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
@@ -277,15 +273,20 @@ class Slave:
         with self._lock:
             task = self._running.get(task_id)
         if task is None:
-            for waiting in self.inbox.drain():
-                if waiting.task_id == task_id:
-                    task = waiting
-                    self.report_end(waiting, "task_cancelled", {}, error="stopped before it started")
-                else:
-                    self.inbox.put(waiting)
+            task = self.inbox.take(lambda t: t.task_id == task_id)
+            if task is not None:
+                self.report_end(task, "task_cancelled", {}, error="stopped before it started")
             return task is not None
         task.stop.set()
         return True
+
+    def _stop_running_tasks(self) -> List[SlaveTask]:
+        """Ask every running task to wrap up; returns them."""
+        with self._lock:
+            running = list(self._running.values())
+        for task in running:
+            task.stop.set()
+        return running
 
     def on_connect(self, worker_id: str, config: dict, coordinator: Optional[str], shared_dir: Optional[str],
                    heartbeat_interval: float, heartbeat_ttl: float) -> None:
@@ -328,10 +329,7 @@ class Slave:
         threading.Thread(target=self._release, args=(reason,), name=f"{self.kind}-release", daemon=True).start()
 
     def _release(self, reason: str) -> None:
-        with self._lock:
-            running = list(self._running.values())
-        for task in running:
-            task.stop.set()
+        running = self._stop_running_tasks()
         if reason != "re-register":
             # let the running tasks report how they ended before we forget our worker id
             with self._tasks_changed:
@@ -365,10 +363,7 @@ class Slave:
     def on_control(self, control: Dict[str, Any]) -> None:
         self.control = control
         if control.get("stop"):
-            with self._lock:
-                running = list(self._running.values())
-            for task in running:
-                task.stop.set()
+            self._stop_running_tasks()
 
     def teardown(self) -> None:
         """Free the algorithm objects (envs, models)."""
@@ -456,10 +451,7 @@ class Slave:
     def request_stop(self) -> None:
         """Finish the running task early, deregister and return from :meth:`run`."""
         self._stop.set()
-        with self._lock:
-            running = list(self._running.values())
-        for task in running:
-            task.stop.set()
+        self._stop_running_tasks()
         self.inbox.close()
 
     @property

@@ -9,7 +9,6 @@ a separate env set. The process shell is
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -36,7 +35,6 @@ class ZerglingParallelCollector:
         self._seed = seed
         self._eval_policy = None
         self._evaluator: Optional[InteractionSerialEvaluator] = None
-        self.policy_loaded_at: Dict[int, float] = {}
 
     @property
     def envstep(self) -> int:
@@ -57,7 +55,6 @@ class ZerglingParallelCollector:
             return False
         self.policy.load_model_state_dict(state)
         self.policy_version = version
-        self.policy_loaded_at[version] = time.time()
         return True
 
     def collect(self, n_sample: int, eps: float) -> Tuple[Dict[str, np.ndarray], CollectStats]:
