@@ -31,6 +31,9 @@ class ScriptedSlave(Slave):
         return super().stop_task(task_id)
 
     def execute(self, task: SlaveTask):
+        import torch
+
+        self.torch_threads = torch.get_num_threads()  # as the task's thread sees it
         self.received.append(task)
         release = self.finish.setdefault(task.task_id, threading.Event())
         self.got_task.set()
@@ -263,3 +266,11 @@ def test_task_table_forgets_the_oldest_ended_tasks():
         ids.append(task.task_id)
     assert [t.task_id for t in table.list()] == [live.task_id] + ids[-3:]
     assert table.forgotten == 2 and table.counts()["collector"]["finished"] == 3
+
+
+def test_workers_take_torch_threads_from_the_coordinators_config(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory()
+    coordinator.cfg.system.torch_num_threads = 3  # what the coordinator sends on connect (not a default)
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    assert collector.torch_threads == 3

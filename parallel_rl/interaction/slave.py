@@ -26,6 +26,7 @@ from easydict import EasyDict
 from flask import Flask, jsonify
 
 from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
+from ..runtime import set_torch_threads
 from ..storage import SharedStorage
 from .http import ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors, json_body
 
@@ -479,6 +480,8 @@ class Slave:
         return 1 if self.fatal_error else 0
 
     def _run_task(self, task: SlaveTask) -> None:
+        # torch's thread count is per thread: set it here, where tasks run, from the coordinator's config
+        set_torch_threads(self.cfg.system.torch_num_threads)
         with self._lock:
             self._running[task.task_id] = task
         (logger.info if task.kind == "learner" else logger.debug)(
