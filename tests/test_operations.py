@@ -1,6 +1,5 @@
 """Operating a cluster whose roles run as separate processes (the docker-compose way)."""
 import json
-import os
 import re
 import signal
 import socket
@@ -8,6 +7,7 @@ import socket
 import pytest
 import requests
 
+from parallel_rl.storage import SharedStorage
 from tests.conftest import eventually
 from tests.test_cluster import TOY_CONFIG
 
@@ -54,7 +54,9 @@ def test_new_learner_resumes_from_the_latest_checkpoint(cluster):
                         message="learner task failed after the TTL")
     assert "learner-1 lost" in failed[0]["error"]
     assert workers(cluster, "learner")[0]["state"] == "lost"
-    saved = max(int(f[8:17]) for f in os.listdir(os.path.join(cluster.coordinator_shared, "learner")))
+    # ask the storage module, as the new learner will (a learner killed mid-write can leave a .tmp- file)
+    saved = SharedStorage(cluster.coordinator_shared).latest_learner_version()
+    assert saved is not None
     buffer_before = cluster.get("/buffers")["buffers"][0]["size"]
     cluster.start("learner", "learner-b")
     resumed = eventually(lambda: [t for t in cluster.get("/tasks?kind=learner&state=running")["tasks"]], timeout=60,
