@@ -274,3 +274,20 @@ def test_workers_take_torch_threads_from_the_coordinators_config(coordinator_fac
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     assert collector.torch_threads == 3
+
+
+def test_let_go_while_registering_is_a_normal_end(coordinator_factory):
+    """Training ended just as a worker joined: the coordinator adopts it and lets it go at once."""
+
+    class LetGoAtOnce(ScriptedSlave):
+        def on_connect(self, *args):
+            super().on_connect(*args)
+            self._release("training ended")  # what /disconnect runs, done before registration returns
+
+    coordinator, server = coordinator_factory()
+    slave = LetGoAtOnce("collector", server.url)
+    try:
+        slave.start()  # used to raise "registered ... but it never connected back"
+        assert slave.stopping and slave.fatal_error is None
+    finally:
+        slave.close()

@@ -200,6 +200,8 @@ class Slave:
         self.tasks_done = 0
         self.control: Dict[str, Any] = {}
         self.connected = threading.Event()
+        # set once the coordinator answered a registration: adopted us (connect) or let us go (release)
+        self._answered = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._tasks_changed = threading.Condition(self._lock)  # notified when a task ends
@@ -322,6 +324,7 @@ class Slave:
                                                           daemon=True)
                 self._heartbeat_thread.start()
         self.connected.set()
+        self._answered.set()
         logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
 
     def on_disconnect(self, reason: str) -> None:
@@ -341,6 +344,7 @@ class Slave:
         with self._lock:
             self.worker_id = None
         self.connected.clear()
+        self._answered.set()
         for task in self.inbox.drain():
             logger.info("%s: dropping queued %s", self.kind, task.task_id)
         self.on_released(reason)
@@ -397,6 +401,7 @@ class Slave:
     def register(self, deadline_seconds: float = 60.0) -> None:
         """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
         client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout + 5, max_retries=0)
+        self._answered.clear()
         deadline = time.monotonic() + deadline_seconds
         delay = 0.05
         while True:
@@ -409,7 +414,8 @@ class Slave:
                         f"coordinator {self.coordinator_url} unreachable for {deadline_seconds:g}s: {exc}") from None
                 self._stop.wait(delay)
                 delay = min(delay * 2, 1.0)
-        if not self.connected.wait(self.request_timeout):
+        # released right after being adopted (training ended as we joined) is a normal end, not an error
+        if not self._answered.wait(self.request_timeout):
             raise PeerUnavailableError(f"registered at {self.coordinator_url} but it never connected back")
 
     def _heartbeat_loop(self) -> None:
