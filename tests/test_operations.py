@@ -145,13 +145,20 @@ def test_role_processes_solve_and_all_exit_zero(cli, tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     shared = str(tmp_path / "shared")
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
-                      "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
-    url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
-    workers_ = [cli(f"{role}-x", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
-                for role in ("learner", "collector", "collector")]
+    port = str(free_port())
+    url = f"http://127.0.0.1:{port}"
+    # workers first: they wait for the coordinator (as compose replicas may), so every one of them joins
+    # before the run can be solved
+    workers_ = [cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
+                for i, role in enumerate(("learner", "collector", "collector"))]
+    for worker in workers_:
+        worker.wait_line(r"serving on http://")
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port, "--shared-dir", shared,
+                      "--set", f"exp_name={tmp_path / 'exp'}", "--set", "parallel.commander.eval_freq=200",
+                      env=ENV)
     assert coordinator.wait(120) == 0, coordinator.output()[-2000:]
     assert re.search(r"^coordinator: solved: eval return", coordinator.output(), re.M)
+    assert len(re.findall(r"registered (learner|collector)-\d", coordinator.output())) == 3
     for worker in workers_:
         assert worker.wait(30) == 0, worker.output()[-2000:]
         assert "coordinator let us go" in worker.output()
