@@ -71,6 +71,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                "worker_id": {"type": "string"},
                                "kind": {"type": "string", "enum": ["collector", "learner"]},
                                "address": {"type": "string"},
+                               "pid": {"type": "integer", "nullable": True},
                                "state": {"type": "string",
                                          "enum": ["connecting", "idle", "busy", "leaving", "lost", "gone"]},
                                "current_task": {"type": "string", "nullable": True},

@@ -178,6 +178,7 @@ class Coordinator:
             got = health.get("kind") if isinstance(health, dict) else type(health).__name__
             raise ApiError(400, "bad_request", f"{address} is a {got!r}, not a {kind}")
         worker = self.workers.register(kind, address, client)
+        worker.pid = health.get("pid") if isinstance(health.get("pid"), int) else None
         try:
             client.post("/slave/v1/connect", {
                 "worker_id": worker.worker_id,
@@ -262,6 +263,13 @@ class Coordinator:
         for task_id in running:
             self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} lost: {reason}")
         self.kick()
+
+    def process_exited(self, pid: int, reason: str) -> Optional[Worker]:
+        """A launcher saw the worker process ``pid`` (on this host) die: mark it lost now, not at lease expiry."""
+        worker = next((w for w in self.workers.list(active_only=True) if w.pid == pid), None)
+        if worker is not None:
+            self.mark_lost(worker, reason)
+        return worker
 
     # ---- tasks ----------------------------------------------------------------------------
     def assign(self, task: Task, worker: Worker) -> bool:

@@ -44,6 +44,7 @@ class Worker:
     train_iter: int = 0
     policy_version: int = -1
     tasks_done: int = 0
+    pid: Optional[int] = None  # the slave's process id on its own host, from its health answer
 
     @property
     def running_tasks(self) -> List[str]:
@@ -59,6 +60,7 @@ class Worker:
             "worker_id": self.worker_id,
             "kind": self.kind,
             "address": self.address,
+            "pid": self.pid,
             "state": self.state.value,
             "current_task": self.current_task,
             "registered_at": self.registered_at,

@@ -129,6 +129,7 @@ class LocalCluster:
                 self._reported_dead.add(child.name)
                 logger.warning("launcher: %s exited with code %s (%s); training goes on with the others",
                                child.name, child.proc.returncode, child.last_words())
+                self.coordinator.process_exited(child.proc.pid, f"process exited with code {child.proc.returncode}")
         collectors = [c for c in self.children if c.role == "collector"]
         if collectors and all(c.proc.poll() is not None for c in collectors):
             c = collectors[-1]

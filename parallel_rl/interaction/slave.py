@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import socket
 import threading
 import time
@@ -223,7 +224,7 @@ class Slave:
 
         @app.get("/slave/v1/health")
         def health():
-            return jsonify({"status": "ok", "kind": slave.kind, "worker_id": slave.worker_id,
+            return jsonify({"status": "ok", "kind": slave.kind, "worker_id": slave.worker_id, "pid": os.getpid(),
                             "running": sorted(slave._running), "tasks_done": slave.tasks_done})
 
         @app.post("/slave/v1/connect")
