@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from parallel_rl.interaction.http import PACKED_DTYPES
+
 
 def _ref(name: str) -> Dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -81,6 +83,11 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
                            "properties": {k: {"type": "number"} for k in (
                                "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks")}},
+                "Numbers": {"oneOf": [
+                    {"type": "array", "items": {"type": "number"}},
+                    {"type": "object", "required": ["dtype", "base64"], "description": "little-endian bytes",
+                     "properties": {"dtype": {"type": "string", "enum": list(PACKED_DTYPES)},
+                                    "base64": {"type": "string", "format": "byte"}}}]},
                 "Control": {"type": "object", "properties": {
                     "policy_version": {"type": "integer"}, "epsilon": {"type": "number"}, "stop": {"type": "boolean"},
                     "env_steps": {"type": "integer"}, "allowed_env_steps": {"type": "integer", "nullable": True}}},
@@ -148,10 +155,15 @@ def openapi_document(version: str) -> Dict[str, Any]:
                         "batch_size": {"type": "integer", "minimum": 1, "maximum": 65536},
                         "batches": {"type": "integer", "minimum": 1, "maximum": 256},
                         "train_iter": {"type": "integer"}, "wait": {"type": "number", "maximum": 10},
+                        "encoding": {"type": "string", "enum": ["json", "base64"], "default": "json",
+                                     "description": "numbers in the answer as JSON lists, or packed"},
                         "priorities": {"type": "object", "properties": {
-                            k: {"type": "array"} for k in ("index", "uid", "priority")}}}}}}},
+                            k: _ref("Numbers") for k in ("index", "uid", "priority")}}}}}}},
                 "responses": {"200": _json({"type": "object", "properties": {
-                    "batches": {"type": "array"}, "control": _ref("Control")}}, "references"),
+                    "batches": {"type": "array", "items": {"type": "object", "properties": {
+                        "chunks": {"type": "array", "items": {"type": "string"}},
+                        **{k: _ref("Numbers") for k in ("chunk", "row", "index", "uid", "weight")}}}},
+                    "control": _ref("Control")}}, "references"),
                     **_errors("400", "401", "403", "404", "413")}}},
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease", "security": AUTH,
@@ -163,7 +175,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["messages"], "properties": {
                         "messages": {"type": "array", "items": {"type": "object", "required": ["type"]}},
-                        "wait_for_allowance": {"type": "number", "maximum": 10}}}}}},
+                        "wait_for_allowance": {"type": "number", "maximum": 10},
+                        "policy_version": {"type": "integer", "description": "the collector's loaded policy: a newer "
+                                                                             "one ends the wait"}}}}}},
                 "responses": {"200": _json({"type": "object", "properties": {"control": _ref("Control")}},
                                            "control block"), **_errors("400", "401", "403", "404", "413")}}},
         },

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import requests
 
-from parallel_rl.interaction.http import HttpClient
+from parallel_rl.errors import RemoteError
+from parallel_rl.interaction.http import HttpClient, pack_array, unpack_array
 from parallel_rl.interaction.slave import Slave, SlaveTask
 from tests.conftest import eventually
 
@@ -40,8 +41,10 @@ class ScriptedSlave(Slave):
         release.wait(timeout=30)
         return {"completed": not task.stop.is_set(), **task.spec}
 
-    def write_chunk(self, task_id, name, n=8, version=0):
-        self.storage.write_chunk(name, {"obs": np.arange(n, dtype=np.float32)[:, None], "action": np.zeros(n, np.int64)})
+    def write_chunk(self, task_id, name, n=8, version=0, first=0):
+        """A chunk whose obs column counts up from ``first`` (so a sampled row says where it came from)."""
+        self.storage.write_chunk(name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None],
+                                        "action": np.zeros(n, np.int64)})
         self.send_metadata({"type": "chunk", "task_id": task_id, "chunk": name, "size": n, "policy_version": version,
                             "env_steps": n, "episode_returns": [1.0]}, urgent=True)
         self.outbox.flush(5.0)
@@ -100,14 +103,63 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
     client = HttpClient(server.url, TOKEN)
     answer = client.post("/api/v1/buffers/default/sample",
                          {"worker_id": learner.worker_id, "batch_size": 4, "batches": 3, "train_iter": 5})
-    assert len(answer["batches"]) == 3
+    assert len(answer["batches"]) == 3 and answer["chunks"] == ["c-1"]
     batch = answer["batches"][0]
-    assert batch["chunks"] == ["c-1"] and len(batch["row"]) == 4 and set(batch["row"]) <= set(range(8))
-    # priorities ride along with the next request
+    assert batch["chunk"] == [0] * 4 and len(batch["row"]) == 4 and set(batch["row"]) <= set(range(8))
+    # the same references packed: little-endian bytes in base64
+    packed = client.post("/api/v1/buffers/default/sample", {"worker_id": learner.worker_id, "batch_size": 4,
+                                                            "batches": 2, "train_iter": 5, "encoding": "base64"})
+    assert packed["chunks"] == ["c-1"] and packed["batches"][0]["row"]["dtype"] == "<i4"
+    rows = unpack_array(packed["batches"][0]["row"], np.int64)
+    assert len(rows) == 4 and set(rows.tolist()) <= set(range(8))
+    # priorities ride along with the next request, as lists or packed
     client.post("/api/v1/buffers/default/sample", {
         "worker_id": learner.worker_id, "batch_size": 4, "batches": 1, "train_iter": 6,
         "priorities": {"index": batch["index"], "uid": batch["uid"], "priority": [5.0] * 4}})
     assert api(server, "/cluster").json()["train_iter"] == 6
+    sampled = packed["batches"][1]
+    client.post("/api/v1/buffers/default/sample", {
+        "worker_id": learner.worker_id, "batch_size": 4, "batches": 1, "train_iter": 7,
+        "priorities": {"index": sampled["index"], "uid": sampled["uid"],
+                       "priority": pack_array(np.full(4, 5.0), "<f4")}})
+    with pytest.raises(RemoteError) as bad:
+        client.post("/api/v1/buffers/default/sample", {
+            "worker_id": learner.worker_id, "batch_size": 4, "batches": 1,
+            "priorities": {"index": sampled["index"], "uid": sampled["uid"],
+                           "priority": {"dtype": "object", "base64": ""}}})
+    assert bad.value.status == 400 and "priorities" in str(bad.value)
+
+
+def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
+    from parallel_rl.interaction.learner_worker import DataPipeline
+
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task_id = collector.received[0].task_id
+    for i, name in enumerate(["c-a", "c-b", "c-c"]):
+        collector.write_chunk(task_id, name, n=8, first=100 * (i + 1))
+    learner = slaves("learner", server.url, run=False)
+    collector.storage.delete_chunk("c-c")  # indexed, then gone before the learner reads it
+    # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
+    pipeline = DataPipeline(HttpClient(server.url, TOKEN), learner.worker_id, collector.storage, batch_size=4,
+                            prefetch=3, cache_size=2, chunk_rows=8).start()
+    try:
+        batches = [eventually(lambda: pipeline.get(timeout=0.2), message="a batch") for _ in range(30)]
+    finally:
+        pipeline.stop()
+    assert pipeline.error is None
+    obs = np.concatenate([b["obs"][:, 0] for b in batches])
+    assert set(obs.tolist()) <= set(range(100, 108)) | set(range(200, 208))  # the rows of the chunks still there
+    assert len(set((obs // 100).tolist())) == 2
+    assert pipeline.missing_rows > 0  # rows of c-c were sampled and dropped
+    for b in batches:
+        assert 1 <= len(b["obs"]) <= 4 and len({len(v) for v in b.values()}) == 1  # columns of one length
+        assert b["weight"].dtype == np.float32 and b["index"].dtype == np.int64
+    seen = {}  # a buffer slot holds one transition: its index always comes with the same row
+    for b in batches:
+        for index, value in zip(b["index"].tolist(), b["obs"][:, 0].tolist()):
+            assert seen.setdefault(index, value) == value
 
 
 def test_sample_waits_for_enough_data_then_answers_empty(coordinator_factory, slaves):
@@ -249,7 +301,7 @@ def test_coordinator_state_round_trip(coordinator_factory, slaves, tmp_path):
     assert other.env_steps == 8 and other.replay.count() == 8
     assert [t.task_id for t in other.tasks.list()] == [t.task_id for t in coordinator.tasks.list()]
     assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id > other.tasks.list()[-2].task_id
-    assert other.replay.sample(4, 2, 0)[0]["chunks"] == ["c-s"]
+    assert other.replay.sample(4, 2, 0)["chunks"] == ["c-s"]
 
 
 def test_task_table_forgets_the_oldest_ended_tasks():

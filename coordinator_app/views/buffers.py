@@ -34,6 +34,9 @@ def sample(name: str):
     if not 1 <= batch_size <= 65536 or not 1 <= batches <= 256:
         raise ApiError(400, "bad_request", f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, "
                                            f"got {batch_size=} {batches=}")
+    encoding = field(body, "encoding", str, required=False, default="json")
+    if encoding not in ("json", "base64"):
+        raise ApiError(400, "bad_request", f"field 'encoding' must be 'json' or 'base64', got {encoding!r}")
     out = coordinator.sample(
         field(body, "worker_id", str),
         batch_size,
@@ -41,5 +44,6 @@ def sample(name: str):
         field(body, "train_iter", int, required=False, default=0),
         priorities=field(body, "priorities", dict, required=False),
         wait=float(field(body, "wait", (int, float), required=False, default=1.0)),
+        encoding=encoding,
     )
-    return jsonify({"batches": out, "control": coordinator.control_for(coordinator.heartbeat(body["worker_id"]))})
+    return jsonify({**out, "control": coordinator.control_for(coordinator.heartbeat(body["worker_id"]))})

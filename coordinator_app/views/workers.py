@@ -67,4 +67,6 @@ def metadata(worker_id: str):
     body = json_body()
     messages = field(body, "messages", list)
     wait = float(field(body, "wait_for_allowance", (int, float), required=False, default=0.0))
-    return jsonify({"control": get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait)})
+    version = field(body, "policy_version", int, required=False)
+    return jsonify({"control": get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,
+                                                                 policy_version=version)})

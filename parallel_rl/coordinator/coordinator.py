@@ -341,11 +341,12 @@ class Coordinator:
 
     # ---- metadata from slaves --------------------------------------------------------------
     def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]],
-                        wait_for_allowance: float = 0.0) -> Dict[str, Any]:
+                        wait_for_allowance: float = 0.0, policy_version: Optional[int] = None) -> Dict[str, Any]:
         """Apply a batch of messages from a slave; returns the control block for it.
 
         With ``wait_for_allowance`` > 0 (a throttled collector) the answer waits
-        up to that many seconds until collecting is allowed again."""
+        up to that many seconds until collecting is allowed again, or until a
+        policy newer than the collector's ``policy_version`` is announced."""
         worker = self.heartbeat(worker_id)
         for msg in messages:
             if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
@@ -358,7 +359,7 @@ class Coordinator:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ApiError(400, "bad_request", f"bad {msg['type']!r} message: {type(exc).__name__}: {exc}") from None
         if wait_for_allowance > 0:
-            self.wait_for_allowance(wait_for_allowance)
+            self.wait_for_allowance(wait_for_allowance, policy_version)
         return self.control_for(worker)
 
     def control_for(self, worker: Worker) -> Dict[str, Any]:
@@ -385,15 +386,17 @@ class Coordinator:
             return None
         return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
 
-    def wait_for_allowance(self, timeout: float) -> bool:
-        """Block a collector until it may collect a whole chunk again (the learner advanced) or ``timeout``.
+    def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None) -> bool:
+        """Block a collector until it may collect a whole chunk again (the learner advanced), a policy newer
+        than its ``policy_version`` is out (its first batch need not wait), or ``timeout``.
 
         Waking collectors for every few steps of allowance would cost a round trip per tiny chunk."""
         grant = int(self.cfg.parallel.collector.chunk_size)
 
         def may_collect() -> bool:
             allowed = self.allowed_env_steps()
-            return self.system_shutdown_flag or allowed is None or allowed - self.env_steps >= grant
+            return (self.system_shutdown_flag or allowed is None or allowed - self.env_steps >= grant
+                    or (policy_version is not None and self.policy_version > policy_version))
 
         with self._progress:
             return self._progress.wait_for(may_collect, timeout=max(0.0, min(timeout, 10.0)))
@@ -445,6 +448,7 @@ class Coordinator:
                 self.policy_published_at[version] = time.time()
                 for old in [v for v in self.policy_published_at if v < version - 1000]:
                     del self.policy_published_at[old]
+        self._notify_progress()  # throttled collectors pick the new policy up now
         self.kick()
 
     def _msg_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> None:
@@ -467,8 +471,10 @@ class Coordinator:
 
     # ---- learner data ---------------------------------------------------------------------
     def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,
-               priorities: Optional[Dict[str, list]] = None, wait: float = 1.0) -> List[Dict[str, Any]]:
-        """Batches of references for a learner; waits up to ``wait`` s for enough data."""
+               priorities: Optional[Dict[str, Any]] = None, wait: float = 1.0,
+               encoding: str = "json") -> Dict[str, Any]:
+        """Batches of references for a learner, ``{"chunks", "batches"}`` (numbers as JSON lists, or packed
+        with ``encoding="base64"``); waits up to ``wait`` s for enough data."""
         worker = self.heartbeat(worker_id)
         if worker.kind != "learner":
             raise ApiError(409, "conflict", f"{worker_id} is a {worker.kind}; only learners sample batches")
@@ -496,7 +502,7 @@ class Coordinator:
 
         self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
         n = min(batches, allowed())
-        return self.replay.sample(batch_size, n, train_iter) if n > 0 else []
+        return self.replay.sample(batch_size, n, train_iter, encoding) if n > 0 else {"chunks": [], "batches": []}
 
     # ---- inspection ---------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

@@ -21,9 +21,14 @@ import numpy as np
 
 from ..data.buffer import create_buffer
 from ..errors import StorageError
+from ..interaction.http import pack_array, unpack_array
 from ..storage import SharedStorage
 
 logger = logging.getLogger(__name__)
+
+
+# the columns of a batch of references on the wire, and their packed dtypes
+REF_DTYPES = {"chunk": "<i4", "row": "<i4", "index": "<i8", "uid": "<i8", "weight": "<f4"}
 
 
 @dataclass
@@ -112,32 +117,42 @@ class ReplayIndex:
         with self._pushed:
             self._pushed.notify_all()
 
-    def sample(self, batch_size: int, batches: int, learner_iter: int) -> List[Dict[str, Any]]:
-        """Up to ``batches`` batches of references, as JSON-ready dicts."""
-        out = []
+    def sample(self, batch_size: int, batches: int, learner_iter: int,
+               encoding: str = "json") -> Dict[str, Any]:
+        """Up to ``batches`` batches of references, ready for JSON: ``{"chunks": [names], "batches": [...]}``.
+
+        Each batch's ``chunk`` column indexes the shared ``chunks`` list. Numbers are JSON lists, or packed
+        with ``encoding="base64"`` (see :func:`~parallel_rl.interaction.http.pack_array`)."""
+        encode = (lambda values, dtype: values.tolist()) if encoding == "json" else pack_array
+        samples = []
         with self._lock:
             for _ in range(batches):
                 s = self.buffer.sample(batch_size, learner_iter)
                 if s is None:
                     break
-                ids, local = np.unique(s["chunk"], return_inverse=True)
-                out.append({
-                    "chunks": [self._names[i] for i in ids.tolist()],
-                    "chunk": local.astype(np.int64).tolist(),
-                    "row": s["row"].tolist(),
-                    "index": s["index"].tolist(),
-                    "uid": s["uid"].tolist(),
-                    "weight": s["weight"].tolist() if "weight" in s else [1.0] * batch_size,
-                })
-            self.batches_served += len(out)
-        return out
+                samples.append(s)
+            self.batches_served += len(samples)
+            if not samples:
+                return {"chunks": [], "batches": []}
+            ids, local = np.unique(np.concatenate([s["chunk"] for s in samples]), return_inverse=True)
+            names = [self._names[i] for i in ids.tolist()]
+        out, start = [], 0
+        for s in samples:
+            n = len(s["chunk"])
+            columns = {"chunk": local[start:start + n], "row": s["row"], "index": s["index"], "uid": s["uid"],
+                       "weight": s["weight"] if "weight" in s else np.ones(n, dtype=np.float32)}
+            out.append({k: encode(np.asarray(v, dtype=REF_DTYPES[k]), REF_DTYPES[k]) for k, v in columns.items()})
+            start += n
+        return {"chunks": names, "batches": out}
 
-    def update_priorities(self, index: List[int], uid: List[int], priority: List[float]) -> None:
+    def update_priorities(self, index: Any, uid: Any, priority: Any) -> None:
+        """Priorities for sampled slots: lists of numbers or packed arrays; ValueError when malformed."""
+        index, uid = unpack_array(index, np.int64), unpack_array(uid, np.int64)
+        priority = unpack_array(priority, np.float64)
         if len(index) != len(uid) or len(index) != len(priority):
             raise ValueError(f"priorities: index/uid/priority lengths differ ({len(index)}, {len(uid)}, {len(priority)})")
-        if index:
-            self.buffer.update({"index": np.asarray(index, dtype=np.int64), "uid": np.asarray(uid, dtype=np.int64),
-                                "priority": np.asarray(priority, dtype=np.float64)})
+        if len(index):
+            self.buffer.update({"index": index, "uid": uid, "priority": priority})
 
     # ---- inspection / state ----------------------------------------------------------
     def count(self) -> int:

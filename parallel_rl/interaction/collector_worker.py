@@ -107,13 +107,24 @@ class FlaskFileSystemCollector(Slave):
         super().on_control(control)
         self._unreported = 0
 
+    def _fresh_policy(self) -> bool:
+        """True when the loaded policy has not been announced in a chunk yet."""
+        return self.collector.policy_version != self._announced_version
+
     def _wait_for_allowance(self, task: SlaveTask) -> None:
-        """Throttled: send what we have and wait (long-poll) until the learner catches up."""
+        """Throttled: send what we have and wait (long-poll) until the learner catches up.
+
+        A new policy ends the wait: its first batch goes out at once (it tells the coordinator the policy
+        is in use), borrowing from the allowance that follows."""
         while not task.stop.is_set() and self._over_allowance(0):
+            self.refresh_policy()
+            if self._fresh_policy():
+                return
             self.outbox.flush(timeout=2.0)
             try:
                 answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
-                                               {"messages": [], "wait_for_allowance": 1.0},
+                                               {"messages": [], "wait_for_allowance": 1.0,
+                                                "policy_version": self.collector.policy_version},
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:
                 logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
@@ -139,11 +150,11 @@ class FlaskFileSystemCollector(Slave):
             eps = float(self.control.get("epsilon", self.cfg.policy.other.eps.start))
             pieces, chunk_steps, chunk_returns = [], 0, []
             started = time.monotonic()
-            version = self.collector.policy_version
+            version, fresh = self.collector.policy_version, self._fresh_policy()
             # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
             have = 0
-            while (have < chunk_size and steps + chunk_steps < target
-                   and not task.stop.is_set() and not self._over_allowance(chunk_steps)):
+            while (have < chunk_size and steps + chunk_steps < target and not task.stop.is_set()
+                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces))):
                 data, stats = self.collector.collect(min(n_sample, chunk_size - have), eps)
                 have += len(data["action"])
                 pieces.append(data)
@@ -151,7 +162,7 @@ class FlaskFileSystemCollector(Slave):
                 chunk_returns += stats.returns
                 if time.monotonic() - started >= ccfg.flush_interval:
                     break
-                if version != self._announced_version:
+                if fresh:
                     break  # the first chunk of a new policy version is announced after one batch of steps
                 if int(self.control.get("policy_version", -1)) > version:
                     break  # a new policy is out: close this chunk, stamp the next with it
@@ -164,7 +175,7 @@ class FlaskFileSystemCollector(Slave):
             self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
                                 "size": int(len(data["action"])), "policy_version": version,
                                 "env_steps": chunk_steps, "episode_returns": chunk_returns},
-                               urgent=version != self._announced_version)
+                               urgent=fresh)
             self._announced_version = version
             steps += chunk_steps
             self._unreported += chunk_steps

@@ -50,8 +50,10 @@ def parallel_default_config() -> EasyDict:
             # itself, the coordinator and collectors share the others (the learner is the bottleneck;
             # sharing cores with them costs it ~15% of its updates on a 2-core machine)
             dedicated_cpu=True,
-            # publish a policy checkpoint every N iterations
-            publish_every=20,
+            # publish a policy checkpoint every N iterations. Each one costs a save here, a load in every
+            # collector and a cut in every collector's chunk; on CartPole 50 (~0.1 s) trains ~10% faster
+            # than 20 and solves as fast
+            publish_every=50,
             # batches requested per metadata round trip (pipelined)
             prefetch_batches=8,
             # chunk files kept in memory

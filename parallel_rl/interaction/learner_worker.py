@@ -27,7 +27,7 @@ from ..policy import create_policy
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
-from .http import ApiError, HttpClient
+from .http import ApiError, HttpClient, pack_array, unpack_array
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class RowStore:
 
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
         """Columns of rows ``rows`` of chunks ``chunks[local]``; and a mask of rows whose chunk was gone."""
+        if len(chunks) > self.slots:  # loading one would evict another this call still reads
+            raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
         slots = np.array([self._slot(name) for name in chunks], dtype=np.int64)[local]
         keep = slots >= 0
         pos = (slots * self.slot_rows + rows)[keep]
@@ -94,11 +96,13 @@ class DataPipeline:
         self.error: Optional[str] = None
         self.missing_rows = 0
         self.wait_seconds = 0.0
-        self._rows = RowStore(storage, cache_size, chunk_rows)
+        # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once
+        self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows)
         self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
         self._priorities: List[Dict[str, np.ndarray]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._room = threading.Event()  # set by get() when a whole round of batches fits in the queue
         self._thread = threading.Thread(target=self._loop, name="learner-data", daemon=True)
 
     def start(self) -> "DataPipeline":
@@ -107,6 +111,7 @@ class DataPipeline:
 
     def stop(self) -> None:
         self._stop.set()
+        self._room.set()
         while True:  # empty the queue: a put blocked on a full queue returns at once
             try:
                 self._ready.get_nowait()
@@ -117,45 +122,56 @@ class DataPipeline:
     def get(self, timeout: float) -> Optional[Dict[str, np.ndarray]]:
         """The next batch; time spent waiting is added to ``wait_seconds`` (a starved learner shows here)."""
         try:
-            return self._ready.get_nowait()
+            batch = self._ready.get_nowait()
         except queue.Empty:
-            pass
-        start = time.monotonic()
-        try:
-            return self._ready.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        finally:
-            self.wait_seconds += time.monotonic() - start
+            start = time.monotonic()
+            try:
+                batch = self._ready.get(timeout=timeout)
+            except queue.Empty:
+                return None
+            finally:
+                self.wait_seconds += time.monotonic() - start
+        if self._ready.qsize() <= self.prefetch and not self._room.is_set():
+            self._room.set()
+        return batch
 
     def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
         if info is not None:
             with self._lock:
                 self._priorities.append(info)
 
-    def _take_priorities(self) -> Optional[Dict[str, list]]:
+    def _take_priorities(self) -> List[Dict[str, np.ndarray]]:
         with self._lock:
             infos, self._priorities = self._priorities, []
-        if not infos:
-            return None
-        return {k: np.concatenate([i[k] for i in infos]).tolist() for k in ("index", "uid", "priority")}
+        return infos
+
+    def _wait_for_room(self) -> None:
+        """Until a whole round of batches fits: the thread wakes once per round, not once per batch
+        (every wake-up takes the GIL from the training thread)."""
+        while not self._stop.is_set():
+            self._room.clear()
+            if self._ready.qsize() <= self.prefetch:
+                return
+            self._room.wait(0.5)
 
     def _loop(self) -> None:
         failures = 0
         while not self._stop.is_set():
+            self._wait_for_room()
             body = {"worker_id": self.worker_id, "batch_size": self.batch_size, "batches": self.prefetch,
-                    "train_iter": self.train_iter, "wait": 1.0}
-            priorities = self._take_priorities()
-            if priorities:
-                body["priorities"] = priorities
+                    "train_iter": self.train_iter, "wait": 1.0, "encoding": "base64"}
+            infos = self._take_priorities()
+            if infos:
+                body["priorities"] = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
+                                      for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))}
             try:
                 answer = self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
                                           timeout=self.client.timeout + 1.0)
                 failures = 0
             except ParallelRLError as exc:
                 failures += 1
-                if priorities:
-                    self.give_priorities({k: np.asarray(v) for k, v in priorities.items()})
+                with self._lock:  # they go with the next attempt
+                    self._priorities[:0] = infos
                 if failures > 5:
                     self.error = f"sampling from the coordinator failed {failures} times: {exc}"
                     logger.error("learner: %s", self.error)
@@ -164,26 +180,32 @@ class DataPipeline:
                 continue
             if self.on_control is not None and answer.get("control"):
                 self.on_control(answer["control"])
-            for refs in answer.get("batches", []):
-                batch = self._load(refs)
-                while batch is not None and not self._stop.is_set():
+            for batch in self._load(answer.get("chunks", []), answer.get("batches", [])):
+                while not self._stop.is_set():
                     try:
                         self._ready.put(batch, timeout=0.5)
                         break
                     except queue.Full:
                         continue
 
-    def _load(self, refs: Dict[str, Any]) -> Optional[Dict[str, np.ndarray]]:
-        """Gather the rows of one batch of references into columns."""
-        batch, keep = self._rows.gather(refs["chunks"], np.asarray(refs["chunk"], dtype=np.int64),
-                                        np.asarray(refs["row"], dtype=np.int64))
-        if batch is None:
-            return None
+    def _load(self, chunks: List[str], refs: List[Dict[str, Any]]) -> List[Dict[str, np.ndarray]]:
+        """The rows of a round of batches, gathered at once (one index per column), split into batches.
+
+        Rows whose chunk file is gone are dropped (counted in ``missing_rows``)."""
+        if not refs:
+            return []
+        cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
+            ("chunk", np.int64), ("row", np.int64), ("index", np.int64), ("uid", np.int64), ("weight", np.float32))}
+        rows, keep = self._rows.gather(chunks, np.concatenate(cols.pop("chunk")), np.concatenate(cols.pop("row")))
         self.missing_rows += int(len(keep) - keep.sum())
-        batch["index"] = np.asarray(refs["index"], dtype=np.int64)[keep]
-        batch["uid"] = np.asarray(refs["uid"], dtype=np.int64)[keep]
-        batch["weight"] = np.asarray(refs["weight"], dtype=np.float32)[keep]
-        return batch
+        if rows is None:
+            return []
+        rows.update((k, np.concatenate(v)[keep]) for k, v in cols.items())
+        ends = np.cumsum([len(r) for r in cols["index"]])
+        cuts = np.cumsum(keep)[ends[:-1] - 1]  # kept rows before each batch boundary
+        parts = {k: np.split(v, cuts) for k, v in rows.items()}
+        return [batch for batch in ({k: p[i] for k, p in parts.items()} for i in range(len(refs)))
+                if len(batch["index"])]
 
 
 class FlaskFileSystemLearner(Slave):
