@@ -13,6 +13,7 @@ root raises :class:`PathOutsideRootError`.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -70,7 +71,9 @@ def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
     for name, arr in arrays.items():
         if np.asarray(arr).dtype == object:
             raise StorageError(f"column {name!r} has dtype object; only plain numeric/bool/str arrays are stored")
-    _atomic_write(path, lambda f: np.savez(f, **arrays))
+    buffer = io.BytesIO()  # zipfile writes member by member with seeks; the disk gets one write
+    np.savez(buffer, **arrays)
+    _atomic_write(path, lambda f: f.write(buffer.getbuffer()))
 
 
 def load_npz(path: str) -> Dict[str, np.ndarray]:
