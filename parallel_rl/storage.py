@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import threading
+import time
 import zipfile
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -185,14 +186,28 @@ class SharedStorage:
         versions = self._versions(self.learner_dir, _LEARNER_RE)
         return versions[-1] if versions else None
 
-    def reset(self) -> int:
-        """Remove every file of ours (chunks, checkpoints, temp files) for a fresh run; returns the count."""
-        removed = 0
+    def _our_files(self):
+        """(directory, name, is_temp) of every file of ours on the shared disk."""
         for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
                                    (self.learner_dir, _LEARNER_RE)):
             for name in os.listdir(directory):
                 if name.startswith(".tmp-") or pattern.match(name):
-                    removed += _unlink(os.path.join(directory, name))
+                    yield directory, name, name.startswith(".tmp-")
+
+    def reset(self) -> int:
+        """Remove every file of ours (chunks, checkpoints, temp files) for a fresh run; returns the count."""
+        return sum(_unlink(os.path.join(d, name)) for d, name, _ in list(self._our_files()))
+
+    def remove_stale_temp_files(self, max_age: float) -> int:
+        """Remove temp files untouched for ``max_age`` seconds: left by a writer killed mid-write."""
+        cutoff, removed = time.time() - max_age, 0
+        for directory, name, temp in list(self._our_files()):
+            path = os.path.join(directory, name)
+            try:
+                if temp and os.stat(path).st_mtime < cutoff:
+                    removed += _unlink(path)
+            except FileNotFoundError:  # renamed into place meanwhile
+                pass
         return removed
 
     def prune_checkpoints(self, keep: int) -> int:

@@ -117,3 +117,34 @@ def test_stale_temp_file_from_a_crashed_writer_is_replaced(storage):
     storage.write_chunk("c-stale", {"x": np.arange(2)})
     assert storage.read_chunk("c-stale")["x"].tolist() == [0, 1]
     assert not os.path.exists(stale)
+
+
+def test_temp_files_left_by_killed_writers_are_swept_once_stale(storage):
+    import time
+
+    stale = [os.path.join(d, f".tmp-1-2-{name}") for d, name in (
+        (storage.data_dir, "c-1.npz"), (storage.policy_dir, "policy_000000001.pt"))]
+    fresh = os.path.join(storage.data_dir, ".tmp-1-2-c-2.npz")  # maybe a write in progress
+    for path in stale + [fresh]:
+        open(path, "wb").close()
+    hour_ago = time.time() - 3600
+    for path in stale:
+        os.utime(path, (hour_ago, hour_ago))
+    storage.write_chunk("c-3", {"x": np.arange(3)})
+    os.utime(storage.chunk_path("c-3"), (hour_ago, hour_ago))  # old, but a real chunk: kept
+    assert storage.remove_stale_temp_files(600) == 2
+    assert not any(os.path.exists(p) for p in stale)
+    assert os.path.exists(fresh) and storage.list_chunks() == ["c-3"]
+
+
+def test_the_coordinator_sweeps_stale_temp_files_when_it_starts(coordinator_factory, tmp_path):
+    import time
+
+    from tests.conftest import eventually
+
+    left = SharedStorage(str(tmp_path / "shared"))  # the root the coordinator will use
+    path = os.path.join(left.learner_dir, ".tmp-99-1-learner_000000200.pt")
+    open(path, "wb").close()
+    os.utime(path, (time.time() - 3600,) * 2)
+    coordinator_factory()
+    eventually(lambda: not os.path.exists(path), timeout=5, message="stale temp file removed")

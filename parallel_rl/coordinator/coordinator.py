@@ -25,6 +25,10 @@ from .workers import Worker, WorkerRegistry, WorkerState
 
 logger = logging.getLogger(__name__)
 
+# a temp file on the shared disk untouched this long was left by a writer killed mid-write
+TEMP_FILE_MAX_AGE = 600.0
+TEMP_SWEEP_INTERVAL = 60.0
+
 KINDS = ("collector", "learner")
 
 
@@ -126,17 +130,23 @@ class Coordinator:
     def _control_loop(self) -> None:
         ttl = float(self.cfg.parallel.coordinator.heartbeat_ttl)
         tick = max(0.05, min(0.5, ttl / 4))
+        next_sweep = 0.0
         while not self._closing.is_set():
-            self._wake.wait(tick)
-            self._wake.clear()
             try:
                 self._reap(ttl)
                 self._check_budgets()
                 self.commander.step()
                 self.replay.collect_garbage()
                 self._sample_throughput()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + TEMP_SWEEP_INTERVAL
+                    removed = self.storage.remove_stale_temp_files(TEMP_FILE_MAX_AGE)
+                    if removed:
+                        logger.info("coordinator: removed %d temp file(s) left by killed writers", removed)
             except Exception:  # the control loop must survive any single bad step
                 logger.exception("coordinator: control loop step failed")
+            self._wake.wait(tick)
+            self._wake.clear()
 
     def _reap(self, ttl: float) -> None:
         for worker in self.workers.expired(ttl):
