@@ -247,6 +247,41 @@ def test_collectors_wait_for_the_learner(coordinator_factory, slaves):
     assert result["waited"] < 4.0  # woken by the learner's progress, not by the 8 s timeout
 
 
+def test_a_new_policy_ends_a_throttled_collectors_wait(coordinator_factory, slaves):
+    coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    collector.write_chunk(collector.received[0].task_id, "c-2", n=8)  # the allowance is used up
+    learner = slaves("learner", server.url, run=False)
+    client = HttpClient(server.url, TOKEN, timeout=5)
+    result = {}
+
+    def wait(version, seconds=8.0):
+        started = time.monotonic()
+        result.update(client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                                  {"messages": [], "wait_for_allowance": seconds, "policy_version": version},
+                                  timeout=10))
+        result["waited"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait, args=(-1,))
+    waiter.start()
+    learner.send_metadata({"type": "policy", "version": 20}, urgent=True)
+    learner.outbox.flush(5)
+    waiter.join(10)
+    assert result["control"]["policy_version"] == 20 and result["waited"] < 4.0  # not the 8 s timeout
+    assert result["control"]["env_steps"] >= result["control"]["allowed_env_steps"]  # still throttled
+    # a collector that knows version 20 waits on: only allowance or a newer policy wakes it
+    result.clear()
+    waiter = threading.Thread(target=wait, args=(20,))
+    waiter.start()
+    learner.send_metadata({"type": "policy", "version": 40}, urgent=True)
+    learner.outbox.flush(5)
+    waiter.join(10)
+    assert result["control"]["policy_version"] == 40 and result["waited"] < 4.0
+    wait(40, seconds=0.5)  # nothing newer: it sleeps out its wait
+    assert result["waited"] >= 0.5
+
+
 def test_removed_collector_gets_no_new_tasks(coordinator_factory, slaves):
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url, run=True)

@@ -122,9 +122,11 @@ class FlaskFileSystemCollector(Slave):
                 return
             self.outbox.flush(timeout=2.0)
             try:
+                # a version announced but not loadable yet (not visible on the shared disk) must not end
+                # the next wait at once: ask to be woken by a newer one only
+                known = max(self.collector.policy_version, int(self.control.get("policy_version", -1)))
                 answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
-                                               {"messages": [], "wait_for_allowance": 1.0,
-                                                "policy_version": self.collector.policy_version},
+                                               {"messages": [], "wait_for_allowance": 1.0, "policy_version": known},
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:
                 logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
