@@ -21,6 +21,6 @@ main_config["parallel"] = dict(
         max_env_step=500_000,
         max_seconds=300.0,
     ),
-    collector=dict(chunk_size=256, flush_interval=0.05),
+    collector=dict(chunk_size=1024, flush_interval=0.05),
     learner=dict(publish_every=50, prefetch_batches=8, min_buffer_size=256),
 )

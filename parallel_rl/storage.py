@@ -178,6 +178,10 @@ class SharedStorage:
     def policy_versions(self) -> List[int]:
         return self._versions(self.policy_dir, _POLICY_RE)
 
+    def policy_dir_stamp(self) -> int:
+        """Changes when a checkpoint is added or removed (the policy directory's mtime)."""
+        return os.stat(self.policy_dir).st_mtime_ns
+
     def latest_policy_version(self) -> Optional[int]:
         versions = self.policy_versions()
         return versions[-1] if versions else None

@@ -63,7 +63,8 @@ def toy_cluster_config(tmp_path, **parallel):
         "policy": {"model": {"hidden_size_list": [16]}, "nstep": 1},
         "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0},
                      "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
-                     "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0},
+                     "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0,
+                                   "allowance_grant": 16},
                      "collector": {"chunk_size": 16}},
     }
     for section, values in parallel.items():

@@ -91,3 +91,26 @@ def test_invalid_arguments(toy_env, constant_policy):
     collector = SampleSerialCollector(None, toy_env, constant_policy)
     with pytest.raises(ValueError, match="n_sample"):
         collector.collect(n_sample=0)
+
+
+def test_zergling_collector_sees_new_checkpoints_on_the_disk(tmp_path):
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+    from tests.conftest import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    storage = SharedStorage(str(tmp_path / "shared"))
+    collector = ZerglingParallelCollector(cfg, storage, seed=0)
+    try:
+        assert collector.get_policy_update_info() is None  # nothing published
+        state = collector.policy.model_state_dict()
+        storage.save_policy(20, state)
+        assert collector.get_policy_update_info() == 20
+        assert collector.update_policy(20) and collector.policy_version == 20
+        assert collector.get_policy_update_info() is None  # nothing new since
+        storage.save_policy(40, state)
+        storage.prune_checkpoints(1)
+        assert collector.get_policy_update_info() == 40
+        assert collector.update_policy(40) and not collector.update_policy(20)  # never backwards
+    finally:
+        collector.close()

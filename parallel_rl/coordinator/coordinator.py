@@ -397,11 +397,11 @@ class Coordinator:
         return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
 
     def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None) -> bool:
-        """Block a collector until it may collect a whole chunk again (the learner advanced), a policy newer
-        than its ``policy_version`` is out (its first batch need not wait), or ``timeout``.
+        """Block a collector until it may collect ``allowance_grant`` steps again (the learner advanced), a
+        policy newer than its ``policy_version`` is out (its first batch need not wait), or ``timeout``.
 
         Waking collectors for every few steps of allowance would cost a round trip per tiny chunk."""
-        grant = int(self.cfg.parallel.collector.chunk_size)
+        grant = int(self.cfg.parallel.commander.allowance_grant)
 
         def may_collect() -> bool:
             allowed = self.allowed_env_steps()

@@ -3,8 +3,9 @@
 Runs collector tasks (collect ``env_steps`` steps, written as chunk files)
 and evaluator tasks (greedy episodes of one policy version). An evaluator
 task that arrives mid-collection runs between two chunks, so evaluation
-never waits for a collection task to end. A newer policy announced by the
-coordinator is loaded before the next batch of steps.
+never waits for a collection task to end. A newer policy (on the shared
+disk, or announced by the coordinator) is loaded before the next batch of
+steps.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class FlaskFileSystemCollector(Slave):
         self._seq = 0
         self._unreported = 0  # env steps sent since the last control block
         self._announced_version = -1
+        self._disk_version = -1  # newest policy version seen on the shared disk
 
     def flush_interval(self, cfg: EasyDict) -> float:
         return float(cfg.parallel.collector.flush_interval)
@@ -70,11 +72,21 @@ class FlaskFileSystemCollector(Slave):
             raise ApiError(400, "bad_request", f"a collector runs collector and evaluator tasks, not {task.kind!r}")
 
     # ---- policy -------------------------------------------------------------------------
+    def newer_policy_out(self) -> bool:
+        """A policy newer than ours appeared on the shared disk (checked after every batch of steps)
+        or was announced by the coordinator (control block: at most one outbox round trip late)."""
+        on_disk = self.collector.get_policy_update_info()
+        if on_disk is not None:
+            self._disk_version = max(self._disk_version, on_disk)
+        return max(self._disk_version, int(self.control.get("policy_version", -1))) > self.collector.policy_version
+
     def refresh_policy(self) -> None:
-        """Load the newest policy the coordinator announced (bounded delay: one outbox round trip)."""
-        wanted = int(self.control.get("policy_version", -1))
-        if self.collector.update_policy(wanted):  # False unless newer and on the disk
-            logger.debug("collector %s: policy version %d", self.worker_id, wanted)
+        """Load the newest policy seen on the disk or announced."""
+        self.newer_policy_out()
+        for wanted in sorted({self._disk_version, int(self.control.get("policy_version", -1))}, reverse=True):
+            if self.collector.update_policy(wanted):  # False unless newer and on the disk
+                logger.debug("collector %s: policy version %d", self.worker_id, wanted)
+                return
 
     # ---- tasks ----------------------------------------------------------------------------
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
@@ -166,7 +178,7 @@ class FlaskFileSystemCollector(Slave):
                     break
                 if fresh:
                     break  # the first chunk of a new policy version is announced after one batch of steps
-                if int(self.control.get("policy_version", -1)) > version:
+                if self.newer_policy_out():
                     break  # a new policy is out: close this chunk, stamp the next with it
             if not pieces:
                 break

@@ -9,6 +9,7 @@ a separate env set. The process shell is
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -22,6 +23,9 @@ from .evaluator import InteractionSerialEvaluator
 
 logger = logging.getLogger(__name__)
 
+# a directory mtime this old cannot change without changing its value (far above timestamp ticks)
+_SETTLED_NS = 50_000_000
+
 
 class ZerglingParallelCollector:
     def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
@@ -32,6 +36,7 @@ class ZerglingParallelCollector:
         self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
                                                nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
         self.policy_version = -1
+        self._policy_dir_stamp: Optional[int] = None
         self._seed = seed
         self._eval_policy = None
         self._evaluator: Optional[InteractionSerialEvaluator] = None
@@ -41,7 +46,16 @@ class ZerglingParallelCollector:
         return self.collector.envstep
 
     def get_policy_update_info(self) -> Optional[int]:
-        """The newest policy version on the shared disk, if newer than ours."""
+        """The newest policy version on the shared disk, if newer than ours.
+
+        One ``stat`` of the policy directory while nothing changed there: cheap enough to ask after
+        every batch of steps. The directory is listed again while its mtime is recent (two changes
+        within one timestamp tick share an mtime). A directory whose changes show late, as on NFS with
+        attribute caching, only delays this: the coordinator's control block announces policies too."""
+        stamp = self.storage.policy_dir_stamp()
+        if stamp == self._policy_dir_stamp and time.time_ns() - stamp > _SETTLED_NS:
+            return None
+        self._policy_dir_stamp = stamp
         latest = self.storage.latest_policy_version()
         return latest if latest is not None and latest > self.policy_version else None
 
