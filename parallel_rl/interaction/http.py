@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json as _json
 import logging
 import os
 import secrets
@@ -21,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 import numpy as np
-import requests
+import urllib3
 import waitress
 from flask import Flask, jsonify, request
 from waitress import wasyncore
@@ -214,57 +215,53 @@ class HttpClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff, self.max_backoff = backoff, max_backoff
-        self._local = threading.local()
-
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.trust_env = False  # never route cluster traffic through a proxy from the env
-            if self.token:
-                session.headers["Authorization"] = f"Bearer {self.token}"
-            self._local.session = session
-        return session
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        # urllib3 directly: a call costs about half the CPU of one through requests (a learner's data
+        # thread makes ~70 a second on the learner's core). Thread-safe, keeps connections alive, and
+        # reads no proxy settings from the environment.
+        self._pool = urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
 
     def request(self, method: str, path: str, json: Any = None, timeout: Optional[float] = None,
                 retries: Optional[int] = None, params: Optional[dict] = None) -> Any:
         url = self.base_url + path
+        body = None if json is None else _json.dumps(json, allow_nan=False).encode()
         retries = self.max_retries if retries is None else retries
         delay = self.backoff
         last_exc: Optional[Exception] = None
         for attempt in range(retries + 1):
             try:
-                response = self._session().request(method, url, json=json, params=params,
-                                                   timeout=timeout or self.timeout)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                response = self._pool.request(method, url, body=body, fields=params, headers=self._headers,
+                                              timeout=timeout or self.timeout)
+            except urllib3.exceptions.HTTPError as exc:  # refused, reset, timed out
                 last_exc = exc
                 if attempt < retries:
                     time.sleep(delay)  # backoff between bounded retries, not a wait for state
                     delay = min(delay * 2, self.max_backoff)
                 continue
-            return self._decode(method, url, response)
+            return self._decode(method, url, response.status, response.data)
         raise PeerUnavailableError(
             f"{method} {url} failed after {retries + 1} attempt(s): {type(last_exc).__name__}: {last_exc}"
         )
 
     @staticmethod
-    def _decode(method: str, url: str, response: requests.Response) -> Any:
+    def _decode(method: str, url: str, status: int, content: bytes) -> Any:
         try:
-            data = response.json() if response.content else {}
+            data = _json.loads(content) if content else {}
         except ValueError:
-            snippet = response.text[:80].replace("\n", " ")
+            snippet = content[:80].decode(errors="replace").replace("\n", " ")
             raise ProtocolError(
-                f"{method} {url} answered HTTP {response.status_code} with non-JSON {snippet!r}; "
-                "is this a parallel_rl server?"
+                f"{method} {url} answered HTTP {status} with non-JSON {snippet!r}; is this a parallel_rl server?"
             ) from None
-        if response.status_code >= 400:
+        if status >= 400:
             err = data.get("error") if isinstance(data, dict) else None
             if not isinstance(err, dict):
-                raise ProtocolError(f"{method} {url} answered HTTP {response.status_code} without an error object")
+                raise ProtocolError(f"{method} {url} answered HTTP {status} without an error object")
             code, message = str(err.get("code", "error")), str(err.get("message", ""))
-            if response.status_code in (401, 403):
-                raise AuthError(f"{method} {url}: {message} (HTTP {response.status_code})")
-            raise RemoteError(response.status_code, code, message)
+            if status in (401, 403):
+                raise AuthError(f"{method} {url}: {message} (HTTP {status})")
+            raise RemoteError(status, code, message)
         return data
 
     def get(self, path: str, **kw: Any) -> Any:
@@ -277,6 +274,4 @@ class HttpClient:
         return self.request("DELETE", path, **kw)
 
     def close(self) -> None:
-        session = getattr(self._local, "session", None)
-        if session is not None:
-            session.close()
+        self._pool.clear()
