@@ -22,5 +22,5 @@ main_config["parallel"] = dict(
         max_seconds=300.0,
     ),
     collector=dict(chunk_size=1024, flush_interval=0.05),
-    learner=dict(publish_every=50, prefetch_batches=8, min_buffer_size=256),
+    learner=dict(publish_every=50, prefetch_batches=16, min_buffer_size=256),
 )
