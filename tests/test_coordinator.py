@@ -128,6 +128,12 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
             "priorities": {"index": sampled["index"], "uid": sampled["uid"],
                            "priority": {"dtype": "object", "base64": ""}}})
     assert bad.value.status == 400 and "priorities" in str(bad.value)
+    with pytest.raises(RemoteError, match="finite") as bad:
+        client.post("/api/v1/buffers/default/sample", {
+            "worker_id": learner.worker_id, "batch_size": 4, "batches": 1,
+            "priorities": {"index": sampled["index"], "uid": sampled["uid"],
+                           "priority": pack_array(np.full(4, np.nan), "<f4")}})
+    assert bad.value.status == 400
 
 
 def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):

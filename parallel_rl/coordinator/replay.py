@@ -151,6 +151,8 @@ class ReplayIndex:
         priority = unpack_array(priority, np.float64)
         if len(index) != len(uid) or len(index) != len(priority):
             raise ValueError(f"priorities: index/uid/priority lengths differ ({len(index)}, {len(uid)}, {len(priority)})")
+        if not np.isfinite(priority).all():  # one NaN would poison the whole sum tree
+            raise ValueError("priorities must be finite numbers (is the learner's loss diverging?)")
         if len(index):
             self.buffer.update({"index": index, "uid": uid, "priority": priority})
 
