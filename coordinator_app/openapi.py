@@ -160,9 +160,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
                         "priorities": {"type": "object", "properties": {
                             k: _ref("Numbers") for k in ("index", "uid", "priority")}}}}}}},
                 "responses": {"200": _json({"type": "object", "properties": {
+                    "chunks": {"type": "array", "items": {"type": "string"},
+                               "description": "chunk files the batches refer to (their `chunk` indexes this)"},
                     "batches": {"type": "array", "items": {"type": "object", "properties": {
-                        "chunks": {"type": "array", "items": {"type": "string"}},
-                        **{k: _ref("Numbers") for k in ("chunk", "row", "index", "uid", "weight")}}}},
+                        k: _ref("Numbers") for k in ("chunk", "row", "index", "uid", "weight")}}},
                     "control": _ref("Control")}}, "references"),
                     **_errors("400", "401", "403", "404", "413")}}},
             "/workers/{worker_id}/heartbeat": {"post": {
