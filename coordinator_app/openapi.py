@@ -127,7 +127,11 @@ def openapi_document(version: str) -> Dict[str, Any]:
                          "security": AUTH, "parameters": [worker_collection],
                          "requestBody": {"required": True, "content": {"application/json": {"schema": {
                              "type": "object", "required": ["address"],
-                             "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"}}}}}},
+                             "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"},
+                                            "worker_id": {"type": "string", "example": "collector-1",
+                                                          "description": "the id wanted (the launcher's name, or "
+                                                                         "the id held before a coordinator "
+                                                                         "restart); given when no entry holds it"}}}}}},
                          "responses": {"201": _json(_ref("Worker"), "registered"),
                                        "409": _json(_ref("Error"), "address already registered"),
                                        "422": _json(_ref("Error"), "the slave cannot be reached or is not a parallel_rl worker"),

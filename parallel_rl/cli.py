@@ -31,13 +31,26 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-dir", default=None, help="shared filesystem root (overrides parallel.shared_dir)")
 
 
-def _add_coordinator_url(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--coordinator", default=os.environ.get("PARALLEL_RL_COORDINATOR"),
+def _add_coordinator_url(p: argparse.ArgumentParser, default: object = None) -> None:
+    p.add_argument("--coordinator", default=os.environ.get("PARALLEL_RL_COORDINATOR") if default is None else default,
                    help="coordinator URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_COORDINATOR)")
+
+
+def _client_parent() -> argparse.ArgumentParser:
+    """The client options (--coordinator, --json), accepted before or after every client sub-command.
+
+    A sub-command's copy defaults to SUPPRESS, so a value given before it is not overwritten."""
+    p = argparse.ArgumentParser(add_help=False)
+    _add_coordinator_url(p, default=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not a table")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parallel-rl", description="Distributed RL training service.")
+    # client options may also come before the sub-command: `parallel-rl --coordinator URL status`
+    _add_coordinator_url(parser)
+    parser.add_argument("--json", action="store_true", help="client commands: print JSON, not a table")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serial", help="train in one process (serial pipeline)")
@@ -63,27 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
         _add_coordinator_url(p)
         p.add_argument("--advertise", default=None,
                        help="URL the coordinator should use to reach this worker (default http://HOST:PORT)")
+        p.add_argument("--worker-id", default=None,
+                       help="the worker id to ask the coordinator for (given when free; default: it picks)")
         p.add_argument("--max-tasks", type=int, default=0,
                        help="exit after this many tasks (0: no limit; evaluations run inside a collector task "
                             "do not count)")
 
-    p = sub.add_parser("status", help="cluster summary")
-    _add_coordinator_url(p)
-    p.add_argument("--json", action="store_true", help="print raw JSON")
+    client = [_client_parent()]
+    sub.add_parser("status", help="cluster summary", parents=client)
 
-    p = sub.add_parser("tasks", help="list tasks")
-    _add_coordinator_url(p)
+    p = sub.add_parser("tasks", help="list tasks", parents=client)
     p.add_argument("--kind", choices=["collector", "learner", "evaluator"])
     p.add_argument("--state", choices=["pending", "running", "finished", "failed", "cancelled"])
-    p.add_argument("--json", action="store_true", help="print raw JSON")
 
-    p = sub.add_parser("collectors", help="list, add or remove collectors")
-    _add_coordinator_url(p)
-    p.add_argument("--json", action="store_true", help="print raw JSON")
+    p = sub.add_parser("collectors", help="list, add or remove collectors", parents=client)
     csub = p.add_subparsers(dest="action", metavar="ACTION")
-    a = csub.add_parser("add", help="add a running collector slave by URL")
+    a = csub.add_parser("add", help="add a running collector slave by URL", parents=client)
     a.add_argument("url")
-    r = csub.add_parser("remove", help="remove a collector by worker id")
+    r = csub.add_parser("remove", help="remove a collector by worker id", parents=client)
     r.add_argument("worker_id")
     return parser
 

@@ -3,6 +3,7 @@ the local launcher (run) and the REST client for people (status, tasks, collecto
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import signal
@@ -99,7 +100,8 @@ def cmd_slave(args: argparse.Namespace) -> int:
     wcfg = cfg.parallel.worker
     slave = SlaveClass(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
                        advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
-                       max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries)
+                       max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
+                       worker_id=args.worker_id)
     _on_signals(lambda name: slave.request_stop())
     print(f"{args.command}: serving on {slave.address}", flush=True)
     if not args.coordinator:
@@ -141,11 +143,27 @@ def render_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table)
 
 
+def readable_duration(seconds: float) -> str:
+    """``3725.2`` -> ``1h 2m 5s``."""
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
+    return " ".join(parts + [f"{secs}s"])
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     data = _client(args).get("/api/v1/cluster")
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
+    data = dict(data)
+    if isinstance(data.get("started_at"), (int, float)):
+        data["started_at"] = datetime.datetime.fromtimestamp(data["started_at"]).astimezone().strftime(
+            "%Y-%m-%d %H:%M:%S %Z")
+    if isinstance(data.get("uptime"), (int, float)):
+        data["uptime"] = readable_duration(data["uptime"])
     for key, value in data.items():
         if isinstance(value, dict):
             value = "  ".join(f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n) if isinstance(v, dict)
@@ -165,20 +183,25 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKER_COLUMNS = ["worker_id", "address", "state", "current_task", "seconds_since_heartbeat", "env_steps",
+                  "policy_version"]
+
+
 def cmd_collectors(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "add":
         data = client.post("/api/v1/collectors", {"address": args.url})
+        rows = [data]
     elif args.action == "remove":
         data = client.delete(f"/api/v1/collectors/{args.worker_id}")
+        rows = [data]
     else:
         data = client.get("/api/v1/collectors")
-        if not args.json:
-            print(render_table(data["collectors"], ["worker_id", "address", "state", "current_task",
-                                                    "seconds_since_heartbeat", "env_steps", "policy_version"]))
-            return 0
-    if args.json or args.action:
+        rows = data["collectors"]
+    if args.json:
         print(json.dumps(data, indent=2))
+    else:
+        print(render_table(rows, WORKER_COLUMNS))
     return 0
 
 

@@ -140,6 +140,10 @@ def _validate(cfg: EasyDict) -> None:
             raise ConfigError(f"{name} must be > 0, got {value}")
     if not 0.0 < cfg.policy.discount_factor <= 1.0:
         raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
+    supervisor = cfg.parallel.supervisor
+    if supervisor.max_restarts < 0 or supervisor.backoff < 0 or supervisor.max_backoff < supervisor.backoff:
+        raise ConfigError("parallel.supervisor needs max_restarts >= 0 and 0 <= backoff <= max_backoff, got "
+                          f"{supervisor.max_restarts=}, {supervisor.backoff=}, {supervisor.max_backoff=}")
     eps = cfg.policy.other.eps
     if eps.type not in ("exp", "linear"):
         raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")

@@ -138,14 +138,50 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
     assert not [pid for pid in children if alive(pid)]
 
 
-def test_dead_learner_fails_the_run_with_its_reason(cli, tmp_path, toy_config):
+def learner_pid(run) -> int:
+    return next(pid for pid in child_pids(run.pid) if role_of(pid) == "learner")
+
+
+def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
     run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000")
+    # a learner state is saved every 20 iterations: wait for one
+    eventually(lambda: get(url, "/cluster")["train_iter"] > 45, timeout=60, message="training")
+    old = learner_pid(run)
+    os.kill(old, signal.SIGKILL)
+    learner = eventually(lambda: [w for w in get(url, "/learners")["learners"]
+                                  if w["worker_id"] == "learner-2" and w["state"] == "busy"], timeout=60,
+                         message="a restarted learner at work")[0]
+    assert learner["pid"] != old and learner["pid"] in child_pids(run.pid)
+    states = {w["worker_id"]: w["state"] for w in get(url, "/learners")["learners"]}
+    assert states["learner-1"] == "lost"
+    task = next(t for t in get(url, "/tasks?kind=learner")["tasks"] if t["worker_id"] == "learner-2")
+    assert task["spec"]["resume"] is True and task["replaces"]
+    # it resumed from a saved learner state (not from iteration 0) and trains on
+    resumed = int(run.wait_line(r"resumed from learner state (\d+)", timeout=30).group(1))
+    assert resumed >= 20
+    before = get(url, "/cluster")["train_iter"]
+    eventually(lambda: get(url, "/cluster")["train_iter"] > before + 20, timeout=30, message="training continues")
+    # one name per process: the launcher's prefix is the worker id the REST API shows
+    output = run.output()
+    assert re.search(r"^\[learner-2\] .*connected as learner-2 ", output, re.M), output[-3000:]
+    assert re.search(r"^\[collector-1\] .*connected as collector-1 ", output, re.M), output[-3000:]
+    assert "restarting a learner" in output
+    children = child_pids(run.pid)
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+    assert not [pid for pid in children if alive(pid)]
+
+
+def test_learner_dying_past_its_restart_budget_fails_the_run(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000",
+                         "--set", "parallel.supervisor.max_restarts=0")
     eventually(lambda: [w for w in get(url, "/learners")["learners"] if w["state"] == "busy"], timeout=60,
                message="busy learner")
     children = child_pids(run.pid)
-    os.kill(next(pid for pid in children if role_of(pid) == "learner"), signal.SIGKILL)
+    os.kill(learner_pid(run), signal.SIGKILL)
     assert run.wait(30) == 1
-    assert re.search(r"failed: learner-1 exited with code -9", run.output()), run.output()[-2000:]
+    assert re.search(r"failed: learner kept dying: learner-1 exited with code -9 after 0 restart\(s\) "
+                     r"\(parallel.supervisor.max_restarts=0\)", run.output()), run.output()[-2000:]
     assert not [pid for pid in children if alive(pid)]
 
 
@@ -161,10 +197,11 @@ def test_killed_collector_is_reaped_and_its_task_replaced(cli, tmp_path, toy_con
     failed = eventually(lambda: [t for t in get(url, "/tasks?kind=collector&state=failed")["tasks"]
                                  if t["worker_id"] == lost["worker_id"]], timeout=5, message="failed task")
     assert len(failed) == 1 and re.search(r"lost: (process exited with code -9|refused task)", failed[0]["error"])
-    survivor = next(w["worker_id"] for w in busy if w["worker_id"] != lost["worker_id"])
+    # the replacement goes to the survivor or to the collector the launcher started in the dead one's place
     replacement = eventually(lambda: [t for t in get(url, "/tasks?kind=collector")["tasks"]
-                                      if t["replaces"] == failed[0]["task_id"] and t["worker_id"] == survivor],
-                             timeout=20, message="replacement task on the survivor")[0]
+                                      if t["replaces"] == failed[0]["task_id"] and t["worker_id"]
+                                      and t["worker_id"] != lost["worker_id"]],
+                             timeout=20, message="replacement task on another collector")[0]
     assert replacement["attempts"] >= 1
     # nothing it wrote was dropped: every transition pushed is still in the buffer
     buffer = get(url, "/buffers")["buffers"][0]

@@ -118,7 +118,8 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
         assert p.wait(30) == 0, p.output()
         return p.output()
 
-    added = json.loads(run("add", "collectors", "add", address))
+    # client options go before or after the sub-command; --json for machines, tables for people
+    added = json.loads(run("add", "--json", "collectors", "add", address))
     assert added["worker_id"] == "collector-1" and added["address"] == address
     eventually(lambda: workers(cluster, "collector", "busy"), timeout=30, message="added collector gets a task")
     first = cluster.get("/tasks?kind=collector")["tasks"][0]
@@ -128,10 +129,12 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
     assert re.search(rf"^collector-1\s+{re.escape(address)}\s+busy", table, re.M)
     status = run("status", "status")
     assert re.search(r"^\s+state: running$", status, re.M)
+    assert re.search(r"^\s+started_at: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", status, re.M), status
+    assert re.search(r"^\s+uptime: (\d+m )?\d+s$", status, re.M), status
     tasks = run("tasks", "tasks", "--kind", "collector")
     assert re.search(r"^collector-\d{6}\s+collector\s+running\s+collector-1", tasks, re.M)
-    removed = json.loads(run("remove", "collectors", "remove", "collector-1"))
-    assert removed["state"] in ("leaving", "gone")
+    removed = run("remove", "collectors", "remove", "collector-1", "--coordinator", cluster.url)
+    assert re.search(rf"^collector-1\s+{re.escape(address)}\s+(leaving|gone)", removed, re.M), removed
     eventually(lambda: workers(cluster, "collector")[0]["state"] == "gone", timeout=20, message="removed")
     count = len(cluster.get("/tasks?kind=collector")["tasks"])
     assert lone.proc.poll() is None  # started without --coordinator: it stays up, waiting to be added again

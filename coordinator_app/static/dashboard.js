@@ -18,10 +18,10 @@ function cell(row, text, cls) {
   return td;
 }
 
-function chart(el, series, yAxes) {
+function chart(el, series, yAxes, scales = {}) {
   const width = () => Math.max(300, el.clientWidth - 10);
   const plot = new uPlot({
-    width: width(), height: 250, scales: {x: {time: false}},
+    width: width(), height: 250, scales: {x: {time: false}, ...scales},
     axes: [{label: "seconds"}, ...yAxes],
     series: [{label: "t"}, ...series],
   }, [[], ...series.map(() => [])], el);
@@ -29,10 +29,21 @@ function chart(el, series, yAxes) {
   return plot;
 }
 
+// the y axis follows the returns; the stop value widens it only when it is near them (a stop value of
+// 100000 would flatten a curve that is still at 200)
+function evalRange(u) {
+  const returns = u.data[1].filter((v) => Number.isFinite(v));
+  if (!returns.length) return [0, 1];
+  let lo = Math.min(0, ...returns), hi = Math.max(...returns);
+  const stop = u.data[2][0];
+  if (Number.isFinite(stop) && stop <= hi + 0.5 * Math.max(hi - lo, 1)) hi = Math.max(hi, stop);
+  const pad = 0.05 * Math.max(hi - lo, 1);
+  return [lo, hi + pad];
+}
 const evalChart = chart($("eval-chart"), [
   {label: "eval return", stroke: "#175cd3", width: 2, points: {show: true}},
   {label: "stop value", stroke: "#12b76a", dash: [6, 4]},
-], [{label: "return"}]);
+], [{label: "return"}], {y: {range: evalRange}});
 const throughputChart = chart($("throughput-chart"), [
   {label: "env steps/s", stroke: "#f79009", width: 2, scale: "steps"},
   {label: "updates/s", stroke: "#7a5af8", width: 2, scale: "updates"},

@@ -28,7 +28,8 @@ def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
     body = json_body()
-    worker = get_coordinator().add_worker(kind, field(body, "address", str))
+    worker = get_coordinator().add_worker(kind, field(body, "address", str),
+                                          field(body, "worker_id", str, required=False))
     return jsonify(worker.to_dict()), 201
 
 

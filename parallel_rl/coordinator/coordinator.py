@@ -173,8 +173,9 @@ class Coordinator:
         return time.monotonic() - self._t0
 
     # ---- membership --------------------------------------------------------------------
-    def add_worker(self, kind: str, address: Any) -> Worker:
-        """Connect to a running slave at ``address`` and register it (409 if already registered)."""
+    def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None) -> Worker:
+        """Connect to a running slave at ``address`` and register it (409 if already registered), named
+        ``preferred_id`` when that id is free."""
         if kind not in KINDS:
             raise ApiError(404, "not_found", f"unknown worker kind {kind!r}")
         address = check_address(address)
@@ -187,7 +188,7 @@ class Coordinator:
         if not isinstance(health, dict) or health.get("kind") != kind:
             got = health.get("kind") if isinstance(health, dict) else type(health).__name__
             raise ApiError(400, "bad_request", f"{address} is a {got!r}, not a {kind}")
-        worker = self.workers.register(kind, address, client)
+        worker = self.workers.register(kind, address, client, preferred_id)
         worker.pid = health.get("pid") if isinstance(health.get("pid"), int) else None
         try:
             client.post("/slave/v1/connect", {

@@ -2,11 +2,14 @@
 
 Lifecycle: register -> idle <-> busy -> (leaving ->) gone; a worker whose last
 heartbeat is older than the TTL is reaped as lost. A lost or gone worker's
-address may register again; it gets a new worker id.
+address may register again; it gets a new worker id. A slave may ask for an id
+(``preferred_id``: the launcher's name for it, or the id it had before the
+coordinator restarted); it gets it unless another entry holds it.
 """
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,6 +17,9 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from ..interaction.http import ApiError, HttpClient
+
+
+_WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class WorkerState(str, Enum):
@@ -82,12 +88,18 @@ class WorkerRegistry:
         self._workers: Dict[str, Worker] = {}
         self._seq = {"collector": itertools.count(1), "learner": itertools.count(1)}
 
-    def register(self, kind: str, address: str, client: HttpClient) -> Worker:
+    def register(self, kind: str, address: str, client: HttpClient, preferred_id: Optional[str] = None) -> Worker:
+        """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``."""
+        if preferred_id is not None and not (isinstance(preferred_id, str) and _WORKER_ID_RE.match(preferred_id)):
+            raise ApiError(400, "bad_request", f"worker_id must match {_WORKER_ID_RE.pattern}, got {preferred_id!r}")
         with self._lock:
             for w in self._workers.values():
                 if w.address == address and w.state.active:
                     raise ApiError(409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})")
-            worker = Worker(f"{kind}-{next(self._seq[kind])}", kind, address, client, state=WorkerState.CONNECTING)
+            worker_id = preferred_id if preferred_id and preferred_id not in self._workers else None
+            while worker_id is None or worker_id in self._workers:
+                worker_id = f"{kind}-{next(self._seq[kind])}"
+            worker = Worker(worker_id, kind, address, client, state=WorkerState.CONNECTING)
             self._workers[worker.worker_id] = worker
             return worker
 

@@ -3,14 +3,20 @@
 The coordinator runs in this process (it needs no torch); the learner and
 the collectors are child processes started with ``parallel-rl learner`` /
 ``parallel-rl collector --coordinator URL``, exactly as docker-compose starts
-them. Their output is forwarded with a ``[role-N]`` prefix. A child that dies
-fails the run with its last words (a collector only when none is left); the
-children die with this process (``PR_SET_PDEATHSIG``) and are terminated,
-then killed, on the way out whatever happens.
+them. Each child asks the coordinator for the worker id it is named by here,
+so its output is forwarded with the ``[collector-1]`` prefix the REST API
+shows for it. The launcher supervises its children: one that dies is marked
+lost at once and restarted (under a new name, the old entry stays for the
+record) after an exponential backoff; a restarted learner resumes from the
+newest full learner state. A role that dies more than
+``parallel.supervisor.max_restarts`` times fails the run with its last words.
+The children die with this process (``PR_SET_PDEATHSIG``) and are
+terminated, then killed, on the way out whatever happens.
 """
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import signal
@@ -41,6 +47,7 @@ class Child:
     proc: subprocess.Popen
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
+    reaped: bool = False  # its death was handled (marked lost, restart scheduled)
 
     def last_words(self) -> str:
         lines = [line for line in self.tail if line.strip()]
@@ -77,8 +84,11 @@ class LocalCluster:
         self.server = serve_coordinator(self.coordinator, host, port)
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
-        self._reported_dead: set = set()
         self._stop = threading.Event()
+        self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
+        self.restarts = {"learner": 0, "collector": 0}
+        self._pending: List[tuple] = []  # (restart at monotonic time, role)
+        self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once pinned
 
     @property
     def url(self) -> str:
@@ -92,14 +102,19 @@ class LocalCluster:
         if len(cpus) < 2:
             return True
         learner, others = {cpus[-1]}, set(cpus[:-1])
+        self._pinned_cpus = {"learner": learner, "collector": others}
         pin_process(os.getpid(), others)
         for child in self.children:
-            pin_process(child.proc.pid, learner if child.role == "learner" else others)
+            if child.proc.poll() is None:
+                pin_process(child.proc.pid, self._pinned_cpus[child.role])
         logger.info("launcher: learner pinned to CPU %d, coordinator and collectors to %s", cpus[-1], sorted(others))
         return True
 
-    def _spawn(self, role: str, name: str) -> Child:
-        cmd = [sys.executable, "-m", "parallel_rl", role, "--coordinator", self.url,
+    def _spawn(self, role: str) -> Child:
+        name = f"{role}-{next(self._names[role])}"
+        while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
+            name = f"{role}-{next(self._names[role])}"
+        cmd = [sys.executable, "-m", "parallel_rl", role, "--coordinator", self.url, "--worker-id", name,
                "--shared-dir", self.storage.root, "--host", "127.0.0.1", "--port", "0"]
         if self.config_path:
             cmd += ["-c", self.config_path]
@@ -112,6 +127,9 @@ class LocalCluster:
         child.reader = threading.Thread(target=_forward_output, args=(child, proc.stdout), daemon=True,
                                         name=f"{name}-output")
         child.reader.start()
+        if self._pinned_cpus:
+            pin_process(proc.pid, self._pinned_cpus[role])
+        self.children.append(child)
         return child
 
     def request_stop(self, reason: str) -> None:
@@ -120,39 +138,53 @@ class LocalCluster:
         self._stop.set()
         self.coordinator.done_event.set()
 
-    def _check_children(self) -> Optional[str]:
-        dead = [c for c in self.children if c.proc.poll() is not None]
-        for child in dead:
-            if child.role == "learner":
-                return f"{child.name} exited with code {child.proc.returncode}: {child.last_words()}"
-            if child.name not in self._reported_dead:
-                self._reported_dead.add(child.name)
-                logger.warning("launcher: %s exited with code %s (%s); training goes on with the others",
-                               child.name, child.proc.returncode, child.last_words())
-                self.coordinator.process_exited(child.proc.pid, f"process exited with code {child.proc.returncode}")
-        collectors = [c for c in self.children if c.role == "collector"]
-        if collectors and all(c.proc.poll() is not None for c in collectors):
-            c = collectors[-1]
-            return f"every collector exited (last: {c.name} code {c.proc.returncode}: {c.last_words()})"
+    def _supervise(self) -> Optional[str]:
+        """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent."""
+        sup = self.cfg.parallel.supervisor
+        for child in [c for c in self.children if c.proc.poll() is not None and not c.reaped]:
+            child.reaped = True
+            code = child.proc.returncode
+            self.coordinator.process_exited(child.proc.pid, f"process exited with code {code}")
+            if self.restarts[child.role] >= int(sup.max_restarts):
+                return (f"{child.role} kept dying: {child.name} exited with code {code} after "
+                        f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="
+                        f"{sup.max_restarts}): {child.last_words()}")
+            delay = min(float(sup.max_backoff), float(sup.backoff) * 2 ** self.restarts[child.role])
+            self.restarts[child.role] += 1
+            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
+                           child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
+                           sup.max_restarts)
+            self._pending.append((time.monotonic() + delay, child.role))
+        now = time.monotonic()
+        for item in [p for p in self._pending if p[0] <= now]:
+            self._pending.remove(item)
+            child = self._spawn(item[1])
+            logger.info("launcher: started %s (pid %d)", child.name, child.proc.pid)
         return None
+
+    def next_restart_in(self) -> float:
+        """Seconds until the next scheduled restart (the wait loop's tick at most)."""
+        if not self._pending:
+            return 0.5
+        return max(0.0, min(0.5, min(at for at, _ in self._pending) - time.monotonic()))
 
     def run(self) -> int:
         """Start everything, wait for the end, shut down; returns the exit code."""
         self.server.start()
         self.coordinator.start()
         print(f"REST API: {self.url}/api/v1", flush=True)
-        self.children.append(self._spawn("learner", "learner-1"))
-        for i in range(self.n_collectors):
-            self.children.append(self._spawn("collector", f"collector-{i + 1}"))
+        self._spawn("learner")
+        for _ in range(self.n_collectors):
+            self._spawn("collector")
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
         pinned = not self.cfg.parallel.learner.dedicated_cpu
         try:
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
-                self.coordinator.done_event.wait(0.5)
+                self.coordinator.done_event.wait(self.next_restart_in())
                 if not pinned and self.coordinator.train_iter > 0:
                     pinned = self._pin_cpus()
-                failure = self._check_children()
+                failure = self._supervise()
                 if failure:
                     self.coordinator.finish(CoordinatorState.FAILED, failure)
                     break

@@ -72,6 +72,14 @@ def parallel_default_config() -> EasyDict:
             # at most this many updates per transition collected (0: unlimited)
             max_updates_per_transition=0.0,
         ),
+        supervisor=dict(
+            # `parallel-rl run` restarts a child that dies, at most this many times per role (learner,
+            # collector); one more death of that role fails the run
+            max_restarts=5,
+            # seconds before the first restart of a role; doubled for each further one, up to max_backoff
+            backoff=0.5,
+            max_backoff=10.0,
+        ),
         worker=dict(
             heartbeat_interval=1.0,
             request_timeout=5.0,

@@ -184,8 +184,11 @@ class Slave:
 
     def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
                  advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
-                 max_tasks: int = 0, request_timeout: float = 5.0, max_retries: int = 3):
+                 max_tasks: int = 0, request_timeout: float = 5.0, max_retries: int = 3,
+                 worker_id: Optional[str] = None):
         self.token = token
+        # the id asked for when registering: the launcher's name, later the id the coordinator gave us
+        self.preferred_id = worker_id
         self.coordinator_url = coordinator_url.rstrip("/") if coordinator_url else None
         # started with --coordinator: registers itself, and exits when the coordinator lets it go
         self.self_registering = coordinator_url is not None
@@ -305,7 +308,7 @@ class Slave:
         if not root:
             raise ApiError(400, "bad_request", "no shared_dir: start the slave with --shared-dir")
         with self._lock:
-            self.worker_id = worker_id
+            self.worker_id = self.preferred_id = worker_id
             if coordinator and not self.coordinator_url:
                 self.coordinator_url = coordinator.rstrip("/")
             if not self.coordinator_url:
@@ -407,7 +410,10 @@ class Slave:
         delay = 0.05
         while True:
             try:
-                client.post(f"/api/v1/{self.kind}s", {"address": self.address})
+                body = {"address": self.address}
+                if self.preferred_id:
+                    body["worker_id"] = self.preferred_id
+                client.post(f"/api/v1/{self.kind}s", body)
                 break
             except PeerUnavailableError as exc:
                 if time.monotonic() + delay > deadline or self._stop.is_set():
