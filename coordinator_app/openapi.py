@@ -100,7 +100,13 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                                                                              "OpenAPI 3")}}},
             "/cluster": {"get": {"summary": "cluster summary", "responses": {"200": _json({"type": "object", "required": [
                 "state", "workers", "tasks", "env_steps", "train_iter", "policy_version", "last_eval_return",
-                "best_eval_return", "stop_value", "uptime"]}, "summary")}}},
+                "best_eval_return", "stop_value", "uptime"], "properties": {
+                    "state_saved_at": {"type": "number", "nullable": True,
+                                       "description": "epoch seconds of the newest snapshot of the coordinator's "
+                                                      "state on the shared disk"},
+                    "resumed_from": {"type": "integer", "nullable": True,
+                                     "description": "the saved state this coordinator resumed (its sequence "
+                                                    "number), null when it started fresh"}}}, "summary")}}},
             "/cluster/history": {"get": {"summary": "time series for charts: evaluations and throughput samples",
                                          "responses": {"200": _json({"type": "object", "properties": {
                                              "eval": {"type": "array", "items": {"type": "object"}},

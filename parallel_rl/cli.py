@@ -62,12 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="coordinator REST port (0: OS picks)")
     p.add_argument("--host", default=None, help="coordinator bind address")
     p.add_argument("--shared-dir", default=None, help="shared filesystem root")
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the interrupted run whose shared directory is DIR (counters, buffer, policy, "
+                        "eval history, learner state)")
 
     p = sub.add_parser("coordinator", help="run the coordinator (master)")
     _add_config_args(p)
     _add_server_args(p)
     p.add_argument("--advertise", default=None,
                    help="URL workers use to reach the coordinator (default http://HOST:PORT)")
+    fresh = p.add_mutually_exclusive_group()
+    fresh.add_argument("--resume", action="store_true",
+                       help="require saved coordinator state in the shared directory and continue from it "
+                            "(without this flag saved state is resumed too; with none, it starts fresh)")
+    fresh.add_argument("--fresh", action="store_true",
+                       help="discard saved coordinator state in the shared directory and start over")
 
     for role in ("learner", "collector"):
         p = sub.add_parser(role, help=f"run a {role} slave that registers with a coordinator")

@@ -45,7 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args)
     setup_process(cfg, need_torch=False)
     host, port = _coordinator_address(args, cfg)
-    return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides)
+    return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides,
+                             resume=args.resume)
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -62,7 +63,17 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if not token:
         token = new_token()
         print(f"coordinator: PARALLEL_RL_TOKEN was not set; workers must use this one: {token}", flush=True)
-    coordinator = Coordinator(cfg, SharedStorage(shared_root(cfg, args.shared_dir)), token)
+    storage = SharedStorage(shared_root(cfg, args.shared_dir))
+    coordinator = Coordinator(cfg, storage, token)
+    if args.fresh:
+        removed = storage.reset()
+        print(f"coordinator: --fresh: removed {removed} file(s) of an earlier run from {storage.root}", flush=True)
+    elif coordinator.resume():
+        print(f"coordinator: resumed the saved state of {storage.root}: env_steps={coordinator.env_steps} "
+              f"train_iter={coordinator.train_iter} buffer={coordinator.replay.count()}", flush=True)
+    elif args.resume:
+        raise ConfigError(f"coordinator --resume: no saved coordinator state in {storage.state_dir}; "
+                          f"pass the --shared-dir of the run to continue, or drop --resume to start fresh")
     server = serve_coordinator(coordinator, *_coordinator_address(args, cfg), advertise=args.advertise)
     server.start()
     coordinator.start()
@@ -79,6 +90,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     finally:
         coordinator.close(notify_workers=True)
         server.close()
+        coordinator.save_state()  # after the workers' last reports: a restart starts exactly here
     if interrupted:
         print(f"coordinator: stopped by {interrupted[0]}", flush=True)
         return 0

@@ -144,6 +144,9 @@ def _validate(cfg: EasyDict) -> None:
     if supervisor.max_restarts < 0 or supervisor.backoff < 0 or supervisor.max_backoff < supervisor.backoff:
         raise ConfigError("parallel.supervisor needs max_restarts >= 0 and 0 <= backoff <= max_backoff, got "
                           f"{supervisor.max_restarts=}, {supervisor.backoff=}, {supervisor.max_backoff=}")
+    if cfg.parallel.coordinator.snapshot_interval <= 0:
+        raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
+                          f"{cfg.parallel.coordinator.snapshot_interval}")
     eps = cfg.policy.other.eps
     if eps.type not in ("exp", "linear"):
         raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")

@@ -22,6 +22,10 @@ class StorageError(ParallelRLError):
     """The shared filesystem refused an operation or held a bad file."""
 
 
+class StateFormatError(StorageError):
+    """A saved coordinator state has a format this version does not read (newer, or unknown)."""
+
+
 class PathOutsideRootError(StorageError):
     """A path taken from a message points outside the shared root."""
 

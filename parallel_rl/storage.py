@@ -5,6 +5,7 @@ Layout under the root (see docs/storage.md)::
     data/<chunk_name>.npz          step-data chunks (columns; loaded with allow_pickle=False)
     policy/policy_000001234.pt     policy checkpoints (torch.save of a state dict; weights_only=True)
     learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume
+    coordinator/state_000000042.npz + .json   coordinator snapshots (replay index arrays; the rest as JSON)
 
 Every file is written to a temporary name in its directory and moved into
 place with ``os.replace``, so a reader never sees half a file. Names that
@@ -14,6 +15,7 @@ root raises :class:`PathOutsideRootError`.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
@@ -24,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .errors import PathOutsideRootError, StorageError
+from .errors import PathOutsideRootError, StateFormatError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,13 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _POLICY_RE = re.compile(r"^policy_(\d{9,})\.pt$")
 _LEARNER_RE = re.compile(r"^learner_(\d{9,})\.pt$")
 _CHUNK_RE = re.compile(r"^.+\.npz$")
+_STATE_RE = re.compile(r"^state_(\d{9,})\.(json|npz)$")
+_STATE_JSON_RE = re.compile(r"^state_(\d{9,})\.json$")
+
+# the coordinator state format this code writes and reads; a file with another one is refused
+COORDINATOR_STATE_FORMAT = 1
+# coordinator snapshots kept: the newest, and the one before as a fallback when the newest is damaged
+KEEP_COORDINATOR_STATES = 2
 
 
 def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
@@ -96,8 +105,9 @@ class SharedStorage:
         self.data_dir = os.path.join(self.root, "data")
         self.policy_dir = os.path.join(self.root, "policy")
         self.learner_dir = os.path.join(self.root, "learner")
+        self.state_dir = os.path.join(self.root, "coordinator")
         try:
-            for d in (self.data_dir, self.policy_dir, self.learner_dir):
+            for d in (self.data_dir, self.policy_dir, self.learner_dir, self.state_dir):
                 os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the shared directory {self.root!r}: {exc}; pass --shared-dir") from exc
@@ -193,13 +203,77 @@ class SharedStorage:
     def _our_files(self):
         """(directory, name, is_temp) of every file of ours on the shared disk."""
         for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
-                                   (self.learner_dir, _LEARNER_RE)):
+                                   (self.learner_dir, _LEARNER_RE), (self.state_dir, _STATE_RE)):
             for name in os.listdir(directory):
                 if name.startswith(".tmp-") or pattern.match(name):
                     yield directory, name, name.startswith(".tmp-")
 
+    # ---- coordinator state ------------------------------------------------------------
+    def state_paths(self, seq: int) -> tuple:
+        """(json, npz) paths of coordinator snapshot ``seq``."""
+        base = os.path.join(self.state_dir, f"state_{int(seq):09d}")
+        return base + ".json", base + ".npz"
+
+    def coordinator_states(self) -> List[int]:
+        """Sequence numbers of the complete coordinator snapshots (their JSON, written last, exists), oldest first."""
+        return self._versions(self.state_dir, _STATE_JSON_RE)
+
+    def save_coordinator_state(self, seq: int, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+        """Write snapshot ``seq``: the arrays (``.npz``), then the JSON that names them (the commit point); prune
+        all but the newest :data:`KEEP_COORDINATOR_STATES`. Returns the JSON path."""
+        json_path, npz_path = self.state_paths(seq)
+        atomic_save_npz(npz_path, arrays)
+        body = json.dumps({"format": COORDINATOR_STATE_FORMAT, "seq": int(seq), "arrays": os.path.basename(npz_path),
+                           **meta}).encode()
+        _atomic_write(json_path, lambda f: f.write(body))
+        for old in self.coordinator_states()[:-KEEP_COORDINATOR_STATES]:
+            for path in self.state_paths(old):
+                _unlink(path)
+        return json_path
+
+    def load_coordinator_state(self, seq: int) -> tuple:
+        """(meta, arrays) of snapshot ``seq``; StorageError naming the file when it is damaged or of another format."""
+        json_path, npz_path = self.state_paths(seq)
+        try:
+            with open(json_path, "rb") as f:
+                meta = json.loads(f.read())
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"{json_path}: not a readable coordinator state ({exc})") from exc
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        if fmt != COORDINATOR_STATE_FORMAT:
+            raise StateFormatError(f"{json_path}: coordinator state format {fmt!r}, this parallel_rl reads format "
+                               f"{COORDINATOR_STATE_FORMAT} only; run the parallel_rl version that wrote it, or "
+                               f"start over with --fresh")
+        try:
+            arrays = load_npz(npz_path)
+        except FileNotFoundError as exc:
+            raise StorageError(f"{npz_path}: missing (its snapshot {json_path} names it)") from exc
+        return meta, arrays
+
+    def latest_coordinator_state(self) -> Optional[tuple]:
+        """(meta, arrays) of the newest loadable snapshot, None when there is none.
+
+        A damaged newest snapshot falls back to the one before (logged, naming the file); when every snapshot
+        is damaged, StorageError names them: we never start empty over existing state."""
+        errors = []
+        for seq in reversed(self.coordinator_states()):
+            try:
+                state = self.load_coordinator_state(seq)
+            except StateFormatError:
+                raise  # written by another version: falling back to an older snapshot would lose its work
+            except StorageError as exc:
+                logger.warning("storage: %s; falling back to the snapshot before it", exc)
+                errors.append(str(exc))
+                continue
+            return state
+        if errors:
+            raise StorageError("no loadable coordinator state in " + self.state_dir + ": " + "; ".join(errors)
+                               + " (move the directory away, or start over with --fresh)")
+        return None
+
     def reset(self) -> int:
-        """Remove every file of ours (chunks, checkpoints, temp files) for a fresh run; returns the count."""
+        """Remove every file of ours (chunks, checkpoints, coordinator state, temp files) for a fresh run;
+        returns the count."""
         return sum(_unlink(os.path.join(d, name)) for d, name, _ in list(self._our_files()))
 
     def remove_stale_temp_files(self, max_age: float) -> int:

@@ -84,11 +84,20 @@ class Coordinator:
         self.best_eval_return = math.nan
         self.eval_history: List[Dict[str, Any]] = []
         self.throughput_history: List[Dict[str, Any]] = []
+        # persistence: snapshots of this state on the shared disk (see save_state / resume)
+        self._save_lock = threading.Lock()
+        self._state_seq = 0
+        self._snapshot_thread: Optional[threading.Thread] = None
+        self.state_saved_at: Optional[float] = None
+        self.resumed_from: Optional[int] = None
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "Coordinator":
         self._thread = threading.Thread(target=self._control_loop, name="coordinator-control", daemon=True)
         self._thread.start()
+        self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name="coordinator-snapshot",
+                                                 daemon=True)
+        self._snapshot_thread.start()
         return self
 
     @property
@@ -120,6 +129,9 @@ class Coordinator:
         self.kick()
         if self._thread is not None:
             self._thread.join(5.0)
+        if self._snapshot_thread is not None:
+            self._snapshot_thread.join(5.0)
+            self.save_state()  # the final state: a resume starts exactly here
         if notify_workers:
             for worker in self.workers.list(active_only=True):
                 try:
@@ -534,6 +546,8 @@ class Coordinator:
             "learn_info": dict(self.learn_info),
             "uptime": round(self.uptime, 3),
             "started_at": self.started_at,
+            "state_saved_at": self.state_saved_at,
+            "resumed_from": self.resumed_from,
             "exp_name": self.cfg.exp_name,
             "env_id": self.cfg.env.env_id,
         }
@@ -546,27 +560,106 @@ class Coordinator:
         pick = lambda q: round(1000 * delays[min(len(delays) - 1, int(q * len(delays)))], 1)  # noqa: E731
         return {"count": len(delays), "p50": pick(0.5), "p95": pick(0.95), "max": round(1000 * delays[-1], 1)}
 
+    # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
-        """Task table, counters and the replay index (numpy arrays under ``replay``)."""
+        """Everything a restarted coordinator needs, as JSON values; the replay index (numpy arrays) under
+        ``replay``."""
         with self._lock:
             return {
+                "exp_name": self.cfg.exp_name,
+                "saved_at": time.time(),
                 "tasks": self.tasks.state_dict(),
+                "tasks_forgotten": self.tasks.forgotten,
+                "workers": self.workers.state_dict(),
                 "counters": {"env_steps": self.env_steps, "episodes": self.episodes, "train_iter": self.train_iter,
                              "policy_version": self.policy_version,
+                             "last_eval_return": _num(self.last_eval_return),
                              "best_eval_return": _num(self.best_eval_return),
-                             "last_eval_version": self.commander.last_eval_version},
+                             "last_eval_version": self.commander.last_eval_version,
+                             "uptime": self.uptime, "started_at": self.started_at},
+                "learn_info": dict(self.learn_info),
+                "eval_history": list(self.eval_history),
+                "throughput_history": list(self.throughput_history),
                 "replay": self.replay.state_dict(),
             }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; saved workers that were active get a fresh lease (re-adopted when they
+        heartbeat again, lost when they do not)."""
+        wcfg = self.cfg.parallel.worker
         with self._lock:
             self.tasks.load_state_dict(state["tasks"])
+            self.tasks.forgotten = int(state.get("tasks_forgotten", 0))
+            if "workers" in state:
+                self.workers.load_state_dict(state["workers"], lambda address: HttpClient(
+                    address, self.token, timeout=wcfg.request_timeout, max_retries=1))
             c = state["counters"]
             self.env_steps, self.episodes = int(c["env_steps"]), int(c["episodes"])
             self.train_iter, self.policy_version = int(c["train_iter"]), int(c["policy_version"])
             self.best_eval_return = math.nan if c["best_eval_return"] is None else float(c["best_eval_return"])
+            self.last_eval_return = math.nan if c.get("last_eval_return") is None else float(c["last_eval_return"])
             self.commander.last_eval_version = c.get("last_eval_version")
+            if "uptime" in c:  # the clock goes on from where the saved run stopped
+                self._t0 = time.monotonic() - float(c["uptime"])
+                self.started_at = float(c["started_at"])
+            self.learn_info = dict(state.get("learn_info") or {})
+            self.eval_history = list(state.get("eval_history", []))
+            self.throughput_history = list(state.get("throughput_history", []))
             self.replay.load_state_dict(state["replay"])
+
+    def save_state(self) -> Optional[str]:
+        """Write a snapshot to the shared directory (the arrays are copied under the lock, written outside it);
+        returns its path, None when the write failed (logged; the previous snapshot stays)."""
+        with self._save_lock:
+            state = self.state_dict()
+            arrays = state.pop("replay")
+            self._state_seq += 1
+            try:
+                path = self.storage.save_coordinator_state(self._state_seq, state, arrays)
+            except (OSError, StorageError, ValueError) as exc:
+                logger.error("coordinator: saving state %d failed (the previous snapshot stays): %s",
+                             self._state_seq, exc)
+                return None
+            self.state_saved_at = time.time()
+            return path
+
+    def resume(self) -> bool:
+        """Load the newest saved state from the shared directory; False when there is none.
+
+        A damaged newest snapshot falls back to the one before; StorageError when none loads."""
+        saved = self.storage.latest_coordinator_state()
+        if saved is None:
+            return False
+        meta, arrays = saved
+        try:
+            self.load_state_dict({**meta, "replay": arrays})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"{self.storage.state_paths(meta.get('seq', 0))[0]}: cannot be restored with this "
+                               f"config ({type(exc).__name__}: {exc}); resume with the config that wrote it, or "
+                               f"start over with --fresh") from exc
+        self._state_seq = int(meta["seq"])
+        self.resumed_from = int(meta["seq"])
+        logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
+                    "buffer=%d tasks=%d workers=%d", self._state_seq, self.storage.state_dir, self.env_steps,
+                    self.train_iter, self.policy_version, self.replay.count(), len(self.tasks.list()),
+                    len(self.workers.list()))
+        return True
+
+    def forget_workers(self, reason: str) -> None:
+        """Every active worker is known dead (a whole-run resume): mark them lost and cancel their tasks, so
+        replacements start at once instead of after a lease (a cancelled task uses up no attempt)."""
+        for worker in self.workers.list(active_only=True):
+            with self._lock:
+                worker.state = WorkerState.LOST
+                running = worker.running_tasks
+            for task_id in running:
+                self._end_task(task_id, TaskState.CANCELLED, error=f"{worker.worker_id}: {reason}")
+        self.kick()
+
+    def _snapshot_loop(self) -> None:
+        interval = float(self.cfg.parallel.coordinator.snapshot_interval)
+        while not self._closing.wait(interval):
+            self.save_state()
 
 
 def _num(x: float) -> Optional[float]:

@@ -127,6 +127,23 @@ class WorkerRegistry:
         with self._lock:
             return [w for w in self._workers.values() if w.state.active and now - w.last_heartbeat > ttl]
 
+    _SAVED = ("worker_id", "kind", "address", "registered_at", "current_task", "eval_task", "env_steps", "train_iter",
+              "policy_version", "tasks_done", "pid")
+
+    def state_dict(self) -> List[Dict[str, Any]]:
+        """Every entry as plain JSON values (no client, no lease)."""
+        with self._lock:
+            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value} for w in self._workers.values()]
+
+    def load_state_dict(self, items: List[Dict[str, Any]], make_client) -> None:
+        """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out)."""
+        with self._lock:
+            self._workers = {}
+            for item in items:
+                worker = Worker(client=make_client(item["address"]), state=WorkerState(item["state"]),
+                                **{k: item[k] for k in self._SAVED})
+                self._workers[worker.worker_id] = worker
+
     def counts(self) -> Dict[str, Dict[str, int]]:
         with self._lock:
             out = {k: {s.value: 0 for s in WorkerState} for k in ("collector", "learner")}

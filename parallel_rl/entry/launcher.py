@@ -11,7 +11,8 @@ record) after an exponential backoff; a restarted learner resumes from the
 newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
 The children die with this process (``PR_SET_PDEATHSIG``) and are
-terminated, then killed, on the way out whatever happens.
+terminated, then killed, on the way out whatever happens. ``resume=DIR``
+continues an interrupted run from the coordinator state saved in DIR.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def _forward_output(child: Child, stream) -> None:
 
 class LocalCluster:
     def __init__(self, cfg: EasyDict, collectors: int, host: str, port: int, shared_dir: Optional[str],
-                 config_path: Optional[str] = None, overrides: Optional[List[str]] = None):
+                 config_path: Optional[str] = None, overrides: Optional[List[str]] = None,
+                 resume: Optional[str] = None):
         if collectors < 1:
             from ..errors import ConfigError
 
@@ -74,11 +76,25 @@ class LocalCluster:
         self.config_path, self.overrides = config_path, list(overrides or [])
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
-        self.storage = SharedStorage(shared_root(cfg, shared_dir))
-        removed = self.storage.reset()
-        if removed:
-            logger.info("launcher: removed %d file(s) of an earlier run from %s", removed, self.storage.root)
+        self.storage = SharedStorage(resume or shared_root(cfg, shared_dir))
         self.coordinator = Coordinator(cfg, self.storage, self.token)
+        if resume:
+            if not self.coordinator.resume():
+                from ..errors import ConfigError
+
+                raise ConfigError(f"--resume {resume}: no saved coordinator state in {self.storage.state_dir}; "
+                                  f"pass the shared directory of the run to continue (its REST line and summary "
+                                  f"name it)")
+            # the processes of the interrupted run are gone: replace their tasks now, not after a lease
+            self.coordinator.forget_workers("run resumed")
+            print(f"resumed {self.storage.root}: env_steps={self.coordinator.env_steps} "
+                  f"train_iter={self.coordinator.train_iter} policy_version={self.coordinator.policy_version} "
+                  f"buffer={self.coordinator.replay.count()}", flush=True)
+        else:
+            removed = self.storage.reset()
+            if removed:
+                logger.warning("launcher: removed %d file(s) of an earlier run from %s (to continue a run "
+                               "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
         from coordinator_app import serve_coordinator
 
         self.server = serve_coordinator(self.coordinator, host, port)
@@ -206,6 +222,7 @@ class LocalCluster:
                    f"best_eval_return={c.summary()['best_eval_return']} time={c.uptime:.2f}s")
         if self.interrupted:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
+            print(f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True)
             return 130
         code = outcome_exit_code(c.state, self.cfg.env.stop_value)
         if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
@@ -240,12 +257,13 @@ class LocalCluster:
             if child.reader is not None:
                 child.reader.join(2.0)
         self.server.close(timeout=2.0)
+        self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
 
 
 def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,
                       shared_dir: Optional[str] = None, config_path: Optional[str] = None,
-                      overrides: Optional[List[str]] = None) -> int:
-    cluster = LocalCluster(cfg, collectors, host, port, shared_dir, config_path, overrides)
+                      overrides: Optional[List[str]] = None, resume: Optional[str] = None) -> int:
+    cluster = LocalCluster(cfg, collectors, host, port, shared_dir, config_path, overrides, resume)
 
     def on_signal(signum, frame):
         cluster.request_stop(signal.Signals(signum).name)

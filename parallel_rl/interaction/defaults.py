@@ -21,6 +21,9 @@ def parallel_default_config() -> EasyDict:
             max_body_bytes=4 * 1024 * 1024,
             # chunk files no buffer row references are deleted after this delay
             chunk_grace_seconds=10.0,
+            # the coordinator's state (tasks, replay index, counters, workers, eval history) is saved to
+            # the shared directory this often and at shutdown; a crash loses at most this much
+            snapshot_interval=2.0,
         ),
         commander=dict(
             type="solo",

@@ -22,7 +22,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.env_manager import env_spaces
-from ..errors import ParallelRLError
+from ..errors import ParallelRLError, PeerUnavailableError
 from ..policy import create_policy
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
@@ -155,7 +155,7 @@ class DataPipeline:
             self._room.wait(0.5)
 
     def _loop(self) -> None:
-        failures = 0
+        failures = retries = 0
         while not self._stop.is_set():
             self._wait_for_room()
             body = {"worker_id": self.worker_id, "batch_size": self.batch_size, "batches": self.prefetch,
@@ -167,16 +167,19 @@ class DataPipeline:
             try:
                 answer = self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
                                           timeout=self.client.timeout + 1.0)
-                failures = 0
+                failures = retries = 0
             except ParallelRLError as exc:
-                failures += 1
+                # an unreachable coordinator (restarting) is waited for: the slave's heartbeat gives up after
+                # 3 x TTL; a coordinator that answers with refusals fails the task after 5 of them
+                failures += 1 if not isinstance(exc, PeerUnavailableError) else 0
+                retries += 1
                 with self._lock:  # they go with the next attempt
                     self._priorities[:0] = infos
                 if failures > 5:
                     self.error = f"sampling from the coordinator failed {failures} times: {exc}"
                     logger.error("learner: %s", self.error)
                     return
-                self._stop.wait(min(2.0, 0.1 * 2 ** failures))  # bounded backoff
+                self._stop.wait(min(1.0, 0.1 * 2 ** retries))  # bounded backoff
                 continue
             if self.on_control is not None and answer.get("control"):
                 self.on_control(answer["control"])
