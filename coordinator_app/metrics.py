@@ -56,6 +56,11 @@ class CoordinatorCollector:
                     samples=[([k, s], n) for k, states in summary["tasks"].items() for s, n in states.items()])
         yield gauge("workers", "workers by kind and state", None, labels=["kind", "state"],
                     samples=[([k, s], n) for k, states in summary["workers"].items() for s, n in states.items()])
+        # whatever scalars the learner's policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, ...)
+        learn_info = summary.get("learn_info") or {}
+        yield gauge("learn_info", "latest scalars the learner's policy reports, by name", None, labels=["name"],
+                    samples=[([str(k)], float(v)) for k, v in learn_info.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)])
         yield gauge("stopped", "1 once training ended (solved, budget, failure)", int(c.system_shutdown_flag))
 
 

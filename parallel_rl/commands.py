@@ -22,6 +22,19 @@ def _load(args: argparse.Namespace):
     return load_config(getattr(args, "config", None), getattr(args, "overrides", []))
 
 
+def _load_checked(args: argparse.Namespace):
+    """The config, checked against the env (spaces fit the algorithm) and the machine (device) before any
+    process starts."""
+    from .envs.spaces import check_env_fits
+
+    cfg = _load(args)
+    check_env_fits(cfg)
+    if cfg.policy.on_policy:
+        raise ConfigError(f"policy.type={cfg.policy.type!r} is on-policy; the cluster trains off-policy "
+                          f"algorithms only for now (dqn, sac): use `parallel-rl serial` for it")
+    return cfg
+
+
 def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
     """(host, port) of the coordinator's REST API: the command line over the config."""
     return args.host or cfg.parallel.coordinator.host, cfg.parallel.coordinator.port if args.port is None else args.port
@@ -42,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .entry.launcher import run_local_cluster
     from .runtime import setup_process
 
-    cfg = _load(args)
+    cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
     host, port = _coordinator_address(args, cfg)
     return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides,
@@ -57,7 +70,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from .runtime import outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage
 
-    cfg = _load(args)
+    cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
     token = token_from_env()
     if not token:

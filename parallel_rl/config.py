@@ -19,8 +19,8 @@ from easydict import EasyDict
 from .errors import ConfigError
 
 
-def default_config() -> EasyDict:
-    """The full default tree; each section comes from its component."""
+def default_config(policy_type: str = "dqn") -> EasyDict:
+    """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s."""
     from .data.buffer import buffer_default_config
     from .envs.env_manager import EnvManager
     from .interaction.defaults import parallel_default_config
@@ -29,7 +29,11 @@ def default_config() -> EasyDict:
     from .worker.evaluator import InteractionSerialEvaluator
     from .worker.learner import BaseLearner
 
-    policy = POLICY_DEFAULTS["dqn"]()
+    if policy_type not in POLICY_DEFAULTS:
+        close = difflib.get_close_matches(str(policy_type), list(POLICY_DEFAULTS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
+    policy = POLICY_DEFAULTS[policy_type]()
     policy.collect.collector = SampleSerialCollector.default_config()
     policy.eval.evaluator = InteractionSerialEvaluator.default_config()
     policy.learn.learner = BaseLearner.default_config()
@@ -114,7 +118,8 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     from .data.buffer import buffer_default_config
 
     user_cfg = dict(user_cfg or {})
-    defaults = default_config()
+    # the policy type brings its own keys (ppo, sac, ... or a registered one)
+    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"))
     # The replay buffer's keys depend on its type: use that type's defaults.
     buf_type = (
         user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get("type", "advanced")
@@ -147,9 +152,16 @@ def _validate(cfg: EasyDict) -> None:
     if cfg.parallel.coordinator.snapshot_interval <= 0:
         raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
                           f"{cfg.parallel.coordinator.snapshot_interval}")
-    eps = cfg.policy.other.eps
-    if eps.type not in ("exp", "linear"):
+    eps = cfg.policy.other.get("eps")
+    if eps is not None and eps.type not in ("exp", "linear"):
         raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")
+    if cfg.policy.on_policy and cfg.policy.nstep != 1:
+        raise ConfigError(f"policy.nstep must be 1 for the on-policy {cfg.policy.type!r} (GAE does the "
+                          f"multi-step returns), got {cfg.policy.nstep}")
+    from .policy.device import DEVICES
+
+    if cfg.policy.device not in DEVICES:
+        raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
 
 
 def load_config_file(path: str) -> dict:

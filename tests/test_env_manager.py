@@ -38,11 +38,22 @@ def test_seeding_is_reproducible():
         np.testing.assert_array_equal(a.reset(), b.reset())
 
 
-def test_rejects_unknown_env_and_continuous_actions():
+def test_rejects_unknown_env_and_unsupported_spaces():
     with pytest.raises(ConfigError, match="not a registered"):
         EnvManager("NoSuchEnv-v9", 1)
-    with pytest.raises(ConfigError, match="only Discrete"):
-        EnvManager("Pendulum-v1", 1)
+    with pytest.raises(ConfigError, match=r"'parallel_rl/Spaces-v0' has action space MultiDiscrete.*Discrete.*dqn"):
+        EnvManager("parallel_rl/Spaces-v0", 1, env_kwargs={"action_space": "multidiscrete"})
+    with pytest.raises(ConfigError, match=r"'parallel_rl/Spaces-v0' has observation space Dict.*only Box"):
+        EnvManager("parallel_rl/Spaces-v0", 1, env_kwargs={"obs_space": "dict"})
+
+
+def test_box_actions_are_clipped_to_the_space_and_box_obs_keep_their_shape():
+    with EnvManager("parallel_rl/Spaces-v0", 2, env_kwargs={"obs_space": "box2d", "action_space": "box"}) as env:
+        assert env.action_spec.kind == "box" and env.action_spec.shape == (2,) and env.obs_dim == 6
+        assert env.reset().shape == (2, 2, 3)
+        step = env.step(np.array([[5.0, 0.5], [-5.0, 0.5]], dtype=np.float32))
+        # clipped to [-1, 1]: -|1 - 0.5| - 0 and -|-1 - 0.5| - 0
+        np.testing.assert_allclose(step.reward, [-0.5, -1.5])
 
 
 def test_async_mode_works(toy_env):

@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def run_cli(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
@@ -33,3 +35,44 @@ def test_bad_override_is_one_line_exit_2():
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "did you mean 'policy.learn.batch_size'" in proc.stderr
+
+
+def test_serial_ppo_solves_cartpole(tmp_path):
+    proc = run_cli("serial", "-c", "configs/cartpole_ppo.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "serial.max_env_step=60000")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
+    from tests.test_cluster import tensorboard_tags
+
+    assert {"learner/policy_loss", "learner/entropy", "learner/approx_kl"} <= tensorboard_tags(
+        tmp_path / "exp" / "tensorboard")
+
+
+@pytest.mark.slow
+def test_serial_sac_solves_pendulum(tmp_path):
+    proc = run_cli("serial", "-c", "configs/pendulum_sac.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
+
+
+@pytest.mark.parametrize("command, config, sets, match", [
+    ("serial", "cartpole_dqn", ["env.env_id=Pendulum-v1"], "policy.type='dqn' does not fit env 'Pendulum-v1'"),
+    ("run", "pendulum_sac", ["env.env_id=CartPole-v1"], "policy.type='sac' does not fit env 'CartPole-v1'"),
+    ("run", "cartpole_dqn", ["policy.cuda=true"], "policy.cuda=True but torch sees no CUDA device"),
+])
+def test_bad_algorithm_or_device_exits_2_before_any_process_starts(tmp_path, command, config, sets, match):
+    import torch
+
+    if "cuda" in match and torch.cuda.is_available():
+        pytest.skip("checks the no-GPU error path")
+    args = [command, "-c", f"configs/{config}.py", "--set", f"exp_name={tmp_path / 'exp'}"]
+    if command == "run":
+        args += ["--shared-dir", str(tmp_path / "shared")]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert match in proc.stderr and proc.stderr.strip().count("\n") == 0
+    # nothing started: no experiment dir, no shared store (the launcher makes it before its children)
+    assert not (tmp_path / "exp").exists() and not (tmp_path / "shared").exists()

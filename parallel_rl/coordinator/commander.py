@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from easydict import EasyDict
 
-from ..policy.epsilon import epsilon_schedule
+from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker, WorkerState
@@ -32,7 +32,7 @@ class SoloCommander:
         self.cfg = cfg
         self.coordinator = coordinator
         self.ccfg = cfg.parallel.commander
-        self._epsilon = epsilon_schedule(cfg.policy.other.eps)
+        self._epsilon = exploration_schedule(cfg.policy)
         self.last_eval_version: Optional[int] = None
 
     def epsilon(self, env_steps: int) -> float:

@@ -1,7 +1,10 @@
 """The serial pipeline: collect, train and evaluate in one process.
 
-The same components as the cluster (env manager, DQN policy, collector,
-replay buffer, learner, evaluator), wired in one loop.
+The same components as the cluster (env manager, policy, collector,
+replay buffer, learner, evaluator), wired in one loop. The policy's data flow
+decides what happens to collected data: off-policy (DQN, SAC) data goes
+through the replay buffer, on-policy (PPO) data is one segment the learner
+trains on once (its epochs) and drops.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from easydict import EasyDict
 
 from ..data.buffer import create_buffer
 from ..envs.env_manager import EnvManager
-from ..policy import create_policy, epsilon_schedule
+from ..policy import create_policy
+from ..policy.epsilon import exploration_schedule
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import create_serial_collector
@@ -51,7 +55,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     os.makedirs(exp_dir, exist_ok=True)
     collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
-    policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_num, seed=cfg.seed)
+    policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
     collector = create_serial_collector(
         cfg.policy.collect.collector, collector_env, policy.collect_mode,
@@ -64,7 +68,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
-    epsilon = epsilon_schedule(cfg.policy.other.eps)
+    epsilon = exploration_schedule(cfg.policy)
+    on_policy = policy.on_policy
     learn = cfg.policy.learn
     budget = cfg.serial
     last_return = best_return = float("nan")
@@ -81,7 +86,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                            env_steps_per_second=collector.envstep / elapsed if elapsed > 0 else 0.0,
                            updates_per_second=learner.train_iter / elapsed if elapsed > 0 else 0.0)
                 tb.scalars(learner.train_iter, "learner/", **{k: v for k, v in learner.learn_info.items()
-                                                             if k in ("loss", "q_value", "td_error")})
+                                                             if k not in ("train_iter", "envstep")
+                                                             and isinstance(v, (int, float))})
                 if progress is not None:
                     progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value})
                 if stop:
@@ -100,6 +106,9 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 cfg.policy.collect.n_sample, train_iter=learner.train_iter,
                 policy_kwargs={"eps": epsilon(collector.envstep)},
             )
+            if on_policy:
+                learner.train(data, collector.envstep)
+                continue
             buffer.push(data, cur_collector_envstep=collector.envstep)
             for _ in range(learn.update_per_collect):
                 batch = buffer.sample(learn.batch_size, learner.train_iter)

@@ -20,6 +20,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from .spaces import action_spec, check_observation_space, env_spaces  # noqa: F401 (env_spaces re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +55,8 @@ def import_env_modules(names: Iterable[str]) -> None:
             raise ConfigError(f"env.import_names: cannot import {name!r}: {exc}") from exc
 
 
-def env_spaces(env_cfg: EasyDict) -> tuple:
-    """(obs_dim, action_num) of the configured env, without keeping it open (learners need only this)."""
-    import_env_modules(env_cfg.import_names)
-    env = gym.make(env_cfg.env_id, **(env_cfg.env_kwargs or {}))
-    try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ConfigError(f"env {env_cfg.env_id!r} has action space {env.action_space}; only Discrete is supported")
-        return int(np.prod(env.observation_space.shape)), int(env.action_space.n)
-    finally:
-        env.close()
-
-
 class EnvManager:
-    """``num_envs`` copies of one gymnasium env with a discrete action space."""
+    """``num_envs`` copies of one gymnasium env (Box observations; Discrete or Box actions, see :mod:`.spaces`)."""
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -108,13 +97,17 @@ class EnvManager:
         self.vector_mode = vector_mode
         self._seed = seed
         self._env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, **(env_kwargs or {}))
-        if not isinstance(self._env.single_action_space, gym.spaces.Discrete):
+        try:
+            self.obs_shape = check_observation_space(self._env.single_observation_space, env_id)
+            self.action_spec = action_spec(self._env.single_action_space, env_id)
+        except ConfigError:
             self._env.close()
-            raise ConfigError(
-                f"env {env_id!r} has action space {self._env.single_action_space}; only Discrete is supported"
-            )
-        self.action_num = int(self._env.single_action_space.n)
-        self.obs_shape = tuple(self._env.single_observation_space.shape)
+            raise
+        # number of discrete actions, or the size of a Box action
+        self.action_num = self.action_spec.dim
+        # Box actions are clipped to the space's bounds here, once (policies may sample outside them)
+        self._action_bounds = ((self.action_spec.low, self.action_spec.high)
+                               if self.action_spec.kind == "box" else None)
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._needs_reset = np.zeros(num_envs, dtype=bool)
@@ -153,6 +146,8 @@ class EnvManager:
         return self._obs
 
     def step(self, actions: np.ndarray) -> EnvStep:
+        if self._action_bounds is not None:
+            actions = np.clip(actions, *self._action_bounds)
         obs, reward, terminated, truncated, _ = self._env.step(actions)
         obs = np.asarray(obs, dtype=np.float32)
         reward = np.asarray(reward, dtype=np.float32)

@@ -19,6 +19,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ParallelRLError
+from ..policy.epsilon import exploration_schedule
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
@@ -161,7 +162,7 @@ class FlaskFileSystemCollector(Slave):
             self._run_waiting_evals()
             self._wait_for_allowance(task)
             self.refresh_policy()
-            eps = float(self.control.get("epsilon", self.cfg.policy.other.eps.start))
+            eps = float(self.control.get("epsilon", exploration_schedule(self.cfg.policy)(0)))
             pieces, chunk_steps, chunk_returns = [], 0, []
             started = time.monotonic()
             version, fresh = self.collector.policy_version, self._fresh_policy()

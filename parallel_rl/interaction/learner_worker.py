@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from ..envs.env_manager import env_spaces
+from ..envs.spaces import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError
 from ..policy import create_policy
 from ..storage import SharedStorage
@@ -222,7 +222,8 @@ class FlaskFileSystemLearner(Slave):
                 raise ApiError(409, "conflict", f"already running {sorted(self._running)}")
 
     def setup(self, cfg: EasyDict) -> None:
-        self.obs_dim, self.action_num = env_spaces(cfg.env)
+        obs_shape, self.action_spec = env_spaces(cfg.env, cfg.policy.type)
+        self.obs_dim = int(np.prod(obs_shape))
 
     # ---- the learner's outputs --------------------------------------------------------------
     def send_policy(self, policy, train_iter: int, final: bool = False) -> None:
@@ -239,9 +240,9 @@ class FlaskFileSystemLearner(Slave):
         info["missing_rows"] = pipeline.missing_rows
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         info["updates_per_second"] = round(rate, 1)
-        self.tb.scalars(learner.train_iter, "learner/", loss=info.get("loss"), q_value=info.get("q_value"),
-                        td_error=info.get("td_error"), updates_per_second=rate,
-                        data_wait_seconds=info["data_wait_seconds"])
+        # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
+        self.tb.scalars(learner.train_iter, "learner/",
+                        **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")})
         self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
                             "info": info})
 
@@ -251,7 +252,7 @@ class FlaskFileSystemLearner(Slave):
     # ---- the task -----------------------------------------------------------------------------
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
         cfg, lcfg = self.cfg, self.cfg.parallel.learner
-        policy = create_policy(cfg.policy, self.obs_dim, self.action_num, seed=cfg.seed)
+        policy = create_policy(cfg.policy, self.obs_dim, self.action_spec, seed=cfg.seed)
         learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner {self.worker_id}")
         if task.spec.get("resume"):

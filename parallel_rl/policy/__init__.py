@@ -1,4 +1,4 @@
-"""Policies. ``create_policy(cfg, obs_dim, action_num)`` builds one by ``cfg.type``.
+"""Policies. ``create_policy(cfg, obs_dim, action_spec)`` builds one by ``cfg.type``.
 
 The torch-backed classes load on first use (PEP 562 ``__getattr__``), so
 processes that only need configs and schedules (the coordinator) never
@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import importlib
 
-from .defaults import POLICY_DEFAULTS, dqn_default_config
+from .defaults import POLICY_ACTION_SPACES, POLICY_DEFAULTS, dqn_default_config
 from .epsilon import epsilon_schedule
 
 # name -> "module:Class", resolved lazily
-_POLICIES = {"dqn": "parallel_rl.policy.dqn:DQNPolicy"}
+_POLICIES = {
+    "dqn": "parallel_rl.policy.dqn:DQNPolicy",
+    "ppo": "parallel_rl.policy.ppo:PPOPolicy",
+    "sac": "parallel_rl.policy.sac:SACPolicy",
+}
 _LAZY = {"DQNPolicy": "parallel_rl.policy.dqn", "QNetwork": "parallel_rl.policy.dqn"}
 
 
-def register_policy(name: str, target: str, default_config) -> None:
-    """Register a policy class (``"module:Class"``) and its torch-free default config function."""
+def register_policy(name: str, target: str, default_config, action_spaces=("discrete",)) -> None:
+    """Register a policy class (``"module:Class"``), its torch-free default config function and the
+    action spaces it trains on (``"discrete"``, ``"box"``)."""
     _POLICIES[name] = target
     POLICY_DEFAULTS[name] = default_config
+    POLICY_ACTION_SPACES[name] = tuple(action_spaces)
 
 
 def get_policy_cls(name: str):
@@ -31,8 +37,15 @@ def get_policy_cls(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def create_policy(cfg, obs_dim: int, action_num: int, seed=None):
-    return get_policy_cls(cfg.get("type", "dqn"))(cfg, obs_dim, action_num, seed=seed)
+def create_policy(cfg, obs_dim: int, action, seed=None, device=None):
+    """Build ``cfg.type``'s policy for ``obs_dim`` flattened inputs and ``action`` (an ActionSpec, or a
+    number of discrete actions). ``device`` overrides ``policy.device``/``policy.cuda`` (collectors: "cpu")."""
+    from ..envs.spaces import ActionSpec
+    from .device import resolve_device
+
+    spec = action if isinstance(action, ActionSpec) else ActionSpec.discrete(action)
+    device = device or resolve_device(cfg)
+    return get_policy_cls(cfg.get("type", "dqn"))(cfg, obs_dim, spec, seed=seed, device=device)
 
 
 def __getattr__(name: str):

@@ -1,12 +1,28 @@
-"""Policy defaults, importable without torch (the coordinator never imports torch)."""
+"""Policy defaults, importable without torch (the coordinator never imports torch).
+
+Every policy type brings its own config tree; ``compile_config`` merges the
+tree of the type named by ``policy.type``. ``on_policy`` (DI-engine's key) is
+the data flow the collectors and the coordinator ask for: off-policy data goes
+through the replay buffer, on-policy data is used as whole segments and dropped.
+"""
 from __future__ import annotations
 
 from easydict import EasyDict
 
 
+def _common(type_: str, on_policy: bool) -> dict:
+    return dict(
+        type=type_,
+        on_policy=on_policy,
+        # DI-engine's key: train the learner on the GPU; policy.device ("cpu" | "cuda" | "auto") wins when set
+        cuda=False,
+        device="",
+    )
+
+
 def dqn_default_config() -> EasyDict:
     return EasyDict(
-        type="dqn",
+        **_common("dqn", on_policy=False),
         model=dict(hidden_size_list=[128, 128, 64], dueling=True),
         discount_factor=0.99,
         nstep=3,
@@ -27,4 +43,65 @@ def dqn_default_config() -> EasyDict:
     )
 
 
-POLICY_DEFAULTS = {"dqn": dqn_default_config}
+def ppo_default_config() -> EasyDict:
+    """PPO (Schulman et al. 2017), DI-engine's key names."""
+    return EasyDict(
+        **_common("ppo", on_policy=True),
+        model=dict(
+            hidden_size_list=[64, 64],
+            # Box actions: log std is a learned parameter, independent of the observation
+            init_log_std=-0.5,
+        ),
+        discount_factor=0.99,
+        nstep=1,
+        learn=dict(
+            # epochs over each collected segment (DI-engine: epoch_per_collect)
+            epoch_per_collect=10,
+            batch_size=64,
+            learning_rate=3e-4,
+            clip_ratio=0.2,
+            value_weight=0.5,
+            entropy_weight=0.0,
+            # clip the value loss around the collected value like the policy ratio
+            value_clip=False,
+            adv_norm=True,
+            max_grad_norm=0.5,
+            gae_lambda=0.95,
+            # unused by PPO; kept so a shared pipeline may read it
+            update_per_collect=1,
+        ),
+        collect=dict(n_sample=512),
+        eval=dict(),
+        other=dict(),
+    )
+
+
+def sac_default_config() -> EasyDict:
+    """SAC (Haarnoja et al. 2018) with twin Q and automatic temperature, DI-engine's key names."""
+    return EasyDict(
+        **_common("sac", on_policy=False),
+        model=dict(actor_hidden_size_list=[256, 256], critic_hidden_size_list=[256, 256]),
+        discount_factor=0.99,
+        nstep=1,
+        learn=dict(
+            update_per_collect=1,
+            batch_size=256,
+            learning_rate_q=1e-3,
+            learning_rate_policy=1e-3,
+            learning_rate_alpha=1e-3,
+            # Polyak factor of the target critics
+            target_theta=0.005,
+            init_alpha=0.2,
+            auto_alpha=True,
+            # target entropy per action dimension (-1: the usual -dim(A))
+            target_entropy_per_dim=-1.0,
+        ),
+        collect=dict(n_sample=8),
+        eval=dict(),
+        other=dict(),
+    )
+
+
+POLICY_DEFAULTS = {"dqn": dqn_default_config, "ppo": ppo_default_config, "sac": sac_default_config}
+# which action spaces each policy type trains on
+POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",)}

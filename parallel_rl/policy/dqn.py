@@ -8,8 +8,7 @@ return and its discount are computed by the collector, so one row holds
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +17,9 @@ from easydict import EasyDict
 from torch import nn
 
 from ..errors import ConfigError
+from .base import Policy, PolicyMode  # noqa: F401 (PolicyMode re-exported)
 from .defaults import dqn_default_config
+from .nets import cpu_state_dict, to_tensor
 from .optim import Adam
 
 
@@ -49,23 +50,21 @@ class QNetwork(nn.Module):
         return self.head(x)
 
 
-@dataclass(frozen=True)
-class PolicyMode:
-    """One mode of a policy (DI-engine's ``learn_mode`` / ``collect_mode`` / ``eval_mode``)."""
+class DQNPolicy(Policy):
+    on_policy = False
 
-    forward: Callable
-    state_dict: Callable
-    load_state_dict: Callable
-
-
-class DQNPolicy:
     @classmethod
     def default_config(cls) -> EasyDict:
         return dqn_default_config()
 
-    def __init__(self, cfg: EasyDict, obs_dim: int, action_num: int, seed: Optional[int] = None):
+    def __init__(self, cfg: EasyDict, obs_dim: int, action_num, seed: Optional[int] = None, device: str = "cpu"):
+        """``action_num``: the number of discrete actions, or a discrete ActionSpec."""
+        action_num = getattr(action_num, "n", action_num)
+        if not isinstance(action_num, int) or action_num <= 0:
+            raise ConfigError(f"policy.type='dqn' needs a Discrete action space, got {action_num=}")
         self.cfg = cfg
         self.action_num = action_num
+        self.device = device
         if seed is not None:
             torch.manual_seed(seed)
         self._rng = np.random.default_rng(seed)
@@ -75,27 +74,16 @@ class DQNPolicy:
         self.target_network = QNetwork(obs_dim, action_num, cfg.model.hidden_size_list, cfg.model.dueling)
         self.target_network.load_state_dict(self.model.state_dict())
         self.target_network.requires_grad_(False)
+        self.model.to(device)
+        self.target_network.to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate)
         self.learn_steps = 0
-
-    # ---- modes -----------------------------------------------------------------
-    @property
-    def learn_mode(self) -> PolicyMode:
-        return PolicyMode(self.forward_learn, self.state_dict, self.load_state_dict)
-
-    @property
-    def collect_mode(self) -> PolicyMode:
-        return PolicyMode(self.forward_collect, self.model_state_dict, self.load_model_state_dict)
-
-    @property
-    def eval_mode(self) -> PolicyMode:
-        return PolicyMode(self.forward_eval, self.model_state_dict, self.load_model_state_dict)
 
     # ---- acting ----------------------------------------------------------------
     @torch.no_grad()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
-        q_value = self.model(torch.from_numpy(obs.reshape(obs.shape[0], -1)))
-        return q_value.argmax(dim=-1).numpy()
+        q_value = self.model(to_tensor(obs.reshape(obs.shape[0], -1), self.device, None))
+        return q_value.argmax(dim=-1).cpu().numpy()
 
     def forward_collect(self, obs: np.ndarray, eps: float) -> np.ndarray:
         """Epsilon-greedy actions for a batch of observations."""
@@ -126,13 +114,14 @@ class DQNPolicy:
 
         Returns scalar stats and ``priority`` (|td_error| per row, numpy).
         """
-        obs = torch.from_numpy(batch["obs"]).flatten(1)
-        next_obs = torch.from_numpy(batch["next_obs"]).flatten(1)
-        action = torch.from_numpy(batch["action"]).long()
-        reward = torch.from_numpy(batch["reward"]).float()
-        done = torch.from_numpy(batch["done"]).float()
-        discount = torch.from_numpy(batch["discount"]).float()
-        weight = torch.from_numpy(batch["weight"]).float() if "weight" in batch else None
+        device = self.device
+        obs = to_tensor(batch["obs"], device, None).flatten(1)
+        next_obs = to_tensor(batch["next_obs"], device, None).flatten(1)
+        action = to_tensor(batch["action"], device, torch.long)
+        reward = to_tensor(batch["reward"], device)
+        done = to_tensor(batch["done"], device)
+        discount = to_tensor(batch["discount"], device)
+        weight = to_tensor(batch["weight"], device) if "weight" in batch else None
 
         # One forward pass of the online network over obs and next_obs together.
         n = obs.shape[0]
@@ -158,10 +147,10 @@ class DQNPolicy:
         self.learn_steps += 1
         self._update_target_network()
         return {
-            "loss": float(loss.detach()),
-            "q_value": float(q_value.detach().mean()),
-            "td_error": float(td_error.detach().abs().mean()),
-            "priority": td_error.detach().abs().numpy(),
+            "loss": loss.detach(),
+            "q_value": q_value.detach().mean(),
+            "td_error": td_error.detach().abs().mean(),
+            "priority": td_error.detach().abs().cpu().numpy(),
         }
 
     def _update_target_network(self) -> None:
@@ -177,7 +166,7 @@ class DQNPolicy:
 
     # ---- state -----------------------------------------------------------------
     def model_state_dict(self) -> Dict:
-        return {"model": self.model.state_dict()}
+        return {"model": cpu_state_dict(self.model)}
 
     def load_model_state_dict(self, state: Dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -185,8 +174,8 @@ class DQNPolicy:
     def state_dict(self) -> Dict:
         """Everything needed to resume learning (model, target network, optimizer)."""
         return {
-            "model": self.model.state_dict(),
-            "target_network": self.target_network.state_dict(),
+            "model": cpu_state_dict(self.model),
+            "target_network": cpu_state_dict(self.target_network),
             "optimizer": self.optimizer.state_dict(),
             "learn_steps": self.learn_steps,
         }

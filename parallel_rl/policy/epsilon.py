@@ -13,3 +13,9 @@ def epsilon_schedule(eps_cfg: EasyDict) -> Callable[[int], float]:
     if eps_cfg.type == "exp":
         return lambda envstep: end + (start - end) * math.exp(-1.0 * envstep / decay)
     return lambda envstep: max(end, start - (start - end) * envstep / decay)
+
+
+def exploration_schedule(policy_cfg: EasyDict) -> Callable[[int], float]:
+    """The policy's epsilon schedule (``policy.other.eps``), or 0 for policies that explore by themselves."""
+    eps_cfg = policy_cfg.other.get("eps")
+    return epsilon_schedule(eps_cfg) if eps_cfg is not None else (lambda envstep: 0.0)

@@ -41,8 +41,8 @@ class Adam:
 
     def state_dict(self) -> Dict:
         return {
-            "exp_avg": [t.clone() for t in self.exp_avg],
-            "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+            "exp_avg": [t.detach().to("cpu", copy=True) for t in self.exp_avg],
+            "exp_avg_sq": [t.detach().to("cpu", copy=True) for t in self.exp_avg_sq],
             "state_steps": [t.clone() for t in self.state_steps],
             "lr": self.lr,
         }
@@ -50,7 +50,8 @@ class Adam:
     def load_state_dict(self, state: Dict) -> None:
         if len(state["exp_avg"]) != len(self.params):
             raise ValueError(f"optimizer state has {len(state['exp_avg'])} tensors, model has {len(self.params)}")
-        self.exp_avg = [t.clone() for t in state["exp_avg"]]
-        self.exp_avg_sq = [t.clone() for t in state["exp_avg_sq"]]
+        # moments live where their parameters do (checkpoints hold CPU tensors)
+        self.exp_avg = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg"], self.params)]
+        self.exp_avg_sq = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg_sq"], self.params)]
         self.state_steps = [t.clone() for t in state["state_steps"]]
         self.lr = float(state.get("lr", self.lr))

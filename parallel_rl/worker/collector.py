@@ -8,7 +8,13 @@ episodes. Both report a :class:`CollectStats` in ``last_stats``.
 A transition row: ``obs, action, reward, next_obs, done, discount, collect_iter``
 where ``reward`` is the n-step return ``sum_k gamma^k r_{t+k}``, ``discount`` is
 ``gamma^k`` for the k steps it spans, and ``done`` is true only on termination
-(a time-limit truncation still bootstraps).
+(a time-limit truncation still bootstraps). ``action`` keeps the policy's type:
+int64 for Discrete spaces, float32 for Box spaces.
+
+A policy whose collect mode returns a dict (``{"action": ..., "logp": ...,
+"value": ...}``, on-policy algorithms) gets those extra columns recorded with
+every row, plus ``env_id`` (rows of one env are in time order) and ``end``
+(the episode ended at this step, by termination or truncation).
 """
 from __future__ import annotations
 
@@ -47,6 +53,20 @@ class CollectStats:
     @property
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
+
+
+def action_column(action: np.ndarray) -> np.ndarray:
+    """Actions as stored: int64 for discrete actions, float32 for continuous ones."""
+    if np.issubdtype(action.dtype, np.integer):
+        return action.astype(np.int64, copy=False)
+    return action.astype(np.float32, copy=False)
+
+
+def split_policy_output(out):
+    """(actions, extra columns or None) from what a collect mode returned."""
+    if isinstance(out, dict):
+        return out["action"], {k: v for k, v in out.items() if k != "action"}
+    return out, None
 
 
 def concat_columns(pieces: List[Columns]) -> Columns:
@@ -123,8 +143,11 @@ class _NStepBuilder:
         self.steps = {f: [] for f in self.FIELDS}
         self.pending = 0
 
-    def add(self, obs: np.ndarray, action: np.ndarray, step) -> None:
+    def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
         s = self.steps
+        if extra is not None:  # on-policy columns (logp, value, ...), kept as "x:<name>"
+            for key, value in extra.items():
+                s.setdefault("x:" + key, []).append(value)
         s["obs"].append(obs)
         s["action"].append(action)
         s["reward"].append(step.reward)
@@ -159,17 +182,23 @@ class _NStepBuilder:
         last = t_idx + k[t_idx, e_idx] - 1
         out = {
             "obs": arr["obs"][t_idx, e_idx],
-            "action": arr["action"][t_idx, e_idx].astype(np.int64),
+            "action": action_column(arr["action"][t_idx, e_idx]),
             "reward": ret[t_idx, e_idx].astype(np.float32),
             "next_obs": arr["next_obs"][last, e_idx],
             "done": arr["terminated"][last, e_idx],
             "discount": (self.gamma ** k[t_idx, e_idx]).astype(np.float32),
             "collect_iter": np.full(len(t_idx), collect_iter, dtype=np.int64),
         }
+        extras = [f for f in arr if f.startswith("x:")]
+        if extras:
+            for f in extras:
+                out[f[2:]] = arr[f][t_idx, e_idx].astype(np.float32)
+            out["env_id"] = e_idx.astype(np.int64)
+            out["end"] = arr["done"][last, e_idx]
         # keep the steps from the first incomplete window on
         still = pending & ~complete
         first = int(np.argmax(still.any(axis=1))) if still.any() else T
-        self.steps = {f: list(arr[f][first:]) for f in self.FIELDS}
+        self.steps = {f: list(arr[f][first:]) for f in arr}
         self.steps["pending"] = list(still[first:])
         self.pending = int(still.sum())
         return out
@@ -219,9 +248,9 @@ class SampleSerialCollector(ISerialCollector):
         steps = 0
         while steps < need:
             obs = env.obs
-            action = forward(obs, **policy_kwargs)
+            action, extra = split_policy_output(forward(obs, **policy_kwargs))
             step = env.step(action)
-            builder.add(obs, action, step)
+            builder.add(obs, action, step, extra)
             steps += step.n_valid
             if step.episode_ended:
                 done_rows = np.flatnonzero(step.done)
@@ -266,14 +295,20 @@ class EpisodeSerialCollector(ISerialCollector):
         env = self._env
         while len(self._ready) < n_episode:
             obs = env.obs
-            action = self._policy.forward(obs, **policy_kwargs)
+            action, extra = split_policy_output(self._policy.forward(obs, **policy_kwargs))
             step = env.step(action)
             stats.env_steps += int(step.valid.sum())
             for i in np.flatnonzero(step.valid):
+                row_extra = {} if extra is None else {
+                    **{k: v[i : i + 1].astype(np.float32) for k, v in extra.items()},
+                    "env_id": np.full(1, i, dtype=np.int64),
+                    "end": np.asarray([step.terminated[i] or step.truncated[i]]),
+                }
                 self._partial[i].append(
                     {
+                        **row_extra,
                         "obs": obs[i : i + 1],
-                        "action": action[i : i + 1].astype(np.int64),
+                        "action": action_column(action[i : i + 1]),
                         "reward": step.reward[i : i + 1],
                         "next_obs": step.obs[i : i + 1],
                         "done": step.terminated[i : i + 1],

@@ -136,7 +136,8 @@ class BaseLearner:
         self.instance_name = instance_name
         self.exp_dir = exp_dir
         self.train_iter = 0
-        self.learn_info: Dict[str, float] = {}
+        self._raw_info: Dict[str, Any] = {}
+        self._learn_info: Optional[Dict[str, float]] = {}
         self.priority_info: Optional[Dict[str, np.ndarray]] = None
         self._hooks = build_learner_hook_by_cfg(cfg.hook)
         self._last_time = time.perf_counter()
@@ -167,9 +168,19 @@ class BaseLearner:
         self.train_iter += 1
         log["train_iter"] = self.train_iter
         log["envstep"] = envstep
-        self.learn_info = log
+        # scalars may be 0-d tensors on the training device: they become floats only when read
+        # (learn_info), so an update never waits for the device to hand a number to the host
+        self._raw_info, self._learn_info = log, None
         self.call_hook("after_iter")
         return log
+
+    @property
+    def learn_info(self) -> Dict[str, float]:
+        """The last update's scalars as floats (whatever the policy reports: names are its own)."""
+        if self._learn_info is None:
+            self._learn_info = {k: (float(v) if getattr(v, "ndim", 0) == 0 and not isinstance(v, (int, float)) else v)
+                                for k, v in self._raw_info.items()}
+        return self._learn_info
 
     # ---- checkpoints -------------------------------------------------------------
     @property

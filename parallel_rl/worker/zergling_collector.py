@@ -32,7 +32,7 @@ class ZerglingParallelCollector:
         self.cfg = cfg
         self.storage = storage
         self.env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)
-        self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_num, seed=seed)
+        self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_spec, seed=seed, device="cpu")
         self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
                                                nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
         self.policy_version = -1
@@ -83,7 +83,7 @@ class ZerglingParallelCollector:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""
         if self._evaluator is None:
             env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000)
-            self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_num, seed=self._seed)
+            self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
             self._evaluator = InteractionSerialEvaluator(
                 self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
                 self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)

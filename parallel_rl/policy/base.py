@@ -1,0 +1,35 @@
+"""What every policy shares: its three modes (DI-engine's learn / collect / eval) and its data flow."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class PolicyMode:
+    """One mode of a policy (DI-engine's ``learn_mode`` / ``collect_mode`` / ``eval_mode``)."""
+
+    forward: Callable
+    state_dict: Callable
+    load_state_dict: Callable
+
+
+class Policy:
+    """Subclasses define ``forward_learn / forward_collect / forward_eval``, ``state_dict`` (everything to
+    resume learning) and ``model_state_dict`` (what collectors and evaluators load, CPU tensors)."""
+
+    # the data flow collectors, pipelines and the coordinator ask for: on-policy data is used once, as
+    # whole segments, by the policy that produced it; off-policy data goes through the replay buffer
+    on_policy = False
+
+    @property
+    def learn_mode(self) -> PolicyMode:
+        return PolicyMode(self.forward_learn, self.state_dict, self.load_state_dict)
+
+    @property
+    def collect_mode(self) -> PolicyMode:
+        return PolicyMode(self.forward_collect, self.model_state_dict, self.load_model_state_dict)
+
+    @property
+    def eval_mode(self) -> PolicyMode:
+        return PolicyMode(self.forward_eval, self.model_state_dict, self.load_model_state_dict)

@@ -1,0 +1,230 @@
+"""PPO: clipped surrogate objective, GAE(lambda), value loss, entropy bonus (Schulman et al. 2017).
+
+On-policy: the collector records, with every step, the ``logp`` of the action
+taken and the critic's ``value`` of the observation, plus ``env_id`` and
+``end`` (the episode ended there, by termination *or* truncation). One call of
+:meth:`PPOPolicy.forward_learn` takes one whole segment of such rows, computes
+the advantages with :func:`gae_advantages`, runs ``epoch_per_collect`` epochs
+of minibatches over it, and is done with it: the segment is never used again.
+
+Actions: a Categorical head for ``Discrete`` spaces; for ``Box`` spaces a
+Gaussian whose mean is squashed into the space's bounds and whose log std is
+a learned parameter (the env manager clips the sample to the bounds).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+from easydict import EasyDict
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from ..envs.spaces import ActionSpec
+from .defaults import ppo_default_config
+from .base import Policy
+from .nets import cpu_state_dict, mlp, to_tensor
+from .optim import Adam
+
+
+def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray,
+                   end: np.ndarray, env_id: np.ndarray, gamma: float, gae_lambda: float) -> np.ndarray:
+    """GAE(lambda) over a segment of rows, time-ordered within each ``env_id``.
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``: a terminated episode has no
+    future, a truncated one (time limit) bootstraps from ``next_value``. The recursion
+    ``A_t = delta_t + gamma * lambda * A_{t+1}`` stops where the episode ended (``end``: terminated or
+    truncated) and at each env's last row in the segment.
+    """
+    n = len(reward)
+    delta = reward + gamma * (1.0 - terminated.astype(np.float64)) * next_value - value
+    advantage = np.zeros(n, dtype=np.float64)
+    order = np.argsort(env_id, kind="stable")
+    sorted_env = env_id[order]
+    # does row order[i] continue into row order[i + 1] (same env, episode not ended)?
+    continues = np.zeros(n, dtype=bool)
+    continues[:-1] = sorted_env[:-1] == sorted_env[1:]
+    continues &= ~end[order].astype(bool)
+    decay = gamma * gae_lambda
+    running = 0.0
+    sorted_delta = delta[order]
+    out = np.empty(n, dtype=np.float64)
+    for i in range(n - 1, -1, -1):
+        running = sorted_delta[i] + (decay * running if continues[i] else 0.0)
+        out[i] = running
+    advantage[order] = out
+    return advantage.astype(np.float32)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs over flattened observations."""
+
+    def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5):
+        super().__init__()
+        self.spec = spec
+        self.actor = mlp(obs_dim, hidden_size_list, spec.dim, "policy.model.hidden_size_list", nn.Tanh)
+        self.critic = mlp(obs_dim, hidden_size_list, 1, "policy.model.hidden_size_list", nn.Tanh)
+        if spec.kind == "box":
+            low, high = torch.as_tensor(spec.low).flatten(), torch.as_tensor(spec.high).flatten()
+            self.register_buffer("action_scale", (high - low) / 2.0)
+            self.register_buffer("action_bias", (high + low) / 2.0)
+            self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
+
+    def dist(self, obs: torch.Tensor):
+        out = self.actor(obs)
+        if self.spec.kind == "discrete":
+            return Categorical(logits=out, validate_args=False)
+        mean = torch.tanh(out) * self.action_scale + self.action_bias  # bounded by the space
+        std = self.log_std.exp() * self.action_scale
+        return Normal(mean, std.expand_as(mean), validate_args=False)
+
+    def log_prob(self, dist, action: torch.Tensor) -> torch.Tensor:
+        logp = dist.log_prob(action)
+        return logp if self.spec.kind == "discrete" else logp.sum(-1)
+
+    def entropy(self, dist) -> torch.Tensor:
+        ent = dist.entropy()
+        return ent if self.spec.kind == "discrete" else ent.sum(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+
+class PPOPolicy(Policy):
+    on_policy = True
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return ppo_default_config()
+
+    def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
+                 device: str = "cpu"):
+        self.cfg = cfg
+        self.spec = action if isinstance(action, ActionSpec) else ActionSpec.discrete(action)
+        self.device = device
+        if seed is not None:
+            torch.manual_seed(seed)
+        self._generator = np.random.default_rng(seed)
+        self.model = ActorCritic(obs_dim, self.spec, cfg.model.hidden_size_list,
+                                 cfg.model.get("init_log_std", -0.5)).to(device)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate)
+        self.learn_steps = 0
+
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        return to_tensor(obs, self.device).flatten(1)
+
+    # ---- acting ----------------------------------------------------------------
+    @torch.no_grad()
+    def forward_collect(self, obs: np.ndarray, eps: float = 0.0) -> Dict[str, np.ndarray]:
+        """Sampled actions with what learning needs later: their ``logp`` and the critic's ``value``.
+
+        ``eps`` is accepted for the collectors' common call and unused (PPO explores by sampling)."""
+        x = self._obs(obs)
+        dist = self.model.dist(x)
+        action = dist.sample()
+        out = {"action": action, "logp": self.model.log_prob(dist, action), "value": self.model.value(x)}
+        out = {k: v.cpu().numpy() for k, v in out.items()}
+        if self.spec.kind == "box":
+            out["action"] = out["action"].astype(np.float32).reshape((len(obs),) + self.spec.shape)
+        return out
+
+    @torch.no_grad()
+    def forward_eval(self, obs: np.ndarray) -> np.ndarray:
+        """The most likely action (greedy for Discrete, the mean for Box)."""
+        dist = self.model.dist(self._obs(obs))
+        if self.spec.kind == "discrete":
+            return dist.logits.argmax(-1).cpu().numpy()
+        return dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
+
+    # ---- learning --------------------------------------------------------------
+    @torch.no_grad()
+    def advantages(self, segment: Dict[str, np.ndarray]) -> np.ndarray:
+        """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now)."""
+        next_value = self.model.value(self._obs(segment["next_obs"])).cpu().numpy().astype(np.float64)
+        return gae_advantages(segment["reward"].astype(np.float64), segment["value"].astype(np.float64),
+                              next_value, segment["done"], segment["end"], segment["env_id"],
+                              self.cfg.discount_factor, self.cfg.learn.gae_lambda)
+
+    def log_prob(self, obs: np.ndarray, action: np.ndarray) -> torch.Tensor:
+        """log pi(action | obs) under the current policy (no grad)."""
+        with torch.no_grad():
+            dist = self.model.dist(self._obs(obs))
+            return self.model.log_prob(dist, self._action(action))
+
+    def _action(self, action: np.ndarray) -> torch.Tensor:
+        if self.spec.kind == "discrete":
+            return to_tensor(action, self.device, torch.long)
+        return to_tensor(action, self.device).reshape(len(action), -1)
+
+    def forward_learn(self, segment: Dict[str, np.ndarray]) -> Dict:
+        """``epoch_per_collect`` epochs of minibatch updates on one segment of on-policy rows.
+
+        Returns 0-d tensors (means over the segment's updates): no host sync per update."""
+        learn = self.cfg.learn
+        advantage = torch.as_tensor(self.advantages(segment)).to(self.device)
+        obs = self._obs(segment["obs"])
+        action = self._action(segment["action"])
+        old_logp = to_tensor(segment["logp"], self.device)
+        old_value = to_tensor(segment["value"], self.device)
+        value_target = advantage + old_value  # the lambda-return
+        n = len(advantage)
+        batch_size = min(int(learn.batch_size), n)
+        stats = []
+        for _epoch in range(int(learn.epoch_per_collect)):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n - batch_size + 1, batch_size):
+                idx = perm[start:start + batch_size]
+                adv = advantage[idx]
+                if learn.adv_norm:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                dist = self.model.dist(obs[idx])
+                logp = self.model.log_prob(dist, action[idx])
+                ratio = torch.exp(logp - old_logp[idx])
+                clipped_ratio = ratio.clamp(1.0 - learn.clip_ratio, 1.0 + learn.clip_ratio)
+                surrogate = torch.min(ratio * adv, clipped_ratio * adv)
+                policy_loss = -surrogate.mean()
+                value = self.model.value(obs[idx])
+                value_loss = (value - value_target[idx]).pow(2)
+                if learn.value_clip:
+                    value_clipped = old_value[idx] + (value - old_value[idx]).clamp(-learn.clip_ratio,
+                                                                                    learn.clip_ratio)
+                    value_loss = torch.max(value_loss, (value_clipped - value_target[idx]).pow(2))
+                value_loss = 0.5 * value_loss.mean()
+                entropy = self.model.entropy(dist).mean()
+                loss = policy_loss + learn.value_weight * value_loss - learn.entropy_weight * entropy
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if learn.max_grad_norm:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), learn.max_grad_norm)
+                self.optimizer.step()
+                self.learn_steps += 1
+                with torch.no_grad():
+                    approx_kl = (old_logp[idx] - logp).mean()
+                    clip_fraction = ((ratio - 1.0).abs() > learn.clip_ratio).float().mean()
+                    stats.append(torch.stack([loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction]))
+        mean = torch.stack(stats).mean(0).detach() if stats else torch.zeros(6)
+        names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+        info = dict(zip(names, mean.unbind()))
+        info["updates"] = len(stats)
+        return info
+
+    # ---- state -----------------------------------------------------------------
+    def model_state_dict(self) -> Dict:
+        return {"model": cpu_state_dict(self.model)}
+
+    def load_model_state_dict(self, state: Dict) -> None:
+        self.model.load_state_dict(state["model"])
+
+    def state_dict(self) -> Dict:
+        return {
+            "model": cpu_state_dict(self.model),
+            "optimizer": self.optimizer.state_dict(),
+            "learn_steps": self.learn_steps,
+        }
+
+    def load_state_dict(self, state: Dict) -> None:
+        self.model.load_state_dict(state["model"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.learn_steps = int(state.get("learn_steps", self.learn_steps))
