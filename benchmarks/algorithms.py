@@ -1,0 +1,88 @@
+"""Env steps and wall seconds to each algorithm's target, serial and cluster, median over seeds.
+
+    .venv/bin/python benchmarks/algorithms.py [--seeds 3] [--only ppo-cartpole-serial ...]
+
+Each (algorithm, env, pipeline) runs its shipped config as a fresh `parallel-rl` process per seed
+(torch's import counted, as a user sees it) and reads the final summary line. The baseline measured
+in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algorithm the service
+shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
+env steps; Pendulum PPO >= -400 (reported only).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SUMMARY = re.compile(r"env_steps=(\d+) train_iter=(\d+)")
+
+# name -> (command, config); the cluster runs on-policy PPO only once the coordinator hands out segments
+CASES = {
+    "dqn-cartpole-serial": ("serial", "configs/cartpole_dqn.py"),
+    "ppo-cartpole-serial": ("serial", "configs/cartpole_ppo.py"),
+    "sac-pendulum-serial": ("serial", "configs/pendulum_sac.py"),
+    "sac-pendulum-cluster": ("run", "configs/pendulum_sac_parallel.py"),
+    "ppo-pendulum-serial": ("serial", "configs/pendulum_ppo.py"),
+}
+
+
+def command_line(command: str, config: str, seed: int, exp: str) -> list:
+    return [sys.executable, "-m", "parallel_rl", command, "-c", config, "--set", f"seed={seed}",
+            "--set", f"exp_name={exp}"]
+
+
+def run_once(command: str, config: str, seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        proc = subprocess.run(command_line(command, config, seed, f"{tmp}/exp"), capture_output=True,
+                              text=True, timeout=900)
+        wall = time.perf_counter() - start
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    m = SUMMARY.search(last)
+    return {"ok": proc.returncode == 0, "wall": wall, "env_steps": int(m.group(1)) if m else -1,
+            "line": last or proc.stderr.strip()[-200:]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
+    args = parser.parse_args()
+    names = args.only or list(CASES)
+    if "dqn-cartpole-serial" not in names:
+        names = ["dqn-cartpole-serial"] + names  # the baseline, always measured in the same run
+    medians = {}
+    failed = False
+    for name in names:
+        command, config = CASES[name]
+        print(f"$ parallel-rl {command} -c {config} --set seed=S   # {name}, seeds 0..{args.seeds - 1}", flush=True)
+        runs = []
+        for seed in range(args.seeds):
+            r = run_once(command, config, seed)
+            runs.append(r)
+            print(f"  seed {seed}: {'solved' if r['ok'] else 'FAILED'} in {r['wall']:.1f}s "
+                  f"env_steps={r['env_steps']}  | {r['line'][:160]}", flush=True)
+        ok = [r for r in runs if r["ok"]]
+        failed |= len(ok) < len(runs)
+        if ok:
+            wall = statistics.median(r["wall"] for r in ok)
+            steps = statistics.median(r["env_steps"] for r in ok)
+            medians[name] = wall
+            print(f"  {name}: {len(ok)}/{len(runs)} solved, median {wall:.1f}s wall, {steps:.0f} env steps",
+                  flush=True)
+    base = medians.get("dqn-cartpole-serial")
+    if base:
+        print("median wall vs the DQN CartPole serial baseline of this run:")
+        for name, wall in medians.items():
+            print(f"  {name:>22}: {wall / base:.2f}x")
+    if "sac-pendulum-serial" in medians and "sac-pendulum-cluster" in medians:
+        print(f"SAC Pendulum cluster / serial wall: {medians['sac-pendulum-cluster'] / medians['sac-pendulum-serial']:.2f}x")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
