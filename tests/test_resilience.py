@@ -71,23 +71,27 @@ def test_coordinator_restart_mid_run_keeps_counters_buffer_and_workers(cli, tmp_
     assert learner.proc.poll() is None and collector.proc.poll() is None
     restarted.proc.send_signal(signal.SIGTERM)
     assert restarted.wait(30) == 0
-    check_replay_index(shared)
+    _, arrays = check_replay_index(shared)
+    assert arrays["buffer/counters"].tolist()[4] == 0  # nothing evicted: every row pushed is referenced
+    assert int(arrays["chunks/ints"][:, 1].sum()) == arrays["buffer/counters"].tolist()[2]
 
 
 def check_replay_index(shared):
     """The final saved state: every chunk the buffer references exists with the rows it was indexed with, each
-    once, and their rows add up to what the buffer counted (nothing lost, nothing counted twice)."""
+    once, and the references add up to the buffer's count (nothing lost, nothing counted twice). Returns the
+    saved arrays."""
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(shared)
     meta, arrays = storage.latest_coordinator_state()
     names = arrays["chunks/name"].tolist()
-    sizes = arrays["chunks/ints"][:, 1].tolist()
+    ints = arrays["chunks/ints"]
     assert names and len(set(names)) == len(names)
-    for name, size in zip(names, sizes):
+    for name, size in zip(names, ints[:, 1].tolist()):
         assert len(storage.read_chunk(name)["action"]) == size
     _, count, pushed, _, evicted = arrays["buffer/counters"].tolist()
-    assert evicted == 0 and sum(sizes) == pushed == count
+    assert int(ints[:, 3].sum()) == count == pushed - evicted
+    return meta, arrays
 
 
 def test_run_resumed_after_ctrl_c_continues_and_solves(cli, tmp_path):

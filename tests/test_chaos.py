@@ -1,0 +1,97 @@
+"""Chaos: CartPole still solves while a driver SIGKILLs a random process every few seconds."""
+import os
+import random
+import re
+import signal
+import time
+
+import pytest
+import requests
+
+from tests.test_cluster import alive, child_pids, role_of
+from tests.test_operations import free_port
+from tests.test_resilience import ENV, check_replay_index
+
+CONFIG = "configs/cartpole_dqn_parallel.py"
+# every killed learner fails its task once: allow more attempts than the kills we make
+CHAOS = ("--set", "parallel.commander.max_task_attempts=20", "--set", "parallel.supervisor.max_restarts=10")
+MAX_KILLS = 4
+KILL_EVERY = 4.0
+
+
+def train_iter(url):
+    try:
+        return requests.get(f"{url}/api/v1/cluster", timeout=2).json()["train_iter"]
+    except (requests.RequestException, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+def test_run_solves_while_its_children_are_killed(cli, tmp_path):
+    rng = random.Random(0)
+    run = cli("run", "run", "-c", CONFIG, "--set", f"exp_name={tmp_path / 'exp'}", *CHAOS)
+    url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+    kills, seen = [], set()
+    deadline = time.monotonic() + 240
+    next_kill = time.monotonic() + KILL_EVERY
+    while run.proc.poll() is None and time.monotonic() < deadline:
+        seen.update(child_pids(run.pid))
+        if len(kills) < MAX_KILLS and time.monotonic() >= next_kill and train_iter(url) > 0:
+            victims = [pid for pid in child_pids(run.pid) if role_of(pid) in ("learner", "collector")]
+            if victims:
+                victim = rng.choice(victims)
+                kills.append(role_of(victim))
+                os.kill(victim, signal.SIGKILL)
+            next_kill = time.monotonic() + KILL_EVERY
+        time.sleep(0.2)
+    assert run.wait(30) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return", run.output(), re.M)
+    assert len(kills) >= 2, kills
+    assert not [pid for pid in seen if alive(pid)]
+    check_replay_index(str(tmp_path / "exp" / "shared"))
+
+
+@pytest.mark.slow
+def test_roles_solve_while_any_process_is_killed_and_restarted(cli, tmp_path):
+    """As docker compose runs it: every role its own process, restarted when killed (compose's policy)."""
+    rng = random.Random(1)
+    shared = str(tmp_path / "shared")
+    port = str(free_port())
+    url = f"http://127.0.0.1:{port}"
+    args = {
+        "coordinator": ("coordinator", "-c", CONFIG, "--port", port, "--shared-dir", shared,
+                        "--set", f"exp_name={tmp_path / 'exp'}", *CHAOS),
+        "learner": ("learner", "--coordinator", url, "--shared-dir", shared),
+        "collector": ("collector", "--coordinator", url, "--shared-dir", shared),
+    }
+    procs = {"coordinator": cli("coordinator-0", *args["coordinator"], env=ENV)}
+    procs["coordinator"].wait_line(r"^REST API: ")
+    for name in ("learner", "collector", "collector-b"):
+        procs[name] = cli(f"{name}-0", *args[name.split("-")[0]], env=ENV)
+    kills = []
+    started = list(procs.values())
+    deadline = time.monotonic() + 240
+    next_kill = time.monotonic() + KILL_EVERY
+    victims = ["coordinator", "learner", "collector", "coordinator"]  # each role at least once
+    rng.shuffle(victims)
+    while procs["coordinator"].proc.poll() is None and time.monotonic() < deadline:
+        if victims and time.monotonic() >= next_kill and train_iter(url) > 0:
+            name = victims.pop()
+            kills.append(name)
+            procs[name].proc.send_signal(signal.SIGKILL)
+            procs[name].wait(10)
+            procs[name] = cli(f"{name}-{len(kills)}", *args[name], env=ENV)  # the restart policy
+            started.append(procs[name])
+            if name == "coordinator":
+                procs[name].wait_line(r"^REST API: ")
+            next_kill = time.monotonic() + KILL_EVERY
+        time.sleep(0.2)
+    coordinator = procs["coordinator"]
+    assert coordinator.wait(30) == 0, coordinator.output()[-3000:]
+    assert re.search(r"^coordinator: solved: eval return", coordinator.output(), re.M)
+    assert sorted(kills) == ["collector", "coordinator", "coordinator", "learner"], kills
+    for p in started:  # the workers the coordinator let go exit; none is left behind
+        p.wait(30)
+        assert p.proc.poll() is not None
+    meta, _ = check_replay_index(shared)
+    assert meta["counters"]["train_iter"] > 0
