@@ -195,10 +195,11 @@ class LocalCluster:
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
         pinned = not self.cfg.parallel.learner.dedicated_cpu
+        start_iter = self.coordinator.train_iter  # a resumed run pins once its own learner trains, not at once
         try:
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
                 self.coordinator.done_event.wait(self.next_restart_in())
-                if not pinned and self.coordinator.train_iter > 0:
+                if not pinned and self.coordinator.train_iter > start_iter:
                     pinned = self._pin_cpus()
                 failure = self._supervise()
                 if failure:
