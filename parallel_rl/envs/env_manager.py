@@ -93,13 +93,33 @@ class EnvManager:
         if vector_mode == "auto":
             vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"
         self.env_id = env_id
-        self.num_envs = num_envs
-        self.vector_mode = vector_mode
         self._seed = seed
-        self._env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, **(env_kwargs or {}))
+        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, **(env_kwargs or {})))
+        self.vector_mode = vector_mode
+
+    @classmethod
+    def from_env(cls, env: "gym.Env | gym.vector.VectorEnv", seed: Optional[int] = None) -> "EnvManager":
+        """Wrap an env you built: a vector env as it is, a single ``gym.Env`` as a 1-env ``SyncVectorEnv``."""
+        if not isinstance(env, gym.vector.VectorEnv):
+            if not isinstance(env, gym.Env):
+                raise ConfigError(f"EnvManager.from_env needs a gymnasium Env or VectorEnv, got {type(env).__name__}")
+            single = env
+            env = gym.vector.SyncVectorEnv([lambda: single])
+        self = cls.__new__(cls)
+        spec = getattr(env, "spec", None)
+        self.env_id = spec.id if spec is not None else type(env).__name__
+        self._seed = seed
+        self._adopt(env)
+        self.vector_mode = type(env).__name__
+        return self
+
+    def _adopt(self, vector_env: "gym.vector.VectorEnv") -> None:
+        self._env = vector_env
+        num_envs = vector_env.num_envs
+        self.num_envs = num_envs
         try:
-            self.obs_shape = check_observation_space(self._env.single_observation_space, env_id)
-            self.action_spec = action_spec(self._env.single_action_space, env_id)
+            self.obs_shape = check_observation_space(self._env.single_observation_space, self.env_id)
+            self.action_spec = action_spec(self._env.single_action_space, self.env_id)
         except ConfigError:
             self._env.close()
             raise
@@ -120,6 +140,11 @@ class EnvManager:
         self._obs: Optional[np.ndarray] = None
         self.closed = False
 
+    @property
+    def action_space(self) -> gym.Space:
+        """The batched action space (``sample()`` draws one action per env)."""
+        return self._env.action_space
+
     @classmethod
     def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None) -> "EnvManager":
         import_env_modules(env_cfg.import_names)
@@ -136,9 +161,10 @@ class EnvManager:
             raise RuntimeError(f"EnvManager({self.env_id}): call reset() before reading obs")
         return self._obs
 
-    def reset(self, seed: Optional[int] = None) -> np.ndarray:
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> np.ndarray:
+        """Reset every env; ``options`` goes to gymnasium's ``reset`` (tianshou's ``gym_reset_kwargs``)."""
         seed = self._seed if seed is None else seed
-        obs, _ = self._env.reset(seed=seed)
+        obs, _ = self._env.reset(seed=seed, options=options)
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._needs_reset[:] = False

@@ -35,8 +35,39 @@ COLLECTOR_REGISTRY = Registry("collector")
 
 
 @dataclass
+class SequenceSummaryStats:
+    """mean / std / max / min of a sequence (tianshou's ``returns_stat`` / ``lens_stat``)."""
+
+    mean: float
+    std: float
+    max: float
+    min: float
+
+    @classmethod
+    def from_sequence(cls, sequence) -> "SequenceSummaryStats":
+        values = np.asarray(sequence, dtype=np.float64)
+        if values.size == 0:
+            return cls(float("nan"), float("nan"), float("nan"), float("nan"))
+        return cls(float(values.mean()), float(values.std()), float(values.max()), float(values.min()))
+
+
+@dataclass
+class CollectStatsBase:
+    """The two counters of a collection (tianshou's base, e.g. for offline data)."""
+
+    n_collected_episodes: int = 0
+    n_collected_steps: int = 0
+
+
+@dataclass
 class CollectStats:
-    """What one ``collect`` call did (tianshou-style)."""
+    """What one ``collect`` call did.
+
+    Answers to both vocabularies: ours (``env_steps``, ``episodes``,
+    ``duration``, ``lengths``, ``speed``) and tianshou's (``n_collected_steps``,
+    ``n_collected_episodes``, ``collect_time``, ``collect_speed``, ``returns``,
+    ``returns_stat``, ``lens``, ``lens_stat``).
+    """
 
     env_steps: int = 0
     transitions: int = 0
@@ -53,6 +84,35 @@ class CollectStats:
     @property
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    # ---- tianshou's names ------------------------------------------------------
+    @property
+    def n_collected_steps(self) -> int:
+        return self.env_steps
+
+    @property
+    def n_collected_episodes(self) -> int:
+        return self.episodes
+
+    @property
+    def collect_time(self) -> float:
+        return self.duration
+
+    @property
+    def collect_speed(self) -> float:
+        return self.speed
+
+    @property
+    def lens(self) -> List[int]:
+        return self.lengths
+
+    @property
+    def returns_stat(self) -> SequenceSummaryStats:
+        return SequenceSummaryStats.from_sequence(self.returns)
+
+    @property
+    def lens_stat(self) -> SequenceSummaryStats:
+        return SequenceSummaryStats.from_sequence(self.lengths)
 
 
 def action_column(action: np.ndarray) -> np.ndarray:
@@ -104,7 +164,8 @@ class ISerialCollector(abc.ABC):
     def collect(self, *args, **kwargs): ...
 
     @abc.abstractmethod
-    def reset_env(self, env: Optional[EnvManager] = None) -> None: ...
+    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
+        """Take ``env`` (if given) and reset it; ``gym_reset_kwargs`` go to its ``reset``."""
 
     def reset_policy(self, policy=None) -> None:
         if policy is not None:
@@ -224,10 +285,10 @@ class SampleSerialCollector(ISerialCollector):
         self._nstep = nstep
         super().__init__(cfg, env, policy, discount_factor)
 
-    def reset_env(self, env: Optional[EnvManager] = None) -> None:
+    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
         if env is not None:
             self._env = env
-        self._env.reset()
+        self._env.reset(**(gym_reset_kwargs or {}))
         self._builder = _NStepBuilder(self._nstep, self._gamma)
         self._ready: Columns = {}
 
@@ -279,26 +340,42 @@ class EpisodeSerialCollector(ISerialCollector):
     def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float = 0.99):
         super().__init__(cfg, env, policy, discount_factor)
 
-    def reset_env(self, env: Optional[EnvManager] = None) -> None:
+    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
         if env is not None:
             self._env = env
-        self._env.reset()
+        self._env.reset(**(gym_reset_kwargs or {}))
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
 
-    def collect(self, n_episode: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> List[Columns]:
+    def collect(
+        self,
+        n_episode: int,
+        train_iter: int = 0,
+        policy_kwargs: Optional[dict] = None,
+        spread_evenly: bool = False,
+    ) -> List[Columns]:
+        """Return exactly ``n_episode`` finished episodes.
+
+        By default the first episodes to finish are returned (short episodes
+        come first) and the rest are kept for the next call. ``spread_evenly``
+        (tianshou's unbiased rule): the first ``n_episode - num_envs`` episodes
+        come from any env, the last ``num_envs`` one from each env; an env
+        stops contributing once it has given its share. Call ``reset_env``
+        afterwards: the other envs' partial episodes are left mid-way.
+        """
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
         env = self._env
+        active = np.ones(env.num_envs, dtype=bool)  # envs whose steps still count
         while len(self._ready) < n_episode:
             obs = env.obs
             action, extra = split_policy_output(self._policy.forward(obs, **policy_kwargs))
             step = env.step(action)
             stats.env_steps += int(step.valid.sum())
-            for i in np.flatnonzero(step.valid):
+            for i in np.flatnonzero(step.valid & active):
                 row_extra = {} if extra is None else {
                     **{k: v[i : i + 1].astype(np.float32) for k, v in extra.items()},
                     "env_id": np.full(1, i, dtype=np.int64),
@@ -321,6 +398,9 @@ class EpisodeSerialCollector(ISerialCollector):
                     self._partial[i] = []
                     stats.returns.append(float(step.episode_return[i]))
                     stats.lengths.append(int(step.episode_length[i]))
+                    if spread_evenly and n_episode - len(self._ready) < active.sum():
+                        active[i] = False  # this env has given its share
+                        self._partial[i] = []
         episodes, self._ready = self._ready[:n_episode], self._ready[n_episode:]
         stats.episodes = len(episodes)
         stats.transitions = sum(columns_len(e) for e in episodes)
