@@ -329,6 +329,12 @@ class SampleSerialCollector(ISerialCollector):
         self.last_stats = stats
         return data
 
+    def discard_surplus(self) -> int:
+        """Drop the transitions completed beyond the last ``n_sample`` (e.g. made by weights since replaced)."""
+        dropped = columns_len(self._ready)
+        self._ready = {}
+        return dropped
+
 
 class EpisodeSerialCollector(ISerialCollector):
     """Collects exactly ``n_episode`` whole episodes (1-step transitions) per call."""

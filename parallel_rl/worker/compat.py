@@ -14,9 +14,11 @@ Differences from the originals are listed in docs/api.md.
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
-from typing import Any, Optional, Union
+import threading
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -35,7 +37,10 @@ from .collector import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Collector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager"]
+__all__ = [
+    "Collector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager",
+    "DataCollectorBase", "SyncDataCollector", "PolicyWeightUpdater",
+]
 
 
 class RandomPolicy:
@@ -183,3 +188,210 @@ class Collector:
         self.collect_episode += stats.episodes
         self.collect_time += stats.duration
         return stats
+
+
+# ---- torchrl-style ---------------------------------------------------------------------------
+
+
+class PolicyWeightUpdater:
+    """Loads weights into the collector's acting policy (torchrl's local weight updater).
+
+    ``init(**kwargs)`` is what ``init_updater`` forwards to; ``weights``: a
+    state dict, or an object with ``state_dict()`` (a policy, a mode, a module).
+    """
+
+    def __init__(self, policy_mode: Any):
+        self.policy_mode = policy_mode
+        self.init_kwargs: Dict[str, Any] = {}
+
+    def init(self, *args: Any, **kwargs: Any) -> None:
+        if args:
+            raise TypeError(f"PolicyWeightUpdater.init takes keyword arguments only, got {args=}")
+        self.init_kwargs.update(kwargs)
+
+    def __call__(self, weights: Any) -> None:
+        if not isinstance(weights, dict):
+            source = getattr(weights, "collect_mode", weights)
+            if not callable(getattr(source, "state_dict", None)):
+                raise TypeError(f"update_policy_weights_ needs a state dict or a policy, got {type(weights).__name__}")
+            weights = source.state_dict()
+        self.policy_mode.load_state_dict(weights)
+
+
+class DataCollectorBase(abc.ABC):
+    """torchrl's collector interface: iterate over batches, or ``start()`` filling a replay buffer.
+
+    A batch is a dict of columns (numpy arrays), not a TensorDict.
+    """
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]: ...
+
+    def next(self) -> Dict[str, np.ndarray]:
+        """One batch (the iterator's next)."""
+        if self._iterator is None:
+            self._iterator = iter(self)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise
+
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def async_shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None: ...
+
+    @abc.abstractmethod
+    def shutdown(self) -> None: ...
+
+    @abc.abstractmethod
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None: ...
+
+    def init_updater(self, *args: Any, **kwargs: Any) -> None:
+        """Pass arguments to the weight updater's ``init``."""
+        self.weight_updater.init(*args, **kwargs)
+
+    @abc.abstractmethod
+    def set_seed(self, seed: int, static_seed: bool = False) -> int: ...
+
+    @abc.abstractmethod
+    def state_dict(self) -> Dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None: ...
+
+
+class SyncDataCollector(DataCollectorBase):
+    """torchrl-style collector over :class:`SampleSerialCollector`.
+
+    ``for batch in collector`` yields batches of ``frames_per_batch``
+    transitions until ``total_frames`` (-1: forever). ``start()`` returns at
+    once and pushes batches into ``replay_buffer`` from a background thread
+    until ``async_shutdown``. ``policy``: one of our policies (its
+    ``collect_mode``) or anything with ``forward(obs)``, ``state_dict()`` and
+    ``load_state_dict()``; ``create_env_fn``: an :class:`EnvManager`, a
+    gymnasium env, or a callable returning one.
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Union[EnvManager, gym.Env, "gym.vector.VectorEnv", Callable[[], Any]],
+        policy: Any,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        replay_buffer: Optional[IBuffer] = None,
+        policy_kwargs: Optional[dict] = None,
+        nstep: int = 1,
+        discount_factor: float = 0.99,
+    ):
+        if frames_per_batch <= 0:
+            raise ValueError(f"{frames_per_batch=} must be > 0")
+        if total_frames == 0 or total_frames < -1:
+            raise ValueError(f"{total_frames=} must be > 0, or -1 for no end")
+        env = create_env_fn if isinstance(create_env_fn, (EnvManager, gym.Env, gym.vector.VectorEnv)) else create_env_fn()
+        self.env = as_env_manager(env)
+        self.policy = policy
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.replay_buffer = replay_buffer
+        self.policy_kwargs = dict(policy_kwargs or {})
+        self._mode = as_policy_mode(policy)
+        self._core = SampleSerialCollector(None, self.env, self._mode, nstep=nstep, discount_factor=discount_factor)
+        self.weight_updater = PolicyWeightUpdater(self._mode)
+        self._lock = threading.Lock()  # one of: a piece of collection, a weight update
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self._iterator: Optional[Iterator] = None
+        self.frames = 0  # transitions delivered (iteration) or pushed (background)
+        self.batches = 0
+
+    # ---- iteration -------------------------------------------------------------------
+    def _collect(self, n: int) -> Dict[str, np.ndarray]:
+        with self._lock, torch.no_grad():
+            data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs)
+        self.frames += n
+        return data
+
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+        if self._thread is not None:
+            raise RuntimeError("SyncDataCollector: iterating while start() collects in the background; call async_shutdown() first")
+        while self.total_frames == -1 or self.frames < self.total_frames:
+            batch = self._collect(self.frames_per_batch)
+            self.batches += 1
+            yield batch
+
+    # ---- background collection -------------------------------------------------------
+    def start(self) -> None:
+        """Collect into ``replay_buffer`` from a background thread; returns at once."""
+        if self.replay_buffer is None:
+            raise RuntimeError("SyncDataCollector.start() needs replay_buffer=... at construction")
+        if self._thread is not None:
+            raise RuntimeError("SyncDataCollector.start(): already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="sync-data-collector", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # a vector step at a time, so that a shutdown waits for one step, not one batch
+        piece = min(self.frames_per_batch, self.env.num_envs)
+        try:
+            while not self._stop.is_set() and (self.total_frames == -1 or self.frames < self.total_frames):
+                self.replay_buffer.push(self._collect(piece), cur_collector_envstep=self._core.envstep)
+                if self.frames // self.frames_per_batch > self.batches:
+                    self.batches += 1
+        except BaseException as exc:  # surfaced by async_shutdown
+            logger.exception("SyncDataCollector(%s): background collection failed", self.env.env_id)
+            self._error = exc
+
+    def async_shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None:
+        """Stop background collection; returns within ``timeout`` (raises ``TimeoutError`` past it)."""
+        thread = self._thread
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise TimeoutError(f"SyncDataCollector: background collection still running after {timeout=} s")
+            self._thread = None
+        if close_env:
+            self.env.close()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"SyncDataCollector: background collection failed: {error!r}") from error
+
+    def shutdown(self) -> None:
+        """Stop (background collection if any) and close the env."""
+        self.async_shutdown()
+
+    # ---- weights, seeds, state ------------------------------------------------------
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None:
+        """Load new weights; every batch started after this returns acts with them.
+
+        ``None``: the policy the collector was built with is the one it acts
+        with, so it is already current. ``worker_ids`` must be None (one worker).
+        """
+        if worker_ids is not None:
+            raise ValueError(f"{worker_ids=}: SyncDataCollector has one worker; pass worker_ids=None")
+        with self._lock:
+            if policy_or_weights is not None:
+                self.weight_updater(policy_or_weights)
+            self._core.discard_surplus()  # transitions made by the old weights
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Reseed the envs (env i gets ``seed + i``) and the action space; returns the next unused seed."""
+        with self._lock:
+            self._core.reset_env(gym_reset_kwargs={"seed": seed})
+            self.env.action_space.seed(seed)
+        return seed if static_seed else seed + self.env.num_envs
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"policy_state_dict": self._mode.state_dict(), "frames": self.frames, "batches": self.batches}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        with self._lock:
+            self.weight_updater(state_dict["policy_state_dict"])
+            self.frames = int(state_dict.get("frames", 0))
+            self.batches = int(state_dict.get("batches", 0))
