@@ -222,6 +222,16 @@ class Coordinator:
         self.kick()
         return worker
 
+    def increase_collector(self, address: Any) -> Worker:
+        """Add a running collector slave (DI-engine's ``deal_with_increase_collector``): what
+        ``POST /api/v1/collectors`` does."""
+        return self.add_worker("collector", address)
+
+    def decrease_collector(self, worker_id: str) -> Worker:
+        """Remove a collector (DI-engine's ``deal_with_decrease_collector``): what
+        ``DELETE /api/v1/collectors/<worker_id>`` does."""
+        return self.remove_worker(worker_id, "collector")
+
     def heartbeat(self, worker_id: str) -> Worker:
         worker = self.workers.heartbeat(worker_id)
         if worker is None:

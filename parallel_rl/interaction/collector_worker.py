@@ -23,13 +23,14 @@ from ..policy.epsilon import exploration_schedule
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
+from .comm import BaseCommCollector, register_comm_collector
 from .http import ApiError
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
 
 
-class FlaskFileSystemCollector(Slave):
+class FlaskFileSystemCollector(Slave, BaseCommCollector):
     kind = "collector"
 
     def __init__(self, *args: Any, seed: Optional[int] = None, **kwargs: Any):
@@ -72,11 +73,25 @@ class FlaskFileSystemCollector(Slave):
         else:
             raise ApiError(400, "bad_request", f"a collector runs collector and evaluator tasks, not {task.kind!r}")
 
+    # ---- BaseCommCollector ------------------------------------------------------------------
+    @property
+    def collector_uid(self) -> Optional[str]:
+        return self.worker_id
+
+    def get_policy_update_info(self, path: Optional[str] = None) -> Optional[int]:
+        """The newest policy version on the shared disk, if newer than ours (``path`` is ignored:
+        every path comes from the storage module)."""
+        return self.collector.get_policy_update_info()
+
+    def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
+        """Write a chunk atomically to the shared disk; returns its path."""
+        return self.collector.send_stepdata(name, data)
+
     # ---- policy -------------------------------------------------------------------------
     def newer_policy_out(self) -> bool:
         """A policy newer than ours appeared on the shared disk (checked after every batch of steps)
         or was announced by the coordinator (control block: at most one outbox round trip late)."""
-        on_disk = self.collector.get_policy_update_info()
+        on_disk = self.get_policy_update_info()
         if on_disk is not None:
             self._disk_version = max(self._disk_version, on_disk)
         return max(self._disk_version, int(self.control.get("policy_version", -1))) > self.collector.policy_version
@@ -185,7 +200,7 @@ class FlaskFileSystemCollector(Slave):
                 break
             data = concat_columns(pieces)
             name = self._next_chunk_name()
-            self.collector.send_stepdata(name, data)
+            self.send_stepdata(name, data)
             # the first chunk of a new policy version leaves at once: it tells the coordinator the policy is in use
             self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
                                 "size": int(len(data["action"])), "policy_version": version,
@@ -205,3 +220,6 @@ class FlaskFileSystemCollector(Slave):
         return {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
                 "mean_return": mean_return,
                 "policy_version": self.collector.policy_version, "completed": steps >= target}
+
+
+register_comm_collector("flask_fs", FlaskFileSystemCollector)

@@ -27,6 +27,7 @@ from ..policy import create_policy
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
+from .comm import BaseCommLearner, register_comm_learner
 from .http import ApiError, HttpClient, pack_array, unpack_array
 from .slave import Slave, SlaveTask
 
@@ -211,7 +212,7 @@ class DataPipeline:
                 if len(batch["index"])]
 
 
-class FlaskFileSystemLearner(Slave):
+class FlaskFileSystemLearner(Slave, BaseCommLearner):
     kind = "learner"
 
     def validate_task(self, task: SlaveTask) -> None:
@@ -301,3 +302,6 @@ class FlaskFileSystemLearner(Slave):
         elapsed = time.monotonic() - started
         return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
                 "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0}
+
+
+register_comm_learner("flask_fs", FlaskFileSystemLearner)

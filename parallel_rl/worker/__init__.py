@@ -16,8 +16,23 @@ from .learner import (
     merge_hooks,
     register_learner_hook,
 )
+from .parallel_collector import BaseParallelCollector
 
-__all__ = [
+# DI-engine's comm names live with the slaves (parallel_rl.interaction.comm); importable here too,
+# lazily, because the slaves themselves import this package
+_COMM = ("BaseCommCollector", "BaseCommLearner", "NaiveCollector", "create_comm_collector", "create_comm_learner",
+         "register_comm_collector", "register_comm_learner")
+
+
+def __getattr__(name: str):
+    if name in _COMM:
+        from ..interaction import comm
+
+        return getattr(comm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BaseParallelCollector", *_COMM,
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",
     "SampleSerialCollector", "create_serial_collector", "InteractionSerialEvaluator",
     "ISerialEvaluator", "VectorEvalMonitor", "BaseLearner", "LearnerHook",

@@ -20,6 +20,7 @@ from ..policy import create_policy
 from ..storage import SharedStorage
 from .collector import CollectStats, SampleSerialCollector
 from .evaluator import InteractionSerialEvaluator
+from .parallel_collector import BaseParallelCollector
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 _SETTLED_NS = 50_000_000
 
 
-class ZerglingParallelCollector:
+class ZerglingParallelCollector(BaseParallelCollector):
     def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
         self.cfg = cfg
         self.storage = storage
