@@ -94,10 +94,28 @@ register_learner_hook("load_ckpt", LoadCkptHook)
 register_learner_hook("log_show", LogShowHook)
 
 
-def build_learner_hook_by_cfg(hook_cfg: Mapping) -> Dict[str, List[LearnerHook]]:
-    """``{'save_ckpt_after_iter': 1000, ...}`` -> ``{'after_iter': [SaveCkptHook], ...}``."""
+def build_learner_hook_by_cfg(hook_cfg: Any) -> Dict[str, List[LearnerHook]]:
+    """Hooks from a config, in either of DI-engine's forms.
+
+    Short form: ``{'save_ckpt_after_iter': 1000, 'load_ckpt_before_run': 'path', ...}``.
+    Full form: a list of ``dict(name=..., type=..., priority=..., position=..., ext_args={...})``
+    (``name`` defaults to ``type``, ``priority`` to the type's built-in one), or such a dict
+    as the value of a short-form key.
+    """
     hooks: Dict[str, List[LearnerHook]] = {p: [] for p in POSITIONS}
-    for key, value in hook_cfg.items():
+    items = [(None, h) for h in hook_cfg] if isinstance(hook_cfg, (list, tuple)) else list(hook_cfg.items())
+    for key, value in items:
+        if isinstance(value, Mapping):  # the full form
+            unknown = set(value) - {"name", "type", "priority", "position", "ext_args"}
+            if unknown or "type" not in value or "position" not in value:
+                raise ConfigError(f"learner hook {value!r}: the full form needs type and position, and may have "
+                                  f"name, priority, ext_args (unknown: {sorted(unknown)})")
+            kind, position = value["type"], value["position"]
+            name = value.get("name", kind)
+            priority = value.get("priority", _BUILTIN_PRIORITY.get(kind, 50))
+            hook = HOOK_REGISTRY.build(kind, name, priority, position, **dict(value.get("ext_args") or {}))
+            hooks[hook.position].append(hook)  # the hook checked its position
+            continue
         position = next((p for p in POSITIONS if key.endswith("_" + p)), None)
         if position is None:
             raise ConfigError(f"learner hook key {key!r} must end with one of _{', _'.join(POSITIONS)}")
@@ -105,10 +123,12 @@ def build_learner_hook_by_cfg(hook_cfg: Mapping) -> Dict[str, List[LearnerHook]]
         if value is False or value is None:
             continue
         kwargs = {"path": value} if isinstance(value, str) else {"freq": int(value)}
-        # built-in priorities: loading before anything, logging last
-        priority = {"load_ckpt": 20, "save_ckpt": 50, "log_show": 80}.get(name, 50)
-        hooks[position].append(HOOK_REGISTRY.build(name, name, priority, position, **kwargs))
-    return hooks
+        hooks[position].append(HOOK_REGISTRY.build(name, name, _BUILTIN_PRIORITY.get(name, 50), position, **kwargs))
+    return {p: sorted(hooks[p], key=lambda h: h.priority) for p in POSITIONS}
+
+
+# built-in priorities: loading before anything, logging last
+_BUILTIN_PRIORITY = {"load_ckpt": 20, "save_ckpt": 50, "log_show": 80}
 
 
 def merge_hooks(a: Mapping[str, List[LearnerHook]], b: Mapping[str, List[LearnerHook]]) -> Dict[str, List[LearnerHook]]:
@@ -141,6 +161,11 @@ class BaseLearner:
         self.priority_info: Optional[Dict[str, np.ndarray]] = None
         self._hooks = build_learner_hook_by_cfg(cfg.hook)
         self._last_time = time.perf_counter()
+        self.collector_envstep = 0  # the newest envstep passed to train()
+        self.rank, self.world_size = 0, 1  # one process; DI-engine's distributed names
+        self.ckpt_name: Optional[str] = None  # the checkpoint last saved or loaded
+        self._warned_no_exp_dir = False
+        self._data_source: Optional[Any] = None
 
     @property
     def policy(self):
@@ -156,10 +181,18 @@ class BaseLearner:
         for hook in self._hooks[position]:
             hook(self)
 
-    def train(self, data: Mapping[str, np.ndarray], envstep: int = -1) -> Dict[str, float]:
-        """One update on ``data``; returns scalar learn info."""
+    @property
+    def last_iter(self) -> int:
+        """Iterations trained so far (DI-engine's ``last_iter.val``)."""
+        return self.train_iter
+
+    def train(self, data: Mapping[str, np.ndarray], envstep: int = -1,
+              policy_kwargs: Optional[dict] = None) -> Dict[str, float]:
+        """One update on ``data``; returns scalar learn info. ``policy_kwargs`` go to the learn mode's forward."""
         self.call_hook("before_iter")
-        log = self._policy.forward(data)
+        if envstep >= 0:
+            self.collector_envstep = envstep
+        log = self._policy.forward(data, **policy_kwargs) if policy_kwargs else self._policy.forward(data)
         priority = log.pop("priority", None)
         if priority is not None and "index" in data:
             self.priority_info = {"index": data["index"], "uid": data["uid"], "priority": priority}
@@ -190,14 +223,23 @@ class BaseLearner:
         return os.path.join(self.exp_dir, "ckpt")
 
     def save_checkpoint(self, name: str = "ckpt_latest.pt") -> Optional[str]:
-        """Write the full learning state under ``<exp_dir>/ckpt/`` (atomic); None without exp_dir."""
+        """Write the full learning state under ``<exp_dir>/ckpt/`` (atomic).
+
+        Without an exp_dir nothing is written and None is returned, with a warning (once) that says so.
+        """
         if self.exp_dir is None:
+            if not self._warned_no_exp_dir:
+                self._warned_no_exp_dir = True
+                logger.warning("%s: no exp_dir, checkpoint %r not saved (give BaseLearner exp_dir=..., or drop the "
+                               "save_ckpt hooks; cluster learners save through the shared store)",
+                               self.instance_name, name)
             return None
         from ..storage import _torch_save_atomic
 
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = os.path.join(self.ckpt_dir, name)
         _torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self.train_iter})
+        self.ckpt_name = name
         return path
 
     def load_checkpoint(self, path: str) -> None:
@@ -206,7 +248,32 @@ class BaseLearner:
         state = _torch_load(path)
         self._policy.load_state_dict(state["policy"])
         self.train_iter = int(state.get("train_iter", 0))
+        self.ckpt_name = os.path.basename(path)
         logger.info("%s: resumed from %s at iter %d", self.instance_name, path, self.train_iter)
+
+    # ---- DI-engine's parallel entry: a data source, then start() ------------------------------
+    def setup_dataloader(self, data_source: Any) -> None:
+        """Where :meth:`start` takes batches: an iterable of batches or a callable returning one."""
+        self._data_source = data_source
+
+    def start(self, max_iterations: int) -> None:
+        """``before_run`` hooks, ``max_iterations`` updates on batches from the data source, ``after_run`` hooks."""
+        if self._data_source is None:
+            raise RuntimeError(f"{self.instance_name}: call setup_dataloader(...) before start()")
+        if max_iterations <= 0:
+            raise ValueError(f"{max_iterations=} must be > 0")
+        source = self._data_source
+        batches = None if callable(source) else iter(source)
+        self.call_hook("before_run")
+        try:
+            for _ in range(max_iterations):
+                self.train(source() if batches is None else next(batches))
+        finally:
+            self.call_hook("after_run")
+
+    def close(self) -> None:
+        """Drop the data source (the learner holds nothing else that needs closing)."""
+        self._data_source = None
 
 
 LEARNER_REGISTRY.register("base", BaseLearner)
