@@ -66,6 +66,37 @@ class IBuffer(abc.ABC):
     def update(self, info: Mapping[str, np.ndarray]) -> None:
         """Priority feedback; buffers without priorities ignore it."""
 
+    def _draw(self, pool_size: int, size: int, replace: bool) -> np.ndarray:
+        """``size`` positions in ``[0, pool_size)``; distinct unless ``replace`` (redraw the repeats: cheap
+        while ``size`` is small next to ``pool_size``, as for training batches)."""
+        picks = self._rng.integers(0, pool_size, size)
+        if replace:
+            return picks
+        distinct = np.unique(picks)
+        if len(distinct) == size:
+            return picks
+        while len(distinct) < size:
+            distinct = np.unique(np.concatenate([distinct, self._rng.integers(0, pool_size, size - len(distinct))]))
+        return self._rng.permutation(distinct)
+
+    # ---- DI-engine's names -----------------------------------------------------------
+    @property
+    def replay_buffer_size(self) -> int:
+        return self.capacity
+
+    @property
+    def push_count(self) -> int:
+        """Rows (episodes, for the episode buffer) pushed since creation."""
+        return self.pushed
+
+    def start(self) -> "IBuffer":
+        """Nothing to start (no background threads); there for DI-engine's call sequence."""
+        return self
+
+    def close(self) -> None:
+        """Empty the buffer (DI-engine's ``close``); it stays usable."""
+        self.clear()
+
     @abc.abstractmethod
     def count(self) -> int: ...
 
@@ -220,22 +251,31 @@ class NaiveReplayBuffer(IBuffer):
 
     def _gather(self, slots: np.ndarray, cur_learner_iter: int) -> Columns:
         out = {name: col[slots] for name, col in self._columns.items()}
-        out["index"] = slots
-        out["uid"] = self._uid[slots]
+        out["index"] = out["replay_buffer_idx"] = slots  # DI-engine's key, the same array
+        out["uid"] = out["replay_unique_id"] = self._uid[slots]
         self.sampled += len(slots)
         self._staleness_sum += float(np.sum(cur_learner_iter - self._collect_iter[slots]))
         return out
 
-    def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]:
-        """``size`` rows drawn uniformly (with replacement); None while fewer are stored."""
+    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False) -> Optional[Columns]:
+        """``size`` rows drawn uniformly; None while fewer are stored.
+
+        Without replacement by default (DI-engine's default); ``replace=True`` allows repeats.
+        ``sample_range``: a slice over the stored rows oldest first, e.g. ``slice(-1000, None)``
+        draws from the newest 1000 only.
+        """
         with self._lock:
             if self._count < size or size <= 0:
                 return None
-            if self._count == self.capacity:
-                slots = self._rng.integers(0, self.capacity, size)
-            else:
-                slots = self._rng.choice(np.flatnonzero(self._valid), size)
-            return self._gather(slots, cur_learner_iter)
+            if sample_range is None and self._count == self.capacity:
+                return self._gather(self._draw(self.capacity, size, replace), cur_learner_iter)
+            pool = np.flatnonzero(self._valid)
+            if sample_range is not None:
+                pool = pool[np.argsort(self._uid[pool], kind="stable")][sample_range]
+                if len(pool) == 0 or (not replace and len(pool) < size):
+                    return None
+            return self._gather(pool[self._draw(len(pool), size, replace)], cur_learner_iter)
 
     def count(self) -> int:
         return self._count
@@ -344,7 +384,14 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             if stale.any():
                 self._evict(np.flatnonzero(stale))
 
-    def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]:
+    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False) -> Optional[Columns]:
+        """``size`` rows drawn by priority (stratified: one draw per slice of the total priority mass,
+        so repeats are rare but possible, as in DI-engine); ``weight`` (also ``IS``) are the importance
+        weights. ``sample_range`` is not supported here; ``replace`` is accepted for DI-engine's calls."""
+        if sample_range is not None:
+            raise ValueError(f"{sample_range=}: prioritized sampling draws from the whole buffer; "
+                             "use a NaiveReplayBuffer to sample a range")
         with self._lock:
             self._remove_stale(cur_learner_iter)
             if self._count < size or size <= 0:
@@ -359,7 +406,7 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             leaves = self._tree.leaves[: self.capacity]
             p_min = float(leaves[self._valid].min())
             out = self._gather(slots, cur_learner_iter)
-            out["weight"] = np.power(leaves[slots] / p_min, -self.beta).astype(np.float32)
+            out["weight"] = out["IS"] = np.power(leaves[slots] / p_min, -self.beta).astype(np.float32)
             self._sample_calls += 1
             if self.cfg.max_use > 0:
                 np.add.at(self._use_count, slots, 1)
@@ -368,9 +415,10 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             return out
 
     def update(self, info: Mapping[str, np.ndarray]) -> None:
-        """Set priorities: ``info`` has ``index``, ``uid`` and ``priority`` arrays."""
-        index = np.asarray(info["index"], dtype=np.int64)
-        uid = np.asarray(info["uid"], dtype=np.int64)
+        """Set priorities: ``info`` has ``index``, ``uid`` (or DI-engine's ``replay_buffer_idx``,
+        ``replay_unique_id``) and ``priority`` arrays."""
+        index = np.asarray(info["index"] if "index" in info else info["replay_buffer_idx"], dtype=np.int64)
+        uid = np.asarray(info["uid"] if "uid" in info else info["replay_unique_id"], dtype=np.int64)
         priority = np.asarray(info["priority"], dtype=np.float64)
         with self._lock:
             keep = (index >= 0) & (index < self.capacity)
@@ -433,11 +481,15 @@ class EpisodeReplayBuffer(IBuffer):
                 self.pushed += 1
         return np.asarray(slots, dtype=np.int64)
 
-    def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[List[Columns]]:
+    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False) -> Optional[List[Columns]]:
+        """``size`` whole episodes, distinct unless ``replace``; ``sample_range`` is not supported here."""
+        if sample_range is not None:
+            raise ValueError(f"{sample_range=}: the episode buffer samples from all its episodes")
         with self._lock:
             if len(self._episodes) < size or size <= 0:
                 return None
-            picks = self._rng.integers(0, len(self._episodes), size)
+            picks = self._draw(len(self._episodes), size, replace)
             self.sampled += size
             return [self._episodes[i] for i in picks]
 
