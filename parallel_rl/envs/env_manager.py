@@ -139,6 +139,9 @@ class EnvManager:
             shared.flags.writeable = False
         self._obs: Optional[np.ndarray] = None
         self.closed = False
+        # keep_info=True keeps the last step's gymnasium info dict in ``info`` (off: the hot path skips it)
+        self.keep_info = False
+        self.info: dict = {}
 
     @property
     def action_space(self) -> gym.Space:
@@ -174,7 +177,9 @@ class EnvManager:
     def step(self, actions: np.ndarray) -> EnvStep:
         if self._action_bounds is not None:
             actions = np.clip(actions, *self._action_bounds)
-        obs, reward, terminated, truncated, _ = self._env.step(actions)
+        obs, reward, terminated, truncated, info = self._env.step(actions)
+        if self.keep_info:
+            self.info = info
         obs = np.asarray(obs, dtype=np.float32)
         reward = np.asarray(reward, dtype=np.float32)
         terminated = np.asarray(terminated, dtype=bool)
@@ -204,6 +209,12 @@ class EnvManager:
         self._needs_reset = done
         self._obs = obs
         return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended, n_valid)
+
+    def env_info(self, env_id: int) -> dict:
+        """Env ``env_id``'s entries of the last step's info (needs ``keep_info``); gymnasium's ``_key`` masks applied."""
+        info = self.info
+        return {k: v[env_id] for k, v in info.items()
+                if not k.startswith("_") and (f"_{k}" not in info or info[f"_{k}"][env_id])}
 
     def close(self) -> None:
         if not self.closed:

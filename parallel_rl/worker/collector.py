@@ -171,9 +171,10 @@ class ISerialCollector(abc.ABC):
         if policy is not None:
             self._policy = policy
 
-    def reset(self, policy=None, env: Optional[EnvManager] = None) -> None:
-        self.reset_env(env)
-        self.reset_policy(policy)
+    def reset(self, _policy=None, _env: Optional[EnvManager] = None) -> None:
+        """New policy and/or env (DI-engine's keyword names); the env is reset either way."""
+        self.reset_env(_env)
+        self.reset_policy(_policy)
 
     @property
     def env(self) -> EnvManager:

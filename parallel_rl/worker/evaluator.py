@@ -29,6 +29,7 @@ class VectorEvalMonitor:
         self.quota = np.array([base + (i < extra) for i in range(env_num)], dtype=np.int64)
         self._returns: List[List[float]] = [[] for _ in range(env_num)]
         self._lengths: List[List[int]] = [[] for _ in range(env_num)]
+        self._info: List[List[dict]] = [[] for _ in range(env_num)]
 
     def wants(self, env_id: int) -> bool:
         return len(self._returns[env_id]) < self.quota[env_id]
@@ -37,6 +38,20 @@ class VectorEvalMonitor:
         if self.wants(env_id):
             self._returns[env_id].append(float(episode_return))
             self._lengths[env_id].append(int(episode_length))
+
+    def update_info(self, env_id: int, info: dict) -> None:
+        """Keep an ended episode's env info (call before :meth:`update` for that episode)."""
+        if self.wants(env_id):
+            self._info[env_id].append(dict(info))
+
+    def get_episode_info(self) -> Optional[Dict[str, float]]:
+        """``<key>_mean`` over the kept episodes for every numeric info key; None if none were kept."""
+        infos = [i for env in self._info for i in env]
+        if not infos:
+            return None
+        keys = sorted({k for i in infos for k, v in i.items() if np.isscalar(v) and isinstance(v, (int, float, np.number))
+                       and not isinstance(v, (bool, np.bool_))})
+        return {f"{k}_mean": float(np.mean([i[k] for i in infos if k in i])) for k in keys}
 
     def is_finished(self) -> bool:
         return all(len(r) >= q for r, q in zip(self._returns, self.quota))
@@ -90,8 +105,22 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         self.eval_count = 0
         self.best_return = -math.inf
 
-    def reset_policy(self, policy) -> None:
-        self._policy = policy
+    def reset_policy(self, _policy=None) -> None:
+        if _policy is not None:
+            self._policy = _policy
+
+    def reset_env(self, _env: Optional[EnvManager] = None) -> None:
+        """Take ``_env`` (if given); the next :meth:`eval` resets it."""
+        if _env is not None:
+            self.env = _env
+
+    def reset(self, _policy=None, _env: Optional[EnvManager] = None) -> None:
+        """DI-engine's names: new policy and/or env, and the evaluation count and best return start over."""
+        self.reset_env(_env)
+        self.reset_policy(_policy)
+        self._last_eval_iter = None
+        self.eval_count = 0
+        self.best_return = -math.inf
 
     def should_eval(self, train_iter: int) -> bool:
         if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
@@ -105,10 +134,20 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         train_iter: int = -1,
         envstep: int = -1,
         n_episode: Optional[int] = None,
+        force_render: bool = False,
+        policy_kwargs: Optional[dict] = None,
     ) -> Tuple[bool, Dict]:
-        """Run the episodes; returns (stop_flag, info). Saves ``ckpt_best`` on a new best mean."""
+        """Run the episodes; returns (stop_flag, info). Saves ``ckpt_best`` on a new best mean.
+
+        ``policy_kwargs`` go to every ``forward`` call. The ended episodes' env info is averaged into
+        ``info["episode_info"]`` (``<key>_mean``) when the env reports any. ``force_render=True`` is refused: the env manager renders nothing.
+        """
+        if force_render:
+            raise ValueError(f"{force_render=}: rendering is not supported by parallel_rl's env manager")
+        policy_kwargs = policy_kwargs or {}
         n_episode = n_episode or self.n_episode
         monitor = VectorEvalMonitor(self.env.num_envs, n_episode)
+        self.env.keep_info = True
         start = time.perf_counter()
         env_steps = 0
         self.env.reset(seed=self._seed + 7919 * self.eval_count)
@@ -118,9 +157,10 @@ class InteractionSerialEvaluator(ISerialEvaluator):
                 logger.warning("evaluator: gave up after %.0fs with %d/%d episodes", self.cfg.max_seconds,
                                len(monitor.returns()), n_episode)
                 break
-            step = self.env.step(self._policy.forward(self.env.obs))
+            step = self.env.step(self._policy.forward(self.env.obs, **policy_kwargs))
             env_steps += int(step.valid.sum())
             for env_id in np.flatnonzero(step.terminated | step.truncated):
+                monitor.update_info(int(env_id), self.env.env_info(int(env_id)))
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
         self.eval_count += 1
         returns = monitor.returns()
@@ -137,6 +177,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             "eval_episode_return_min": float(np.min(returns)) if returns else float("nan"),
             "episode_length_mean": float(np.mean(monitor.lengths())) if returns else float("nan"),
         }
+        episode_info = monitor.get_episode_info()
+        if episode_info:
+            info["episode_info"] = episode_info
         if returns and mean > self.best_return:
             self.best_return = mean
             if save_ckpt_fn is not None:
