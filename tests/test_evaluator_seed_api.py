@@ -63,3 +63,13 @@ def test_collector_reset_takes_di_engine_keyword_names(toy_env):
     data = collector.collect(n_sample=3)
     assert collector.env is single and np.all(data["action"] == 1)
     single.close()
+
+
+def test_env_info_handles_nested_info_dicts():
+    env = EnvManager.from_env(gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.RecordEpisodeStatistics(InfoCountingEnv(2))] * 2))
+    ev = evaluator(env, ConstantPolicy(1))
+    stop, info = ev.eval()
+    assert info["episode_info"] == {"score_mean": 20.0}  # the nested "episode" dict is kept but not averaged
+    assert set(env.env_info(0)["episode"]) >= {"r", "l"}
+    env.close()

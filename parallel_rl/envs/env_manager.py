@@ -213,8 +213,14 @@ class EnvManager:
     def env_info(self, env_id: int) -> dict:
         """Env ``env_id``'s entries of the last step's info (needs ``keep_info``); gymnasium's ``_key`` masks applied."""
         info = self.info
-        return {k: v[env_id] for k, v in info.items()
-                if not k.startswith("_") and (f"_{k}" not in info or info[f"_{k}"][env_id])}
+        return {k: (v[env_id] if isinstance(v, np.ndarray) else self.env_info_of(v, env_id)) for k, v in info.items()
+                if not k.startswith("_") and isinstance(v, (np.ndarray, dict))
+                and (f"_{k}" not in info or info[f"_{k}"][env_id])}
+
+    @staticmethod
+    def env_info_of(nested: dict, env_id: int) -> dict:
+        """Env ``env_id``'s entries of a nested info dict (e.g. ``RecordEpisodeStatistics``' ``episode``)."""
+        return {k: v[env_id] for k, v in nested.items() if isinstance(v, np.ndarray) and not k.startswith("_")}
 
     def close(self) -> None:
         if not self.closed:
