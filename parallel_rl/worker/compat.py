@@ -50,7 +50,7 @@ class RandomPolicy:
         self.action_space = action_space
 
     def forward(self, obs: np.ndarray, **kwargs: Any) -> np.ndarray:
-        return np.asarray(self.action_space.sample(), dtype=np.int64)[: len(obs)]
+        return np.asarray(self.action_space.sample())[: len(obs)]
 
 
 def as_env_manager(env: Union[EnvManager, gym.Env, "gym.vector.VectorEnv"]) -> EnvManager:
