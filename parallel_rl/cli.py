@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(without this flag saved state is resumed too; with none, it starts fresh)")
     fresh.add_argument("--fresh", action="store_true",
                        help="discard saved coordinator state in the shared directory and start over")
+    p.add_argument("--linger", action="store_true",
+                   help="when training ends, let the workers go but keep serving the REST API, /metrics and the "
+                        "dashboard until stopped (SIGTERM/Ctrl-C); the exit code is still the run's outcome")
 
     for role in ("learner", "collector"):
         p = sub.add_parser(role, help=f"run a {role} slave that registers with a coordinator")

@@ -92,18 +92,31 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     coordinator.start()
     print(f"REST API: {server.url}/api/v1", flush=True)
     interrupted: List[str] = []
+    stopped = threading.Event()
 
     def stop(name: str) -> None:
         interrupted.append(name)
+        stopped.set()
         coordinator.done_event.set()
 
     _on_signals(stop)
+    lingered = False
     try:
         coordinator.done_event.wait()
+        if args.linger and not stopped.is_set():
+            lingered = True
+            coordinator.release_workers()
+            print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
+            print(f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
+                  f"dashboard) until stopped", flush=True)
+            stopped.wait()
     finally:
         coordinator.close(notify_workers=True)
         server.close()
         coordinator.save_state()  # after the workers' last reports: a restart starts exactly here
+    if lingered:  # the exit code is the run's outcome, as without --linger
+        print(f"coordinator: stopped by {interrupted[0]} (the run ended {coordinator.state})", flush=True)
+        return outcome_exit_code(coordinator.state, cfg.env.stop_value)
     if interrupted:
         print(f"coordinator: stopped by {interrupted[0]}", flush=True)
         return 0

@@ -167,6 +167,41 @@ def test_role_processes_solve_and_all_exit_zero(cli, tmp_path):
         assert "coordinator let us go" in worker.output()
 
 
+def test_lingering_coordinator_serves_after_the_run(cli, tmp_path):
+    """`coordinator --linger` (the compose default): when solved it lets the workers go (they exit 0) and keeps
+    serving the REST API, /metrics and the dashboard until SIGTERM; then it exits with the run's outcome."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = str(tmp_path / "shared")
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
+                      "--linger", "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+    workers_ = [cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
+                for i, role in enumerate(("learner", "collector"))]
+    coordinator.wait_line(r"^coordinator: --linger: workers let go; still serving", timeout=120)
+    for worker in workers_:
+        assert worker.wait(30) == 0, worker.output()[-2000:]
+        assert "coordinator let us go" in worker.output()
+    summary = requests.get(f"{url}/api/v1/cluster", timeout=5).json()
+    assert summary["state"] == "solved" and summary["best_eval_return"] >= summary["stop_value"]
+    for kind in ("learner", "collector"):
+        assert [w["state"] for w in requests.get(f"{url}/api/v1/{kind}s", timeout=5).json()[f"{kind}s"]] == ["gone"]
+    assert requests.get(f"{url}/api/v1/tasks?kind=evaluator&state=finished", timeout=5).json()["total"] >= 1
+    assert requests.get(f"{url}/api/v1/tasks?state=running", timeout=5).json()["total"] == 0  # every end reported
+    metrics = requests.get(f"{url}/metrics", timeout=5)
+    assert metrics.status_code == 200 and "parallel_rl_train_iterations_total" in metrics.text
+    dashboard = requests.get(f"{url}/", timeout=5)
+    assert dashboard.status_code == 200 and "text/html" in dashboard.headers["Content-Type"]
+    # a collector that joins after the end (a compose replica started late) is let go at once
+    late = cli("collector-late", "collector", "--coordinator", url, "--shared-dir", shared, env=ENV)
+    assert late.wait(60) == 0, late.output()[-2000:]
+    assert "coordinator let us go" in late.output()
+    assert coordinator.proc.poll() is None  # still serving
+    coordinator.proc.send_signal(signal.SIGTERM)
+    assert coordinator.wait(30) == 0, coordinator.output()[-2000:]
+    assert re.search(r"^coordinator: stopped by SIGTERM \(the run ended solved\)$", coordinator.output(), re.M)
+
+
 def test_max_tasks_ends_a_worker(cluster):
     collector = cluster.start("collector", "collector-once", "--max-tasks", "1")
     cluster.start("learner", "learner-a")

@@ -139,6 +139,19 @@ class Coordinator:
                 except ParallelRLError as exc:
                     logger.debug("coordinator: %s did not take the disconnect: %s", worker.worker_id, exc)
 
+    def release_workers(self) -> None:
+        """Training is over and this coordinator serves on: remove every active worker as
+        ``DELETE /collectors/<id>`` does (running tasks wrap up and report, then the worker is let go and is
+        ``gone``); slaves that registered themselves exit."""
+        for worker in self.workers.list(active_only=True):
+            self._release(worker)
+
+    def _release(self, worker: Worker) -> None:
+        try:
+            self.remove_worker(worker.worker_id, reason=f"training is over: {self.reason}")
+        except ApiError as exc:  # it left on its own meanwhile
+            logger.debug("coordinator: %s needs no release: %s", worker.worker_id, exc)
+
     def _control_loop(self) -> None:
         ttl = float(self.cfg.parallel.coordinator.heartbeat_ttl)
         tick = max(0.05, min(0.5, ttl / 4))
@@ -219,6 +232,8 @@ class Coordinator:
             if worker.state == WorkerState.CONNECTING:
                 worker.state = WorkerState.IDLE
         logger.info("coordinator: registered %s at %s", worker.worker_id, address)
+        if self.system_shutdown_flag:  # joined after the run ended (a coordinator serving on): let it go now
+            self._release(worker)
         self.kick()
         return worker
 
