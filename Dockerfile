@@ -1,27 +1,61 @@
 # parallel_rl: one image for every role (coordinator, learner, collector).
 #   docker build -t parallel-rl .
 #   docker run --rm parallel-rl --help
-FROM python:3.11-slim
+# CPU-only torch comes from PyTorch's CPU wheel index. Where that index (or a registry's TLS) is out of
+# reach, two build arguments name files in the build context instead (README, "Air-gapped builds"):
+#   --build-arg TORCH_WHEELHOUSE=wheels      a directory (or one .whl) holding torch 2.13.0's CPU wheel
+#   --build-arg EXTRA_CA_CERTS=proxy-ca.pem  a PEM bundle pip trusts while building (e.g. a TLS proxy's)
+# (docker compose passes both from the environment of the same names.)
+
+# ---- build: a virtualenv with torch, the dependencies and the project --------------------------------
+FROM python:3.11-slim AS build
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_WHEELHOUSE=""
+ARG EXTRA_CA_CERTS=""
 
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
 
-# CPU-only torch from PyTorch's CPU wheel index, pinned by constraints.txt (no CUDA packages)
+WORKDIR /build
 COPY constraints.txt ./
-RUN pip install --index-url https://download.pytorch.org/whl/cpu -c constraints.txt torch==2.13.0
+# the optional inputs: where an argument is empty, constraints.txt stands in for the file it names
+COPY constraints.txt ${TORCH_WHEELHOUSE:-constraints.txt} ./wheels/
+COPY ${EXTRA_CA_CERTS:-constraints.txt} ./extra-ca/
+
+# CPU-only torch pinned by constraints.txt (no CUDA packages): from the wheelhouse when one is given (its
+# +cpu local version ranks above the index's build; torch's own dependencies come from the index)
+RUN if [ -n "$EXTRA_CA_CERTS" ]; then \
+      cat /etc/ssl/certs/ca-certificates.crt ./extra-ca/* > /build/ca.pem && export PIP_CERT=/build/ca.pem; \
+    fi \
+ && if [ -n "$TORCH_WHEELHOUSE" ]; then \
+      pip install --find-links ./wheels -c constraints.txt torch==2.13.0; \
+    else \
+      pip install --index-url "$TORCH_INDEX_URL" -c constraints.txt torch==2.13.0; \
+    fi
 
 COPY setup.cfg pyproject.toml README.md ./
 COPY parallel_rl ./parallel_rl
 COPY coordinator_app ./coordinator_app
-COPY configs ./configs
-RUN pip install -c constraints.txt . \
- && useradd --create-home --uid 10001 rl \
+RUN if [ -n "$EXTRA_CA_CERTS" ]; then export PIP_CERT=/build/ca.pem; fi \
+ && pip install -c constraints.txt . \
+ && pip uninstall -y -q pip setuptools
+
+# ---- runtime: the virtualenv on a clean base, a non-root user ---------------------------------------
+FROM python:3.11-slim
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1
+
+RUN useradd --create-home --uid 10001 rl \
  && mkdir -p /shared \
  && chown rl:rl /shared
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
+COPY configs ./configs
 
 USER rl
 VOLUME ["/shared"]

@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run serial test test-fast browser bench clean
+.PHONY: run serial test test-fast browser docker bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP) browser
+test: $(STAMP) browser docker
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
@@ -34,9 +34,14 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
 	    >/dev/null || echo "could not install chromium: the dashboard test will fail"; }
 
-# skip the long end-to-end tests (CI runs everything)
+# the compose test drives a real Docker engine: install what is missing (engine, Compose v2, base image;
+# needs root and apt, else that one test fails saying what to install)
+docker:
+	@.ci/docker.sh all || echo "could not set up Docker: the docker compose test will fail"
+
+# skip the long end-to-end tests and the Docker one (CI runs everything)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not docker" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/serial_cartpole.py

@@ -1,4 +1,5 @@
-"""docker-compose.yml and the Dockerfile, tested without a Docker engine.
+"""docker-compose.yml and the Dockerfile, tested without a Docker engine (tests/test_compose_docker.py
+runs them under a real one).
 
 1. Structure: parse both files and check what `docker compose up --scale collector=N` relies on.
 2. Equivalence: start each service's command with its environment as a local process (service
@@ -28,7 +29,9 @@ def test_compose_structure(compose):
     assert set(services) == {"coordinator", "learner", "collector"}
     assert "shared" in compose["volumes"]
     for name, svc in services.items():
-        assert svc["image"] == "parallel-rl:latest" and svc["build"] == "."
+        assert svc["image"] == "parallel-rl:latest"
+        # one service builds the image (three would build it three times in parallel), the others run it
+        assert ("build" in svc) == (name == "coordinator")
         assert "shared:/shared" in svc["volumes"], name
         command = svc["command"]
         assert command[0] == name
@@ -40,7 +43,11 @@ def test_compose_structure(compose):
         assert env["PARALLEL_RL_COORDINATOR"] == "http://coordinator:8000"
         assert "healthcheck" in svc and int(svc["stop_grace_period"].rstrip("s")) >= 10
     coordinator = services["coordinator"]
-    assert any(p.endswith(":8000") for p in coordinator["ports"])
+    assert coordinator["build"]["context"] == "."
+    assert set(coordinator["build"]["args"]) == {"TORCH_WHEELHOUSE", "EXTRA_CA_CERTS"}  # from the environment
+    assert coordinator["ports"] == ["127.0.0.1:${PARALLEL_RL_PORT:-8000}:8000"]  # published on this host only
+    assert "--linger" in coordinator["command"]  # REST, /metrics and the dashboard outlive the run
+    assert services["learner"]["restart"] == "on-failure"  # a crashed learner comes back and resumes
     assert "/api/v1/health" in " ".join(coordinator["healthcheck"]["test"])
     for name in ("learner", "collector"):
         assert services[name]["depends_on"]["coordinator"]["condition"] == "service_healthy"
@@ -52,9 +59,12 @@ def test_compose_structure(compose):
 
 def test_dockerfile():
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
-    torch_line = next(line for line in text.splitlines() if "torch" in line and "pip install" in line)
-    assert "/whl/cpu" in torch_line and "-c constraints.txt" in torch_line and "torch==2.13.0" in torch_line
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["python:3.11-slim", "python:3.11-slim"]  # build, runtime
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+    torch_lines = [line for line in text.splitlines() if "torch" in line and "pip install" in line]
+    assert len(torch_lines) == 2  # from the CPU index by default, from TORCH_WHEELHOUSE when given
+    assert all("-c constraints.txt" in line and "torch==2.13.0" in line for line in torch_lines)
+    assert any('--index-url "$TORCH_INDEX_URL"' in line for line in torch_lines)
     assert re.search(r"^USER (?!root)\w+$", text, re.M)
     assert re.search(r'^ENTRYPOINT \["parallel-rl"\]$', text, re.M)
     assert all("-c constraints.txt" in line for line in text.splitlines() if "pip install" in line)
