@@ -184,8 +184,8 @@ def test_lingering_coordinator_serves_after_the_run(cli, tmp_path):
         assert "coordinator let us go" in worker.output()
     summary = requests.get(f"{url}/api/v1/cluster", timeout=5).json()
     assert summary["state"] == "solved" and summary["best_eval_return"] >= summary["stop_value"]
-    for kind in ("learner", "collector"):
-        assert [w["state"] for w in requests.get(f"{url}/api/v1/{kind}s", timeout=5).json()[f"{kind}s"]] == ["gone"]
+    for kind in ("learner", "collector"):  # (a worker slowed past its lease re-registers: one entry or more)
+        assert {w["state"] for w in requests.get(f"{url}/api/v1/{kind}s", timeout=5).json()[f"{kind}s"]} == {"gone"}
     assert requests.get(f"{url}/api/v1/tasks?kind=evaluator&state=finished", timeout=5).json()["total"] >= 1
     assert requests.get(f"{url}/api/v1/tasks?state=running", timeout=5).json()["total"] == 0  # every end reported
     metrics = requests.get(f"{url}/metrics", timeout=5)
