@@ -29,7 +29,8 @@ import requests
 
 from tests.conftest import eventually
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker]
+# cold (engine, base image and torch layer to make) it takes minutes on 2 cores; warm, a few
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER_SH = ROOT / ".ci" / "docker.sh"
