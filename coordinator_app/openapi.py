@@ -79,7 +79,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                "current_task": {"type": "string", "nullable": True},
                                "seconds_since_heartbeat": {"type": "number"},
                                "env_steps": {"type": "integer"}, "train_iter": {"type": "integer"},
-                               "policy_version": {"type": "integer"}}},
+                               "policy_version": {"type": "integer"},
+                               "problems": {"type": "array", "items": {"type": "string"},
+                                            "description": "what the worker reports went wrong in its threads"}}},
                 "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
                            "properties": {k: {"type": "number"} for k in (
                                "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks")}},
@@ -177,8 +179,11 @@ def openapi_document(version: str) -> Dict[str, Any]:
                     "control": _ref("Control")}}, "references"),
                     **_errors("400", "401", "403", "404", "413")}}},
             "/workers/{worker_id}/heartbeat": {"post": {
-                "summary": "worker traffic: renew the lease", "security": AUTH,
+                "summary": "worker traffic: renew the lease (needs the worker's lease token in "
+                           "X-Parallel-RL-Lease)", "security": AUTH,
                 "parameters": [_path_param("worker_id")],
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {"problems": {"type": "array", "items": {"type": "string"}}}}}}},
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {
                 "summary": "worker traffic: a batch of messages (chunk, task_done, task_failed, task_cancelled, "
@@ -189,7 +194,13 @@ def openapi_document(version: str) -> Dict[str, Any]:
                         "wait_for_allowance": {"type": "number", "maximum": 10},
                         "policy_version": {"type": "integer", "description": "the collector's loaded policy: a newer "
                                                                              "one ends the wait"}}}}}},
-                "responses": {"200": _json({"type": "object", "properties": {"control": _ref("Control")}},
-                                           "control block"), **_errors("400", "401", "403", "404", "413")}}},
+                "responses": {"200": _json({"type": "object", "required": ["control", "refused"], "properties": {
+                    "control": _ref("Control"),
+                    "refused": {"type": "array", "description": "the messages refused (the rest were applied)",
+                                "items": {"type": "object", "required": ["index", "code", "message"], "properties": {
+                                    "index": {"type": "integer"}, "type": {"type": "string", "nullable": True},
+                                    "code": {"type": "string"}, "message": {"type": "string"}}}}}},
+                                           "control block and refusals"),
+                              **_errors("400", "401", "403", "404", "413")}}},
         },
     }

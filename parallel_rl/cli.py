@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="URL the coordinator should use to reach this worker (default http://HOST:PORT)")
         p.add_argument("--worker-id", default=None,
                        help="the worker id to ask the coordinator for (given when free; default: it picks)")
+        p.add_argument("--insecure-no-token", action="store_true",
+                       help="start without PARALLEL_RL_TOKEN: anybody who reaches the port can connect this worker "
+                            "and choose what it imports and runs (local experiments only; logged loudly)")
         p.add_argument("--max-tasks", type=int, default=0,
                        help="exit after this many tasks (0: no limit; evaluations run inside a collector task "
                             "do not count)")

@@ -66,16 +66,17 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator_app import serve_coordinator
 
     from .coordinator import Coordinator
-    from .interaction.http import new_token, token_from_env
+    from .interaction.http import token_from_env
     from .runtime import outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage
 
     cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
     token = token_from_env()
-    if not token:
-        token = new_token()
-        print(f"coordinator: PARALLEL_RL_TOKEN was not set; workers must use this one: {token}", flush=True)
+    if not token:  # made up here, it would have to be printed for the workers, and printed tokens end up in logs
+        raise ConfigError("set PARALLEL_RL_TOKEN (the cluster token) before starting the coordinator, e.g. "
+                          "export PARALLEL_RL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))'); "
+                          "`parallel-rl run` makes one for its own processes")
     storage = SharedStorage(shared_root(cfg, args.shared_dir))
     coordinator = Coordinator(cfg, storage, token)
     if args.fresh:
@@ -139,7 +140,8 @@ def cmd_slave(args: argparse.Namespace) -> int:
     slave = SlaveClass(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
                        advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
-                       worker_id=args.worker_id)
+                       worker_id=args.worker_id,
+                       insecure_no_token=args.insecure_no_token)
     _on_signals(lambda name: slave.request_stop())
     print(f"{args.command}: serving on {slave.address}", flush=True)
     if not args.coordinator:

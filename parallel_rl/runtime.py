@@ -5,6 +5,8 @@ import logging
 import os
 import random
 import sys
+import threading
+from typing import Callable
 
 import numpy as np
 
@@ -91,3 +93,18 @@ def pin_process(pid: int, cpus: set) -> bool:
         except (ProcessLookupError, PermissionError):
             pass
     return True
+
+
+def guarded_thread(target: Callable[[], None], name: str, on_death: Callable[[str], None]) -> threading.Thread:
+    """A daemon thread running ``target`` that never dies silently: an exception escaping ``target`` is logged
+    with its traceback and handed to ``on_death`` (as one line), which reports it and fails what depended
+    on the thread."""
+
+    def run() -> None:
+        try:
+            target()
+        except Exception as exc:  # noqa: BLE001 - reported, never swallowed
+            logging.getLogger(__name__).exception("%s: thread died", name)
+            on_death(f"{name} thread died: {type(exc).__name__}: {exc}")
+
+    return threading.Thread(target=run, name=name, daemon=True)

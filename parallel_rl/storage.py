@@ -145,6 +145,30 @@ class SharedStorage:
     def read_chunk(self, name: str) -> Dict[str, np.ndarray]:
         return load_npz(self.chunk_path(name))
 
+    def chunk_rows(self, name: str) -> int:
+        """The number of rows of chunk ``name``, read from its column headers (no data is read).
+
+        Raises FileNotFoundError when it is not there, StorageError when it is not a chunk whose
+        columns all have the same length."""
+        path = self.chunk_path(name)
+        lengths = set()
+        try:
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    with archive.open(member) as f:
+                        version = np.lib.format.read_magic(f)
+                        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                       else np.lib.format.read_array_header_2_0)
+                        shape, _, _ = read_header(f)  # the header only, never the data
+                    lengths.add(shape[0] if shape else -1)
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError, zipfile.BadZipFile) as exc:
+            raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+        if len(lengths) != 1 or min(lengths) < 0:
+            raise StorageError(f"{path}: columns of different or no lengths {sorted(lengths)}; not a chunk")
+        return lengths.pop()
+
     def delete_chunk(self, name: str) -> bool:
         return _unlink(self.chunk_path(name))
 

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 import requests
+from parallel_rl.interaction.http import LEASE_HEADER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -175,7 +176,7 @@ def busy_server(coordinator_factory, tmp_path):
     slave = FlaskFileSystemCollector(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
     threading.Thread(target=slave.run, daemon=True).start()
     assert call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH).status_code == 201
-    yield server
+    yield server, slave.coordinator.lease
     slave.request_stop()
     slave.close()
 
@@ -185,7 +186,7 @@ def busy_server(coordinator_factory, tmp_path):
        body=bodies, with_token=st.booleans(),
        query=st.dictionaries(st.sampled_from(["kind", "state", "limit", "offset"]), st.text(max_size=6), max_size=3))
 def test_fuzz_never_5xx(busy_server, request, body, with_token, query):
-    server, (method, url) = busy_server, request
+    (server, _), (method, url) = busy_server, request
     response = call(server, method, url, params=query, data=json.dumps(body),
                     headers={"Content-Type": "application/json", **(AUTH if with_token else {})})
     assert response.status_code < 500, (method, url, body, response.text)
@@ -197,8 +198,9 @@ def test_fuzz_never_5xx(busy_server, request, body, with_token, query):
 @given(body=st.fixed_dictionaries({"messages": messages}) | bodies)
 def test_fuzz_worker_messages_never_5xx(busy_server, body):
     """Random message batches from a registered worker: bad ones get 400, none a 5xx."""
-    response = call(busy_server, "POST", "/workers/collector-1/metadata", data=json.dumps(body),
-                    headers={"Content-Type": "application/json", **AUTH})
+    server, lease = busy_server
+    response = call(server, "POST", "/workers/collector-1/metadata", data=json.dumps(body),
+                    headers={"Content-Type": "application/json", LEASE_HEADER: lease, **AUTH})
     assert response.status_code in (200, 400, 404), (body, response.text)
     if response.status_code == 200:
         assert "control" in response.json()

@@ -1,4 +1,5 @@
 """The coordinator with real HTTP on 127.0.0.1 and scripted slaves built on the real slave shell."""
+import os
 import threading
 import time
 
@@ -42,11 +43,20 @@ class ScriptedSlave(Slave):
         return {"completed": not task.stop.is_set(), **task.spec}
 
     def write_chunk(self, task_id, name, n=8, version=0, first=0):
-        """A chunk whose obs column counts up from ``first`` (so a sampled row says where it came from)."""
+        """A chunk whose obs column counts up from ``first`` (so a sampled row says where it came from),
+        collected with policy ``version`` (whose checkpoint is on the shared disk, as in a real run)."""
+        if version >= 0 and not os.path.exists(self.storage.policy_path(version)):
+            self.storage.save_policy(version, {})
         self.storage.write_chunk(name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None],
                                         "action": np.zeros(n, np.int64)})
         self.send_metadata({"type": "chunk", "task_id": task_id, "chunk": name, "size": n, "policy_version": version,
                             "env_steps": n, "episode_returns": [1.0]}, urgent=True)
+        self.outbox.flush(5.0)
+
+    def announce_policy(self, version):
+        """A learner's policy announcement, with its checkpoint on the shared disk."""
+        self.storage.save_policy(version, {})
+        self.send_metadata({"type": "policy", "version": version}, urgent=True)
         self.outbox.flush(5.0)
 
 
@@ -100,7 +110,7 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
     assert api(server, "/cluster").json()["env_steps"] == 8
     assert api(server, f"/tasks/{task.task_id}").json()["progress"] == {"env_steps": 8, "chunks": 1}
     learner = slaves("learner", server.url, run=False)
-    client = HttpClient(server.url, TOKEN)
+    client = learner.coordinator  # the learner's own client: it carries the worker's lease
     answer = client.post("/api/v1/buffers/default/sample",
                          {"worker_id": learner.worker_id, "batch_size": 4, "batches": 3, "train_iter": 5})
     assert len(answer["batches"]) == 3 and answer["chunks"] == ["c-1"]
@@ -148,7 +158,7 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
     learner = slaves("learner", server.url, run=False)
     collector.storage.delete_chunk("c-c")  # indexed, then gone before the learner reads it
     # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
-    pipeline = DataPipeline(HttpClient(server.url, TOKEN), learner.worker_id, collector.storage, batch_size=4,
+    pipeline = DataPipeline(learner.coordinator, learner.worker_id, collector.storage, batch_size=4,
                             prefetch=3, cache_size=2, chunk_rows=8).start()
     try:
         batches = [eventually(lambda: pipeline.get(timeout=0.2), message="a batch") for _ in range(30)]
@@ -171,7 +181,7 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
 def test_sample_waits_for_enough_data_then_answers_empty(coordinator_factory, slaves):
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 1000})
     learner = slaves("learner", server.url, run=False)
-    answer = HttpClient(server.url, TOKEN).post("/api/v1/buffers/default/sample", {
+    answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
         "worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2})
     assert answer["batches"] == []
 
@@ -181,8 +191,7 @@ def test_eval_reaching_stop_value_solves(coordinator_factory, slaves):
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     learner = slaves("learner", server.url, run=False)
-    learner.send_metadata({"type": "policy", "version": 0}, urgent=True)
-    learner.outbox.flush(5)
+    learner.announce_policy(0)
     # the scripted collector is busy collecting, so the evaluator task waits in its inbox
     evaluator = eventually(lambda: collector.inbox.take(lambda t: t.kind == "evaluator"), message="evaluator task")
     assert evaluator.spec == {"policy_version": 0, "n_episode": 2}
@@ -229,7 +238,7 @@ def test_collectors_wait_for_the_learner(coordinator_factory, slaves):
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     collector.write_chunk(collector.received[0].task_id, "c-2", n=8)
-    client = HttpClient(server.url, TOKEN, timeout=5)
+    client = collector.coordinator  # the collector's own client: it carries the worker's lease
     control = client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
                           {"messages": [], "wait_for_allowance": 0.2})["control"]
     assert control["allowed_env_steps"] == 8 and control["env_steps"] == 8  # not allowed: waited, timed out
@@ -259,7 +268,7 @@ def test_a_new_policy_ends_a_throttled_collectors_wait(coordinator_factory, slav
     assert collector.got_task.wait(5)
     collector.write_chunk(collector.received[0].task_id, "c-2", n=8)  # the allowance is used up
     learner = slaves("learner", server.url, run=False)
-    client = HttpClient(server.url, TOKEN, timeout=5)
+    client = collector.coordinator  # the collector's own client: it carries the worker's lease
     result = {}
 
     def wait(version, seconds=8.0):
@@ -271,8 +280,7 @@ def test_a_new_policy_ends_a_throttled_collectors_wait(coordinator_factory, slav
 
     waiter = threading.Thread(target=wait, args=(-1,))
     waiter.start()
-    learner.send_metadata({"type": "policy", "version": 20}, urgent=True)
-    learner.outbox.flush(5)
+    learner.announce_policy(20)
     waiter.join(10)
     assert result["control"]["policy_version"] == 20 and result["waited"] < 4.0  # not the 8 s timeout
     assert result["control"]["env_steps"] >= result["control"]["allowed_env_steps"]  # still throttled
@@ -280,8 +288,7 @@ def test_a_new_policy_ends_a_throttled_collectors_wait(coordinator_factory, slav
     result.clear()
     waiter = threading.Thread(target=wait, args=(20,))
     waiter.start()
-    learner.send_metadata({"type": "policy", "version": 40}, urgent=True)
-    learner.outbox.flush(5)
+    learner.announce_policy(40)
     waiter.join(10)
     assert result["control"]["policy_version"] == 40 and result["waited"] < 4.0
     wait(40, seconds=0.5)  # nothing newer: it sleeps out its wait

@@ -41,7 +41,7 @@ def test_history_for_charts(coordinator_factory, slaves):  # noqa: F811
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     learner = slaves("learner", server.url, run=False)
-    learner.send_metadata({"type": "policy", "version": 0}, urgent=True)
+    learner.announce_policy(0)
     evaluator = eventually(lambda: collector.inbox.take(lambda t: t.kind == "evaluator"), message="evaluator task")
     collector.report_end(evaluator, "task_done", {"eval_episode_return_mean": 2.5, "episodes": 2})
     history = eventually(lambda: (lambda h: h if h["eval"] and h["throughput"] else None)(

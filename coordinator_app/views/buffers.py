@@ -1,7 +1,7 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import ApiError, field, json_body
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body
 
 from .. import get_coordinator, require_token
 
@@ -45,5 +45,6 @@ def sample(name: str):
         priorities=field(body, "priorities", dict, required=False),
         wait=float(field(body, "wait", (int, float), required=False, default=1.0)),
         encoding=encoding,
+        lease=request.headers.get(LEASE_HEADER),
     )
-    return jsonify({**out, "control": coordinator.control_for(coordinator.heartbeat(body["worker_id"]))})
+    return jsonify({**out, "control": coordinator.control_for(coordinator.get_worker(body["worker_id"]))})

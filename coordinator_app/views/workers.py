@@ -2,7 +2,7 @@
 (heartbeat, batched metadata), which needs the cluster token."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import ApiError, field, json_body
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body
 
 from .. import get_coordinator, require_token
 
@@ -48,7 +48,7 @@ def remove_worker(collection: str, worker_id: str):
     coordinator = get_coordinator()
     body = request.get_json(silent=True) or {}
     if isinstance(body, dict) and body.get("self") is True:
-        worker = coordinator.deregister(worker_id, kind)
+        worker = coordinator.deregister(worker_id, kind, request.headers.get(LEASE_HEADER))
     else:
         worker = coordinator.remove_worker(worker_id, kind)
     return jsonify(worker.to_dict())
@@ -58,7 +58,12 @@ def remove_worker(collection: str, worker_id: str):
 def heartbeat(worker_id: str):
     require_token()
     coordinator = get_coordinator()
-    worker = coordinator.heartbeat(worker_id)
+    body = request.get_json(silent=True) if request.content_length else None
+    problems = body.get("problems") if isinstance(body, dict) else None
+    if problems is not None and (not isinstance(problems, list) or not all(isinstance(p, str) for p in problems)):
+        raise ApiError(400, "bad_request", "field 'problems' must be a list of strings")
+    worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
+                                   [p[:500] for p in problems[-20:]] if problems is not None else None)
     return jsonify(coordinator.control_for(worker))
 
 
@@ -69,5 +74,5 @@ def metadata(worker_id: str):
     messages = field(body, "messages", list)
     wait = float(field(body, "wait_for_allowance", (int, float), required=False, default=0.0))
     version = field(body, "policy_version", int, required=False)
-    return jsonify({"control": get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,
-                                                                 policy_version=version)})
+    return jsonify(get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,
+                                                     policy_version=version, lease=request.headers.get(LEASE_HEADER)))

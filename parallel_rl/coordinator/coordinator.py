@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -15,7 +16,7 @@ from urllib.parse import urlparse
 
 from easydict import EasyDict
 
-from ..errors import ParallelRLError, StorageError
+from ..errors import ParallelRLError, RemoteError, StorageError
 from ..interaction.http import ApiError, HttpClient
 from ..storage import SharedStorage
 from .commander import create_parallel_commander
@@ -30,6 +31,23 @@ TEMP_FILE_MAX_AGE = 600.0
 TEMP_SWEEP_INTERVAL = 60.0
 
 KINDS = ("collector", "learner")
+# a worker that refuses this many tasks in a row is marked lost
+MAX_REFUSALS = 3
+# counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
+MAX_COUNTER = 2**53
+# env steps or rows one message may report
+MAX_STEPS_PER_MESSAGE = 2**31 - 1
+
+
+def checked_int(msg: Dict[str, Any], name: str, lo: int, hi: Optional[int], default: Any = None) -> int:
+    """``msg[name]`` as an int in ``[lo, hi]`` (no bools, no floats), or ApiError 400 naming it."""
+    value = msg.get(name, default)
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, "bad_request", f"field {name!r} must be an integer, got {value!r:.40}")
+    if value < lo or (hi is not None and value > hi):
+        raise ApiError(400, "bad_request", f"field {name!r} must be in [{lo}, {hi if hi is not None else 'inf'}], "
+                                           f"got {value}")
+    return value
 
 
 class CoordinatorState:
@@ -223,6 +241,7 @@ class Coordinator:
                 "shared_dir": self.storage.root,
                 "heartbeat_interval": float(wcfg.heartbeat_interval),
                 "heartbeat_ttl": float(self.cfg.parallel.coordinator.heartbeat_ttl),
+                "lease": worker.lease,
             })
         except ParallelRLError as exc:
             with self._lock:
@@ -247,10 +266,17 @@ class Coordinator:
         ``DELETE /api/v1/collectors/<worker_id>`` does."""
         return self.remove_worker(worker_id, "collector")
 
-    def heartbeat(self, worker_id: str) -> Worker:
-        worker = self.workers.heartbeat(worker_id)
+    def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None) -> Worker:
+        """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again)."""
+        worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
-            raise ApiError(404, "not_found", f"worker {worker_id!r} is not registered (register again)")
+            raise ApiError(404, "not_found", f"worker {worker_id!r:.60} is not registered with this lease "
+                                             f"(register again)")
+        if problems is not None:
+            with self._lock:
+                if problems and problems != worker.problems:
+                    logger.error("coordinator: %s reports: %s", worker_id, "; ".join(problems[-3:]))
+                worker.problems = problems[-20:]
         return worker
 
     def get_worker(self, worker_id: str, kind: Optional[str] = None) -> Worker:
@@ -280,9 +306,11 @@ class Coordinator:
         self.kick()
         return worker
 
-    def deregister(self, worker_id: str, kind: Optional[str] = None) -> Worker:
-        """A slave leaving on its own (SIGTERM): it reported its tasks already."""
+    def deregister(self, worker_id: str, kind: Optional[str] = None, lease: Optional[str] = None) -> Worker:
+        """A slave leaving on its own (SIGTERM): it reported its tasks already. Needs the worker's lease."""
         worker = self.get_worker(worker_id, kind)
+        if self.workers.heartbeat(worker_id, lease) is None:
+            raise ApiError(404, "not_found", f"{worker_id} is not registered with this lease")
         with self._lock:
             running = worker.running_tasks
             worker.state = WorkerState.GONE
@@ -321,7 +349,8 @@ class Coordinator:
 
     # ---- tasks ----------------------------------------------------------------------------
     def assign(self, task: Task, worker: Worker) -> bool:
-        """Hand ``task`` to ``worker`` over HTTP; on refusal the task fails and the worker is lost."""
+        """Hand ``task`` to ``worker`` over HTTP. Refused (4xx): the task fails, the worker stays (lost after
+        ``MAX_REFUSALS`` refusals in a row); unreachable or 5xx: the task fails and the worker is lost."""
         with self._lock:
             if not worker.assignable:
                 return False
@@ -332,12 +361,26 @@ class Coordinator:
                 worker.current_task = task.task_id
                 worker.state = WorkerState.BUSY
         payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
-        try:
+        try:  # a retried POST is safe: slaves acknowledge a task id they have seen without running it again
             worker.client.post("/slave/v1/tasks", payload, retries=1)
-        except ParallelRLError as exc:
+        except RemoteError as exc:
+            if exc.status >= 500:
+                self.mark_lost(worker, f"failed on task {task.task_id}: {exc}")
+                return False
+            # the slave is alive and answered: it refused this task. Fail the task, keep the worker,
+            # unless it refuses every task (then it is of no use, and retrying would spin)
+            worker.refusals += 1
             logger.error("coordinator: %s at %s refused %s: %s", worker.worker_id, worker.address, task.task_id, exc)
-            self.mark_lost(worker, f"refused task {task.task_id}: {exc}")
+            self._end_task(task.task_id, TaskState.FAILED, error=f"{worker.worker_id} refused it: {exc}")
+            if worker.refusals >= MAX_REFUSALS:
+                self.mark_lost(worker, f"refused {worker.refusals} tasks in a row, the last: {exc}")
             return False
+        except ParallelRLError as exc:
+            logger.error("coordinator: %s at %s unreachable for %s: %s", worker.worker_id, worker.address,
+                         task.task_id, exc)
+            self.mark_lost(worker, f"unreachable for task {task.task_id}: {exc}")
+            return False
+        worker.refusals = 0
         logger.debug("coordinator: %s -> %s %s", task.task_id, worker.worker_id, task.spec)
         return True
 
@@ -387,29 +430,6 @@ class Coordinator:
             self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
                                                  f"(policy version {task.spec.get('policy_version')})")
 
-    # ---- metadata from slaves --------------------------------------------------------------
-    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]],
-                        wait_for_allowance: float = 0.0, policy_version: Optional[int] = None) -> Dict[str, Any]:
-        """Apply a batch of messages from a slave; returns the control block for it.
-
-        With ``wait_for_allowance`` > 0 (a throttled collector) the answer waits
-        up to that many seconds until collecting is allowed again, or until a
-        policy newer than the collector's ``policy_version`` is announced."""
-        worker = self.heartbeat(worker_id)
-        for msg in messages:
-            if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-                raise ApiError(400, "bad_request", f"each message must be an object with a 'type', got {msg!r:.80}")
-            handler = self._HANDLERS.get(msg["type"])
-            if handler is None:
-                raise ApiError(400, "bad_request", f"unknown message type {msg['type']!r}")
-            try:
-                handler(self, worker, msg)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ApiError(400, "bad_request", f"bad {msg['type']!r} message: {type(exc).__name__}: {exc}") from None
-        if wait_for_allowance > 0:
-            self.wait_for_allowance(wait_for_allowance, policy_version)
-        return self.control_for(worker)
-
     def control_for(self, worker: Worker) -> Dict[str, Any]:
         allowed = self.allowed_env_steps()
         return {
@@ -453,42 +473,136 @@ class Coordinator:
         with self._progress:
             self._progress.notify_all()
 
-    def _msg_chunk(self, worker: Worker, msg: Dict[str, Any]) -> None:
+    # ---- metadata from slaves --------------------------------------------------------------
+    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], wait_for_allowance: float = 0.0,
+                        policy_version: Optional[int] = None, lease: Optional[str] = None) -> Dict[str, Any]:
+        """Check a batch of messages from a slave, then apply the ones that passed; returns
+        ``{"control": ..., "refused": [{"index", "type", "code", "message"}, ...]}``.
+
+        Every message is checked (sender's role, task ownership, ranges, the chunk file's header) before
+        any is applied, so a bad message changes nothing, and the answer names each refused message, so
+        the slave drops it instead of sending it again forever. With ``wait_for_allowance`` > 0 (a
+        throttled collector) the answer waits up to that many seconds until collecting is allowed again,
+        or until a policy newer than the collector's ``policy_version`` is announced."""
+        worker = self.heartbeat(worker_id, lease)
+        checked, refused = [], []
+        for index, msg in enumerate(messages):
+            try:
+                checked.append(self.check_message(worker, msg))
+            except ApiError as exc:
+                kind = msg.get("type") if isinstance(msg, dict) else None
+                refused.append({"index": index, "type": kind if isinstance(kind, str) else None,
+                                "code": exc.code, "message": exc.message})
+        if refused:
+            logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(refused), len(messages),
+                           worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in refused[:3]))
+        for apply, parsed in checked:
+            apply(self, worker, parsed)
+        if wait_for_allowance > 0:
+            self.wait_for_allowance(wait_for_allowance, policy_version)
+        return {"control": self.control_for(worker), "refused": refused}
+
+    def check_message(self, worker: Worker, msg: Any):
+        """``(apply, parsed)`` for one message, or ApiError saying why it is refused. Changes nothing."""
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            raise ApiError(400, "bad_request", f"each message must be an object with a 'type', got {msg!r:.80}")
+        entry = self._MESSAGES.get(msg["type"])
+        if entry is None:
+            raise ApiError(400, "bad_request", f"unknown message type {msg['type']!r:.40} (one of {sorted(self._MESSAGES)})")
+        roles, check, apply = entry
+        if worker.kind not in roles:
+            raise ApiError(403, "forbidden", f"{worker.worker_id} is a {worker.kind}; {msg['type']!r} messages "
+                                             f"come from {' or '.join(roles)}s only")
         try:
-            added = self.replay.add_chunk(str(msg["chunk"]), int(msg["size"]), int(msg["policy_version"]),
-                                          worker.worker_id)
+            return apply, check(self, worker, msg)
         except StorageError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        if not added:
+
+    def _owned_task(self, worker: Worker, msg: Dict[str, Any], required: bool) -> Optional[Task]:
+        """The task ``msg["task_id"]`` names, which must run on ``worker`` (ApiError otherwise)."""
+        task_id = msg.get("task_id")
+        if task_id is None and not required:
+            return None
+        if not isinstance(task_id, str):
+            raise ApiError(400, "bad_request", f"field 'task_id' must be a string, got {task_id!r:.40}")
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise ApiError(404, "not_found", f"no task {task_id!r:.60}")
+        if task.worker_id != worker.worker_id:
+            raise ApiError(403, "forbidden", f"{task_id} belongs to {task.worker_id}, not {worker.worker_id}")
+        return task
+
+    def _check_chunk(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        name = self.storage.check_name(msg.get("chunk"))
+        task = self._owned_task(worker, msg, required=False)
+        newest = self.policy_version
+        version = checked_int(msg, "policy_version", -1, None)
+        if version > newest:  # a collector may load a checkpoint before its announcement reaches us
+            on_disk = self.storage.latest_policy_version()
+            newest = max(newest, -1 if on_disk is None else on_disk)
+            if version > newest:
+                raise ApiError(400, "bad_request", f"policy_version {version} was never published (newest {newest})")
+        steps = checked_int(msg, "env_steps", 0, MAX_STEPS_PER_MESSAGE, default=0)
+        returns = msg.get("episode_returns", [])
+        if (not isinstance(returns, list) or len(returns) > steps
+                or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)
+                           for r in returns)):
+            raise ApiError(400, "bad_request", f"episode_returns must be at most env_steps={steps} finite numbers, "
+                                               f"got {returns!r:.80}")
+        size = checked_int(msg, "size", 1, MAX_STEPS_PER_MESSAGE)
+        if not self.replay.known(name):  # a retried announcement is not read again
+            try:
+                rows = self.storage.chunk_rows(name)
+            except FileNotFoundError:
+                raise ApiError(400, "bad_request", f"chunk {name!r} announced but not on the shared disk") from None
+            if rows != size:
+                raise ApiError(400, "bad_request", f"chunk {name!r} has {rows} rows on disk, announced {size=}")
+        return {"name": name, "size": size, "version": version, "steps": steps, "episodes": len(returns),
+                "task": task}
+
+    def _apply_chunk(self, worker: Worker, m: Dict[str, Any]) -> None:
+        if not self.replay.add_chunk(m["name"], m["size"], m["version"], worker.worker_id):
             return  # a retried message
         with self._lock:
-            steps = int(msg.get("env_steps", 0))
+            steps = m["steps"]
             self.env_steps += steps
             worker.env_steps += steps
-            worker.policy_version = version = int(msg["policy_version"])
+            worker.policy_version = version = m["version"]
             published = self.policy_published_at.pop(version, None)
             if published is not None:
                 self.policy_propagation.append(time.time() - published)
                 del self.policy_propagation[:-1000]
-            self.episodes += len(msg.get("episode_returns", []))
-        if msg.get("task_id"):
-            task = self.tasks.get(msg["task_id"])
-            if task is not None:
-                self.tasks.update_progress(task.task_id, env_steps=task.progress.get("env_steps", 0) + steps,
-                                           chunks=task.progress.get("chunks", 0) + 1)
+            self.episodes += m["episodes"]
+        task = m["task"]
+        if task is not None:
+            self.tasks.update_progress(task.task_id, env_steps=task.progress.get("env_steps", 0) + steps,
+                                       chunks=task.progress.get("chunks", 0) + 1)
 
-    def _msg_task_done(self, worker: Worker, msg: Dict[str, Any]) -> None:
-        self._end_task(str(msg["task_id"]), TaskState.FINISHED, result=dict(msg.get("result") or {}))
+    def _check_task_end(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        task = self._owned_task(worker, msg, required=True)
+        result, error = msg.get("result") or {}, msg.get("error")
+        if not isinstance(result, dict) or (error is not None and not isinstance(error, str)):
+            raise ApiError(400, "bad_request", f"'result' must be an object and 'error' a string, "
+                                               f"got {type(result).__name__} and {type(error).__name__}")
+        state = {"task_done": TaskState.FINISHED, "task_cancelled": TaskState.CANCELLED,
+                 "task_failed": TaskState.FAILED}[msg["type"]]
+        if state == TaskState.FAILED:
+            error, result = error or "unknown error", None
+        elif state == TaskState.FINISHED:
+            error = None
+        return {"task_id": task.task_id, "state": state, "result": result, "error": error}
 
-    def _msg_task_cancelled(self, worker: Worker, msg: Dict[str, Any]) -> None:
-        self._end_task(str(msg["task_id"]), TaskState.CANCELLED, result=dict(msg.get("result") or {}),
-                       error=msg.get("error"))
+    def _apply_task_end(self, worker: Worker, m: Dict[str, Any]) -> None:
+        self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"])
 
-    def _msg_task_failed(self, worker: Worker, msg: Dict[str, Any]) -> None:
-        self._end_task(str(msg["task_id"]), TaskState.FAILED, error=str(msg.get("error", "unknown error")))
+    def _check_policy(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        version = checked_int(msg, "version", 0, MAX_COUNTER)
+        if not os.path.isfile(self.storage.policy_path(version)):
+            raise ApiError(400, "bad_request", f"policy {version} announced but its checkpoint is not on the shared disk")
+        return {"version": version}
 
-    def _msg_policy(self, worker: Worker, msg: Dict[str, Any]) -> None:
-        version = int(msg["version"])
+    def _apply_policy(self, worker: Worker, m: Dict[str, Any]) -> None:
+        version = m["version"]
         with self._lock:
             worker.policy_version = version
             if version > self.policy_version:
@@ -499,33 +613,45 @@ class Coordinator:
         self._notify_progress()  # throttled collectors pick the new policy up now
         self.kick()
 
-    def _msg_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> None:
-        with self._lock:
-            worker.train_iter = int(msg["train_iter"])
-            self.train_iter = max(self.train_iter, worker.train_iter)
-            self.learn_info = dict(msg.get("info") or {})
-        self._notify_progress()
-        if msg.get("task_id"):
-            self.tasks.update_progress(str(msg["task_id"]), train_iter=worker.train_iter)
+    def _check_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        task = self._owned_task(worker, msg, required=False)
+        info = msg.get("info") or {}
+        if not isinstance(info, dict) or not all(
+                isinstance(k, str) and (v is None or (isinstance(v, (int, float)) and math.isfinite(v)))
+                for k, v in info.items()):
+            raise ApiError(400, "bad_request", f"'info' must map names to finite numbers or null, got {info!r:.80}")
+        return {"train_iter": checked_int(msg, "train_iter", 0, MAX_COUNTER), "info": dict(info), "task": task}
 
-    _HANDLERS = {
-        "chunk": _msg_chunk,
-        "task_done": _msg_task_done,
-        "task_cancelled": _msg_task_cancelled,
-        "task_failed": _msg_task_failed,
-        "policy": _msg_policy,
-        "learn_info": _msg_learn_info,
+    def _apply_learn_info(self, worker: Worker, m: Dict[str, Any]) -> None:
+        with self._lock:
+            worker.train_iter = m["train_iter"]
+            self.train_iter = max(self.train_iter, worker.train_iter)
+            self.learn_info = m["info"]
+        self._notify_progress()
+        if m["task"] is not None:
+            self.tasks.update_progress(m["task"].task_id, train_iter=worker.train_iter)
+
+    # type -> (roles that may send it, check (no side effects), apply)
+    _MESSAGES = {
+        "chunk": (("collector",), _check_chunk, _apply_chunk),
+        "task_done": (KINDS, _check_task_end, _apply_task_end),
+        "task_cancelled": (KINDS, _check_task_end, _apply_task_end),
+        "task_failed": (KINDS, _check_task_end, _apply_task_end),
+        "policy": (("learner",), _check_policy, _apply_policy),
+        "learn_info": (("learner",), _check_learn_info, _apply_learn_info),
     }
 
     # ---- learner data ---------------------------------------------------------------------
     def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,
                priorities: Optional[Dict[str, Any]] = None, wait: float = 1.0,
-               encoding: str = "json") -> Dict[str, Any]:
+               encoding: str = "json", lease: Optional[str] = None) -> Dict[str, Any]:
         """Batches of references for a learner, ``{"chunks", "batches"}`` (numbers as JSON lists, or packed
         with ``encoding="base64"``); waits up to ``wait`` s for enough data."""
-        worker = self.heartbeat(worker_id)
+        worker = self.heartbeat(worker_id, lease)
         if worker.kind != "learner":
             raise ApiError(409, "conflict", f"{worker_id} is a {worker.kind}; only learners sample batches")
+        if not 0 <= train_iter <= MAX_COUNTER:
+            raise ApiError(400, "bad_request", f"train_iter must be in [0, {MAX_COUNTER}], got {train_iter}")
         if priorities:
             try:
                 self.replay.update_priorities(priorities["index"], priorities["uid"], priorities["priority"])

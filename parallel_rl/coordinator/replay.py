@@ -58,6 +58,11 @@ class ReplayIndex:
         self.batches_served = 0
 
     # ---- push ----------------------------------------------------------------------
+    def known(self, name: str) -> bool:
+        """True when chunk ``name`` was indexed already."""
+        with self._lock:
+            return name in self._chunks
+
     def add_chunk(self, name: str, size: int, policy_version: int, worker_id: str) -> bool:
         """Index a chunk file's rows; False when the chunk is already known (a retried message)."""
         path = self.storage.chunk_path(name)  # validates the name, refuses escapes

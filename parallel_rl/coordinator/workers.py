@@ -5,11 +5,18 @@ heartbeat is older than the TTL is reaped as lost. A lost or gone worker's
 address may register again; it gets a new worker id. A slave may ask for an id
 (``preferred_id``: the launcher's name for it, or the id it had before the
 coordinator restarted); it gets it unless another entry holds it.
+
+Identity: every worker gets a lease token at registration, which it sends
+with every call (heartbeat, metadata, sample, deregistration); a call with
+another worker's id but not its lease is refused. ``next_id`` (the id
+counters) and each worker's ``lease`` are plain values, so the registry's
+identity can be saved and restored.
 """
 from __future__ import annotations
 
-import itertools
+import hmac
 import re
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +58,9 @@ class Worker:
     policy_version: int = -1
     tasks_done: int = 0
     pid: Optional[int] = None  # the slave's process id on its own host, from its health answer
+    lease: str = field(default_factory=lambda: secrets.token_urlsafe(16), repr=False)
+    problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
+    refusals: int = 0  # tasks refused in a row
 
     @property
     def running_tasks(self) -> List[str]:
@@ -73,6 +83,7 @@ class Worker:
             "seconds_since_heartbeat": round(time.monotonic() - self.last_heartbeat, 3),
             "policy_version": self.policy_version,
             "tasks_done": self.tasks_done,
+            "problems": list(self.problems),
         }
         if self.kind == "collector":
             out["env_steps"] = self.env_steps
@@ -86,7 +97,7 @@ class WorkerRegistry:
     def __init__(self):
         self._lock = threading.RLock()
         self._workers: Dict[str, Worker] = {}
-        self._seq = {"collector": itertools.count(1), "learner": itertools.count(1)}
+        self.next_id = {"collector": 1, "learner": 1}
 
     def register(self, kind: str, address: str, client: HttpClient, preferred_id: Optional[str] = None) -> Worker:
         """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``."""
@@ -98,7 +109,8 @@ class WorkerRegistry:
                     raise ApiError(409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})")
             worker_id = preferred_id if preferred_id and preferred_id not in self._workers else None
             while worker_id is None or worker_id in self._workers:
-                worker_id = f"{kind}-{next(self._seq[kind])}"
+                number, self.next_id[kind] = self.next_id[kind], self.next_id[kind] + 1
+                worker_id = f"{kind}-{number}"
             worker = Worker(worker_id, kind, address, client, state=WorkerState.CONNECTING)
             self._workers[worker.worker_id] = worker
             return worker
@@ -112,11 +124,13 @@ class WorkerRegistry:
             return [w for w in self._workers.values()
                     if (kind is None or w.kind == kind) and (not active_only or w.state.active)]
 
-    def heartbeat(self, worker_id: str) -> Optional[Worker]:
-        """Renew the lease; None when the worker is unknown or no longer active."""
+    def heartbeat(self, worker_id: str, lease: Optional[str]) -> Optional[Worker]:
+        """Renew the lease; None when the worker is unknown, no longer active, or ``lease`` is not its lease."""
         with self._lock:
             worker = self._workers.get(worker_id)
             if worker is None or not worker.state.active:
+                return None
+            if not isinstance(lease, str) or not hmac.compare_digest(lease.encode(), worker.lease.encode()):
                 return None
             worker.last_heartbeat = time.monotonic()
             return worker

@@ -15,6 +15,7 @@ import base64
 import hmac
 import json as _json
 import logging
+import math
 import os
 import secrets
 import threading
@@ -34,6 +35,31 @@ logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "PARALLEL_RL_TOKEN"
 COORDINATOR_ENV = "PARALLEL_RL_COORDINATOR"
+# the lease token the coordinator gave a worker at connect; sent with every call the worker makes
+LEASE_HEADER = "X-Parallel-RL-Lease"
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) replaced by None: JSON has no NaN, so they go as null.
+
+    A diverging loss must reach the coordinator as ``null``, not kill the thread that sends it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    if isinstance(value, np.generic):
+        return finite_json(value.item())
+    return value
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON bytes of ``value``; non-finite floats become null (the fast path costs nothing when there are none)."""
+    try:
+        return _json.dumps(value, allow_nan=False).encode()
+    except ValueError:  # a NaN or an infinity somewhere
+        return _json.dumps(finite_json(value), allow_nan=False).encode()
 
 
 def new_token() -> str:
@@ -97,11 +123,18 @@ def check_token(expected: Optional[str]) -> None:
         raise ApiError(403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN")
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON: send non-finite numbers as null")
+
+
 def json_body() -> Dict[str, Any]:
     """The request's JSON object, or 400."""
-    data = request.get_json(silent=True)
-    if data is None:
+    if not request.is_json:
         raise ApiError(400, "bad_request", "the body must be JSON (Content-Type: application/json)")
+    try:
+        data = _json.loads(request.get_data(cache=True), parse_constant=_refuse_constant)
+    except ValueError as exc:  # also UnicodeDecodeError
+        raise ApiError(400, "bad_request", f"the body must be JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", f"the body must be a JSON object, got {type(data).__name__}")
     return data
@@ -218,15 +251,24 @@ class HttpClient:
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        self.lease: Optional[str] = None
         # urllib3 directly: a call costs about half the CPU of one through requests (a learner's data
         # thread makes ~70 a second on the learner's core). Thread-safe, keeps connections alive, and
         # reads no proxy settings from the environment.
         self._pool = urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
 
+    def set_lease(self, lease: Optional[str]) -> None:
+        """Send ``lease`` (the coordinator's lease token for this worker) with every later call."""
+        self.lease = lease
+        headers = {k: v for k, v in self._headers.items() if k != LEASE_HEADER}
+        if lease:
+            headers[LEASE_HEADER] = lease
+        self._headers = headers
+
     def request(self, method: str, path: str, json: Any = None, timeout: Optional[float] = None,
                 retries: Optional[int] = None, params: Optional[dict] = None) -> Any:
         url = self.base_url + path
-        body = None if json is None else _json.dumps(json, allow_nan=False).encode()
+        body = None if json is None else encode_json(json)
         retries = self.max_retries if retries is None else retries
         delay = self.backoff
         last_exc: Optional[Exception] = None

@@ -24,6 +24,7 @@ from easydict import EasyDict
 from ..envs.spaces import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError
 from ..policy import create_policy
+from ..runtime import guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
@@ -104,7 +105,12 @@ class DataPipeline:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._room = threading.Event()  # set by get() when a whole round of batches fits in the queue
-        self._thread = threading.Thread(target=self._loop, name="learner-data", daemon=True)
+        # a corrupt or truncated chunk, ESTALE on NFS, a bug: the thread ends with ``error`` set and the
+        # learner's task fails with it (a dead data thread must never leave the learner waiting forever)
+        self._thread = guarded_thread(self._loop, "learner-data", self._died)
+
+    def _died(self, reason: str) -> None:
+        self.error = reason
 
     def start(self) -> "DataPipeline":
         self._thread.start()

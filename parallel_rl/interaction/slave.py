@@ -26,10 +26,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 from easydict import EasyDict
 from flask import Flask, jsonify
 
-from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
-from ..runtime import set_torch_threads
+from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError
+from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from .http import ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors, json_body
+from .http import TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors, json_body
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +86,18 @@ class Outbox:
 
     A batch leaves when it is ``flush_interval`` old, at once for an urgent
     message, or on :meth:`flush`. Each answer carries a control block handed to
-    ``on_control``. A failed send keeps the messages and retries with backoff.
+    ``on_control``. A send that did not reach the coordinator keeps the
+    messages and retries with backoff; a batch the coordinator refused (a 4xx
+    answer) or that cannot be sent at all is dropped and logged, since retrying
+    it would block every later message. The thread never dies of one batch; if
+    it dies anyway, ``on_death`` hears of it.
     """
 
     def __init__(self, send: Callable[[List[dict]], Optional[dict]], on_control: Callable[[dict], None],
-                 flush_interval: float = 0.05, name: str = "outbox"):
+                 flush_interval: float = 0.05, name: str = "outbox",
+                 on_death: Optional[Callable[[str], None]] = None):
         self._send, self._on_control = send, on_control
+        self.name = name
         self.flush_interval = flush_interval
         self._cond = threading.Condition()
         self._messages: List[dict] = []
@@ -101,8 +107,13 @@ class Outbox:
         self._closed = False
         self.sent = 0
         self.failures = 0
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.dropped = 0  # messages refused by the coordinator, or impossible to send
+        self._thread = guarded_thread(self._loop, name, on_death or (lambda reason: None))
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def put(self, message: dict, urgent: bool = False) -> None:
         with self._cond:
@@ -135,18 +146,22 @@ class Outbox:
             try:
                 control = self._send(batch)
                 backoff = 0.05
-            except ParallelRLError as exc:
-                self.failures += 1
-                logger.warning("outbox: sending %d message(s) failed: %s", len(batch), exc)
-                with self._cond:
-                    self._messages = batch + self._messages
-                    self._first_at = time.monotonic()
-                    self._in_flight = False
-                    self._cond.notify_all()
-                    if self._closed:
-                        return
-                    self._cond.wait(backoff)  # bounded backoff before the retry (woken early by close)
+            except RemoteError as exc:
+                if 400 <= exc.status < 500 and exc.status not in (408, 429):  # the same batch would fail again
+                    self._drop(batch, f"refused by the coordinator: {exc}")
+                    continue
+                if not self._retry_later(batch, exc, backoff):
+                    return
                 backoff = min(backoff * 2, 2.0)
+                continue
+            except ParallelRLError as exc:
+                if not self._retry_later(batch, exc, backoff):
+                    return
+                backoff = min(backoff * 2, 2.0)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a batch that cannot be sent at all is dropped and logged
+                logger.exception("%s: sending %d message(s) failed", self.name, len(batch))
+                self._drop(batch, f"{type(exc).__name__}: {exc}")
                 continue
             with self._cond:
                 self.sent += len(batch)
@@ -154,6 +169,28 @@ class Outbox:
                 self._cond.notify_all()
             if control:
                 self._on_control(control)
+
+    def _drop(self, batch: List[dict], why: str) -> None:
+        kinds = ", ".join(sorted({str(m.get("type")) for m in batch if isinstance(m, dict)}))
+        logger.error("%s: dropping %d message(s) (%s): %s", self.name, len(batch), kinds, why)
+        with self._cond:
+            self.dropped += len(batch)
+            self._in_flight = False
+            self._cond.notify_all()
+
+    def _retry_later(self, batch: List[dict], exc: Exception, backoff: float) -> bool:
+        """Put ``batch`` back in front and wait ``backoff`` (woken early by close); False when closing."""
+        self.failures += 1
+        logger.warning("%s: sending %d message(s) failed: %s", self.name, len(batch), exc)
+        with self._cond:
+            self._messages = batch + self._messages
+            self._first_at = time.monotonic()
+            self._in_flight = False
+            self._cond.notify_all()
+            if self._closed:
+                return False
+            self._cond.wait(backoff)  # bounded backoff before the retry (woken early by close)
+        return True
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Send everything queued now; True when the outbox emptied within ``timeout``."""
@@ -185,7 +222,16 @@ class Slave:
     def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
                  advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
                  max_tasks: int = 0, request_timeout: float = 5.0, max_retries: int = 3,
-                 worker_id: Optional[str] = None):
+                 worker_id: Optional[str] = None,
+                 insecure_no_token: bool = False):
+        if not token and not insecure_no_token:
+            raise ConfigError(f"a {self.kind} needs the cluster token: without one anybody who reaches its port "
+                              f"could connect it and choose what it imports and runs; set {TOKEN_ENV} (the "
+                              f"coordinator's token), or pass --insecure-no-token for a local experiment")
+        if not token:
+            logger.warning("%s: STARTED WITHOUT A CLUSTER TOKEN (--insecure-no-token): anybody who reaches this "
+                           "port can make it import modules and write files; use only on a trusted machine",
+                           self.kind)
         self.token = token
         # the id asked for when registering: the launcher's name, later the id the coordinator gave us
         self.preferred_id = worker_id
@@ -214,6 +260,10 @@ class Slave:
         self._heartbeat_interval = 1.0
         self._heartbeat_ttl = 10.0
         self.fatal_error: Optional[str] = None
+        # what went wrong in this process's threads (health and heartbeats say so)
+        self.problems: Deque[str] = collections.deque(maxlen=20)
+        # task ids accepted lately: a retried assignment is acknowledged, not run twice
+        self._seen_tasks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.app = self._create_app()
         self.server = ServerThread(self.app, host, port, threads=4, name=self.kind)
         self.address = (advertise or default_advertise(host, self.server.port)).rstrip("/")
@@ -227,8 +277,9 @@ class Slave:
 
         @app.get("/slave/v1/health")
         def health():
-            return jsonify({"status": "ok", "kind": slave.kind, "worker_id": slave.worker_id, "pid": os.getpid(),
-                            "running": sorted(slave._running), "tasks_done": slave.tasks_done})
+            return jsonify({"status": "degraded" if slave.problems else "ok", "kind": slave.kind,
+                            "worker_id": slave.worker_id, "pid": os.getpid(), "running": sorted(slave._running),
+                            "tasks_done": slave.tasks_done, "problems": list(slave.problems)})
 
         @app.post("/slave/v1/connect")
         def connect():
@@ -238,7 +289,8 @@ class Slave:
                              body_field(body, "coordinator", str, required=False),
                              body_field(body, "shared_dir", str, required=False),
                              float(body_field(body, "heartbeat_interval", (int, float), required=False, default=1.0)),
-                             float(body_field(body, "heartbeat_ttl", (int, float), required=False, default=10.0)))
+                             float(body_field(body, "heartbeat_ttl", (int, float), required=False, default=10.0)),
+                             body_field(body, "lease", str, required=False))
             return jsonify({"status": "connected", "worker_id": slave.worker_id})
 
         @app.post("/slave/v1/tasks")
@@ -249,7 +301,13 @@ class Slave:
             body = json_body()
             task = SlaveTask(body_field(body, "task_id", str), body_field(body, "kind", str),
                              body_field(body, "spec", dict))
-            slave.accept_task(task)
+            with slave._lock:
+                if task.task_id in slave._seen_tasks:  # a retried assignment: acknowledged, never run twice
+                    return jsonify({"status": "accepted", "task_id": task.task_id, "duplicate": True}), 202
+                slave.accept_task(task)
+                slave._seen_tasks[task.task_id] = None
+                while len(slave._seen_tasks) > 1000:
+                    slave._seen_tasks.popitem(last=False)
             return jsonify({"status": "accepted", "task_id": task.task_id}), 202
 
         @app.delete("/slave/v1/tasks/<task_id>")
@@ -295,10 +353,20 @@ class Slave:
             task.stop.set()
         return running
 
+    def report_problem(self, problem: str) -> None:
+        """Something went wrong in this process: health and the next heartbeats say so."""
+        logger.error("%s %s: %s", self.kind, self.worker_id, problem)
+        self.problems.append(problem)
+
+    def _thread_died(self, problem: str) -> None:
+        """A thread the slave cannot work without died: report it and exit (the coordinator fails our tasks)."""
+        self.report_problem(problem)
+        self.fatal_error = problem
+        self.request_stop()
+
     def on_connect(self, worker_id: str, config: dict, coordinator: Optional[str], shared_dir: Optional[str],
-                   heartbeat_interval: float, heartbeat_ttl: float) -> None:
+                   heartbeat_interval: float, heartbeat_ttl: float, lease: Optional[str] = None) -> None:
         from ..config import compile_config
-        from ..errors import ConfigError
 
         try:
             cfg = compile_config(config)
@@ -319,13 +387,15 @@ class Slave:
                 self.storage = SharedStorage(root)
             self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
                                           max_retries=self.max_retries)
+            self.coordinator.set_lease(lease)
             if self.outbox is None:
                 self.outbox = Outbox(self._send_metadata, self.on_control,
-                                     flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox")
+                                     flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox",
+                                     on_death=self._thread_died)
             self.setup(cfg)
             if self._heartbeat_thread is None:
-                self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name=f"{self.kind}-heartbeat",
-                                                          daemon=True)
+                self._heartbeat_thread = guarded_thread(self._heartbeat_loop, f"{self.kind}-heartbeat",
+                                                        self._thread_died)
                 self._heartbeat_thread.start()
         self.connected.set()
         self._answered.set()
@@ -334,7 +404,7 @@ class Slave:
     def on_disconnect(self, reason: str) -> None:
         """The coordinator lets us go: stop tasks, let them report, then forget our id (in the background)."""
         logger.info("%s %s: coordinator let us go (%s)", self.kind, self.worker_id, reason or "no reason")
-        threading.Thread(target=self._release, args=(reason,), name=f"{self.kind}-release", daemon=True).start()
+        guarded_thread(lambda: self._release(reason), f"{self.kind}-release", self._thread_died).start()
 
     def _release(self, reason: str) -> None:
         running = self._stop_running_tasks()
@@ -384,13 +454,19 @@ class Slave:
             logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
             return None
         try:
-            return self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": messages})["control"]
+            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": messages})
         except RemoteError as exc:
             if exc.status == 404:
                 logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
                                len(messages))
                 return None
             raise
+        for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
+            logger.error("%s %s: coordinator refused message %s (%s): %s", self.kind, worker_id,
+                         refusal.get("index"), refusal.get("type"), refusal.get("message"))
+            if self.outbox is not None:
+                self.outbox.dropped += 1
+        return answer["control"]
 
     def send_metadata(self, message: dict, urgent: bool = False) -> None:
         if self.outbox is not None:
@@ -432,7 +508,8 @@ class Slave:
             if worker_id is None or self.coordinator is None:
                 continue
             try:
-                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", {}, retries=0,
+                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                                {"problems": list(self.problems)}, retries=0,
                                                 timeout=max(1.0, self._heartbeat_interval))
                 last_ok = time.monotonic()
                 self.on_control(control)

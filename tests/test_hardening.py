@@ -1,0 +1,303 @@
+"""The control plane under faults and hostile input (issue #16): one regression test per finding, and a
+property-based fuzz of worker messages. Real coordinator over HTTP on 127.0.0.1, real slave shells."""
+import itertools
+import json
+import math
+import threading
+
+import numpy as np
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parallel_rl.errors import ConfigError
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError
+from tests.conftest import eventually
+from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def post_metadata(server, worker, messages, lease=None):
+    """A metadata batch as ``worker`` (with its lease unless another is given); the raw response."""
+    return requests.post(f"{server.url}/api/v1/workers/{worker.worker_id}/metadata", json={"messages": messages},
+                         headers={**AUTH, LEASE_HEADER: lease or worker.coordinator.lease}, timeout=5)
+
+
+def chunk_message(collector, task_id, name, rows, size=None, **extra):
+    collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
+    return {"type": "chunk", "task_id": task_id, "chunk": name, "size": rows if size is None else size,
+            "policy_version": -1, "env_steps": rows, "episode_returns": [], **extra}
+
+
+# ---- 1. outbox death -------------------------------------------------------------------------------
+def test_nan_in_learn_info_goes_as_null_and_the_outbox_lives_on(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    learner = slaves("learner", server.url, run=False)
+    learner.send_metadata({"type": "learn_info", "train_iter": 3, "info": {"loss": math.nan, "q": math.inf}},
+                          urgent=True)
+    assert learner.outbox.flush(5.0)
+    learner.send_metadata({"type": "learn_info", "train_iter": 4, "info": {"loss": 0.5}}, urgent=True)
+    assert learner.outbox.flush(5.0)
+    eventually(lambda: coordinator.train_iter == 4, message="the message after the NaN applied")
+    assert learner.outbox.alive
+    summary = requests.get(server.url + "/api/v1/cluster", timeout=5).json()
+    assert summary["learn_info"] == {"loss": 0.5}
+
+
+def test_a_dead_worker_thread_is_reported_and_ends_the_slave(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+
+    def broken_control(control):
+        raise RuntimeError("a bug in the control handler")
+
+    collector.on_control = broken_control  # the outbox thread calls it after every answer
+    collector.send_metadata({"type": "task_done", "task_id": "nope"}, urgent=True)
+    eventually(lambda: collector.fatal_error, message="the slave's fatal error")
+    # the outbox or the heartbeat thread (both hand answers to on_control) died of it: reported, and fatal
+    assert "thread died" in collector.fatal_error and "a bug in the control handler" in collector.fatal_error
+    health = requests.get(collector.address + "/slave/v1/health", timeout=5).json()
+    assert health["status"] == "degraded" and any("thread died" in p for p in health["problems"])
+
+
+# ---- 2. learner data thread death ----------------------------------------------------------------
+def test_corrupt_chunk_fails_the_learner_data_thread_with_its_reason(coordinator_factory, slaves):  # noqa: F811
+    from parallel_rl.interaction.learner_worker import DataPipeline
+
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    collector.write_chunk(collector.received[0].task_id, "c-bad", n=8)
+    with open(collector.storage.chunk_path("c-bad"), "wb") as f:  # corrupted after it was announced
+        f.write(b"PK\x03\x04 not a zip any more")
+    learner = slaves("learner", server.url, run=False)
+    pipeline = DataPipeline(learner.coordinator, learner.worker_id, learner.storage, batch_size=4, prefetch=2,
+                            cache_size=4, chunk_rows=16).start()
+    try:
+        error = eventually(lambda: pipeline.error, message="the data thread's error")
+    finally:
+        pipeline.stop()
+    assert "learner-data thread died" in error and "c-bad" in error
+
+
+# ---- 3. poison batches ---------------------------------------------------------------------------
+def test_a_refused_message_is_named_and_the_rest_of_its_batch_applies(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    task_id = collector.received[0].task_id
+    batch = [chunk_message(collector, task_id, "p-1", 4), {"type": "chunk", "task_id": task_id, "chunk": "p-2",
+                                                          "size": -5, "policy_version": -1},
+             chunk_message(collector, task_id, "p-3", 4)]
+    answer = post_metadata(server, collector, batch)
+    assert answer.status_code == 200, answer.text
+    refused = answer.json()["refused"]
+    assert [(r["index"], r["type"], r["code"]) for r in refused] == [(1, "chunk", "bad_request")]
+    assert "size" in refused[0]["message"]
+    assert coordinator.env_steps == 8 and coordinator.replay.count() == 8
+    # through the slave's outbox: the refused message is dropped (and counted), the next one still goes
+    collector.send_metadata({"type": "chunk", "task_id": task_id, "chunk": "p-4", "size": 0,
+                             "policy_version": -1}, urgent=True)
+    assert collector.outbox.flush(5.0)
+    collector.send_metadata(chunk_message(collector, task_id, "p-5", 4), urgent=True)
+    assert collector.outbox.flush(5.0)
+    assert coordinator.env_steps == 12 and collector.outbox.dropped == 1
+
+
+def test_a_malformed_batch_applies_nothing(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    good = chunk_message(collector, collector.received[0].task_id, "m-1", 4)
+    body = json.dumps({"messages": [good, {"type": "chunk", "size": math.nan}]})  # NaN is not JSON
+    answer = requests.post(f"{server.url}/api/v1/workers/{collector.worker_id}/metadata", data=body,
+                           headers={**AUTH, LEASE_HEADER: collector.coordinator.lease,
+                                    "Content-Type": "application/json"}, timeout=5)
+    assert answer.status_code == 400 and "NaN" in answer.json()["error"]["message"]
+    assert coordinator.env_steps == 0 and coordinator.replay.count() == 0
+
+
+# ---- 4. ids, leases and ownership ----------------------------------------------------------------
+def test_task_messages_only_from_the_owner_and_calls_only_with_the_lease(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    owner = slaves("collector", server.url)
+    assert owner.got_task.wait(10)
+    other = slaves("collector", server.url)
+    assert other.got_task.wait(10)
+    task_id = owner.received[0].task_id
+    answer = post_metadata(server, other, [{"type": "task_done", "task_id": task_id}]).json()
+    assert answer["refused"][0]["code"] == "forbidden" and other.worker_id in answer["refused"][0]["message"]
+    assert coordinator.tasks.get(task_id).state.value == "running"
+    # the owner's id with another worker's lease, or with none, is not the owner
+    assert post_metadata(server, owner, [{"type": "task_done", "task_id": task_id}],
+                         lease=other.coordinator.lease).status_code == 404
+    beat = requests.post(f"{server.url}/api/v1/workers/{owner.worker_id}/heartbeat", json={}, headers=AUTH,
+                         timeout=5)
+    assert beat.status_code == 404
+    assert coordinator.tasks.get(task_id).state.value == "running"
+    assert post_metadata(server, owner, [{"type": "task_done", "task_id": task_id}]).json()["refused"] == []
+    assert coordinator.tasks.get(task_id).state.value == "finished"
+
+
+# ---- 5. no open door -----------------------------------------------------------------------------
+def test_a_slave_refuses_to_start_without_a_token(tmp_path, caplog):
+    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+
+    with pytest.raises(ConfigError, match="--insecure-no-token"):
+        FlaskFileSystemCollector(shared_dir=str(tmp_path))
+    slave = FlaskFileSystemCollector(shared_dir=str(tmp_path), insecure_no_token=True)
+    try:
+        assert "WITHOUT A CLUSTER TOKEN" in caplog.text
+    finally:
+        slave.close()
+
+
+# ---- 7. trusted numbers --------------------------------------------------------------------------
+def test_numbers_and_roles_in_messages_are_checked(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    task_id = collector.received[0].task_id
+    bad = [
+        chunk_message(collector, task_id, "n-1", 4, size=1000),  # 4 rows on disk, 1000 announced
+        chunk_message(collector, task_id, "n-2", 4, size=10**13),
+        chunk_message(collector, task_id, "n-3", 4, env_steps=-100),
+        chunk_message(collector, task_id, "n-4", 4, policy_version=7),  # never published
+        chunk_message(collector, task_id, "n-5", 4, episode_returns=[1.0] * 5),  # more episodes than steps
+        {"type": "policy", "version": 5},  # collectors do not publish policies
+        {"type": "learn_info", "train_iter": 10**6, "info": {}},
+    ]
+    refused = post_metadata(server, collector, bad).json()["refused"]
+    assert [r["index"] for r in refused] == list(range(len(bad))), refused
+    assert [r["code"] for r in refused[-2:]] == ["forbidden", "forbidden"]
+    assert "1000" in refused[0]["message"] and "-100" in refused[2]["message"]
+    assert coordinator.env_steps == 0 and coordinator.train_iter == 0 and coordinator.policy_version == -1
+    assert coordinator.replay.count() == 0
+
+
+# ---- 8. retries that double work -----------------------------------------------------------------
+def test_a_retried_assignment_runs_the_task_once(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    task = collector.received[0]
+    again = requests.post(collector.address + "/slave/v1/tasks", headers=AUTH, timeout=5,
+                          json={"task_id": task.task_id, "kind": task.kind, "spec": task.spec})
+    assert again.status_code == 202 and again.json()["duplicate"] is True
+    collector.finish[task.task_id].set()
+    eventually(lambda: coordinator.tasks.get(task.task_id).state.value == "finished", message="task finished")
+    eventually(lambda: len(collector.received) >= 2, message="the next task")
+    assert [t.task_id for t in collector.received].count(task.task_id) == 1
+
+
+class PickySlave(ScriptedSlave):
+    """Refuses its first task (409), as a slave busy with something else would; takes the next."""
+
+    refused = 0
+
+    def validate_task(self, task):
+        if not self.refused:
+            self.refused += 1
+            raise ApiError(409, "conflict", "busy right now")
+
+
+def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factory):
+    coordinator, server = coordinator_factory()
+    picky = PickySlave("collector", server.url)
+    picky.start()
+    threading.Thread(target=picky.run, daemon=True).start()
+    try:
+        assert picky.got_task.wait(10)
+        failed = [t for t in coordinator.tasks.list() if t.state.value == "failed"]
+        assert len(failed) == 1 and "busy right now" in failed[0].error
+        assert coordinator.get_worker(picky.worker_id).state.value == "busy"
+        # the same worker, never marked lost (not a new registration after a loss)
+        assert [w.worker_id for w in coordinator.workers.list()] == [picky.worker_id]
+        assert coordinator.workers.counts()["collector"]["lost"] == 0
+    finally:
+        for ev in picky.finish.values():
+            ev.set()
+        picky.request_stop()
+        picky.close()
+
+
+# ---- fuzz: hostile worker messages ---------------------------------------------------------------
+numbers = (st.integers(-2**70, 2**70) | st.sampled_from([0, 1, 4, -1, 2**53, 2**63])
+           | st.floats(allow_nan=True, allow_infinity=True) | st.none() | st.booleans() | st.text(max_size=4))
+chunk_specs = st.fixed_dictionaries({"type": st.just("chunk"), "rows": st.integers(1, 6),
+                                     "size": st.one_of(st.just("rows"), numbers),
+                                     "policy_version": numbers | st.just(-1), "env_steps": numbers | st.just("rows"),
+                                     "episode_returns": st.lists(numbers, max_size=3),
+                                     "file": st.sampled_from(["written", "missing", "../escape"])})
+other_messages = st.fixed_dictionaries(
+    {"type": st.sampled_from(["task_done", "task_failed", "task_cancelled", "policy", "learn_info", "x"])},
+    optional={"task_id": st.sampled_from(["own", "other", "collector-999999"]) | numbers,
+              "version": numbers, "train_iter": numbers, "info": st.dictionaries(st.text(max_size=3), numbers),
+              "result": st.none() | st.dictionaries(st.text(max_size=3), numbers), "error": numbers})
+
+
+@pytest.fixture
+def fuzz_cluster(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    learner = slaves("learner", server.url, run=False)
+    assert collector.got_task.wait(10)
+    return coordinator, server, collector, learner, itertools.count()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.lists(chunk_specs | other_messages, max_size=4), raw_nan=st.booleans(),
+       as_learner=st.booleans())
+def test_fuzz_hostile_worker_messages(fuzz_cluster, specs, raw_nan, as_learner):
+    """NaN/inf, negative and huge numbers, wrong roles, foreign tasks, chunk files whose size does not match:
+    no 5xx, no dead thread, nothing applied from a refused message or batch."""
+    coordinator, server, collector, learner, counter = fuzz_cluster
+    sender = learner if as_learner else collector
+    own_task = collector.received[0].task_id
+    messages, expected_steps = [], 0
+    for spec in specs:
+        msg = {k: v for k, v in spec.items() if k not in ("rows", "file")}
+        if spec["type"] == "chunk":
+            name = f"f-{next(counter)}"
+            rows = spec["rows"]
+            if spec["file"] == "written":
+                collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32)})
+            msg["chunk"] = name if spec["file"] != "../escape" else "../escape"
+            msg["size"] = rows if spec["size"] == "rows" else spec["size"]
+            msg["env_steps"] = rows if spec["env_steps"] == "rows" else spec["env_steps"]
+            msg["task_id"] = own_task
+        elif msg.get("task_id") in ("own", "other"):
+            msg["task_id"] = own_task if msg["task_id"] == "own" else "learner-000000"
+        messages.append(msg)
+    before = (coordinator.env_steps, coordinator.replay.count(), coordinator.policy_version, coordinator.train_iter,
+              coordinator.episodes)
+    running = {t.task_id for t in coordinator.tasks.list(state="running")}
+    response = requests.post(f"{server.url}/api/v1/workers/{sender.worker_id}/metadata",
+                             data=json.dumps({"messages": messages}, allow_nan=True),
+                             headers={**AUTH, LEASE_HEADER: sender.coordinator.lease,
+                                      "Content-Type": "application/json"}, timeout=5)
+    assert response.status_code < 500, response.text
+    after = (coordinator.env_steps, coordinator.replay.count(), coordinator.policy_version, coordinator.train_iter,
+             coordinator.episodes)
+    if response.status_code != 200:
+        assert after == before, response.text  # a refused batch applies nothing
+    else:
+        refused = {r["index"] for r in response.json()["refused"]}
+        for i, msg in enumerate(messages):
+            if i not in refused and msg["type"] == "chunk":
+                expected_steps += msg.get("env_steps", 0)
+                assert not as_learner and isinstance(msg["size"], int) and msg["size"] >= 1
+            if i not in refused and msg["type"] in ("policy", "learn_info"):
+                assert as_learner
+            if i not in refused and msg["type"].startswith("task_"):
+                assert msg["task_id"] == own_task and not as_learner
+        assert after[0] == before[0] + expected_steps and after[0] >= before[0]
+        if all(i in refused for i, m in enumerate(messages) if m["type"].startswith("task_")):
+            assert running <= {t.task_id for t in coordinator.tasks.list(state="running")}
+    for slave in (collector, learner):
+        assert slave.outbox.alive and not slave.fatal_error
+    assert not collector.problems and not learner.problems
+    assert requests.get(server.url + "/api/v1/cluster", timeout=5).status_code == 200
