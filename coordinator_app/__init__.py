@@ -35,7 +35,13 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
     Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
     from parallel_rl.interaction.http import ServerThread
 
-    server = ServerThread(create_app(coordinator), host, port, threads=16, name="coordinator")
+    ccfg = coordinator.cfg.parallel.coordinator
+    # long-polls have their own threads: heartbeats always find one of the request threads free. A body
+    # over max_body_bytes gets the app's JSON 413; one over twice that is cut off by waitress before it
+    # is buffered (its default limit is 1 GiB, read before the token is checked)
+    server = ServerThread(create_app(coordinator), host, port,
+                          threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
+                          max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections))
     coordinator.advertise_url = advertise or coordinator.advertise_url or server.url
     return server
 

@@ -181,9 +181,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "
                            "X-Parallel-RL-Lease)", "security": AUTH,
+                "description": "optional body {\"problems\": [str]}: what went wrong in the worker's threads "
+                               "(shown under the worker's `problems`)",
                 "parameters": [_path_param("worker_id")],
-                "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                    "type": "object", "properties": {"problems": {"type": "array", "items": {"type": "string"}}}}}}},
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {
                 "summary": "worker traffic: a batch of messages (chunk, task_done, task_failed, task_cancelled, "

@@ -61,7 +61,7 @@ def toy_cluster_config(tmp_path, **parallel):
         "env": {"env_id": "parallel_rl/Counting-v0", "env_kwargs": {"episode_length": 5},
                 "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 2, "stop_value": 4.0},
         "policy": {"model": {"hidden_size_list": [16]}, "nstep": 1},
-        "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0},
+        "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0, "long_poll_slots": 8},
                      "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
                      "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0,
                                    "allowance_grant": 16},
@@ -75,9 +75,8 @@ def toy_cluster_config(tmp_path, **parallel):
 @pytest.fixture
 def coordinator_factory(tmp_path):
     """Start coordinators (REST on 127.0.0.1, port picked by the OS); all closed at the end."""
-    from coordinator_app import create_app
+    from coordinator_app import serve_coordinator
     from parallel_rl.coordinator import Coordinator
-    from parallel_rl.interaction.http import ServerThread
     from parallel_rl.storage import SharedStorage
 
     started = []
@@ -85,8 +84,7 @@ def coordinator_factory(tmp_path):
     def make(cfg=None, token="test-token", **parallel):
         cfg = cfg or toy_cluster_config(tmp_path, **parallel)
         coordinator = Coordinator(cfg, SharedStorage(str(tmp_path / "shared")), token)
-        server = ServerThread(create_app(coordinator), "127.0.0.1", 0, threads=16).start()
-        coordinator.advertise_url = server.url
+        server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
         coordinator.start()
         started.append((coordinator, server))
         return coordinator, server

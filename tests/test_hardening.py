@@ -155,6 +155,43 @@ def test_a_slave_refuses_to_start_without_a_token(tmp_path, caplog):
         slave.close()
 
 
+# ---- 6. resource limits --------------------------------------------------------------------------
+def test_an_oversized_body_is_refused_before_it_is_buffered(coordinator_factory):
+    import socket
+
+    coordinator, server = coordinator_factory(coordinator={"max_body_bytes": 64 * 1024})
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
+        answer = sock.recv(200)  # never sent the gigabyte: a server that waits for it times out here
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    answers = []
+
+    def long_poll():  # a throttled collector's wait: nothing will allow collecting for 8 s
+        answers.append(collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=15))
+
+    pollers = [threading.Thread(target=long_poll) for _ in range(24)]  # more than all 16 + 8 server threads
+    for t in pollers:
+        t.start()
+    eventually(lambda: sum("retry_after" in a for a in answers) >= 16, message="long-polls beyond the slots")
+    for _ in range(5):  # with every slot taken, heartbeats still find a thread
+        control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3,
+                                             retries=0)
+        assert control["state"] in ("idle", "busy")
+    assert coordinator.long_polls_refused >= 16
+    coordinator.finish("stopped", "test over")  # ends the waits
+    for t in pollers:
+        t.join(15)
+    assert len(answers) == 24
+
+
 # ---- 7. trusted numbers --------------------------------------------------------------------------
 def test_numbers_and_roles_in_messages_are_checked(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory()

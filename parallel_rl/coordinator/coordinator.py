@@ -6,6 +6,7 @@ registry/task/counter updates; HTTP calls to slaves are made outside it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -31,6 +32,8 @@ TEMP_FILE_MAX_AGE = 600.0
 TEMP_SWEEP_INTERVAL = 60.0
 
 KINDS = ("collector", "learner")
+# seconds a worker waits before asking again when every long-poll slot was taken
+LONG_POLL_RETRY_AFTER = 1.0
 # a worker that refuses this many tasks in a row is marked lost
 MAX_REFUSALS = 3
 # counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
@@ -84,6 +87,10 @@ class Coordinator:
         # notified when the learner advances (collectors waiting for their allowance wake up)
         self._progress = threading.Condition()
         self._closing = threading.Event()
+        # long-polls each hold a server thread: at most long_poll_slots wait at once (the server has that
+        # many threads beyond the ones for short calls, so heartbeats are always answered)
+        self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
+        self.long_polls_refused = 0
         self.done_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.state = CoordinatorState.RUNNING
@@ -498,9 +505,28 @@ class Coordinator:
                            worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in refused[:3]))
         for apply, parsed in checked:
             apply(self, worker, parsed)
+        answer: Dict[str, Any] = {"refused": refused}
         if wait_for_allowance > 0:
-            self.wait_for_allowance(wait_for_allowance, policy_version)
-        return {"control": self.control_for(worker), "refused": refused}
+            with self.long_poll() as slot:
+                if slot:
+                    self.wait_for_allowance(wait_for_allowance, policy_version)
+                else:
+                    answer["retry_after"] = LONG_POLL_RETRY_AFTER
+        answer["control"] = self.control_for(worker)
+        return answer
+
+    @contextlib.contextmanager
+    def long_poll(self):
+        """A long-poll slot (True), or False when all are taken: the caller answers at once."""
+        slot = self._long_polls.acquire(blocking=False)
+        if not slot:
+            with self._lock:
+                self.long_polls_refused += 1
+        try:
+            yield slot
+        finally:
+            if slot:
+                self._long_polls.release()
 
     def check_message(self, worker: Worker, msg: Any):
         """``(apply, parsed)`` for one message, or ApiError saying why it is refused. Changes nothing."""
@@ -674,7 +700,12 @@ class Coordinator:
                 return max(0, int(ratio * self.replay.buffer.pushed) - self.replay.batches_served)
             return batches
 
-        self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
+        if wait > 0 and allowed() <= 0:
+            with self.long_poll() as slot:
+                if not slot:
+                    return {"chunks": [], "batches": [], "retry_after": LONG_POLL_RETRY_AFTER}
+                self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag,
+                                     timeout=max(0.0, min(wait, 10.0)))
         n = min(batches, allowed())
         return self.replay.sample(batch_size, n, train_iter, encoding) if n > 0 else {"chunks": [], "batches": []}
 

@@ -160,6 +160,8 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
                 return
             self.on_control(answer["control"])
+            if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
+                task.stop.wait(min(float(answer["retry_after"]), 5.0))
 
     def _next_chunk_name(self) -> str:
         self._seq += 1

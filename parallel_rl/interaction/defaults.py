@@ -17,8 +17,15 @@ def parallel_default_config() -> EasyDict:
             heartbeat_ttl=10.0,
             # read-only REST calls need the token too
             auth_read=False,
-            # request bodies larger than this get 413
+            # request bodies larger than this get 413 (over twice this, waitress cuts them off unbuffered)
             max_body_bytes=4 * 1024 * 1024,
+            # threads answering short calls (heartbeats, registration, REST); long-polls never take these
+            request_threads=16,
+            # requests that may wait at once (throttled collectors, learners waiting for data); each holds a
+            # thread of its own. One more is answered at once with "retry_after" instead of waiting
+            long_poll_slots=256,
+            # open connections the coordinator keeps at most (waitress connection_limit)
+            max_connections=1024,
             # chunk files no buffer row references are deleted after this delay
             chunk_grace_seconds=10.0,
             # the coordinator's state (tasks, replay index, counters, workers, eval history) is saved to

@@ -197,11 +197,15 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
 class ServerThread:
     """A waitress server for ``app`` on ``host:port`` (0: the OS picks), run in a daemon thread."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http"):
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
+                 max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200):
         self._map: Dict[int, Any] = {}
+        # max_request_body_size: waitress buffers a body before the app (and its token check) sees it;
+        # its default is 1 GiB
         self.server = waitress.create_server(
             app, map=self._map, host=host, port=port, threads=threads, ident="parallel_rl",
-            channel_timeout=60, connection_limit=200, clear_untrusted_proxy_headers=True,
+            channel_timeout=60, connection_limit=connection_limit, clear_untrusted_proxy_headers=True,
+            max_request_body_size=max_body_bytes, max_request_header_size=64 * 1024,
         )
         self.host, self.port = self.server.effective_host, int(self.server.effective_port)
         self.thread = threading.Thread(target=self.server.run, name=f"{name}-server", daemon=True)

@@ -190,6 +190,8 @@ class DataPipeline:
                 continue
             if self.on_control is not None and answer.get("control"):
                 self.on_control(answer["control"])
+            if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
+                self._stop.wait(min(float(answer["retry_after"]), 5.0))
             for batch in self._load(answer.get("chunks", []), answer.get("batches", [])):
                 while not self._stop.is_set():
                     try:

@@ -1,0 +1,177 @@
+"""Heartbeat latency of a coordinator under many long-polling collectors, next to an idle baseline.
+
+    .venv/bin/python benchmarks/control_plane.py [--collectors 256] [--seconds 20]
+
+A real coordinator process (`parallel-rl coordinator`, 127.0.0.1, shipped config with the
+learner never coming, so every collector is throttled) and, in this process, N simulated
+collectors registered through the REST API (one small stub server answers the coordinator's
+calls for all of them, at http://127.0.0.1:PORT/w<i>). Each simulated collector has two
+threads, as a real one does: a heartbeat every second (timed), and a throttled collector's
+long-poll (`wait_for_allowance` 1 s) again and again.
+
+1. Baseline: the heartbeats alone for a few seconds (no long-polls).
+2. Loaded: heartbeats while all N collectors long-poll.
+Reports heartbeat p50/p99/max for both, their ratio, and how many workers the coordinator
+marked lost (target: p99 <= 100 ms loaded, none lost).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+from flask import Flask, jsonify, request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from parallel_rl.errors import ParallelRLError  # noqa: E402
+from parallel_rl.interaction.http import HttpClient, ServerThread  # noqa: E402
+
+
+def stub_slaves() -> tuple[ServerThread, dict]:
+    """One server answering as every simulated collector: /w<i>/slave/v1/... ; leases land in ``leases``."""
+    app = Flask("stub-collectors")
+    leases: dict = {}
+
+    @app.get("/<w>/slave/v1/health")
+    def health(w):
+        return jsonify({"status": "ok", "kind": "collector", "worker_id": None, "pid": None, "running": []})
+
+    @app.post("/<w>/slave/v1/connect")
+    def connect(w):
+        body = request.get_json()
+        leases[w] = (body["worker_id"], body["lease"])
+        return jsonify({"status": "connected", "worker_id": body["worker_id"]})
+
+    @app.post("/<w>/slave/v1/tasks")
+    def tasks(w):
+        return jsonify({"status": "accepted", "task_id": request.get_json()["task_id"]}), 202
+
+    @app.route("/<w>/slave/v1/<path:rest>", methods=["POST", "DELETE"])
+    def other(w, rest):
+        return jsonify({"status": "ok"})
+
+    return ServerThread(app, threads=8, name="stub").start(), leases
+
+
+def percentiles(samples: list) -> dict:
+    ms = np.array(samples) * 1000
+    return {"n": len(ms), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+            "max": float(ms.max())}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--collectors", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--baseline-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    token = secrets.token_urlsafe(24)
+    env = {**os.environ, "PARALLEL_RL_TOKEN": token, "PYTHONPATH": ROOT}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = open(os.path.join(tmp, "coordinator.log"), "w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "parallel_rl", "coordinator", "-c", os.path.join(ROOT, "configs/cartpole_dqn_parallel.py"),
+             "--port", "0", "--shared-dir", os.path.join(tmp, "shared"), "--set", f"exp_name={tmp}/exp",
+             "--set", "parallel.commander.warmup_env_steps=0", "--set", "parallel.commander.max_seconds=0"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            return run(args, proc, log, token)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+
+
+def run(args, proc, log, token) -> int:
+    deadline = time.monotonic() + 60
+    url = None
+    while url is None:
+        log.seek(0)
+        found = re.search(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$", log.read(), re.M)
+        if found:
+            url = found.group(1)
+        elif proc.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            raise SystemExit(f"coordinator did not start:\n{log.read()[-2000:]}")
+        else:
+            time.sleep(0.1)  # waiting for a subprocess's first line (bounded by the deadline)
+    stub, leases = stub_slaves()
+    admin = HttpClient(url, token, timeout=30)
+    for i in range(args.collectors):
+        admin.post("/api/v1/collectors", {"address": f"{stub.url}/w{i}"})
+    print(f"{args.collectors} simulated collectors registered at {url}", flush=True)
+
+    stop, polling = threading.Event(), threading.Event()
+    beats: dict = {"baseline": [], "loaded": []}
+    failures: list = []
+    polls = [0, 0]  # answered, refused (retry_after)
+
+    def heartbeats(worker_id, lease):
+        client = HttpClient(url, token, timeout=10)
+        client.set_lease(lease)
+        phase_at_start = None
+        while not stop.wait(1.0):
+            phase_at_start = "loaded" if polling.is_set() else "baseline"
+            start = time.perf_counter()
+            try:
+                client.post(f"/api/v1/workers/{worker_id}/heartbeat", {"problems": []}, retries=0)
+            except ParallelRLError as exc:
+                failures.append(f"{worker_id}: {exc}")
+                continue
+            beats[phase_at_start].append(time.perf_counter() - start)
+
+    def long_polls(worker_id, lease):
+        client = HttpClient(url, token, timeout=15)
+        client.set_lease(lease)
+        polling.wait()
+        while not stop.is_set():
+            try:
+                answer = client.post(f"/api/v1/workers/{worker_id}/metadata",
+                                     {"messages": [], "wait_for_allowance": 1.0}, retries=0)
+            except ParallelRLError as exc:
+                failures.append(f"{worker_id} long-poll: {exc}")
+                stop.wait(1.0)
+                continue
+            polls[0] += 1
+            if answer.get("retry_after"):
+                polls[1] += 1
+                stop.wait(float(answer["retry_after"]))
+
+    threads = []
+    for worker_id, lease in leases.values():
+        threads += [threading.Thread(target=heartbeats, args=(worker_id, lease), daemon=True),
+                    threading.Thread(target=long_polls, args=(worker_id, lease), daemon=True)]
+    for t in threads:
+        t.start()
+    time.sleep(args.baseline_seconds)  # the measurement window
+    polling.set()
+    time.sleep(args.seconds)  # the measurement window
+    stop.set()
+    for t in threads:
+        t.join(20)
+    workers = admin.get("/api/v1/collectors")["collectors"]
+    lost = [w["worker_id"] for w in workers if w["state"] == "lost"]
+    stub.close()
+    base, loaded = percentiles(beats["baseline"]), percentiles(beats["loaded"])
+    print(f"baseline (no long-polls): {base['n']} heartbeats, p50 {base['p50']:.1f} ms, p99 {base['p99']:.1f} ms, "
+          f"max {base['max']:.1f} ms")
+    print(f"{args.collectors} collectors long-polling: {loaded['n']} heartbeats, p50 {loaded['p50']:.1f} ms, "
+          f"p99 {loaded['p99']:.1f} ms, max {loaded['max']:.1f} ms; {polls[0]} long-polls answered, "
+          f"{polls[1]} of them 'retry_after' (no slot)")
+    print(f"heartbeat p99 loaded / baseline: {loaded['p99'] / base['p99']:.2f}; target p99 <= 100 ms: "
+          f"{'met' if loaded['p99'] <= 100 else 'NOT met'}")
+    print(f"workers marked lost: {len(lost)} {lost[:5]}; failed calls: {len(failures)} {failures[:3]}")
+    return 0 if not lost and not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
