@@ -43,7 +43,7 @@ COORDINATOR_STATE_FORMAT = 1
 KEEP_COORDINATOR_STATES = 2
 
 
-def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
+def _atomic_write(path: str, write: Callable[[Any], None], durable: bool = False) -> None:
     """Write through ``write(fileobj)`` to a temp file beside ``path``, then rename.
 
     The temp name is the final name plus this process and thread (unique: names are unique per
@@ -58,7 +58,16 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+            if durable:  # on the disk before it gets its name: a crash leaves the old file or the whole new one
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        if durable:  # and the rename itself
+            dir_fd = os.open(directory or ".", os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -200,6 +209,20 @@ class SharedStorage:
     def load_learner_state(self, version: int) -> Dict:
         return _torch_load(self.learner_path(version))
 
+    def latest_good_learner_state(self) -> Optional[tuple]:
+        """``(version, state)`` of the newest learner state that loads, or None when none does.
+
+        A corrupt newest one (a crash mid-write on a disk without fsync, bit rot) is logged and skipped:
+        resuming from the one before loses ``save_state_every`` iterations, not the run."""
+        for version in reversed(self._versions(self.learner_dir, _LEARNER_RE)):
+            try:
+                return version, self.load_learner_state(version)
+            except FileNotFoundError:  # pruned since it was listed
+                continue
+            except StorageError as exc:
+                logger.error("storage: skipping learner state %d: %s", version, exc)
+        return None
+
     @staticmethod
     def _versions(directory: str, pattern: re.Pattern) -> List[int]:
         out = []
@@ -328,7 +351,7 @@ class SharedStorage:
 def _torch_save_atomic(path: str, state: Mapping) -> None:
     import torch
 
-    _atomic_write(path, lambda f: torch.save(dict(state), f))
+    _atomic_write(path, lambda f: torch.save(dict(state), f), durable=True)  # checkpoints promise durability
 
 
 def _torch_load(path: str) -> Dict:

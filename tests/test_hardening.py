@@ -338,3 +338,18 @@ def test_fuzz_hostile_worker_messages(fuzz_cluster, specs, raw_nan, as_learner):
         assert slave.outbox.alive and not slave.fatal_error
     assert not collector.problems and not learner.problems
     assert requests.get(server.url + "/api/v1/cluster", timeout=5).status_code == 200
+
+
+# ---- 9. durability -------------------------------------------------------------------------------
+def test_a_corrupt_newest_learner_state_falls_back_to_the_one_before(tmp_path):
+    import torch
+
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(str(tmp_path / "shared"))
+    storage.save_learner_state(100, {"train_iter": 100, "policy": {"w": torch.ones(2)}})
+    storage.save_learner_state(200, {"train_iter": 200, "policy": {"w": torch.zeros(2)}})
+    with open(storage.learner_path(200), "r+b") as f:  # torn or rotten on the disk
+        f.truncate(40)
+    version, state = storage.latest_good_learner_state()
+    assert version == 100 and state["train_iter"] == 100 and state["policy"]["w"].tolist() == [1.0, 1.0]

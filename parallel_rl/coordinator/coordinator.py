@@ -257,6 +257,7 @@ class Coordinator:
         with self._lock:
             if worker.state == WorkerState.CONNECTING:
                 worker.state = WorkerState.IDLE
+                worker.last_heartbeat = time.monotonic()  # the lease starts now, not when connecting began
         logger.info("coordinator: registered %s at %s", worker.worker_id, address)
         if self.system_shutdown_flag:  # joined after the run ended (a coordinator serving on): let it go now
             self._release(worker)
@@ -385,7 +386,7 @@ class Coordinator:
         except ParallelRLError as exc:
             logger.error("coordinator: %s at %s unreachable for %s: %s", worker.worker_id, worker.address,
                          task.task_id, exc)
-            self.mark_lost(worker, f"unreachable for task {task.task_id}: {exc}")
+            self.mark_lost(worker, f"refused task {task.task_id}: {exc}")  # unreachable
             return False
         worker.refusals = 0
         logger.debug("coordinator: %s -> %s %s", task.task_id, worker.worker_id, task.spec)

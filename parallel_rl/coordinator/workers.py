@@ -139,7 +139,10 @@ class WorkerRegistry:
         """Active workers whose lease ran out (the caller marks them lost)."""
         now = time.monotonic()
         with self._lock:
-            return [w for w in self._workers.values() if w.state.active and now - w.last_heartbeat > ttl]
+            # a worker still connecting is not reaped: the connect call (bounded by its timeout) is building
+            # its envs and model, and its lease starts when that call returns
+            return [w for w in self._workers.values()
+                    if w.state.active and w.state != WorkerState.CONNECTING and now - w.last_heartbeat > ttl]
 
     _SAVED = ("worker_id", "kind", "address", "registered_at", "current_task", "eval_task", "env_steps", "train_iter",
               "policy_version", "tasks_done", "pid")

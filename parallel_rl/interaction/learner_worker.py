@@ -265,9 +265,9 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner {self.worker_id}")
         if task.spec.get("resume"):
-            version = self.storage.latest_learner_version()
-            if version is not None:
-                state = self.storage.load_learner_state(version)
+            found = self.storage.latest_good_learner_state()
+            if found is not None:
+                version, state = found
                 policy.load_state_dict(state["policy"])
                 learner.train_iter = int(state["train_iter"])
                 logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
