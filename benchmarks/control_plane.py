@@ -59,7 +59,8 @@ def stub_slaves() -> tuple[ServerThread, dict]:
     def other(w, rest):
         return jsonify({"status": "ok"})
 
-    return ServerThread(app, threads=8, name="stub").start(), leases
+    # the coordinator keeps a connection open to every worker: one per simulated collector
+    return ServerThread(app, threads=32, name="stub", connection_limit=4096).start(), leases
 
 
 def percentiles(samples: list) -> dict:
@@ -107,7 +108,14 @@ def run(args, proc, log, token) -> int:
     stub, leases = stub_slaves()
     admin = HttpClient(url, token, timeout=30)
     for i in range(args.collectors):
-        admin.post("/api/v1/collectors", {"address": f"{stub.url}/w{i}"})
+        for attempt in range(3):  # on a loaded machine the stub may answer the health check late
+            try:
+                admin.post("/api/v1/collectors", {"address": f"{stub.url}/w{i}"})
+                break
+            except ParallelRLError as exc:
+                if attempt == 2:
+                    raise
+                print(f"registering w{i} again: {exc}", flush=True)
     print(f"{args.collectors} simulated collectors registered at {url}", flush=True)
 
     stop, polling = threading.Event(), threading.Event()

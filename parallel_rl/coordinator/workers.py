@@ -148,17 +148,21 @@ class WorkerRegistry:
               "policy_version", "tasks_done", "pid")
 
     def state_dict(self) -> List[Dict[str, Any]]:
-        """Every entry as plain JSON values (no client, no lease)."""
+        """Every entry as plain JSON values (no client); with its lease token, so that a worker of a restarted
+        coordinator is re-adopted under its id when it calls with the token it holds."""
         with self._lock:
-            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value} for w in self._workers.values()]
+            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value, "lease_token": w.lease}
+                    for w in self._workers.values()]
 
     def load_state_dict(self, items: List[Dict[str, Any]], make_client) -> None:
         """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out)."""
         with self._lock:
             self._workers = {}
             for item in items:
+                token = item.get("lease_token")
                 worker = Worker(client=make_client(item["address"]), state=WorkerState(item["state"]),
-                                **{k: item[k] for k in self._SAVED})
+                                **{k: item[k] for k in self._SAVED}, **({"lease": token} if isinstance(token, str)
+                                                                         else {}))
                 self._workers[worker.worker_id] = worker
 
     def counts(self) -> Dict[str, Dict[str, int]]:
