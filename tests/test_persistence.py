@@ -45,7 +45,8 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
     assert sorted(other.replay.sample(4, 4, 0)["chunks"]) in (["c-a"], ["c-b"], ["c-a", "c-b"])
     # a chunk announced again after the restart (a retried message) is not counted twice
     other.handle_metadata(collector.worker_id, [{"type": "chunk", "task_id": task_id, "chunk": "c-b", "size": 4,
-                                                 "policy_version": 2, "env_steps": 4}])
+                                                 "policy_version": 2, "env_steps": 4}],
+                          lease=collector.coordinator.lease)  # the worker's lease survived the restart
     assert other.env_steps == 12 and other.replay.count() == 12
     # new tasks and workers do not reuse saved ids
     assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id not in {t.task_id for t in coordinator.tasks.list()}
