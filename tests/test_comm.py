@@ -49,7 +49,8 @@ def test_create_comm_collector_builds_a_users_class_registered_by_import_names(t
         "class MyCollector(NaiveCollector):\n"
         "    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    collector = create_comm_collector({"type": "my_comm", "import_names": ["my_comm_module"], "port": 0})
+    collector = create_comm_collector({"type": "my_comm", "import_names": ["my_comm_module"], "port": 0,
+                                       "token": TOKEN})
     try:
         assert type(collector).__name__ == "MyCollector" and isinstance(collector, BaseCommCollector)
     finally:
