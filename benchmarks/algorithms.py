@@ -20,10 +20,11 @@ import time
 
 SUMMARY = re.compile(r"env_steps=(\d+) train_iter=(\d+)")
 
-# name -> (command, config); the cluster runs on-policy PPO only once the coordinator hands out segments
+# name -> (command, config)
 CASES = {
     "dqn-cartpole-serial": ("serial", "configs/cartpole_dqn.py"),
     "ppo-cartpole-serial": ("serial", "configs/cartpole_ppo.py"),
+    "ppo-cartpole-cluster": ("run", "configs/cartpole_ppo_parallel.py"),
     "sac-pendulum-serial": ("serial", "configs/pendulum_sac.py"),
     "sac-pendulum-cluster": ("run", "configs/pendulum_sac_parallel.py"),
     "ppo-pendulum-serial": ("serial", "configs/pendulum_ppo.py"),
@@ -79,6 +80,8 @@ def main() -> int:
         print("median wall vs the DQN CartPole serial baseline of this run:")
         for name, wall in medians.items():
             print(f"  {name:>22}: {wall / base:.2f}x")
+    if "ppo-cartpole-serial" in medians and "ppo-cartpole-cluster" in medians:
+        print(f"PPO CartPole cluster / serial wall: {medians['ppo-cartpole-cluster'] / medians['ppo-cartpole-serial']:.2f}x")
     if "sac-pendulum-serial" in medians and "sac-pendulum-cluster" in medians:
         print(f"SAC Pendulum cluster / serial wall: {medians['sac-pendulum-cluster'] / medians['sac-pendulum-serial']:.2f}x")
     return 1 if failed else 0

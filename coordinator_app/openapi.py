@@ -92,7 +92,12 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                     "base64": {"type": "string", "format": "byte"}}}]},
                 "Control": {"type": "object", "properties": {
                     "policy_version": {"type": "integer"}, "epsilon": {"type": "number"}, "stop": {"type": "boolean"},
-                    "env_steps": {"type": "integer"}, "allowed_env_steps": {"type": "integer", "nullable": True}}},
+                    "env_steps": {"type": "integer"}, "allowed_env_steps": {"type": "integer", "nullable": True},
+                    "segment_env_steps": {"type": "integer", "nullable": True,
+                                          "description": "on-policy: env steps this collector may collect in all "
+                                                         "with policy_version (its share of the segment)"},
+                    "segment_round": {"type": "integer", "description": "on-policy: segments restart with each "
+                                                                        "learner task"}}},
             },
         },
         "paths": {
@@ -193,7 +198,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
                         "messages": {"type": "array", "items": {"type": "object", "required": ["type"]}},
                         "wait_for_allowance": {"type": "number", "maximum": 10},
                         "policy_version": {"type": "integer", "description": "the collector's loaded policy: a newer "
-                                                                             "one ends the wait"}}}}}},
+                                                                             "one ends the wait"},
+                        "loaded_version": {"type": "integer", "description": "on-policy: the policy the collector acts "
+                                                                             "with; its share of the segment counts "
+                                                                             "only when this is the current one"}}}}}},
                 "responses": {"200": _json({"type": "object", "required": ["control", "refused"], "properties": {
                     "control": _ref("Control"),
                     "refused": {"type": "array", "description": "the messages refused (the rest were applied)",

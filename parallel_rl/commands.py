@@ -29,9 +29,6 @@ def _load_checked(args: argparse.Namespace):
 
     cfg = _load(args)
     check_env_fits(cfg)
-    if cfg.policy.on_policy:
-        raise ConfigError(f"policy.type={cfg.policy.type!r} is on-policy; the cluster trains off-policy "
-                          f"algorithms only for now (dqn, sac): use `parallel-rl serial` for it")
     return cfg
 
 

@@ -37,7 +37,8 @@ def default_config(policy_type: str = "dqn") -> EasyDict:
     policy.collect.collector = SampleSerialCollector.default_config()
     policy.eval.evaluator = InteractionSerialEvaluator.default_config()
     policy.learn.learner = BaseLearner.default_config()
-    policy.other.replay_buffer = buffer_default_config("advanced")
+    # on-policy data goes to a segment buffer (whole segments, used and dropped), off-policy data to replay
+    policy.other.replay_buffer = buffer_default_config(default_buffer_type(policy))
     return EasyDict(
         exp_name="default_experiment",
         seed=0,
@@ -59,6 +60,11 @@ def default_config(policy_type: str = "dqn") -> EasyDict:
             tensorboard=True,
         ),
     )
+
+
+def default_buffer_type(policy_cfg: Mapping) -> str:
+    """The replay buffer type a policy's data flow needs: ``segment`` for on-policy, else ``advanced``."""
+    return "segment" if policy_cfg.get("on_policy") else "advanced"
 
 
 def _type_name(value: Any) -> str:
@@ -122,7 +128,8 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"))
     # The replay buffer's keys depend on its type: use that type's defaults.
     buf_type = (
-        user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get("type", "advanced")
+        user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get(
+            "type", default_buffer_type(defaults.policy))
     )
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(_merge("", defaults, user_cfg))
@@ -158,6 +165,16 @@ def _validate(cfg: EasyDict) -> None:
     if cfg.policy.on_policy and cfg.policy.nstep != 1:
         raise ConfigError(f"policy.nstep must be 1 for the on-policy {cfg.policy.type!r} (GAE does the "
                           f"multi-step returns), got {cfg.policy.nstep}")
+    buf_type = cfg.policy.other.replay_buffer.type
+    if cfg.policy.on_policy and cfg.parallel.collector.chunk_size < cfg.env.collector_env_num:
+        raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
+                          f"{cfg.policy.type!r} (>= env.collector_env_num), got "
+                          f"{cfg.parallel.collector.chunk_size=} {cfg.env.collector_env_num=}")
+    if cfg.policy.on_policy != (buf_type == "segment"):
+        want = "segment" if cfg.policy.on_policy else "advanced, naive or episode"
+        raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
+                          f"{'on' if cfg.policy.on_policy else 'off'}-policy {cfg.policy.type!r}: use {want} "
+                          f"(or leave the key out)")
     from .policy.device import DEVICES
 
     if cfg.policy.device not in DEVICES:

@@ -74,5 +74,7 @@ def metadata(worker_id: str):
     messages = field(body, "messages", list)
     wait = float(field(body, "wait_for_allowance", (int, float), required=False, default=0.0))
     version = field(body, "policy_version", int, required=False)
+    loaded = field(body, "loaded_version", int, required=False)
     return jsonify(get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,
-                                                     policy_version=version, lease=request.headers.get(LEASE_HEADER)))
+                                                     policy_version=version, loaded_version=loaded,
+                                                     lease=request.headers.get(LEASE_HEADER)))

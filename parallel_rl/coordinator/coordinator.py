@@ -80,6 +80,13 @@ class Coordinator:
         self.workers = WorkerRegistry()
         self.replay = ReplayIndex(cfg.policy.other.replay_buffer, storage,
                                   grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
+        # the data flow the policy asks for: on-policy data is used as whole segments of recent versions
+        self.on_policy = bool(cfg.policy.on_policy)
+        # on-policy: env steps each collector sent per policy version (its share of the next segment)
+        self._segment_steps: Dict[int, Dict[str, int]] = {}
+        # on-policy: a new learner task starts a new round of segments (its predecessor may have taken the
+        # current version's segment with it); collectors count what they sent per (version, round)
+        self.segment_round = 0
         self.commander = commander or create_parallel_commander(cfg)
         self.commander.coordinator = self
         self._lock = threading.RLock()
@@ -132,6 +139,8 @@ class Coordinator:
     def kick(self) -> None:
         """Wake the commander (something changed)."""
         self._wake.set()
+        if self.on_policy:  # the collectors may have changed: their shares of a segment too
+            self._notify_progress()
 
     def finish(self, state: str, reason: str) -> None:
         """Training is over (solved, budget, failure): stop handing out work."""
@@ -368,6 +377,9 @@ class Coordinator:
             else:
                 worker.current_task = task.task_id
                 worker.state = WorkerState.BUSY
+            if self.on_policy and task.kind == TaskKind.LEARNER:
+                self.segment_round += 1
+                self._segment_steps.clear()
         payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
         try:  # a retried POST is safe: slaves acknowledge a task id they have seen without running it again
             worker.client.post("/slave/v1/tasks", payload, retries=1)
@@ -439,7 +451,7 @@ class Coordinator:
                                                  f"(policy version {task.spec.get('policy_version')})")
 
     def control_for(self, worker: Worker) -> Dict[str, Any]:
-        allowed = self.allowed_env_steps()
+        allowed = None if self.on_policy else self.allowed_env_steps()
         return {
             "policy_version": self.policy_version,
             "epsilon": self.commander.epsilon(self.env_steps),
@@ -447,6 +459,9 @@ class Coordinator:
             "state": worker.state.value,
             "env_steps": self.env_steps,
             "allowed_env_steps": None if allowed is None else int(allowed),
+            # on-policy: env steps this collector may collect in all with policy `policy_version`
+            "segment_env_steps": self.segment_steps_allowed(worker) if self.on_policy else None,
+            "segment_round": self.segment_round,
         }
 
     # ---- replay ratio -------------------------------------------------------------------------
@@ -462,17 +477,25 @@ class Coordinator:
             return None
         return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
 
-    def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None) -> bool:
+    def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None,
+                           worker: Optional[Worker] = None, loaded_version: Optional[int] = None) -> bool:
         """Block a collector until it may collect ``allowance_grant`` steps again (the learner advanced), a
         policy newer than its ``policy_version`` is out (its first batch need not wait), or ``timeout``.
 
-        Waking collectors for every few steps of allowance would cost a round trip per tiny chunk."""
+        Waking collectors for every few steps of allowance would cost a round trip per tiny chunk.
+        On-policy: until a policy newer than ``policy_version`` is out, or the collector acts with the
+        current one (``loaded_version``) and its share of the segment is not collected yet."""
         grant = int(self.cfg.parallel.commander.allowance_grant)
 
         def may_collect() -> bool:
+            newer = policy_version is not None and self.policy_version > policy_version
+            if self.on_policy:
+                return (self.system_shutdown_flag or newer or (
+                    worker is not None and loaded_version == self.policy_version
+                    and self.segment_steps_allowed(worker) > self._segment_done(worker)[0]))
             allowed = self.allowed_env_steps()
             return (self.system_shutdown_flag or allowed is None or allowed - self.env_steps >= grant
-                    or (policy_version is not None and self.policy_version > policy_version))
+                    or newer)
 
         with self._progress:
             return self._progress.wait_for(may_collect, timeout=max(0.0, min(timeout, 10.0)))
@@ -481,9 +504,42 @@ class Coordinator:
         with self._progress:
             self._progress.notify_all()
 
+    # ---- on-policy segments ------------------------------------------------------------------
+    def segment_share(self) -> int:
+        """Env steps each active collector contributes to one segment: ``policy.collect.n_sample`` split
+        among them, rounded up to whole vector steps (a collector that leaves raises the others' share)."""
+        collectors = sum(1 for w in self.workers.list("collector", active_only=True))
+        envs = int(self.cfg.env.collector_env_num)
+        per_collector = math.ceil(int(self.cfg.policy.collect.n_sample) / max(1, collectors))
+        return math.ceil(per_collector / envs) * envs
+
+    def _segment_done(self, worker: Worker) -> tuple:
+        """(env steps of ``worker``, of all collectors) announced with the current policy version."""
+        with self._lock:
+            per_worker = self._segment_steps.get(self.policy_version, {})
+            return per_worker.get(worker.worker_id, 0), sum(per_worker.values())
+
+    def segment_steps_allowed(self, worker: Worker) -> int:
+        """On-policy: the env steps ``worker`` may collect in all with the current policy version: its share,
+        and no more than the segment still misses (a segment larger than ``n_sample`` would be taken before
+        the rest arrives, and the rest thrown away). 0 before the learner published a first policy."""
+        if self.policy_version < 0:
+            return 0
+        mine, total = self._segment_done(worker)
+        missing = max(0, int(self.cfg.policy.collect.n_sample) - total)
+        return min(self.segment_share(), mine + missing)
+
+    def _count_segment_steps(self, worker: Worker, version: int, steps: int) -> None:
+        with self._lock:
+            per_worker = self._segment_steps.setdefault(version, {})
+            per_worker[worker.worker_id] = per_worker.get(worker.worker_id, 0) + steps
+            for old in [v for v in self._segment_steps if v < self.policy_version]:
+                del self._segment_steps[old]
+
     # ---- metadata from slaves --------------------------------------------------------------
     def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], wait_for_allowance: float = 0.0,
-                        policy_version: Optional[int] = None, lease: Optional[str] = None) -> Dict[str, Any]:
+                        policy_version: Optional[int] = None, lease: Optional[str] = None,
+                        loaded_version: Optional[int] = None) -> Dict[str, Any]:
         """Check a batch of messages from a slave, then apply the ones that passed; returns
         ``{"control": ..., "refused": [{"index", "type", "code", "message"}, ...]}``.
 
@@ -491,7 +547,9 @@ class Coordinator:
         any is applied, so a bad message changes nothing, and the answer names each refused message, so
         the slave drops it instead of sending it again forever. With ``wait_for_allowance`` > 0 (a
         throttled collector) the answer waits up to that many seconds until collecting is allowed again,
-        or until a policy newer than the collector's ``policy_version`` is announced."""
+        or until a policy newer than the collector's ``policy_version`` is announced. On-policy,
+        ``loaded_version`` (the policy the collector acts with) must be the current one for its share of the
+        next segment to end the wait."""
         worker = self.heartbeat(worker_id, lease)
         checked, refused = [], []
         for index, msg in enumerate(messages):
@@ -510,7 +568,7 @@ class Coordinator:
         if wait_for_allowance > 0:
             with self.long_poll() as slot:
                 if slot:
-                    self.wait_for_allowance(wait_for_allowance, policy_version)
+                    self.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
                 else:
                     answer["retry_after"] = LONG_POLL_RETRY_AFTER
         answer["control"] = self.control_for(worker)
@@ -595,6 +653,8 @@ class Coordinator:
             self.env_steps += steps
             worker.env_steps += steps
             worker.policy_version = version = m["version"]
+            if self.on_policy:
+                self._count_segment_steps(worker, version, steps)
             published = self.policy_published_at.pop(version, None)
             if published is not None:
                 self.policy_propagation.append(time.time() - published)
@@ -690,6 +750,8 @@ class Coordinator:
             self.train_iter = max(self.train_iter, train_iter)
         if advanced:
             self._notify_progress()
+        if self.on_policy:
+            return self._sample_segment(batch_size, train_iter, wait, encoding)
         lcfg = self.cfg.parallel.learner
         min_size = max(batch_size, int(lcfg.min_buffer_size))
         ratio = float(lcfg.max_updates_per_transition)
@@ -709,6 +771,16 @@ class Coordinator:
                                      timeout=max(0.0, min(wait, 10.0)))
         n = min(batches, allowed())
         return self.replay.sample(batch_size, n, train_iter, encoding) if n > 0 else {"chunks": [], "batches": []}
+
+    def _sample_segment(self, size: int, train_iter: int, wait: float, encoding: str) -> Dict[str, Any]:
+        """On-policy: one batch holding every row of the policy versions within ``max_staleness`` of the
+        learner's ``train_iter``, once there are at least ``size`` of them (waits up to ``wait`` s)."""
+        buffer = self.replay.buffer
+        self.replay.wait_for(lambda: self.system_shutdown_flag or buffer.fresh_count(train_iter) >= size,
+                             timeout=max(0.0, min(wait, 10.0)))
+        if self.system_shutdown_flag:
+            return {"chunks": [], "batches": []}
+        return self.replay.sample(size, 1, train_iter, encoding)
 
     # ---- inspection ---------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

@@ -6,6 +6,7 @@ from .buffer import (
     EpisodeReplayBuffer,
     IBuffer,
     NaiveReplayBuffer,
+    SegmentReplayBuffer,
     buffer_default_config,
     create_buffer,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "EpisodeReplayBuffer",
     "IBuffer",
     "NaiveReplayBuffer",
+    "SegmentReplayBuffer",
     "buffer_default_config",
     "create_buffer",
 ]

@@ -42,6 +42,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         self._unreported = 0  # env steps sent since the last control block
         self._announced_version = -1
         self._disk_version = -1  # newest policy version seen on the shared disk
+        self._segment_sent = ((-1, 0), 0)  # on-policy: ((policy version, segment round), env steps sent)
 
     def flush_interval(self, cfg: EasyDict) -> float:
         return float(cfg.parallel.collector.flush_interval)
@@ -51,6 +52,9 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             return
         seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
         self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
+        # the policy's data flow: on-policy, a collector collects its share of the current version's segment
+        # and then waits for the next version (anything more would be thrown away)
+        self.on_policy = bool(self.collector.policy.on_policy)
         tb_root = os.path.join(self.storage.root, "tensorboard")
         self.tb_eval = TensorBoardLogger(os.path.join(tb_root, "evaluator") if cfg.system.tensorboard else None)
         self.tb = TensorBoardLogger(os.path.join(tb_root, f"collector-{os.getpid()}")
@@ -126,10 +130,26 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 return
             self._run_task(task)
 
+    def _allowance_left(self, unreported: int) -> Optional[int]:
+        """Env steps this collector may still collect (None: no limit). On-policy only with the current
+        policy version: the control block says how many env steps this collector may collect with it in
+        all (its share of that version's segment), counted against what it sent with that version."""
+        if self.on_policy:
+            version = self.collector.policy_version
+            if version < 0 or int(self.control.get("policy_version", -1)) != version:
+                return 0
+            key, sent = self._segment_sent
+            sent = sent if key == (version, self.control.get("segment_round")) else 0
+            return int(self.control.get("segment_env_steps") or 0) - sent - unreported
+        allowed = self.control.get("allowed_env_steps")
+        if allowed is None:
+            return None
+        return allowed - int(self.control.get("env_steps", 0)) - self._unreported - unreported
+
     def _over_allowance(self, unreported: int) -> bool:
         """True when the cluster has collected as much as the learner may use for now."""
-        allowed = self.control.get("allowed_env_steps")
-        return allowed is not None and int(self.control.get("env_steps", 0)) + self._unreported + unreported >= allowed
+        left = self._allowance_left(unreported)
+        return left is not None and left <= 0
 
     def on_control(self, control: Dict[str, Any]) -> None:
         super().on_control(control)
@@ -146,15 +166,17 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         is in use), borrowing from the allowance that follows."""
         while not task.stop.is_set() and self._over_allowance(0):
             self.refresh_policy()
-            if self._fresh_policy():
+            if self._fresh_policy() and not self.on_policy:
                 return
             self.outbox.flush(timeout=2.0)
             try:
                 # a version announced but not loadable yet (not visible on the shared disk) must not end
                 # the next wait at once: ask to be woken by a newer one only
                 known = max(self.collector.policy_version, int(self.control.get("policy_version", -1)))
-                answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
-                                               {"messages": [], "wait_for_allowance": 1.0, "policy_version": known},
+                body = {"messages": [], "wait_for_allowance": 1.0, "policy_version": known}
+                if self.on_policy:
+                    body["loaded_version"] = self.collector.policy_version
+                answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:
                 logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
@@ -171,6 +193,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         ccfg = self.cfg.parallel.collector
         chunk_size = int(ccfg.chunk_size)
         n_sample = max(1, min(chunk_size, int(self.cfg.policy.collect.n_sample)))
+        envs = int(self.cfg.env.collector_env_num)
         target = int(task.spec["env_steps"])
         steps = transitions = chunks = 0
         returns: List[float] = []
@@ -186,8 +209,14 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
             have = 0
             while (have < chunk_size and steps + chunk_steps < target and not task.stop.is_set()
-                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces))):
-                data, stats = self.collector.collect(min(n_sample, chunk_size - have), eps)
+                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces and not self.on_policy))):
+                ask = min(n_sample, chunk_size - have)
+                if self.on_policy:  # its share of the segment, in whole vector steps that fit the chunk
+                    left = self._allowance_left(chunk_steps)
+                    ask = min(ask, chunk_size - have - envs + 1, ask if left is None else left)
+                    if ask <= 0:
+                        break
+                data, stats = self.collector.collect(ask, eps)
                 have += len(data["action"])
                 pieces.append(data)
                 chunk_steps += stats.env_steps
@@ -199,6 +228,8 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 if self.newer_policy_out():
                     break  # a new policy is out: close this chunk, stamp the next with it
             if not pieces:
+                if self.on_policy and not task.stop.is_set():
+                    continue  # a newer policy came between the wait and the chunk: wait for its share
                 break
             data = concat_columns(pieces)
             name = self._next_chunk_name()
@@ -207,8 +238,12 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
                                 "size": int(len(data["action"])), "policy_version": version,
                                 "env_steps": chunk_steps, "episode_returns": chunk_returns},
-                               urgent=fresh)
+                               urgent=fresh or self.on_policy)  # on-policy, the learner waits for it
             self._announced_version = version
+            if self.on_policy:
+                key, sent = self._segment_sent
+                now = (version, self.control.get("segment_round"))
+                self._segment_sent = (now, (sent if key == now else 0) + chunk_steps)
             steps += chunk_steps
             self._unreported += chunk_steps
             transitions += len(data["action"])

@@ -86,11 +86,21 @@ class RowStore:
 
 
 class DataPipeline:
-    """Prefetches batches for a learner in a background thread."""
+    """Prefetches batches for a learner in a background thread.
+
+    With ``whole_segments`` (on-policy) each batch is one whole segment (at least ``batch_size`` rows of
+    the policy versions the coordinator accepts for the learner's ``train_iter``), and the next one is
+    asked for only after the learner trained on the last (:meth:`segment_done`): asked for earlier, it
+    would be asked for with the iteration before, by a learner about to be one version further.
+    """
 
     def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
-                 prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default"):
+                 prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
+                 whole_segments: bool = False):
         self.client, self.worker_id, self.storage = client, worker_id, storage
+        self.whole_segments = whole_segments
+        if whole_segments:
+            prefetch = 1
         self.batch_size, self.prefetch = batch_size, prefetch
         self.buffer = buffer
         self.on_control = on_control
@@ -98,8 +108,10 @@ class DataPipeline:
         self.error: Optional[str] = None
         self.missing_rows = 0
         self.wait_seconds = 0.0
-        # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once
+        # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once (a
+        # segment: at most one chunk per row)
         self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows)
+        self._training = 0  # whole segments handed to the learner and not trained on yet
         self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
         self._priorities: List[Dict[str, np.ndarray]] = []
         self._lock = threading.Lock()
@@ -138,9 +150,17 @@ class DataPipeline:
                 return None
             finally:
                 self.wait_seconds += time.monotonic() - start
-        if self._ready.qsize() <= self.prefetch and not self._room.is_set():
+        if self.whole_segments:
+            self._training += 1
+        elif self._ready.qsize() <= self.prefetch and not self._room.is_set():
             self._room.set()
         return batch
+
+    def segment_done(self, train_iter: int) -> None:
+        """The learner trained on the segment it got and is at ``train_iter`` now: ask for the next one."""
+        self.train_iter = train_iter
+        self._training -= 1
+        self._room.set()
 
     def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
         if info is not None:
@@ -157,7 +177,10 @@ class DataPipeline:
         (every wake-up takes the GIL from the training thread)."""
         while not self._stop.is_set():
             self._room.clear()
-            if self._ready.qsize() <= self.prefetch:
+            if self.whole_segments:
+                if self._ready.qsize() == 0 and self._training == 0:
+                    return
+            elif self._ready.qsize() <= self.prefetch:
                 return
             self._room.wait(0.5)
 
@@ -208,11 +231,15 @@ class DataPipeline:
             return []
         cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
             ("chunk", np.int64), ("row", np.int64), ("index", np.int64), ("uid", np.int64), ("weight", np.float32))}
-        rows, keep = self._rows.gather(chunks, np.concatenate(cols.pop("chunk")), np.concatenate(cols.pop("row")))
+        local = np.concatenate(cols.pop("chunk"))
+        rows, keep = self._rows.gather(chunks, local, np.concatenate(cols.pop("row")))
         self.missing_rows += int(len(keep) - keep.sum())
         if rows is None:
             return []
         rows.update((k, np.concatenate(v)[keep]) for k, v in cols.items())
+        if self.whole_segments and "env_id" in rows:
+            # env ids are per collector: rows of one chunk (one collector, time-ordered) get their own ids
+            rows["env_id"] = rows["env_id"] + local[keep] * (int(rows["env_id"].max()) + 1)
         ends = np.cumsum([len(r) for r in cols["index"]])
         cuts = np.cumsum(keep)[ends[:-1] - 1]  # kept rows before each batch boundary
         parts = {k: np.split(v, cuts) for k, v in rows.items()}
@@ -236,11 +263,14 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
 
     # ---- the learner's outputs --------------------------------------------------------------
     def send_policy(self, policy, train_iter: int, final: bool = False) -> None:
-        """Write policy checkpoint ``train_iter`` (and, periodically, the full state) and announce it."""
+        """Write policy checkpoint ``train_iter`` (and, periodically, the full state) and announce it.
+
+        On-policy the full state goes with every checkpoint, first: a learner that takes over resumes at
+        the newest version the collectors act with (an older one would never get a segment)."""
         lcfg = self.cfg.parallel.learner
-        self.storage.save_policy(train_iter, policy.model_state_dict())
-        if final or train_iter % int(lcfg.save_state_every) == 0:
+        if final or policy.on_policy or train_iter % int(lcfg.save_state_every) == 0:
             self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
+        self.storage.save_policy(train_iter, policy.model_state_dict())
         self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
         self.send_metadata({"type": "policy", "version": train_iter}, urgent=True)
 
@@ -249,11 +279,14 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         info["missing_rows"] = pipeline.missing_rows
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         info["updates_per_second"] = round(rate, 1)
+        info.update(self.segment_stats)
         # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
         self.tb.scalars(learner.train_iter, "learner/",
                         **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")})
         self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
                             "info": info})
+
+    segment_stats: Dict[str, int] = {}
 
     def get_data(self, pipeline: DataPipeline, timeout: float) -> Optional[Dict[str, np.ndarray]]:
         return pipeline.get(timeout)
@@ -273,10 +306,17 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                 logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
         start_iter = learner.train_iter
         self.send_policy(policy, learner.train_iter)
-        pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, int(cfg.policy.learn.batch_size),
+        # on-policy: one update per whole segment (the policy runs its epochs over it), every update published
+        # (the collectors wait for it), and what the learner trained on reported: segments, their rows and the
+        # largest staleness (train_iter - the oldest policy version in a segment) it ever saw
+        on_policy = policy.on_policy
+        self.segment_stats = {"segments": 0, "segment_rows": 0, "segment_staleness_max": 0} if on_policy else {}
+        batch_size = int(cfg.policy.collect.n_sample if on_policy else cfg.policy.learn.batch_size)
+        pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
                                 int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
-                                int(cfg.parallel.collector.chunk_size), on_control=self.on_control).start()
-        publish_every = int(lcfg.publish_every)
+                                int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
+                                whole_segments=on_policy).start()
+        publish_every = 1 if on_policy else int(lcfg.publish_every)
         self.tb = TensorBoardLogger(os.path.join(self.storage.root, "tensorboard", "learner")
                                     if cfg.system.tensorboard else None)
         last_info, last_iter = time.monotonic(), learner.train_iter
@@ -290,11 +330,15 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                         if pipeline.error:
                             raise RuntimeError(pipeline.error)
                         continue
+                    if on_policy:
+                        self._count_segment(batch, learner.train_iter)
                     learner.train(batch)
                     pipeline.give_priorities(learner.priority_info)
                     pipeline.train_iter = learner.train_iter
                     if learner.train_iter % publish_every == 0:
                         self.send_policy(policy, learner.train_iter)
+                    if on_policy:
+                        pipeline.segment_done(learner.train_iter)
                     now = time.monotonic()
                     if now - last_info >= 0.25:
                         self.send_learn_info(task, learner, pipeline,
@@ -309,7 +353,19 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
             self.tb.close()
         elapsed = time.monotonic() - started
         return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
-                "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0}
+                "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0,
+                **self.segment_stats}
+
+    def _count_segment(self, segment: Dict[str, np.ndarray], train_iter: int) -> None:
+        """What the learner is about to train on, from the rows themselves (each carries its policy version)."""
+        staleness = train_iter - int(segment["collect_iter"].min())
+        stats = self.segment_stats
+        stats["segments"] += 1
+        stats["segment_rows"] = len(segment["collect_iter"])
+        stats["segment_staleness_max"] = max(stats["segment_staleness_max"], staleness)
+        if staleness > int(self.cfg.policy.other.replay_buffer.max_staleness):
+            logger.error("learner %s: a segment %d versions old reached iteration %d (max_staleness %d)",
+                         self.worker_id, staleness, train_iter, self.cfg.policy.other.replay_buffer.max_staleness)
 
 
 register_comm_learner("flask_fs", FlaskFileSystemLearner)

@@ -207,6 +207,7 @@ class PPOPolicy(Policy):
         names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         info = dict(zip(names, mean.unbind()))
         info["updates"] = len(stats)
+        info["epochs"] = int(learn.epoch_per_collect)  # every segment is used exactly this many times
         return info
 
     # ---- state -----------------------------------------------------------------

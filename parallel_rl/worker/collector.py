@@ -293,10 +293,13 @@ class SampleSerialCollector(ISerialCollector):
         self._builder = _NStepBuilder(self._nstep, self._gamma)
         self._ready: Columns = {}
 
-    def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> Columns:
+    def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None,
+                keep_surplus: bool = True) -> Columns:
         """Run the envs until ``n_sample`` transitions are ready; return exactly that many.
 
-        Transitions completed beyond ``n_sample`` are returned by the next call.
+        Transitions completed beyond ``n_sample`` are returned by the next call; with
+        ``keep_surplus=False`` they are returned now (up to ``num_envs - 1`` more rows), so every row
+        comes from this call's policy (on-policy collectors, whose next call may act with a new one).
         """
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
@@ -322,8 +325,11 @@ class SampleSerialCollector(ISerialCollector):
         stats.env_steps = steps
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])
-        self._ready = slice_columns(data, n_sample)
-        data = slice_columns(data, 0, n_sample)
+        if keep_surplus:
+            self._ready = slice_columns(data, n_sample)
+            data = slice_columns(data, 0, n_sample)
+        else:
+            self._ready = {}
         self.envstep += stats.env_steps
         stats.transitions = columns_len(data)
         stats.duration = time.perf_counter() - start
