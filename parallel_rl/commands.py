@@ -6,7 +6,6 @@ import argparse
 import datetime
 import json
 import logging
-import signal
 import sys
 import threading
 from typing import Any, Dict, List, Sequence
@@ -37,16 +36,6 @@ def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
     return args.host or cfg.parallel.coordinator.host, cfg.parallel.coordinator.port if args.port is None else args.port
 
 
-def _on_signals(callback) -> None:
-    """Run ``callback(signal_name)`` in a thread on SIGINT/SIGTERM (never inside the handler)."""
-
-    def handler(signum, frame):
-        threading.Thread(target=callback, args=(signal.Signals(signum).name,), daemon=True).start()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-
 # ---- roles ---------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from .entry.launcher import run_local_cluster
@@ -64,7 +53,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     from .coordinator import Coordinator
     from .interaction.http import token_from_env
-    from .runtime import outcome_exit_code, setup_process, shared_root
+    from .runtime import on_signals, outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage
 
     cfg = _load_checked(args)
@@ -97,7 +86,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         stopped.set()
         coordinator.done_event.set()
 
-    _on_signals(stop)
+    on_signals(stop)
     lingered = False
     try:
         coordinator.done_event.wait()
@@ -124,7 +113,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def cmd_slave(args: argparse.Namespace) -> int:
     from .interaction.http import token_from_env
-    from .runtime import die_with_parent, setup_process
+    from .runtime import die_with_parent, on_signals, setup_process
 
     die_with_parent()
     cfg = _load(args)
@@ -139,7 +128,7 @@ def cmd_slave(args: argparse.Namespace) -> int:
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
                        worker_id=args.worker_id,
                        insecure_no_token=args.insecure_no_token)
-    _on_signals(lambda name: slave.request_stop())
+    on_signals(lambda name: slave.request_stop())
     print(f"{args.command}: serving on {slave.address}", flush=True)
     if not args.coordinator:
         print(f"{args.command}: no --coordinator: waiting to be added with "

@@ -108,3 +108,52 @@ def guarded_thread(target: Callable[[], None], name: str, on_death: Callable[[st
             on_death(f"{name} thread died: {type(exc).__name__}: {exc}")
 
     return threading.Thread(target=run, name=name, daemon=True)
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def signal_exit_code(name: str) -> int:
+    """The shell's exit code for a run ended by signal ``name``: 128 + its number (SIGINT 130, SIGTERM 143)."""
+    import signal
+
+    return 128 + int(signal.Signals[name])
+
+
+def on_signals(callback: Callable[[str], None], names=STOP_SIGNALS) -> None:
+    """Call ``callback(signal_name)`` on a thread of its own each time one of ``names`` arrives, for the rest
+    of the process's life (a signal during the exit must not become a traceback or a kill). Call once per
+    process, from the main thread.
+
+    Nothing runs inside the signal handler: Python's C-level handler writes the signal number to a pipe
+    (``signal.set_wakeup_fd``, async-signal-safe) and the Python-level handler does nothing. A watcher
+    thread reads the pipe and calls ``callback`` in ordinary thread context, where it may take locks and
+    set events. (Setting an event from the handler itself deadlocks when the signal lands while the main
+    thread holds that event's lock; starting a thread from it can deadlock the same way.) ``callback``
+    must be idempotent: a user pressing Ctrl-C three times calls it three times."""
+    import signal
+
+    numbers = {int(signal.Signals[name]) for name in names}
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for number in numbers:
+        signal.signal(number, _ignore_in_handler)
+
+    def watch() -> None:
+        while True:
+            for number in os.read(read_fd, 64):  # blocks until a signal arrives
+                if number not in numbers:
+                    continue
+                try:
+                    callback(signal.Signals(number).name)
+                except Exception:  # noqa: BLE001 - logged; the next signal must still be heard
+                    logging.getLogger(__name__).exception("signals: handling %s failed",
+                                                          signal.Signals(number).name)
+
+    guarded_thread(watch, "signal-watcher",
+                   lambda reason: logging.getLogger(__name__).error("signals: %s", reason)).start()
+
+
+def _ignore_in_handler(signum, frame) -> None:
+    """The Python-level handler of :func:`on_signals`: nothing (the watcher thread does the work)."""

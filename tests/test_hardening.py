@@ -353,3 +353,63 @@ def test_a_corrupt_newest_learner_state_falls_back_to_the_one_before(tmp_path):
         f.truncate(40)
     version, state = storage.latest_good_learner_state()
     assert version == 100 and state["train_iter"] == 100 and state["policy"]["w"].tolist() == [1.0, 1.0]
+
+
+# ---- 10. smaller: signals, final reports, adoption by address, forgotten workers, shared dirs ----------
+def descendants_of_run(run_pid: int) -> list:
+    """Live processes started by the `run` launcher ``run_pid`` (they carry its pid in their environment),
+    found whether or not they were re-parented after the launcher exited."""
+    import os
+
+    from tests.test_cluster import alive
+
+    marker = f"PARALLEL_RL_PARENT_PID={run_pid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            if marker in environ and alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def signal_barrage(proc, signals, pause: float = 0.01, deadline: float = 60.0) -> int:
+    """Send ``signals`` (cycled) to ``proc`` every ``pause`` s until it exits; its exit code (fails after
+    ``deadline`` s)."""
+    import time
+
+    paced = threading.Event()  # never set: a paced barrage, not a wait for state
+    end = time.monotonic() + deadline
+    for sig in itertools.cycle(signals):
+        if proc.poll() is not None:
+            return proc.returncode
+        assert time.monotonic() < end, f"still running {deadline}s into a barrage of {signals}"
+        proc.send_signal(sig)
+        paced.wait(pause)
+
+
+@pytest.mark.parametrize("moment", ["children starting", "mid-run"])
+def test_repeated_signals_at_awkward_moments_end_the_run_cleanly(cli, tmp_path, moment):
+    """SIGINT/SIGTERM sent again and again (while the children start, during the shutdown they trigger):
+    the run ends in bounded time with the first signal's exit code (130 SIGINT, 143 SIGTERM) and leaves no
+    process behind. The signal handler does nothing but wake a watcher thread, so no signal can land
+    inside a lock the handler needs."""
+    import signal
+
+    from tests.test_cluster import TOY_CONFIG, busy_collectors, start_run
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    run, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000")
+    if moment == "children starting":  # right after the REST line: the children are being spawned
+        first, code = signal.SIGTERM, 143
+    else:
+        eventually(lambda: busy_collectors(url, 2), timeout=60, message="two busy collectors")
+        first, code = signal.SIGINT, 130
+    assert signal_barrage(run.proc, [first, signal.SIGINT, signal.SIGTERM]) == code, run.output()[-3000:]
+    assert f"interrupted ({first.name})" in run.output()
+    assert eventually(lambda: not descendants_of_run(run.pid), timeout=10, message="no process left")

@@ -20,7 +20,6 @@ import collections
 import itertools
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +32,7 @@ from easydict import EasyDict
 from ..coordinator import Coordinator, CoordinatorState
 from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
-from ..runtime import outcome_exit_code, pin_process, shared_root
+from ..runtime import on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage
 
 logger = logging.getLogger(__name__)
@@ -148,9 +147,11 @@ class LocalCluster:
         self.children.append(child)
         return child
 
-    def request_stop(self, reason: str) -> None:
-        """From a signal handler: leave the wait loop and shut down."""
-        self.interrupted = reason
+    def request_stop(self, signal_name: str) -> None:
+        """SIGINT/SIGTERM (from the signal watcher thread, never inside a handler): leave the wait loop and
+        shut down. Idempotent: the first signal names the interruption and its exit code."""
+        if self.interrupted is None:
+            self.interrupted = signal_name
         self._stop.set()
         self.coordinator.done_event.set()
 
@@ -189,9 +190,10 @@ class LocalCluster:
         self.server.start()
         self.coordinator.start()
         print(f"REST API: {self.url}/api/v1", flush=True)
-        self._spawn("learner")
-        for _ in range(self.n_collectors):
-            self._spawn("collector")
+        if not self._stop.is_set():  # interrupted while starting: no child to start and stop again
+            self._spawn("learner")
+            for _ in range(self.n_collectors):
+                self._spawn("collector")
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
         pinned = not self.cfg.parallel.learner.dedicated_cpu
@@ -224,7 +226,7 @@ class LocalCluster:
         if self.interrupted:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
             print(f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True)
-            return 130
+            return signal_exit_code(self.interrupted)
         code = outcome_exit_code(c.state, self.cfg.env.stop_value)
         if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
             print(f"{c.state}: {c.reason}; {summary}", flush=True)
@@ -264,14 +266,18 @@ class LocalCluster:
 def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,
                       shared_dir: Optional[str] = None, config_path: Optional[str] = None,
                       overrides: Optional[List[str]] = None, resume: Optional[str] = None) -> int:
+    """Run the cluster; SIGINT/SIGTERM stop it (exit 130/143), heard from the start (also while it sets up)."""
+    signals: List[str] = []
+    clusters: List[LocalCluster] = []
+
+    def on_signal(name: str) -> None:  # on the signal watcher thread
+        signals.append(name)
+        for cluster in clusters:
+            cluster.request_stop(signals[0])
+
+    on_signals(on_signal)
     cluster = LocalCluster(cfg, collectors, host, port, shared_dir, config_path, overrides, resume)
-
-    def on_signal(signum, frame):
-        cluster.request_stop(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return cluster.run()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    clusters.append(cluster)
+    if signals:  # it came while the cluster was being set up
+        cluster.request_stop(signals[0])
+    return cluster.run()
