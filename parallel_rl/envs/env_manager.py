@@ -7,12 +7,21 @@ implementation when it has one (CartPole's is ~3.5x faster than
 (``AutoresetMode.NEXT_STEP``): the step after an episode ends returns that
 env's first observation and no transition. :class:`EnvStep` marks such rows
 ``valid=False`` so callers never record them.
+
+Over an ``AsyncVectorEnv`` (``vector_mode="async"``) the manager can also step
+a *subset* of envs and return as soon as some are done (:meth:`EnvManager.step_ready`,
+tianshou's ``wait_num`` / ``timeout``): gymnasium's ``step_async`` / ``step_wait``
+always step every env, so this sends each env's step to its worker process
+through the vector env's own pipes and waits on them with
+``multiprocessing.connection.wait``. A slow env then never holds the fast ones up.
 """
 from __future__ import annotations
 
 import importlib
 import logging
+import time
 from dataclasses import dataclass
+from multiprocessing.connection import wait as wait_for_pipes
 from typing import Any, Iterable, Optional
 
 import gymnasium as gym
@@ -40,6 +49,9 @@ class EnvStep:
     episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0
     episode_ended: bool = False  # any episode ended in this step
     n_valid: int = 0  # number of real transitions in this step
+    # step_ready only: envs whose step finished in this call (the others are still stepping or idle;
+    # their rows are not valid). None: every env stepped.
+    ready: Optional[np.ndarray] = None
 
     @property
     def done(self) -> np.ndarray:
@@ -138,6 +150,13 @@ class EnvManager:
         for shared in (self._all_valid, self._no_returns, self._no_lengths):
             shared.flags.writeable = False
         self._obs: Optional[np.ndarray] = None
+        # step_ready: envs whose step was sent and not yet received
+        self._pending = np.zeros(num_envs, dtype=bool)
+        base = getattr(vector_env, "unwrapped", vector_env)
+        self._subset_env = (base if isinstance(base, gym.vector.AsyncVectorEnv)
+                            and base.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP else None)
+        # the longest step_ready / reset / close waits for a sub-env's step (seconds)
+        self.step_timeout = 60.0
         self.closed = False
         # keep_info=True keeps the last step's gymnasium info dict in ``info`` (off: the hot path skips it)
         self.keep_info = False
@@ -165,7 +184,10 @@ class EnvManager:
         return self._obs
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> np.ndarray:
-        """Reset every env; ``options`` goes to gymnasium's ``reset`` (tianshou's ``gym_reset_kwargs``)."""
+        """Reset every env; ``options`` goes to gymnasium's ``reset`` (tianshou's ``gym_reset_kwargs``).
+
+        Steps still running from :meth:`step_ready` are waited for (and dropped) first."""
+        self._drain()
         seed = self._seed if seed is None else seed
         obs, _ = self._env.reset(seed=seed, options=options)
         self._returns[:] = 0.0
@@ -175,6 +197,9 @@ class EnvManager:
         return self._obs
 
     def step(self, actions: np.ndarray) -> EnvStep:
+        if self._pending.any():
+            raise RuntimeError(f"EnvManager({self.env_id}): envs {np.flatnonzero(self._pending).tolist()} are still "
+                               "stepping from step_ready(); keep using step_ready(), or reset() first")
         if self._action_bounds is not None:
             actions = np.clip(actions, *self._action_bounds)
         obs, reward, terminated, truncated, info = self._env.step(actions)
@@ -210,6 +235,125 @@ class EnvManager:
         self._obs = obs
         return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended, n_valid)
 
+    # ---- stepping a subset of envs (AsyncVectorEnv only) ------------------------------------------
+    @property
+    def can_step_subset(self) -> bool:
+        """Whether :meth:`step_ready` works: the envs run in gymnasium ``AsyncVectorEnv`` worker processes."""
+        return self._subset_env is not None
+
+    @property
+    def pending(self) -> np.ndarray:
+        """Ids of the envs whose step (sent by :meth:`step_ready`) has not been received yet."""
+        return np.flatnonzero(self._pending)
+
+    def step_ready(self, actions: np.ndarray, env_ids: np.ndarray, wait_num: int = 1,
+                   timeout: Optional[float] = None) -> EnvStep:
+        """Step the idle envs ``env_ids`` with ``actions``; return once some stepping envs are done.
+
+        tianshou's asynchronous step: waits until at least one env (of all those stepping, including
+        earlier calls' envs) has finished, then for up to ``wait_num`` of them or until ``timeout``
+        seconds have passed. The result is full-width: ``ready`` marks the envs whose step finished
+        (their rows carry the step, ``valid`` where it is a real transition); the others keep
+        stepping and are returned by a later call. Only those ready envs may be sent an action next.
+        Needs an ``AsyncVectorEnv`` (``vector_mode="async"``); gives up after ``step_timeout`` s
+        without any env finishing (``TimeoutError``). The envs' ``info`` is not kept (``keep_info``
+        covers :meth:`step`).
+        """
+        if self._subset_env is None:
+            raise ConfigError(f"EnvManager({self.env_id}).step_ready needs an AsyncVectorEnv with next-step autoreset "
+                              f"(env.vector_mode='async'), not {type(self._env).__name__}")
+        if self._obs is None:
+            raise RuntimeError(f"EnvManager({self.env_id}): call reset() before step_ready()")
+        if wait_num < 1:
+            raise ValueError(f"{wait_num=} must be >= 1")
+        env_ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if len(env_ids) != len(actions):
+            raise ValueError(f"step_ready: {len(actions)} actions for {len(env_ids)} envs {env_ids.tolist()}")
+        if self._pending[env_ids].any():
+            raise RuntimeError(f"EnvManager({self.env_id}).step_ready: envs {env_ids[self._pending[env_ids]].tolist()} "
+                               "are still stepping; send actions only to the envs a step returned as ready")
+        if self._action_bounds is not None:
+            actions = np.clip(actions, *self._action_bounds)
+        pipes = self._subset_env.parent_pipes
+        for env_id, action in zip(env_ids.tolist(), actions):
+            pipes[env_id].send(("step", action))  # gymnasium's worker protocol, as step_async sends it
+        self._pending[env_ids] = True
+        ready = self._wait_ready(wait_num, timeout)
+        return self._receive(ready)
+
+    def _wait_ready(self, wait_num: int, timeout: Optional[float]) -> np.ndarray:
+        """Ids of pending envs whose result is in their pipe: at least one, up to ``wait_num`` or ``timeout``."""
+        pipes = self._subset_env.parent_pipes
+        waiting = {pipes[i]: i for i in np.flatnonzero(self._pending).tolist()}
+        if not waiting:
+            raise RuntimeError(f"EnvManager({self.env_id}).step_ready: no env is stepping (pass at least one env id)")
+        start = time.monotonic()
+        ready = [waiting.pop(p) for p in wait_for_pipes(list(waiting), self.step_timeout)]
+        if not ready:
+            raise TimeoutError(f"EnvManager({self.env_id}): no env finished its step within {self.step_timeout=} s; "
+                               "raise step_timeout for envs this slow")
+        while waiting and len(ready) < wait_num:
+            left = None if timeout is None else timeout - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                break
+            done = wait_for_pipes(list(waiting), self.step_timeout if left is None else left)
+            if not done and left is None:
+                raise TimeoutError(f"EnvManager({self.env_id}): {wait_num=} envs did not finish within "
+                                   f"{self.step_timeout=} s; lower wait_num or pass a timeout")
+            ready.extend(waiting.pop(p) for p in done)
+        return np.sort(np.asarray(ready, dtype=np.int64))
+
+    def _receive(self, ready: np.ndarray) -> EnvStep:
+        env = self._subset_env
+        n = self.num_envs
+        obs = self._obs.copy()
+        reward = np.zeros(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        for env_id in ready.tolist():
+            result, success = env.parent_pipes[env_id].recv()
+            self._pending[env_id] = False
+            if not success:
+                index, exctype, value, trace = env.error_queue.get(timeout=self.step_timeout)
+                logger.error("EnvManager(%s): env %d failed in its worker process:\n%s", self.env_id, index, trace)
+                raise RuntimeError(f"EnvManager({self.env_id}): env {index} raised {exctype.__name__}: {value}")
+            env_obs, env_reward, env_terminated, env_truncated, _info = result
+            obs[env_id] = env.observations[env_id] if env.shared_memory else env_obs
+            reward[env_id], terminated[env_id], truncated[env_id] = env_reward, env_terminated, env_truncated
+        self.info = {}  # keep_info covers step() only: the evaluator steps every env
+        ready_mask = np.zeros(n, dtype=bool)
+        ready_mask[ready] = True
+        resetting = self._needs_reset & ready_mask  # these envs auto-reset: no transition
+        valid = ready_mask & ~resetting
+        self._returns[resetting] = 0.0
+        self._lengths[resetting] = 0
+        self._lengths += valid
+        self._returns += reward
+        done = terminated | truncated
+        ended = bool(done.any())
+        episode_return = np.where(done, self._returns, np.nan)
+        episode_length = np.where(done, self._lengths, 0)
+        self._needs_reset = np.where(ready_mask, done, self._needs_reset)
+        self._obs = obs
+        return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended,
+                       int(valid.sum()), ready_mask)
+
+    def _drain(self) -> None:
+        """Receive (and drop) the results of steps still running from :meth:`step_ready`."""
+        if not self._pending.any():
+            return
+        pipes = self._subset_env.parent_pipes
+        waiting = {pipes[i]: i for i in np.flatnonzero(self._pending).tolist()}
+        deadline = time.monotonic() + self.step_timeout
+        while waiting:
+            done = wait_for_pipes(list(waiting), max(0.0, deadline - time.monotonic()))
+            if not done:
+                raise TimeoutError(f"EnvManager({self.env_id}): envs {sorted(waiting.values())} did not finish their "
+                                   f"step within {self.step_timeout=} s")
+            for pipe in done:
+                pipe.recv()
+                self._pending[waiting.pop(pipe)] = False
+
     def env_info(self, env_id: int) -> dict:
         """Env ``env_id``'s entries of the last step's info (needs ``keep_info``); gymnasium's ``_key`` masks applied."""
         info = self.info
@@ -223,8 +367,20 @@ class EnvManager:
         return {k: v[env_id] for k, v in nested.items() if isinstance(v, np.ndarray) and not k.startswith("_")}
 
     def close(self) -> None:
+        """Close the envs; sub-envs still stepping after ``step_timeout`` s have their processes terminated."""
         if not self.closed:
-            self._env.close()
+            terminate = False
+            if self._pending.any():
+                try:
+                    self._drain()
+                except TimeoutError:
+                    logger.warning("EnvManager(%s): envs %s still stepping at close; terminating their processes",
+                                   self.env_id, self.pending.tolist())
+                    terminate = True
+            if terminate:
+                self._env.close(terminate=True)
+            else:
+                self._env.close()
             self.closed = True
 
     def __enter__(self) -> "EnvManager":

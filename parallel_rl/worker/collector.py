@@ -15,6 +15,12 @@ A policy whose collect mode returns a dict (``{"action": ..., "logp": ...,
 "value": ...}``, on-policy algorithms) gets those extra columns recorded with
 every row, plus ``env_id`` (rows of one env are in time order) and ``end``
 (the episode ended at this step, by termination or truncation).
+
+Both collectors step every env at once by default. ``step_ready_envs()``
+switches one to stepping only the envs that are ready
+(:meth:`EnvManager.step_ready`, envs in ``AsyncVectorEnv`` worker processes):
+the same loops, fed by a different step, so a slow env does not hold the
+fast ones up (tianshou's ``AsyncCollector``).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.env_manager import EnvManager
+from ..errors import ConfigError
 from ..registry import Registry
 
 Columns = Dict[str, np.ndarray]
@@ -163,6 +170,53 @@ class ISerialCollector(abc.ABC):
     @abc.abstractmethod
     def collect(self, *args, **kwargs): ...
 
+    # ---- one step of the envs: every env (default) or the ready ones ----------------------------
+    def _act(self, forward, policy_kwargs: dict):
+        """Act on every env's observation and step them all: ``(obs, action, EnvStep, extra columns)``."""
+        obs = self._env.obs
+        action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        return obs, action, self._env.step(action), extra
+
+    def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
+        """From now on step only the envs that are ready (tianshou's asynchronous collection).
+
+        Each step acts on the envs whose last step has come back, sends them their actions and
+        returns once at least one (up to ``wait_num``, or what is done after ``timeout`` s) of the
+        stepping envs has finished; the rest keep stepping. Needs an env manager over an
+        ``AsyncVectorEnv`` (``env.vector_mode="async"``).
+        """
+        if not self._env.can_step_subset:
+            raise ConfigError(f"stepping only the ready envs needs env.vector_mode='async' (an AsyncVectorEnv), "
+                              f"got {self._env.vector_mode!r}")
+        if wait_num < 1 or wait_num > self._env.num_envs:
+            raise ValueError(f"{wait_num=} must be between 1 and env_num={self._env.num_envs}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"{timeout=} must be > 0 (or None)")
+        self._ready_wait = (wait_num, timeout)
+        self._act = self._act_ready
+        self._restart_ready()
+
+    def _restart_ready(self) -> None:
+        """After an env reset every env is ready; what was sent before is forgotten."""
+        self._ready_ids = np.arange(self._env.num_envs)
+        self._sent: Optional[Dict[str, np.ndarray]] = None
+
+    def _act_ready(self, forward, policy_kwargs: dict):
+        """Act on the ready envs only and step them; the rows of the envs whose step came back are valid."""
+        env, ids = self._env, self._ready_ids
+        obs = env.obs[ids]
+        action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        columns = {"obs": obs, "action": np.asarray(action), **{"x:" + k: np.asarray(v) for k, v in (extra or {}).items()}}
+        if self._sent is None:  # what each env was last sent, full width (rows of stepping envs are kept)
+            self._sent = {k: np.zeros((env.num_envs,) + v.shape[1:], dtype=v.dtype) for k, v in columns.items()}
+        for key, value in columns.items():
+            self._sent[key][ids] = value
+        step = env.step_ready(columns["action"], ids, *self._ready_wait)
+        self._ready_ids = np.flatnonzero(step.ready)
+        sent = {k: v.copy() for k, v in self._sent.items()}  # rows of this step, as the envs were sent them
+        extra = {k[2:]: v for k, v in sent.items() if k.startswith("x:")} if extra is not None else None
+        return sent["obs"], sent["action"], step, extra
+
     @abc.abstractmethod
     def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
         """Take ``env`` (if given) and reset it; ``gym_reset_kwargs`` go to its ``reset``."""
@@ -292,6 +346,12 @@ class SampleSerialCollector(ISerialCollector):
         self._env.reset(**(gym_reset_kwargs or {}))
         self._builder = _NStepBuilder(self._nstep, self._gamma)
         self._ready: Columns = {}
+        self._restart_ready()
+
+    def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
+        if self._nstep != 1:
+            raise ConfigError(f"stepping only the ready envs builds 1-step transitions; got {self._nstep=}")
+        super().step_ready_envs(wait_num, timeout)
 
     def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None,
                 keep_surplus: bool = True) -> Columns:
@@ -306,15 +366,13 @@ class SampleSerialCollector(ISerialCollector):
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
-        env, builder, forward = self._env, self._builder, self._policy.forward
+        env, builder, forward, act = self._env, self._builder, self._policy.forward, self._act
         # at most n-1 rows per env are incomplete, so this many valid steps suffice
         missing = n_sample - columns_len(self._ready)
         need = missing + (self._nstep - 1) * env.num_envs - builder.pending if missing > 0 else 0
         steps = 0
         while steps < need:
-            obs = env.obs
-            action, extra = split_policy_output(forward(obs, **policy_kwargs))
-            step = env.step(action)
+            obs, action, step, extra = act(forward, policy_kwargs)
             builder.add(obs, action, step, extra)
             steps += step.n_valid
             if step.episode_ended:
@@ -359,6 +417,7 @@ class EpisodeSerialCollector(ISerialCollector):
         self._env.reset(**(gym_reset_kwargs or {}))
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
+        self._restart_ready()
 
     def collect(
         self,
@@ -366,8 +425,9 @@ class EpisodeSerialCollector(ISerialCollector):
         train_iter: int = 0,
         policy_kwargs: Optional[dict] = None,
         spread_evenly: bool = False,
+        keep_surplus: bool = True,
     ) -> List[Columns]:
-        """Return exactly ``n_episode`` finished episodes.
+        """Return exactly ``n_episode`` finished episodes (``keep_surplus=False``: every episode finished by now).
 
         By default the first episodes to finish are returned (short episodes
         come first) and the rest are kept for the next call. ``spread_evenly``
@@ -384,10 +444,8 @@ class EpisodeSerialCollector(ISerialCollector):
         env = self._env
         active = np.ones(env.num_envs, dtype=bool)  # envs whose steps still count
         while len(self._ready) < n_episode:
-            obs = env.obs
-            action, extra = split_policy_output(self._policy.forward(obs, **policy_kwargs))
-            step = env.step(action)
-            stats.env_steps += int(step.valid.sum())
+            obs, action, step, extra = self._act(self._policy.forward, policy_kwargs)
+            stats.env_steps += step.n_valid
             for i in np.flatnonzero(step.valid & active):
                 row_extra = {} if extra is None else {
                     **{k: v[i : i + 1].astype(np.float32) for k, v in extra.items()},
@@ -414,7 +472,8 @@ class EpisodeSerialCollector(ISerialCollector):
                     if spread_evenly and n_episode - len(self._ready) < active.sum():
                         active[i] = False  # this env has given its share
                         self._partial[i] = []
-        episodes, self._ready = self._ready[:n_episode], self._ready[n_episode:]
+        cut = n_episode if keep_surplus else len(self._ready)
+        episodes, self._ready = self._ready[:cut], self._ready[cut:]
         stats.episodes = len(episodes)
         stats.transitions = sum(columns_len(e) for e in episodes)
         self.envstep += stats.env_steps

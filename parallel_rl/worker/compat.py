@@ -1,7 +1,8 @@
 """Other libraries' collector surfaces over our one collection loop.
 
 - tianshou: :class:`Collector` (``collect(n_step=... | n_episode=...)`` ->
-  :class:`CollectStats`), :class:`CollectStatsBase`.
+  :class:`CollectStats`), :class:`AsyncCollector` (steps only the ready envs),
+  :class:`CollectStatsBase`.
 - torchrl: :class:`DataCollectorBase` and :class:`SyncDataCollector`
   (iterate over batches of ``frames_per_batch`` frames, ``start()`` to fill a
   replay buffer in the background, ``update_policy_weights_()``,
@@ -26,6 +27,7 @@ import torch
 
 from ..data.buffer import EpisodeReplayBuffer, IBuffer, NaiveReplayBuffer
 from ..envs.env_manager import EnvManager
+from ..errors import ConfigError
 from .collector import (
     CollectStats,
     CollectStatsBase,
@@ -38,7 +40,7 @@ from .collector import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Collector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager",
+    "Collector", "AsyncCollector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager",
     "DataCollectorBase", "SyncDataCollector", "PolicyWeightUpdater",
 ]
 
@@ -80,6 +82,9 @@ class Collector:
     ``discount_factor`` shape the transitions as in the serial pipeline
     (tianshou stores 1-step transitions: the default).
     """
+
+    # n_step: exactly n_step transitions (the surplus waits for the next call); n_episode: unbiased, envs reset after
+    _exact = True
 
     def __init__(
         self,
@@ -174,13 +179,15 @@ class Collector:
         try:
             with torch.no_grad() if no_grad else contextlib.nullcontext():
                 if n_step is not None:
-                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs)
+                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, keep_surplus=self._exact)
                     self.buffer.push(data, cur_collector_envstep=core.envstep)
                 else:
-                    episodes = core.collect(n_episode=n_episode, policy_kwargs=self.policy_kwargs, spread_evenly=True)
+                    episodes = core.collect(n_episode=n_episode, policy_kwargs=self.policy_kwargs,
+                                            spread_evenly=self._exact, keep_surplus=self._exact)
                     pushed = episodes if isinstance(self.buffer, EpisodeReplayBuffer) else concat_columns(episodes)
                     self.buffer.push(pushed, cur_collector_envstep=core.envstep)
-                    core.reset_env()  # tianshou resets after episodic collection: no env starts mid-episode
+                    if self._exact:
+                        core.reset_env()  # tianshou resets after episodic collection: no env starts mid-episode
         finally:
             core.reset_policy(mode)
         stats = core.last_stats
@@ -188,6 +195,50 @@ class Collector:
         self.collect_episode += stats.episodes
         self.collect_time += stats.duration
         return stats
+
+
+class AsyncCollector(Collector):
+    """tianshou's ``AsyncCollector``: steps only the envs that are ready, so a slow env never holds up the rest.
+
+    ``env`` must run its envs in worker processes: an :class:`EnvManager` with
+    ``vector_mode="async"`` or a gymnasium ``AsyncVectorEnv``. Each vector
+    step acts on the envs whose last step has come back and waits until at
+    least one stepping env is done (up to ``wait_num`` of them, or what is
+    done after ``timeout`` seconds). The same collection loops as
+    :class:`Collector` (:meth:`ISerialCollector.step_ready_envs`); transitions
+    are 1-step.
+
+    ``collect(n_step=N)`` may collect more than asked: every transition that
+    came back in the last step is kept (up to ``env_num - 1`` more), and envs
+    still stepping finish in the next call. ``collect(n_episode=K)`` likewise
+    returns every episode finished when the K-th one is (K or more; short
+    ones first, not tianshou's unbiased rule of :class:`Collector`) and does
+    not reset the envs afterwards.
+    """
+
+    _exact = False
+
+    def __init__(
+        self,
+        policy: Any,
+        env: Union[EnvManager, "gym.vector.AsyncVectorEnv"],
+        buffer: Optional[IBuffer] = None,
+        exploration_noise: bool = False,
+        *,
+        wait_num: int = 1,
+        timeout: Optional[float] = None,
+        policy_kwargs: Optional[dict] = None,
+        discount_factor: float = 0.99,
+    ):
+        manager = as_env_manager(env)
+        if not manager.can_step_subset:
+            raise ConfigError(f"AsyncCollector needs envs in worker processes (EnvManager(..., vector_mode='async') or a "
+                              f"gymnasium AsyncVectorEnv), got {manager.vector_mode!r}; use Collector for this env")
+        super().__init__(policy, manager, buffer, exploration_noise, policy_kwargs=policy_kwargs, nstep=1,
+                         discount_factor=discount_factor)
+        self.wait_num, self.timeout = wait_num, timeout
+        for core in (self._steps, self._episodes):
+            core.step_ready_envs(wait_num, timeout)
 
 
 # ---- torchrl-style ---------------------------------------------------------------------------
