@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -100,7 +101,7 @@ def one_run(role: Optional[str], seed: int, kill_at: int, tmp: str) -> tuple:
     log = open(os.path.join(tmp, "log.txt"), "ab")
     procs: List[subprocess.Popen] = []
     start = time.perf_counter()
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 120  # a solve takes ~6 s; a stuck run fails instead of waiting forever
     recovery = None
     compose = role == "coordinator" or role == "roles"
     try:
@@ -128,7 +129,10 @@ def one_run(role: Optional[str], seed: int, kill_at: int, tmp: str) -> tuple:
                     main = coordinator = cli(*coordinator_args, log=log)
                 recovered = wait_recovered(url, deadline)
                 recovery = None if recovered is None else recovered - killed
-        code = main.wait(max(1.0, deadline - time.monotonic()))
+        try:
+            code = main.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = None
         wall = time.perf_counter() - start
         return code == 0, wall, recovery
     finally:
@@ -159,6 +163,10 @@ def main() -> int:
         for scenario in scenarios:
             with tempfile.TemporaryDirectory() as tmp:
                 ok, wall, recovery = one_run(None if scenario == "run" else scenario, seed, args.kill_at, tmp)
+                if not ok:  # keep the processes' output of a failed run
+                    kept = os.path.join(tempfile.gettempdir(), f"recovery-{scenario}-seed{seed}-{os.getpid()}.log")
+                    shutil.copyfile(os.path.join(tmp, "log.txt"), kept)
+                    print(f"  (output of the failed run: {kept})", flush=True)
             walls[scenario].append(wall if ok else None)
             if recovery is not None:
                 recoveries[scenario].append(recovery)

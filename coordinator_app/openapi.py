@@ -97,7 +97,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                           "description": "on-policy: env steps this collector may collect in all "
                                                          "with policy_version (its share of the segment)"},
                     "segment_round": {"type": "integer", "description": "on-policy: segments restart with each "
-                                                                        "learner task"}}},
+                                                                        "learner task"},
+                    "cancel_tasks": {"type": "array", "items": {"type": "string"},
+                                     "description": "tasks the worker holds that this coordinator never issued "
+                                                    "(issued by a process before a restart): stop them"}}},
             },
         },
         "paths": {
@@ -186,8 +189,12 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "
                            "X-Parallel-RL-Lease)", "security": AUTH,
-                "description": "optional body {\"problems\": [str]}: what went wrong in the worker's threads "
-                               "(shown under the worker's `problems`)",
+                "description": "optional body {\"problems\": [str], \"tasks\": [str]}: what went wrong in the "
+                               "worker's threads (shown under the worker's `problems`), and the ids of the tasks "
+                               "it holds (queued, running, or with an end report not yet delivered; after a "
+                               "coordinator restart a saved running task it no longer holds is failed and issued "
+                               "again, and one this coordinator never issued comes back in the control block's "
+                               "`cancel_tasks`)",
                 "parameters": [_path_param("worker_id")],
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {

@@ -123,3 +123,38 @@ def test_state_files_hold_no_pickle(coordinator_factory, slaves):  # noqa: F811
     _, npz_path = coordinator.storage.state_paths(coordinator.storage.coordinator_states()[-1])
     with np.load(npz_path, allow_pickle=False) as npz:  # raises on an object array
         assert all(npz[k].dtype != object for k in npz.files)
+
+
+def test_tasks_that_changed_while_the_coordinator_was_down_are_settled_by_the_first_heartbeat(
+        coordinator_factory, slaves):  # noqa: F811
+    """A snapshot cannot know what happened after it: a task that ended then reported its end to the old
+    process (the new one would wait for it forever: a run whose evaluation never comes back never solves), and a
+    task the old process issued then is unknown to the new one. The worker's heartbeat says which tasks it
+    holds; the resumed coordinator fails the first (to issue it again) and asks the worker to stop the second."""
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(30)
+    first = collector.received[0].task_id
+    assert coordinator.save_state()
+    # after the snapshot: the first task ends (reported to this process), a second one is issued
+    collector.finish[first].set()
+    eventually(lambda: len(collector.received) >= 2, timeout=30, message="a second task")
+    second = collector.received[1].task_id
+    assert collector.held_task_ids() == [second]
+
+    other = restarted(coordinator)
+    assert other.resume()
+    assert other.tasks.get(first).state.value == "running" and other.tasks.get(second) is None
+    worker = other.heartbeat(collector.worker_id, collector.coordinator.lease, tasks=collector.held_task_ids())
+    task = other.tasks.get(first)
+    assert task.state.value == "failed" and "no longer runs it" in task.error
+    assert worker.current_task is None and worker.state.value == "idle"
+    control = other.control_for(worker)
+    assert control["cancel_tasks"] == [second]
+    collector.on_control(control)  # what the slave does with the heartbeat's answer
+    eventually(lambda: second not in collector.held_task_ids(), timeout=10, message="the unknown task stopped")
+    assert collector.finish[second].is_set()
+    # a heartbeat without the field (an older worker) changes nothing; later heartbeats find nothing to settle
+    assert other.heartbeat(collector.worker_id, collector.coordinator.lease).worker_id == collector.worker_id
+    assert other.control_for(other.heartbeat(collector.worker_id, collector.coordinator.lease,
+                                             tasks=[]))["cancel_tasks"] == []

@@ -62,8 +62,13 @@ def heartbeat(worker_id: str):
     problems = body.get("problems") if isinstance(body, dict) else None
     if problems is not None and (not isinstance(problems, list) or not all(isinstance(p, str) for p in problems)):
         raise ApiError(400, "bad_request", "field 'problems' must be a list of strings")
+    tasks = body.get("tasks") if isinstance(body, dict) else None
+    if tasks is not None and (not isinstance(tasks, list) or len(tasks) > 1000
+                              or not all(isinstance(t, str) for t in tasks)):
+        raise ApiError(400, "bad_request", "field 'tasks' must be a list of at most 1000 task ids")
     worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
-                                   [p[:500] for p in problems[-20:]] if problems is not None else None)
+                                   [p[:500] for p in problems[-20:]] if problems is not None else None,
+                                   tasks)
     return jsonify(coordinator.control_for(worker))
 
 

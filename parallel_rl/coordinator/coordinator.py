@@ -122,6 +122,9 @@ class Coordinator:
         self._snapshot_thread: Optional[threading.Thread] = None
         self.state_saved_at: Optional[float] = None
         self.resumed_from: Optional[int] = None
+        # after a resume: worker id -> the tasks the snapshot says it runs, until its first heartbeat says
+        # which it really runs (a task it ended after the snapshot reported its end to the old process)
+        self._unconfirmed: Dict[str, List[str]] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "Coordinator":
@@ -283,8 +286,15 @@ class Coordinator:
         ``DELETE /api/v1/collectors/<worker_id>`` does."""
         return self.remove_worker(worker_id, "collector")
 
-    def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None) -> Worker:
-        """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again)."""
+    def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
+                  tasks: Optional[List[str]] = None) -> Worker:
+        """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
+
+        ``tasks``: the ids of the tasks the worker holds (queued, running, or with an end report not yet
+        delivered). After a resume they settle what the snapshot could not know: a task the snapshot has
+        running on this worker that the worker no longer holds ended while the coordinator was down (its
+        report went to the old process), so it fails and is issued again; a task the worker runs that this
+        coordinator never issued (issued after the snapshot) is cancelled through the control block."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
             raise ApiError(404, "not_found", f"worker {worker_id!r:.60} is not registered with this lease "
@@ -294,7 +304,22 @@ class Coordinator:
                 if problems and problems != worker.problems:
                     logger.error("coordinator: %s reports: %s", worker_id, "; ".join(problems[-3:]))
                 worker.problems = problems[-20:]
+        if tasks is not None:
+            self._reconcile_tasks(worker, set(tasks))
         return worker
+
+    def _reconcile_tasks(self, worker: Worker, held: set) -> None:
+        with self._lock:
+            lost = [t for t in self._unconfirmed.pop(worker.worker_id, []) if t not in held]
+            known = {t: self.tasks.get(t) for t in held}
+            worker.stale_tasks = sorted(t for t, task in known.items()
+                                        if task is None or task.worker_id != worker.worker_id)
+        for task_id in lost:
+            self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} no longer runs it (it ended while "
+                                                             f"the coordinator was restarting)")
+        if worker.stale_tasks:
+            logger.info("coordinator: asking %s to stop %s (issued by the coordinator before its restart)",
+                        worker.worker_id, worker.stale_tasks)
 
     def get_worker(self, worker_id: str, kind: Optional[str] = None) -> Worker:
         """The worker (of ``kind``, when given), or 404."""
@@ -462,6 +487,8 @@ class Coordinator:
             # on-policy: env steps this collector may collect in all with policy `policy_version`
             "segment_env_steps": self.segment_steps_allowed(worker) if self.on_policy else None,
             "segment_round": self.segment_round,
+            # tasks this coordinator does not know (issued before a restart, after the snapshot it resumed)
+            "cancel_tasks": list(worker.stale_tasks),
         }
 
     # ---- replay ratio -------------------------------------------------------------------------
@@ -861,6 +888,10 @@ class Coordinator:
             self.eval_history = list(state.get("eval_history", []))
             self.throughput_history = list(state.get("throughput_history", []))
             self.replay.load_state_dict(state["replay"])
+            self._unconfirmed = {}
+            for task in self.tasks.list():
+                if task.state == TaskState.RUNNING and task.worker_id:
+                    self._unconfirmed.setdefault(task.worker_id, []).append(task.task_id)
 
     def save_state(self) -> Optional[str]:
         """Write a snapshot to the shared directory (the arrays are copied under the lock, written outside it);

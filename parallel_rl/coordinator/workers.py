@@ -52,6 +52,8 @@ class Worker:
     registered_at: float = field(default_factory=time.time)
     last_heartbeat: float = field(default_factory=time.monotonic)
     current_task: Optional[str] = None
+    # tasks the worker holds that this coordinator never issued (asked to stop in the control block)
+    stale_tasks: List[str] = field(default_factory=list)
     eval_task: Optional[str] = None
     env_steps: int = 0
     train_iter: int = 0

@@ -70,6 +70,10 @@ class TaskInbox:
                     return task
             return None
 
+    def task_ids(self) -> List[str]:
+        with self._cond:
+            return [t.task_id for t in self._tasks]
+
     def drain(self) -> List[SlaveTask]:
         with self._cond:
             tasks, self._tasks = list(self._tasks), collections.deque()
@@ -104,6 +108,7 @@ class Outbox:
         self._first_at: Optional[float] = None
         self._urgent = False
         self._in_flight = False
+        self._batch: List[dict] = []  # the batch being sent
         self._closed = False
         self.sent = 0
         self.failures = 0
@@ -142,7 +147,7 @@ class Outbox:
                 if self._closed and not self._messages:
                     return
                 batch, self._messages, self._urgent = self._messages, [], False
-                self._in_flight = True
+                self._in_flight, self._batch = True, batch
             try:
                 control = self._send(batch)
                 backoff = 0.05
@@ -169,6 +174,12 @@ class Outbox:
                 self._cond.notify_all()
             if control:
                 self._on_control(control)
+
+    def task_ids(self) -> List[str]:
+        """Tasks named by messages not yet delivered (queued or being sent)."""
+        with self._cond:
+            return [m["task_id"] for m in self._messages + (self._batch if self._in_flight else [])
+                    if isinstance(m, dict) and isinstance(m.get("task_id"), str)]
 
     def _drop(self, batch: List[dict], why: str) -> None:
         kinds = ", ".join(sorted({str(m.get("type")) for m in batch if isinstance(m, dict)}))
@@ -439,10 +450,23 @@ class Slave:
         """Run one task; return its result. Raise to fail it."""
         raise NotImplementedError
 
+    def held_task_ids(self) -> List[str]:
+        """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
+        a task moves (inbox, then running, then the outbox), so a task moving meanwhile is still seen."""
+        queued = self.inbox.task_ids()
+        with self._lock:
+            running = list(self._running)
+        unsent = self.outbox.task_ids() if self.outbox is not None else []
+        return sorted(set(queued + running + unsent))
+
     def on_control(self, control: Dict[str, Any]) -> None:
         self.control = control
         if control.get("stop"):
             self._stop_running_tasks()
+        for task_id in control.get("cancel_tasks") or []:  # issued by a coordinator process that is gone
+            if self.stop_task(task_id):
+                logger.info("%s %s: stopped %s (the restarted coordinator does not know it)", self.kind,
+                            self.worker_id, task_id)
 
     def teardown(self) -> None:
         """Free the algorithm objects (envs, models)."""
@@ -509,7 +533,8 @@ class Slave:
                 continue
             try:
                 control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat",
-                                                {"problems": list(self.problems)}, retries=0,
+                                                {"problems": list(self.problems), "tasks": self.held_task_ids()},
+                                                retries=0,
                                                 timeout=max(1.0, self._heartbeat_interval))
                 last_ok = time.monotonic()
                 self.on_control(control)
