@@ -87,7 +87,7 @@ def parallel_default_config() -> EasyDict:
             # collector); one more death of that role fails the run
             max_restarts=5,
             # seconds before the first restart of a role; doubled for each further one, up to max_backoff
-            backoff=0.5,
+            backoff=0.25,
             max_backoff=10.0,
         ),
         worker=dict(
