@@ -170,6 +170,9 @@ def _validate(cfg: EasyDict) -> None:
         raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
                           f"{cfg.policy.type!r} (>= env.collector_env_num), got "
                           f"{cfg.parallel.collector.chunk_size=} {cfg.env.collector_env_num=}")
+    if buf_type == "sequence":
+        raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
+                          "windows for library use; the pipelines train on transitions: use advanced or naive")
     if cfg.policy.on_policy != (buf_type == "segment"):
         want = "segment" if cfg.policy.on_policy else "advanced, naive or episode"
         raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Dict
+import importlib
+from typing import Any, Callable, Dict, Iterable
 
 from .errors import ConfigError
 
@@ -41,3 +42,12 @@ class Registry:
 
     def names(self) -> list:
         return sorted(self._items)
+
+
+def import_modules(names: Iterable[str], key: str = "import_names") -> None:
+    """Import user modules that register things on import (a config's ``import_names``)."""
+    for name in names or []:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"{key}: cannot import {name!r}: {exc}") from exc

@@ -7,8 +7,10 @@ from .buffer import (
     IBuffer,
     NaiveReplayBuffer,
     SegmentReplayBuffer,
+    SequenceReplayBuffer,
     buffer_default_config,
     create_buffer,
+    get_buffer_cls,
 )
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "IBuffer",
     "NaiveReplayBuffer",
     "SegmentReplayBuffer",
+    "SequenceReplayBuffer",
     "buffer_default_config",
     "create_buffer",
+    "get_buffer_cls",
 ]

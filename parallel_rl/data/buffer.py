@@ -23,7 +23,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from ..registry import Registry
+from ..registry import Registry, import_modules
 
 Columns = Dict[str, np.ndarray]
 
@@ -515,6 +515,125 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             self._use_count = np.array(state["segment/use_count"])
 
 
+class SequenceReplayBuffer(NaiveReplayBuffer):
+    """DI-engine's ``SequenceReplayBuffer``: samples contiguous, same-episode sequences of rows.
+
+    The rows live in the naive buffer's ring; the buffer also keeps which episode each row belongs
+    to. ``push`` takes rows of one env in time order (a dict of columns) or a list of whole
+    episodes (dicts of columns, e.g. from ``EpisodeSerialCollector``). In a dict of rows, an
+    ``episode_id`` column, when there is one, names each row's episode; otherwise an episode ends
+    after a row whose ``done`` (or ``end``, where present) is true, and the first rows of a push
+    continue the episode the previous push left open. (``done`` is false on a time-limit
+    truncation: push a list of episodes, or an ``end`` column, to split those.)
+    """
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(type="sequence", replay_buffer_size=20000, seed=0)
+
+    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, on_evict)
+        self._episode = np.full(self.capacity, -1, dtype=np.int64)
+        self._episodes_begun = 0  # episode ids handed out
+        self._open = False  # the last pushed row's episode has not ended
+
+    def _episode_ids(self, data: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+        if "episode_id" in data:  # the caller's ids, renumbered in order of appearance
+            raw = np.asarray(data["episode_id"])
+            starts = np.concatenate([[True], raw[1:] != raw[:-1]])
+            continues = False
+        else:
+            ends = np.asarray(data["done"], dtype=bool) if "done" in data else np.zeros(n, dtype=bool)
+            if "end" in data:
+                ends = ends | np.asarray(data["end"], dtype=bool)
+            starts = np.concatenate([[True], ends[:-1]])
+            continues = self._open
+            self._open = not bool(ends[-1])
+        ids = self._episodes_begun + np.cumsum(starts) - 1
+        if continues:
+            ids -= 1
+        self._episodes_begun = int(ids[-1]) + 1
+        return ids
+
+    def push(self, data, cur_collector_envstep: int = -1) -> np.ndarray:
+        """Push rows of one env in time order (dict of columns) or a list of whole episodes."""
+        if not isinstance(data, Mapping):  # a list of episodes: each its own episode
+            episodes = [{k: np.asarray(v) for k, v in e.items()} for e in data if columns_len(e)]
+            if not episodes:
+                return np.zeros(0, dtype=np.int64)
+            with self._lock:
+                ids = np.concatenate([np.full(columns_len(e), self._episodes_begun + i, dtype=np.int64)
+                                      for i, e in enumerate(episodes)])
+                self._episodes_begun += len(episodes)
+                self._open = False
+                return self._push_rows({k: np.concatenate([e[k] for e in episodes]) for k in episodes[0]}, ids,
+                                       cur_collector_envstep)
+        n = columns_len(data)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        with self._lock:
+            ids = self._episode_ids(data, n)
+            return self._push_rows({k: v for k, v in data.items() if k != "episode_id"}, ids, cur_collector_envstep)
+
+    def _push_rows(self, data: Mapping[str, np.ndarray], ids: np.ndarray, cur_collector_envstep: int) -> np.ndarray:
+        slots = super().push(data, cur_collector_envstep)
+        self._episode[slots] = ids[len(ids) - len(slots):]
+        return slots
+
+    def sample(self, batch: int, sequence: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False, cross_episode: bool = False) -> Optional[Columns]:
+        """``batch`` sequences of ``sequence`` consecutive rows; None while fewer can be drawn.
+
+        Every column comes back shaped ``(batch, sequence, ...)`` (``index`` / ``uid`` too), rows of
+        a sequence in time order. A sequence never crosses an episode boundary unless
+        ``cross_episode=True`` (then any ``sequence`` consecutive stored rows). ``replace=False``
+        (DI-engine's default): distinct start rows (sequences may overlap). ``sample_range``: a
+        slice over the stored rows oldest first; sequences lie inside it.
+        """
+        if batch <= 0 or sequence <= 0:
+            raise ValueError(f"{batch=} and {sequence=} must be > 0")
+        with self._lock:
+            pool = np.flatnonzero(self._valid)
+            pool = pool[np.argsort(self._uid[pool], kind="stable")]  # oldest first
+            if sample_range is not None:
+                pool = pool[sample_range]
+            if len(pool) < sequence:
+                return None
+            last = len(pool) - sequence  # start positions 0..last
+            uid, episode = self._uid[pool], self._episode[pool]
+            ok = uid[sequence - 1:] - uid[: last + 1] == sequence - 1  # no gap in push order
+            if not cross_episode:  # an episode's rows are consecutive: same id at both ends, same id inside
+                ok &= episode[sequence - 1:] == episode[: last + 1]
+            starts = np.flatnonzero(ok)
+            if len(starts) == 0 or (not replace and len(starts) < batch):
+                return None
+            picks = starts[self._draw(len(starts), batch, replace)]
+            slots = pool[picks[:, None] + np.arange(sequence)]
+            out = self._gather(slots.reshape(-1), cur_learner_iter)
+            out.pop("replay_buffer_idx"), out.pop("replay_unique_id")
+            out = {k: v.reshape((batch, sequence) + v.shape[1:]) for k, v in out.items()}
+            out["replay_buffer_idx"], out["replay_unique_id"] = out["index"], out["uid"]
+            return out
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        with self._lock:
+            state = super().state_dict()
+            state["sequence/episode"] = self._episode.copy()
+            state["sequence/scalars"] = np.array([self._episodes_begun, self._open], dtype=np.int64)
+            return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        with self._lock:
+            super().load_state_dict(state)
+            self._episode = np.array(state["sequence/episode"])
+            self._episodes_begun, self._open = int(state["sequence/scalars"][0]), bool(state["sequence/scalars"][1])
+
+
+def columns_len(columns: Mapping[str, np.ndarray]) -> int:
+    """Rows in a dict of columns."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
 class EpisodeReplayBuffer(IBuffer):
     """Whole episodes (dicts of columns), sampled uniformly; capacity counts episodes."""
 
@@ -598,13 +717,20 @@ BUFFER_REGISTRY.register("naive", NaiveReplayBuffer)
 BUFFER_REGISTRY.register("advanced", AdvancedReplayBuffer)
 BUFFER_REGISTRY.register("episode", EpisodeReplayBuffer)
 BUFFER_REGISTRY.register("segment", SegmentReplayBuffer)
+BUFFER_REGISTRY.register("sequence", SequenceReplayBuffer)
 
 
 def buffer_default_config(buffer_type: str) -> EasyDict:
     return BUFFER_REGISTRY.get(buffer_type).default_config()
 
 
+def get_buffer_cls(cfg: Mapping) -> type:
+    """The buffer class ``cfg.type`` names (DI-engine's ``get_buffer_cls``), after importing ``cfg.import_names``."""
+    import_modules(cfg.get("import_names", []), "buffer import_names")
+    return BUFFER_REGISTRY.get(cfg.get("type", "advanced"))
+
+
 def create_buffer(cfg: Mapping, on_evict: Optional[Callable[[Columns], None]] = None) -> IBuffer:
     """Build the buffer named by ``cfg.type`` (``naive``, ``advanced``, ``episode`` or a registered one)."""
-    return BUFFER_REGISTRY.build(cfg.get("type", "advanced"), cfg, on_evict=on_evict)
+    return get_buffer_cls(cfg)(cfg, on_evict=on_evict)
 

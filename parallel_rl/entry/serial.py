@@ -19,10 +19,10 @@ from easydict import EasyDict
 from ..data.buffer import create_buffer
 from ..envs.env_manager import EnvManager
 from ..policy import create_policy
-from ..policy.epsilon import exploration_schedule
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import create_serial_collector
+from ..worker.commander import BaseSerialCommander
 from ..worker.evaluator import InteractionSerialEvaluator
 from ..worker.learner import create_learner
 
@@ -68,7 +68,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
-    epsilon = exploration_schedule(cfg.policy)
+    commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
     on_policy = policy.on_policy
     learn = cfg.policy.learn
     budget = cfg.serial
@@ -102,10 +102,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
             if budget.max_seconds and time.perf_counter() - start >= budget.max_seconds:
                 reason = f"time budget {budget.max_seconds:g}s used up"
                 break
-            data = collector.collect(
-                cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                policy_kwargs={"eps": epsilon(collector.envstep)},
-            )
+            data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
+                                     policy_kwargs=commander.step())
             if on_policy:
                 learner.train(data, collector.envstep)
                 continue

@@ -17,7 +17,6 @@ through the vector env's own pipes and waits on them with
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from ..registry import import_modules
 from .spaces import action_spec, check_observation_space, env_spaces  # noqa: F401 (env_spaces re-exported)
 
 logger = logging.getLogger(__name__)
@@ -60,11 +60,7 @@ class EnvStep:
 
 def import_env_modules(names: Iterable[str]) -> None:
     """Import user modules that register envs with gymnasium (``env.import_names``)."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(f"env.import_names: cannot import {name!r}: {exc}") from exc
+    import_modules(names, "env.import_names")
 
 
 class EnvManager:

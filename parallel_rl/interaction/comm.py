@@ -17,8 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from easydict import EasyDict
 
-from ..envs.env_manager import import_env_modules
-from ..registry import Registry
+from ..registry import Registry, import_modules
 from .http import ApiError
 from .slave import Slave, SlaveTask
 
@@ -97,7 +96,7 @@ def _build(registry: Registry, cfg: Mapping) -> Any:
     from . import collector_worker, learner_worker  # noqa: F401  (they register "flask_fs")
 
     cfg = EasyDict(dict(cfg))
-    import_env_modules(cfg.pop("import_names", []) or [])
+    import_modules(cfg.pop("import_names", []) or [], "comm import_names")
     kind = cfg.pop("type", "flask_fs")
     return registry.build(kind, **cfg)
 

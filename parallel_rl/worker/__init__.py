@@ -1,4 +1,5 @@
 """Serial workers: collectors, evaluator, learner (library code, no servers)."""
+from ..data.buffer import get_buffer_cls
 from .collector import (
     COLLECTOR_REGISTRY,
     CollectStats,
@@ -6,11 +7,23 @@ from .collector import (
     ISerialCollector,
     SampleSerialCollector,
     create_serial_collector,
+    get_serial_collector_cls,
+    to_tensor_transitions,
 )
-from .evaluator import InteractionSerialEvaluator, ISerialEvaluator, VectorEvalMonitor
+from .commander import BaseSerialCommander
+from .evaluator import (
+    EVALUATOR_REGISTRY,
+    IMetric,
+    InteractionSerialEvaluator,
+    ISerialEvaluator,
+    MetricSerialEvaluator,
+    VectorEvalMonitor,
+    create_serial_evaluator,
+)
 from .learner import (
     BaseLearner,
     LearnerHook,
+    add_learner_hook,
     build_learner_hook_by_cfg,
     create_learner,
     merge_hooks,
@@ -37,4 +50,6 @@ __all__ = ["BaseParallelCollector", *_COMM,
     "SampleSerialCollector", "create_serial_collector", "InteractionSerialEvaluator",
     "ISerialEvaluator", "VectorEvalMonitor", "BaseLearner", "LearnerHook",
     "build_learner_hook_by_cfg", "create_learner", "merge_hooks", "register_learner_hook",
+    "get_buffer_cls", "get_serial_collector_cls", "to_tensor_transitions", "BaseSerialCommander",
+    "EVALUATOR_REGISTRY", "IMetric", "MetricSerialEvaluator", "create_serial_evaluator", "add_learner_hook",
 ]

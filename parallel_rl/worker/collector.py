@@ -32,9 +32,10 @@ from typing import Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
+from ..data.buffer import columns_len  # noqa: F401 (re-exported)
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
-from ..registry import Registry
+from ..registry import Registry, import_modules
 
 Columns = Dict[str, np.ndarray]
 
@@ -122,6 +123,16 @@ class CollectStats:
         return SequenceSummaryStats.from_sequence(self.lengths)
 
 
+class RandomPolicy:
+    """Samples the env's (batched) action space: what random collection acts with."""
+
+    def __init__(self, action_space):
+        self.action_space = action_space
+
+    def forward(self, obs: np.ndarray, **kwargs) -> np.ndarray:
+        return np.asarray(self.action_space.sample())[: len(obs)]
+
+
 def action_column(action: np.ndarray) -> np.ndarray:
     """Actions as stored: int64 for discrete actions, float32 for continuous ones."""
     if np.issubdtype(action.dtype, np.integer):
@@ -146,10 +157,6 @@ def concat_columns(pieces: List[Columns]) -> Columns:
 
 def slice_columns(cols: Columns, start: int, stop: Optional[int] = None) -> Columns:
     return {k: v[start:stop] for k, v in cols.items()}
-
-
-def columns_len(cols: Columns) -> int:
-    return len(next(iter(cols.values()))) if cols else 0
 
 
 class ISerialCollector(abc.ABC):
@@ -334,10 +341,16 @@ class SampleSerialCollector(ISerialCollector):
         policy,
         nstep: int = 1,
         discount_factor: float = 0.99,
+        n_sample: Optional[int] = None,
     ):
+        """``n_sample``: what ``collect()`` collects when called without one (else ``cfg.n_sample``, if set)."""
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
+        n_sample = n_sample if n_sample is not None else (cfg or {}).get("n_sample")
+        if n_sample is not None and n_sample <= 0:
+            raise ValueError(f"{n_sample=} must be > 0")
         self._nstep = nstep
+        self.default_n_sample = n_sample
         super().__init__(cfg, env, policy, discount_factor)
 
     def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
@@ -353,20 +366,38 @@ class SampleSerialCollector(ISerialCollector):
             raise ConfigError(f"stepping only the ready envs builds 1-step transitions; got {self._nstep=}")
         super().step_ready_envs(wait_num, timeout)
 
-    def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None,
-                keep_surplus: bool = True) -> Columns:
-        """Run the envs until ``n_sample`` transitions are ready; return exactly that many.
+    def collect(self, n_sample: Optional[int] = None, train_iter: int = 0, drop_extra: bool = True,
+                random_collect: bool = False, record_random_collect: bool = True,
+                policy_kwargs: Optional[dict] = None, level_seeds: None = None) -> Columns:
+        """Run the envs until ``n_sample`` transitions are ready; return exactly that many (DI-engine's arguments).
 
-        Transitions completed beyond ``n_sample`` are returned by the next call; with
-        ``keep_surplus=False`` they are returned now (up to ``num_envs - 1`` more rows), so every row
+        ``n_sample=None``: the collector's configured ``n_sample``. ``drop_extra=True``: transitions
+        completed beyond ``n_sample`` are not returned now but by the next call (DI-engine drops
+        them); ``drop_extra=False`` returns them now (up to ``num_envs - 1`` more rows), so every row
         comes from this call's policy (on-policy collectors, whose next call may act with a new one).
+        ``random_collect=True`` acts by sampling the env's action space (``policy_kwargs`` unused);
+        with ``record_random_collect=False`` such a call's episodes are not recorded in
+        ``last_stats`` (its env steps still count in ``envstep``). ``level_seeds`` (procgen level
+        seeds) is not supported: anything but None is a ``ValueError``.
         """
+        if level_seeds is not None:
+            raise ValueError(f"{level_seeds=}: per-level seeds are not supported; reset the envs with "
+                             "reset_env(gym_reset_kwargs={'seed': ...}) instead")
+        if n_sample is None:
+            n_sample = self.default_n_sample
+            if n_sample is None:
+                raise ValueError("collect() without n_sample needs a collector built with n_sample=... "
+                                 "(or cfg.n_sample); pass collect(n_sample=N)")
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
-        env, builder, forward, act = self._env, self._builder, self._policy.forward, self._act
+        if random_collect:
+            forward, policy_kwargs = RandomPolicy(self._env.action_space).forward, {}
+        else:
+            forward = self._policy.forward
+        env, builder, act = self._env, self._builder, self._act
         # at most n-1 rows per env are incomplete, so this many valid steps suffice
         missing = n_sample - columns_len(self._ready)
         need = missing + (self._nstep - 1) * env.num_envs - builder.pending if missing > 0 else 0
@@ -383,7 +414,7 @@ class SampleSerialCollector(ISerialCollector):
         stats.env_steps = steps
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])
-        if keep_surplus:
+        if drop_extra:
             self._ready = slice_columns(data, n_sample)
             data = slice_columns(data, 0, n_sample)
         else:
@@ -391,7 +422,8 @@ class SampleSerialCollector(ISerialCollector):
         self.envstep += stats.env_steps
         stats.transitions = columns_len(data)
         stats.duration = time.perf_counter() - start
-        self.last_stats = stats
+        if record_random_collect or not random_collect:
+            self.last_stats = stats
         return data
 
     def discard_surplus(self) -> int:
@@ -425,9 +457,10 @@ class EpisodeSerialCollector(ISerialCollector):
         train_iter: int = 0,
         policy_kwargs: Optional[dict] = None,
         spread_evenly: bool = False,
-        keep_surplus: bool = True,
+        drop_extra: bool = True,
     ) -> List[Columns]:
-        """Return exactly ``n_episode`` finished episodes (``keep_surplus=False``: every episode finished by now).
+        """Return exactly ``n_episode`` finished episodes (``drop_extra=False``: every episode finished by now;
+        with ``True`` the extra ones are returned by the next call).
 
         By default the first episodes to finish are returned (short episodes
         come first) and the rest are kept for the next call. ``spread_evenly``
@@ -472,7 +505,7 @@ class EpisodeSerialCollector(ISerialCollector):
                     if spread_evenly and n_episode - len(self._ready) < active.sum():
                         active[i] = False  # this env has given its share
                         self._partial[i] = []
-        cut = n_episode if keep_surplus else len(self._ready)
+        cut = n_episode if drop_extra else len(self._ready)
         episodes, self._ready = self._ready[:cut], self._ready[cut:]
         stats.episodes = len(episodes)
         stats.transitions = sum(columns_len(e) for e in episodes)
@@ -486,6 +519,23 @@ COLLECTOR_REGISTRY.register("sample", SampleSerialCollector)
 COLLECTOR_REGISTRY.register("episode", EpisodeSerialCollector)
 
 
+def get_serial_collector_cls(cfg: EasyDict) -> type:
+    """The collector class ``cfg.type`` names (DI-engine's ``get_serial_collector_cls``), after importing
+    ``cfg.import_names``."""
+    import_modules(cfg.get("import_names", []), "collector import_names")
+    return COLLECTOR_REGISTRY.get(cfg.get("type", "sample"))
+
+
 def create_serial_collector(cfg: EasyDict, env: EnvManager, policy, **kwargs) -> ISerialCollector:
     """Build the collector named by ``cfg.type`` (``sample``, ``episode`` or a registered one)."""
-    return COLLECTOR_REGISTRY.build(cfg.get("type", "sample"), cfg, env, policy, **kwargs)
+    return get_serial_collector_cls(cfg)(cfg, env, policy, **kwargs)
+
+
+def to_tensor_transitions(data, device: str = "cpu"):
+    """Transitions as torch tensors (DI-engine's ``to_tensor_transitions``): a dict of numpy columns gives a
+    dict of tensors (no copy on the CPU), a list of them (episodes) a list."""
+    from ..policy.nets import to_tensor
+
+    if isinstance(data, (list, tuple)):
+        return [to_tensor_transitions(d, device) for d in data]
+    return {k: to_tensor(v, device, None) for k, v in data.items()}

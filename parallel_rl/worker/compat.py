@@ -32,6 +32,7 @@ from .collector import (
     CollectStats,
     CollectStatsBase,
     EpisodeSerialCollector,
+    RandomPolicy,
     SampleSerialCollector,
     SequenceSummaryStats,
     concat_columns,
@@ -43,16 +44,6 @@ __all__ = [
     "Collector", "AsyncCollector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager",
     "DataCollectorBase", "SyncDataCollector", "PolicyWeightUpdater",
 ]
-
-
-class RandomPolicy:
-    """Samples the env's (batched) action space: what ``collect(random=True)`` acts with."""
-
-    def __init__(self, action_space: gym.Space):
-        self.action_space = action_space
-
-    def forward(self, obs: np.ndarray, **kwargs: Any) -> np.ndarray:
-        return np.asarray(self.action_space.sample())[: len(obs)]
 
 
 def as_env_manager(env: Union[EnvManager, gym.Env, "gym.vector.VectorEnv"]) -> EnvManager:
@@ -179,11 +170,11 @@ class Collector:
         try:
             with torch.no_grad() if no_grad else contextlib.nullcontext():
                 if n_step is not None:
-                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, keep_surplus=self._exact)
+                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, drop_extra=self._exact)
                     self.buffer.push(data, cur_collector_envstep=core.envstep)
                 else:
                     episodes = core.collect(n_episode=n_episode, policy_kwargs=self.policy_kwargs,
-                                            spread_evenly=self._exact, keep_surplus=self._exact)
+                                            spread_evenly=self._exact, drop_extra=self._exact)
                     pushed = episodes if isinstance(self.buffer, EpisodeReplayBuffer) else concat_columns(episodes)
                     self.buffer.push(pushed, cur_collector_envstep=core.envstep)
                     if self._exact:

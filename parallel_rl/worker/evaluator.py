@@ -1,18 +1,22 @@
-"""Serial evaluator: greedy episodes on a vector env, mean return against the stop value."""
+"""Serial evaluators: greedy episodes on a vector env against the stop value (``InteractionSerialEvaluator``),
+or a policy's outputs on a labelled dataset scored by a metric (``MetricSerialEvaluator`` with an ``IMetric``)."""
 from __future__ import annotations
 
 import abc
 import logging
 import math
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from easydict import EasyDict
 
 from ..envs.env_manager import EnvManager
+from ..registry import Registry, import_modules
 
 logger = logging.getLogger(__name__)
+
+EVALUATOR_REGISTRY = Registry("evaluator")
 
 
 class VectorEvalMonitor:
@@ -68,8 +72,14 @@ class ISerialEvaluator(abc.ABC):
     def default_config(cls) -> EasyDict:
         return EasyDict(eval_freq=200)
 
-    @abc.abstractmethod
-    def should_eval(self, train_iter: int) -> bool: ...
+    _last_eval_iter: Optional[int] = None
+
+    def should_eval(self, train_iter: int) -> bool:
+        """True on the first call and then every ``cfg.eval_freq`` learner iterations."""
+        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
+            return False
+        self._last_eval_iter = train_iter
+        return True
 
     @abc.abstractmethod
     def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1): ...
@@ -121,12 +131,6 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         self._last_eval_iter = None
         self.eval_count = 0
         self.best_return = -math.inf
-
-    def should_eval(self, train_iter: int) -> bool:
-        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
-            return False
-        self._last_eval_iter = train_iter
-        return True
 
     def eval(
         self,
@@ -189,3 +193,106 @@ class InteractionSerialEvaluator(ISerialEvaluator):
 
     def close(self) -> None:
         self.env.close()
+
+
+class IMetric(abc.ABC):
+    """DI-engine's metric interface for :class:`MetricSerialEvaluator`."""
+
+    @abc.abstractmethod
+    def eval(self, inputs: Any, label: Any) -> Any:
+        """The metric of one batch: the policy's output ``inputs`` against ``label``."""
+
+    @abc.abstractmethod
+    def reduce_mean(self, inputs: List[Any]) -> Any:
+        """The mean of the batches' metrics."""
+
+    @abc.abstractmethod
+    def gt(self, metric1: Any, metric2: Any) -> bool:
+        """Whether ``metric1`` is at least as good as ``metric2`` (decides "best" and the stop)."""
+
+
+class MetricSerialEvaluator(ISerialEvaluator):
+    """Evaluates a policy on a labelled dataset: ``env`` is a ``(DataLoader, IMetric)`` pair (DI-engine's).
+
+    ``eval`` runs ``policy.forward(inputs)`` on every ``(inputs, label)`` batch of the data loader
+    (a ``torch.utils.data.DataLoader`` or any iterable of pairs), scores it with ``metric.eval``
+    and averages with ``metric.reduce_mean``; a result that ``metric.gt`` ranks at least as good as
+    the best so far saves ``ckpt_best.pt`` through ``save_ckpt_fn``, and one at least as good as
+    ``cfg.stop_value`` (None: never) is the stop signal.
+    """
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            # evaluate every N learner iterations
+            eval_freq=50,
+            # a metric that IMetric.gt ranks at least as good as this stops training (None: never)
+            stop_value=None,
+            type="metric",
+        )
+
+    def __init__(self, cfg: Optional[EasyDict], env: Tuple[Any, IMetric], policy, **kwargs: Any):
+        """``policy``: a mode or module with ``forward(inputs)``; ``env``: ``(data loader, metric)``."""
+        self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
+        self._policy = policy
+        self.reset_env(env)
+        self.eval_count = 0
+        self.best_result: Any = None
+
+    def reset_env(self, _env: Optional[Tuple[Any, IMetric]] = None) -> None:
+        """Take a new ``(data loader, metric)`` pair."""
+        if _env is not None:
+            dataloader, metric = _env
+            if not isinstance(metric, IMetric):
+                raise TypeError(f"MetricSerialEvaluator needs (DataLoader, IMetric), got a {type(metric).__name__} metric")
+            self.dataloader, self.metric = dataloader, metric
+
+    def reset_policy(self, _policy=None) -> None:
+        if _policy is not None:
+            self._policy = _policy
+
+    def reset(self, _policy=None, _env: Optional[Tuple[Any, IMetric]] = None) -> None:
+        """New policy and/or data; the evaluation count and the best result start over."""
+        self.reset_env(_env)
+        self.reset_policy(_policy)
+        self._last_eval_iter = None
+        self.eval_count = 0
+        self.best_result = None
+
+    def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1,
+             envstep: int = -1) -> Tuple[bool, Any]:
+        """Score the policy on the whole data loader; returns ``(stop_flag, mean metric)``."""
+        import torch
+
+        start = time.perf_counter()
+        results = []
+        with torch.no_grad():
+            for inputs, label in self.dataloader:
+                results.append(self.metric.eval(self._policy.forward(inputs), label))
+        if not results:
+            raise ValueError("MetricSerialEvaluator.eval: the data loader yielded no batch")
+        result = self.metric.reduce_mean(results)
+        self.eval_count += 1
+        logger.info("metric evaluator: train_iter=%d envstep=%d result=%s (%d batches, %.2fs)", train_iter, envstep,
+                    result, len(results), time.perf_counter() - start)
+        if self.best_result is None or self.metric.gt(result, self.best_result):
+            self.best_result = result
+            if save_ckpt_fn is not None:
+                save_ckpt_fn("ckpt_best.pt")
+        stop_flag = self.cfg.stop_value is not None and bool(self.metric.gt(result, self.cfg.stop_value))
+        return stop_flag, result
+
+    def close(self) -> None:
+        """Nothing to close (the data loader belongs to the caller)."""
+
+
+EVALUATOR_REGISTRY.register("interaction", InteractionSerialEvaluator)
+EVALUATOR_REGISTRY.register("metric", MetricSerialEvaluator)
+
+
+def create_serial_evaluator(cfg: EasyDict, **kwargs: Any) -> ISerialEvaluator:
+    """Build the evaluator ``cfg.type`` names (``interaction``, ``metric`` or a registered one; DI-engine's
+    ``create_serial_evaluator``), after importing ``cfg.import_names``. ``kwargs`` go to its constructor
+    (``env``, ``policy``, and for ``interaction`` also ``stop_value``, ``n_evaluator_episode``)."""
+    import_modules(cfg.get("import_names", []), "evaluator import_names")
+    return EVALUATOR_REGISTRY.build(cfg.get("type", "interaction"), cfg, **kwargs)

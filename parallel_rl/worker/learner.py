@@ -136,6 +136,11 @@ def merge_hooks(a: Mapping[str, List[LearnerHook]], b: Mapping[str, List[Learner
     return {p: sorted(list(a.get(p, [])) + list(b.get(p, [])), key=lambda h: h.priority) for p in POSITIONS}
 
 
+def add_learner_hook(hooks: Dict[str, List[LearnerHook]], hook: LearnerHook) -> None:
+    """Put ``hook`` into the hook table ``hooks`` at its position, in priority order (DI-engine's name)."""
+    hooks[hook.position] = merge_hooks(hooks, {hook.position: [hook]})[hook.position]
+
+
 class BaseLearner:
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -172,7 +177,7 @@ class BaseLearner:
         return self._policy
 
     def register_hook(self, hook: LearnerHook) -> None:
-        self._hooks = merge_hooks(self._hooks, {hook.position: [hook]})
+        add_learner_hook(self._hooks, hook)
 
     def hooks(self, position: str) -> List[LearnerHook]:
         return list(self._hooks[position])
