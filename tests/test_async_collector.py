@@ -113,3 +113,18 @@ def test_a_slow_env_never_blocks_the_fast_ones():
         collector.collect(n_step=30)  # env 0's step comes back now and it takes part
         env_ids = buffer.sample(len(buffer))["obs"][:, 0].astype(int)
         assert np.bincount(env_ids, minlength=4)[0] > 0
+
+
+class FailingEnv(GatedEnv):
+    def step(self, action):
+        raise ValueError(f"env {self.index} broke")
+
+
+def test_an_env_that_raises_in_its_worker_is_reported_and_the_envs_still_close():
+    fns = [functools.partial(GatedEnv, 0), functools.partial(FailingEnv, 1)]
+    env = EnvManager.from_env(gym.vector.AsyncVectorEnv(fns, context="fork"))
+    env.reset()
+    with pytest.raises(RuntimeError, match="env 1 raised ValueError: env 1 broke"):
+        env.step_ready(np.ones(2, dtype=np.int64), np.arange(2), wait_num=2)
+    env.close()
+    assert env.closed

@@ -309,9 +309,11 @@ class EnvManager:
         for env_id in ready.tolist():
             result, success = env.parent_pipes[env_id].recv()
             self._pending[env_id] = False
-            if not success:
+            if not success:  # the worker reported the error and exited: drop its pipe, as gymnasium does
                 index, exctype, value, trace = env.error_queue.get(timeout=self.step_timeout)
                 logger.error("EnvManager(%s): env %d failed in its worker process:\n%s", self.env_id, index, trace)
+                env.parent_pipes[index].close()
+                env.parent_pipes[index] = None
                 raise RuntimeError(f"EnvManager({self.env_id}): env {index} raised {exctype.__name__}: {value}")
             env_obs, env_reward, env_terminated, env_truncated, _info = result
             obs[env_id] = env.observations[env_id] if env.shared_memory else env_obs
