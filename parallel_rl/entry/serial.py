@@ -1,6 +1,6 @@
 """The serial pipeline: collect, train and evaluate in one process.
 
-The same components as the cluster (env manager, policy, collector,
+The same components as the cluster (env manager, policy, collector, commander,
 replay buffer, learner, evaluator), wired in one loop. The policy's data flow
 decides what happens to collected data: off-policy (DQN, SAC) data goes
 through the replay buffer, on-policy (PPO) data is one segment the learner
