@@ -33,17 +33,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from parallel_rl.errors import ParallelRLError  # noqa: E402
-from parallel_rl.interaction.http import HttpClient, ServerThread  # noqa: E402
+from parallel_rl.interaction.http import HttpClient, ServerThread, slave_proof  # noqa: E402
 
 
-def stub_slaves() -> tuple[ServerThread, dict]:
-    """One server answering as every simulated collector: /w<i>/slave/v1/... ; leases land in ``leases``."""
+def stub_slaves(token: str) -> tuple[ServerThread, dict]:
+    """One server answering as every simulated collector: /w<i>/slave/v1/... ; leases land in ``leases``.
+    Each answers the coordinator's challenge as a slave holding ``token`` does."""
     app = Flask("stub-collectors")
     leases: dict = {}
 
     @app.get("/<w>/slave/v1/health")
     def health(w):
-        return jsonify({"status": "ok", "kind": "collector", "worker_id": None, "pid": None, "running": []})
+        address = f"{request.host_url.rstrip('/')}/{w}"
+        challenge = request.args.get("challenge", "")
+        return jsonify({"status": "ok", "kind": "collector", "worker_id": None, "pid": None, "running": [],
+                        "address": address, "proof": slave_proof(token, challenge, address)})
 
     @app.post("/<w>/slave/v1/connect")
     def connect(w):
@@ -105,7 +109,7 @@ def run(args, proc, log, token) -> int:
             raise SystemExit(f"coordinator did not start:\n{log.read()[-2000:]}")
         else:
             time.sleep(0.1)  # waiting for a subprocess's first line (bounded by the deadline)
-    stub, leases = stub_slaves()
+    stub, leases = stub_slaves(token)
     admin = HttpClient(url, token, timeout=30)
     for i in range(args.collectors):
         for attempt in range(3):  # on a loaded machine the stub may answer the health check late

@@ -114,6 +114,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
                     "state_saved_at": {"type": "number", "nullable": True,
                                        "description": "epoch seconds of the newest snapshot of the coordinator's "
                                                       "state on the shared disk"},
+                    "workers_forgotten": {"type": "integer",
+                                          "description": "lost or gone workers no longer listed (after "
+                                                         "parallel.coordinator.worker_retention, or beyond "
+                                                         "max_ended_workers)"},
                     "resumed_from": {"type": "integer", "nullable": True,
                                      "description": "the saved state this coordinator resumed (its sequence "
                                                     "number), null when it started fresh"}}}, "summary")}}},
@@ -150,7 +154,11 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                                                          "restart); given when no entry holds it"}}}}}},
                          "responses": {"201": _json(_ref("Worker"), "registered"),
                                        "409": _json(_ref("Error"), "address already registered"),
-                                       "422": _json(_ref("Error"), "the slave cannot be reached or is not a parallel_rl worker"),
+                                       "422": _json(_ref("Error"), "the slave cannot be reached, is not a parallel_rl "
+                                                                   "worker (code unreachable), or did not prove it "
+                                                                   "holds the cluster token (code unproven): the "
+                                                                   "coordinator sends the token only to a slave that "
+                                                                   "answered its challenge"),
                                        **_errors("400", "401", "403", "404", "413")}}},
             "/{collection}/{worker_id}": {
                 "get": {"summary": "one worker", "parameters": [worker_collection, _path_param("worker_id")],

@@ -54,7 +54,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from .coordinator import Coordinator
     from .interaction.http import token_from_env
     from .runtime import on_signals, outcome_exit_code, setup_process, shared_root
-    from .storage import SharedStorage
+    from .storage import SharedStorage, lock_shared_dir
 
     cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
@@ -64,6 +64,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                           "export PARALLEL_RL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))'); "
                           "`parallel-rl run` makes one for its own processes")
     storage = SharedStorage(shared_root(cfg, args.shared_dir))
+    dir_lock = lock_shared_dir(storage, "parallel-rl coordinator")  # another run must not wipe it under us
     coordinator = Coordinator(cfg, storage, token)
     if args.fresh:
         removed = storage.reset()
@@ -97,10 +98,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             print(f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
                   f"dashboard) until stopped", flush=True)
             stopped.wait()
-    finally:
+    finally:  # the server closes after the workers' final reports (bounded), not before
+        coordinator.wind_down(float(cfg.parallel.coordinator.final_report_timeout))
         coordinator.close(notify_workers=True)
         server.close()
         coordinator.save_state()  # after the workers' last reports: a restart starts exactly here
+        dir_lock.release()
     if lingered:  # the exit code is the run's outcome, as without --linger
         print(f"coordinator: stopped by {interrupted[0]} (the run ended {coordinator.state})", flush=True)
         return outcome_exit_code(coordinator.state, cfg.env.stop_value)

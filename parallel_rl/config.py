@@ -156,6 +156,10 @@ def _validate(cfg: EasyDict) -> None:
     if supervisor.max_restarts < 0 or supervisor.backoff < 0 or supervisor.max_backoff < supervisor.backoff:
         raise ConfigError("parallel.supervisor needs max_restarts >= 0 and 0 <= backoff <= max_backoff, got "
                           f"{supervisor.max_restarts=}, {supervisor.backoff=}, {supervisor.max_backoff=}")
+    ccfg = cfg.parallel.coordinator
+    if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
+        raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
+                          f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
     if cfg.parallel.coordinator.snapshot_interval <= 0:
         raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
                           f"{cfg.parallel.coordinator.snapshot_interval}")

@@ -18,6 +18,10 @@ class ConfigError(ParallelRLError, ValueError):
     exit_code = 2
 
 
+class SharedDirInUseError(ConfigError):
+    """Another run holds the shared directory (two runs on one directory would delete each other's files)."""
+
+
 class StorageError(ParallelRLError):
     """The shared filesystem refused an operation or held a bad file."""
 
@@ -32,6 +36,8 @@ class PathOutsideRootError(StorageError):
 
 class ProtocolError(ParallelRLError):
     """A peer answered something that is not our protocol (garbage, wrong schema)."""
+
+    status = None  # the HTTP status of the answer, when there was one
 
 
 class AuthError(ProtocolError):

@@ -6,6 +6,7 @@ Layout under the root (see docs/storage.md)::
     policy/policy_000001234.pt     policy checkpoints (torch.save of a state dict; weights_only=True)
     learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume
     coordinator/state_000000042.npz + .json   coordinator snapshots (replay index arrays; the rest as JSON)
+    run.lock                       the lock of the run using the directory (lock_shared_dir)
 
 Every file is written to a temporary name in its directory and moved into
 place with ``os.replace``, so a reader never sees half a file. Names that
@@ -26,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .errors import PathOutsideRootError, StateFormatError, StorageError
+from .errors import PathOutsideRootError, SharedDirInUseError, StateFormatError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ _STATE_JSON_RE = re.compile(r"^state_(\d{9,})\.json$")
 COORDINATOR_STATE_FORMAT = 1
 # coordinator snapshots kept: the newest, and the one before as a fallback when the newest is damaged
 KEEP_COORDINATOR_STATES = 2
+# the lock file of the run that uses a shared directory (see SharedStorage.lock)
+RUN_LOCK_NAME = "run.lock"
 
 
 def _atomic_write(path: str, write: Callable[[Any], None], durable: bool = False) -> None:
@@ -346,6 +349,48 @@ class SharedStorage:
             for version in versions[: max(0, len(versions) - keep)]:
                 removed += _unlink(path_of(version))
         return removed
+
+
+class SharedDirLock:
+    """An exclusive ``flock`` on ``<root>/run.lock``, held for a run's life. The kernel drops it when the
+    process ends, however it ends, so a crashed run never leaves the directory locked."""
+
+    def __init__(self, path: str, fd: int):
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor of the open file releases the flock
+            self._fd = None
+
+
+def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
+    """Take ``storage``'s run lock for ``holder`` (e.g. "parallel-rl run"), or SharedDirInUseError naming the
+    process that holds it. Fails at once: a second run must not wait to delete the first one's files.
+
+    An ``flock`` holds on a local disk, and across hosts on NFS (Linux maps it to NFS byte-range locks);
+    an object store or a filesystem without locks (some FUSE mounts) does not enforce it."""
+    import fcntl
+    import socket
+
+    path = os.path.join(storage.root, RUN_LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder_line = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process (it is starting)"
+        os.close(fd)
+        raise SharedDirInUseError(f"the shared directory {storage.root} is in use by {holder_line}; stop that "
+                                  f"run first, or give this one another --shared-dir") from None
+    except OSError as exc:
+        os.close(fd)
+        raise StorageError(f"cannot lock {path}: {exc}; the shared directory's filesystem must support flock "
+                           f"(a local disk, NFS)") from exc
+    line = (f"pid {os.getpid()} on {socket.gethostname()} ({holder}, since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, line, 0)
+    return SharedDirLock(path, fd)
 
 
 def _torch_save_atomic(path: str, state: Mapping) -> None:

@@ -3,6 +3,8 @@ property-based fuzz of worker messages. Real coordinator over HTTP on 127.0.0.1,
 import itertools
 import json
 import math
+import os
+import re
 import threading
 
 import numpy as np
@@ -15,6 +17,7 @@ from parallel_rl.errors import ConfigError
 from parallel_rl.interaction.http import LEASE_HEADER, ApiError
 from tests.conftest import eventually
 from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
+from tests.test_operations import cluster  # noqa: F401  (fixture)
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -413,3 +416,234 @@ def test_repeated_signals_at_awkward_moments_end_the_run_cleanly(cli, tmp_path, 
     assert signal_barrage(run.proc, [first, signal.SIGINT, signal.SIGTERM]) == code, run.output()[-3000:]
     assert f"interrupted ({first.name})" in run.output()
     assert eventually(lambda: not descendants_of_run(run.pid), timeout=10, message="no process left")
+
+
+def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, tmp_path):
+    """`run` holds a lock on its shared directory for its life: a second `run` (fresh or --resume) on it
+    exits 2 at once naming the holder's pid, and deletes nothing of the first run's."""
+    import signal
+
+    from tests.test_cluster import TOY_CONFIG, get, start_run
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = tmp_path / "shared"
+    first, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000", "--shared-dir", str(shared))
+    eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="the first run training")
+    chunks = set(os.listdir(shared / "data"))
+    assert chunks
+    for args in (["--shared-dir", str(shared)], ["--resume", str(shared)]):
+        second = cli("second", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp2'}", *args)
+        assert second.wait(30) == 2, second.output()[-2000:]
+        assert re.search(rf"is in use by pid {first.pid} on \S+ \(parallel-rl run", second.output()), second.output()
+        assert "REST API" not in second.output()
+    assert get(url, "/buffers")["buffers"][0]["evicted"] == 0  # so every chunk file is still wanted
+    assert chunks <= set(os.listdir(shared / "data"))
+    assert first.proc.poll() is None and get(url, "/cluster")["state"] == "running"
+    first.proc.send_signal(signal.SIGINT)
+    assert first.wait(30) == 130
+    # the lock ends with its run: the directory can be resumed now
+    again = cli("again", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}", "--resume", str(shared),
+                "--set", "env.stop_value=1000")
+    again.wait_line(r"^REST API: ")
+    again.proc.send_signal(signal.SIGINT)
+    assert again.wait(30) == 130
+
+
+class RecordingServer:
+    """A little HTTP server on 127.0.0.1 that is not ours: it records every request (path, headers, body)
+    and answers ``reply`` (status, body)."""
+
+    def __init__(self, status: int, body: bytes):
+        import http.server
+
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                outer.requests.append((self.command, self.path, dict(self.headers), self.rfile.read(length)))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+JUNK = b"<html>internal admin page: db password hunter2</html>"
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, JUNK),  # anything at all
+    (500, JUNK),
+    (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1}).encode()),  # looks like a collector
+    (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1, "proof": "0" * 64}).encode()),
+])
+def test_adding_a_collector_sends_no_token_to_a_stranger_and_echoes_nothing(coordinator_factory, status, body):
+    """`POST /api/v1/collectors` with the address of a server that is not one of our slaves: 422, the token
+    and the config never leave the coordinator, and the answer says nothing of what the stranger sent."""
+    from tests.test_coordinator import TOKEN, api
+
+    coordinator, server = coordinator_factory()
+    stranger = RecordingServer(status, body)
+    try:
+        response = api(server, "/collectors", "POST", {"address": stranger.url})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["code"] in ("unreachable", "unproven")
+        message = response.json()["error"]["message"]
+        assert "hunter2" not in message and "html" not in message and "proof" not in message, message
+        assert stranger.requests, "the coordinator never asked"
+        for method, path, headers, sent in stranger.requests:
+            assert method == "GET" and path.startswith("/slave/v1/health?challenge="), path
+            assert "Authorization" not in headers and TOKEN not in json.dumps(headers) and TOKEN.encode() not in sent
+        assert coordinator.workers.list() == []
+    finally:
+        stranger.close()
+
+
+def test_a_slave_with_another_token_is_not_adopted_and_a_real_one_is(coordinator_factory, slaves,  # noqa: F811
+                                                                       tmp_path):
+    """The challenge tells our slaves from strangers: one holding another token is refused before anything is
+    sent to it; ours is refused under another name than the address it advertises (a relay could pose as
+    it) and adopted under its own."""
+    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from tests.test_coordinator import api
+
+    coordinator, server = coordinator_factory()
+    theirs = FlaskFileSystemCollector(token="another-token", shared_dir=str(tmp_path / "shared"))
+    ours = slaves("collector", None, run=False)  # holds the cluster token; waits to be added
+    try:
+        theirs.start()
+        response = api(server, "/collectors", "POST", {"address": theirs.address})
+        assert response.status_code == 422 and response.json()["error"]["code"] == "unproven", response.text
+        assert "did not prove it holds the cluster token" in response.json()["error"]["message"]
+        alias = ours.address.replace("127.0.0.1", "localhost")
+        response = api(server, "/collectors", "POST", {"address": alias})
+        assert response.status_code == 422 and "advertises another address" in response.json()["error"]["message"]
+        assert not theirs.connected.is_set() and not ours.connected.is_set()
+        response = api(server, "/collectors", "POST", {"address": ours.address})
+        assert response.status_code == 201, response.text
+        assert ours.connected.is_set()
+        assert [w.address for w in coordinator.workers.list()] == [ours.address]
+    finally:
+        theirs.request_stop()
+        theirs.close()
+
+
+def open_sockets() -> int:
+    """Sockets this test process holds open (the coordinator, the slaves and their clients all live here)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+def test_ended_workers_are_forgotten_and_their_connections_closed(coordinator_factory, slaves):  # noqa: F811
+    """Many join/leave cycles (one slave added by URL and removed again and again): the registry lists at
+    most ``max_ended_workers`` ended workers and forgets them after ``worker_retention``; their connections
+    are closed, so the process's open sockets stay bounded."""
+    from tests.test_coordinator import api
+
+    coordinator, server = coordinator_factory(coordinator={"worker_retention": 1.0, "max_ended_workers": 3})
+    slave = slaves("learner", None)
+
+    def cycle() -> str:
+        added = api(server, "/learners", "POST", {"address": slave.address})
+        assert added.status_code == 201, added.text
+        worker_id = added.json()["worker_id"]
+        assert slave.connected.wait(10)
+        assert api(server, f"/learners/{worker_id}", "DELETE").status_code == 200
+        eventually(lambda: api(server, f"/learners/{worker_id}").json()["state"] == "gone" and
+                   not slave.connected.is_set(), message=f"{worker_id} gone")
+        return worker_id
+
+    cycle()
+    eventually(lambda: api(server, "/learners").json()["learners"] == [], message="the first entry forgotten")
+    baseline = open_sockets()
+    for _ in range(20):
+        cycle()
+        assert len(api(server, "/learners").json()["learners"]) <= 3
+    eventually(lambda: api(server, "/learners").json()["learners"] == [], message="every entry forgotten")
+    assert api(server, "/cluster").json()["workers_forgotten"] == 21
+    eventually(lambda: open_sockets() <= baseline + 4, message=f"open sockets back near {baseline}")
+
+
+def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  # noqa: F811
+    """`parallel-rl coordinator` stopped (SIGTERM) while its workers run tasks lets them go and keeps serving
+    until those tasks have reported (bounded by final_report_timeout): the state it saves last holds every
+    task ended, with counters equal to what the workers reported in their task results."""
+    import signal
+
+    from parallel_rl.storage import SharedStorage
+
+    coordinator, url, shared = cluster.coordinator, cluster.url, cluster.coordinator_shared
+    roles = [cluster.start(role, f"{role}-{n}") for n, role in enumerate(("learner", "collector", "collector"))]
+    eventually(lambda: requests.get(f"{url}/api/v1/cluster", timeout=5).json()["train_iter"] >= 30, timeout=90,
+               message="training")
+    coordinator.proc.send_signal(signal.SIGTERM)
+    assert coordinator.wait(30) == 0, coordinator.output()[-3000:]
+    for role in roles:
+        assert role.wait(30) == 0, role.output()[-2000:]
+    meta, _ = SharedStorage(shared).latest_coordinator_state()
+    tasks = [t for t in meta["tasks"]["tasks"] if t["worker_id"]]
+    assert tasks and all(t["state"] in ("finished", "cancelled") for t in tasks), [
+        (t["task_id"], t["state"], t["error"]) for t in tasks]
+    collected = sum(t["result"]["env_steps"] for t in tasks if t["kind"] == "collector")
+    assert meta["counters"]["env_steps"] == collected > 0
+    learned = [t["result"]["train_iter"] for t in tasks if t["kind"] == "learner"]
+    assert meta["counters"]["train_iter"] == max(learned) >= 30
+
+
+# ---- ids carry a coordinator incarnation -----------------------------------------------------------
+def test_a_stale_task_end_from_an_earlier_coordinator_cannot_end_a_new_task(cli, tmp_path, slaves):  # noqa: F811
+    """Two coordinator processes, one after the other, on one shared directory (the second fresh): the
+    same worker (same id) gets the first task of each. Its stale `task_done` for the first coordinator's
+    task, replayed to the second, is refused and ends nothing: task ids carry the incarnation."""
+    import signal
+
+    from tests.test_cluster import TOY_CONFIG
+    from tests.test_coordinator import TOKEN
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = str(tmp_path / "shared")
+    first_ids = []
+    for n, extra in enumerate([[], ["--fresh"]]):
+        coordinator = cli(f"coordinator-{n}", "coordinator", "-c", str(config), "--port", "0", "--shared-dir",
+                          shared, "--set", "env.stop_value=1000", "--set", f"exp_name={tmp_path / 'exp'}", *extra,
+                          env={"PARALLEL_RL_TOKEN": TOKEN})
+        url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+        worker = slaves("collector", url, worker_id="collector-1")
+        assert worker.got_task.wait(30) and worker.worker_id == "collector-1"
+        first_ids.append(worker.received[0].task_id)
+        if n == 0:
+            coordinator.proc.send_signal(signal.SIGKILL)
+            coordinator.wait(10)
+            worker.request_stop()
+            worker.close()
+    stale, current = first_ids
+    assert stale != current
+    answer = requests.post(f"{url}/api/v1/workers/collector-1/metadata",
+                           json={"messages": [{"type": "task_done", "task_id": stale, "result": {}}]},
+                           headers={**AUTH, LEASE_HEADER: worker.coordinator.lease}, timeout=5).json()
+    assert [r["code"] for r in answer["refused"]] == ["not_found"]
+    task = requests.get(f"{url}/api/v1/tasks/{current}", timeout=5).json()
+    assert task["state"] == "running" and task["worker_id"] == "collector-1"

@@ -7,9 +7,11 @@ registry/task/counter updates; HTTP calls to slaves are made outside it.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import math
 import os
+import secrets
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -17,8 +19,8 @@ from urllib.parse import urlparse
 
 from easydict import EasyDict
 
-from ..errors import ParallelRLError, RemoteError, StorageError
-from ..interaction.http import ApiError, HttpClient
+from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError
+from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
 from ..storage import SharedStorage
 from .commander import create_parallel_commander
 from .replay import ReplayIndex
@@ -77,7 +79,8 @@ class Coordinator:
         self.token = token
         self.advertise_url: Optional[str] = cfg.parallel.coordinator.advertise or None
         self.tasks = TaskTable()
-        self.workers = WorkerRegistry()
+        self.workers = WorkerRegistry(retention=cfg.parallel.coordinator.worker_retention,
+                                      max_ended=cfg.parallel.coordinator.max_ended_workers)
         self.replay = ReplayIndex(cfg.policy.other.replay_buffer, storage,
                                   grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
         # the data flow the policy asks for: on-policy data is used as whole segments of recent versions
@@ -94,6 +97,8 @@ class Coordinator:
         # notified when the learner advances (collectors waiting for their allowance wake up)
         self._progress = threading.Condition()
         self._closing = threading.Event()
+        # notified on every kick (task ends, workers joining and leaving): wind_down waits on it
+        self._changed = threading.Condition()
         # long-polls each hold a server thread: at most long_poll_slots wait at once (the server has that
         # many threads beyond the ones for short calls, so heartbeats are always answered)
         self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
@@ -142,6 +147,8 @@ class Coordinator:
     def kick(self) -> None:
         """Wake the commander (something changed)."""
         self._wake.set()
+        with self._changed:
+            self._changed.notify_all()
         if self.on_policy:  # the collectors may have changed: their shares of a segment too
             self._notify_progress()
 
@@ -175,6 +182,20 @@ class Coordinator:
                     worker.client.post("/slave/v1/disconnect", {"reason": self.reason}, timeout=1.0, retries=0)
                 except ParallelRLError as exc:
                     logger.debug("coordinator: %s did not take the disconnect: %s", worker.worker_id, exc)
+
+    def wind_down(self, timeout: float) -> bool:
+        """Stop handing out work, let every worker go, and wait up to ``timeout`` s until none is active: their
+        running tasks wrap up and the final reports (last chunks, learn info, task ends) arrive while the
+        server still serves. Call before closing the server; True when every worker left in time."""
+        self.finish(CoordinatorState.CLOSED, "coordinator closing")
+        self.release_workers()
+        with self._changed:
+            left = self._changed.wait_for(lambda: not self.workers.list(active_only=True), timeout=timeout)
+        if not left:
+            logger.warning("coordinator: %s still active %gs after being let go; closing without their final "
+                           "reports (parallel.coordinator.final_report_timeout)",
+                           [w.worker_id for w in self.workers.list(active_only=True)], timeout)
+        return left
 
     def release_workers(self) -> None:
         """Training is over and this coordinator serves on: remove every active worker as
@@ -213,6 +234,8 @@ class Coordinator:
     def _reap(self, ttl: float) -> None:
         for worker in self.workers.expired(ttl):
             self.mark_lost(worker, f"no heartbeat for {ttl:g}s")
+        for worker in self.workers.forget_ended():
+            logger.debug("coordinator: forgot %s (%s)", worker.worker_id, worker.state.value)
 
     def _check_budgets(self) -> None:
         b = self.cfg.parallel.commander
@@ -242,14 +265,8 @@ class Coordinator:
             raise ApiError(404, "not_found", f"unknown worker kind {kind!r}")
         address = check_address(address)
         wcfg = self.cfg.parallel.worker
+        health = self._prove_slave(kind, address)
         client = HttpClient(address, self.token, timeout=wcfg.request_timeout, max_retries=1)
-        try:
-            health = client.get("/slave/v1/health")
-        except ParallelRLError as exc:
-            raise ApiError(422, "unreachable", f"cannot reach a {kind} at {address}: {exc}") from None
-        if not isinstance(health, dict) or health.get("kind") != kind:
-            got = health.get("kind") if isinstance(health, dict) else type(health).__name__
-            raise ApiError(400, "bad_request", f"{address} is a {got!r}, not a {kind}")
         worker = self.workers.register(kind, address, client, preferred_id)
         worker.pid = health.get("pid") if isinstance(health.get("pid"), int) else None
         try:
@@ -265,6 +282,7 @@ class Coordinator:
         except ParallelRLError as exc:
             with self._lock:
                 worker.state = WorkerState.GONE
+            self.kick()
             raise ApiError(422, "unreachable", f"{kind} at {address} refused to connect: {exc}") from None
         with self._lock:
             if worker.state == WorkerState.CONNECTING:
@@ -275,6 +293,46 @@ class Coordinator:
             self._release(worker)
         self.kick()
         return worker
+
+    def _prove_slave(self, kind: str, address: str) -> Dict[str, Any]:
+        """The health answer of the ``kind`` slave at ``address``, once it proved it holds the cluster token;
+        ApiError 400/422 otherwise.
+
+        Nothing is sent to an address before it proves it is one of ours: the health call carries no token
+        but a random challenge, and only a slave holding the token, advertising ``address``, can answer it
+        (:func:`~parallel_rl.interaction.http.slave_proof`). Errors say what happened in our words; what a
+        stranger answered is never echoed."""
+        wcfg = self.cfg.parallel.worker
+        probe = HttpClient(address, None, timeout=wcfg.request_timeout, max_retries=1)
+        challenge = secrets.token_urlsafe(24)
+        try:
+            health = probe.get("/slave/v1/health", params={"challenge": challenge})
+        except PeerUnavailableError:
+            raise ApiError(422, "unreachable", f"cannot reach a {kind} at {address} (no connection, or no answer "
+                                               f"within {float(wcfg.request_timeout):g}s)") from None
+        except ProtocolError as exc:  # it answered, but not as a slave of ours
+            answered = f"HTTP {exc.status}" if exc.status else "something else"
+            raise ApiError(422, "unreachable", f"{address} is not a parallel_rl {kind}: its health endpoint "
+                                               f"answered {answered} (is this a parallel_rl server?)") from None
+        finally:
+            probe.close()
+        if not isinstance(health, dict) or health.get("kind") not in KINDS:
+            raise ApiError(422, "unreachable", f"{address} is not a parallel_rl {kind}: its health answer is not "
+                                               f"a slave's (is this a parallel_rl server?)")
+        if health["kind"] != kind:
+            raise ApiError(400, "bad_request", f"{address} is a {health['kind']}, not a {kind}")
+        if self.token:
+            if health.get("address") != address:
+                raise ApiError(422, "unproven", f"the {kind} at {address} advertises another address: add it by "
+                                                f"the address it prints (`serving on URL`), or start it with "
+                                                f"--advertise {address}")
+            proof = health.get("proof")
+            if not isinstance(proof, str) or not hmac.compare_digest(
+                    proof.encode(), slave_proof(self.token, challenge, address).encode()):
+                raise ApiError(422, "unproven", f"the {kind} at {address} did not prove it holds the cluster token "
+                                                f"(start it with this coordinator's {TOKEN_ENV}); nothing was "
+                                                f"sent to it")
+        return health
 
     def increase_collector(self, address: Any) -> Worker:
         """Add a running collector slave (DI-engine's ``deal_with_increase_collector``): what
@@ -297,6 +355,11 @@ class Coordinator:
         coordinator never issued (issued after the snapshot) is cancelled through the control block."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
+            removed = self.workers.with_lease(worker_id, lease)
+            if removed is not None and removed.state == WorkerState.GONE:
+                # removed (DELETE, training over) and about to be let go: its last reports still count, and
+                # a 404 would make it register again before the disconnect reaches it
+                return removed
             raise ApiError(404, "not_found", f"worker {worker_id!r:.60} is not registered with this lease "
                                              f"(register again)")
         if problems is not None:
@@ -817,6 +880,7 @@ class Coordinator:
             "workers": self.workers.counts(),
             "tasks": self.tasks.counts(),
             "tasks_forgotten": self.tasks.forgotten,
+            "workers_forgotten": self.workers.forgotten,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "train_iter": self.train_iter,

@@ -3,10 +3,16 @@
 pending -> running -> finished | failed | cancelled. A failed task is never
 reused: the commander creates a replacement (``replaces`` names the original)
 whose ``attempts`` continue the count.
+
+Task ids are ``<kind>-<incarnation>-<number>`` (``collector-3fa9c2-000012``):
+the incarnation is random for each fresh task table and kept when a saved
+table is restored, so a message about a task of an earlier coordinator on the
+same shared directory can never name a task of this one.
 """
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -72,13 +78,14 @@ class TaskTable:
         self._lock = threading.RLock()
         self._tasks: Dict[str, Task] = {}
         self._seq = itertools.count(1)
+        self.incarnation = secrets.token_hex(3)
         self.max_final = max_final
         self._final = 0
         self.forgotten = 0
 
     def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None) -> Task:
         with self._lock:
-            task_id = f"{kind.value}-{next(self._seq):06d}"
+            task_id = f"{kind.value}-{self.incarnation}-{next(self._seq):06d}"
             task = Task(task_id, kind, dict(spec), replaces=replaces.task_id if replaces else None,
                         attempts=replaces.attempts if replaces else 0)
             self._tasks[task_id] = task
@@ -140,12 +147,14 @@ class TaskTable:
 
     def state_dict(self) -> Dict[str, Any]:
         with self._lock:
-            return {"tasks": [t.to_dict() for t in self._tasks.values()]}
+            return {"incarnation": self.incarnation, "tasks": [t.to_dict() for t in self._tasks.values()]}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         with self._lock:
             self._tasks = {}
             top = 0
+            if isinstance(state.get("incarnation"), str):  # a resumed run goes on with its ids
+                self.incarnation = state["incarnation"]
             for item in state["tasks"]:
                 task = Task.from_dict(item)
                 self._tasks[task.task_id] = task

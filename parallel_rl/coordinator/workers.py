@@ -63,6 +63,7 @@ class Worker:
     lease: str = field(default_factory=lambda: secrets.token_urlsafe(16), repr=False)
     problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
     refusals: int = 0  # tasks refused in a row
+    ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
 
     @property
     def running_tasks(self) -> List[str]:
@@ -96,10 +97,16 @@ class Worker:
 
 
 class WorkerRegistry:
-    def __init__(self):
+    """The workers by id. Lost and gone workers stay listed for ``retention`` seconds (at most ``max_ended``
+    of them), then are forgotten; their HTTP connections are closed when :meth:`forget_ended` first sees
+    them ended."""
+
+    def __init__(self, retention: float = 600.0, max_ended: int = 1000):
         self._lock = threading.RLock()
         self._workers: Dict[str, Worker] = {}
         self.next_id = {"collector": 1, "learner": 1}
+        self.retention, self.max_ended = float(retention), int(max_ended)
+        self.forgotten = 0
 
     def register(self, kind: str, address: str, client: HttpClient, preferred_id: Optional[str] = None) -> Worker:
         """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``."""
@@ -115,7 +122,27 @@ class WorkerRegistry:
                 worker_id = f"{kind}-{number}"
             worker = Worker(worker_id, kind, address, client, state=WorkerState.CONNECTING)
             self._workers[worker.worker_id] = worker
-            return worker
+        self.forget_ended()  # a burst of joins and losses between two sweeps stays bounded too
+        return worker
+
+    def forget_ended(self) -> List[Worker]:
+        """Close the connections of workers that ended (lost, gone) since the last call, and forget those
+        ended more than ``retention`` s ago or beyond the newest ``max_ended``; returns the forgotten."""
+        now = time.monotonic()
+        with self._lock:
+            ended = [w for w in self._workers.values() if not w.state.active]
+            newly = [w for w in ended if w.ended_at is None]
+            for w in newly:
+                w.ended_at = now
+            ended.sort(key=lambda w: w.ended_at)
+            stale = [w for w in ended if now - w.ended_at > self.retention]
+            stale += [w for w in ended[:max(0, len(ended) - self.max_ended)] if w not in stale]
+            for w in stale:
+                del self._workers[w.worker_id]
+            self.forgotten += len(stale)
+        for w in newly + stale:  # outside the lock: closing a pool may wait for its sockets
+            w.client.close()
+        return stale
 
     def get(self, worker_id: str) -> Optional[Worker]:
         with self._lock:
@@ -126,13 +153,19 @@ class WorkerRegistry:
             return [w for w in self._workers.values()
                     if (kind is None or w.kind == kind) and (not active_only or w.state.active)]
 
+    def with_lease(self, worker_id: str, lease: Optional[str]) -> Optional[Worker]:
+        """The worker (in any state) when ``lease`` is its lease, else None."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None or not isinstance(lease, str):
+                return None
+            return worker if hmac.compare_digest(lease.encode(), worker.lease.encode()) else None
+
     def heartbeat(self, worker_id: str, lease: Optional[str]) -> Optional[Worker]:
         """Renew the lease; None when the worker is unknown, no longer active, or ``lease`` is not its lease."""
         with self._lock:
-            worker = self._workers.get(worker_id)
+            worker = self.with_lease(worker_id, lease)
             if worker is None or not worker.state.active:
-                return None
-            if not isinstance(lease, str) or not hmac.compare_digest(lease.encode(), worker.lease.encode()):
                 return None
             worker.last_heartbeat = time.monotonic()
             return worker

@@ -33,7 +33,7 @@ from ..coordinator import Coordinator, CoordinatorState
 from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
 from ..runtime import on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
-from ..storage import SharedStorage
+from ..storage import SharedStorage, lock_shared_dir
 
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
@@ -78,6 +78,8 @@ class LocalCluster:
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
         self.storage = SharedStorage(resume or shared_root(cfg, shared_dir))
+        # held until this process ends: another run on the directory fails instead of wiping it under us
+        self.dir_lock = lock_shared_dir(self.storage, "parallel-rl run --resume" if resume else "parallel-rl run")
         self.coordinator = Coordinator(cfg, self.storage, self.token)
         if resume:
             if not self.coordinator.resume():
@@ -263,6 +265,7 @@ class LocalCluster:
                 child.reader.join(2.0)
         self.server.close(timeout=2.0)
         self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
+        self.dir_lock.release()
 
 
 def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,

@@ -26,6 +26,13 @@ def parallel_default_config() -> EasyDict:
             long_poll_slots=256,
             # open connections the coordinator keeps at most (waitress connection_limit)
             max_connections=1024,
+            # a lost or gone worker stays listed (REST, dashboard) this long, then is forgotten; at most
+            # max_ended_workers of them are kept (the oldest go first). Their connections close when they end
+            worker_retention=600.0,
+            max_ended_workers=1000,
+            # when the coordinator stops (training over, SIGTERM) it lets the workers go and waits this long
+            # for their running tasks' final reports before it closes its server
+            final_report_timeout=5.0,
             # chunk files no buffer row references are deleted after this delay
             chunk_grace_seconds=10.0,
             # the coordinator's state (tasks, replay index, counters, workers, eval history) is saved to

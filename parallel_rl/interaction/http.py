@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json as _json
 import logging
@@ -121,6 +122,15 @@ def check_token(expected: Optional[str]) -> None:
         raise ApiError(401, "unauthorized", "missing cluster token: send 'Authorization: Bearer <PARALLEL_RL_TOKEN>'")
     if not hmac.compare_digest(given.strip().encode(), expected.encode()):
         raise ApiError(403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN")
+
+
+def slave_proof(token: str, challenge: str, address: str) -> str:
+    """What a slave holding the cluster ``token`` answers to the coordinator's ``challenge`` on its health
+    endpoint, reachable at ``address``: an HMAC, so the token itself never travels before the slave is
+    proven. Bound to the address the slave advertises, so a server elsewhere cannot relay a real slave's
+    answer as its own."""
+    message = f"parallel_rl slave proof\n{challenge}\n{address}".encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
 
 
 def _refuse_constant(name: str) -> Any:
@@ -297,13 +307,16 @@ class HttpClient:
             data = _json.loads(content) if content else {}
         except ValueError:
             snippet = content[:80].decode(errors="replace").replace("\n", " ")
-            raise ProtocolError(
-                f"{method} {url} answered HTTP {status} with non-JSON {snippet!r}; is this a parallel_rl server?"
-            ) from None
+            exc = ProtocolError(
+                f"{method} {url} answered HTTP {status} with non-JSON {snippet!r}; is this a parallel_rl server?")
+            exc.status = status
+            raise exc from None
         if status >= 400:
             err = data.get("error") if isinstance(data, dict) else None
             if not isinstance(err, dict):
-                raise ProtocolError(f"{method} {url} answered HTTP {status} without an error object")
+                exc = ProtocolError(f"{method} {url} answered HTTP {status} without an error object")
+                exc.status = status
+                raise exc
             code, message = str(err.get("code", "error")), str(err.get("message", ""))
             if status in (401, 403):
                 raise AuthError(f"{method} {url}: {message} (HTTP {status})")

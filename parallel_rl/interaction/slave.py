@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from easydict import EasyDict
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 
 from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from .http import TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors, json_body
+from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
+                   json_body, slave_proof)
 
 logger = logging.getLogger(__name__)
 
@@ -288,9 +289,16 @@ class Slave:
 
         @app.get("/slave/v1/health")
         def health():
-            return jsonify({"status": "degraded" if slave.problems else "ok", "kind": slave.kind,
-                            "worker_id": slave.worker_id, "pid": os.getpid(), "running": sorted(slave._running),
-                            "tasks_done": slave.tasks_done, "problems": list(slave.problems)})
+            out = {"status": "degraded" if slave.problems else "ok", "kind": slave.kind,
+                   "worker_id": slave.worker_id, "pid": os.getpid(), "running": sorted(slave._running),
+                   "tasks_done": slave.tasks_done, "problems": list(slave.problems)}
+            challenge = request.args.get("challenge")
+            if challenge is not None:  # a coordinator asks us to prove we hold the token before it sends it
+                if not 16 <= len(challenge) <= 128:
+                    raise ApiError(400, "bad_request", f"challenge must be 16-128 characters, got {len(challenge)}")
+                out["address"] = slave.address
+                out["proof"] = slave_proof(slave.token, challenge, slave.address) if slave.token else None
+            return jsonify(out)
 
         @app.post("/slave/v1/connect")
         def connect():
@@ -396,6 +404,8 @@ class Slave:
             self._heartbeat_interval, self._heartbeat_ttl = heartbeat_interval, heartbeat_ttl
             if self.storage is None or self.storage.root != root:
                 self.storage = SharedStorage(root)
+            if self.coordinator is not None:  # adopted again: the last adoption's connections go
+                self.coordinator.close()
             self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
                                           max_retries=self.max_retries)
             self.coordinator.set_lease(lease)
