@@ -77,7 +77,7 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert re.search(r"^solved: eval return", run.output(), re.M)
     assert child_pids(run.pid) == []
     shared = tmp_path / "exp" / "shared"
-    assert sorted(os.listdir(shared)) == ["coordinator", "data", "learner", "policy", "tensorboard"]
+    assert sorted(os.listdir(shared)) == ["coordinator", "data", "learner", "policy", "run.lock", "tensorboard"]
     assert os.listdir(shared / "policy"), "the learner published checkpoints"
     assert os.listdir(shared / "coordinator"), "the coordinator saved its state"
     assert {"learner/loss", "learner/q_value", "learner/updates_per_second"} <= tensorboard_tags(

@@ -216,6 +216,9 @@ class ServerThread:
             app, map=self._map, host=host, port=port, threads=threads, ident="parallel_rl",
             channel_timeout=60, connection_limit=connection_limit, clear_untrusted_proxy_headers=True,
             max_request_body_size=max_body_bytes, max_request_header_size=64 * 1024,
+            # poll(), not select(): with hundreds of connections a socket's descriptor passes 1024, which
+            # select() cannot watch (ValueError in the server's loop)
+            asyncore_use_poll=True,
         )
         self.host, self.port = self.server.effective_host, int(self.server.effective_port)
         self.thread = threading.Thread(target=self.server.run, name=f"{name}-server", daemon=True)
