@@ -311,9 +311,10 @@ class Coordinator:
             raise ApiError(422, "unreachable", f"cannot reach a {kind} at {address} (no connection, or no answer "
                                                f"within {float(wcfg.request_timeout):g}s)") from None
         except ProtocolError as exc:  # it answered, but not as a slave of ours
-            answered = f"HTTP {exc.status}" if exc.status else "something else"
+            answered = f"HTTP {exc.status}" if exc.status else "something"
             raise ApiError(422, "unreachable", f"{address} is not a parallel_rl {kind}: its health endpoint "
-                                               f"answered {answered} (is this a parallel_rl server?)") from None
+                                               f"answered {answered} with a body that is not a slave's (non-JSON, "
+                                               f"or another schema); is this a parallel_rl server?") from None
         finally:
             probe.close()
         if not isinstance(health, dict) or health.get("kind") not in KINDS:
