@@ -132,7 +132,7 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
     assert re.search(r"^\s+started_at: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", status, re.M), status
     assert re.search(r"^\s+uptime: (\d+m )?\d+s$", status, re.M), status
     tasks = run("tasks", "tasks", "--kind", "collector")
-    assert re.search(r"^collector-\d{6}\s+collector\s+running\s+collector-1", tasks, re.M)
+    assert re.search(r"^collector-[0-9a-f]{6}-\d{6}\s+collector\s+running\s+collector-1", tasks, re.M)
     removed = run("remove", "collectors", "remove", "collector-1", "--coordinator", cluster.url)
     assert re.search(rf"^collector-1\s+{re.escape(address)}\s+(leaving|gone)", removed, re.M), removed
     eventually(lambda: workers(cluster, "collector")[0]["state"] == "gone", timeout=20, message="removed")
