@@ -145,6 +145,9 @@ def test_tasks_that_changed_while_the_coordinator_was_down_are_settled_by_the_fi
     other = restarted(coordinator)
     assert other.resume()
     assert other.tasks.get(first).state.value == "running" and other.tasks.get(second) is None
+    # the resumed process's ids never repeat one the old process issued after the snapshot (the worker, which
+    # deduplicates task ids, would acknowledge such a task and never run it)
+    assert other.tasks.create(other.tasks.get(first).kind, {}).task_id not in {first, second}
     worker = other.heartbeat(collector.worker_id, collector.coordinator.lease, tasks=collector.held_task_ids())
     task = other.tasks.get(first)
     assert task.state.value == "failed" and "no longer runs it" in task.error

@@ -5,9 +5,12 @@ reused: the commander creates a replacement (``replaces`` names the original)
 whose ``attempts`` continue the count.
 
 Task ids are ``<kind>-<incarnation>-<number>`` (``collector-3fa9c2-000012``):
-the incarnation is random for each fresh task table and kept when a saved
-table is restored, so a message about a task of an earlier coordinator on the
-same shared directory can never name a task of this one.
+the incarnation is random for each task table, a restored one included, so a
+message about a task of an earlier coordinator on the same shared directory can
+never name a task of this one. (A resumed process must not go on with the saved
+incarnation: the process it replaces went on issuing ids after its last
+snapshot, and the numbers continue from the snapshot's.) Restored tasks keep
+their ids.
 """
 from __future__ import annotations
 
@@ -153,8 +156,6 @@ class TaskTable:
         with self._lock:
             self._tasks = {}
             top = 0
-            if isinstance(state.get("incarnation"), str):  # a resumed run goes on with its ids
-                self.incarnation = state["incarnation"]
             for item in state["tasks"]:
                 task = Task.from_dict(item)
                 self._tasks[task.task_id] = task
