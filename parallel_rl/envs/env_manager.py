@@ -69,6 +69,9 @@ class EnvManager:
     @classmethod
     def default_config(cls) -> EasyDict:
         return EasyDict(
+            # gymnasium | pettingzoo (a two-player zero-sum game: see parallel_rl.envs.multiagent)
+            type="gymnasium",
+            # a gymnasium id, or for pettingzoo a module with env()/parallel_env() or "module:factory"
             env_id="CartPole-v1",
             collector_env_num=8,
             evaluator_env_num=8,
@@ -80,6 +83,10 @@ class EnvManager:
             env_kwargs={},
             # modules to import so that their envs register with gymnasium
             import_names=[],
+            # pettingzoo: which factory of a module to use (auto | aec | parallel)
+            pettingzoo_api="auto",
+            # pettingzoo: "required" (the game must give action masks) | "none" (every action always legal)
+            action_mask="required",
         )
 
     def __init__(

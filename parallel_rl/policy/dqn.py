@@ -23,6 +23,17 @@ from .nets import cpu_state_dict, to_tensor
 from .optim import Adam
 
 
+def uniform_legal_actions(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """One action per row drawn uniformly among the legal ones (``mask[i]``), from uniform [0, 1) draws ``u``."""
+    legal = np.asarray(mask, dtype=bool)
+    count = legal.sum(axis=1)
+    if (count == 0).any():
+        raise ValueError(f"an action mask allows no action (rows {np.flatnonzero(count == 0).tolist()})")
+    # the k-th legal action, k = floor(u * count)
+    k = np.minimum((u * count).astype(np.int64), count - 1)
+    return np.argmax(legal.cumsum(axis=1) > k[:, None], axis=1)
+
+
 class QNetwork(nn.Module):
     """MLP encoder, then a plain or dueling (value + advantage) head."""
 
@@ -81,19 +92,26 @@ class DQNPolicy(Policy):
 
     # ---- acting ----------------------------------------------------------------
     @torch.no_grad()
-    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
+    def greedy_actions(self, obs: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """argmax of Q, over the legal actions (``mask[i, a]`` true) when a mask is given."""
         q_value = self.model(to_tensor(obs.reshape(obs.shape[0], -1), self.device, None))
+        if mask is not None:
+            q_value = q_value.masked_fill(~to_tensor(mask, self.device, torch.bool), -torch.inf)
         return q_value.argmax(dim=-1).cpu().numpy()
 
-    def forward_collect(self, obs: np.ndarray, eps: float) -> np.ndarray:
-        """Epsilon-greedy actions for a batch of observations."""
-        actions = self.greedy_actions(obs)
+    def forward_collect(self, obs: np.ndarray, eps: float, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """Epsilon-greedy actions for a batch of observations; with ``mask``, only legal actions."""
+        actions = self.greedy_actions(obs, mask)
         if eps > 0.0:
             n = len(actions)
             u = self._uniform(2 * n)
             explore = u[:n] < eps
             # the second half of the draws picks the random action
-            actions = np.where(explore, (u[n:] * self.action_num).astype(actions.dtype), actions)
+            if mask is None:
+                random_actions = (u[n:] * self.action_num).astype(actions.dtype)
+            else:
+                random_actions = uniform_legal_actions(mask, u[n:]).astype(actions.dtype)
+            actions = np.where(explore, random_actions, actions)
         return actions
 
     def _uniform(self, n: int) -> np.ndarray:
@@ -105,8 +123,8 @@ class DQNPolicy(Policy):
         self._pool_pos += n
         return out
 
-    def forward_eval(self, obs: np.ndarray) -> np.ndarray:
-        return self.greedy_actions(obs)
+    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        return self.greedy_actions(obs, mask)
 
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
@@ -129,8 +147,15 @@ class DQNPolicy(Policy):
         q_value = online_q[:n].gather(1, action.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             target_q = self.target_network(next_obs)
+            next_online_q = online_q[n:]
+            if "next_action_mask" in batch:  # two-player games: the best *legal* next action
+                illegal = ~to_tensor(batch["next_action_mask"], device, torch.bool)
+                # rows whose game ended have no legal action; their (1 - done) zeroes next_q anyway
+                illegal &= ~illegal.all(dim=1, keepdim=True)
+                target_q = target_q.masked_fill(illegal, -torch.inf)
+                next_online_q = next_online_q.masked_fill(illegal, -torch.inf)
             if self.cfg.learn.double:
-                next_action = online_q[n:].argmax(dim=1, keepdim=True)
+                next_action = next_online_q.argmax(dim=1, keepdim=True)
             else:
                 next_action = target_q.argmax(dim=1, keepdim=True)
             next_q = target_q.gather(1, next_action).squeeze(1)

@@ -57,6 +57,10 @@ def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray
     return advantage.astype(np.float32)
 
 
+# the logit of an illegal action: exp() underflows to 0 in float32, and entropy stays finite (-inf would give nan)
+ILLEGAL_LOGIT = -1e9
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs over flattened observations."""
 
@@ -71,9 +75,12 @@ class ActorCritic(nn.Module):
             self.register_buffer("action_bias", (high + low) / 2.0)
             self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
 
-    def dist(self, obs: torch.Tensor):
+    def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
+        """The action distribution; a boolean ``mask`` (Discrete only) gives illegal actions probability 0."""
         out = self.actor(obs)
         if self.spec.kind == "discrete":
+            if mask is not None:
+                out = out.masked_fill(~mask, ILLEGAL_LOGIT)
             return Categorical(logits=out, validate_args=False)
         mean = torch.tanh(out) * self.action_scale + self.action_bias  # bounded by the space
         std = self.log_std.exp() * self.action_scale
@@ -115,24 +122,36 @@ class PPOPolicy(Policy):
         return to_tensor(obs, self.device).flatten(1)
 
     # ---- acting ----------------------------------------------------------------
+    def _mask(self, mask: Optional[np.ndarray]) -> Optional[torch.Tensor]:
+        if mask is None:
+            return None
+        if self.spec.kind != "discrete":
+            raise ValueError("action masks need a Discrete action space")
+        return to_tensor(np.asarray(mask) > 0, self.device, torch.bool)
+
     @torch.no_grad()
-    def forward_collect(self, obs: np.ndarray, eps: float = 0.0) -> Dict[str, np.ndarray]:
+    def forward_collect(self, obs: np.ndarray, eps: float = 0.0, mask: Optional[np.ndarray] = None
+                        ) -> Dict[str, np.ndarray]:
         """Sampled actions with what learning needs later: their ``logp`` and the critic's ``value``.
 
-        ``eps`` is accepted for the collectors' common call and unused (PPO explores by sampling)."""
+        ``eps`` is accepted for the collectors' common call and unused (PPO explores by sampling). With a
+        ``mask`` only legal actions are sampled, and the mask is returned as ``action_mask`` so that
+        learning computes ``logp`` under the same distribution."""
         x = self._obs(obs)
-        dist = self.model.dist(x)
+        dist = self.model.dist(x, self._mask(mask))
         action = dist.sample()
         out = {"action": action, "logp": self.model.log_prob(dist, action), "value": self.model.value(x)}
         out = {k: v.cpu().numpy() for k, v in out.items()}
+        if mask is not None:
+            out["action_mask"] = np.asarray(mask, dtype=bool)
         if self.spec.kind == "box":
             out["action"] = out["action"].astype(np.float32).reshape((len(obs),) + self.spec.shape)
         return out
 
     @torch.no_grad()
-    def forward_eval(self, obs: np.ndarray) -> np.ndarray:
-        """The most likely action (greedy for Discrete, the mean for Box)."""
-        dist = self.model.dist(self._obs(obs))
+    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box)."""
+        dist = self.model.dist(self._obs(obs), self._mask(mask))
         if self.spec.kind == "discrete":
             return dist.logits.argmax(-1).cpu().numpy()
         return dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
@@ -167,6 +186,7 @@ class PPOPolicy(Policy):
         action = self._action(segment["action"])
         old_logp = to_tensor(segment["logp"], self.device)
         old_value = to_tensor(segment["value"], self.device)
+        action_mask = self._mask(segment["action_mask"]) if "action_mask" in segment else None
         value_target = advantage + old_value  # the lambda-return
         n = len(advantage)
         batch_size = min(int(learn.batch_size), n)
@@ -178,7 +198,7 @@ class PPOPolicy(Policy):
                 adv = advantage[idx]
                 if learn.adv_norm:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                dist = self.model.dist(obs[idx])
+                dist = self.model.dist(obs[idx], None if action_mask is None else action_mask[idx])
                 logp = self.model.log_prob(dist, action[idx])
                 ratio = torch.exp(logp - old_logp[idx])
                 clipped_ratio = ratio.clamp(1.0 - learn.clip_ratio, 1.0 + learn.clip_ratio)

@@ -20,6 +20,8 @@ from .evaluator import (
     VectorEvalMonitor,
     create_serial_evaluator,
 )
+from .battle_collector import BattleCollectStats, BattleEpisodeSerialCollector, BattleSampleSerialCollector
+from .battle_evaluator import BattleInteractionSerialEvaluator
 from .learner import (
     BaseLearner,
     LearnerHook,
@@ -45,7 +47,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BaseParallelCollector", *_COMM,
+__all__ = ["BaseParallelCollector", *_COMM, "BattleCollectStats", "BattleEpisodeSerialCollector",
+    "BattleInteractionSerialEvaluator", "BattleSampleSerialCollector",
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",
     "SampleSerialCollector", "create_serial_collector", "InteractionSerialEvaluator",
     "ISerialEvaluator", "VectorEvalMonitor", "BaseLearner", "LearnerHook",

@@ -1,0 +1,207 @@
+"""Serial battle collectors (DI-engine's names): two players, one two-player game, data per player.
+
+``policy`` is a list of two players: policy modes (``forward(obs, mask=...)``,
+e.g. a DQN's ``collect_mode``) or bots (:mod:`parallel_rl.policy.bots`). In
+game ``i`` player 0 starts in seat ``i % 2`` and the players swap seats after
+every game, so each plays both sides equally often. Every action comes from the
+player's forward with the game's action mask: an illegal move is never played.
+
+``trained_players`` (indices into ``policy``) are the players whose rows are
+returned; ``policy_kwargs`` (e.g. ``eps``) go to those players only. Rows are
+1-step transitions from the player's own view: ``obs, action, reward (earned
+until its next turn), next_obs (its view at its next turn), done, discount,
+collect_iter, next_action_mask``.
+
+- :class:`BattleSampleSerialCollector` ``collect(n_sample)`` returns, per
+  player, exactly ``n_sample`` rows for every trained player (``{}`` for the
+  others); rows completed beyond that are kept for the next call.
+- :class:`BattleEpisodeSerialCollector` ``collect(n_episode)`` returns, per
+  player, the rows of exactly ``n_episode`` finished games (one column dict per
+  game; untrained players' lists are empty); surplus games are kept.
+
+``last_stats`` is a :class:`BattleCollectStats`: moves, games, player 0's
+returns and outcomes (win / draw / loss) with the seat it played.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+from easydict import EasyDict
+
+from ..envs.multiagent import BattleEnvManager, Transition, transitions_to_columns
+from .collector import COLLECTOR_REGISTRY, CollectStats, Columns, columns_len
+
+
+@dataclass
+class BattleCollectStats(CollectStats):
+    """A :class:`CollectStats` (``env_steps`` counts moves, ``episodes`` games, ``returns`` player 0's)
+    with player 0's outcome and seat in every finished game."""
+
+    outcomes: List[str] = field(default_factory=list)
+    seats: List[int] = field(default_factory=list)
+
+    def rate(self, outcome: str) -> float:
+        return self.outcomes.count(outcome) / len(self.outcomes) if self.outcomes else float("nan")
+
+
+def act(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any], kwargs: Optional[dict] = None
+        ) -> np.ndarray:
+    """One player's actions for some games' rows (bots that look ahead get the games)."""
+    extra = {"games": games} if getattr(player, "needs_game", False) else {}
+    out = player.forward(obs, mask=mask, **extra, **(kwargs or {}))
+    if isinstance(out, dict):
+        out = out["action"]
+    return np.asarray(out).astype(np.int64, copy=False)
+
+
+class _BattleCollector:
+    """What both battle collectors share: players, seats, one move in every game per step."""
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(type=cls.TYPE, trained_players=[0])
+
+    TYPE = ""
+
+    def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Sequence[Any],
+                 discount_factor: float = 0.99):
+        cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        self.cfg = cfg
+        self._gamma = float(discount_factor)
+        self._env: Optional[BattleEnvManager] = None
+        self.envstep = 0
+        self.last_stats = BattleCollectStats()
+        self.reset_policy(policy)
+        self.trained_players = list(cfg.trained_players)
+        bad = [p for p in self.trained_players if p not in (0, 1)]
+        if bad:
+            raise ValueError(f"trained_players must be player indices 0 or 1, got {self.trained_players}")
+        self.reset_env(env)
+
+    # ---- DI-engine's lifecycle ------------------------------------------------------------------
+    def reset_policy(self, policy: Optional[Sequence[Any]] = None) -> None:
+        """New players (a list of two); keeps the games and their seats."""
+        if policy is not None:
+            if len(policy) != 2:
+                raise ValueError(f"battle collectors need exactly 2 players, got {len(policy)}")
+            self._players = list(policy)
+
+    def reset_env(self, env: Optional[BattleEnvManager] = None) -> None:
+        """Take ``env`` (if given) and start new games everywhere; player 0 starts in seat ``i % 2``."""
+        if env is not None:
+            self._env = env
+        self._env.reset()
+        n = self._env.num_envs
+        self._seat_of_player0 = np.arange(n, dtype=np.int64) % 2
+        self._clear()
+
+    def reset(self, _policy: Optional[Sequence[Any]] = None, _env: Optional[BattleEnvManager] = None) -> None:
+        self.reset_env(_env)
+        self.reset_policy(_policy)
+
+    @property
+    def env(self) -> BattleEnvManager:
+        return self._env
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def _clear(self) -> None: ...
+
+    def player_of(self, env_id: int, seat: int) -> int:
+        return 0 if seat == self._seat_of_player0[env_id] else 1
+
+    def _step(self, policy_kwargs: Optional[dict], stats: BattleCollectStats):
+        """One move in every game; returns the env's :class:`BattleStep` with each row's player."""
+        env = self._env
+        player_of_row = (env.seat != self._seat_of_player0).astype(np.int64)
+        actions = np.zeros(env.num_envs, dtype=np.int64)
+        for p, player in enumerate(self._players):
+            rows = np.flatnonzero(player_of_row == p)
+            if len(rows):
+                kwargs = policy_kwargs if p in self.trained_players else None
+                actions[rows] = act(player, env.obs[rows], env.mask[rows], [env.games[i] for i in rows], kwargs)
+        step = env.step(actions)
+        stats.env_steps += env.num_envs
+        owners = [self.player_of(t.env_id, t.seat) for t in step.transitions]
+        for result in step.results:
+            seat = int(self._seat_of_player0[result.env_id])
+            stats.episodes += 1
+            stats.returns.append(result.returns[seat])
+            stats.lengths.append(result.length)
+            stats.outcomes.append(result.outcome(seat))
+            stats.seats.append(seat)
+            self._seat_of_player0[result.env_id] = 1 - seat  # swap sides for the next game
+        return step, owners
+
+
+class BattleSampleSerialCollector(_BattleCollector):
+    TYPE = "battle_sample"
+
+    def _clear(self) -> None:
+        self._rows: List[List[Transition]] = [[], []]
+
+    def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> List[Columns]:
+        """Exactly ``n_sample`` rows for each trained player (``{}`` for the others)."""
+        if n_sample <= 0:
+            raise ValueError(f"{n_sample=} must be > 0")
+        if not self.trained_players:
+            raise ValueError(f"{self.trained_players=}: name at least one player whose rows to collect")
+        stats = BattleCollectStats()
+        start = time.perf_counter()
+        while any(len(self._rows[p]) < n_sample for p in self.trained_players):
+            step, owners = self._step(policy_kwargs, stats)
+            for transition, p in zip(step.transitions, owners):
+                if p in self.trained_players:
+                    self._rows[p].append(transition)
+        out: List[Columns] = [{}, {}]
+        for p in self.trained_players:
+            out[p] = transitions_to_columns(self._rows[p][:n_sample], self._gamma, train_iter)
+            self._rows[p] = self._rows[p][n_sample:]
+        stats.transitions = sum(columns_len(c) for c in out)
+        self.envstep += stats.env_steps
+        stats.duration = time.perf_counter() - start
+        self.last_stats = stats
+        return out
+
+
+class BattleEpisodeSerialCollector(_BattleCollector):
+    TYPE = "battle_episode"
+
+    def _clear(self) -> None:
+        n = self._env.num_envs
+        self._partial: List[List[List[Transition]]] = [[[], []] for _ in range(n)]
+        self._ready: List[List[List[Transition]]] = []  # finished games: rows per player
+
+    def collect(self, n_episode: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None
+                ) -> List[List[Columns]]:
+        """The rows of exactly ``n_episode`` finished games, per player (one column dict per game)."""
+        if n_episode <= 0:
+            raise ValueError(f"{n_episode=} must be > 0")
+        stats = BattleCollectStats()
+        start = time.perf_counter()
+        while len(self._ready) < n_episode:
+            step, owners = self._step(policy_kwargs, stats)
+            for transition, p in zip(step.transitions, owners):
+                self._partial[transition.env_id][p].append(transition)
+            for result in step.results:
+                self._ready.append(self._partial[result.env_id])
+                self._partial[result.env_id] = [[], []]
+        games, self._ready = self._ready[:n_episode], self._ready[n_episode:]
+        out: List[List[Columns]] = [[], []]
+        for p in self.trained_players:
+            out[p] = [transitions_to_columns(game[p], self._gamma, train_iter) for game in games]
+        stats.transitions = sum(columns_len(c) for player in out for c in player)
+        self.envstep += stats.env_steps
+        stats.duration = time.perf_counter() - start
+        self.last_stats = stats
+        return out
+
+
+COLLECTOR_REGISTRY.register(BattleSampleSerialCollector.TYPE, BattleSampleSerialCollector)
+COLLECTOR_REGISTRY.register(BattleEpisodeSerialCollector.TYPE, BattleEpisodeSerialCollector)

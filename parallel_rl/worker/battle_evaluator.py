@@ -1,0 +1,163 @@
+"""Serial battle evaluator (DI-engine's ``BattleInteractionSerialEvaluator``): the policy against fixed opponents.
+
+For every opponent and every side (``first``: seat 0, ``second``: seat 1) the
+policy plays ``n_evaluator_episode`` games, spread evenly over the envs by
+:class:`~parallel_rl.worker.evaluator.VectorEvalMonitor` (each env contributes
+its quota of games). ``eval()`` returns ``(stop_flag, info)`` with
+``info["results"][opponent][side] = {"win", "draw", "loss", "games"}`` (rates
+and the game count) and ``info["win_rate"][opponent]`` (the mean of both
+sides' win rates).
+
+Stop rule, against ``cfg.stop_opponent`` (default: the first opponent): the
+mean win rate reaches ``stop_value``, and each side's rates meet
+``cfg.min_win_rate`` / ``cfg.max_loss_rate`` (e.g. tic-tac-toe: never lose as
+first mover, ``max_loss_rate.first = 0``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+from easydict import EasyDict
+
+from ..envs.multiagent import BattleEnvManager
+from .battle_collector import act
+from .evaluator import ISerialEvaluator, VectorEvalMonitor
+
+logger = logging.getLogger(__name__)
+
+SIDES = ("first", "second")
+
+
+class BattleInteractionSerialEvaluator(ISerialEvaluator):
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            # evaluate every N learner iterations
+            eval_freq=200,
+            # give up on an evaluation after this many seconds (0: no limit)
+            max_seconds=120.0,
+            # built-in bots to evaluate against (parallel_rl.policy.bots: random, lookahead, first_legal)
+            opponents=["random"],
+            # whose results decide the stop ("" = the first opponent)
+            stop_opponent="",
+            # per-side bounds that must hold as well as the mean win rate >= env.stop_value
+            min_win_rate=dict(first=0.0, second=0.0),
+            max_loss_rate=dict(first=1.0, second=1.0),
+        )
+
+    def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Any, opponents: Mapping[str, Any],
+                 stop_value: float, n_evaluator_episode: int, seed: int = 0):
+        """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player."""
+        self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        if not opponents:
+            raise ValueError(f"the battle evaluator needs at least one opponent, got {dict(opponents)}")
+        if n_evaluator_episode < env.num_envs:
+            raise ValueError(f"{n_evaluator_episode=} games per side must be >= {env.num_envs=}")
+        self.env = env
+        self._policy = policy
+        self.opponents = dict(opponents)
+        self.stop_value = float(stop_value)
+        self.n_episode = int(n_evaluator_episode)
+        self.stop_opponent = self.cfg.stop_opponent or next(iter(self.opponents))
+        if self.stop_opponent not in self.opponents:
+            raise ValueError(f"stop_opponent={self.stop_opponent!r} is not one of the opponents "
+                             f"{sorted(self.opponents)}")
+        self._seed = seed
+        self._last_eval_iter: Optional[int] = None
+        self.eval_count = 0
+        self.best_return = -math.inf  # the best mean win rate against the stop opponent
+        self.envstep = 0  # moves played in all evaluations so far
+
+    # ---- DI-engine's lifecycle ------------------------------------------------------------------
+    def reset_policy(self, _policy: Any = None) -> None:
+        if _policy is not None:
+            self._policy = _policy
+
+    def reset_env(self, _env: Optional[BattleEnvManager] = None) -> None:
+        if _env is not None:
+            self.env = _env
+
+    def reset(self, _policy: Any = None, _env: Optional[BattleEnvManager] = None) -> None:
+        self.reset_env(_env)
+        self.reset_policy(_policy)
+        self._last_eval_iter = None
+        self.eval_count = 0
+        self.best_return = -math.inf
+
+    def should_eval(self, train_iter: int) -> bool:
+        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
+            return False
+        self._last_eval_iter = train_iter
+        return True
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ---- evaluation -----------------------------------------------------------------------------
+    def play(self, opponent: Any, seat: int, n_episode: int, deadline: float) -> Dict[str, float]:
+        """``n_episode`` games with the policy in ``seat`` against ``opponent``: win / draw / loss rates."""
+        env = self.env
+        monitor = VectorEvalMonitor(env.num_envs, n_episode)
+        env.reset(seed=self._seed + 7919 * self.eval_count + 104729 * seat)
+        players = (self._policy, opponent)
+        moves = 0
+        while not monitor.is_finished():
+            if time.perf_counter() > deadline:
+                logger.warning("battle evaluator: gave up after %.0fs with %d/%d games", self.cfg.max_seconds,
+                               len(monitor.returns()), n_episode)
+                break
+            mine = env.seat == seat
+            actions = np.zeros(env.num_envs, dtype=np.int64)
+            for player, rows in ((players[0], np.flatnonzero(mine)), (players[1], np.flatnonzero(~mine))):
+                if len(rows):
+                    actions[rows] = act(player, env.obs[rows], env.mask[rows], [env.games[i] for i in rows])
+            step = env.step(actions)
+            moves += env.num_envs
+            for result in step.results:
+                monitor.update(result.env_id, result.returns[seat], result.length)
+        self.envstep += moves
+        returns = np.asarray(monitor.returns())
+        games = len(returns)
+        if games == 0:
+            return {"win": float("nan"), "draw": float("nan"), "loss": float("nan"), "games": 0}
+        return {"win": float((returns > 0).mean()), "draw": float((returns == 0).mean()),
+                "loss": float((returns < 0).mean()), "games": games}
+
+    def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1,
+             n_episode: Optional[int] = None) -> Tuple[bool, Dict]:
+        """Play every opponent from both sides; returns (stop_flag, info). Saves ``ckpt_best`` on a new best."""
+        n_episode = n_episode or self.n_episode
+        start = time.perf_counter()
+        deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
+        moves_before = self.envstep
+        results: Dict[str, Dict[str, Dict[str, float]]] = {}
+        for name, opponent in self.opponents.items():
+            results[name] = {side: self.play(opponent, seat, n_episode, deadline) for seat, side in enumerate(SIDES)}
+        self.eval_count += 1
+        win_rate = {name: float(np.mean([r[side]["win"] for side in SIDES])) for name, r in results.items()}
+        decisive = results[self.stop_opponent]
+        score = win_rate[self.stop_opponent]
+        complete = all(decisive[side]["games"] == n_episode for side in SIDES)
+        bounds_met = all(decisive[side]["win"] >= self.cfg.min_win_rate[side]
+                         and decisive[side]["loss"] <= self.cfg.max_loss_rate[side] for side in SIDES)
+        stop_flag = bool(complete and score >= self.stop_value and bounds_met)
+        info = {
+            "train_iter": train_iter,
+            "envstep": envstep,
+            "episodes": sum(r[side]["games"] for r in results.values() for side in SIDES),
+            "env_steps": self.envstep - moves_before,
+            "duration": time.perf_counter() - start,
+            "results": results,
+            "win_rate": win_rate,
+            # the pipelines' progress reads this key: here the mean win rate against the stop opponent
+            "eval_episode_return_mean": score,
+        }
+        if complete and score > self.best_return:
+            self.best_return = score
+            if save_ckpt_fn is not None:
+                save_ckpt_fn("ckpt_best.pt")
+        return stop_flag, info
