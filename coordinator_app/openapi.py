@@ -54,6 +54,19 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+                "League": {"type": "object", "required": ["players", "pool", "retired", "payoff", "games"],
+                           "properties": {
+                               "players": {"type": "array", "items": {"type": "string"},
+                                           "description": "main (the trained policy), bots, snapshots v<version>"},
+                               "pool": {"type": "array", "items": {"type": "string"}},
+                               "retired": {"type": "array", "items": {"type": "string"}},
+                               "payoff": {"type": "object", "description": "payoff[a][b]: a's results against b",
+                                          "additionalProperties": {"type": "object", "additionalProperties": {
+                                              "type": "object", "properties": {
+                                                  "wins": {"type": "integer"}, "draws": {"type": "integer"},
+                                                  "losses": {"type": "integer"}, "games": {"type": "integer"},
+                                                  "win_rate": {"type": "number", "nullable": True}}}}},
+                               "games": {"type": "integer"}}},
                 "Task": {"type": "object", "required": ["task_id", "kind", "state", "worker_id", "attempts"],
                          "properties": {
                              "task_id": {"type": "string"},
@@ -171,6 +184,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/buffers": {"get": {"summary": "replay buffers", "responses": {"200": _json(
                 {"type": "object", "properties": {"buffers": {"type": "array", "items": _ref("Buffer")}}},
                 "buffers")}}},
+            "/league": {"get": {"summary": "two-player self-play: the opponent league (players, pool, payoff "
+                                           "table of wins/draws/losses per pair, games played)",
+                                "responses": {"200": _json(_ref("League"), "the league"),
+                                              **_errors("404")}}},
             "/buffers/{name}": {"get": {"summary": "one buffer", "parameters": [_path_param("name")],
                                         "responses": {"200": _json(_ref("Buffer"), "the buffer"),
                                                       **_errors("404")}}},

@@ -129,8 +129,13 @@ def cmd_serial(args: argparse.Namespace) -> int:
     def progress(info: dict) -> None:
         reporter.update(info["envstep"], info["train_iter"], info["eval_episode_return_mean"], force=True)
 
+    from .envs.multiagent import is_battle_env
+
+    pipeline = serial_pipeline
+    if is_battle_env(cfg.env):  # a two-player game: the self-play pipeline
+        from .entry.selfplay import selfplay_pipeline as pipeline
     try:
-        result = serial_pipeline(cfg, progress=progress)
+        result = pipeline(cfg, progress=progress)
     finally:
         reporter.close()
     print(result.summary(), flush=True)

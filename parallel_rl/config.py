@@ -19,8 +19,11 @@ from easydict import EasyDict
 from .errors import ConfigError
 
 
-def default_config(policy_type: str = "dqn") -> EasyDict:
-    """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s."""
+def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
+    """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s.
+
+    ``battle`` (``env.type = "pettingzoo"``, a two-player game): the battle collector and evaluator bring
+    their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
     from .data.buffer import buffer_default_config
     from .envs.env_manager import EnvManager
     from .interaction.defaults import parallel_default_config
@@ -34,12 +37,20 @@ def default_config(policy_type: str = "dqn") -> EasyDict:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
     policy = POLICY_DEFAULTS[policy_type]()
-    policy.collect.collector = SampleSerialCollector.default_config()
-    policy.eval.evaluator = InteractionSerialEvaluator.default_config()
+    if battle:
+        from .coordinator.league import League
+        from .worker.battle_collector import BattleSampleSerialCollector
+        from .worker.battle_evaluator import BattleInteractionSerialEvaluator
+
+        policy.collect.collector = BattleSampleSerialCollector.default_config()
+        policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()
+    else:
+        policy.collect.collector = SampleSerialCollector.default_config()
+        policy.eval.evaluator = InteractionSerialEvaluator.default_config()
     policy.learn.learner = BaseLearner.default_config()
     # on-policy data goes to a segment buffer (whole segments, used and dropped), off-policy data to replay
     policy.other.replay_buffer = buffer_default_config(default_buffer_type(policy))
-    return EasyDict(
+    tree = EasyDict(
         exp_name="default_experiment",
         seed=0,
         env=EnvManager.default_config(),
@@ -60,6 +71,11 @@ def default_config(policy_type: str = "dqn") -> EasyDict:
             tensorboard=True,
         ),
     )
+    if battle:
+        tree.env.type = "pettingzoo"
+        tree.league = League.default_config()
+        tree.parallel.commander.type = "league"  # the cluster keeps the opponent pool and payoff table
+    return tree
 
 
 def default_buffer_type(policy_cfg: Mapping) -> str:
@@ -125,7 +141,8 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
 
     user_cfg = dict(user_cfg or {})
     # the policy type brings its own keys (ppo, sac, ... or a registered one)
-    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"))
+    battle = user_cfg.get("env", {}).get("type", "gymnasium") == "pettingzoo"
+    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"), battle=battle)
     # The replay buffer's keys depend on its type: use that type's defaults.
     buf_type = (
         user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get(
@@ -182,6 +199,13 @@ def _validate(cfg: EasyDict) -> None:
         raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
                           f"{'on' if cfg.policy.on_policy else 'off'}-policy {cfg.policy.type!r}: use {want} "
                           f"(or leave the key out)")
+    if cfg.env.type not in ("gymnasium", "pettingzoo"):
+        raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
+    if cfg.env.type == "pettingzoo" and cfg.policy.nstep != 1:
+        raise ConfigError(f"policy.nstep must be 1 for two-player games (the battle collectors make 1-step "
+                          f"rows), got {cfg.policy.nstep}")
+    if cfg.env.type == "pettingzoo" and cfg.policy.type != "dqn":
+        raise ConfigError(f"two-player self-play trains policy.type='dqn' so far, got {cfg.policy.type!r}")
     from .policy.device import DEVICES
 
     if cfg.policy.device not in DEVICES:

@@ -7,6 +7,8 @@ Layout under the root (see docs/storage.md)::
     learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume
     coordinator/state_000000042.npz + .json   coordinator snapshots (replay index arrays; the rest as JSON)
     run.lock                       the lock of the run using the directory (lock_shared_dir)
+    league/snapshot_000001234.pt   two-player self-play: policy versions frozen into the opponent pool
+                                   (copies of policy checkpoints, so pruning those never removes them)
 
 Every file is written to a temporary name in its directory and moved into
 place with ``os.replace``, so a reader never sees half a file. Names that
@@ -37,6 +39,7 @@ _LEARNER_RE = re.compile(r"^learner_(\d{9,})\.pt$")
 _CHUNK_RE = re.compile(r"^.+\.npz$")
 _STATE_RE = re.compile(r"^state_(\d{9,})\.(json|npz)$")
 _STATE_JSON_RE = re.compile(r"^state_(\d{9,})\.json$")
+_SNAPSHOT_RE = re.compile(r"^snapshot_(\d{9,})\.pt$")
 
 # the coordinator state format this code writes and reads; a file with another one is refused
 COORDINATOR_STATE_FORMAT = 1
@@ -118,6 +121,7 @@ class SharedStorage:
         self.policy_dir = os.path.join(self.root, "policy")
         self.learner_dir = os.path.join(self.root, "learner")
         self.state_dir = os.path.join(self.root, "coordinator")
+        self.league_dir = os.path.join(self.root, "league")
         try:
             for d in (self.data_dir, self.policy_dir, self.learner_dir, self.state_dir):
                 os.makedirs(d, exist_ok=True)
@@ -226,6 +230,33 @@ class SharedStorage:
                 logger.error("storage: skipping learner state %d: %s", version, exc)
         return None
 
+    # ---- league snapshots (two-player self-play) ------------------------------------------
+    def league_snapshot_path(self, version: int) -> str:
+        if int(version) < 0:
+            raise StorageError(f"snapshot version must be >= 0, got {version}")
+        return os.path.join(self.league_dir, f"snapshot_{int(version):09d}.pt")
+
+    def snapshot_policy(self, version: int) -> str:
+        """Freeze policy checkpoint ``version`` into the league (a byte copy: no torch needed, the
+        coordinator never imports it). Raises FileNotFoundError when the checkpoint is gone."""
+        import shutil
+
+        path = self.league_snapshot_path(version)
+        os.makedirs(self.league_dir, exist_ok=True)  # made by the first snapshot: only self-play runs have one
+        with open(self.policy_path(version), "rb") as src:
+            _atomic_write(path, lambda dst: shutil.copyfileobj(src, dst), durable=True)
+        return path
+
+    def load_league_snapshot(self, version: int) -> Dict:
+        """A frozen snapshot's state dict (FileNotFoundError when it left the league)."""
+        return _torch_load(self.league_snapshot_path(version))
+
+    def remove_league_snapshot(self, version: int) -> bool:
+        return _unlink(self.league_snapshot_path(version))
+
+    def league_snapshot_versions(self) -> List[int]:
+        return self._versions(self.league_dir, _SNAPSHOT_RE) if os.path.isdir(self.league_dir) else []
+
     @staticmethod
     def _versions(directory: str, pattern: re.Pattern) -> List[int]:
         out = []
@@ -253,7 +284,10 @@ class SharedStorage:
     def _our_files(self):
         """(directory, name, is_temp) of every file of ours on the shared disk."""
         for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
-                                   (self.learner_dir, _LEARNER_RE), (self.state_dir, _STATE_RE)):
+                                   (self.learner_dir, _LEARNER_RE), (self.state_dir, _STATE_RE),
+                                   (self.league_dir, _SNAPSHOT_RE)):
+            if not os.path.isdir(directory):  # the league's is made by the first snapshot
+                continue
             for name in os.listdir(directory):
                 if name.startswith(".tmp-") or pattern.match(name):
                     yield directory, name, name.startswith(".tmp-")

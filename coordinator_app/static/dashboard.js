@@ -102,6 +102,36 @@ function renderCharts(h) {
   throughputChart.setData([t, steps, updates]);
 }
 
+// two-player self-play: the payoff table as a heat map (green: the row player wins, red: it loses)
+async function renderLeague() {
+  const response = await fetch(`${API}/league`, {cache: "no-store"});
+  if (response.status === 404) return;  // not a self-play run
+  if (!response.ok) throw new Error(`/league: HTTP ${response.status}`);
+  const league = await response.json();
+  const players = league.players.filter((p) => p in league.payoff);
+  const opponents = [...new Set(players.flatMap((p) => Object.keys(league.payoff[p])))];
+  $("league-section").hidden = false;
+  const head = $("league").tHead;
+  head.replaceChildren();
+  const hrow = head.insertRow();
+  for (const name of ["", ...opponents]) hrow.appendChild(document.createElement("th")).textContent = name;
+  const body = $("league").tBodies[0];
+  body.replaceChildren();
+  for (const p of players) {
+    const row = body.insertRow();
+    row.dataset.player = p;
+    cell(row, p);
+    for (const o of opponents) {
+      const r = league.payoff[p][o];
+      const td = cell(row, r ? `${fmt(r.win_rate, 2)} (${r.games})` : "–");
+      if (r && r.win_rate !== null) {
+        const score = (r.wins + r.draws / 2) / r.games;  // 0: always loses, 1: always wins
+        td.style.background = `hsl(${Math.round(120 * score)}, 60%, 85%)`;
+      }
+    }
+  }
+}
+
 async function refresh() {
   try {
     const [c, collectors, learners, tasks, history] = await Promise.all([
@@ -110,6 +140,7 @@ async function refresh() {
     renderWorkers([...learners.learners, ...collectors.collectors]);
     renderTasks(tasks.tasks.slice(-20));
     renderCharts(history);
+    await renderLeague();
     $("error").textContent = "";
     document.body.dataset.updated = String(Date.now());
   } catch (err) {

@@ -15,6 +15,7 @@ from easydict import EasyDict
 
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
+from .league import MAIN, SELF, League, snapshot_version
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker, WorkerState
 
@@ -118,6 +119,64 @@ class SoloCommander:
 
 
 COMMANDER_REGISTRY.register("solo", SoloCommander)
+
+
+class LeagueCommander(SoloCommander):
+    """Two-player self-play (``parallel.commander.type = "league"``): the solo commander's scheduling, plus
+    an opponent :class:`~parallel_rl.coordinator.league.League`.
+
+    Every ``league.snapshot_every`` policy versions the newest checkpoint is frozen into the league (a copy
+    under ``league/`` on the shared disk, so checkpoint pruning never removes a pool member) and joins the
+    pool; snapshots leaving the pool are deleted. Each collector task names its opponent, chosen by PFSP;
+    the collectors' ``games`` messages fill the payoff table. A task that reports ``opponent_missing``
+    takes that opponent out of the pool. The run stops on the evaluator's win-rate target.
+    """
+
+    def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
+        super().__init__(cfg, coordinator)
+        self.league = League(cfg.league, seed=cfg.seed)
+
+    def step(self) -> None:
+        c = self.coordinator
+        if not c.system_shutdown_flag:
+            self._snapshot()
+        super().step()
+
+    def _snapshot(self) -> None:
+        version = self.coordinator.policy_version
+        if version < 0 or not self.league.wants_snapshot(version):
+            return
+        storage = self.coordinator.storage
+        try:
+            storage.snapshot_policy(version)
+        except FileNotFoundError:  # pruned already: the next version will do
+            logger.warning("commander: policy %d is gone before it could join the league; waiting for the next",
+                           version)
+            return
+        gone = self.league.add_snapshot(version)
+        if gone is not None:
+            storage.remove_league_snapshot(snapshot_version(gone))
+
+    def _feed_collectors(self) -> None:
+        c = self.coordinator
+        for worker in self._free_workers("collector"):
+            spec = {"env_steps": int(self.ccfg.collector_task_env_steps),
+                    "players": {"train": MAIN, "opponent": self.league.choose_opponent()}}
+            c.assign(c.tasks.create(TaskKind.COLLECTOR, spec), worker)
+
+    def on_games(self, opponent: str, counts: dict) -> None:
+        """A collector's game results: the training player's wins, draws and losses against ``opponent``."""
+        outcomes = [o for o in ("win", "draw", "loss") for _ in range(int(counts.get(o, 0)))]
+        self.league.record(MAIN, MAIN if opponent == SELF else opponent, outcomes)
+
+    def on_task_finished(self, task: Task) -> None:
+        missing = (task.result or {}).get("opponent_missing")
+        if isinstance(missing, str):
+            logger.warning("commander: opponent %s is gone from the shared disk; it leaves the pool", missing)
+            self.league.remove(missing)
+
+
+COMMANDER_REGISTRY.register("league", LeagueCommander)
 
 
 def create_parallel_commander(cfg: EasyDict, coordinator: Optional["Coordinator"] = None):

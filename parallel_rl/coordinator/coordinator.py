@@ -517,6 +517,8 @@ class Coordinator:
             self.commander.on_task_failed(task)
         if task.kind == TaskKind.EVALUATOR and state == TaskState.FINISHED and result:
             self._on_eval_result(task, result)
+        if state == TaskState.FINISHED and hasattr(self.commander, "on_task_finished"):
+            self.commander.on_task_finished(task)
         if leaving_done:
             self._disconnect(worker, "removed")
         self.kick()
@@ -535,7 +537,9 @@ class Coordinator:
         stop_value = float(self.cfg.env.stop_value)
         logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
                     task.spec.get("policy_version"), mean, stop_value)
-        if result.get("episodes", 0) >= task.spec.get("n_episode", 0) and mean >= stop_value:
+        # a battle evaluation says itself whether its stop rule (win rate and per-side bounds) holds
+        if (result.get("episodes", 0) >= task.spec.get("n_episode", 0) and mean >= stop_value
+                and result.get("stop", True) is not False):
             self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
                                                  f"(policy version {task.spec.get('policy_version')})")
 
@@ -809,8 +813,27 @@ class Coordinator:
         if m["task"] is not None:
             self.tasks.update_progress(m["task"].task_id, train_iter=worker.train_iter)
 
+    def _check_games(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        task = self._owned_task(worker, msg, required=True)
+        opponent = msg.get("opponent")
+        if not isinstance(opponent, str) or not opponent or len(opponent) > 64:
+            raise ApiError(400, "bad_request", f"field 'opponent' must be a player name, got {opponent!r:.60}")
+        counts = {o: checked_int(msg, o, 0, MAX_STEPS_PER_MESSAGE, default=0) for o in ("win", "draw", "loss")}
+        return {"opponent": opponent, "counts": counts, "task": task}
+
+    def _apply_games(self, worker: Worker, m: Dict[str, Any]) -> None:
+        on_games = getattr(self.commander, "on_games", None)
+        if on_games is None:
+            logger.warning("coordinator: %s sent game results but the %s keeps no league (set "
+                           "parallel.commander.type='league')", worker.worker_id, type(self.commander).__name__)
+            return
+        on_games(m["opponent"], m["counts"])
+        task = m["task"]
+        self.tasks.update_progress(task.task_id, games=task.progress.get("games", 0) + sum(m["counts"].values()))
+
     # type -> (roles that may send it, check (no side effects), apply)
     _MESSAGES = {
+        "games": (("collector",), _check_games, _apply_games),
         "chunk": (("collector",), _check_chunk, _apply_chunk),
         "task_done": (KINDS, _check_task_end, _apply_task_end),
         "task_cancelled": (KINDS, _check_task_end, _apply_task_end),

@@ -99,8 +99,14 @@ def env_spaces(env_cfg, policy_type: Optional[str] = None) -> tuple:
     With ``policy_type`` it also checks that the algorithm fits the action space.
     """
     from .env_manager import import_env_modules
+    from .multiagent import battle_env_spaces, is_battle_env
 
     import_env_modules(env_cfg.import_names)
+    if is_battle_env(env_cfg):
+        obs_shape, spec = battle_env_spaces(env_cfg)
+        if policy_type is not None:
+            check_policy_fits(policy_type, spec, env_cfg.env_id, f"Discrete({spec.n})")
+        return obs_shape, spec
     try:
         env = gym.make(env_cfg.env_id, **(env_cfg.env_kwargs or {}))
     except gym.error.Error as exc:

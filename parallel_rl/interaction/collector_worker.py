@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
+from ..envs.multiagent import is_battle_env
 from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
 from ..tblog import TensorBoardLogger
@@ -51,7 +52,12 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         if self.collector is not None:
             return
         seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
-        self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
+        if is_battle_env(cfg.env):  # a two-player game: the training player against the task's opponent
+            from ..worker.marine_collector import MarineParallelCollector
+
+            self.collector = MarineParallelCollector(cfg, self.storage, seed=seed)
+        else:
+            self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
         # the policy's data flow: on-policy, a collector collects its share of the current version's segment
         # and then waits for the next version (anything more would be thrown away)
         self.on_policy = bool(self.collector.policy.on_policy)
@@ -71,6 +77,10 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         if task.kind == "collector":
             if not isinstance(task.spec.get("env_steps"), int) or task.spec["env_steps"] <= 0:
                 raise ApiError(400, "bad_request", f"collector task needs env_steps > 0, got {task.spec!r}")
+            players = task.spec.get("players")
+            if players is not None and not (isinstance(players, dict) and isinstance(players.get("opponent"), str)):
+                raise ApiError(400, "bad_request", f"collector task players must be {{'train': 'main', "
+                                                   f"'opponent': NAME}}, got {players!r:.80}")
         elif task.kind == "evaluator":
             if not isinstance(task.spec.get("policy_version"), int):
                 raise ApiError(400, "bad_request", f"evaluator task needs policy_version, got {task.spec!r}")
@@ -198,12 +208,16 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         steps = transitions = chunks = 0
         returns: List[float] = []
         task_started = time.monotonic()
+        games = {"win": 0, "draw": 0, "loss": 0}
+        opponent = missing = None
+        if task.spec.get("players") is not None:  # a two-player game (MarineParallelCollector)
+            opponent, missing = self.collector.set_opponent(task.spec["players"]["opponent"])
         while steps < target and not task.stop.is_set():
             self._run_waiting_evals()
             self._wait_for_allowance(task)
             self.refresh_policy()
             eps = float(self.control.get("epsilon", exploration_schedule(self.cfg.policy)(0)))
-            pieces, chunk_steps, chunk_returns = [], 0, []
+            pieces, chunk_steps, chunk_returns, chunk_outcomes = [], 0, [], []
             started = time.monotonic()
             version, fresh = self.collector.policy_version, self._fresh_policy()
             # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
@@ -221,6 +235,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 pieces.append(data)
                 chunk_steps += stats.env_steps
                 chunk_returns += stats.returns
+                chunk_outcomes += getattr(stats, "outcomes", [])
                 if time.monotonic() - started >= ccfg.flush_interval:
                     break
                 if fresh:
@@ -239,6 +254,11 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                                 "size": int(len(data["action"])), "policy_version": version,
                                 "env_steps": chunk_steps, "episode_returns": chunk_returns},
                                urgent=fresh or self.on_policy)  # on-policy, the learner waits for it
+            if opponent is not None and chunk_outcomes:  # the games' results, for the league's payoff table
+                counts = {o: chunk_outcomes.count(o) for o in games}
+                self.send_metadata({"type": "games", "task_id": task.task_id, "player": "main",
+                                    "opponent": opponent, **counts})
+                games = {o: games[o] + counts[o] for o in games}
             self._announced_version = version
             if self.on_policy:
                 key, sent = self._segment_sent
@@ -254,9 +274,14 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         mean_return = float(np.mean(returns)) if returns else None
         self.tb.scalars(self.collector.envstep, "collector/", env_steps_per_second=steps / elapsed if elapsed else 0.0,
                         mean_return=mean_return)
-        return {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
-                "mean_return": mean_return,
-                "policy_version": self.collector.policy_version, "completed": steps >= target}
+        result = {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
+                  "mean_return": mean_return,
+                  "policy_version": self.collector.policy_version, "completed": steps >= target}
+        if opponent is not None:
+            result.update(opponent=opponent, games=games)
+            if missing is not None:
+                result["opponent_missing"] = missing
+        return result
 
 
 register_comm_collector("flask_fs", FlaskFileSystemCollector)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 from easydict import EasyDict
@@ -146,23 +146,33 @@ class BattleSampleSerialCollector(_BattleCollector):
     def _clear(self) -> None:
         self._rows: List[List[Transition]] = [[], []]
 
-    def collect(self, n_sample: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None) -> List[Columns]:
-        """Exactly ``n_sample`` rows for each trained player (``{}`` for the others)."""
-        if n_sample <= 0:
-            raise ValueError(f"{n_sample=} must be > 0")
+    def collect(self, n_sample: Union[int, Sequence[int]], train_iter: int = 0,
+                policy_kwargs: Optional[dict] = None) -> List[Columns]:
+        """Exactly ``n_sample`` rows for each trained player (``{}`` for the others); ``n_sample`` may also be
+        one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players)."""
         if not self.trained_players:
             raise ValueError(f"{self.trained_players=}: name at least one player whose rows to collect")
+        if isinstance(n_sample, int):
+            wanted = [n_sample if p in self.trained_players else 0 for p in (0, 1)]
+            if n_sample <= 0:
+                raise ValueError(f"{n_sample=} must be > 0")
+        else:
+            wanted = [int(n) if p in self.trained_players else 0 for p, n in enumerate(n_sample)]
+            if len(wanted) != 2 or min(wanted) < 0 or sum(wanted) == 0:
+                raise ValueError(f"{n_sample=}: give one count >= 0 per player, not all 0, for trained players "
+                                 f"{self.trained_players}")
         stats = BattleCollectStats()
         start = time.perf_counter()
-        while any(len(self._rows[p]) < n_sample for p in self.trained_players):
+        while any(len(self._rows[p]) < wanted[p] for p in self.trained_players):
             step, owners = self._step(policy_kwargs, stats)
             for transition, p in zip(step.transitions, owners):
                 if p in self.trained_players:
                     self._rows[p].append(transition)
         out: List[Columns] = [{}, {}]
         for p in self.trained_players:
-            out[p] = transitions_to_columns(self._rows[p][:n_sample], self._gamma, train_iter)
-            self._rows[p] = self._rows[p][n_sample:]
+            if wanted[p]:
+                out[p] = transitions_to_columns(self._rows[p][:wanted[p]], self._gamma, train_iter)
+                self._rows[p] = self._rows[p][wanted[p]:]
         stats.transitions = sum(columns_len(c) for c in out)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start

@@ -122,6 +122,7 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self.envstep += moves
         returns = np.asarray(monitor.returns())
         games = len(returns)
+        self._lengths += monitor.lengths()
         if games == 0:
             return {"win": float("nan"), "draw": float("nan"), "loss": float("nan"), "games": 0}
         return {"win": float((returns > 0).mean()), "draw": float((returns == 0).mean()),
@@ -134,6 +135,7 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         start = time.perf_counter()
         deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
         moves_before = self.envstep
+        self._lengths: list = []
         results: Dict[str, Dict[str, Dict[str, float]]] = {}
         for name, opponent in self.opponents.items():
             results[name] = {side: self.play(opponent, seat, n_episode, deadline) for seat, side in enumerate(SIDES)}
@@ -155,6 +157,7 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
             "win_rate": win_rate,
             # the pipelines' progress reads this key: here the mean win rate against the stop opponent
             "eval_episode_return_mean": score,
+            "episode_length_mean": float(np.mean(self._lengths)) if self._lengths else float("nan"),
         }
         if complete and score > self.best_return:
             self.best_return = score

@@ -32,15 +32,20 @@ class ZerglingParallelCollector(BaseParallelCollector):
     def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
         self.cfg = cfg
         self.storage = storage
-        self.env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)
-        self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_spec, seed=seed, device="cpu")
-        self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
-                                               nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
+        self._build(seed)
         self.policy_version = -1
         self._policy_dir_stamp: Optional[int] = None
         self._seed = seed
         self._eval_policy = None
         self._evaluator: Optional[InteractionSerialEvaluator] = None
+
+    def _build(self, seed: int) -> None:
+        """The envs, the (CPU) policy and the serial collector this collector drives."""
+        cfg = self.cfg
+        self.env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)
+        self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_spec, seed=seed, device="cpu")
+        self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
+                                               nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
 
     @property
     def envstep(self) -> int:
@@ -91,17 +96,21 @@ class ZerglingParallelCollector(BaseParallelCollector):
             self._evaluator = InteractionSerialEvaluator(
                 self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
                 self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
-        try:
-            state = self.storage.load_policy(version)
-        except FileNotFoundError:  # pruned meanwhile: evaluate the newest one instead
-            latest = self.storage.latest_policy_version()
-            if latest is None or latest < version:
-                raise
-            version, state = latest, self.storage.load_policy(latest)
+        version, state = self._load_for_eval(version)
         self._eval_policy.load_model_state_dict(state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
         info["policy_version"] = version
         return info
+
+    def _load_for_eval(self, version: int) -> Tuple[int, Dict]:
+        """(version, state) of checkpoint ``version``, or of the newest one if it was pruned meanwhile."""
+        try:
+            return version, self.storage.load_policy(version)
+        except FileNotFoundError:
+            latest = self.storage.latest_policy_version()
+            if latest is None or latest < version:
+                raise
+            return latest, self.storage.load_policy(latest)
 
     def close(self) -> None:
         self.collector.close()

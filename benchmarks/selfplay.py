@@ -1,0 +1,107 @@
+"""Self-play to a target: games, env steps and wall time until the trained policy meets it, then a final check.
+
+    .venv/bin/python benchmarks/selfplay.py [--config configs/tictactoe_selfplay.py] [--seeds 1] [--games 1000]
+    .venv/bin/python benchmarks/selfplay.py --config configs/connect_four_selfplay.py
+
+Runs the serial self-play pipeline (in this process) until its evaluator's stop
+rule holds, then plays the final policy ``--games`` games per side against every
+opponent of ``--final-opponents`` (random and lookahead) and prints win / draw /
+loss rates per side. The baseline, measured in the same run, is the untrained
+policy (the same network at initialisation) in the same final check; ``x`` is
+the trained win rate over the baseline's. Tic-tac-toe target (issue #12): as
+first mover never lose to random and win >= 90 %, as second mover lose <= 5 %.
+Connect Four: >= 90 % against random and >= 60 % against lookahead, both sides
+averaged.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from parallel_rl.config import load_config  # noqa: E402
+from parallel_rl.envs.multiagent import BattleEnvManager  # noqa: E402
+from parallel_rl.policy import create_policy  # noqa: E402
+from parallel_rl.policy.bots import create_bot  # noqa: E402
+from parallel_rl.runtime import setup_process  # noqa: E402
+from parallel_rl.storage import _torch_load  # noqa: E402
+from parallel_rl.worker.battle_evaluator import SIDES, BattleInteractionSerialEvaluator  # noqa: E402
+
+TARGETS = {
+    "pettingzoo.classic.tictactoe_v3": lambda r: (r["random"]["first"]["loss"] == 0.0
+                                                  and r["random"]["first"]["win"] >= 0.90
+                                                  and r["random"]["second"]["loss"] <= 0.05),
+    "pettingzoo.classic.connect_four_v3": lambda r: (mean_win(r, "random") >= 0.90
+                                                     and mean_win(r, "lookahead") >= 0.60),
+}
+
+
+def mean_win(results: dict, opponent: str) -> float:
+    return sum(results[opponent][side]["win"] for side in SIDES) / len(SIDES)
+
+
+def final_check(cfg, policy, opponents, games: int, seed: int) -> dict:
+    env = BattleEnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=seed)
+    n = env.action_spec.n
+    evaluator = BattleInteractionSerialEvaluator(
+        {"max_seconds": 0}, env, policy.eval_mode,
+        {name: create_bot(name, seed=seed + i, n_actions=n) for i, name in enumerate(opponents)},
+        stop_value=1.0, n_evaluator_episode=games, seed=seed)
+    _, info = evaluator.eval()
+    evaluator.close()
+    return info["results"]
+
+
+def describe(results: dict) -> str:
+    return "; ".join(f"vs {o} {side}: win {r['win']:.3f} draw {r['draw']:.3f} loss {r['loss']:.3f}"
+                     for o, sides in results.items() for side, r in sides.items())
+
+
+def main() -> int:
+    from parallel_rl.entry.selfplay import selfplay_pipeline
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/tictactoe_selfplay.py")
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--games", type=int, default=1000, help="final check: games per opponent and side")
+    parser.add_argument("--final-opponents", default="random,lookahead")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    opponents = args.final_opponents.split(",")
+    met_all = True
+    for seed in range(args.seeds):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"exp_name={tmp}/exp",
+                                            "system.tensorboard=false", "system.log_level=WARNING"])
+            setup_process(cfg)
+            env = BattleEnvManager.from_cfg(cfg.env, 1)
+            obs_dim, spec = env.obs_dim, env.action_spec
+            env.close()
+            untrained = create_policy(cfg.policy, obs_dim, spec, seed=seed)
+            baseline = final_check(cfg, untrained, opponents, args.games, seed=12345 + seed)
+            games = []
+            start = time.perf_counter()
+            result = selfplay_pipeline(cfg, on_eval=lambda info: games.append(info["games"]))
+            wall = time.perf_counter() - start
+            trained = create_policy(cfg.policy, obs_dim, spec, seed=seed)
+            trained.load_state_dict(_torch_load(os.path.join(tmp, "exp", "ckpt", "ckpt_final.pt"))["policy"])
+            final = final_check(cfg, trained, opponents, args.games, seed=54321 + seed)
+        met = TARGETS.get(cfg.env.env_id, lambda r: True)(final)
+        met_all &= met and result.solved
+        print(f"seed {seed}: {'stop rule met' if result.solved else 'NOT met: ' + result.reason} after "
+              f"{games[-1] if games else 0} training games, {result.env_steps} env steps (moves), "
+              f"{result.train_iter} updates, {wall:.1f}s wall", flush=True)
+        print(f"  final check ({args.games} games per side): {describe(final)}")
+        print(f"  baseline, untrained policy: {describe(baseline)}")
+        print("  win rate over baseline: " + ", ".join(
+            f"{o}: x{mean_win(final, o) / max(mean_win(baseline, o), 1e-9):.2f}" for o in opponents))
+        print(f"  issue #12 target for {cfg.env.env_id}: {'MET' if met else 'NOT MET'}", flush=True)
+    return 0 if met_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

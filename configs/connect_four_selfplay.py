@@ -1,0 +1,40 @@
+"""Connect Four DQN self-play, serial: ``parallel-rl serial -c configs/connect_four_selfplay.py``.
+
+The policy plays itself, its past snapshots and the random and one-step
+lookahead bots (PFSP: harder opponents more often); it is evaluated against
+both bots from both sides and stops at the issue's target: a mean win rate of
+both sides >= 60 % against the lookahead bot (``env.stop_value``), with >= 90 %
+against random checked by ``benchmarks/selfplay.py``.
+"""
+main_config = dict(
+    exp_name="connect_four_selfplay",
+    seed=0,
+    env=dict(
+        type="pettingzoo",
+        env_id="pettingzoo.classic.connect_four_v3",
+        collector_env_num=16,
+        evaluator_env_num=8,
+        n_evaluator_episode=100,
+        stop_value=0.6,
+    ),
+    policy=dict(
+        model=dict(hidden_size_list=[256, 256, 128], dueling=True),
+        discount_factor=0.95,
+        nstep=1,
+        learn=dict(update_per_collect=16, batch_size=128, learning_rate=5e-4, target_update_freq=500),
+        collect=dict(n_sample=256),
+        eval=dict(evaluator=dict(
+            eval_freq=2000,
+            max_seconds=300.0,
+            opponents=["random", "lookahead"],
+            stop_opponent="lookahead",
+        )),
+        other=dict(
+            eps=dict(type="exp", start=0.9, end=0.05, decay=100000),
+            replay_buffer=dict(type="naive", replay_buffer_size=200000),
+        ),
+    ),
+    league=dict(snapshot_every=2000, pool_size=10, bots=["random", "lookahead"], self_play_prob=0.3,
+                pfsp_weighting="hard"),
+    serial=dict(max_seconds=3600),
+)
