@@ -44,6 +44,7 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 
         policy.collect.collector = BattleSampleSerialCollector.default_config()
         policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()
+        policy.nstep = 1  # the battle collectors make 1-step rows
     else:
         policy.collect.collector = SampleSerialCollector.default_config()
         policy.eval.evaluator = InteractionSerialEvaluator.default_config()

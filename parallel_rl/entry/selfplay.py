@@ -33,11 +33,11 @@ from ..data.buffer import create_buffer
 from ..envs.multiagent import BattleEnvManager
 from ..policy import create_policy
 from ..policy.bots import create_bot
-from ..policy.epsilon import exploration_schedule
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.battle_collector import BattleSampleSerialCollector
 from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
+from ..worker.commander import BaseSerialCommander
 from ..worker.learner import create_learner
 from .serial import TrainResult
 
@@ -70,7 +70,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
         cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000)
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
-    epsilon = exploration_schedule(cfg.policy)
+    commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
     learn, budget = cfg.policy.learn, cfg.serial
     last_return = best_return = float("nan")
     solved, reason = False, ""
@@ -123,7 +123,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                 collector.reset_env()
                 opponent = chosen
             columns = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                        policy_kwargs={"eps": epsilon(collector.envstep)})
+                                        policy_kwargs=commander.step())
             stats = collector.last_stats
             games += stats.episodes
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)
