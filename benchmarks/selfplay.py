@@ -75,8 +75,8 @@ def main() -> int:
     met_all = True
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"exp_name={tmp}/exp",
-                                            "system.tensorboard=false", "system.log_level=WARNING"])
+            cfg = load_config(args.config, [f"seed={seed}", f"exp_name={tmp}/exp", "system.tensorboard=false",
+                                            "system.log_level=WARNING", *args.overrides])
             setup_process(cfg)
             env = BattleEnvManager.from_cfg(cfg.env, 1)
             obs_dim, spec = env.obs_dim, env.action_spec

@@ -3,8 +3,8 @@
 The policy plays itself, its past snapshots and the random and one-step
 lookahead bots (PFSP: harder opponents more often); it is evaluated against
 both bots from both sides and stops at the issue's target: a mean win rate of
-both sides >= 60 % against the lookahead bot (``env.stop_value``), with >= 90 %
-against random checked by ``benchmarks/selfplay.py``.
+both sides >= 60 % against the lookahead bot (``env.stop_value``) and >= 90 %
+against random (``min_mean_win_rate``).
 """
 main_config = dict(
     exp_name="connect_four_selfplay",
@@ -28,6 +28,7 @@ main_config = dict(
             max_seconds=300.0,
             opponents=["random", "lookahead"],
             stop_opponent="lookahead",
+            min_mean_win_rate=dict(random=0.9),
         )),
         other=dict(
             eps=dict(type="exp", start=0.9, end=0.05, decay=100000),

@@ -259,6 +259,13 @@ def test_evaluator_side_bounds_block_the_stop():
     stop, info = evaluator.eval()
     assert info["win_rate"]["first_legal"] == 0.5 and not stop  # loses every game as second mover
     evaluator.close()
+    cfg = EasyDict(min_mean_win_rate={"perfect": 0.5})
+    evaluator = BattleInteractionSerialEvaluator(cfg, countdown(2, start=5), first,
+                                                 {"first_legal": first, "perfect": PerfectCountdownPlayer(5)},
+                                                 stop_value=0.5, n_evaluator_episode=2)
+    stop, info = evaluator.eval()
+    assert info["win_rate"] == {"first_legal": 0.5, "perfect": 0.0} and not stop  # the other opponent's bound
+    evaluator.close()
 
 
 def test_lookahead_bot_wins_and_blocks_tictactoe():
@@ -277,4 +284,17 @@ def test_lookahead_bot_wins_and_blocks_tictactoe():
         game.play(move)
     obs, mask, *_ = game.last()
     assert int(bot.forward(obs[None], mask[None], games=[game])[0]) == 2  # block the first mover
+    game.close()
+
+
+def test_lookahead_bot_blocks_connect_four():
+    """Connect Four scores a win against the agent its turn order names next: a block check must set it too."""
+    from parallel_rl.envs.multiagent import make_game
+
+    game = make_game(EasyDict(env_id="pettingzoo.classic.connect_four_v3"))
+    game.reset(seed=0)
+    for move in (0, 1, 0, 1, 0):  # the first mover has three in column 0
+        game.play(move)
+    obs, mask, *_ = game.last()
+    assert int(create_bot("lookahead", seed=0).forward(obs[None], mask[None], games=[game])[0]) == 0
     game.close()

@@ -39,7 +39,7 @@ from ..worker.battle_collector import BattleSampleSerialCollector
 from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
 from ..worker.commander import BaseSerialCommander
 from ..worker.learner import create_learner
-from .serial import TrainResult
+from .serial import TrainResult, budget_used_up, train_from_buffer
 
 logger = logging.getLogger(__name__)
 
@@ -95,14 +95,8 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                     solved, reason = True, (f"win rate {last_return:.3f} against {evaluator.stop_opponent!r} >= "
                                             f"stop value {cfg.env.stop_value:g}")
                     break
-            if budget.max_env_step and collector.envstep >= budget.max_env_step:
-                reason = f"env step budget {budget.max_env_step} used up"
-                break
-            if budget.max_train_iter and learner.train_iter >= budget.max_train_iter:
-                reason = f"train iteration budget {budget.max_train_iter} used up"
-                break
-            if budget.max_seconds and time.perf_counter() - start >= budget.max_seconds:
-                reason = f"time budget {budget.max_seconds:g}s used up"
+            reason = budget_used_up(budget, collector.envstep, learner.train_iter, time.perf_counter() - start)
+            if reason:
                 break
             if league.wants_snapshot(learner.train_iter):
                 league.add_snapshot(learner.train_iter)
@@ -129,13 +123,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)
             for player in collector.trained_players:
                 buffer.push(columns[player], cur_collector_envstep=collector.envstep)
-            for _ in range(learn.update_per_collect):
-                batch = buffer.sample(learn.batch_size, learner.train_iter)
-                if batch is None:
-                    break
-                learner.train(batch, collector.envstep)
-                if learner.priority_info is not None:
-                    buffer.update(learner.priority_info)
+            train_from_buffer(learner, buffer, learn, collector.envstep)
         learner.call_hook("after_run")
         learner.save_checkpoint("ckpt_final.pt")  # the policy the run ended with (the benchmark re-evaluates it)
     finally:

@@ -48,6 +48,29 @@ class TrainResult:
         )
 
 
+def budget_used_up(budget: EasyDict, env_steps: int, train_iter: int, elapsed: float) -> str:
+    """Which of the ``serial`` budgets (``max_env_step``, ``max_train_iter``, ``max_seconds``; 0: none) is used
+    up, as the run's reason; "" while none is."""
+    if budget.max_env_step and env_steps >= budget.max_env_step:
+        return f"env step budget {budget.max_env_step} used up"
+    if budget.max_train_iter and train_iter >= budget.max_train_iter:
+        return f"train iteration budget {budget.max_train_iter} used up"
+    if budget.max_seconds and elapsed >= budget.max_seconds:
+        return f"time budget {budget.max_seconds:g}s used up"
+    return ""
+
+
+def train_from_buffer(learner, buffer, learn: EasyDict, envstep: int) -> None:
+    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back."""
+    for _ in range(learn.update_per_collect):
+        batch = buffer.sample(learn.batch_size, learner.train_iter)
+        if batch is None:
+            break
+        learner.train(batch, envstep)
+        if learner.priority_info is not None:
+            buffer.update(learner.priority_info)
+
+
 def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None) -> TrainResult:
     """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out."""
     start = time.perf_counter()
@@ -93,14 +116,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 if stop:
                     solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.env.stop_value:g}"
                     break
-            if budget.max_env_step and collector.envstep >= budget.max_env_step:
-                reason = f"env step budget {budget.max_env_step} used up"
-                break
-            if budget.max_train_iter and learner.train_iter >= budget.max_train_iter:
-                reason = f"train iteration budget {budget.max_train_iter} used up"
-                break
-            if budget.max_seconds and time.perf_counter() - start >= budget.max_seconds:
-                reason = f"time budget {budget.max_seconds:g}s used up"
+            reason = budget_used_up(budget, collector.envstep, learner.train_iter, time.perf_counter() - start)
+            if reason:
                 break
             data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
                                      policy_kwargs=commander.step())
@@ -108,13 +125,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 learner.train(data, collector.envstep)
                 continue
             buffer.push(data, cur_collector_envstep=collector.envstep)
-            for _ in range(learn.update_per_collect):
-                batch = buffer.sample(learn.batch_size, learner.train_iter)
-                if batch is None:
-                    break
-                learner.train(batch, collector.envstep)
-                if learner.priority_info is not None:
-                    buffer.update(learner.priority_info)
+            train_from_buffer(learner, buffer, learn, collector.envstep)
         learner.call_hook("after_run")
     finally:
         collector.close()

@@ -187,9 +187,17 @@ class TwoPlayerGame:
 
         For one-step-lookahead bots on turn-based games: with another ``seat``, that seat is made the
         one to act on the copy (what it could do if it were its turn)."""
+        from pettingzoo.utils import AgentSelector
+
         raw = clone_state(self.env.unwrapped)
         if seat is not None:
-            raw.agent_selection = self.agents[seat]
+            mover = self.agents[seat]
+            raw.agent_selection = mover
+            # the turn order, too: games ask their selector for the agent after the mover (Connect Four
+            # scores the win against it), so it must name the other seat
+            for value in vars(raw).values():
+                if isinstance(value, AgentSelector):
+                    value.reinit([a for a in self.agents if a != mover] + [mover])
         mover = raw.agent_selection
         raw.step(int(action))
         return float(raw.rewards.get(mover, 0.0))

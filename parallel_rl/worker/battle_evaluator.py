@@ -11,7 +11,9 @@ sides' win rates).
 Stop rule, against ``cfg.stop_opponent`` (default: the first opponent): the
 mean win rate reaches ``stop_value``, and each side's rates meet
 ``cfg.min_win_rate`` / ``cfg.max_loss_rate`` (e.g. tic-tac-toe: never lose as
-first mover, ``max_loss_rate.first = 0``).
+first mover, ``max_loss_rate.first = 0``), and the mean win rate against every
+opponent in ``cfg.min_mean_win_rate`` reaches its value (e.g. Connect Four:
+``{"random": 0.9}`` beside ``stop_value = 0.6`` against ``lookahead``).
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
             # per-side bounds that must hold as well as the mean win rate >= env.stop_value
             min_win_rate=dict(first=0.0, second=0.0),
             max_loss_rate=dict(first=1.0, second=1.0),
+            # other opponents' mean win rates that must hold too, e.g. {"random": 0.9} (open: opponent names)
+            min_mean_win_rate=dict(),
         )
 
     def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Any, opponents: Mapping[str, Any],
@@ -63,6 +67,9 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self.stop_value = float(stop_value)
         self.n_episode = int(n_evaluator_episode)
         self.stop_opponent = self.cfg.stop_opponent or next(iter(self.opponents))
+        unknown = sorted(set(self.cfg.min_mean_win_rate) - set(self.opponents))
+        if unknown:
+            raise ValueError(f"min_mean_win_rate names {unknown}, which are not opponents {sorted(self.opponents)}")
         if self.stop_opponent not in self.opponents:
             raise ValueError(f"stop_opponent={self.stop_opponent!r} is not one of the opponents "
                              f"{sorted(self.opponents)}")
@@ -146,7 +153,8 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         complete = all(decisive[side]["games"] == n_episode for side in SIDES)
         bounds_met = all(decisive[side]["win"] >= self.cfg.min_win_rate[side]
                          and decisive[side]["loss"] <= self.cfg.max_loss_rate[side] for side in SIDES)
-        stop_flag = bool(complete and score >= self.stop_value and bounds_met)
+        others_met = all(win_rate.get(name, -1.0) >= rate for name, rate in self.cfg.min_mean_win_rate.items())
+        stop_flag = bool(complete and score >= self.stop_value and bounds_met and others_met)
         info = {
             "train_iter": train_iter,
             "envstep": envstep,
