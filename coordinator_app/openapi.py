@@ -94,7 +94,15 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                "env_steps": {"type": "integer"}, "train_iter": {"type": "integer"},
                                "policy_version": {"type": "integer"},
                                "problems": {"type": "array", "items": {"type": "string"},
-                                            "description": "what the worker reports went wrong in its threads"}}},
+                                            "description": "what the worker reports went wrong in its threads"},
+                               "ranks": {"type": "array", "items": _ref("LearnerRank"),
+                                         "description": "learners: the data-parallel ranks of a LearnerAggregator "
+                                                        "(parallel.learner.world_size > 1; empty with one rank)"}}},
+                "LearnerRank": {"type": "object", "required": ["rank", "pid", "state"], "properties": {
+                    "rank": {"type": "integer"}, "pid": {"type": "integer", "nullable": True,
+                                                         "description": "on its own host; null for a rank started "
+                                                                        "elsewhere"},
+                    "state": {"type": "string", "enum": ["starting", "running", "lost", "stopped"]}}},
                 "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
                            "properties": {k: {"type": "number"} for k in (
                                "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks")}},
@@ -153,6 +161,10 @@ def openapi_document(version: str) -> Dict[str, Any]:
                     **_errors("400")}}},
             "/tasks/{task_id}": {"get": {"summary": "one task", "parameters": [_path_param("task_id")],
                                          "responses": {"200": _json(_ref("Task"), "the task"), **_errors("404")}}},
+            "/workers": {"get": {"summary": "list every worker, collectors and learners (a learner's data-parallel "
+                                            "ranks are listed in it)",
+                                 "responses": {"200": _json({"type": "object", "properties": {
+                                     "workers": {"type": "array", "items": _ref("Worker")}}}, "workers")}}},
             "/{collection}": {
                 "get": {"summary": "list collectors or learners", "parameters": [worker_collection],
                         "responses": {"200": _json({"type": "object"}, "workers"), **_errors("404")}},
@@ -214,12 +226,14 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "
                            "X-Parallel-RL-Lease)", "security": AUTH,
-                "description": "optional body {\"problems\": [str], \"tasks\": [str]}: what went wrong in the "
+                "description": "optional body {\"problems\": [str], \"tasks\": [str], \"ranks\": [LearnerRank]}: "
+                               "what went wrong in the "
                                "worker's threads (shown under the worker's `problems`), and the ids of the tasks "
                                "it holds (queued, running, or with an end report not yet delivered; after a "
                                "coordinator restart a saved running task it no longer holds is failed and issued "
                                "again, and one this coordinator never issued comes back in the control block's "
-                               "`cancel_tasks`)",
+                               "`cancel_tasks`); a LearnerAggregator adds its ranks (shown under the learner's "
+                               "`ranks`)",
                 "parameters": [_path_param("worker_id")],
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {

@@ -97,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="exit after this many tasks (0: no limit; evaluations run inside a collector task "
                             "do not count)")
 
+    p = sub.add_parser("learner-rank", help="run learner rank $RANK of $WORLD_SIZE (parallel.learner.world_size), "
+                                            "joining rank 0 at $MASTER_ADDR:$MASTER_PORT")
+    p.add_argument("--shared-dir", default=None,
+                   help="the shared store's root on this host (default: the path rank 0 uses)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds the rendezvous and each collective may wait (parallel.learner.collective_timeout)")
+    p.add_argument("--rejoin", action="store_true",
+                   help="after a group ends (its task, a lost rank), join the next one at the same address; for "
+                        "ranks started on their own (compose, other hosts), not by the learner")
+
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)
 

@@ -122,7 +122,7 @@ def cmd_slave(args: argparse.Namespace) -> int:
     cfg = _load(args)
     setup_process(cfg, need_torch=True)
     if args.command == "learner":
-        from .interaction.learner_worker import FlaskFileSystemLearner as SlaveClass
+        from .interaction.learner_aggregator import LearnerAggregator as SlaveClass
     else:
         from .interaction.collector_worker import FlaskFileSystemCollector as SlaveClass
     wcfg = cfg.parallel.worker
@@ -145,6 +145,12 @@ def cmd_slave(args: argparse.Namespace) -> int:
     if slave.fatal_error:
         print(f"parallel-rl {args.command}: {slave.fatal_error}", file=sys.stderr)
     return code
+
+
+def cmd_learner_rank(args: argparse.Namespace) -> int:
+    from .interaction.learner_aggregator import cmd_learner_rank as run
+
+    return run(args)
 
 
 # ---- REST client for people ---------------------------------------------------------------------
@@ -239,6 +245,7 @@ COMMANDS = {
     "coordinator": cmd_coordinator,
     "learner": cmd_slave,
     "collector": cmd_slave,
+    "learner-rank": cmd_learner_rank,
     "status": cmd_status,
     "tasks": cmd_tasks,
     "collectors": cmd_collectors,

@@ -207,6 +207,18 @@ def _validate(cfg: EasyDict) -> None:
                           f"rows), got {cfg.policy.nstep}")
     if cfg.env.type == "pettingzoo" and cfg.policy.type != "dqn":
         raise ConfigError(f"two-player self-play trains policy.type='dqn' so far, got {cfg.policy.type!r}")
+    learner = cfg.parallel.learner
+    if learner.world_size < 1 or learner.collective_timeout <= 0 or learner.max_rank_restarts < 0:
+        raise ConfigError(f"parallel.learner needs world_size >= 1, collective_timeout > 0 and "
+                          f"max_rank_restarts >= 0, got {learner.world_size=}, {learner.collective_timeout=}, "
+                          f"{learner.max_rank_restarts=}")
+    if learner.world_size > 1 and cfg.policy.on_policy:
+        raise ConfigError(f"parallel.learner.world_size={learner.world_size} needs an off-policy algorithm (dqn, "
+                          f"sac): on-policy segments of {cfg.policy.type!r} are not split across ranks; use "
+                          f"world_size=1")
+    if learner.world_size > cfg.policy.learn.batch_size:
+        raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
+                          f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")
     from .policy.device import DEVICES
 
     if cfg.policy.device not in DEVICES:

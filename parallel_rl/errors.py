@@ -56,3 +56,7 @@ class RemoteError(ProtocolError):
         self.status = status
         self.code = code
         self.message = message
+
+
+class LearnerRankLostError(ParallelRLError):
+    """A data-parallel learner rank died or a collective timed out; the aggregator restarts the group."""

@@ -17,6 +17,12 @@ def _kind(collection: str) -> str:
     return KIND_OF[collection]
 
 
+@bp.get("/workers")
+def list_all_workers():
+    """Every worker, collectors and learners (a LearnerAggregator is one learner, its ranks listed in it)."""
+    return jsonify({"workers": [w.to_dict() for w in get_coordinator().workers.list()]})
+
+
 @bp.get("/<collection>")
 def list_workers(collection: str):
     kind = _kind(collection)
@@ -54,6 +60,12 @@ def remove_worker(collection: str, worker_id: str):
     return jsonify(worker.to_dict())
 
 
+def _is_rank(r) -> bool:
+    """A learner rank as a LearnerAggregator lists it in its heartbeats."""
+    return (isinstance(r, dict) and set(r) == {"rank", "pid", "state"} and type(r["rank"]) is int
+            and (r["pid"] is None or type(r["pid"]) is int) and isinstance(r["state"], str) and len(r["state"]) <= 32)
+
+
 @bp.post("/workers/<worker_id>/heartbeat")
 def heartbeat(worker_id: str):
     require_token()
@@ -66,9 +78,13 @@ def heartbeat(worker_id: str):
     if tasks is not None and (not isinstance(tasks, list) or len(tasks) > 1000
                               or not all(isinstance(t, str) for t in tasks)):
         raise ApiError(400, "bad_request", "field 'tasks' must be a list of at most 1000 task ids")
+    ranks = body.get("ranks") if isinstance(body, dict) else None
+    if ranks is not None and (not isinstance(ranks, list) or len(ranks) > 1024 or not all(_is_rank(r) for r in ranks)):
+        raise ApiError(400, "bad_request", "field 'ranks' must be a list of at most 1024 objects "
+                                           "{rank: int, pid: int or null, state: str}")
     worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
                                    [p[:500] for p in problems[-20:]] if problems is not None else None,
-                                   tasks)
+                                   tasks, ranks=ranks)
     return jsonify(coordinator.control_for(worker))
 
 

@@ -346,7 +346,7 @@ class Coordinator:
         return self.remove_worker(worker_id, "collector")
 
     def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
-                  tasks: Optional[List[str]] = None) -> Worker:
+                  tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
 
         ``tasks``: the ids of the tasks the worker holds (queued, running, or with an end report not yet
@@ -368,6 +368,8 @@ class Coordinator:
                 if problems and problems != worker.problems:
                     logger.error("coordinator: %s reports: %s", worker_id, "; ".join(problems[-3:]))
                 worker.problems = problems[-20:]
+        if ranks is not None:  # a LearnerAggregator's ranks (rank, pid, state)
+            worker.ranks = ranks
         if tasks is not None:
             self._reconcile_tasks(worker, set(tasks))
         return worker

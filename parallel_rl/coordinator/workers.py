@@ -64,6 +64,8 @@ class Worker:
     problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
     refusals: int = 0  # tasks refused in a row
     ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
+    # a LearnerAggregator's data-parallel ranks as its heartbeats list them: rank, pid, state
+    ranks: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def running_tasks(self) -> List[str]:
@@ -93,6 +95,7 @@ class Worker:
             out["eval_task"] = self.eval_task
         else:
             out["train_iter"] = self.train_iter
+            out["ranks"] = [dict(r) for r in self.ranks]
         return out
 
 

@@ -120,13 +120,17 @@ class LocalCluster:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         if len(cpus) < 2:
             return True
-        learner, others = {cpus[-1]}, set(cpus[:-1])
+        # data-parallel learner ranks (parallel.learner.world_size) get a CPU each, as far as one CPU is left
+        # for the others; ranks the learner starts later inherit its CPUs
+        n = max(1, min(int(self.cfg.parallel.learner.world_size), len(cpus) - 1))
+        learner, others = set(cpus[-n:]), set(cpus[:-n])
         self._pinned_cpus = {"learner": learner, "collector": others}
         pin_process(os.getpid(), others)
         for child in self.children:
             if child.proc.poll() is None:
                 pin_process(child.proc.pid, self._pinned_cpus[child.role])
-        logger.info("launcher: learner pinned to CPU %d, coordinator and collectors to %s", cpus[-1], sorted(others))
+        logger.info("launcher: learner pinned to CPUs %s, coordinator and collectors to %s", sorted(learner),
+                    sorted(others))
         return True
 
     def _spawn(self, role: str) -> Child:

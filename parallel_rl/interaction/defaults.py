@@ -88,6 +88,24 @@ def parallel_default_config() -> EasyDict:
             min_buffer_size=256,
             # at most this many updates per transition collected (0: unlimited)
             max_updates_per_transition=0.0,
+            # data-parallel learner ranks (torch.distributed: gloo on the CPU, NCCL for CUDA gradients). With
+            # N > 1 the learner worker is a LearnerAggregator: rank 0, which samples each batch, tells every
+            # rank its share, trains on its own, publishes checkpoints and talks to the coordinator; the
+            # gradients are averaged over the ranks. Off-policy algorithms only (DQN, SAC)
+            world_size=1,
+            # rank 0 hosts the rendezvous (a TCPStore) here; the other ranks get MASTER_ADDR/MASTER_PORT.
+            # Port 0: the OS picks one (ranks spawned by the aggregator); fix it for ranks on other hosts
+            master_addr="127.0.0.1",
+            master_port=0,
+            # the aggregator starts ranks 1..N-1 as local processes; false: they are started elsewhere
+            # (`parallel-rl learner-rank` with MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) and join
+            spawn_ranks=True,
+            # seconds a collective (or the rendezvous) may wait for a rank before it fails: a dead rank
+            # never hangs the others
+            collective_timeout=60.0,
+            # a lost rank restarts the whole group from the last learner state, at most this many times per
+            # task; one more loss fails the learner task (the coordinator issues a new one)
+            max_rank_restarts=3,
         ),
         supervisor=dict(
             # `parallel-rl run` restarts a child that dies, at most this many times per role (learner,

@@ -96,9 +96,10 @@ class DataPipeline:
 
     def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
                  prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
-                 whole_segments: bool = False):
+                 whole_segments: bool = False, load_rows: bool = True):
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.whole_segments = whole_segments
+        self.load_rows = load_rows
         if whole_segments:
             prefetch = 1
         self.batch_size, self.prefetch = batch_size, prefetch
@@ -232,6 +233,11 @@ class DataPipeline:
         cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
             ("chunk", np.int64), ("row", np.int64), ("index", np.int64), ("uid", np.int64), ("weight", np.float32))}
         local = np.concatenate(cols.pop("chunk"))
+        if not self.load_rows:  # references only: each learner rank reads its own share of the rows
+            flat = {k: np.concatenate(v) for k, v in cols.items()}
+            flat["chunk"] = np.asarray(chunks, dtype=str)[local]
+            parts = {k: np.split(v, np.cumsum([len(r) for r in cols["index"]])[:-1]) for k, v in flat.items()}
+            return [{k: p[i] for k, p in parts.items()} for i in range(len(refs))]
         rows, keep = self._rows.gather(chunks, local, np.concatenate(cols.pop("row")))
         self.missing_rows += int(len(keep) - keep.sum())
         if rows is None:
@@ -249,6 +255,7 @@ class DataPipeline:
 
 class FlaskFileSystemLearner(Slave, BaseCommLearner):
     kind = "learner"
+    loads_rows = True  # the data pipeline hands over rows (False: references, each rank reads its share)
 
     def validate_task(self, task: SlaveTask) -> None:
         if task.kind != "learner":
@@ -292,12 +299,27 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         return pipeline.get(timeout)
 
     # ---- the task -----------------------------------------------------------------------------
+    # hooks of the training run (a LearnerAggregator runs them across its ranks)
+    def start_training(self, policy, learner) -> None:
+        """Called once the policy is built (and resumed), before the first batch."""
+
+    def stop_training(self) -> None:
+        """Called when the run ends (normally or not), after the data pipeline stopped."""
+
+    def train_step(self, learner, batch: Dict[str, np.ndarray]) -> None:
+        """One update on ``batch``; ``learner.priority_info`` holds its priorities afterwards."""
+        learner.train(batch)
+
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
+        return self.run_training(task, resume=bool(task.spec.get("resume")))
+
+    def run_training(self, task: SlaveTask, resume: bool) -> Dict[str, Any]:
+        """Train until ``task`` is stopped; ``resume``: from the newest good learner state on the shared disk."""
         cfg, lcfg = self.cfg, self.cfg.parallel.learner
         policy = create_policy(cfg.policy, self.obs_dim, self.action_spec, seed=cfg.seed)
         learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner {self.worker_id}")
-        if task.spec.get("resume"):
+        if resume:
             found = self.storage.latest_good_learner_state()
             if found is not None:
                 version, state = found
@@ -305,6 +327,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                 learner.train_iter = int(state["train_iter"])
                 logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
         start_iter = learner.train_iter
+        self.start_training(policy, learner)
         self.send_policy(policy, learner.train_iter)
         # on-policy: one update per whole segment (the policy runs its epochs over it), every update published
         # (the collectors wait for it), and what the learner trained on reported: segments, their rows and the
@@ -315,7 +338,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
                                 int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
-                                whole_segments=on_policy).start()
+                                whole_segments=on_policy, load_rows=self.loads_rows).start()
         publish_every = 1 if on_policy else int(lcfg.publish_every)
         self.tb = TensorBoardLogger(os.path.join(self.storage.root, "tensorboard", "learner")
                                     if cfg.system.tensorboard else None)
@@ -332,7 +355,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                         continue
                     if on_policy:
                         self._count_segment(batch, learner.train_iter)
-                    learner.train(batch)
+                    self.train_step(learner, batch)
                     pipeline.give_priorities(learner.priority_info)
                     pipeline.train_iter = learner.train_iter
                     if learner.train_iter % publish_every == 0:
@@ -346,6 +369,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                         last_info, last_iter = now, learner.train_iter
             finally:
                 pipeline.stop()
+                self.stop_training()
                 learner.call_hook("after_run")
             self.send_policy(policy, learner.train_iter, final=True)
             self.send_learn_info(task, learner, pipeline)

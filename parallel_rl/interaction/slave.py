@@ -460,6 +460,10 @@ class Slave:
         """Run one task; return its result. Raise to fail it."""
         raise NotImplementedError
 
+    def heartbeat_body(self) -> Dict[str, Any]:
+        """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
+        return {"problems": list(self.problems), "tasks": self.held_task_ids()}
+
     def held_task_ids(self) -> List[str]:
         """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
         a task moves (inbox, then running, then the outbox), so a task moving meanwhile is still seen."""
@@ -542,8 +546,7 @@ class Slave:
             if worker_id is None or self.coordinator is None:
                 continue
             try:
-                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat",
-                                                {"problems": list(self.problems), "tasks": self.held_task_ids()},
+                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", self.heartbeat_body(),
                                                 retries=0,
                                                 timeout=max(1.0, self._heartbeat_interval))
                 last_ok = time.monotonic()

@@ -87,7 +87,8 @@ class DQNPolicy(Policy):
         self.target_network.requires_grad_(False)
         self.model.to(device)
         self.target_network.to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
+                              max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
 
     # ---- acting ----------------------------------------------------------------
@@ -166,9 +167,7 @@ class DQNPolicy(Policy):
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.cfg.learn.max_grad_norm:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learn.max_grad_norm)
-        self.optimizer.step()
+        self.optimizer.step()  # averaged over the learner ranks, clipped to max_grad_norm
         self.learn_steps += 1
         self._update_target_network()
         return {

@@ -5,19 +5,28 @@ whose first call imports ``torch._dynamo``: 1.3-1.4 s on this 2-core machine,
 paid by every learner process before its first update (a third of our whole
 serial CartPole budget). ``torch.optim.adam.adam`` is the same math and does
 not touch dynamo, so this class only keeps the state tensors.
+
+Every policy steps through it, so it is also where data-parallel learners meet: :meth:`Adam.step`
+averages the gradients over the learner ranks (:func:`parallel_rl.policy.distributed.sync_gradients`,
+nothing with one learner), then clips them to ``max_grad_norm`` (after the average, as one process on
+the whole batch would), then steps.
 """
 from __future__ import annotations
 
 from typing import Dict, Iterable, List
 
 import torch
+from torch import nn
 from torch.optim.adam import adam
+
+from .distributed import sync_gradients
 
 
 class Adam:
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+                 eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float = 0.0):
         self.params: List[torch.nn.Parameter] = list(params)
+        self.max_grad_norm = float(max_grad_norm)  # 0: no clipping
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
@@ -29,6 +38,9 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
+        sync_gradients(self.params)
+        if self.max_grad_norm:
+            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         live = [i for i, p in enumerate(self.params) if p.grad is not None]
         adam(
             [self.params[i] for i in live], [self.params[i].grad for i in live],

@@ -115,7 +115,8 @@ class PPOPolicy(Policy):
         self._generator = np.random.default_rng(seed)
         self.model = ActorCritic(obs_dim, self.spec, cfg.model.hidden_size_list,
                                  cfg.model.get("init_log_std", -0.5)).to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
+                              max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
@@ -215,9 +216,7 @@ class PPOPolicy(Policy):
                 loss = policy_loss + learn.value_weight * value_loss - learn.entropy_weight * entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if learn.max_grad_norm:
-                    nn.utils.clip_grad_norm_(self.model.parameters(), learn.max_grad_norm)
-                self.optimizer.step()
+                self.optimizer.step()  # averaged over the learner ranks, clipped to max_grad_norm
                 self.learn_steps += 1
                 with torch.no_grad():
                     approx_kl = (old_logp[idx] - logp).mean()

@@ -44,10 +44,14 @@ def __getattr__(name: str):
         from ..interaction import comm
 
         return getattr(comm, name)
+    if name == "LearnerAggregator":  # DI-engine's ding.worker.LearnerAggregator (a slave too: lazily)
+        from ..interaction.learner_aggregator import LearnerAggregator
+
+        return LearnerAggregator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BaseParallelCollector", *_COMM, "BattleCollectStats", "BattleEpisodeSerialCollector",
+__all__ = ["BaseParallelCollector", *_COMM, "LearnerAggregator", "BattleCollectStats", "BattleEpisodeSerialCollector",
     "BattleInteractionSerialEvaluator", "BattleSampleSerialCollector",
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",
     "SampleSerialCollector", "create_serial_collector", "InteractionSerialEvaluator",

@@ -1,0 +1,168 @@
+"""Data-parallel learners (parallel.learner.world_size): gloo ranks on 127.0.0.1, real processes.
+
+- two ranks, each trained on half of a batch, hold the same parameters as one process trained on the
+  whole batch (the optimizer averages the gradients, then clips);
+- under `parallel-rl run` the coordinator sees one learner whose ranks are listed; a killed rank is
+  reported, the group restarts from the last learner state and training goes on.
+"""
+import multiprocessing
+import os
+import queue
+import signal
+
+import numpy as np
+import pytest
+import requests
+
+from parallel_rl.config import compile_config
+from tests.conftest import eventually
+from tests.test_cluster import alive, child_pids, start_run, toy_config  # noqa: F401 (fixture)
+
+STEPS = 3
+
+
+def _batch(step: int, n: int = 64):
+    rng = np.random.default_rng(step)
+    return {"obs": rng.normal(size=(n, 4)).astype(np.float32),
+            "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+            "action": rng.integers(0, 2, n), "reward": rng.normal(size=n).astype(np.float32),
+            "done": (rng.random(n) < 0.1).astype(np.float32), "discount": np.full(n, 0.99, np.float32),
+            "weight": rng.uniform(0.5, 1.5, n).astype(np.float32)}
+
+
+def _policy():
+    from parallel_rl.policy import create_policy
+
+    # max_grad_norm small enough to clip: clipping must act on the averaged gradient
+    cfg = compile_config({"policy": {"model": {"hidden_size_list": [32, 32]},
+                                     "learn": {"max_grad_norm": 0.5, "target_update_freq": 2}}})
+    return create_policy(cfg.policy, 4, 2, seed=7)
+
+
+def _params(policy):
+    return {k: v.detach().numpy().copy() for k, v in policy.model.state_dict().items()}
+
+
+def _rank_main(rank: int, ports, results):
+    """One rank: join the group, train STEPS updates on this rank's half of each batch."""
+    import torch
+
+    from parallel_rl.interaction.learner_aggregator import share_bounds
+    from parallel_rl.policy.distributed import destroy_group, join_group, open_store
+
+    torch.set_num_threads(1)
+    if rank == 0:
+        store = open_store(0, "127.0.0.1", 0, timeout=30.0)
+        ports.put(store.port)
+    else:
+        store = open_store(1, "127.0.0.1", ports.get(timeout=30), timeout=30.0)
+    join_group(store, rank, 2, timeout=30.0)
+    try:
+        policy = _policy()
+        for step in range(STEPS):
+            batch = _batch(step)
+            start, end = share_bounds(rank, 2, 64)
+            policy.forward_learn({k: v[start:end] for k, v in batch.items()})
+        results.put((rank, _params(policy)))
+    finally:
+        destroy_group()
+
+
+def test_two_gloo_ranks_match_one_process_on_the_whole_batch():
+    ctx = multiprocessing.get_context("spawn")
+    ports, results = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(rank, ports, results)) for rank in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(results.get(timeout=120) for _ in procs)
+    except queue.Empty:
+        raise AssertionError(f"the ranks did not finish (exit codes {[p.exitcode for p in procs]})") from None
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    single = _policy()
+    before = _params(single)
+    for step in range(STEPS):
+        single.forward_learn(_batch(step))
+    expected = _params(single)
+    for rank in (0, 1):
+        for name, value in expected.items():
+            np.testing.assert_allclose(got[rank][name], value, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank} {name}")
+    assert any(not np.allclose(before[k], expected[k]) for k in expected), "the updates changed nothing"
+
+
+def test_world_size_config_is_checked():
+    from parallel_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"world_size=2 needs an off-policy"):
+        compile_config({"policy": {"type": "ppo"}, "parallel": {"learner": {"world_size": 2}}})
+    with pytest.raises(ConfigError, match=r"learner.world_size=0"):
+        compile_config({"parallel": {"learner": {"world_size": 0}}})
+
+
+def get(url, path):
+    return requests.get(url + path, timeout=5).json()
+
+
+def test_coordinator_sees_one_learner_with_its_ranks(coordinator_factory):
+    """A real coordinator and a LearnerAggregator of 2 ranks (rank 1 a real `parallel-rl learner-rank`)."""
+    import threading
+
+    from parallel_rl.interaction.learner_aggregator import LearnerAggregator
+
+    coordinator, server = coordinator_factory(learner={"world_size": 2, "collective_timeout": 30.0})
+    url = server.url + "/api/v1"
+    aggregator = LearnerAggregator(server.url, token="test-token", worker_id="learner-1")
+    aggregator.start()
+    threading.Thread(target=aggregator.run, daemon=True).start()
+    try:
+        learner = eventually(lambda: running_ranks(url), timeout=60, message="one learner with 2 running ranks")
+        workers = get(url, "/workers")["workers"]
+        assert [(w["worker_id"], w["kind"]) for w in workers] == [("learner-1", "learner")]
+        assert [(w["worker_id"], len(w["ranks"])) for w in get(url, "/learners")["learners"]] == [("learner-1", 2)]
+        ranks = sorted(learner["ranks"], key=lambda r: r["rank"])
+        assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["pid"] == os.getpid()
+        assert ranks[1]["pid"] != os.getpid() and alive(ranks[1]["pid"])
+    finally:
+        aggregator.request_stop()
+        aggregator.close()
+    assert not alive(ranks[1]["pid"]), "the rank process outlived its aggregator"
+
+
+def running_ranks(url):
+    """The one learner's ranks when all of them run, else None."""
+    learners = [w for w in get(url, "/workers")["workers"] if w["kind"] == "learner" and w["state"] == "busy"]
+    if len(learners) == 1 and len(learners[0]["ranks"]) == 2 and all(r["state"] == "running"
+                                                                       for r in learners[0]["ranks"]):
+        return learners[0]
+    return None
+
+
+@pytest.mark.slow
+def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000",
+                         "--set", "parallel.learner.world_size=2", "--set", "parallel.learner.collective_timeout=20",
+                         "--set", "parallel.learner.dedicated_cpu=false")
+    learner = eventually(lambda: running_ranks(url), timeout=90, message="one learner with 2 running ranks")
+    workers = get(url, "/workers")["workers"]
+    assert [w["worker_id"] for w in workers if w["kind"] == "learner"] == [learner["worker_id"]]
+    rank0, rank1 = sorted(learner["ranks"], key=lambda r: r["rank"])
+    assert rank0["pid"] == learner["pid"] and rank1["pid"] in child_pids(learner["pid"])
+    # a learner state is saved every 20 iterations: wait for one, then kill rank 1
+    eventually(lambda: get(url, "/cluster")["train_iter"] > 45, timeout=60, message="training")
+    os.kill(rank1["pid"], signal.SIGKILL)
+    eventually(lambda: any("rank 1" in p for w in get(url, "/learners")["learners"] for p in w["problems"]),
+               timeout=60, message="the lost rank reported")
+    again = eventually(lambda: (lambda w: w if w and w["ranks"][1]["pid"] != rank1["pid"] else None)(
+        running_ranks(url)), timeout=90, message="the group restarted")
+    assert again["worker_id"] == learner["worker_id"] and again["pid"] == learner["pid"]
+    assert get(url, "/cluster")["learn_info"]["world_size"] == 2
+    before = get(url, "/cluster")["train_iter"]
+    eventually(lambda: get(url, "/cluster")["train_iter"] > before + 20, timeout=60, message="training continues")
+    children = child_pids(run.pid) + [again["ranks"][1]["pid"]]
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+    assert not [pid for pid in children if alive(pid)]
