@@ -92,14 +92,9 @@ def main() -> int:
     parser.add_argument("--baseline-seconds", type=float, default=5.0)
     args = parser.parse_args()
     token = secrets.token_urlsafe(24)
-    env = {**os.environ, "PARALLEL_RL_TOKEN": token, "PYTHONPATH": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
-        log = open(os.path.join(tmp, "coordinator.log"), "w+")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "parallel_rl", "coordinator", "-c", os.path.join(ROOT, "configs/cartpole_dqn_parallel.py"),
-             "--port", "0", "--shared-dir", os.path.join(tmp, "shared"), "--set", f"exp_name={tmp}/exp",
-             "--set", "parallel.commander.warmup_env_steps=0", "--set", "parallel.commander.max_seconds=0"],
-            stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc, log = start_coordinator(tmp, token, ["--set", "parallel.commander.warmup_env_steps=0",
+                                                   "--set", "parallel.commander.max_seconds=0"])
         try:
             return run(args, proc, log, token)
         finally:
@@ -108,22 +103,35 @@ def main() -> int:
             log.close()
 
 
-def run(args, proc, log, token) -> int:
+def start_coordinator(tmp: str, token: str, extra: list) -> tuple:
+    """`parallel-rl coordinator` (shipped CartPole config, shared dir ``tmp``/shared) and its log file."""
+    env = {**os.environ, "PARALLEL_RL_TOKEN": token, "PYTHONPATH": ROOT}
+    log = open(os.path.join(tmp, "coordinator.log"), "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parallel_rl", "coordinator", "-c", os.path.join(ROOT, "configs/cartpole_dqn_parallel.py"),
+         "--port", "0", "--shared-dir", os.path.join(tmp, "shared"), "--set", f"exp_name={tmp}/exp", *extra],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
+def coordinator_url(proc, log) -> str:
+    """The coordinator's base URL, from its first lines (within 60 s)."""
     deadline = time.monotonic() + 60
-    url = None
-    while url is None:
+    while True:
         log.seek(0)
         found = re.search(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$", log.read(), re.M)
         if found:
-            url = found.group(1)
-        elif proc.poll() is not None or time.monotonic() > deadline:
+            return found.group(1)
+        if proc.poll() is not None or time.monotonic() > deadline:
             log.seek(0)
             raise SystemExit(f"coordinator did not start:\n{log.read()[-2000:]}")
-        else:
-            time.sleep(0.1)  # waiting for a subprocess's first line (bounded by the deadline)
-    stub, leases = stub_slaves(token)
+        time.sleep(0.1)  # waiting for a subprocess's first line (bounded by the deadline)
+
+
+def register_stubs(url: str, token: str, stub: ServerThread, n: int) -> HttpClient:
+    """Add ``n`` simulated collectors (``stub``'s /w<i>) through the REST API; returns the admin client."""
     admin = HttpClient(url, token, timeout=30)
-    for i in range(args.collectors):
+    for i in range(n):
         for attempt in range(3):  # on a loaded machine the stub may answer the health check late
             try:
                 admin.post("/api/v1/collectors", {"address": f"{stub.url}/w{i}"})
@@ -132,6 +140,13 @@ def run(args, proc, log, token) -> int:
                 if attempt == 2:
                     raise
                 print(f"registering w{i} again: {exc}", flush=True)
+    return admin
+
+
+def run(args, proc, log, token) -> int:
+    url = coordinator_url(proc, log)
+    stub, leases = stub_slaves(token)
+    admin = register_stubs(url, token, stub, args.collectors)
     print(f"{args.collectors} simulated collectors registered at {url}", flush=True)
 
     stop, polling = threading.Event(), threading.Event()

@@ -337,7 +337,7 @@ class LearnerAggregator(FlaskFileSystemLearner):
     def _lost_ranks(self) -> str:
         """Which ranks are gone, as one line ("" when none is known to be)."""
         self.rank_list()
-        return "; ".join(f"rank {r.rank} (pid {r.pid}) exited with {r.proc.returncode}" for r in self.ranks
+        return "; ".join(f"learner rank {r.rank} (pid {r.pid}) exited with {r.proc.returncode}" for r in self.ranks
                          if r.state == RankState.LOST and r.proc is not None)
 
     def _stop_ranks(self, graceful: bool = False) -> None:

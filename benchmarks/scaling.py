@@ -1,0 +1,331 @@
+"""How the cluster scales with workers: collectors, learner ranks, and the coordinator alone.
+
+    .venv/bin/python benchmarks/scaling.py [--seconds 6] [--max-collectors C] [--max-ranks R] [--out scaling.png]
+
+1. Collectors: `parallel-rl run --collectors N` for N = 1, 2, 4, ... up to the CPUs present (CartPole,
+   collectors flat out: max_env_steps_per_update=0, evaluation off): env steps/s into the buffer and
+   learner updates/s (cluster_throughput.measure_cluster). Ideal: N x one collector's env steps/s.
+2. Learner ranks: world sizes 1, 2, 4, ... (up to the CPUs): samples trained per second by DQN on a
+   3x512 MLP, global batch 512, one torch thread per rank. World size 1 is what a single learner does
+   per batch (gather the rows from cached chunk files, train); N > 1 is the LearnerAggregator's step
+   (references broadcast, each rank reads its share from the chunk files, trains, gradients averaged,
+   priorities gathered). Rows come from real chunk files on a shared store; the coordinator's sampling is
+   not part of it (measured in 1). Ideal: N x world size 1.
+3. The coordinator alone (a `parallel-rl coordinator` process) with 64 and 256 simulated collectors
+   (control_plane.py's stub servers, one client thread each): chunk announcements per second, sent as
+   metadata calls of ``--per-call`` announcements each (a collector's outbox batches what one flush
+   interval produced; 1 = one HTTP call per chunk), each announcing a 1-row chunk file (the coordinator
+   reads every file's header), and the p99 of `GET /api/v1/cluster` probed every 20 ms meanwhile.
+
+Prints a table per part and writes a PNG plot (throughput vs workers, with the ideal line).
+Targets (#13): N <= C-2 collectors >= 0.85 N x one; 2 ranks >= 1.6x one; coordinator >= 5k
+announcements/s and p99 <= 50 ms with 256 simulated collectors.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue
+import secrets
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_throughput  # noqa: E402  (the cluster measurement lives there)
+import control_plane  # noqa: E402  (the coordinator process and its simulated collectors)
+
+from parallel_rl.errors import ParallelRLError  # noqa: E402
+from parallel_rl.interaction.http import HttpClient  # noqa: E402
+from parallel_rl.storage import SharedStorage  # noqa: E402
+
+HIDDEN = [512, 512, 512]
+BATCH = 512
+CHUNKS, CHUNK_ROWS = 64, 1024
+
+
+def powers_up_to(n: int) -> list:
+    out, k = [], 1
+    while k <= n:
+        out.append(k)
+        k *= 2
+    if out[-1] != n:
+        out.append(n)
+    return out
+
+
+# ---- 1. collectors -----------------------------------------------------------------------------------
+def collectors(counts: list, seconds: float) -> list:
+    rows = []
+    for n in counts:
+        r = cluster_throughput.measure_cluster(seconds, ["--collectors", str(n), "--set",
+                                                         "parallel.commander.max_env_steps_per_update=0"])
+        rows.append({"n": n, "env_steps": r["env_steps"], "updates": r["updates"]})
+        print(f"  {n} collector(s): {r['env_steps']:.0f} env steps/s, {r['updates']:.0f} learner updates/s",
+              flush=True)
+    return rows
+
+
+# ---- 2. learner ranks --------------------------------------------------------------------------------
+def _learner_cfg():
+    from parallel_rl.config import compile_config
+
+    return compile_config({"policy": {"model": {"hidden_size_list": HIDDEN}, "learn": {
+        "batch_size": BATCH, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
+
+
+def write_chunks(root: str) -> list:
+    storage, rng = SharedStorage(root), np.random.default_rng(0)
+    names = []
+    for i in range(CHUNKS):
+        name = f"bench-{i:04d}"
+        storage.write_chunk(name, {
+            "obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
+            "next_obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
+            "action": rng.integers(0, 2, CHUNK_ROWS), "reward": rng.normal(size=CHUNK_ROWS).astype(np.float32),
+            "done": (rng.random(CHUNK_ROWS) < 0.05).astype(np.float32),
+            "discount": np.full(CHUNK_ROWS, 0.99, np.float32)})
+        names.append(name)
+    return names
+
+
+def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, results) -> None:
+    """One learner rank (rank 0 draws the batches and times the updates)."""
+    import torch
+
+    from parallel_rl.interaction.learner_aggregator import GroupStep, Op
+    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.policy import create_policy
+    from parallel_rl.policy.distributed import destroy_group, join_group, open_store
+    from parallel_rl.worker.learner import create_learner
+
+    torch.set_num_threads(1)
+    cfg = _learner_cfg()
+    policy = create_policy(cfg.policy, 4, 2, seed=0)
+    learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, instance_name=f"bench rank {rank}")
+    rng = np.random.default_rng(rank)
+
+    def refs():
+        return {"chunk": np.asarray(names)[rng.integers(0, len(names), BATCH)],
+                "row": rng.integers(0, CHUNK_ROWS, BATCH), "weight": np.ones(BATCH, np.float32),
+                "index": np.arange(BATCH), "uid": np.arange(BATCH)}
+
+    storage = SharedStorage(root)
+    if size == 1:  # what a single learner does per batch: gather the rows (cached chunks), train
+        rows = RowStore(storage, len(names), CHUNK_ROWS)
+
+        def update():
+            r = refs()
+            used, local = np.unique(r["chunk"], return_inverse=True)
+            batch, _ = rows.gather(list(used), local, r["row"])
+            batch.update(weight=r["weight"], index=r["index"], uid=r["uid"])
+            learner.train(batch)
+    else:
+        store = open_store(rank, "127.0.0.1", 0 if rank == 0 else ports.get(timeout=60), 60.0)
+        if rank == 0:
+            for _ in range(size - 1):
+                ports.put(store.port)
+        join_group(store, rank, size, 60.0)
+        step = GroupStep(learner, storage, rank, size, len(names), CHUNK_ROWS)
+        if rank > 0:
+            while step.receive() != Op.STOP:
+                pass
+            destroy_group()
+            return
+
+        def update():
+            step.send(Op.TRAIN, refs())
+    for _ in range(3):  # warm-up: every chunk file read once, allocations made
+        update()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        update()
+        n += 1
+    elapsed = time.perf_counter() - start
+    if size > 1:
+        step.send(Op.STOP)
+        destroy_group()
+    results.put(n * BATCH / elapsed)
+
+
+def learner_ranks(sizes: list, seconds: float) -> list:
+    rows = []
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as root:
+        names = write_chunks(root)
+        for size in sizes:
+            ports, results = ctx.Queue(), ctx.Queue()
+            procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results))
+                     for r in range(size)]
+            for p in procs:
+                p.start()
+            try:
+                rate = results.get(timeout=seconds + 120)
+            except queue.Empty:
+                raise SystemExit(f"world size {size}: no result (exit codes {[p.exitcode for p in procs]})")
+            finally:
+                for p in procs:
+                    p.join(30)
+                    if p.is_alive():
+                        p.kill()
+            rows.append({"n": size, "samples": rate})
+            print(f"  world size {size}: {rate:.0f} samples trained/s", flush=True)
+    return rows
+
+
+# ---- 3. the coordinator alone ------------------------------------------------------------------------
+def coordinator_alone(counts: list, seconds: float, files: int, per_call: int) -> list:
+    rows = []
+    for n in counts:
+        token = secrets.token_urlsafe(24)
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, log = control_plane.start_coordinator(tmp, token, [
+                "--set", "parallel.commander.warmup_env_steps=0", "--set", "parallel.commander.max_seconds=0",
+                "--set", "parallel.commander.max_env_steps_per_update=0",
+                "--set", "parallel.commander.collector_task_env_steps=1000000000",
+                "--set", "parallel.coordinator.heartbeat_ttl=600",  # the simulated collectors send no heartbeats
+                "--set", "parallel.coordinator.chunk_grace_seconds=600"])
+            stub = None
+            try:
+                url = control_plane.coordinator_url(proc, log)
+                stub, leases = control_plane.stub_slaves(token)
+                control_plane.register_stubs(url, token, stub, n)
+                storage = SharedStorage(os.path.join(tmp, "shared"))
+                per_worker = max(1, files // n)
+                one_row = {"obs": np.zeros((1, 4), np.float32), "action": np.zeros(1, np.int64)}
+                for i in range(n * per_worker):
+                    storage.write_chunk(f"a{i:07d}", one_row)
+                rows.append(_announce(url, token, list(leases.values()), per_worker, seconds, n, per_call))
+            finally:
+                if stub is not None:
+                    stub.close()
+                proc.terminate()
+                proc.wait(30)
+                log.close()
+    return rows
+
+
+def _announce(url: str, token: str, workers: list, per_worker: int, seconds: float, n: int, per_call: int) -> dict:
+    stop, go = threading.Event(), threading.Event()
+    sent, failures, latencies = [0] * len(workers), [], []
+
+    def collector(k: int, worker_id: str, lease: str) -> None:
+        client = HttpClient(url, token, timeout=10)
+        client.set_lease(lease)
+        go.wait()
+        for j in range(0, per_worker, per_call):
+            if stop.is_set():
+                return
+            names = [f"a{k * per_worker + i:07d}" for i in range(j, min(j + per_call, per_worker))]
+            try:
+                answer = client.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": [
+                    {"type": "chunk", "chunk": name, "size": 1, "policy_version": -1, "env_steps": 1,
+                     "episode_returns": []} for name in names]}, retries=0)
+            except ParallelRLError as exc:
+                failures.append(str(exc))
+                continue
+            sent[k] += len(names) - len(answer.get("refused") or [])
+
+    def probe() -> None:
+        client = HttpClient(url, token, timeout=10)
+        go.wait()
+        while not stop.wait(0.02):
+            start = time.perf_counter()
+            client.get("/api/v1/cluster")
+            latencies.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=collector, args=(k, w, lease), daemon=True)
+               for k, (w, lease) in enumerate(workers)] + [threading.Thread(target=probe, daemon=True)]
+    for t in threads:
+        t.start()
+    go.set()
+    start = time.perf_counter()
+    stop.wait(seconds)  # the measurement window
+    stop.set()
+    for t in threads:
+        t.join(30)
+    elapsed = time.perf_counter() - start
+    rate = sum(sent) / elapsed
+    lat = control_plane.percentiles(latencies) if latencies else {"p50": float("nan"), "p99": float("nan")}
+    out = {"n": n, "announcements": rate, "p50": lat["p50"], "p99": lat["p99"], "failures": len(failures),
+           "ran_out": sum(sent) >= len(workers) * per_worker}
+    print(f"  {n} simulated collectors: {rate:.0f} announcements/s; GET /cluster p50 {lat['p50']:.1f} ms, "
+          f"p99 {lat['p99']:.1f} ms; {len(failures)} failed calls{' (ran out of chunk files)' if out['ran_out'] else ''}",
+          flush=True)
+    return out
+
+
+# ---- report --------------------------------------------------------------------------------------------
+def plot(path: str, coll: list, ranks: list, coord: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, rows, key, label in ((axes[0], coll, "env_steps", "env steps/s into the buffer"),
+                                 (axes[1], ranks, "samples", "samples trained/s (3x512 MLP)")):
+        n = [r["n"] for r in rows]
+        ax.plot(n, [r[key] for r in rows], "o-", label="measured")
+        ax.plot(n, [rows[0][key] * k for k in n], "--", color="gray", label="ideal (N x one)")
+        ax.set_ylabel(label)
+        ax.legend()
+    axes[0].set_xlabel("collectors")
+    if coll:
+        twin = axes[0].twinx()
+        twin.plot([r["n"] for r in coll], [r["updates"] for r in coll], "s:", color="tab:red")
+        twin.set_ylabel("learner updates/s", color="tab:red")
+    axes[1].set_xlabel("learner ranks (world_size)")
+    axes[2].plot([r["n"] for r in coord], [r["announcements"] for r in coord], "o-", label="measured")
+    axes[2].axhline(5000, linestyle="--", color="gray", label="target 5k/s")
+    axes[2].set_xlabel("simulated collectors")
+    axes[2].set_ylabel("announcements/s (coordinator alone)")
+    axes[2].legend()
+    fig.suptitle(f"parallel_rl scaling on {os.cpu_count()} CPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="measurement window of each point")
+    parser.add_argument("--max-collectors", type=int, default=cpus)
+    parser.add_argument("--max-ranks", type=int, default=cpus)
+    parser.add_argument("--simulated", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--files", type=int, default=40000, help="chunk files announced at most per point")
+    parser.add_argument("--per-call", type=int, default=8, help="chunk announcements per metadata call")
+    parser.add_argument("--out", default="scaling.png")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["collectors", "ranks", "coordinator"])
+    args = parser.parse_args()
+    print(f"{cpus} CPUs; {args.seconds:g} s windows", flush=True)
+    coll = ranks = coord = []
+    if "collectors" not in args.skip:
+        print("1. collectors (parallel-rl run, CartPole, collectors flat out, evaluation off)", flush=True)
+        coll = collectors(powers_up_to(args.max_collectors), args.seconds)
+    if "ranks" not in args.skip:
+        print(f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {BATCH}, 1 torch thread each)", flush=True)
+        ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds)
+    if "coordinator" not in args.skip:
+        print(f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
+              flush=True)
+        coord = coordinator_alone(args.simulated, args.seconds, args.files, args.per_call)
+    print("\n| collectors | env steps/s | x one | learner updates/s |\n|---|---|---|---|")
+    for r in coll:
+        print(f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} |")
+    print("\n| learner ranks | samples trained/s | x one |\n|---|---|---|")
+    for r in ranks:
+        print(f"| {r['n']} | {r['samples']:.0f} | {r['samples'] / ranks[0]['samples']:.2f} |")
+    print("\n| simulated collectors | announcements/s | GET /cluster p50 ms | p99 ms |\n|---|---|---|---|")
+    for r in coord:
+        print(f"| {r['n']} | {r['announcements']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} |")
+    plot(args.out, coll, ranks, coord)
+
+
+if __name__ == "__main__":
+    main()
