@@ -51,7 +51,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BaseParallelCollector", *_COMM, "LearnerAggregator", "BattleCollectStats", "BattleEpisodeSerialCollector",
+__all__ = ["BaseParallelCollector", *_COMM, "LearnerAggregator", "BattleCollectStats",
+    "BattleEpisodeSerialCollector",
     "BattleInteractionSerialEvaluator", "BattleSampleSerialCollector",
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",
     "SampleSerialCollector", "create_serial_collector", "InteractionSerialEvaluator",
