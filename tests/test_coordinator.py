@@ -348,7 +348,11 @@ def test_coordinator_state_round_trip(coordinator_factory, slaves, tmp_path):
     other.load_state_dict(state)
     assert other.env_steps == 8 and other.replay.count() == 8
     assert [t.task_id for t in other.tasks.list()] == [t.task_id for t in coordinator.tasks.list()]
-    assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id > other.tasks.list()[-2].task_id
+    # a new task's number continues after the saved ones, under this process's own incarnation
+    number = lambda task_id: int(task_id.rsplit("-", 1)[1])  # noqa: E731
+    new = other.tasks.create(other.tasks.list()[0].kind, {}).task_id
+    assert number(new) > max(number(t.task_id) for t in coordinator.tasks.list())
+    assert new.split("-")[1] == other.tasks.incarnation != coordinator.tasks.incarnation
     assert other.replay.sample(4, 2, 0)["chunks"] == ["c-s"]
 
 
