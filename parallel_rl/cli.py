@@ -28,7 +28,8 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 def _add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="address to bind (default from config, 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port to bind; 0 lets the OS pick (printed)")
-    p.add_argument("--shared-dir", default=None, help="shared filesystem root (overrides parallel.shared_dir)")
+    p.add_argument("--shared-dir", default=None,
+                   help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")
 
 
 def _add_coordinator_url(p: argparse.ArgumentParser, default: object = None) -> None:
@@ -61,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collectors", type=int, default=2, help="number of collector processes (default 2)")
     p.add_argument("--port", type=int, default=None, help="coordinator REST port (0: OS picks)")
     p.add_argument("--host", default=None, help="coordinator bind address")
-    p.add_argument("--shared-dir", default=None, help="shared filesystem root")
+    p.add_argument("--shared-dir", default=None,
+                   help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the interrupted run whose shared directory is DIR (counters, buffer, policy, "
                         "eval history, learner state)")

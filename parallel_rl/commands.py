@@ -58,12 +58,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
+    storage = SharedStorage(shared_root(cfg, args.shared_dir), cfg.parallel.storage_options)  # fails fast
     token = token_from_env()
     if not token:  # made up here, it would have to be printed for the workers, and printed tokens end up in logs
         raise ConfigError("set PARALLEL_RL_TOKEN (the cluster token) before starting the coordinator, e.g. "
                           "export PARALLEL_RL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))'); "
                           "`parallel-rl run` makes one for its own processes")
-    storage = SharedStorage(shared_root(cfg, args.shared_dir))
     dir_lock = lock_shared_dir(storage, "parallel-rl coordinator")  # another run must not wipe it under us
     coordinator = Coordinator(cfg, storage, token)
     if args.fresh:
@@ -121,6 +121,10 @@ def cmd_slave(args: argparse.Namespace) -> int:
     die_with_parent()
     cfg = _load(args)
     setup_process(cfg, need_torch=True)
+    if args.shared_dir:  # a store we cannot use fails here, not when the coordinator connects us
+        from .storage import SharedStorage
+
+        SharedStorage(args.shared_dir, cfg.parallel.storage_options)
     if args.command == "learner":
         from .interaction.learner_aggregator import LearnerAggregator as SlaveClass
     else:

@@ -68,7 +68,8 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
             # processes on a 2-core machine each run 7-8x slower.
             torch_num_threads=1,
             log_level="INFO",
-            # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<role> (cluster)
+            # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<role> (cluster;
+            # <exp_name>/tensorboard/<role> in each process's working directory when the shared dir is an object store)
             tensorboard=True,
         ),
     )

@@ -30,6 +30,13 @@ class StateFormatError(StorageError):
     """A saved coordinator state has a format this version does not read (newer, or unknown)."""
 
 
+class StorageUnavailableError(StorageError):
+    """The shared store's URL cannot be used: unsupported protocol, no such bucket, wrong credentials,
+    endpoint unreachable. Raised before anything starts, so the command fails fast."""
+
+    exit_code = 2
+
+
 class PathOutsideRootError(StorageError):
     """A path taken from a message points outside the shared root."""
 

@@ -22,6 +22,9 @@ def setup_logging(level: str = "INFO") -> None:
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
     # waitress logs every queue depth warning at WARNING; keep it quieter
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    # the S3 client says at INFO where it found credentials, in every process
+    for name in ("aiobotocore.credentials", "botocore.credentials"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def setup_process(cfg, seed: int | None = None, need_torch: bool = True) -> None:

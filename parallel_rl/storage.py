@@ -1,5 +1,11 @@
 """The shared filesystem: every path is built here, inside one root.
 
+The root is a local directory (a plain path or ``file://``: the default and the fastest) or an
+object-store URL through fsspec (``s3://bucket/prefix`` via s3fs, ``gs://``, ``az://``, ``memory://``):
+any store whose whole-object writes are atomic. :class:`SharedStorage` has one API for both; the
+difference lives in two small backends, :class:`LocalBackend` (today's POSIX code) and
+:class:`FsspecBackend`.
+
 Layout under the root (see docs/storage.md)::
 
     data/<chunk_name>.npz          step-data chunks (columns; loaded with allow_pickle=False)
@@ -10,8 +16,9 @@ Layout under the root (see docs/storage.md)::
     league/snapshot_000001234.pt   two-player self-play: policy versions frozen into the opponent pool
                                    (copies of policy checkpoints, so pruning those never removes them)
 
-Every file is written to a temporary name in its directory and moved into
-place with ``os.replace``, so a reader never sees half a file. Names that
+Every local file is written to a temporary name in its directory and moved into
+place with ``os.replace``; an object is written with one whole-object PUT. Either
+way a reader never sees half a file. Names that
 come from messages are validated and resolved; anything pointing outside the
 root raises :class:`PathOutsideRootError`.
 """
@@ -21,6 +28,7 @@ import io
 import json
 import logging
 import os
+import posixpath
 import re
 import threading
 import time
@@ -29,7 +37,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .errors import PathOutsideRootError, SharedDirInUseError, StateFormatError, StorageError
+from .errors import PathOutsideRootError, SharedDirInUseError, StateFormatError, StorageError, StorageUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -112,34 +120,220 @@ def load_npz(path: str) -> Dict[str, np.ndarray]:
         raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
 
 
-class SharedStorage:
-    """Paths and file operations on the shared filesystem root."""
+# protocols whose writes replace a whole object at once (a reader sees the old object or the new one)
+ATOMIC_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
+LOCAL_PROTOCOLS = ("", "file", "local")
+# a remote store's policy listing is asked for at most this often by policy_dir_stamp (one LIST request)
+_REMOTE_POLL_S = 0.25
 
-    def __init__(self, root: str):
-        self.root = os.path.realpath(os.path.abspath(root))
-        self.data_dir = os.path.join(self.root, "data")
-        self.policy_dir = os.path.join(self.root, "policy")
-        self.learner_dir = os.path.join(self.root, "learner")
-        self.state_dir = os.path.join(self.root, "coordinator")
-        self.league_dir = os.path.join(self.root, "league")
+
+def split_url(url: str) -> tuple:
+    """(protocol, rest) of a shared-dir URL; a plain path has protocol ''."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", url or "")
+    return (m.group(1).lower(), m.group(2)) if m else ("", url)
+
+
+def is_remote(url: str) -> bool:
+    return split_url(url)[0] not in LOCAL_PROTOCOLS
+
+
+class LocalBackend:
+    """A POSIX directory: temp file + ``os.replace``; the directory's mtime tells of new checkpoints."""
+
+    remote = False
+
+    def __init__(self, url: str):
+        self.base = os.path.realpath(os.path.abspath(split_url(url)[1]))
+        self.url = self.base
+
+    def resolve(self, relpath: str) -> str:
+        full = os.path.realpath(os.path.join(self.base, relpath))
+        if os.path.commonpath([full, self.base]) != self.base or full == self.base:
+            raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.base!r}")
+        return full
+
+    def prepare(self, directories) -> None:
         try:
-            for d in (self.data_dir, self.policy_dir, self.learner_dir, self.state_dir):
+            for d in directories:
                 os.makedirs(d, exist_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot create the shared directory {self.root!r}: {exc}; pass --shared-dir") from exc
+            raise StorageError(f"cannot create the shared directory {self.base!r}: {exc}; pass --shared-dir") from exc
+
+    save_npz = staticmethod(atomic_save_npz)
+    load_npz = staticmethod(load_npz)
+    unlink = staticmethod(_unlink)
+    listdir = staticmethod(os.listdir)
+    isfile = staticmethod(os.path.isfile)
+
+    @staticmethod
+    def makedirs(directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+
+    @staticmethod
+    def read_bytes(path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    @staticmethod
+    def write_atomic(path: str, write: Callable[[Any], None], durable: bool = False) -> None:
+        _atomic_write(path, write, durable)
+
+    @staticmethod
+    def readable(path: str):
+        return path
+
+    @staticmethod
+    def dir_stamp(directory: str) -> int:
+        return os.stat(directory).st_mtime_ns
+
+    @staticmethod
+    def mtime(path: str) -> float:
+        return os.stat(path).st_mtime
+
+
+class FsspecBackend:
+    """An object store through fsspec: one whole-object write (PUT) per file, so no temp files."""
+
+    remote = True
+
+    def __init__(self, url: str, options: Optional[Mapping] = None):
+        protocol, rest = split_url(url)
+        if protocol not in ATOMIC_PROTOCOLS:
+            raise StorageUnavailableError(
+                f"shared store {url}: unsupported protocol {protocol!r} (its writes are not atomic whole-object "
+                f"writes); use a local path, file://, or one of {', '.join(p + '://' for p in ATOMIC_PROTOCOLS)}")
+        import fsspec
+
+        kwargs = dict(options or {})
+        if protocol in ("s3", "s3a"):
+            kwargs.setdefault("use_listings_cache", False)
+            # fail in seconds, not minutes, when the endpoint is down; a few retries for transient errors
+            kwargs.setdefault("config_kwargs", {"connect_timeout": 5, "read_timeout": 60,
+                                                "retries": {"max_attempts": 3, "mode": "standard"}})
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if endpoint:
+                kwargs.setdefault("endpoint_url", endpoint)
+        kwargs.setdefault("skip_instance_cache", True)
+        try:
+            self.fs = fsspec.filesystem(protocol, **kwargs)
+        except (ImportError, ValueError, TypeError) as exc:
+            raise StorageUnavailableError(f"shared store {url}: {type(exc).__name__}: {exc}") from None
+        self.base = rest.strip("/")
+        if not self.base:
+            raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
+        self.url = f"{protocol}://{self.base}"
+        self._stamp = (0.0, None, 0)  # (listed at, names, stamp)
+
+    def resolve(self, relpath: str) -> str:
+        full = posixpath.normpath(posixpath.join(self.base, relpath))
+        if not full.startswith(self.base + "/"):
+            raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.url!r}")
+        return full
+
+    def prepare(self, directories) -> None:
+        """Object stores have no directories: check that we can write and delete an object instead, so a
+        wrong bucket, wrong credentials or an unreachable endpoint fail here, before anything starts."""
+        probe = f"{self.base}/.probe-{os.getpid()}-{threading.get_ident()}"
+        try:
+            self.fs.pipe_file(probe, b"")
+            self.fs.rm_file(probe)
+        except Exception as exc:  # botocore, aiohttp and fsspec raise many types; all mean "unusable"
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise StorageUnavailableError(
+                f"shared store {self.url}: cannot write there ({type(exc).__name__}: {cause}); check the bucket, "
+                f"the endpoint (AWS_ENDPOINT_URL) and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                f"AWS_PROFILE or parallel.storage_options)") from None
+
+    def write_atomic(self, path: str, write: Callable[[Any], None], durable: bool = False) -> None:
+        """One PUT: atomic, and durable once it returns (``durable`` asks nothing more of an object store)."""
+        buffer = io.BytesIO()
+        write(buffer)
+        self.fs.pipe_file(path, buffer.getvalue())
+
+    def save_npz(self, path: str, arrays: Mapping[str, np.ndarray]) -> None:
+        for name, arr in arrays.items():
+            if np.asarray(arr).dtype == object:
+                raise StorageError(f"column {name!r} has dtype object; only plain numeric/bool/str arrays are stored")
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        self.fs.pipe_file(path, buffer.getvalue())
+
+    def makedirs(self, directory: str) -> None:
+        """Object stores have no directories: nothing to make."""
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.fs.cat_file(path)  # FileNotFoundError when absent
+
+    def readable(self, path: str) -> io.BytesIO:
+        return io.BytesIO(self.fs.cat_file(path))  # FileNotFoundError when absent
+
+    def load_npz(self, path: str) -> Dict[str, np.ndarray]:
+        data = self.readable(path)
+        try:
+            with np.load(data, allow_pickle=False) as npz:
+                return {name: npz[name] for name in npz.files}
+        except (ValueError, OSError, zipfile.BadZipFile) as exc:
+            raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+
+    def unlink(self, path: str) -> bool:
+        try:
+            self.fs.rm_file(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def listdir(self, directory: str) -> List[str]:
+        try:
+            return [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(directory, detail=False)]
+        except FileNotFoundError:  # no object under that prefix yet
+            return []
+
+    def isfile(self, path: str) -> bool:
+        return self.fs.isfile(path)
+
+    def dir_stamp(self, directory: str) -> int:
+        """The local time (ns) at which the listing last changed; listed at most every ``_REMOTE_POLL_S``."""
+        listed_at, names, stamp = self._stamp
+        now = time.monotonic()
+        if names is not None and now - listed_at < _REMOTE_POLL_S:
+            return stamp
+        current = sorted(self.listdir(directory))
+        if current != names:
+            stamp = time.time_ns()
+        self._stamp = (now, current, stamp)
+        return stamp
+
+    def mtime(self, path: str) -> float:
+        return self.fs.modified(path).timestamp()
+
+
+class SharedStorage:
+    """Paths and file operations on the shared filesystem root (a local directory or an object-store URL).
+
+    ``root`` is what other processes are told to open: the absolute local path, or the store's URL.
+    ``options`` go to the fsspec filesystem of a remote root (``parallel.storage_options``)."""
+
+    def __init__(self, root: str, options: Optional[Mapping] = None):
+        self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
+        self.root = self.backend.url
+        self.remote = self.backend.remote
+        base = self.backend.base
+        self.data_dir = posixpath.join(base, "data")
+        self.policy_dir = posixpath.join(base, "policy")
+        self.learner_dir = posixpath.join(base, "learner")
+        self.state_dir = posixpath.join(base, "coordinator")
+        self.league_dir = posixpath.join(base, "league")  # made by the first league snapshot (self-play runs)
+        self.backend.prepare((self.data_dir, self.policy_dir, self.learner_dir, self.state_dir))
 
     def __repr__(self) -> str:
         return f"SharedStorage({self.root!r})"
 
     # ---- containment -------------------------------------------------------------
     def resolve(self, relpath: str) -> str:
-        """Absolute path of ``relpath`` inside the root; refuses anything that escapes it."""
+        """Full path of ``relpath`` inside the root; refuses anything that escapes it."""
         if not isinstance(relpath, str) or not relpath or "\x00" in relpath:
             raise PathOutsideRootError(f"invalid path {relpath!r}")
-        full = os.path.realpath(os.path.join(self.root, relpath))
-        if os.path.commonpath([full, self.root]) != self.root or full == self.root:
-            raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.root!r}")
-        return full
+        return self.backend.resolve(relpath)
 
     @staticmethod
     def check_name(name: str) -> str:
@@ -149,17 +343,25 @@ class SharedStorage:
             )
         return name
 
+    def local_dir(self, *parts: str, fallback: str) -> Optional[str]:
+        """A directory for files that need a local filesystem (TensorBoard's event files): under the root
+        when it is local, else under ``fallback`` (the process's experiment directory)."""
+        return os.path.join(fallback if self.remote else self.root, *parts)
+
     # ---- step data ---------------------------------------------------------------
     def chunk_path(self, name: str) -> str:
         return self.resolve(os.path.join("data", self.check_name(name) + ".npz"))
 
     def write_chunk(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
         path = self.chunk_path(name)
-        atomic_save_npz(path, columns)
+        self.backend.save_npz(path, columns)
         return path
 
     def read_chunk(self, name: str) -> Dict[str, np.ndarray]:
-        return load_npz(self.chunk_path(name))
+        return self.backend.load_npz(self.chunk_path(name))
+
+    def chunk_exists(self, name: str) -> bool:
+        return self.backend.isfile(self.chunk_path(name))
 
     def chunk_rows(self, name: str) -> int:
         """The number of rows of chunk ``name``, read from its column headers (no data is read).
@@ -168,8 +370,9 @@ class SharedStorage:
         columns all have the same length."""
         path = self.chunk_path(name)
         lengths = set()
+        source = self.backend.readable(path)  # FileNotFoundError when absent
         try:
-            with zipfile.ZipFile(path) as archive:
+            with zipfile.ZipFile(source) as archive:
                 for member in archive.namelist():
                     with archive.open(member) as f:
                         version = np.lib.format.read_magic(f)
@@ -186,35 +389,36 @@ class SharedStorage:
         return lengths.pop()
 
     def delete_chunk(self, name: str) -> bool:
-        return _unlink(self.chunk_path(name))
+        return self.backend.unlink(self.chunk_path(name))
 
     def list_chunks(self) -> List[str]:
-        return sorted(f[:-4] for f in os.listdir(self.data_dir) if f.endswith(".npz") and not f.startswith("."))
+        return sorted(f[:-4] for f in self.backend.listdir(self.data_dir)
+                      if f.endswith(".npz") and not f.startswith("."))
 
     # ---- checkpoints ---------------------------------------------------------------
     def policy_path(self, version: int) -> str:
         if int(version) < 0:
             raise StorageError(f"policy version must be >= 0, got {version}")
-        return os.path.join(self.policy_dir, f"policy_{int(version):09d}.pt")
+        return posixpath.join(self.policy_dir, f"policy_{int(version):09d}.pt")
 
     def learner_path(self, version: int) -> str:
-        return os.path.join(self.learner_dir, f"learner_{int(version):09d}.pt")
+        return posixpath.join(self.learner_dir, f"learner_{int(version):09d}.pt")
 
     def save_policy(self, version: int, state_dict: Mapping) -> str:
         path = self.policy_path(version)
-        _torch_save_atomic(path, state_dict)
+        _torch_save_atomic(path, state_dict, self.backend)
         return path
 
     def load_policy(self, version: int) -> Dict:
-        return _torch_load(self.policy_path(version))
+        return _torch_load(self.policy_path(version), self.backend)
 
     def save_learner_state(self, version: int, state: Mapping) -> str:
         path = self.learner_path(version)
-        _torch_save_atomic(path, state)
+        _torch_save_atomic(path, state, self.backend)
         return path
 
     def load_learner_state(self, version: int) -> Dict:
-        return _torch_load(self.learner_path(version))
+        return _torch_load(self.learner_path(version), self.backend)
 
     def latest_good_learner_state(self) -> Optional[tuple]:
         """``(version, state)`` of the newest learner state that loads, or None when none does.
@@ -234,33 +438,33 @@ class SharedStorage:
     def league_snapshot_path(self, version: int) -> str:
         if int(version) < 0:
             raise StorageError(f"snapshot version must be >= 0, got {version}")
-        return os.path.join(self.league_dir, f"snapshot_{int(version):09d}.pt")
+        return posixpath.join(self.league_dir, f"snapshot_{int(version):09d}.pt")
 
     def snapshot_policy(self, version: int) -> str:
         """Freeze policy checkpoint ``version`` into the league (a byte copy: no torch needed, the
         coordinator never imports it). Raises FileNotFoundError when the checkpoint is gone."""
-        import shutil
-
         path = self.league_snapshot_path(version)
-        os.makedirs(self.league_dir, exist_ok=True)  # made by the first snapshot: only self-play runs have one
-        with open(self.policy_path(version), "rb") as src:
-            _atomic_write(path, lambda dst: shutil.copyfileobj(src, dst), durable=True)
+        raw = self.backend.read_bytes(self.policy_path(version))
+        self.backend.makedirs(self.league_dir)  # made by the first snapshot: only self-play runs have one
+        self.backend.write_atomic(path, lambda dst: dst.write(raw), durable=True)
         return path
 
     def load_league_snapshot(self, version: int) -> Dict:
         """A frozen snapshot's state dict (FileNotFoundError when it left the league)."""
-        return _torch_load(self.league_snapshot_path(version))
+        return _torch_load(self.league_snapshot_path(version), self.backend)
 
     def remove_league_snapshot(self, version: int) -> bool:
-        return _unlink(self.league_snapshot_path(version))
+        return self.backend.unlink(self.league_snapshot_path(version))
 
     def league_snapshot_versions(self) -> List[int]:
-        return self._versions(self.league_dir, _SNAPSHOT_RE) if os.path.isdir(self.league_dir) else []
+        try:
+            return self._versions(self.league_dir, _SNAPSHOT_RE)
+        except FileNotFoundError:  # no league directory: not a self-play run
+            return []
 
-    @staticmethod
-    def _versions(directory: str, pattern: re.Pattern) -> List[int]:
+    def _versions(self, directory: str, pattern: re.Pattern) -> List[int]:
         out = []
-        for name in os.listdir(directory):
+        for name in self.backend.listdir(directory):
             m = pattern.match(name)
             if m:
                 out.append(int(m.group(1)))
@@ -270,8 +474,9 @@ class SharedStorage:
         return self._versions(self.policy_dir, _POLICY_RE)
 
     def policy_dir_stamp(self) -> int:
-        """Changes when a checkpoint is added or removed (the policy directory's mtime)."""
-        return os.stat(self.policy_dir).st_mtime_ns
+        """Changes when a checkpoint is added or removed: the policy directory's mtime (ns) on a local disk;
+        on an object store, the time its listing was last seen to change (listed at most every 0.25 s)."""
+        return self.backend.dir_stamp(self.policy_dir)
 
     def latest_policy_version(self) -> Optional[int]:
         versions = self.policy_versions()
@@ -282,20 +487,22 @@ class SharedStorage:
         return versions[-1] if versions else None
 
     def _our_files(self):
-        """(directory, name, is_temp) of every file of ours on the shared disk."""
+        """(directory, name, is_temp) of every file of ours on the shared store."""
         for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
                                    (self.learner_dir, _LEARNER_RE), (self.state_dir, _STATE_RE),
                                    (self.league_dir, _SNAPSHOT_RE)):
-            if not os.path.isdir(directory):  # the league's is made by the first snapshot
+            try:
+                names = self.backend.listdir(directory)
+            except FileNotFoundError:  # the league's is made by the first snapshot
                 continue
-            for name in os.listdir(directory):
+            for name in names:
                 if name.startswith(".tmp-") or pattern.match(name):
                     yield directory, name, name.startswith(".tmp-")
 
     # ---- coordinator state ------------------------------------------------------------
     def state_paths(self, seq: int) -> tuple:
         """(json, npz) paths of coordinator snapshot ``seq``."""
-        base = os.path.join(self.state_dir, f"state_{int(seq):09d}")
+        base = posixpath.join(self.state_dir, f"state_{int(seq):09d}")
         return base + ".json", base + ".npz"
 
     def coordinator_states(self) -> List[int]:
@@ -306,20 +513,21 @@ class SharedStorage:
         """Write snapshot ``seq``: the arrays (``.npz``), then the JSON that names them (the commit point); prune
         all but the newest :data:`KEEP_COORDINATOR_STATES`. Returns the JSON path."""
         json_path, npz_path = self.state_paths(seq)
-        atomic_save_npz(npz_path, arrays)
+        self.backend.save_npz(npz_path, arrays)
         body = json.dumps({"format": COORDINATOR_STATE_FORMAT, "seq": int(seq), "arrays": os.path.basename(npz_path),
                            **meta}).encode()
-        _atomic_write(json_path, lambda f: f.write(body))
+        self.backend.write_atomic(json_path, lambda f: f.write(body))
         for old in self.coordinator_states()[:-KEEP_COORDINATOR_STATES]:
             for path in self.state_paths(old):
-                _unlink(path)
+                self.backend.unlink(path)
         return json_path
 
     def load_coordinator_state(self, seq: int) -> tuple:
         """(meta, arrays) of snapshot ``seq``; StorageError naming the file when it is damaged or of another format."""
         json_path, npz_path = self.state_paths(seq)
         try:
-            with open(json_path, "rb") as f:
+            source = self.backend.readable(json_path)
+            with open(source, "rb") if isinstance(source, str) else source as f:
                 meta = json.loads(f.read())
         except (OSError, ValueError) as exc:
             raise StorageError(f"{json_path}: not a readable coordinator state ({exc})") from exc
@@ -329,7 +537,7 @@ class SharedStorage:
                                f"{COORDINATOR_STATE_FORMAT} only; run the parallel_rl version that wrote it, or "
                                f"start over with --fresh")
         try:
-            arrays = load_npz(npz_path)
+            arrays = self.backend.load_npz(npz_path)
         except FileNotFoundError as exc:
             raise StorageError(f"{npz_path}: missing (its snapshot {json_path} names it)") from exc
         return meta, arrays
@@ -358,16 +566,17 @@ class SharedStorage:
     def reset(self) -> int:
         """Remove every file of ours (chunks, checkpoints, coordinator state, temp files) for a fresh run;
         returns the count."""
-        return sum(_unlink(os.path.join(d, name)) for d, name, _ in list(self._our_files()))
+        return sum(self.backend.unlink(posixpath.join(d, name)) for d, name, _ in list(self._our_files()))
 
     def remove_stale_temp_files(self, max_age: float) -> int:
-        """Remove temp files untouched for ``max_age`` seconds: left by a writer killed mid-write."""
+        """Remove temp files untouched for ``max_age`` seconds: left by a writer killed mid-write (local
+        disks only: an object store's writes leave no temp objects)."""
         cutoff, removed = time.time() - max_age, 0
         for directory, name, temp in list(self._our_files()):
-            path = os.path.join(directory, name)
+            path = posixpath.join(directory, name)
             try:
-                if temp and os.stat(path).st_mtime < cutoff:
-                    removed += _unlink(path)
+                if temp and self.backend.mtime(path) < cutoff:
+                    removed += self.backend.unlink(path)
             except FileNotFoundError:  # renamed into place meanwhile
                 pass
         return removed
@@ -381,7 +590,7 @@ class SharedStorage:
         ):
             versions = self._versions(directory, pattern)
             for version in versions[: max(0, len(versions) - keep)]:
-                removed += _unlink(path_of(version))
+                removed += self.backend.unlink(path_of(version))
         return removed
 
 
@@ -389,7 +598,7 @@ class SharedDirLock:
     """An exclusive ``flock`` on ``<root>/run.lock``, held for a run's life. The kernel drops it when the
     process ends, however it ends, so a crashed run never leaves the directory locked."""
 
-    def __init__(self, path: str, fd: int):
+    def __init__(self, path: str, fd: Optional[int]):
         self.path, self._fd = path, fd
 
     def release(self) -> None:
@@ -407,6 +616,10 @@ def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
     import fcntl
     import socket
 
+    if storage.remote:  # no flock on an object store: nothing to hold
+        logger.warning("storage: %s is an object store, which has no locks: make sure no other run uses it",
+                       storage.root)
+        return SharedDirLock(posixpath.join(storage.root, RUN_LOCK_NAME), None)
     path = os.path.join(storage.root, RUN_LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -427,17 +640,19 @@ def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
     return SharedDirLock(path, fd)
 
 
-def _torch_save_atomic(path: str, state: Mapping) -> None:
+def _torch_save_atomic(path: str, state: Mapping, backend=LocalBackend) -> None:
     import torch
 
-    _atomic_write(path, lambda f: torch.save(dict(state), f), durable=True)  # checkpoints promise durability
+    # checkpoints promise durability: fsynced on a local disk (an object PUT is durable when it returns)
+    backend.write_atomic(path, lambda f: torch.save(dict(state), f), durable=True)
 
 
-def _torch_load(path: str) -> Dict:
+def _torch_load(path: str, backend=LocalBackend) -> Dict:
     import torch
 
+    source = backend.readable(path)  # FileNotFoundError when absent
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(source, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises many types for corrupt or unsafe files

@@ -98,7 +98,7 @@ def coordinator_factory(tmp_path):
 class CliProcess:
     """A `python -m parallel_rl ...` process whose output goes to a file (a full pipe never blocks it)."""
 
-    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None):
+    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None, cwd=None):
         import os
         import subprocess
         import sys
@@ -108,7 +108,7 @@ class CliProcess:
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, cwd=cwd)
 
     @property
     def pid(self) -> int:
@@ -153,8 +153,8 @@ def cli(tmp_path):
     """Start CLI processes; every one is stopped (SIGTERM, then SIGKILL) at the end."""
     started = []
 
-    def start(name: str, *args: str, env: dict | None = None) -> CliProcess:
-        p = CliProcess(tmp_path, name, *args, env=env)
+    def start(name: str, *args: str, env: dict | None = None, cwd=None) -> CliProcess:
+        p = CliProcess(tmp_path, name, *args, env=env, cwd=cwd)
         started.append(p)
         return p
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -71,7 +70,7 @@ class ReplayIndex:
                 return False
             if size <= 0:
                 raise StorageError(f"chunk {name!r}: size must be > 0, got {size}")
-            if not os.path.isfile(path):
+            if not self.storage.chunk_exists(name):
                 raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
             info = ChunkInfo(self._next_id, name, size, policy_version, worker_id, size, time.time())
             self._next_id += 1

@@ -77,7 +77,7 @@ class LocalCluster:
         self.config_path, self.overrides = config_path, list(overrides or [])
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
-        self.storage = SharedStorage(resume or shared_root(cfg, shared_dir))
+        self.storage = SharedStorage(resume or shared_root(cfg, shared_dir), cfg.parallel.storage_options)
         # held until this process ends: another run on the directory fails instead of wiping it under us
         self.dir_lock = lock_shared_dir(self.storage, "parallel-rl run --resume" if resume else "parallel-rl run")
         self.coordinator = Coordinator(cfg, self.storage, self.token)

@@ -21,6 +21,7 @@ from easydict import EasyDict
 from ..envs.multiagent import is_battle_env
 from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
+from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
@@ -61,10 +62,13 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         # the policy's data flow: on-policy, a collector collects its share of the current version's segment
         # and then waits for the next version (anything more would be thrown away)
         self.on_policy = bool(self.collector.policy.on_policy)
-        tb_root = os.path.join(self.storage.root, "tensorboard")
-        self.tb_eval = TensorBoardLogger(os.path.join(tb_root, "evaluator") if cfg.system.tensorboard else None)
-        self.tb = TensorBoardLogger(os.path.join(tb_root, f"collector-{os.getpid()}")
-                                    if cfg.system.tensorboard else None)
+
+        def tb_dir(role: str) -> Optional[str]:
+            return self.storage.local_dir("tensorboard", role, fallback=experiment_dir(cfg)) \
+                if cfg.system.tensorboard else None
+
+        self.tb_eval = TensorBoardLogger(tb_dir("evaluator"))
+        self.tb = TensorBoardLogger(tb_dir(f"collector-{os.getpid()}"))
 
     def teardown(self) -> None:
         if self.collector is not None:

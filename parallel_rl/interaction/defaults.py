@@ -6,8 +6,13 @@ from easydict import EasyDict
 
 def parallel_default_config() -> EasyDict:
     return EasyDict(
-        # shared filesystem root; empty: <exp_name>/shared
+        # shared filesystem root: a local path or file:// URL, or an object store (s3://bucket/prefix, gs://, az://);
+        # empty: <exp_name>/shared
         shared_dir="",
+        # options of the object store's fsspec filesystem, e.g. dict(endpoint_url=..., profile=...) for s3fs
+        # (credentials are better left to AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile: every worker
+        # receives this config)
+        storage_options={},
         coordinator=dict(
             host="127.0.0.1",
             port=0,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import queue
 import threading
 import time
@@ -24,7 +23,7 @@ from easydict import EasyDict
 from ..envs.spaces import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError
 from ..policy import create_policy
-from ..runtime import guarded_thread
+from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
@@ -340,7 +339,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
                                 whole_segments=on_policy, load_rows=self.loads_rows).start()
         publish_every = 1 if on_policy else int(lcfg.publish_every)
-        self.tb = TensorBoardLogger(os.path.join(self.storage.root, "tensorboard", "learner")
+        self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
                                     if cfg.system.tensorboard else None)
         last_info, last_iter = time.monotonic(), learner.train_iter
         started = time.monotonic()

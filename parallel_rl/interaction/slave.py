@@ -26,7 +26,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 from easydict import EasyDict
 from flask import Flask, jsonify, request
 
-from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError
+from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
 from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
@@ -403,7 +403,10 @@ class Slave:
             self.cfg = cfg
             self._heartbeat_interval, self._heartbeat_ttl = heartbeat_interval, heartbeat_ttl
             if self.storage is None or self.storage.root != root:
-                self.storage = SharedStorage(root)
+                try:
+                    self.storage = SharedStorage(root, cfg.parallel.storage_options)
+                except StorageError as exc:
+                    raise ApiError(400, "bad_request", f"{self.kind}: {exc}") from None
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
             self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,

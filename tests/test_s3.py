@@ -1,0 +1,261 @@
+"""The shared store on S3: a real S3 server (moto's, over HTTP on 127.0.0.1) and our real code talking to it."""
+import logging
+import os
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parallel_rl.errors import PathOutsideRootError, StorageError, StorageUnavailableError
+from parallel_rl.storage import SharedStorage
+from tests.test_operations import ENV as TOKEN_ENV, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (port picked by the OS); its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """AWS variables that point this process and its children at the server (the usual ones, nothing else)."""
+    env = {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    return env
+
+
+@pytest.fixture
+def bucket(s3_env):
+    """A fresh, empty bucket."""
+    import boto3
+
+    name = f"rl-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def objects(bucket, prefix=""):
+    import boto3
+
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def columns(n=8):
+    return {"obs": np.arange(n * 4, dtype=np.float32).reshape(n, 4), "action": np.arange(n) % 2,
+            "done": np.zeros(n, dtype=bool)}
+
+
+# ---- the storage module on S3 --------------------------------------------------------------------
+def test_chunks_round_trip_and_leave_the_bucket_when_deleted(bucket):
+    store = SharedStorage(f"s3://{bucket}/run")
+    assert store.root == f"s3://{bucket}/run" and store.remote
+    store.write_chunk("c1", columns())
+    assert objects(bucket) == ["run/data/c1.npz"]  # one object, no temp object left behind
+    got = store.read_chunk("c1")
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in columns().items()}
+    assert store.list_chunks() == ["c1"] and store.chunk_exists("c1") and not store.chunk_exists("c2")
+    assert store.delete_chunk("c1")
+    assert objects(bucket) == []
+    with pytest.raises(FileNotFoundError):
+        store.read_chunk("c1")
+
+
+def test_nothing_is_unpickled_from_the_bucket(bucket):
+    import boto3
+
+    store = SharedStorage(f"s3://{bucket}/run")
+    with pytest.raises(StorageError, match="dtype object"):
+        store.write_chunk("bad", {"obs": np.array([{"a": 1}], dtype=object)})
+    import io
+
+    pickled = io.BytesIO()
+    np.savez(pickled, obs=np.array([{"a": 1}], dtype=object))  # what an attacker could put there
+    boto3.client("s3").put_object(Bucket=bucket, Key="run/data/evil.npz", Body=pickled.getvalue())
+    with pytest.raises(StorageError, match="not a valid step-data chunk"):
+        store.read_chunk("evil")
+    boto3.client("s3").put_object(Bucket=bucket, Key="run/policy/policy_000000001.pt", Body=b"not torch")
+    with pytest.raises(StorageError, match="not a loadable checkpoint"):
+        store.load_policy(1)
+
+
+def test_names_from_messages_cannot_leave_the_prefix(bucket):
+    store = SharedStorage(f"s3://{bucket}/run")
+    for bad in ("../other", "a/../../x", "..", ""):
+        with pytest.raises(PathOutsideRootError):
+            store.chunk_path(bad)
+    with pytest.raises(PathOutsideRootError):
+        store.resolve("data/../../elsewhere/x")
+
+
+def test_checkpoints_are_versioned_pruned_and_announced(bucket):
+    import torch
+
+    store = SharedStorage(f"s3://{bucket}/run")
+    stamp = store.policy_dir_stamp()
+    for version in (3, 10, 7):
+        store.save_policy(version, {"w": torch.full((2,), float(version))})
+        store.save_learner_state(version, {"iteration": version})
+    assert store.policy_versions() == [3, 7, 10] and store.latest_policy_version() == 10
+    assert store.load_policy(7)["w"].tolist() == [7.0, 7.0]
+    assert store.load_learner_state(store.latest_learner_version()) == {"iteration": 10}
+    assert store.prune_checkpoints(keep=1) == 4
+    assert objects(bucket) == ["run/learner/learner_000000010.pt", "run/policy/policy_000000010.pt"]
+    from tests.conftest import eventually
+
+    eventually(lambda: store.policy_dir_stamp() != stamp, timeout=5, message="the policy listing's stamp changed")
+
+
+def test_reset_removes_only_our_objects(bucket):
+    import boto3
+
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.write_chunk("c1", columns())
+    store.save_policy(1, {})
+    boto3.client("s3").put_object(Bucket=bucket, Key="run/notes.txt", Body=b"mine")
+    assert store.reset() == 2
+    assert objects(bucket) == ["run/notes.txt"]
+
+
+def test_endpoint_and_credentials_may_come_from_config_keys(bucket, s3_env, monkeypatch):
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    store = SharedStorage(f"s3://{bucket}/run", {"endpoint_url": s3_env["AWS_ENDPOINT_URL"], "key": "testing",
+                                                 "secret": "testing"})
+    store.write_chunk("c1", columns())
+    assert store.list_chunks() == ["c1"] and store.read_chunk("c1")["action"].tolist() == columns()["action"].tolist()
+
+
+@pytest.mark.parametrize("url, cause", [
+    ("ftp://example.org/shared", "unsupported protocol 'ftp'"),
+    ("nosuchprotocol://x/y", "unsupported protocol 'nosuchprotocol'"),
+    ("s3://", "no bucket in the URL"),
+])
+def test_unusable_urls_are_refused_with_their_cause(url, cause):
+    with pytest.raises(StorageUnavailableError, match=re.escape(cause)):
+        SharedStorage(url)
+
+
+def test_a_missing_bucket_is_refused_at_construction(s3_env):
+    with pytest.raises(StorageUnavailableError, match=r"shared store s3://no-such-bucket-here/x: .*bucket"):
+        SharedStorage("s3://no-such-bucket-here/x")
+
+
+# ---- the CLI: bad input fails fast, before any child process starts -------------------------------
+@pytest.fixture
+def s3_auth_enforced(monkeypatch):
+    """The S3 server checks credentials (moto accepts any by default): unknown keys get 403."""
+    from moto import settings
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+
+
+def assert_fails_fast(cli, tmp_path, url, cause, env, *command):
+    proc = cli("bad", *(command or ("run",)), "-c", str(REPO / "configs" / "cartpole_dqn_parallel.py"),
+               "--shared-dir", url, "--set", f"exp_name={tmp_path / 'exp'}", env=env)
+    assert proc.wait(60) == 2, proc.output()[-2000:]
+    lines = proc.output().strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.output(), proc.output()[-2000:]
+    assert url.rstrip("/") in lines[0] and re.search(cause, lines[0]), lines[0]
+    assert "REST API" not in proc.output()  # nothing was served, no child was started
+
+
+@pytest.mark.parametrize("command", ["run", "coordinator", "learner", "collector"])
+def test_cli_refuses_a_missing_bucket(cli, tmp_path, s3_env, command):
+    assert_fails_fast(cli, tmp_path, "s3://no-such-bucket-here/run", "bucket does not exist", s3_env, command)
+
+
+def test_cli_refuses_wrong_credentials(cli, tmp_path, bucket, s3_env, s3_auth_enforced):
+    env = dict(s3_env, AWS_ACCESS_KEY_ID="AKIAWRONGWRONGWRONG1", AWS_SECRET_ACCESS_KEY="wrong")
+    assert_fails_fast(cli, tmp_path, f"s3://{bucket}/run", "PermissionError: The AWS Access Key Id you provided does not exist",
+                      env)
+
+
+def test_cli_refuses_an_unreachable_endpoint(cli, tmp_path, s3_env):
+    env = dict(s3_env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
+    assert_fails_fast(cli, tmp_path, "s3://some-bucket/run", "Could not connect", env)
+
+
+def test_cli_refuses_an_unsupported_protocol(cli, tmp_path):
+    assert_fails_fast(cli, tmp_path, "ftp://example.org/shared", "unsupported protocol 'ftp'", {})
+
+
+# ---- whole clusters against S3, no shared local directory -------------------------------------------
+def own_dirs(tmp_path, name):
+    """A process's own working directory and temp dir (nothing on the local disk is shared)."""
+    cwd = tmp_path / name
+    (cwd / "tmp").mkdir(parents=True)
+    return cwd, {"TMPDIR": str(cwd / "tmp")}
+
+
+def run_roles_on_s3(cli, tmp_path, bucket, s3_env, config, *settings, timeout=120):
+    """Coordinator, learner and two collectors as separate processes, each in its own directory; the
+    workers learn the store's URL from the coordinator. Returns the coordinator's process."""
+    port = str(free_port())
+    url = f"http://127.0.0.1:{port}"
+    workers = []
+    for name, role in (("learner", "learner"), ("collector-0", "collector"), ("collector-1", "collector")):
+        cwd, env = own_dirs(tmp_path, name)
+        workers.append(cli(name, role, "--coordinator", url, env={**s3_env, **TOKEN_ENV, **env}, cwd=cwd))
+    for worker in workers:
+        worker.wait_line(r"serving on http://")
+    cwd, env = own_dirs(tmp_path, "coordinator")
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port,
+                      "--shared-dir", f"s3://{bucket}/run", "--set", "exp_name=exp", *settings,
+                      env={**s3_env, **TOKEN_ENV, **env}, cwd=cwd)
+    assert coordinator.wait(timeout) == 0, coordinator.output()[-3000:]
+    assert len(set(re.findall(r"registered ((?:learner|collector)-\d+)", coordinator.output()))) == 3
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.output()[-2000:]
+    return coordinator
+
+
+def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
+    from tests.test_operations import TOY_CONFIG
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    coordinator = run_roles_on_s3(cli, tmp_path, bucket, s3_env, config)
+    assert re.search(r"^coordinator: solved: eval return", coordinator.output(), re.M)
+    keys = objects(bucket, "run/")
+    assert any(k.startswith("run/policy/policy_") for k in keys), keys
+    assert not any("/.tmp-" in k or "/.probe-" in k for k in keys), keys
+    # TensorBoard stays on each worker's own disk (an object store has no appendable files)
+    assert list((tmp_path / "learner" / "exp" / "tensorboard" / "learner").iterdir())
+
+
+@pytest.mark.slow
+def test_role_processes_solve_cartpole_on_s3(cli, tmp_path, bucket, s3_env):
+    coordinator = run_roles_on_s3(cli, tmp_path, bucket, s3_env, REPO / "configs" / "cartpole_dqn_parallel.py",
+                                  "--set", "parallel.commander.max_seconds=150", timeout=200)
+    assert re.search(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", coordinator.output(), re.M)
+
+
+def test_run_on_s3_solves_the_toy_env(cli, tmp_path, bucket, s3_env):
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    cwd, env = own_dirs(tmp_path, "run")
+    run = cli("run", "run", "-c", str(config), "--shared-dir", f"s3://{bucket}/run", "--set", "exp_name=exp",
+              env={**s3_env, **env}, cwd=cwd)
+    assert run.wait(120) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return", run.output(), re.M)
+    assert not (cwd / "exp" / "shared").exists()
+    assert os.listdir(cwd / "exp" / "tensorboard")
