@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run serial test test-fast browser docker bench clean
+.PHONY: run serial test test-fast browser docker kubectl bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP) browser docker
+test: $(STAMP) browser docker kubectl
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
@@ -38,6 +38,13 @@ browser:
 # needs root and apt, else that one test fails saying what to install)
 docker:
 	@.ci/docker.sh all || echo "could not set up Docker: the docker compose test will fail"
+
+# the Kubernetes manifests' test renders them with `kubectl kustomize` (Debian's kubernetes-client)
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  echo "installing kubernetes-client (Debian) for the Kubernetes manifests' test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client) \
+	    >/dev/null || echo "could not install kubernetes-client: the Kubernetes manifests' test will fail"; }
 
 # skip the long end-to-end tests and the Docker one (CI runs everything)
 test-fast: $(STAMP)
