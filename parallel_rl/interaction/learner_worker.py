@@ -49,15 +49,20 @@ class RowStore:
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
 
-    def _slot(self, name: str) -> int:
-        """The chunk's slot (loading the file on a miss), or -1 when the file is gone."""
+    def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
+        """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone."""
         slot = self._lru.get(name)
         if slot is not None:
             self._lru.move_to_end(name)
             return slot
-        try:
-            cols = self.storage.read_chunk(name)
-        except FileNotFoundError:
+        if name in fetched:
+            cols = fetched[name]
+        else:
+            try:
+                cols = self.storage.read_chunk(name)
+            except FileNotFoundError:
+                cols = None
+        if cols is None:
             return -1  # evicted and deleted since it was sampled
         n = len(next(iter(cols.values())))
         if n > self.slot_rows:
@@ -76,7 +81,9 @@ class RowStore:
         """Columns of rows ``rows`` of chunks ``chunks[local]``; and a mask of rows whose chunk was gone."""
         if len(chunks) > self.slots:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
-        slots = np.array([self._slot(name) for name in chunks], dtype=np.int64)[local]
+        # on an object store every read waits a round trip: fetch the misses together
+        fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
+        slots = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)[local]
         keep = slots >= 0
         pos = (slots * self.slot_rows + rows)[keep]
         if len(pos) == 0:
