@@ -226,6 +226,7 @@ def run_roles_on_s3(cli, tmp_path, bucket, s3_env, config, *settings, timeout=12
     return coordinator
 
 
+@pytest.mark.slow  # 40-60 s; the fast suite keeps the `run` one below
 def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
     from tests.test_operations import TOY_CONFIG
 
@@ -259,3 +260,13 @@ def test_run_on_s3_solves_the_toy_env(cli, tmp_path, bucket, s3_env):
     assert re.search(r"^solved: eval return", run.output(), re.M)
     assert not (cwd / "exp" / "shared").exists()
     assert os.listdir(cwd / "exp" / "tensorboard")
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_read_chunks_fetches_several_and_reports_the_gone(where, bucket, tmp_path):
+    store = SharedStorage(str(tmp_path / "shared") if where == "local" else f"s3://{bucket}/run")
+    store.write_chunk("c1", columns(3))
+    store.write_chunk("c2", columns(5))
+    got = store.read_chunks(["c1", "c2", "gone"])
+    assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == \
+        {"c1": 3, "c2": 5, "gone": None}
