@@ -226,7 +226,7 @@ def run_roles_on_s3(cli, tmp_path, bucket, s3_env, config, *settings, timeout=12
     return coordinator
 
 
-@pytest.mark.slow  # 40-60 s; the fast suite keeps the `run` one below
+@pytest.mark.slow  # 40-60 s
 def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
     from tests.test_operations import TOY_CONFIG
 
@@ -248,6 +248,7 @@ def test_role_processes_solve_cartpole_on_s3(cli, tmp_path, bucket, s3_env):
     assert re.search(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", coordinator.output(), re.M)
 
 
+@pytest.mark.slow  # ~70 s against moto on this machine; the toy config's 90 s budget is tight under load
 def test_run_on_s3_solves_the_toy_env(cli, tmp_path, bucket, s3_env):
     from tests.test_cluster import TOY_CONFIG
 
