@@ -431,6 +431,9 @@ class SharedStorage:
         _torch_save_atomic(path, state_dict, self.backend)
         return path
 
+    def policy_exists(self, version: int) -> bool:
+        return self.backend.isfile(self.policy_path(version))
+
     def load_policy(self, version: int) -> Dict:
         return _torch_load(self.policy_path(version), self.backend)
 

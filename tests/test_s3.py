@@ -271,3 +271,43 @@ def test_read_chunks_fetches_several_and_reports_the_gone(where, bucket, tmp_pat
     got = store.read_chunks(["c1", "c2", "gone"])
     assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == \
         {"c1": 3, "c2": 5, "gone": None}
+
+
+def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, caplog):
+    """A coordinator whose store is a bucket snapshots there and a new one resumes from it; a damaged newest
+    snapshot object falls back to the one before, as on a local disk."""
+    import boto3
+
+    from parallel_rl.coordinator import Coordinator, create_parallel_commander
+    from tests.conftest import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    url = f"s3://{bucket}/run"
+
+    def coordinator():
+        return Coordinator(cfg, SharedStorage(url), token="t", commander=create_parallel_commander(cfg))
+
+    first = coordinator()
+    first.storage.write_chunk("c-a", columns(8))
+    assert first.replay.add_chunk("c-a", 8, 0, "collector-1")
+    first.eval_history.append({"t": 1.0, "policy_version": 0, "env_steps": 8, "train_iter": 0, "eval_return": 2.5})
+    path = first.save_state()
+    assert path.startswith(f"{bucket}/run/coordinator/state_") and path.endswith(".json")
+    first.storage.write_chunk("c-b", columns(4))
+    assert first.replay.add_chunk("c-b", 4, 0, "collector-1")
+    first.save_state()
+    older, newest = first.storage.coordinator_states()
+    assert [k for k in objects(bucket, "run/coordinator/")] == [
+        f"run/coordinator/state_{seq:09d}.{ext}" for seq in (older, newest) for ext in ("json", "npz")]
+
+    second = coordinator()
+    assert second.resume() and second.resumed_from == newest
+    assert second.replay.count() == 12 and second.eval_history == first.eval_history
+    assert sorted(second.replay.sample(4, 4, 0)["chunks"]) in (["c-a"], ["c-b"], ["c-a", "c-b"])
+
+    boto3.client("s3").put_object(Bucket=bucket, Key=f"run/coordinator/state_{newest:09d}.npz", Body=b"truncated")
+    third = coordinator()
+    with caplog.at_level(logging.WARNING, logger="parallel_rl.storage"):
+        assert third.resume() and third.resumed_from == older
+    assert third.replay.count() == 8
+    assert f"state_{newest:09d}.npz" in caplog.text

@@ -10,7 +10,6 @@ import contextlib
 import hmac
 import logging
 import math
-import os
 import secrets
 import threading
 import time
@@ -781,7 +780,7 @@ class Coordinator:
 
     def _check_policy(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
         version = checked_int(msg, "version", 0, MAX_COUNTER)
-        if not os.path.isfile(self.storage.policy_path(version)):
+        if not self.storage.policy_exists(version):
             raise ApiError(400, "bad_request", f"policy {version} announced but its checkpoint is not on the shared disk")
         return {"version": version}
 
