@@ -379,6 +379,8 @@ class SharedStorage:
                 except FileNotFoundError:
                     out[name] = None
             return out
+        if not names:  # fsspec's cat() of no paths raises FileNotFoundError([])
+            return {}
         paths = {self.chunk_path(name): name for name in names}
         return {paths[path]: cols for path, cols in self.backend.load_npz_many(list(paths)).items()}
 

@@ -271,6 +271,7 @@ def test_read_chunks_fetches_several_and_reports_the_gone(where, bucket, tmp_pat
     got = store.read_chunks(["c1", "c2", "gone"])
     assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == \
         {"c1": 3, "c2": 5, "gone": None}
+    assert store.read_chunks([]) == {}  # a batch whose chunks are all cached asks for none
 
 
 def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, caplog):
