@@ -62,6 +62,8 @@ class CoordinatorCollector:
                     samples=[([str(k)], float(v)) for k, v in learn_info.items()
                              if isinstance(v, (int, float)) and not isinstance(v, bool)])
         yield gauge("stopped", "1 once training ended (solved, budget, failure)", int(c.system_shutdown_flag))
+        yield gauge("storage_healthy", "0 while a worker (or the coordinator) reports the shared store failing",
+                    int(summary["storage"]["healthy"]))
 
 
 def install_metrics(app: Flask, coordinator) -> None:

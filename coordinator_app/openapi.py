@@ -97,12 +97,26 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                             "description": "what the worker reports went wrong in its threads"},
                                "ranks": {"type": "array", "items": _ref("LearnerRank"),
                                          "description": "learners: the data-parallel ranks of a LearnerAggregator "
-                                                        "(parallel.learner.world_size > 1; empty with one rank)"}}},
+                                                        "(parallel.learner.world_size > 1; empty with one rank)"},
+                               "storage": _ref("StorageHealth")}},
                 "LearnerRank": {"type": "object", "required": ["rank", "pid", "state"], "properties": {
                     "rank": {"type": "integer"}, "pid": {"type": "integer", "nullable": True,
                                                          "description": "on its own host; null for a rank started "
                                                                         "elsewhere"},
                     "state": {"type": "string", "enum": ["starting", "running", "lost", "stopped"]}}},
+                "StorageHealth": {
+                    "type": "object", "required": ["healthy", "error", "since", "faults"],
+                    "description": "the shared store as one process sees it: unhealthy from a failed read or write "
+                                   "(disk full, I/O error, object store down) until a write succeeds again",
+                    "properties": {"healthy": {"type": "boolean"},
+                                   "error": {"type": "string", "nullable": True, "description": "the last fault"},
+                                   "since": {"type": "number", "nullable": True,
+                                             "description": "epoch seconds of the first fault since it last worked"},
+                                   "faults": {"type": "integer", "minimum": 0,
+                                              "description": "faults ever (a report with fewer is stale)"},
+                                   "failures": {"type": "integer", "minimum": 0,
+                                                "description": "tasks failed on the store in a row (they set the "
+                                                               "backoff)"}}},
                 "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
                            "properties": {k: {"type": "number"} for k in (
                                "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks")}},
@@ -141,7 +155,19 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                                          "max_ended_workers)"},
                     "resumed_from": {"type": "integer", "nullable": True,
                                      "description": "the saved state this coordinator resumed (its sequence "
-                                                    "number), null when it started fresh"}}}, "summary")}}},
+                                                    "number), null when it started fresh"},
+                    "storage": {"type": "object", "required": ["healthy", "error", "since", "workers"],
+                                "description": "the shared store's health: unhealthy while any active worker (or "
+                                               "the coordinator's own snapshots) reports it failing",
+                                "properties": {
+                                    "healthy": {"type": "boolean"},
+                                    "error": {"type": "string", "nullable": True,
+                                              "description": "the fault of the earliest failing process"},
+                                    "since": {"type": "number", "nullable": True,
+                                              "description": "epoch seconds of the earliest fault"},
+                                    "workers": {"type": "array", "items": {"type": "string"},
+                                                "description": "the failing processes: worker ids, and "
+                                                               "'coordinator' for its snapshots"}}}}}, "summary")}}},
             "/cluster/history": {"get": {"summary": "time series for charts: evaluations and throughput samples",
                                          "responses": {"200": _json({"type": "object", "properties": {
                                              "eval": {"type": "array", "items": {"type": "object"}},
@@ -233,7 +259,8 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                "coordinator restart a saved running task it no longer holds is failed and issued "
                                "again, and one this coordinator never issued comes back in the control block's "
                                "`cancel_tasks`); a LearnerAggregator adds its ranks (shown under the learner's "
-                               "`ranks`)",
+                               "`ranks`); `storage`, a StorageHealth: the shared store as the worker sees it (shown "
+                               "under the worker's `storage` and in `/cluster`)",
                 "parameters": [_path_param("worker_id")],
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {

@@ -179,6 +179,10 @@ def _validate(cfg: EasyDict) -> None:
     if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
         raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
                           f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
+    worker = cfg.parallel.worker
+    if not 0 < worker.storage_backoff <= worker.storage_max_backoff:
+        raise ConfigError("parallel.worker needs 0 < storage_backoff <= storage_max_backoff, got "
+                          f"{worker.storage_backoff=}, {worker.storage_max_backoff=}")
     if cfg.parallel.coordinator.snapshot_interval <= 0:
         raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
                           f"{cfg.parallel.coordinator.snapshot_interval}")

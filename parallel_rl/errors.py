@@ -37,6 +37,12 @@ class StorageUnavailableError(StorageError):
     exit_code = 2
 
 
+class StorageFaultError(StorageError):
+    """The shared store failed a read or write: disk full (ENOSPC), I/O error (EIO), stale NFS handle (ESTALE),
+    an object store answering 5xx or unreachable. Not a bug of the task that hit it: workers back off and try
+    again, and ``GET /api/v1/cluster`` shows the store unhealthy until a write succeeds."""
+
+
 class PathOutsideRootError(StorageError):
     """A path taken from a message points outside the shared root."""
 

@@ -24,6 +24,8 @@ root raises :class:`PathOutsideRootError`.
 """
 from __future__ import annotations
 
+import errno
+import functools
 import io
 import json
 import logging
@@ -37,7 +39,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .errors import PathOutsideRootError, SharedDirInUseError, StateFormatError, StorageError, StorageUnavailableError
+from .errors import (PathOutsideRootError, SharedDirInUseError, StateFormatError, StorageError, StorageFaultError,
+                     StorageUnavailableError)
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +125,11 @@ def load_npz(path: str, source: Any = None) -> Dict[str, np.ndarray]:
             return {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise
-    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+    except OSError as exc:
+        if exc.errno is not None:  # the store failed us (EIO, ESTALE, ...), the file may be fine
+            raise
+        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+    except (ValueError, zipfile.BadZipFile) as exc:
         raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
 
 
@@ -147,6 +154,8 @@ class LocalBackend:
     """A POSIX directory: temp file + ``os.replace``; the directory's mtime tells of new checkpoints."""
 
     remote = False
+    # what the store failing looks like (FileNotFoundError excepted): ENOSPC, EIO, ESTALE, EROFS, EACCES, ...
+    faults: tuple = (OSError,)
 
     def __init__(self, url: str):
         self.base = os.path.realpath(os.path.abspath(split_url(url)[1]))
@@ -197,6 +206,25 @@ class LocalBackend:
         return os.stat(path).st_mtime
 
 
+def _remote_faults() -> tuple:
+    """What an object store failing looks like: fsspec and s3fs raise OSError (5xx, timeouts, throttling); a
+    connection the client cannot make raises botocore's or aiohttp's own errors."""
+    faults: list = [OSError]
+    try:
+        import botocore.exceptions
+
+        faults.append(botocore.exceptions.BotoCoreError)
+    except ImportError:
+        pass
+    try:
+        import aiohttp
+
+        faults.append(aiohttp.ClientError)
+    except ImportError:
+        pass
+    return tuple(faults)
+
+
 class FsspecBackend:
     """An object store through fsspec: one whole-object write (PUT) per file, so no temp files."""
 
@@ -224,6 +252,7 @@ class FsspecBackend:
             self.fs = fsspec.filesystem(protocol, **kwargs)
         except (ImportError, ValueError, TypeError) as exc:
             raise StorageUnavailableError(f"shared store {url}: {type(exc).__name__}: {exc}") from None
+        self.faults = _remote_faults()
         self.base = rest.strip("/")
         if not self.base:
             raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
@@ -278,6 +307,8 @@ class FsspecBackend:
             if isinstance(data, FileNotFoundError):
                 out[path] = None
                 continue
+            if isinstance(data, self.faults):  # the store failing (SharedStorage makes it a StorageFaultError)
+                raise data
             if isinstance(data, BaseException):
                 raise StorageError(f"{path}: cannot read ({type(data).__name__}: {data})") from data
             out[path] = load_npz(path, io.BytesIO(data))
@@ -315,6 +346,122 @@ class FsspecBackend:
         return self.fs.modified(path).timestamp()
 
 
+class StorageHealth:
+    """Whether the shared store works for this process: unhealthy from a fault of the store (a read or write
+    that failed, :class:`StorageFaultError`) until a write succeeds again.
+
+    ``faults`` counts every fault ever (it orders reports: a report with fewer faults than already seen is
+    stale); ``failures`` counts tasks failed on the store in a row, and sets the backoff before the next
+    task (:meth:`back_off`: ``backoff * 2**(failures - 1)``, at most ``max_backoff``)."""
+
+    def __init__(self, name: Optional[str] = "storage"):
+        self.name = name  # the actor in log messages; None: the caller logs (the coordinator's view of a worker)
+        self._lock = threading.Lock()
+        self.error: Optional[str] = None
+        self.since: Optional[float] = None  # epoch seconds of the first fault since the store last worked
+        self.faults = 0
+        self.failures = 0
+        self.retry_at = 0.0  # monotonic: no task before this
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None
+
+    @property
+    def ready(self) -> bool:
+        """False while backing off after a task failed on the store."""
+        return time.monotonic() >= self.retry_at
+
+    def fault(self, error: str, faults: Optional[int] = None, since: Optional[float] = None) -> None:
+        """The store failed an operation (``faults``/``since``: as another process reported them)."""
+        with self._lock:
+            first = self.error is None
+            self.error = error
+            self.since = since if since is not None else (self.since if not first else time.time())
+            self.faults = self.faults + 1 if faults is None else max(self.faults, faults)
+        if first and self.name:
+            logger.error("%s: the shared store is failing: %s", self.name, error)
+
+    def recovered(self) -> None:
+        """A write succeeded: healthy again, backoff reset."""
+        with self._lock:
+            was, self.error, self.since = self.error, None, None
+            self.failures, self.retry_at = 0, 0.0
+        if was is not None and self.name:
+            logger.info("%s: the shared store works again (it failed with: %s)", self.name, was)
+
+    def back_off(self, backoff: float, max_backoff: float) -> float:
+        """A task failed on the store: seconds before the next one (exponential in failures in a row, capped)."""
+        with self._lock:
+            self.failures += 1
+            delay = min(float(max_backoff), float(backoff) * 2 ** (self.failures - 1))
+            self.retry_at = time.monotonic() + delay
+            return delay
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"healthy": self.error is None, "error": self.error, "since": self.since, "faults": self.faults,
+                "failures": self.failures}
+
+    def update_from(self, report: Mapping[str, Any]) -> bool:
+        """Take a process's own report (:meth:`to_dict`, checked by :func:`check_health_report`); a stale one
+        (fewer faults than seen) changes nothing. True when the report was taken."""
+        if report["faults"] < self.faults:
+            return False
+        if report["healthy"]:
+            self.faults = report["faults"]
+            if self.error is not None:
+                self.recovered()
+        else:
+            self.fault(report["error"] or "unknown storage error", faults=report["faults"], since=report["since"])
+        return True
+
+
+def check_health_report(report: Any) -> Dict[str, Any]:
+    """A storage health report from another process (:meth:`StorageHealth.to_dict`), checked; ValueError
+    naming what is wrong."""
+    if not isinstance(report, dict):
+        raise ValueError(f"'storage' must be an object, got {report!r:.80}")
+    healthy, error, since, faults = (report.get(k) for k in ("healthy", "error", "since", "faults"))
+    if not isinstance(healthy, bool):
+        raise ValueError(f"'storage.healthy' must be true or false, got {healthy!r:.40}")
+    if error is not None and not isinstance(error, str):
+        raise ValueError(f"'storage.error' must be a string or null, got {error!r:.40}")
+    if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float)) or not 0 <= since < 1e11):
+        raise ValueError(f"'storage.since' must be epoch seconds or null, got {since!r:.40}")
+    if isinstance(faults, bool) or not isinstance(faults, int) or not 0 <= faults < 2**53:
+        raise ValueError(f"'storage.faults' must be a count, got {faults!r:.40}")
+    return {"healthy": healthy, "error": None if error is None else error[:500],
+            "since": None if since is None else float(since), "faults": faults}
+
+
+def _store_op(what: str, write: bool = False):
+    """Decorates a :class:`SharedStorage` method: a fault of the store (the backend's ``faults``, except
+    FileNotFoundError, which means "not there") becomes :class:`StorageFaultError` naming ``what``, the
+    cause and the root, and makes ``self.health`` unhealthy; a write that succeeds makes it healthy again."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def op(self, *args, **kwargs):
+            try:
+                result = method(self, *args, **kwargs)
+            except (FileNotFoundError, StorageError):
+                raise
+            except self.backend.faults as exc:
+                code = errno.errorcode.get(getattr(exc, "errno", None) or -1)
+                cause = f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
+                message = (f"{what} failed on the shared store {self.root}: {cause}{f' ({code})' if code else ''}; "
+                           f"free space or repair the store (workers back off and try again)")
+                self.health.fault(message)
+                raise StorageFaultError(message) from exc
+            if write and self.health.error is not None:
+                self.health.recovered()
+            return result
+
+        return op
+
+    return decorate
+
+
 class SharedStorage:
     """Paths and file operations on the shared filesystem root (a local directory or an object-store URL).
 
@@ -325,6 +472,7 @@ class SharedStorage:
         self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
         self.remote = self.backend.remote
+        self.health = StorageHealth()
         base = self.backend.base
         self.data_dir = posixpath.join(base, "data")
         self.policy_dir = posixpath.join(base, "policy")
@@ -360,14 +508,17 @@ class SharedStorage:
     def chunk_path(self, name: str) -> str:
         return self.resolve(os.path.join("data", self.check_name(name) + ".npz"))
 
+    @_store_op("writing a chunk", write=True)
     def write_chunk(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
         path = self.chunk_path(name)
         self.backend.save_npz(path, columns)
         return path
 
+    @_store_op("reading a chunk")
     def read_chunk(self, name: str) -> Dict[str, np.ndarray]:
         return self.backend.load_npz(self.chunk_path(name))
 
+    @_store_op("reading chunks")
     def read_chunks(self, names: List[str]) -> Dict[str, Optional[Dict[str, np.ndarray]]]:
         """Several chunks at once (None for a chunk that is gone): concurrent requests on an object store,
         where each request waits a round trip; one after the other on a local disk."""
@@ -384,9 +535,11 @@ class SharedStorage:
         paths = {self.chunk_path(name): name for name in names}
         return {paths[path]: cols for path, cols in self.backend.load_npz_many(list(paths)).items()}
 
+    @_store_op("looking for a chunk")
     def chunk_exists(self, name: str) -> bool:
         return self.backend.isfile(self.chunk_path(name))
 
+    @_store_op("reading a chunk's header")
     def chunk_rows(self, name: str) -> int:
         """The number of rows of chunk ``name``, read from its column headers (no data is read).
 
@@ -406,15 +559,21 @@ class SharedStorage:
                     lengths.add(shape[0] if shape else -1)
         except FileNotFoundError:
             raise
-        except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        except OSError as exc:
+            if exc.errno is not None:  # the store failed us, the file may be fine
+                raise
+            raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+        except (ValueError, zipfile.BadZipFile) as exc:
             raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
         if len(lengths) != 1 or min(lengths) < 0:
             raise StorageError(f"{path}: columns of different or no lengths {sorted(lengths)}; not a chunk")
         return lengths.pop()
 
+    @_store_op("deleting a chunk")
     def delete_chunk(self, name: str) -> bool:
         return self.backend.unlink(self.chunk_path(name))
 
+    @_store_op("listing chunks")
     def list_chunks(self) -> List[str]:
         return sorted(f[:-4] for f in self.backend.listdir(self.data_dir)
                       if f.endswith(".npz") and not f.startswith("."))
@@ -428,22 +587,27 @@ class SharedStorage:
     def learner_path(self, version: int) -> str:
         return posixpath.join(self.learner_dir, f"learner_{int(version):09d}.pt")
 
+    @_store_op("writing a policy checkpoint", write=True)
     def save_policy(self, version: int, state_dict: Mapping) -> str:
         path = self.policy_path(version)
         _torch_save_atomic(path, state_dict, self.backend)
         return path
 
+    @_store_op("looking for a policy checkpoint")
     def policy_exists(self, version: int) -> bool:
         return self.backend.isfile(self.policy_path(version))
 
+    @_store_op("reading a policy checkpoint")
     def load_policy(self, version: int) -> Dict:
         return _torch_load(self.policy_path(version), self.backend)
 
+    @_store_op("writing the learner state", write=True)
     def save_learner_state(self, version: int, state: Mapping) -> str:
         path = self.learner_path(version)
         _torch_save_atomic(path, state, self.backend)
         return path
 
+    @_store_op("reading a learner state")
     def load_learner_state(self, version: int) -> Dict:
         return _torch_load(self.learner_path(version), self.backend)
 
@@ -457,6 +621,8 @@ class SharedStorage:
                 return version, self.load_learner_state(version)
             except FileNotFoundError:  # pruned since it was listed
                 continue
+            except StorageFaultError:  # the store failing says nothing about the file
+                raise
             except StorageError as exc:
                 logger.error("storage: skipping learner state %d: %s", version, exc)
         return None
@@ -467,6 +633,7 @@ class SharedStorage:
             raise StorageError(f"snapshot version must be >= 0, got {version}")
         return posixpath.join(self.league_dir, f"snapshot_{int(version):09d}.pt")
 
+    @_store_op("writing a league snapshot", write=True)
     def snapshot_policy(self, version: int) -> str:
         """Freeze policy checkpoint ``version`` into the league (a byte copy: no torch needed, the
         coordinator never imports it). Raises FileNotFoundError when the checkpoint is gone."""
@@ -476,6 +643,7 @@ class SharedStorage:
         self.backend.write_atomic(path, lambda dst: dst.write(raw), durable=True)
         return path
 
+    @_store_op("reading a league snapshot")
     def load_league_snapshot(self, version: int) -> Dict:
         """A frozen snapshot's state dict (FileNotFoundError when it left the league)."""
         return _torch_load(self.league_snapshot_path(version), self.backend)
@@ -489,6 +657,7 @@ class SharedStorage:
         except FileNotFoundError:  # no league directory: not a self-play run
             return []
 
+    @_store_op("listing checkpoints")
     def _versions(self, directory: str, pattern: re.Pattern) -> List[int]:
         out = []
         for name in self.backend.listdir(directory):
@@ -536,6 +705,7 @@ class SharedStorage:
         """Sequence numbers of the complete coordinator snapshots (their JSON, written last, exists), oldest first."""
         return self._versions(self.state_dir, _STATE_JSON_RE)
 
+    @_store_op("writing the coordinator state", write=True)
     def save_coordinator_state(self, seq: int, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
         """Write snapshot ``seq``: the arrays (``.npz``), then the JSON that names them (the commit point); prune
         all but the newest :data:`KEEP_COORDINATOR_STATES`. Returns the JSON path."""
@@ -578,8 +748,8 @@ class SharedStorage:
         for seq in reversed(self.coordinator_states()):
             try:
                 state = self.load_coordinator_state(seq)
-            except StateFormatError:
-                raise  # written by another version: falling back to an older snapshot would lose its work
+            except (StateFormatError, StorageFaultError):
+                raise  # another version's snapshot (falling back would lose its work), or the store failing
             except StorageError as exc:
                 logger.warning("storage: %s; falling back to the snapshot before it", exc)
                 errors.append(str(exc))
@@ -680,7 +850,9 @@ def _torch_load(path: str, backend=LocalBackend) -> Dict:
     source = backend.readable(path)  # FileNotFoundError when absent
     try:
         return torch.load(source, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:  # not there, or the store failed us
+            raise
+        raise StorageError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc
     except Exception as exc:  # torch raises many types for corrupt or unsafe files
         raise StorageError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parallel_rl.errors import PathOutsideRootError, StorageError, StorageUnavailableError
+from parallel_rl.errors import PathOutsideRootError, StorageError, StorageFaultError, StorageUnavailableError
 from parallel_rl.storage import SharedStorage
 from tests.test_operations import ENV as TOKEN_ENV, free_port
 
@@ -312,3 +312,26 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
         assert third.resume() and third.resumed_from == older
     assert third.replay.count() == 8
     assert f"state_{newest:09d}.npz" in caplog.text
+
+
+def test_a_store_that_goes_away_is_a_fault_of_the_store(s3_env, monkeypatch):
+    """An object store down mid-run (here: its server stopped) fails reads and writes as StorageFaultError, which
+    workers back off from, not as a bad file or a bug of the task."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        boto3.client("s3").create_bucket(Bucket="going-away")
+        store = SharedStorage("s3://going-away/run")
+        store.write_chunk("c1", columns())
+    finally:
+        server.stop()
+    with pytest.raises(StorageFaultError, match=r"writing a chunk failed on the shared store s3://going-away/run: "):
+        store.write_chunk("c2", columns())
+    with pytest.raises(StorageFaultError, match=r"reading a chunk failed"):
+        store.read_chunk("c1")
+    assert not store.health.healthy and store.health.faults == 2

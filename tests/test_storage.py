@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from parallel_rl.errors import PathOutsideRootError, StorageError
+from parallel_rl.errors import PathOutsideRootError, StorageError, StorageFaultError
 from parallel_rl.storage import SharedStorage, atomic_save_npz, load_npz
 
 
@@ -30,7 +30,7 @@ def test_failed_write_leaves_no_file_and_no_temp(storage, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez", explode)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StorageFaultError, match="writing a chunk failed on the shared store .*disk full"):
         storage.write_chunk("c1-0000002", {"x": np.zeros(3)})
     assert os.listdir(storage.data_dir) == []
 

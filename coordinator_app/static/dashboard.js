@@ -61,6 +61,11 @@ function renderSummary(c) {
   $("train_iter").textContent = fmt(c.train_iter);
   $("policy_version").textContent = fmt(c.policy_version);
   $("uptime").textContent = `${fmt(c.uptime)} s`;
+  // the shared store failing (disk full, I/O errors, object store down): say so until writes work again
+  const s = c.storage, banner = $("storage-banner");
+  banner.hidden = !s || s.healthy;
+  banner.textContent = banner.hidden ? "" : `Shared store unhealthy since ` +
+    `${s.since ? new Date(s.since * 1000).toLocaleTimeString() : "?"} (${s.workers.join(", ")}): ${s.error}`;
 }
 
 function renderRows(tableId, items, key, cells) {

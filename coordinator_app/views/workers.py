@@ -3,6 +3,7 @@
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body
+from parallel_rl.storage import check_health_report
 
 from .. import get_coordinator, require_token
 
@@ -82,9 +83,15 @@ def heartbeat(worker_id: str):
     if ranks is not None and (not isinstance(ranks, list) or len(ranks) > 1024 or not all(_is_rank(r) for r in ranks)):
         raise ApiError(400, "bad_request", "field 'ranks' must be a list of at most 1024 objects "
                                            "{rank: int, pid: int or null, state: str}")
+    storage = body.get("storage") if isinstance(body, dict) else None
+    if storage is not None:
+        try:
+            storage = check_health_report(storage)
+        except ValueError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
     worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
                                    [p[:500] for p in problems[-20:]] if problems is not None else None,
-                                   tasks, ranks=ranks)
+                                   tasks, ranks=ranks, storage=storage)
     return jsonify(coordinator.control_for(worker))
 
 

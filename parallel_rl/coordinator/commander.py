@@ -50,7 +50,9 @@ class SoloCommander:
         self._schedule_eval()
 
     def _free_workers(self, kind: str) -> list:
-        return [w for w in self.coordinator.workers.list(kind) if w.state == WorkerState.IDLE and w.current_task is None]
+        # a worker backing off after a task it failed on the shared store is not free (its next task would fail)
+        return [w for w in self.coordinator.workers.list(kind)
+                if w.state == WorkerState.IDLE and w.current_task is None and w.assignable]
 
     def _assign_pending(self) -> None:
         c = self.coordinator

@@ -20,7 +20,7 @@ from easydict import EasyDict
 
 from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError
 from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
-from ..storage import SharedStorage
+from ..storage import SharedStorage, check_health_report
 from .commander import create_parallel_commander
 from .replay import ReplayIndex
 from .tasks import Task, TaskKind, TaskState, TaskTable
@@ -75,6 +75,7 @@ class Coordinator:
     def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None, commander=None):
         self.cfg = cfg
         self.storage = storage
+        self.storage.health.name = "coordinator"  # its own snapshots; the workers report theirs
         self.token = token
         self.advertise_url: Optional[str] = cfg.parallel.coordinator.advertise or None
         self.tasks = TaskTable()
@@ -345,14 +346,18 @@ class Coordinator:
         return self.remove_worker(worker_id, "collector")
 
     def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
-                  tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None) -> Worker:
+                  tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None,
+                  storage: Optional[Dict[str, Any]] = None) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
 
         ``tasks``: the ids of the tasks the worker holds (queued, running, or with an end report not yet
         delivered). After a resume they settle what the snapshot could not know: a task the snapshot has
         running on this worker that the worker no longer holds ended while the coordinator was down (its
         report went to the old process), so it fails and is issued again; a task the worker runs that this
-        coordinator never issued (issued after the snapshot) is cancelled through the control block."""
+        coordinator never issued (issued after the snapshot) is cancelled through the control block.
+
+        ``storage``: the worker's report on the shared store (checked by ``check_health_report``): shown under
+        the worker and in the cluster summary; a healthy one ends the worker's backoff."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
             removed = self.workers.with_lease(worker_id, lease)
@@ -371,7 +376,27 @@ class Coordinator:
             worker.ranks = ranks
         if tasks is not None:
             self._reconcile_tasks(worker, set(tasks))
+        if storage is not None:
+            self._storage_report(worker, storage)
         return worker
+
+    def _storage_report(self, worker: Worker, report: Dict[str, Any]) -> None:
+        was = worker.storage.healthy
+        if worker.storage.update_from(report) and was != worker.storage.healthy:
+            if was:
+                logger.error("coordinator: %s reports the shared store failing: %s", worker.worker_id,
+                             worker.storage.error)
+            else:
+                logger.info("coordinator: %s reports the shared store working again", worker.worker_id)
+
+    def storage_summary(self) -> Dict[str, Any]:
+        """The shared store's health as the workers (and the coordinator's own snapshots) see it: unhealthy
+        while any active worker reports it failing; ``since`` the earliest fault of those, ``error`` its."""
+        failing = [("coordinator", self.storage.health)] if not self.storage.health.healthy else []
+        failing += [(w.worker_id, w.storage) for w in self.workers.list(active_only=True) if not w.storage.healthy]
+        first = min(failing, key=lambda f: f[1].since or 0.0, default=None)
+        return {"healthy": not failing, "error": first[1].error if first else None,
+                "since": first[1].since if first else None, "workers": [name for name, _ in failing]}
 
     def _reconcile_tasks(self, worker: Worker, held: set) -> None:
         with self._lock:
@@ -773,9 +798,25 @@ class Coordinator:
             error, result = error or "unknown error", None
         elif state == TaskState.FINISHED:
             error = None
-        return {"task_id": task.task_id, "state": state, "result": result, "error": error}
+        storage = msg.get("storage")  # a task that failed on the shared store: the worker's report on it
+        if storage is not None:
+            try:
+                storage = check_health_report(storage)
+            except ValueError as exc:
+                raise ApiError(400, "bad_request", str(exc)) from None
+        return {"task_id": task.task_id, "state": state, "result": result, "error": error,
+                "storage": storage if state == TaskState.FAILED else None}
 
     def _apply_task_end(self, worker: Worker, m: Dict[str, Any]) -> None:
+        report = m["storage"]
+        if report is not None and not report["healthy"]:
+            # failed on the shared store: no task for this worker for a while (before the commander hears of the
+            # failure), or its next one would fail at once, and the next, in a hot loop
+            self._storage_report(worker, report)
+            wcfg = self.cfg.parallel.worker
+            delay = worker.storage.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
+            logger.warning("coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
+                           worker.worker_id, m["task_id"], worker.storage.failures, delay)
         self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"])
 
     def _check_policy(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
@@ -919,6 +960,7 @@ class Coordinator:
             "started_at": self.started_at,
             "state_saved_at": self.state_saved_at,
             "resumed_from": self.resumed_from,
+            "storage": self.storage_summary(),
             "exp_name": self.cfg.exp_name,
             "env_id": self.cfg.env.env_id,
         }

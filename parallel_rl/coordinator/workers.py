@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from ..interaction.http import ApiError, HttpClient
+from ..storage import StorageHealth
 
 
 _WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -66,6 +67,8 @@ class Worker:
     ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
     # a LearnerAggregator's data-parallel ranks as its heartbeats list them: rank, pid, state
     ranks: List[Dict[str, Any]] = field(default_factory=list)
+    # the shared store as this worker sees it (its reports), and the backoff after tasks it failed on the store
+    storage: StorageHealth = field(default_factory=lambda: StorageHealth(name=None), repr=False)
 
     @property
     def running_tasks(self) -> List[str]:
@@ -74,7 +77,9 @@ class Worker:
 
     @property
     def assignable(self) -> bool:
-        return self.state in (WorkerState.IDLE, WorkerState.BUSY)
+        """Can take a task now: idle or busy (an evaluation beside a collection), and not backing off after a
+        task it failed on the shared store."""
+        return self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
 
     def to_dict(self) -> Dict[str, Any]:
         out = {
@@ -89,6 +94,7 @@ class Worker:
             "policy_version": self.policy_version,
             "tasks_done": self.tasks_done,
             "problems": list(self.problems),
+            "storage": self.storage.to_dict(),
         }
         if self.kind == "collector":
             out["env_steps"] = self.env_steps

@@ -124,5 +124,10 @@ def parallel_default_config() -> EasyDict:
             heartbeat_interval=1.0,
             request_timeout=5.0,
             max_retries=3,
+            # a task that failed on the shared store (disk full, I/O error, object store down) is followed by a
+            # pause before the worker's next task: storage_backoff seconds, doubled for each further failure in
+            # a row, up to storage_max_backoff. The worker waits it out and the coordinator gives it no task
+            storage_backoff=0.5,
+            storage_max_backoff=30.0,
         ),
     )

@@ -26,7 +26,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 from easydict import EasyDict
 from flask import Flask, jsonify, request
 
-from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError
+from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError, StorageFaultError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
 from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
@@ -274,6 +274,7 @@ class Slave:
         self.fatal_error: Optional[str] = None
         # what went wrong in this process's threads (health and heartbeats say so)
         self.problems: Deque[str] = collections.deque(maxlen=20)
+        self._storage_backoff = 0.0  # seconds to wait before the next task (a task failed on the shared store)
         # task ids accepted lately: a retried assignment is acknowledged, not run twice
         self._seen_tasks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.app = self._create_app()
@@ -289,9 +290,11 @@ class Slave:
 
         @app.get("/slave/v1/health")
         def health():
-            out = {"status": "degraded" if slave.problems else "ok", "kind": slave.kind,
+            storage = slave.storage_health()
+            degraded = slave.problems or (storage is not None and not storage["healthy"])
+            out = {"status": "degraded" if degraded else "ok", "kind": slave.kind,
                    "worker_id": slave.worker_id, "pid": os.getpid(), "running": sorted(slave._running),
-                   "tasks_done": slave.tasks_done, "problems": list(slave.problems)}
+                   "tasks_done": slave.tasks_done, "problems": list(slave.problems), "storage": storage}
             challenge = request.args.get("challenge")
             if challenge is not None:  # a coordinator asks us to prove we hold the token before it sends it
                 if not 16 <= len(challenge) <= 128:
@@ -377,6 +380,10 @@ class Slave:
         logger.error("%s %s: %s", self.kind, self.worker_id, problem)
         self.problems.append(problem)
 
+    def storage_health(self) -> Optional[Dict[str, Any]]:
+        """Whether the shared store works for this process (None before it is opened)."""
+        return self.storage.health.to_dict() if self.storage is not None else None
+
     def _thread_died(self, problem: str) -> None:
         """A thread the slave cannot work without died: report it and exit (the coordinator fails our tasks)."""
         self.report_problem(problem)
@@ -407,6 +414,7 @@ class Slave:
                     self.storage = SharedStorage(root, cfg.parallel.storage_options)
                 except StorageError as exc:
                     raise ApiError(400, "bad_request", f"{self.kind}: {exc}") from None
+            self.storage.health.name = f"{self.kind} {worker_id}"
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
             self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
@@ -465,7 +473,7 @@ class Slave:
 
     def heartbeat_body(self) -> Dict[str, Any]:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
-        return {"problems": list(self.problems), "tasks": self.held_task_ids()}
+        return {"problems": list(self.problems), "tasks": self.held_task_ids(), "storage": self.storage_health()}
 
     def held_task_ids(self) -> List[str]:
         """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
@@ -513,10 +521,14 @@ class Slave:
         if self.outbox is not None:
             self.outbox.put(message, urgent=urgent)
 
-    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None) -> None:
+    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
+                   storage: Optional[Dict[str, Any]] = None) -> None:
+        """``storage``: the store's health, when the task failed on it (the coordinator backs off too)."""
         message = {"type": kind, "task_id": task.task_id, "result": result}
         if error:
             message["error"] = error
+        if storage is not None:
+            message["storage"] = storage
         self.send_metadata(message, urgent=True)
 
     def register(self, deadline_seconds: float = 60.0) -> None:
@@ -606,6 +618,9 @@ class Slave:
                 if self.max_tasks and taken >= self.max_tasks:
                     logger.info("%s: done %d task(s), exiting", self.kind, taken)
                     break
+                if self._storage_backoff:  # the store failed the task: the next one would fail alike at once
+                    self._stop.wait(self._storage_backoff)
+                    self._storage_backoff = 0.0
         finally:
             self.close()
         return 1 if self.fatal_error else 0
@@ -620,8 +635,19 @@ class Slave:
         try:
             result = self.execute(task)
         except Exception as exc:  # any failure of a task is reported, not swallowed
-            logger.exception("%s %s: %s failed", self.kind, self.worker_id, task.task_id)
-            self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}")
+            health = self.storage.health if self.storage is not None else None
+            # failed on the shared store (also when another thread of the task, e.g. the learner's data thread,
+            # met the fault): not a bug of the task, and the next task would fail alike, so back off
+            if health is not None and (isinstance(exc, StorageFaultError) or not health.healthy):
+                wcfg = self.cfg.parallel.worker
+                self._storage_backoff = health.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
+                logger.error("%s %s: %s failed on the shared store (%d in a row), next task in %.1fs: %s",
+                             self.kind, self.worker_id, task.task_id, health.failures, self._storage_backoff, exc)
+                self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}",
+                                storage=health.to_dict())
+            else:
+                logger.exception("%s %s: %s failed", self.kind, self.worker_id, task.task_id)
+                self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}")
         else:
             completed = bool(result.pop("completed", False))
             stopped = task.stop.is_set() and not completed
