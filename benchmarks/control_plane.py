@@ -7,7 +7,9 @@ learner never coming, so every collector is throttled) and, in this process, N s
 collectors registered through the REST API (one small stub server answers the coordinator's
 calls for all of them, at http://127.0.0.1:PORT/w<i>). Each simulated collector has two
 threads, as a real one does: a heartbeat every second (timed), and a throttled collector's
-long-poll (`wait_for_allowance` 1 s) again and again.
+long-poll (`wait_for_allowance` 1 s) again and again. Each collector's heartbeats and first
+long-poll start at a random phase within the second (seeded), as collectors started and
+throttled at different moments do; 256 threads started together would beat in one burst.
 
 1. Baseline: the heartbeats alone for a few seconds (no long-polls).
 2. Loaded: heartbeats while all N collectors long-poll.
@@ -17,6 +19,7 @@ marked lost (target: p99 <= 100 ms loaded, none lost).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import re
 import secrets
@@ -65,6 +68,39 @@ def stub_slaves(token: str) -> tuple[ServerThread, dict]:
 
     # the coordinator keeps a connection open to every worker: one per simulated collector
     return ServerThread(app, threads=32, name="stub", connection_limit=4096).start(), leases
+
+
+def long_poll_process(url, token, workers, phases, start, stop, results) -> None:
+    """Every simulated collector's long-poll loop (a throttled collector's `wait_for_allowance` 1 s, again and
+    again), in a process of its own; puts ([answered, refused with retry_after], failures) on ``results``."""
+    polls, failures = [0, 0], []
+
+    def loop(worker_id, lease, phase):
+        client = HttpClient(url, token, timeout=15)
+        client.set_lease(lease)
+        if stop.wait(phase):  # spread over the first second, as collectors throttled at different moments
+            return
+        while not stop.is_set():
+            try:
+                answer = client.post(f"/api/v1/workers/{worker_id}/metadata",
+                                     {"messages": [], "wait_for_allowance": 1.0}, retries=0)
+            except ParallelRLError as exc:
+                failures.append(f"{worker_id} long-poll: {exc}")
+                stop.wait(1.0)
+                continue
+            polls[0] += 1
+            if answer.get("retry_after"):
+                polls[1] += 1
+                stop.wait(float(answer["retry_after"]))
+
+    start.wait(120)
+    threads = [threading.Thread(target=loop, args=(w, lease, phase), daemon=True)
+               for (w, lease), phase in zip(workers, phases)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    results.put((polls, failures))
 
 
 def heartbeat_buckets(url: str) -> dict:
@@ -152,13 +188,16 @@ def run(args, proc, log, token) -> int:
     stop, polling = threading.Event(), threading.Event()
     beats: dict = {"baseline": [], "loaded": []}
     failures: list = []
-    polls = [0, 0]  # answered, refused (retry_after)
 
-    def heartbeats(worker_id, lease):
+    def heartbeats(worker_id, lease, phase):
         client = HttpClient(url, token, timeout=10)
         client.set_lease(lease)
         phase_at_start = None
-        while not stop.wait(1.0):
+        # every second, at this worker's own phase: real workers start at different times, so their
+        # heartbeats spread over the interval (256 threads started together would beat in one burst)
+        next_beat = time.monotonic() + phase
+        while not stop.wait(max(0.0, next_beat - time.monotonic())):
+            next_beat += 1.0
             phase_at_start = "loaded" if polling.is_set() else "baseline"
             start = time.perf_counter()
             try:
@@ -168,35 +207,30 @@ def run(args, proc, log, token) -> int:
                 continue
             beats[phase_at_start].append(time.perf_counter() - start)
 
-    def long_polls(worker_id, lease):
-        client = HttpClient(url, token, timeout=15)
-        client.set_lease(lease)
-        polling.wait()
-        while not stop.is_set():
-            try:
-                answer = client.post(f"/api/v1/workers/{worker_id}/metadata",
-                                     {"messages": [], "wait_for_allowance": 1.0}, retries=0)
-            except ParallelRLError as exc:
-                failures.append(f"{worker_id} long-poll: {exc}")
-                stop.wait(1.0)
-                continue
-            polls[0] += 1
-            if answer.get("retry_after"):
-                polls[1] += 1
-                stop.wait(float(answer["retry_after"]))
-
-    threads = []
-    for worker_id, lease in leases.values():
-        threads += [threading.Thread(target=heartbeats, args=(worker_id, lease), daemon=True),
-                    threading.Thread(target=long_polls, args=(worker_id, lease), daemon=True)]
+    # the long-polls run in a process of their own: the timed heartbeats must not wait for this process's
+    # GIL behind 256 more threads (a real collector's two threads share a process with nobody else's)
+    ctx = multiprocessing.get_context("spawn")
+    poll_start, poll_stop, poll_results = ctx.Event(), ctx.Event(), ctx.Queue()
+    rng = np.random.default_rng(0)
+    pollers = ctx.Process(target=long_poll_process, args=(url, token, list(leases.values()),
+                                                          list(rng.uniform(0, 1, len(leases))), poll_start,
+                                                          poll_stop, poll_results), daemon=True)
+    pollers.start()
+    threads = [threading.Thread(target=heartbeats, args=(worker_id, lease, rng.uniform(0, 1)), daemon=True)
+               for worker_id, lease in leases.values()]
     for t in threads:
         t.start()
     time.sleep(args.baseline_seconds)  # the measurement window
     polling.set()
+    poll_start.set()
     time.sleep(args.seconds)  # the measurement window
     stop.set()
+    poll_stop.set()
     for t in threads:
         t.join(20)
+    polls, poll_failures = poll_results.get(timeout=60)
+    failures += poll_failures
+    pollers.join(30)
     workers = admin.get("/api/v1/collectors")["collectors"]
     server_side = heartbeat_buckets(url)
     lost = [w["worker_id"] for w in workers if w["state"] == "lost"]

@@ -367,7 +367,7 @@ class Coordinator:
                 return removed
             raise ApiError(404, "not_found", f"worker {worker_id!r:.60} is not registered with this lease "
                                              f"(register again)")
-        if problems is not None:
+        if problems is not None and problems[-20:] != worker.problems:  # unchanged (the usual case): no lock
             with self._lock:
                 if problems and problems != worker.problems:
                     logger.error("coordinator: %s reports: %s", worker_id, "; ".join(problems[-3:]))

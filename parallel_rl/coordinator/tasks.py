@@ -18,7 +18,7 @@ import itertools
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
@@ -58,10 +58,14 @@ class Task:
     replaces: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        out = asdict(self)
-        out["kind"] = self.kind.value
-        out["state"] = self.state.value
-        return out
+        """As plain JSON values. Field by field with shallow copies of the dicts (their values are never
+        changed in place): ``dataclasses.asdict``'s deep copy made a snapshot of 10,000 tasks take ~0.7 s
+        under the coordinator's lock."""
+        return {"task_id": self.task_id, "kind": self.kind.value, "spec": dict(self.spec), "state": self.state.value,
+                "worker_id": self.worker_id, "created_at": self.created_at, "started_at": self.started_at,
+                "finished_at": self.finished_at, "attempts": self.attempts, "progress": dict(self.progress),
+                "result": None if self.result is None else dict(self.result), "error": self.error,
+                "replaces": self.replaces}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Task":
