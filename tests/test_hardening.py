@@ -562,7 +562,7 @@ def test_ended_workers_are_forgotten_and_their_connections_closed(coordinator_fa
     are closed, so the process's open sockets stay bounded."""
     from tests.test_coordinator import api
 
-    coordinator, server = coordinator_factory(coordinator={"worker_retention": 1.0, "max_ended_workers": 3})
+    coordinator, server = coordinator_factory(coordinator={"worker_retention": 2.0, "max_ended_workers": 3})
     slave = slaves("learner", None)
 
     def cycle() -> str:
@@ -571,8 +571,11 @@ def test_ended_workers_are_forgotten_and_their_connections_closed(coordinator_fa
         worker_id = added.json()["worker_id"]
         assert slave.connected.wait(10)
         assert api(server, f"/learners/{worker_id}", "DELETE").status_code == 200
-        eventually(lambda: api(server, f"/learners/{worker_id}").json()["state"] == "gone" and
-                   not slave.connected.is_set(), message=f"{worker_id} gone")
+        def gone() -> bool:  # gone, or gone and already forgotten
+            answer = api(server, f"/learners/{worker_id}")
+            return (answer.status_code == 404 or answer.json()["state"] == "gone") and not slave.connected.is_set()
+
+        eventually(gone, message=f"{worker_id} gone")
         return worker_id
 
     cycle()
@@ -580,10 +583,13 @@ def test_ended_workers_are_forgotten_and_their_connections_closed(coordinator_fa
     baseline = open_sockets()
     for _ in range(20):
         cycle()
-        assert len(api(server, "/learners").json()["learners"]) <= 3
+        # at most max_ended_workers, and the one that ended since the control loop's last sweep
+        assert len(api(server, "/learners").json()["learners"]) <= 3 + 1
     eventually(lambda: api(server, "/learners").json()["learners"] == [], message="every entry forgotten")
     assert api(server, "/cluster").json()["workers_forgotten"] == 21
-    eventually(lambda: open_sockets() <= baseline + 4, message=f"open sockets back near {baseline}")
+    # what may stay open: the slave's one client to the coordinator (a few pooled keep-alive connections, and
+    # the server's ends of them); one pool left open per cycle would add 2 sockets a cycle, 40 here
+    eventually(lambda: open_sockets() <= baseline + 16, message=f"open sockets back near {baseline}")
 
 
 def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  # noqa: F811

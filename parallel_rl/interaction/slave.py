@@ -262,6 +262,9 @@ class Slave:
         self.tasks_done = 0
         self.control: Dict[str, Any] = {}
         self.connected = threading.Event()
+        # set from the coordinator's disconnect until the next adoption: a 404 meanwhile (the coordinator
+        # already forgot the entry) is the end it asked for, not a reason to register again
+        self._let_go = threading.Event()
         # set once the coordinator answered a registration: adopted us (connect) or let us go (release)
         self._answered = threading.Event()
         self._stop = threading.Event()
@@ -402,7 +405,6 @@ class Slave:
         if not root:
             raise ApiError(400, "bad_request", "no shared_dir: start the slave with --shared-dir")
         with self._lock:
-            self.worker_id = self.preferred_id = worker_id
             if coordinator and not self.coordinator_url:
                 self.coordinator_url = coordinator.rstrip("/")
             if not self.coordinator_url:
@@ -415,11 +417,14 @@ class Slave:
                 except StorageError as exc:
                     raise ApiError(400, "bad_request", f"{self.kind}: {exc}") from None
             self.storage.health.name = f"{self.kind} {worker_id}"
+            client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
+                                max_retries=self.max_retries)
+            client.set_lease(lease)
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
-            self.coordinator = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
-                                          max_retries=self.max_retries)
-            self.coordinator.set_lease(lease)
+            # the client with the new lease first, then the id: a heartbeat never sends one with the other's lease
+            self.coordinator = client
+            self.worker_id = self.preferred_id = worker_id
             if self.outbox is None:
                 self.outbox = Outbox(self._send_metadata, self.on_control,
                                      flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox",
@@ -429,6 +434,7 @@ class Slave:
                 self._heartbeat_thread = guarded_thread(self._heartbeat_loop, f"{self.kind}-heartbeat",
                                                         self._thread_died)
                 self._heartbeat_thread.start()
+        self._let_go.clear()
         self.connected.set()
         self._answered.set()
         logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
@@ -436,6 +442,7 @@ class Slave:
     def on_disconnect(self, reason: str) -> None:
         """The coordinator lets us go: stop tasks, let them report, then forget our id (in the background)."""
         logger.info("%s %s: coordinator let us go (%s)", self.kind, self.worker_id, reason or "no reason")
+        self._let_go.set()
         guarded_thread(lambda: self._release(reason), f"{self.kind}-release", self._thread_died).start()
 
     def _release(self, reason: str) -> None:
@@ -567,7 +574,10 @@ class Slave:
                 last_ok = time.monotonic()
                 self.on_control(control)
             except RemoteError as exc:
-                if exc.status == 404 and not self._stop.is_set():
+                # only for the identity this heartbeat was sent for: a late answer about an id we have since
+                # been let go from must not tear down the adoption that followed
+                if (exc.status == 404 and not self._stop.is_set() and not self._let_go.is_set()
+                        and self.worker_id == worker_id):
                     logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
                     self._release("re-register")
                     try:
