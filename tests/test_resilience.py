@@ -123,4 +123,5 @@ def test_run_resumed_after_ctrl_c_continues_training(cli, tmp_path):
     assert again.wait(120) == 3, again.output()[-3000:]  # the budget ran out before the (unreachable) stop value
     assert re.search(rf"^stopped: train iteration budget {budget} used up", again.output(), re.M), again.output()[-3000:]
     final = re.search(r"env_steps=(\d+) train_iter=(\d+)", again.output().rsplit("stopped:", 1)[1])
-    assert int(final.group(1)) > int(stopped.group(1)) and int(final.group(2)) > int(stopped.group(2))
+    # the budget is train iterations: the learner may use it up on the resumed buffer before new env steps arrive
+    assert int(final.group(1)) >= int(stopped.group(1)) and int(final.group(2)) >= budget
