@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Dict
+
+from .nets import cpu_state_dict
 
 
 @dataclass(frozen=True)
@@ -16,7 +18,8 @@ class PolicyMode:
 
 class Policy:
     """Subclasses define ``forward_learn / forward_collect / forward_eval``, ``state_dict`` (everything to
-    resume learning) and ``model_state_dict`` (what collectors and evaluators load, CPU tensors)."""
+    resume learning) and ``model_state_dict`` (what collectors and evaluators load, CPU tensors; by default
+    the acting network ``self.model``)."""
 
     # the data flow collectors, pipelines and the coordinator ask for: on-policy data is used once, as
     # whole segments, by the policy that produced it; off-policy data goes through the replay buffer
@@ -33,3 +36,9 @@ class Policy:
     @property
     def eval_mode(self) -> PolicyMode:
         return PolicyMode(self.forward_eval, self.model_state_dict, self.load_model_state_dict)
+
+    def model_state_dict(self) -> Dict:
+        return {"model": cpu_state_dict(self.model)}
+
+    def load_model_state_dict(self, state: Dict) -> None:
+        self.model.load_state_dict(state["model"])

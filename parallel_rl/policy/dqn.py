@@ -189,12 +189,6 @@ class DQNPolicy(Policy):
                 target.mul_(1.0 - theta).add_(online, alpha=theta)
 
     # ---- state -----------------------------------------------------------------
-    def model_state_dict(self) -> Dict:
-        return {"model": cpu_state_dict(self.model)}
-
-    def load_model_state_dict(self, state: Dict) -> None:
-        self.model.load_state_dict(state["model"])
-
     def state_dict(self) -> Dict:
         """Everything needed to resume learning (model, target network, optimizer)."""
         return {

@@ -230,12 +230,6 @@ class PPOPolicy(Policy):
         return info
 
     # ---- state -----------------------------------------------------------------
-    def model_state_dict(self) -> Dict:
-        return {"model": cpu_state_dict(self.model)}
-
-    def load_model_state_dict(self, state: Dict) -> None:
-        self.model.load_state_dict(state["model"])
-
     def state_dict(self) -> Dict:
         return {
             "model": cpu_state_dict(self.model),
