@@ -108,8 +108,7 @@ class Outbox:
         self._messages: List[dict] = []
         self._first_at: Optional[float] = None
         self._urgent = False
-        self._in_flight = False
-        self._batch: List[dict] = []  # the batch being sent
+        self._batch: List[dict] = []  # the batch being sent (empty: nothing in flight; an empty batch never leaves)
         self._closed = False
         self.sent = 0
         self.failures = 0
@@ -148,7 +147,7 @@ class Outbox:
                 if self._closed and not self._messages:
                     return
                 batch, self._messages, self._urgent = self._messages, [], False
-                self._in_flight, self._batch = True, batch
+                self._batch = batch
             try:
                 control = self._send(batch)
                 backoff = 0.05
@@ -171,7 +170,7 @@ class Outbox:
                 continue
             with self._cond:
                 self.sent += len(batch)
-                self._in_flight = False
+                self._batch = []
                 self._cond.notify_all()
             if control:
                 self._on_control(control)
@@ -179,7 +178,7 @@ class Outbox:
     def task_ids(self) -> List[str]:
         """Tasks named by messages not yet delivered (queued or being sent)."""
         with self._cond:
-            return [m["task_id"] for m in self._messages + (self._batch if self._in_flight else [])
+            return [m["task_id"] for m in self._messages + self._batch
                     if isinstance(m, dict) and isinstance(m.get("task_id"), str)]
 
     def _drop(self, batch: List[dict], why: str) -> None:
@@ -187,7 +186,7 @@ class Outbox:
         logger.error("%s: dropping %d message(s) (%s): %s", self.name, len(batch), kinds, why)
         with self._cond:
             self.dropped += len(batch)
-            self._in_flight = False
+            self._batch = []
             self._cond.notify_all()
 
     def _retry_later(self, batch: List[dict], exc: Exception, backoff: float) -> bool:
@@ -197,7 +196,7 @@ class Outbox:
         with self._cond:
             self._messages = batch + self._messages
             self._first_at = time.monotonic()
-            self._in_flight = False
+            self._batch = []
             self._cond.notify_all()
             if self._closed:
                 return False
@@ -209,7 +208,7 @@ class Outbox:
         with self._cond:
             self._urgent = True
             self._cond.notify_all()
-            return self._cond.wait_for(lambda: not self._messages and not self._in_flight, timeout=timeout)
+            return self._cond.wait_for(lambda: not self._messages and not self._batch, timeout=timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
