@@ -431,6 +431,10 @@ class Coordinator:
             try:
                 worker.client.delete(f"/slave/v1/tasks/{task_id}", timeout=2.0, retries=0)
             except ParallelRLError as exc:
+                if isinstance(exc, RemoteError) and exc.status == 404:
+                    # it ended the task just now: its end report (with the task's result) is on its way
+                    logger.debug("coordinator: %s already ended %s; awaiting its report", worker_id, task_id)
+                    continue
                 logger.warning("coordinator: %s did not take the stop for %s: %s", worker_id, task_id, exc)
                 self._end_task(task_id, TaskState.CANCELLED, error=f"{worker_id} removed: {exc}")
         if not running:
