@@ -4,7 +4,10 @@
 whose first call imports ``torch._dynamo``: 1.3-1.4 s on this 2-core machine,
 paid by every learner process before its first update (a third of our whole
 serial CartPole budget). ``torch.optim.adam.adam`` is the same math and does
-not touch dynamo, so this class only keeps the state tensors.
+not touch dynamo, so this class only keeps the state tensors. It runs the fused
+kernel (one pass over each parameter: on a 3x512 MLP 0.4 ms of CPU per step
+against 1.7 ms for the multi-tensor one), which a data-parallel rank pays in full
+however small its share of the batch.
 
 Every policy steps through it, so it is also where data-parallel learners meet: :meth:`Adam.step`
 averages the gradients over the learner ranks (:func:`parallel_rl.policy.distributed.sync_gradients`,
@@ -30,7 +33,8 @@ class Adam:
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.state_steps = [torch.tensor(0.0) for _ in self.params]
+        # the fused kernel wants every tensor of a parameter, its step count included, on that parameter's device
+        self.state_steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -46,7 +50,7 @@ class Adam:
             [self.params[i] for i in live], [self.params[i].grad for i in live],
             [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
             [self.state_steps[i] for i in live],
-            foreach=True, capturable=False, differentiable=False, fused=None, grad_scale=None,
+            foreach=False, capturable=False, differentiable=False, fused=True, grad_scale=None,
             found_inf=None, has_complex=False, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
             lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False,
         )
@@ -55,7 +59,7 @@ class Adam:
         return {
             "exp_avg": [t.detach().to("cpu", copy=True) for t in self.exp_avg],
             "exp_avg_sq": [t.detach().to("cpu", copy=True) for t in self.exp_avg_sq],
-            "state_steps": [t.clone() for t in self.state_steps],
+            "state_steps": [t.detach().to("cpu", copy=True) for t in self.state_steps],
             "lr": self.lr,
         }
 
@@ -65,5 +69,5 @@ class Adam:
         # moments live where their parameters do (checkpoints hold CPU tensors)
         self.exp_avg = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg"], self.params)]
         self.exp_avg_sq = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg_sq"], self.params)]
-        self.state_steps = [t.clone() for t in state["state_steps"]]
+        self.state_steps = [t.to(p.device, torch.float32, copy=True) for t, p in zip(state["state_steps"], self.params)]
         self.lr = float(state.get("lr", self.lr))
