@@ -94,6 +94,100 @@ def test_two_gloo_ranks_match_one_process_on_the_whole_batch():
     assert any(not np.allclose(before[k], expected[k]) for k in expected), "the updates changed nothing"
 
 
+CHUNKS, CHUNK_ROWS = 4, 32
+
+
+def _refs(step: int, n: int = 64):
+    """A batch of row references into the CHUNKS chunk files, with importance weights."""
+    rng = np.random.default_rng(100 + step)
+    return {"chunk": np.array([f"c{i}" for i in rng.integers(0, CHUNKS, n)]), "row": rng.integers(0, CHUNK_ROWS, n),
+            "weight": rng.uniform(0.5, 1.5, n).astype(np.float32), "index": np.arange(n), "uid": np.arange(n)}
+
+
+def _write_chunks(root):
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(root)
+    for i in range(CHUNKS):
+        rows = _batch(1000 + i, CHUNK_ROWS)
+        del rows["weight"]
+        storage.write_chunk(f"c{i}", rows)
+
+
+def _learner(policy):
+    from parallel_rl.worker.learner import create_learner
+
+    cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
+                                                                      "save_ckpt_after_run": False}}}}})
+    return create_learner(cfg.policy.learn.learner, policy.learn_mode, instance_name="test learner")
+
+
+def _group_step_main(rank: int, root: str, ports, results):
+    """One rank of a LearnerAggregator's step: rank 0 sends STEPS batches of references, then STOP."""
+    import torch
+
+    from parallel_rl.interaction.learner_aggregator import GroupStep, Op
+    from parallel_rl.policy.distributed import destroy_group, join_group, open_store
+    from parallel_rl.storage import SharedStorage
+
+    torch.set_num_threads(1)
+    store = open_store(rank, "127.0.0.1", 0 if rank == 0 else ports.get(timeout=30), timeout=30.0)
+    if rank == 0:
+        ports.put(store.port)
+    join_group(store, rank, 2, timeout=30.0)
+    try:
+        policy = _policy()
+        step = GroupStep(_learner(policy), SharedStorage(root), rank, 2, CHUNKS, CHUNK_ROWS)
+        if rank == 1:
+            while step.receive() != Op.STOP:
+                pass
+            return
+        out = [(step.send(Op.TRAIN, _refs(k), merge_info=True), dict(step.merged_info)) for k in range(STEPS)]
+        step.send(Op.STOP)
+        results.put(out)
+    finally:
+        destroy_group()
+
+
+def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batch(tmp_path):
+    """Two ranks, each reading its half of every batch from chunk files: rank 0 gets every row's priority
+    and the ranks' mean learn info, as one learner trained on the whole batch reports them."""
+    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.storage import SharedStorage
+
+    _write_chunks(str(tmp_path))
+    ctx = multiprocessing.get_context("spawn")
+    ports, results = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_group_step_main, args=(rank, str(tmp_path), ports, results)) for rank in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = results.get(timeout=120)
+    except queue.Empty:
+        raise AssertionError(f"the ranks did not finish (exit codes {[p.exitcode for p in procs]})") from None
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    single = _policy()
+    learner, rows = _learner(single), RowStore(SharedStorage(str(tmp_path)), CHUNKS, CHUNK_ROWS)
+    for k, (priority, info) in enumerate(got):
+        refs = _refs(k)
+        names, local = np.unique(refs["chunk"], return_inverse=True)
+        batch, keep = rows.gather(list(names), local, refs["row"])
+        assert keep.all()
+        batch.update(weight=refs["weight"], index=refs["index"], uid=refs["uid"])
+        learner.train(batch)
+        expected = np.empty(64, np.float32)
+        expected[learner.priority_info["index"]] = learner.priority_info["priority"]
+        np.testing.assert_allclose(priority, expected, rtol=1e-4, atol=1e-6, err_msg=f"step {k} priorities")
+        # the batch's mean = the mean of the two halves' means (equal halves)
+        for name in ("loss", "q_value", "td_error"):
+            assert info[name] == pytest.approx(learner.learn_info[name], rel=1e-4, abs=1e-6), (k, name)
+
+
 def test_world_size_config_is_checked():
     from parallel_rl.errors import ConfigError
 

@@ -89,11 +89,13 @@ def share_bounds(rank: int, size: int, n: int) -> tuple:
 class GroupStep:
     """One rank's side of a training step: the references, its share of rows, priorities and info back.
 
-    Every rank runs the same collectives in the same order: a header (op, rows, whether to merge learn
-    info), the chunk names and row references of the batch, the smallest share any rank could read (all
-    skip a batch of which some rank found no rows: an empty share cannot join the gradient average), the
-    update itself (gradients averaged in the optimizer), then the priorities of every share and, when
-    asked, the mean of the ranks' learn info."""
+    Every rank runs the same five collectives in the same order (each is a point where every rank waits for
+    the slowest, so there are as few as the step needs): a header (op, rows, whether to merge learn info,
+    bytes of chunk names); one payload with the batch's row references, weights and chunk names; the
+    smallest share any rank could read (all skip a batch of which some rank found no rows: an empty share
+    cannot join the gradient average); the update itself (gradients averaged in the optimizer); and a
+    gather to rank 0 of every share's priorities, with the rank's learn info when asked (rank 0 averages
+    it). What each rank can work out itself (its share, the rows' positions) never travels."""
 
     def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int):
         self.learner, self.rank, self.size = learner, rank, size
@@ -102,38 +104,40 @@ class GroupStep:
 
     def send(self, op: Op, refs: Optional[Dict[str, np.ndarray]] = None, merge_info: bool = False) -> Optional[np.ndarray]:
         """Rank 0: broadcast ``op`` (and a batch of references) and take part in the step."""
-        n = len(refs["row"]) if refs is not None else 0
-        header = torch.tensor([int(op), n, int(merge_info)], dtype=torch.int64)
-        dist.broadcast(header, 0)
         if op != Op.TRAIN:
+            dist.broadcast(torch.tensor([int(op), 0, 0, 0], dtype=torch.int64), 0)
             return None
         names, local = np.unique(refs["chunk"], return_inverse=True)
-        broadcast_bytes("\n".join(names.tolist()).encode())
-        ints = torch.from_numpy(np.stack([local.astype(np.int64), refs["row"].astype(np.int64)]))
-        dist.broadcast(ints, 0)
-        weight = torch.from_numpy(np.ascontiguousarray(refs["weight"], dtype=np.float32))
-        dist.broadcast(weight, 0)
-        return self._train(names.tolist(), local, refs["row"], refs["weight"], merge_info)
+        name_bytes = np.frombuffer("\n".join(names.tolist()).encode(), dtype=np.uint8)
+        n = len(refs["row"])
+        dist.broadcast(torch.tensor([int(op), n, int(merge_info), len(name_bytes)], dtype=torch.int64), 0)
+        rows = refs["row"].astype(np.int64)
+        weight = np.ascontiguousarray(refs["weight"], dtype=np.float32)
+        payload = np.concatenate([local.astype(np.int64).view(np.uint8), rows.view(np.uint8), weight.view(np.uint8),
+                                  name_bytes])
+        dist.broadcast(torch.from_numpy(payload), 0)
+        return self._train(names.tolist(), local, rows, weight, merge_info)
 
     def receive(self) -> Op:
         """Ranks 1..N-1: take part in the step rank 0 announces; returns its op."""
-        header = torch.zeros(3, dtype=torch.int64)
+        header = torch.zeros(4, dtype=torch.int64)
         dist.broadcast(header, 0)
-        op, n, merge_info = (int(v) for v in header)
+        op, n, merge_info, name_bytes = (int(v) for v in header)
         if op != Op.TRAIN:
             return Op(op)
-        names = broadcast_bytes(None).decode().split("\n")
-        ints = torch.zeros((2, n), dtype=torch.int64)
-        dist.broadcast(ints, 0)
-        weight = torch.zeros(n, dtype=torch.float32)
-        dist.broadcast(weight, 0)
-        self._train(names, ints[0].numpy(), ints[1].numpy(), weight.numpy(), bool(merge_info))
+        payload = torch.empty(20 * n + name_bytes, dtype=torch.uint8)
+        dist.broadcast(payload, 0)
+        raw = payload.numpy()
+        local, rows = raw[:8 * n].view(np.int64), raw[8 * n:16 * n].view(np.int64)
+        weight = raw[16 * n:20 * n].view(np.float32)
+        self._train(raw[20 * n:].tobytes().decode().split("\n"), local, rows, weight, bool(merge_info))
         return Op.TRAIN
 
     def _train(self, names: List[str], local: np.ndarray, rows: np.ndarray, weight: np.ndarray,
                merge_info: bool) -> Optional[np.ndarray]:
         n = len(rows)
-        start, end = share_bounds(self.rank, self.size, n)
+        bounds = [share_bounds(r, self.size, n) for r in range(self.size)]
+        start, end = bounds[self.rank]
         share_local = local[start:end]
         used = np.unique(share_local)  # only the chunks this share touches are read
         batch, keep = self._rows.gather([names[i] for i in used], np.searchsorted(used, share_local),
@@ -145,21 +149,25 @@ class GroupStep:
         position = np.arange(start, end)[keep]
         batch.update(weight=weight[start:end][keep], index=position, uid=position)
         self.learner.train(batch)
-        priority = torch.full((max(share_bounds(r, self.size, n)[1] - share_bounds(r, self.size, n)[0]
-                                   for r in range(self.size)),), float("nan"), dtype=torch.float32)
+        # one gather to rank 0: this share's priorities (NaN where none), then the learn info when asked
+        longest = max(e - s for s, e in bounds)
+        info_names = (sorted(k for k, v in self.learner.learn_info.items()
+                             if isinstance(v, (int, float)) and k not in ("train_iter", "envstep"))
+                      if merge_info else [])
+        mine = torch.full((longest + len(info_names),), float("nan"), dtype=torch.float64)
         info = self.learner.priority_info
         if info is not None:
-            priority[info["index"] - start] = torch.as_tensor(info["priority"], dtype=torch.float32)
-        gathered = [torch.empty_like(priority) for _ in range(self.size)]
-        dist.all_gather(gathered, priority)
-        if merge_info:
-            names_info = sorted(k for k, v in self.learner.learn_info.items()
-                                if isinstance(v, (int, float)) and k not in ("train_iter", "envstep"))
-            values = torch.tensor([float(self.learner.learn_info[k]) for k in names_info], dtype=torch.float64)
-            dist.all_reduce(values)
-            self.merged_info = dict(zip(names_info, (values / self.size).tolist()))
-        return np.concatenate([g[:e - s].numpy() for g, (s, e) in
-                               zip(gathered, (share_bounds(r, self.size, n) for r in range(self.size)))])
+            mine[torch.as_tensor(info["index"] - start)] = torch.as_tensor(info["priority"], dtype=torch.float64)
+        if info_names:
+            mine[longest:] = torch.tensor([float(self.learner.learn_info[k]) for k in info_names], dtype=torch.float64)
+        gathered = [torch.empty_like(mine) for _ in range(self.size)] if self.rank == 0 else None
+        dist.gather(mine, gathered, dst=0)
+        if gathered is None:
+            return None
+        if info_names:
+            total = torch.stack([g[longest:] for g in gathered]).mean(dim=0)
+            self.merged_info = dict(zip(info_names, total.tolist()))
+        return np.concatenate([g[:e - s].numpy() for g, (s, e) in zip(gathered, bounds)]).astype(np.float32)
 
 
 def wait_for_any_exit(procs: List[subprocess.Popen], timeout: float) -> None:
