@@ -130,8 +130,12 @@ class CliProcess:
         return eventually(find, timeout=timeout, interval=0.05, message=f"{self.name}: {pattern!r}")
 
     def wait(self, timeout: float = 30.0) -> int:
+        import subprocess
+
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.name} still running after {timeout} s:\n{self.output()[-3000:]}") from None
         finally:
             self._log.flush()
 

@@ -380,6 +380,32 @@ def test_workers_take_torch_threads_from_the_coordinators_config(coordinator_fac
     assert collector.torch_threads == 3
 
 
+def test_a_removed_worker_that_misses_the_disconnect_call_leaves_on_its_next_heartbeat(coordinator_factory):
+    """The coordinator's disconnect call never reaches the slave (lost on the way): the answer to the slave's
+    next heartbeat says it is gone, and it leaves as the call would have made it (a self-registered slave
+    exits). Before, it went on until the coordinator stopped answering and then exited with an error."""
+
+    class MissesTheCall(ScriptedSlave):
+        def on_disconnect(self, reason):
+            missed.append(reason)
+
+    missed = []
+    coordinator, server = coordinator_factory()
+    slave = MissesTheCall("collector", server.url).start()
+    runner = threading.Thread(target=slave.run, daemon=True)
+    try:
+        runner.start()
+        assert slave.got_task.wait(30)
+        worker_id = slave.worker_id
+        assert api(server, f"/collectors/{worker_id}", method="DELETE").status_code == 200
+        runner.join(10)  # the task is stopped; a few heartbeats (0.2 s apart) later the slave leaves
+        assert not runner.is_alive(), "the slave did not leave"
+        assert missed and slave.fatal_error is None and slave.worker_id is None
+        assert api(server, f"/collectors/{worker_id}").json()["state"] == "gone"
+    finally:
+        slave.close()
+
+
 def test_let_go_while_registering_is_a_normal_end(coordinator_factory):
     """Training ended just as a worker joined: the coordinator adopts it and lets it go at once."""
 

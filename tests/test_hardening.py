@@ -428,7 +428,9 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     shared = tmp_path / "shared"
-    first, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000", "--shared-dir", str(shared))
+    # no time budget: the first run must still be running when the second ones are done (SIGINT ends it)
+    first, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000", "--shared-dir", str(shared),
+                           "--set", "parallel.commander.max_seconds=0")
     eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="the first run training")
     chunks = set(os.listdir(shared / "data"))
     assert chunks

@@ -460,7 +460,9 @@ class Coordinator:
         with self._lock:
             worker.state = WorkerState.GONE
         try:
-            worker.client.post("/slave/v1/disconnect", {"reason": reason}, timeout=2.0, retries=0)
+            # a slave that misses this call hears it from its next heartbeat's answer (state "gone"), as long
+            # as this coordinator serves; a stopping one does not wait for that, so the call is retried once
+            worker.client.post("/slave/v1/disconnect", {"reason": reason}, timeout=3.0, retries=1)
         except ParallelRLError as exc:
             logger.debug("coordinator: %s disconnect not acknowledged: %s", worker.worker_id, exc)
 

@@ -439,9 +439,17 @@ class Slave:
         logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
 
     def on_disconnect(self, reason: str) -> None:
-        """The coordinator lets us go: stop tasks, let them report, then forget our id (in the background)."""
+        """``POST /slave/v1/disconnect``: the coordinator lets us go."""
+        self.leave(reason)
+
+    def leave(self, reason: str) -> None:
+        """Let go by the coordinator: stop tasks, let them report, then forget our id (in the background).
+        Once per adoption: the disconnect call and a heartbeat's answer may both say it."""
+        with self._lock:
+            if self._let_go.is_set():
+                return
+            self._let_go.set()
         logger.info("%s %s: coordinator let us go (%s)", self.kind, self.worker_id, reason or "no reason")
-        self._let_go.set()
         guarded_thread(lambda: self._release(reason), f"{self.kind}-release", self._thread_died).start()
 
     def _release(self, reason: str) -> None:
@@ -572,6 +580,10 @@ class Slave:
                                                 timeout=max(1.0, self._heartbeat_interval))
                 last_ok = time.monotonic()
                 self.on_control(control)
+                if control.get("state") == "gone" and self.worker_id == worker_id and not self._stop.is_set():
+                    # removed, and the coordinator's disconnect call did not reach us (it is sent once, with a
+                    # short timeout): its answer to our heartbeat says the same
+                    self.leave("removed (told by the heartbeat's answer)")
             except RemoteError as exc:
                 # only for the identity this heartbeat was sent for: a late answer about an id we have since
                 # been let go from must not tear down the adoption that followed
