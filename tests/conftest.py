@@ -8,6 +8,15 @@ from parallel_rl.config import compile_config
 from parallel_rl.envs import EnvManager
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """The test process runs torch as every parallel_rl process does (`system.torch_num_threads`, 1): with
+    torch's default threads a small net's forward ran ~45x slower on this 2-core box when it was busy."""
+    from parallel_rl.runtime import set_torch_threads
+
+    set_torch_threads(1)
+
+
 @pytest.fixture
 def toy_env():
     """4 copies of parallel_rl/Counting-v0 with 5-step episodes."""

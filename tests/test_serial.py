@@ -30,6 +30,26 @@ def test_serial_budget_exhausted_exits_3(tmp_path):
     assert "env step budget 500 used up" in proc.stderr
 
 
+def test_pipelines_called_from_python_run_torch_on_the_configured_threads(tmp_path):
+    """`serial_pipeline(cfg)` called from Python (not through the CLI) honours `system.torch_num_threads`: with
+    torch's default threads, two busy processes on this box ran the toy self-play test ~7x slower."""
+    import torch
+
+    from parallel_rl.entry.serial import serial_pipeline
+    from tests.conftest import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    cfg.serial.max_train_iter = 2
+    cfg.system.torch_num_threads = 1
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        serial_pipeline(cfg)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_bad_override_is_one_line_exit_2():
     proc = run_cli("serial", "-c", "configs/cartpole_dqn.py", "--set", "policy.learn.batch_sze=3")
     assert proc.returncode == 2

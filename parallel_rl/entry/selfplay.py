@@ -33,7 +33,7 @@ from ..data.buffer import create_buffer
 from ..envs.multiagent import BattleEnvManager
 from ..policy import create_policy
 from ..policy.bots import create_bot
-from ..runtime import experiment_dir
+from ..runtime import experiment_dir, set_torch_threads
 from ..tblog import TensorBoardLogger
 from ..worker.battle_collector import BattleSampleSerialCollector
 from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
@@ -52,6 +52,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
     start = time.perf_counter()
     exp_dir = experiment_dir(cfg)
     os.makedirs(exp_dir, exist_ok=True)
+    set_torch_threads(cfg.system.torch_num_threads)  # called from Python too, not only by the CLI
     collector_env = BattleEnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = BattleEnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     obs_dim, spec = collector_env.obs_dim, collector_env.action_spec

@@ -19,7 +19,7 @@ from easydict import EasyDict
 from ..data.buffer import create_buffer
 from ..envs.env_manager import EnvManager
 from ..policy import create_policy
-from ..runtime import experiment_dir
+from ..runtime import experiment_dir, set_torch_threads
 from ..tblog import TensorBoardLogger
 from ..worker.collector import create_serial_collector
 from ..worker.commander import BaseSerialCommander
@@ -76,6 +76,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     start = time.perf_counter()
     exp_dir = experiment_dir(cfg)
     os.makedirs(exp_dir, exist_ok=True)
+    set_torch_threads(cfg.system.torch_num_threads)  # called from Python too, not only by the CLI
     collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
