@@ -22,11 +22,13 @@ def _load(args: argparse.Namespace):
 
 
 def _load_checked(args: argparse.Namespace):
-    """The config, checked against the env (spaces fit the algorithm) and the machine (device) before any
-    process starts."""
+    """The config, checked against the env (spaces fit the algorithm), the machine (device) and what the
+    cluster trains before any process starts."""
+    from .config import check_cluster_config
     from .envs.spaces import check_env_fits
 
     cfg = _load(args)
+    check_cluster_config(cfg)
     check_env_fits(cfg)
     return cfg
 

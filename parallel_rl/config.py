@@ -210,8 +210,9 @@ def _validate(cfg: EasyDict) -> None:
     if cfg.env.type == "pettingzoo" and cfg.policy.nstep != 1:
         raise ConfigError(f"policy.nstep must be 1 for two-player games (the battle collectors make 1-step "
                           f"rows), got {cfg.policy.nstep}")
-    if cfg.env.type == "pettingzoo" and cfg.policy.type != "dqn":
-        raise ConfigError(f"two-player self-play trains policy.type='dqn' so far, got {cfg.policy.type!r}")
+    if cfg.env.type == "pettingzoo" and cfg.policy.type not in SELFPLAY_POLICY_TYPES:
+        raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
+                          f"got {cfg.policy.type!r}")
     learner = cfg.parallel.learner
     if learner.world_size < 1 or learner.collective_timeout <= 0 or learner.max_rank_restarts < 0:
         raise ConfigError(f"parallel.learner needs world_size >= 1, collective_timeout > 0 and "
@@ -228,6 +229,20 @@ def _validate(cfg: EasyDict) -> None:
 
     if cfg.policy.device not in DEVICES:
         raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
+
+
+# the algorithms two-player self-play trains (serial); the cluster's Marine collectors only the off-policy ones
+SELFPLAY_POLICY_TYPES = ("dqn", "ppo")
+
+
+def check_cluster_config(cfg: EasyDict) -> None:
+    """What the cluster (``run``, ``coordinator``) cannot train although the serial pipeline can: two-player
+    self-play with an on-policy algorithm (the Marine collectors keep rows across policy versions and count
+    segment shares in moves, not the training player's rows)."""
+    if cfg.env.type == "pettingzoo" and cfg.policy.on_policy:
+        raise ConfigError(f"two-player self-play with the on-policy policy.type={cfg.policy.type!r} runs in the "
+                          f"serial pipeline only (parallel-rl serial -c CONFIG); the cluster (run, coordinator) "
+                          f"trains env.type='pettingzoo' with policy.type='dqn'")
 
 
 def load_config_file(path: str) -> dict:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from easydict import EasyDict
 
+from ..config import check_cluster_config
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
 from .league import MAIN, SELF, League, snapshot_version
@@ -135,6 +136,7 @@ class LeagueCommander(SoloCommander):
     """
 
     def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
+        check_cluster_config(cfg)
         super().__init__(cfg, coordinator)
         self.league = League(cfg.league, seed=cfg.seed)
 

@@ -1,4 +1,4 @@
-"""The serial self-play pipeline: DQN against itself, its past snapshots and built-in bots, in one process.
+"""The serial self-play pipeline: DQN or PPO against itself, its past snapshots and built-in bots, in one process.
 
 ``parallel-rl serial -c configs/tictactoe_selfplay.py`` runs this loop when
 ``env.type = "pettingzoo"``. The same components as the serial pipeline
@@ -10,7 +10,11 @@ the :class:`~parallel_rl.coordinator.league.League`:
 2. each collect picks an opponent by PFSP (``self``, a snapshot or a bot),
    plays ``policy.collect.n_sample`` rows of the trained player(s) and records
    the games in the payoff table (a new opponent starts new games);
-3. the learner trains ``update_per_collect`` times on the replay buffer;
+3. off-policy (DQN): the rows join the replay buffer and the learner trains
+   ``update_per_collect`` times on it; on-policy (PPO): the rows (every one
+   completed, each player's trajectories kept apart for GAE) are one segment
+   the learner trains on once (its epochs) and drops, as in the single-agent
+   serial pipeline;
 4. the evaluator plays the greedy policy against ``evaluator.opponents`` from
    both sides; the run stops when the win rate against ``stop_opponent``
    reaches ``env.stop_value`` within the per-side bounds.
@@ -39,7 +43,8 @@ from ..worker.battle_collector import BattleSampleSerialCollector
 from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
 from ..worker.commander import BaseSerialCommander
 from ..worker.learner import create_learner
-from .serial import TrainResult, budget_used_up, train_from_buffer
+from ..worker.collector import concat_columns
+from .serial import TrainResult, budget_used_up, train_on_collected
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +82,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
     solved, reason = False, ""
     games = 0
     opponent = None
+    on_policy = policy.on_policy
     learner.call_hook("before_run")
     try:
         while True:
@@ -118,13 +124,12 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                 collector.reset_env()
                 opponent = chosen
             columns = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                        policy_kwargs=commander.step())
+                                        policy_kwargs=commander.step(), drop_extra=not on_policy)
             stats = collector.last_stats
             games += stats.episodes
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)
-            for player in collector.trained_players:
-                buffer.push(columns[player], cur_collector_envstep=collector.envstep)
-            train_from_buffer(learner, buffer, learn, collector.envstep)
+            data = concat_columns([columns[player] for player in collector.trained_players])
+            train_on_collected(learner, buffer, data, learn, collector.envstep, on_policy)
         learner.call_hook("after_run")
         learner.save_checkpoint("ckpt_final.pt")  # the policy the run ended with (the benchmark re-evaluates it)
     finally:

@@ -71,6 +71,16 @@ def train_from_buffer(learner, buffer, learn: EasyDict, envstep: int) -> None:
             buffer.update(learner.priority_info)
 
 
+def train_on_collected(learner, buffer, data, learn: EasyDict, envstep: int, on_policy: bool) -> None:
+    """What the pipelines do with collected data: on-policy, one update on it as one segment (its epochs),
+    then it is dropped; off-policy, it joins the replay buffer and ``update_per_collect`` updates follow."""
+    if on_policy:
+        learner.train(data, envstep)
+        return
+    buffer.push(data, cur_collector_envstep=envstep)
+    train_from_buffer(learner, buffer, learn, envstep)
+
+
 def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None) -> TrainResult:
     """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out."""
     start = time.perf_counter()
@@ -122,11 +132,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 break
             data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
                                      policy_kwargs=commander.step())
-            if on_policy:
-                learner.train(data, collector.envstep)
-                continue
-            buffer.push(data, cur_collector_envstep=collector.envstep)
-            train_from_buffer(learner, buffer, learn, collector.envstep)
+            train_on_collected(learner, buffer, data, learn, collector.envstep, on_policy)
         learner.call_hook("after_run")
     finally:
         collector.close()

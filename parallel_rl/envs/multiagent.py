@@ -91,6 +91,10 @@ class Transition:
     next_obs: np.ndarray
     next_mask: np.ndarray  # legal actions at next_obs (all False where the game ended)
     done: bool  # the game ended by its rules (a truncated game still bootstraps)
+    end: bool = False  # the game ended here, by its rules or truncated (where on-policy advantages stop)
+    # what the player's collect mode returned with the move besides the action (on-policy: logp, value,
+    # action_mask); attached by the battle collector
+    extra: Optional[Dict[str, np.ndarray]] = None
 
 
 @dataclass
@@ -355,7 +359,7 @@ class BattleEnvManager:
             pending = self._pending[i][seat]
             if pending is not None:
                 transitions.append(Transition(i, seat, pending[0], pending[1], reward, obs,
-                                              mask & (not ended), terminated))
+                                              mask & (not ended), terminated, ended))
                 self._pending[i][seat] = None
             if ended:
                 game.play(None)
@@ -376,10 +380,16 @@ class BattleEnvManager:
         self.close()
 
 
-def transitions_to_columns(rows: List[Transition], gamma: float, collect_iter: int) -> Dict[str, np.ndarray]:
-    """Rows as the columns learners train on (1-step; ``next_action_mask`` for masked targets)."""
+def transitions_to_columns(rows: List[Transition], gamma: float, collect_iter: int, player: int = 0
+                           ) -> Dict[str, np.ndarray]:
+    """Rows as the columns learners train on (1-step; ``next_action_mask`` for masked targets).
+
+    Rows that carry ``extra`` (an on-policy player's ``logp``, ``value``, ``action_mask``) also get those
+    columns, ``end`` (the game ended there) and ``env_id``: one trajectory per game and player
+    (``2 * game + player``), so GAE runs over the player's own decisions, the opponent's moves being part
+    of the env from its view, and two players' rows in one segment never run into each other."""
     n = len(rows)
-    return {
+    out = {
         "obs": np.stack([r.obs for r in rows]) if n else np.zeros((0,), np.float32),
         "action": np.array([r.action for r in rows], dtype=np.int64),
         "reward": np.array([r.reward for r in rows], dtype=np.float32),
@@ -389,3 +399,9 @@ def transitions_to_columns(rows: List[Transition], gamma: float, collect_iter: i
         "collect_iter": np.full(n, collect_iter, dtype=np.int64),
         "next_action_mask": np.stack([r.next_mask for r in rows]) if n else np.zeros((0,), bool),
     }
+    if n and rows[0].extra:
+        for key in rows[0].extra:
+            out[key] = np.stack([r.extra[key] for r in rows])
+        out["env_id"] = np.array([2 * r.env_id + player for r in rows], dtype=np.int64)
+        out["end"] = np.array([r.end for r in rows], dtype=bool)
+    return out

@@ -10,7 +10,11 @@ player's forward with the game's action mask: an illegal move is never played.
 returned; ``policy_kwargs`` (e.g. ``eps``) go to those players only. Rows are
 1-step transitions from the player's own view: ``obs, action, reward (earned
 until its next turn), next_obs (its view at its next turn), done, discount,
-collect_iter, next_action_mask``.
+collect_iter, next_action_mask``. A trained player whose forward returns more than the action (PPO's
+collect mode: ``logp``, ``value``, ``action_mask``) gets those columns too, with ``end`` and ``env_id``
+(one trajectory per game and player): the on-policy segment PPO's GAE runs over, the player's own
+decisions only (the opponent's moves are part of the env from its view). A move whose row completes in a
+later call (the player's next turn) keeps the ``logp`` and ``value`` it was played with.
 
 - :class:`BattleSampleSerialCollector` ``collect(n_sample)`` returns, per
   player, exactly ``n_sample`` rows for every trained player (``{}`` for the
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from easydict import EasyDict
@@ -50,11 +54,19 @@ class BattleCollectStats(CollectStats):
 def act(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any], kwargs: Optional[dict] = None
         ) -> np.ndarray:
     """One player's actions for some games' rows (bots that look ahead get the games)."""
+    return act_with_extra(player, obs, mask, games, kwargs)[0]
+
+
+def act_with_extra(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any],
+                   kwargs: Optional[dict] = None) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+    """:func:`act`, plus what the player returned besides the action (an on-policy collect mode's ``logp``,
+    ``value`` and ``action_mask``; empty for greedy modes and bots)."""
     extra = {"games": games} if getattr(player, "needs_game", False) else {}
     out = player.forward(obs, mask=mask, **extra, **(kwargs or {}))
     if isinstance(out, dict):
-        out = out["action"]
-    return np.asarray(out).astype(np.int64, copy=False)
+        return (np.asarray(out["action"]).astype(np.int64, copy=False),
+                {k: np.asarray(v) for k, v in out.items() if k != "action"})
+    return np.asarray(out).astype(np.int64, copy=False), {}
 
 
 class _BattleCollector:
@@ -111,7 +123,16 @@ class _BattleCollector:
             self._env.close()
 
     # ---- the loop -------------------------------------------------------------------------------
-    def _clear(self) -> None: ...
+    def _clear(self) -> None:
+        # extras of each game's and seat's pending move (at most one each): (num_envs, 2, ...) per column
+        self._extra: Dict[str, np.ndarray] = {}
+
+    def _keep_extra(self, rows: np.ndarray, seats: np.ndarray, extra: Dict[str, np.ndarray]) -> None:
+        for key, value in extra.items():
+            store = self._extra.get(key)
+            if store is None or store.shape[2:] != value.shape[1:]:
+                store = self._extra[key] = np.zeros((self._env.num_envs, 2) + value.shape[1:], value.dtype)
+            store[rows, seats] = value
 
     def player_of(self, env_id: int, seat: int) -> int:
         return 0 if seat == self._seat_of_player0[env_id] else 1
@@ -124,11 +145,18 @@ class _BattleCollector:
         for p, player in enumerate(self._players):
             rows = np.flatnonzero(player_of_row == p)
             if len(rows):
-                kwargs = policy_kwargs if p in self.trained_players else None
-                actions[rows] = act(player, env.obs[rows], env.mask[rows], [env.games[i] for i in rows], kwargs)
+                trained = p in self.trained_players
+                actions[rows], extra = act_with_extra(player, env.obs[rows], env.mask[rows],
+                                                      [env.games[i] for i in rows], policy_kwargs if trained else None)
+                if trained and extra:
+                    self._keep_extra(rows, env.seat[rows], extra)
         step = env.step(actions)
         stats.env_steps += env.num_envs
         owners = [self.player_of(t.env_id, t.seat) for t in step.transitions]
+        if self._extra:
+            for t, p in zip(step.transitions, owners):
+                if p in self.trained_players:
+                    t.extra = {k: v[t.env_id, t.seat].copy() for k, v in self._extra.items()}
         for result in step.results:
             seat = int(self._seat_of_player0[result.env_id])
             stats.episodes += 1
@@ -144,12 +172,17 @@ class BattleSampleSerialCollector(_BattleCollector):
     TYPE = "battle_sample"
 
     def _clear(self) -> None:
+        super()._clear()
         self._rows: List[List[Transition]] = [[], []]
 
     def collect(self, n_sample: Union[int, Sequence[int]], train_iter: int = 0,
-                policy_kwargs: Optional[dict] = None) -> List[Columns]:
+                policy_kwargs: Optional[dict] = None, drop_extra: bool = True) -> List[Columns]:
         """Exactly ``n_sample`` rows for each trained player (``{}`` for the others); ``n_sample`` may also be
-        one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players)."""
+        one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players).
+
+        ``drop_extra=False`` (on-policy pipelines, as for :class:`SampleSerialCollector`): every row completed
+        by now is returned (at least ``n_sample`` per trained player), none kept for a call that may act
+        with a newer policy."""
         if not self.trained_players:
             raise ValueError(f"{self.trained_players=}: name at least one player whose rows to collect")
         if isinstance(n_sample, int):
@@ -171,8 +204,9 @@ class BattleSampleSerialCollector(_BattleCollector):
         out: List[Columns] = [{}, {}]
         for p in self.trained_players:
             if wanted[p]:
-                out[p] = transitions_to_columns(self._rows[p][:wanted[p]], self._gamma, train_iter)
-                self._rows[p] = self._rows[p][wanted[p]:]
+                take = wanted[p] if drop_extra else len(self._rows[p])
+                out[p] = transitions_to_columns(self._rows[p][:take], self._gamma, train_iter, player=p)
+                self._rows[p] = self._rows[p][take:]
         stats.transitions = sum(columns_len(c) for c in out)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
@@ -184,6 +218,7 @@ class BattleEpisodeSerialCollector(_BattleCollector):
     TYPE = "battle_episode"
 
     def _clear(self) -> None:
+        super()._clear()
         n = self._env.num_envs
         self._partial: List[List[List[Transition]]] = [[[], []] for _ in range(n)]
         self._ready: List[List[List[Transition]]] = []  # finished games: rows per player
@@ -205,7 +240,7 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         games, self._ready = self._ready[:n_episode], self._ready[n_episode:]
         out: List[List[Columns]] = [[], []]
         for p in self.trained_players:
-            out[p] = [transitions_to_columns(game[p], self._gamma, train_iter) for game in games]
+            out[p] = [transitions_to_columns(game[p], self._gamma, train_iter, player=p) for game in games]
         stats.transitions = sum(columns_len(c) for player in out for c in player)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
