@@ -103,6 +103,16 @@ class SoloCommander:
         spec = {"policy_version": version, "n_episode": int(self.cfg.env.n_evaluator_episode)}
         c.assign(c.tasks.create(TaskKind.EVALUATOR, spec), worker)
 
+    # ---- persistence ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What the commander keeps beyond the coordinator's own state, as JSON values (in its snapshots)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("league") is not None:
+            raise ValueError(f"the saved state holds a league (two-player self-play) but this config's "
+                             f"parallel.commander.type is {self.ccfg.type!r}")
+
     # ---- failures ----------------------------------------------------------------------
     def on_task_failed(self, task: Task) -> None:
         """Create a replacement task unless the attempts are used up."""
@@ -145,6 +155,18 @@ class LeagueCommander(SoloCommander):
         if not c.system_shutdown_flag:
             self._snapshot()
         super().step()
+
+    def state_dict(self) -> dict:
+        """The league (pool, retired snapshots, payoff table, games played): a resumed coordinator goes on with it."""
+        return {"league": self.league.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the league; a state saved before leagues were kept starts a new one (logged)."""
+        if state.get("league") is None:
+            logger.warning("commander: the saved state holds no league; starting a new one")
+            return
+        self.league.load_state_dict(state["league"])
+        logger.info("commander: league restored: pool %s, %d games", self.league.pool, self.league.games)
 
     def _snapshot(self) -> None:
         version = self.coordinator.policy_version

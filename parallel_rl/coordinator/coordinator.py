@@ -999,6 +999,7 @@ class Coordinator:
                 "learn_info": dict(self.learn_info),
                 "eval_history": list(self.eval_history),
                 "throughput_history": list(self.throughput_history),
+                "commander": self.commander.state_dict(),
                 "replay": self.replay.state_dict(),
             }
 
@@ -1025,6 +1026,7 @@ class Coordinator:
             self.eval_history = list(state.get("eval_history", []))
             self.throughput_history = list(state.get("throughput_history", []))
             self.replay.load_state_dict(state["replay"])
+            self.commander.load_state_dict(state.get("commander") or {})
             self._unconfirmed = {}
             for task in self.tasks.list():
                 if task.state == TaskState.RUNNING and task.worker_id:

@@ -152,6 +152,36 @@ class League:
             weight = np.ones(len(pool))
         return pool[int(self._rng.choice(len(pool), p=weight / weight.sum()))]
 
+    # ---- persistence --------------------------------------------------------------------------------
+    def state_dict(self) -> Dict:
+        """Everything :meth:`load_state_dict` restores, as plain JSON values (the coordinator's snapshot keeps it:
+        a resumed coordinator has the same pool, payoff table and games)."""
+        with self._lock:
+            return {"bots": list(self.bots), "snapshots": list(self.snapshots), "retired": list(self.retired),
+                    "payoff": {a: {b: list(counts) for b, counts in row.items()} for a, row in self._payoff.items()},
+                    "games": self.games, "last_snapshot": self._last_snapshot,
+                    "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: Dict) -> None:
+        """Restore :meth:`state_dict` (ValueError naming the field when it does not fit)."""
+        names = {key: [str(n) for n in state[key]] for key in ("bots", "snapshots", "retired")}
+        payoff: Dict[str, Dict[str, List[int]]] = {}
+        for a, row in state["payoff"].items():
+            for b, counts in row.items():
+                counts = [int(c) for c in counts]
+                if len(counts) != len(OUTCOMES) or min(counts) < 0:
+                    raise ValueError(f"league payoff[{a!r}][{b!r}] must be {len(OUTCOMES)} counts >= 0 "
+                                     f"({'/'.join(OUTCOMES)}), got {counts}")
+                payoff.setdefault(str(a), {})[str(b)] = counts
+        last = state.get("last_snapshot")
+        with self._lock:
+            self.bots, self.snapshots, self.retired = names["bots"], names["snapshots"], names["retired"]
+            self._payoff = payoff
+            self.games = int(state["games"])
+            self._last_snapshot = None if last is None else int(last)
+            if state.get("rng") is not None:
+                self._rng.bit_generator.state = state["rng"]
+
     def table(self) -> Dict:
         """Players, the payoff table (``payoff[a][b] = {wins, draws, losses, games, win_rate}``) and games."""
         with self._lock:
