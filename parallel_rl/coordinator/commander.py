@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 COMMANDER_REGISTRY = Registry("commander")
 
+# how a task that failed on a ConfigError reports it (the slaves' "<exception type>: <message>")
+CONFIG_ERROR_PREFIX = "ConfigError: "
+
 
 class SoloCommander:
     def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
@@ -120,6 +123,11 @@ class SoloCommander:
             logger.error("commander: %s failed %d times, not retrying: %s", task.task_id, task.attempts, task.error)
             if task.kind == TaskKind.LEARNER:
                 self.coordinator.finish("failed", f"learner task failed {task.attempts} times: {task.error}")
+            elif (task.error or "").startswith(CONFIG_ERROR_PREFIX):
+                # the config cannot run (e.g. a game found not zero-sum mid-run): every new task would fail
+                # alike, so the run ends instead of failing task after task
+                self.coordinator.finish("failed", f"{task.kind.value} task failed {task.attempts} times on the "
+                                                  f"config: {task.error}")
             return
         spec = dict(task.spec)
         if task.kind == TaskKind.LEARNER:

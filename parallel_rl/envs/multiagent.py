@@ -241,15 +241,25 @@ def is_battle_env(env_cfg: Any) -> bool:
     return env_cfg.get("type", "gymnasium") == "pettingzoo"
 
 
+# moves of the game played before anything starts (a game that has not ended by then is not judged)
+PREFLIGHT_MOVES = 10_000
+
+
 def battle_env_spaces(env_cfg: Any) -> Tuple[Tuple[int, ...], ActionSpec]:
-    """(obs_shape, ActionSpec) of the configured game, checking that it is one we support."""
-    game = make_game(env_cfg)
+    """(obs_shape, ActionSpec) of the configured game, checking that it is one we support.
+
+    Before any process starts it also plays one game with the first legal move of every turn: a missing
+    action mask, an illegal-move mask or returns that do not sum to zero are a ConfigError now rather
+    than in the first game of a run (a game that is zero-sum in this game only is still stopped then)."""
+    env = BattleEnvManager([make_game(env_cfg)], seed=0)
     try:
-        game.reset(seed=0)
-        game.last()  # a missing action mask fails here, before any process starts
-        return game.obs_shape, game.action_spec
+        env.reset()  # a missing action mask fails here
+        for _ in range(PREFLIGHT_MOVES):
+            if env.step(np.argmax(env.mask, axis=1)).results:  # the zero-sum check runs at the game's end
+                break
+        return env.obs_shape, env.action_spec
     finally:
-        game.close()
+        env.close()
 
 
 @dataclass
