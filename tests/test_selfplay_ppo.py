@@ -189,16 +189,7 @@ def ppo_countdown_cfg(tmp_path, **serial):
     })
 
 
-@pytest.fixture
-def one_torch_thread():
-    """As every pipeline process runs (system.torch_num_threads=1): two threads per process crawl on a loaded box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_ppo_selfplay_pipeline_grows_the_pool_and_fills_the_payoff_table(tmp_path, one_torch_thread):
+def test_ppo_selfplay_pipeline_grows_the_pool_and_fills_the_payoff_table(tmp_path):
     evals = []
     result = selfplay_pipeline(ppo_countdown_cfg(tmp_path, max_train_iter=16), on_eval=evals.append)
     assert result.reason == "train iteration budget 16 used up" and result.train_iter == 16
@@ -210,7 +201,7 @@ def test_ppo_selfplay_pipeline_grows_the_pool_and_fills_the_payoff_table(tmp_pat
 
 
 @pytest.mark.slow
-def test_ppo_selfplay_learns_the_toy_game_against_first_legal(tmp_path, one_torch_thread):
+def test_ppo_selfplay_learns_the_toy_game_against_first_legal(tmp_path):
     result = selfplay_pipeline(ppo_countdown_cfg(tmp_path, max_train_iter=400))
     # perfect play wins countdown(7) against "take 1" from both sides (see test_selfplay.py)
     assert result.solved, result.summary()
