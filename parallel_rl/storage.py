@@ -52,6 +52,8 @@ _STATE_RE = re.compile(r"^state_(\d{9,})\.(json|npz)$")
 _STATE_JSON_RE = re.compile(r"^state_(\d{9,})\.json$")
 _SNAPSHOT_RE = re.compile(r"^snapshot_(\d{9,})\.pt$")
 
+# the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
+NPY_MAX_HEADER = 10000
 # the coordinator state format this code writes and reads; a file with another one is refused
 COORDINATOR_STATE_FORMAT = 1
 # coordinator snapshots kept: the newest, and the one before as a fallback when the newest is damaged
@@ -110,6 +112,29 @@ def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> memoryview:
     buffer = io.BytesIO()  # zipfile writes member by member with seeks; the disk gets one write
     np.savez(buffer, **arrays)
     return buffer.getbuffer()
+
+
+def _npy_header(f) -> bytes:
+    """The header of the ``.npy`` file open in ``f``, as bytes: magic string and version, the header's length
+    (2 bytes in format 1.0, 4 in 2.0 and 3.0: NEP 1) and the header itself; numpy parses it (:func:`_npy_rows`)."""
+    head = f.read(np.lib.format.MAGIC_LEN)
+    length = f.read(2 if head[6:7] == b"\x01" else 4)
+    size = int.from_bytes(length, "little")
+    if size > NPY_MAX_HEADER:  # numpy's own limit: a damaged length must not make us read the whole column
+        raise ValueError(f"a .npy header of {size} bytes (at most {NPY_MAX_HEADER})")
+    return head + length + f.read(size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _npy_rows(header: bytes) -> int:
+    """The first dimension of the array whose ``.npy`` header is ``header`` (-1 for a scalar), parsed by numpy
+    (ValueError when it is not one). Cached: a collector's chunks repeat a few headers, and parsing one
+    (``ast.literal_eval``) cost the coordinator more than the rest of a chunk's announcement."""
+    f = io.BytesIO(header)
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, _ = read_header(f, max_header_size=NPY_MAX_HEADER)
+    return shape[0] if shape else -1
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -550,13 +575,9 @@ class SharedStorage:
         source = self.backend.readable(path)  # FileNotFoundError when absent
         try:
             with zipfile.ZipFile(source) as archive:
-                for member in archive.namelist():
+                for member in archive.infolist():
                     with archive.open(member) as f:
-                        version = np.lib.format.read_magic(f)
-                        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                       else np.lib.format.read_array_header_2_0)
-                        shape, _, _ = read_header(f)  # the header only, never the data
-                    lengths.add(shape[0] if shape else -1)
+                        lengths.add(_npy_rows(_npy_header(f)))  # the header only, never the data
         except FileNotFoundError:
             raise
         except OSError as exc:

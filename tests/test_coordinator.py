@@ -98,6 +98,39 @@ def test_self_registered_collector_gets_a_collector_task(coordinator_factory, sl
         (collector.worker_id, "busy", task.task_id)]
 
 
+def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory, slaves):
+    """One metadata call announcing several chunks (one repeated in the batch, one with a wrong size): each good
+    chunk's rows enter the index once, with its own references; counters and the task's progress add up."""
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 10})
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task = collector.received[0]
+    sizes = {"b-1": 3, "b-2": 5, "b-3": 2}
+    for name, n in sizes.items():
+        collector.storage.write_chunk(name, {"obs": np.arange(n, dtype=np.float32)[:, None],
+                                             "action": np.zeros(n, np.int64)})
+
+    def chunk(name, n):
+        return {"type": "chunk", "task_id": task.task_id, "chunk": name, "size": n, "policy_version": -1,
+                "env_steps": n, "episode_returns": []}
+
+    answer = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [
+        chunk("b-1", 3), chunk("b-2", 5), chunk("b-1", 3), chunk("b-3", 7), chunk("b-3", 2)]})
+    assert [(r["index"], r["code"]) for r in answer["refused"]] == [(3, "bad_request")]
+    buffers = api(server, "/buffers").json()["buffers"]
+    assert (buffers[0]["size"], buffers[0]["pushed"], buffers[0]["chunks"]) == (10, 10, 3)
+    assert api(server, "/cluster").json()["env_steps"] == 10
+    assert api(server, f"/tasks/{task.task_id}").json()["progress"] == {"env_steps": 10, "chunks": 3}
+    learner = slaves("learner", server.url, run=False)
+    seen = set()
+    for train_iter in range(1, 4):
+        answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
+            "worker_id": learner.worker_id, "batch_size": 10, "batches": 1, "train_iter": train_iter})
+        batch = answer["batches"][0]
+        seen |= {(answer["chunks"][c], r) for c, r in zip(batch["chunk"], batch["row"])}
+    assert seen == {(name, row) for name, n in sizes.items() for row in range(n)}
+
+
 def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_factory, slaves):
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)

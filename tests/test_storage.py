@@ -44,6 +44,28 @@ def test_readers_never_see_a_partial_file(storage):
     assert not [f for f in os.listdir(storage.data_dir) if f.startswith(".tmp-")]
 
 
+def test_chunk_rows_reads_every_columns_header(storage, tmp_path):
+    """Rows come from each column's own header, also when chunks share headers (they are parsed once); columns
+    of different lengths, a damaged header or a header length past numpy's limit make no chunk."""
+    for name, n in (("a", 3), ("b", 5), ("a2", 3)):
+        storage.write_chunk(name, {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int64)})
+    assert [storage.chunk_rows(name) for name in ("a", "b", "a2", "b")] == [3, 5, 3, 5]
+    storage.write_chunk("uneven", {"obs": np.zeros((3, 4), np.float32), "action": np.zeros(4, np.int64)})
+    with pytest.raises(StorageError, match="columns of different or no lengths"):
+        storage.chunk_rows("uneven")
+    import zipfile
+
+    for name, member in (("garbage", b"not a numpy file at all"),
+                         ("huge-header", b"\x93NUMPY\x01\x00\xff\xff" + b" " * 100),
+                         ("bad-dict", b"\x93NUMPY\x01\x00\x10\x00{'shape': oops}\n")):
+        with zipfile.ZipFile(storage.chunk_path(name), "w") as archive:
+            archive.writestr("obs.npy", member)
+        with pytest.raises(StorageError, match="not a valid step-data chunk"):
+            storage.chunk_rows(name)
+    with pytest.raises(FileNotFoundError):
+        storage.chunk_rows("absent")
+
+
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", "", "x" * 200, "a..b", ".hidden"])
 def test_bad_chunk_names_are_rejected(storage, name):
     with pytest.raises(PathOutsideRootError):

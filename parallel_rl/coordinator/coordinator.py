@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import itertools
 import logging
 import math
+import operator
 import secrets
 import threading
 import time
@@ -35,6 +37,10 @@ TEMP_SWEEP_INTERVAL = 60.0
 KINDS = ("collector", "learner")
 # seconds a worker waits before asking again when every long-poll slot was taken
 LONG_POLL_RETRY_AFTER = 1.0
+# metadata batches checked and applied at once: more threads running at once only take turns on the GIL,
+# each holding the coordinator's and the replay index's locks longer (every GET waited behind all of them)
+ADMITTED = 2
+ADMISSION_TIMEOUT = 10.0
 # a worker that refuses this many tasks in a row is marked lost
 MAX_REFUSALS = 3
 # counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
@@ -103,6 +109,7 @@ class Coordinator:
         # many threads beyond the ones for short calls, so heartbeats are always answered)
         self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
         self.long_polls_refused = 0
+        self._admission = threading.BoundedSemaphore(ADMITTED)
         self.done_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.state = CoordinatorState.RUNNING
@@ -678,6 +685,19 @@ class Coordinator:
         ``loaded_version`` (the policy the collector acts with) must be the current one for its share of the
         next segment to end the wait."""
         worker = self.heartbeat(worker_id, lease)
+        with self._admitted():
+            refused = self._check_and_apply(worker, messages)
+        answer: Dict[str, Any] = {"refused": refused}
+        if wait_for_allowance > 0:
+            with self.long_poll() as slot:
+                if slot:
+                    self.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
+                else:
+                    answer["retry_after"] = LONG_POLL_RETRY_AFTER
+        answer["control"] = self.control_for(worker)
+        return answer
+
+    def _check_and_apply(self, worker: Worker, messages: List[Any]) -> List[Dict[str, Any]]:
         checked, refused = [], []
         for index, msg in enumerate(messages):
             try:
@@ -688,18 +708,26 @@ class Coordinator:
                                 "code": exc.code, "message": exc.message})
         if refused:
             logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(refused), len(messages),
-                           worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in refused[:3]))
-        for apply, parsed in checked:
-            apply(self, worker, parsed)
-        answer: Dict[str, Any] = {"refused": refused}
-        if wait_for_allowance > 0:
-            with self.long_poll() as slot:
-                if slot:
-                    self.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
-                else:
-                    answer["retry_after"] = LONG_POLL_RETRY_AFTER
-        answer["control"] = self.control_for(worker)
-        return answer
+                           worker.worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in refused[:3]))
+        for apply, run in itertools.groupby(checked, key=operator.itemgetter(0)):
+            if apply in self._APPLY_RUNS:  # consecutive chunk announcements: one replay insert
+                apply(self, worker, [parsed for _, parsed in run])
+            else:
+                for _, parsed in run:
+                    apply(self, worker, parsed)
+        return refused
+
+    @contextlib.contextmanager
+    def _admitted(self):
+        """One of the ``ADMITTED`` metadata batches checked and applied at once (ApiError 503 after
+        ``ADMISSION_TIMEOUT`` s: the slave sends the batch again later)."""
+        if not self._admission.acquire(timeout=ADMISSION_TIMEOUT):
+            raise ApiError(503, "unavailable", f"the coordinator is overloaded: no metadata batch was admitted "
+                                               f"within {ADMISSION_TIMEOUT:g}s; send it again later")
+        try:
+            yield
+        finally:
+            self._admission.release()
 
     @contextlib.contextmanager
     def long_poll(self):
@@ -772,25 +800,33 @@ class Coordinator:
         return {"name": name, "size": size, "version": version, "steps": steps, "episodes": len(returns),
                 "task": task}
 
-    def _apply_chunk(self, worker: Worker, m: Dict[str, Any]) -> None:
-        if not self.replay.add_chunk(m["name"], m["size"], m["version"], worker.worker_id):
-            return  # a retried message
+    def _apply_chunks(self, worker: Worker, ms: List[Dict[str, Any]]) -> None:
+        """A run of consecutive chunk announcements: one insert into the replay index (its files' headers were
+        read by the check), then the counters and the tasks' progress."""
+        added = self.replay.add_chunks([(m["name"], m["size"], m["version"]) for m in ms], worker.worker_id,
+                                       checked=True)
+        ms = [m for m, new in zip(ms, added) if new]  # the rest were retried messages
+        progress: Dict[str, list] = {}  # task id -> [task, env steps, chunks] of this run
         with self._lock:
-            steps = m["steps"]
-            self.env_steps += steps
-            worker.env_steps += steps
-            worker.policy_version = version = m["version"]
-            if self.on_policy:
-                self._count_segment_steps(worker, version, steps)
-            published = self.policy_published_at.pop(version, None)
-            if published is not None:
-                self.policy_propagation.append(time.time() - published)
-                del self.policy_propagation[:-1000]
-            self.episodes += m["episodes"]
-        task = m["task"]
-        if task is not None:
-            self.tasks.update_progress(task.task_id, env_steps=task.progress.get("env_steps", 0) + steps,
-                                       chunks=task.progress.get("chunks", 0) + 1)
+            for m in ms:
+                steps = m["steps"]
+                self.env_steps += steps
+                worker.env_steps += steps
+                worker.policy_version = version = m["version"]
+                if self.on_policy:
+                    self._count_segment_steps(worker, version, steps)
+                published = self.policy_published_at.pop(version, None)
+                if published is not None:
+                    self.policy_propagation.append(time.time() - published)
+                    del self.policy_propagation[:-1000]
+                self.episodes += m["episodes"]
+                if m["task"] is not None:
+                    counts = progress.setdefault(m["task"].task_id, [m["task"], 0, 0])
+                    counts[1] += steps
+                    counts[2] += 1
+        for task_id, (task, steps, chunks) in progress.items():
+            self.tasks.update_progress(task_id, env_steps=task.progress.get("env_steps", 0) + steps,
+                                       chunks=task.progress.get("chunks", 0) + chunks)
 
     def _check_task_end(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
         task = self._owned_task(worker, msg, required=True)
@@ -882,13 +918,15 @@ class Coordinator:
     # type -> (roles that may send it, check (no side effects), apply)
     _MESSAGES = {
         "games": (("collector",), _check_games, _apply_games),
-        "chunk": (("collector",), _check_chunk, _apply_chunk),
+        "chunk": (("collector",), _check_chunk, _apply_chunks),
         "task_done": (KINDS, _check_task_end, _apply_task_end),
         "task_cancelled": (KINDS, _check_task_end, _apply_task_end),
         "task_failed": (KINDS, _check_task_end, _apply_task_end),
         "policy": (("learner",), _check_policy, _apply_policy),
         "learn_info": (("learner",), _check_learn_info, _apply_learn_info),
     }
+    # applies that take a run of consecutive messages of their type at once
+    _APPLY_RUNS = (_apply_chunks,)
 
     # ---- learner data ---------------------------------------------------------------------
     def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,

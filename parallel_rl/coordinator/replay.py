@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -58,31 +58,52 @@ class ReplayIndex:
 
     # ---- push ----------------------------------------------------------------------
     def known(self, name: str) -> bool:
-        """True when chunk ``name`` was indexed already."""
-        with self._lock:
-            return name in self._chunks
+        """True when chunk ``name`` was indexed already.
+
+        No lock: one dict lookup is atomic, and the answer may change as soon as it is returned either way
+        (``add_chunks`` decides under the lock). Taking the lock here, once per announced chunk, made every
+        metadata call queue behind every other one."""
+        return name in self._chunks
 
     def add_chunk(self, name: str, size: int, policy_version: int, worker_id: str) -> bool:
         """Index a chunk file's rows; False when the chunk is already known (a retried message)."""
-        path = self.storage.chunk_path(name)  # validates the name, refuses escapes
-        with self._lock:
-            if name in self._chunks:
-                return False
+        return self.add_chunks([(name, size, policy_version)], worker_id)[0]
+
+    def add_chunks(self, chunks: List[Tuple[str, int, int]], worker_id: str, checked: bool = False) -> List[bool]:
+        """Index the rows of chunk files ``(name, size, policy_version)`` sent by ``worker_id``, in one push
+        into the buffer (one lock, one priority-tree update for a whole metadata call); per chunk False when
+        it is already known (a retried message, or named twice).
+
+        ``checked``: the caller validated each name and read each file's header just now (the coordinator's
+        message check), so the files are not looked for again."""
+        for name, size, _ in chunks:
             if size <= 0:
                 raise StorageError(f"chunk {name!r}: size must be > 0, got {size}")
-            if not self.storage.chunk_exists(name):
-                raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
-            info = ChunkInfo(self._next_id, name, size, policy_version, worker_id, size, time.time())
-            self._next_id += 1
-            self._chunks[name] = info
-            self._names[info.chunk_id] = name
-            self.buffer.push({
-                "chunk": np.full(size, info.chunk_id, dtype=np.int64),
-                "row": np.arange(size, dtype=np.int32),
-                "collect_iter": np.full(size, policy_version, dtype=np.int64),
-            })
-            self._pushed.notify_all()
-            return True
+            if not checked:
+                path = self.storage.chunk_path(name)  # validates the name, refuses escapes
+                if not self.known(name) and not self.storage.chunk_exists(name):
+                    raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
+        with self._lock:
+            added, infos = [], []
+            for name, size, policy_version in chunks:
+                added.append(name not in self._chunks)
+                if not added[-1]:
+                    continue
+                info = ChunkInfo(self._next_id, name, size, policy_version, worker_id, size, time.time())
+                self._next_id += 1
+                self._chunks[name] = info
+                self._names[info.chunk_id] = name
+                infos.append(info)
+            if infos:
+                sizes = [info.size for info in infos]
+                self.buffer.push({
+                    "chunk": np.repeat(np.array([info.chunk_id for info in infos], dtype=np.int64), sizes),
+                    "row": np.concatenate([np.arange(size, dtype=np.int32) for size in sizes]),
+                    "collect_iter": np.repeat(np.array([info.policy_version for info in infos], dtype=np.int64),
+                                              sizes),
+                })
+                self._pushed.notify_all()
+            return added
 
     def _on_evict(self, rows: Dict[str, np.ndarray]) -> None:
         ids, counts = np.unique(rows["chunk"], return_counts=True)
