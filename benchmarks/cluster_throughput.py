@@ -47,6 +47,8 @@ def measure_cluster(seconds: float, extra: list[str]) -> dict:
             def snap():
                 c = requests.get(url + "/cluster", timeout=5).json()
                 b = requests.get(url + "/buffers", timeout=5).json()["buffers"][0]
+                c["messages"] = worker_messages(url[: -len("/api/v1")])
+                c["cpu"] = cpu_seconds(proc.pid)  # the launcher's process: the coordinator and the supervisor
                 return time.monotonic(), c, b
 
             deadline = time.monotonic() + 60
@@ -61,8 +63,28 @@ def measure_cluster(seconds: float, extra: list[str]) -> dict:
             proc.send_signal(signal.SIGINT)
             proc.wait(30)
     dt = t2 - t1
+    chunks = (b2["chunks"] + b2["chunks_deleted"]) - (b1["chunks"] + b1["chunks_deleted"])
+    messages, cpu = c2["messages"] - c1["messages"], c2["cpu"] - c1["cpu"]
     return {"updates": (c2["train_iter"] - c1["train_iter"]) / dt, "pushed": (b2["pushed"] - b1["pushed"]) / dt,
-            "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt, "propagation": c2["policy_propagation_ms"]}
+            "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt, "propagation": c2["policy_propagation_ms"],
+            "coordinator_cpu": cpu / dt, "chunks": chunks / dt, "messages": messages / dt,
+            "cpu_per_chunk_us": 1e6 * cpu / max(1, chunks), "cpu_per_message_us": 1e6 * cpu / max(1, messages)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` used so far (Linux /proc; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def worker_messages(base_url: str) -> float:
+    """HTTP calls of the workers the coordinator answered so far (heartbeat, metadata, sample), from /metrics."""
+    text = requests.get(base_url + "/metrics", timeout=5).text
+    return sum(float(v) for v in re.findall(r"^parallel_rl_control_message_seconds_count\{[^}]*\} (\S+)$", text, re.M))
 
 
 def measure_one_collector(seconds: float) -> float:

@@ -1,6 +1,7 @@
 """How the cluster scales with workers: collectors, learner ranks, and the coordinator alone.
 
     .venv/bin/python benchmarks/scaling.py [--seconds 6] [--max-collectors C] [--max-ranks R] [--out scaling.png]
+        [--skip collectors ranks coordinator] [--simulated 64 256] [--rate 5000] [--client-processes 4]
 
 1. Collectors: `parallel-rl run --collectors N` for N = 1, 2, 4, ... up to the CPUs present (CartPole,
    collectors flat out: max_env_steps_per_update=0, evaluation off): env steps/s into the buffer and
@@ -12,11 +13,18 @@
    priorities gathered). Rows come from real chunk files on a shared store; the coordinator's sampling is
    not part of it (measured in 1). Ideal: N x world size 1.
 3. The coordinator alone (a `parallel-rl coordinator` process) with 64 and 256 simulated collectors
-   (control_plane.py's stub servers, one client thread each): chunk announcements per second, sent as
+   (control_plane.py's stub servers; one client thread each, spread over ``--client-processes``
+   processes so that the clients' own GIL is not the limit): chunk announcements per second, sent as
    metadata calls of ``--per-call`` announcements each (a collector's outbox batches what one flush
    interval produced; 1 = one HTTP call per chunk), each announcing a 1-row chunk file (the coordinator
-   reads every file's header), and the p99 of `GET /api/v1/cluster` probed every 20 ms meanwhile.
+   reads every file's header), and the p99 of `GET /api/v1/cluster` probed every 20 ms meanwhile. Two
+   windows per count: flat out (the capacity), and paced at ``--rate`` announcements/s in all (each
+   collector one call every per_call * N / rate s from a random phase: the REST p99 at that load). The
+   coordinator process's CPU (user + system from /proc, 1.0 = one core) is printed beside each rate.
 
+Part 1 also prints the coordinator's CPU in the real run (the `parallel-rl run` process: coordinator and
+supervisor) per chunk announced and per HTTP message of the workers (heartbeat, metadata, sample).
+`--skip` leaves parts out: `--skip collectors ranks` measures part 3 alone.
 Prints a table per part and writes a PNG plot (throughput vs workers, with the ideal line).
 Targets (#13): N <= C-2 collectors >= 0.85 N x one; 2 ranks >= 1.6x one; coordinator >= 5k
 announcements/s and p99 <= 50 ms with 256 simulated collectors.
@@ -64,9 +72,11 @@ def collectors(counts: list, seconds: float) -> list:
     for n in counts:
         r = cluster_throughput.measure_cluster(seconds, ["--collectors", str(n), "--set",
                                                          "parallel.commander.max_env_steps_per_update=0"])
-        rows.append({"n": n, "env_steps": r["env_steps"], "updates": r["updates"]})
-        print(f"  {n} collector(s): {r['env_steps']:.0f} env steps/s, {r['updates']:.0f} learner updates/s",
-              flush=True)
+        rows.append({"n": n, **r})
+        print(f"  {n} collector(s): {r['env_steps']:.0f} env steps/s, {r['updates']:.0f} learner updates/s; "
+              f"coordinator {r['coordinator_cpu']:.2f} cores for {r['chunks']:.0f} chunks/s and {r['messages']:.0f} "
+              f"HTTP messages/s: {r['cpu_per_chunk_us']:.0f} us per chunk, {r['cpu_per_message_us']:.0f} us per "
+              f"message; load {os.getloadavg()[0]:.1f}", flush=True)
     return rows
 
 
@@ -178,7 +188,9 @@ def learner_ranks(sizes: list, seconds: float) -> list:
 
 
 # ---- 3. the coordinator alone ------------------------------------------------------------------------
-def coordinator_alone(counts: list, seconds: float, files: int, per_call: int) -> list:
+def coordinator_alone(counts: list, seconds: float, files: int, per_call: int, processes: int, rate: float) -> list:
+    """For each count: a flat-out window (the coordinator's capacity) and, with ``rate`` > 0, a window paced
+    at ``rate`` announcements/s in all (the REST p99 while the coordinator takes that load)."""
     rows = []
     for n in counts:
         token = secrets.token_urlsafe(24)
@@ -194,12 +206,14 @@ def coordinator_alone(counts: list, seconds: float, files: int, per_call: int) -
                 url = control_plane.coordinator_url(proc, log)
                 stub, leases = control_plane.stub_slaves(token)
                 control_plane.register_stubs(url, token, stub, n)
-                storage = SharedStorage(os.path.join(tmp, "shared"))
-                per_worker = max(1, files // n)
-                one_row = {"obs": np.zeros((1, 4), np.float32), "action": np.zeros(1, np.int64)}
-                for i in range(n * per_worker):
-                    storage.write_chunk(f"a{i:07d}", one_row)
-                rows.append(_announce(url, token, list(leases.values()), per_worker, seconds, n, per_call))
+                workers = list(leases.values())
+                shared = os.path.join(tmp, "shared")
+                windows = [("flat out", 0.0, max(1, files // n))]
+                if rate > 0:  # enough files for the paced window, and some to spare
+                    windows.append((f"{rate:g}/s", rate, max(per_call, int(1.3 * rate * seconds / n))))
+                for w, (mode, offered, per_worker) in enumerate(windows):
+                    rows.append(_announce(url, token, proc.pid, shared, workers, f"w{w}", per_worker, seconds,
+                                          per_call, processes, offered, mode))
             finally:
                 if stub is not None:
                     stub.close()
@@ -209,53 +223,106 @@ def coordinator_alone(counts: list, seconds: float, files: int, per_call: int) -
     return rows
 
 
-def _announce(url: str, token: str, workers: list, per_worker: int, seconds: float, n: int, per_call: int) -> dict:
-    stop, go = threading.Event(), threading.Event()
-    sent, failures, latencies = [0] * len(workers), [], []
+def _announcers(url, token, shared, workers, prefix, per_worker, per_call, interval, phases, ready, start, stop,
+                results) -> None:
+    """Simulated collectors in a process of their own (one thread each, real HTTP calls): each writes its
+    1-row chunk files, then announces them ``per_call`` per metadata call, flat out (``interval`` 0) or
+    one call every ``interval`` s from its ``phase``; puts (announced, failed calls, first failures, CPU s)."""
+    storage = SharedStorage(shared)
+    one_row = {"obs": np.zeros((1, 4), np.float32), "action": np.zeros(1, np.int64)}
+    names = {}
+    for worker_id, _ in workers:
+        names[worker_id] = [f"{prefix}-{worker_id}-{i:06d}" for i in range(per_worker)]
+        for name in names[worker_id]:
+            storage.write_chunk(name, one_row)
+    sent, failures = [0] * len(workers), []
 
-    def collector(k: int, worker_id: str, lease: str) -> None:
-        client = HttpClient(url, token, timeout=10)
+    def collector(k: int, worker_id: str, lease: str, phase: float) -> None:
+        client = HttpClient(url, token, timeout=30)
         client.set_lease(lease)
-        go.wait()
-        for j in range(0, per_worker, per_call):
-            if stop.is_set():
+        mine = names[worker_id]
+        start.wait(300)
+        next_call = time.monotonic() + phase
+        for j in range(0, len(mine), per_call):
+            if interval > 0:
+                if stop.wait(max(0.0, next_call - time.monotonic())):
+                    return
+                next_call += interval
+            elif stop.is_set():
                 return
-            names = [f"a{k * per_worker + i:07d}" for i in range(j, min(j + per_call, per_worker))]
+            batch = mine[j:j + per_call]
             try:
                 answer = client.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": [
                     {"type": "chunk", "chunk": name, "size": 1, "policy_version": -1, "env_steps": 1,
-                     "episode_returns": []} for name in names]}, retries=0)
+                     "episode_returns": []} for name in batch]}, retries=0)
             except ParallelRLError as exc:
-                failures.append(str(exc))
+                failures.append(f"{worker_id}: {exc}")
                 continue
-            sent[k] += len(names) - len(answer.get("refused") or [])
+            sent[k] += len(batch) - len(answer.get("refused") or [])
+
+    threads = [threading.Thread(target=collector, args=(k, w, lease, phase), daemon=True)
+               for k, ((w, lease), phase) in enumerate(zip(workers, phases))]
+    for t in threads:
+        t.start()
+    ready.put(len(workers))
+    start.wait(300)
+    cpu = time.process_time()
+    for t in threads:
+        t.join(600)
+    results.put((sum(sent), len(failures), failures[:3], time.process_time() - cpu))
+
+
+def _announce(url: str, token: str, pid: int, shared: str, workers: list, prefix: str, per_worker: int, seconds: float,
+              per_call: int, processes: int, rate: float, mode: str) -> dict:
+    n = len(workers)
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, start, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
+    interval = per_call * n / rate if rate > 0 else 0.0
+    phases = list(np.random.default_rng(0).uniform(0, interval, n)) if interval else [0.0] * n
+    shares = [list(range(p, n, processes)) for p in range(min(processes, n))]
+    procs = [ctx.Process(target=_announcers, args=(url, token, shared, [workers[k] for k in share], prefix,
+                                                   per_worker, per_call, interval, [phases[k] for k in share],
+                                                   ready, start, stop, results), daemon=True)
+             for share in shares]
+    for p in procs:
+        p.start()
+    for _ in procs:  # every file written, every thread waiting
+        ready.get(timeout=600)
+    latencies = []
+    probing = threading.Event()
 
     def probe() -> None:
         client = HttpClient(url, token, timeout=10)
-        go.wait()
-        while not stop.wait(0.02):
-            start = time.perf_counter()
+        while not probing.wait(0.02):
+            begin = time.perf_counter()
             client.get("/api/v1/cluster")
-            latencies.append(time.perf_counter() - start)
+            latencies.append(time.perf_counter() - begin)
 
-    threads = [threading.Thread(target=collector, args=(k, w, lease), daemon=True)
-               for k, (w, lease) in enumerate(workers)] + [threading.Thread(target=probe, daemon=True)]
-    for t in threads:
-        t.start()
-    go.set()
-    start = time.perf_counter()
+    prober = threading.Thread(target=probe, daemon=True)
+    cpu0, begin = cluster_throughput.cpu_seconds(pid), time.perf_counter()
+    start.set()
+    prober.start()
     stop.wait(seconds)  # the measurement window
     stop.set()
-    for t in threads:
-        t.join(30)
-    elapsed = time.perf_counter() - start
-    rate = sum(sent) / elapsed
+    cpu1, elapsed = cluster_throughput.cpu_seconds(pid), time.perf_counter() - begin
+    probing.set()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    prober.join(30)
+    announced = sum(o[0] for o in outcomes)
+    failures = [f for o in outcomes for f in o[2]]
+    rate_out = announced / elapsed
+    coord_cores = (cpu1 - cpu0) / elapsed
     lat = control_plane.percentiles(latencies) if latencies else {"p50": float("nan"), "p99": float("nan")}
-    out = {"n": n, "announcements": rate, "p50": lat["p50"], "p99": lat["p99"], "failures": len(failures),
-           "ran_out": sum(sent) >= len(workers) * per_worker}
-    print(f"  {n} simulated collectors: {rate:.0f} announcements/s; GET /cluster p50 {lat['p50']:.1f} ms, "
-          f"p99 {lat['p99']:.1f} ms; {len(failures)} failed calls{' (ran out of chunk files)' if out['ran_out'] else ''}",
-          flush=True)
+    out = {"n": n, "mode": mode, "announcements": rate_out, "coordinator_cpu": coord_cores,
+           "cpu_us": 1e6 * (cpu1 - cpu0) / max(1, announced), "client_cpu": sum(o[3] for o in outcomes) / elapsed,
+           "p50": lat["p50"], "p99": lat["p99"], "failures": sum(o[1] for o in outcomes),
+           "ran_out": announced >= n * per_worker, "load": os.getloadavg()[0]}
+    print(f"  {n} simulated collectors, {mode}: {rate_out:.0f} announcements/s; coordinator CPU {coord_cores:.2f} "
+          f"cores ({out['cpu_us']:.0f} us per announcement), clients {out['client_cpu']:.2f} cores; GET /cluster "
+          f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; {out['failures']} failed calls {failures[:1]}"
+          f"{' (ran out of chunk files)' if out['ran_out'] else ''}; load {out['load']:.1f}", flush=True)
     return out
 
 
@@ -300,6 +367,10 @@ def main() -> None:
     parser.add_argument("--simulated", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--files", type=int, default=40000, help="chunk files announced at most per point")
     parser.add_argument("--per-call", type=int, default=8, help="chunk announcements per metadata call")
+    parser.add_argument("--client-processes", type=int, default=4,
+                        help="processes the simulated collectors are spread over (part 3)")
+    parser.add_argument("--rate", type=float, default=5000.0,
+                        help="announcements/s in all for part 3's paced window (0: flat out only)")
     parser.add_argument("--out", default="scaling.png")
     parser.add_argument("--skip", nargs="*", default=[], choices=["collectors", "ranks", "coordinator"])
     args = parser.parse_args()
@@ -314,17 +385,23 @@ def main() -> None:
     if "coordinator" not in args.skip:
         print(f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
               flush=True)
-        coord = coordinator_alone(args.simulated, args.seconds, args.files, args.per_call)
-    print("\n| collectors | env steps/s | x one | learner updates/s |\n|---|---|---|---|")
+        coord = coordinator_alone(args.simulated, args.seconds, args.files, args.per_call, args.client_processes,
+                                  args.rate)
+    print("\n| collectors | env steps/s | x one | learner updates/s | coordinator CPU (cores) | chunks/s | HTTP messages/s "
+          "| CPU us per chunk | CPU us per message |\n|---|---|---|---|---|---|---|---|---|")
     for r in coll:
-        print(f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} |")
+        print(f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} "
+              f"| {r['coordinator_cpu']:.2f} | {r['chunks']:.0f} | {r['messages']:.0f} | {r['cpu_per_chunk_us']:.0f} "
+              f"| {r['cpu_per_message_us']:.0f} |")
     print("\n| learner ranks | samples trained/s | x one |\n|---|---|---|")
     for r in ranks:
         print(f"| {r['n']} | {r['samples']:.0f} | {r['samples'] / ranks[0]['samples']:.2f} |")
-    print("\n| simulated collectors | announcements/s | GET /cluster p50 ms | p99 ms |\n|---|---|---|---|")
+    print("\n| simulated collectors | offered | announcements/s | coordinator CPU (cores) | CPU us per announcement "
+          "| GET /cluster p50 ms | p99 ms | load |\n|---|---|---|---|---|---|---|---|")
     for r in coord:
-        print(f"| {r['n']} | {r['announcements']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} |")
-    plot(args.out, coll, ranks, coord)
+        print(f"| {r['n']} | {r['mode']} | {r['announcements']:.0f} | {r['coordinator_cpu']:.2f} | {r['cpu_us']:.0f} "
+              f"| {r['p50']:.1f} | {r['p99']:.1f} | {r['load']:.1f} |")
+    plot(args.out, coll, ranks, [r for r in coord if r["mode"] == "flat out"])
 
 
 if __name__ == "__main__":
