@@ -685,8 +685,10 @@ class Coordinator:
         ``loaded_version`` (the policy the collector acts with) must be the current one for its share of the
         next segment to end the wait."""
         worker = self.heartbeat(worker_id, lease)
-        with self._admitted():
-            refused = self._check_and_apply(worker, messages)
+        refused: List[Dict[str, Any]] = []
+        if messages:  # a long-poll with nothing to report waits for no turn
+            with self._admitted():
+                refused = self._check_and_apply(worker, messages)
         answer: Dict[str, Any] = {"refused": refused}
         if wait_for_allowance > 0:
             with self.long_poll() as slot:
