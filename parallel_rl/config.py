@@ -44,7 +44,7 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 
         policy.collect.collector = BattleSampleSerialCollector.default_config()
         policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()
-        policy.nstep = 1  # the battle collectors make 1-step rows
+        policy.nstep = 1  # each row spans one own move unless the config asks for n-step rows
     else:
         policy.collect.collector = SampleSerialCollector.default_config()
         policy.eval.evaluator = InteractionSerialEvaluator.default_config()
@@ -207,9 +207,6 @@ def _validate(cfg: EasyDict) -> None:
                           f"(or leave the key out)")
     if cfg.env.type not in ("gymnasium", "pettingzoo"):
         raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
-    if cfg.env.type == "pettingzoo" and cfg.policy.nstep != 1:
-        raise ConfigError(f"policy.nstep must be 1 for two-player games (the battle collectors make 1-step "
-                          f"rows), got {cfg.policy.nstep}")
     if cfg.env.type == "pettingzoo" and cfg.policy.type not in SELFPLAY_POLICY_TYPES:
         raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
                           f"got {cfg.policy.type!r}")

@@ -202,6 +202,66 @@ def test_episode_collector_exact_games_and_rows():
     collector.close()
 
 
+def test_sample_collector_nstep_rows_exact():
+    """countdown(5), both players take 1: seat 0 moves at counters 5, 3, 1 (and wins), seat 1 at 4, 2.
+    With nstep=2 a row spans two of the player's own moves: its view then, after the opponent replied."""
+    first = create_bot("first_legal")
+    collector = BattleSampleSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5),
+                                            [first, first], discount_factor=0.9, nstep=2)
+    data = collector.collect(n_sample=2)
+    seat0, seat1 = data  # game 1: player 0 sits in seat 0
+    # obs = [counter / 5, moves / 100]
+    np.testing.assert_allclose(seat0["obs"], [[1.0, 0.0], [0.6, 0.02]])
+    np.testing.assert_allclose(seat0["next_obs"], [[0.2, 0.04], [0.0, 0.05]])  # its 3rd turn; the end
+    np.testing.assert_allclose(seat0["reward"], [0.0, 0.9 * 1.0])  # the win, one own move later
+    assert seat0["done"].tolist() == [False, True]
+    np.testing.assert_allclose(seat0["discount"], [0.81, 0.81])
+    assert seat0["next_action_mask"].tolist() == [[True, False], [False, False]]  # counter 1: take 1 only
+    np.testing.assert_allclose(seat1["obs"], [[0.8, 0.01], [0.4, 0.03]])
+    np.testing.assert_allclose(seat1["next_obs"], [[0.0, 0.05], [0.0, 0.05]])  # the loss ends both windows
+    np.testing.assert_allclose(seat1["reward"], [0.9 * -1.0, -1.0])
+    assert seat1["done"].tolist() == [True, True]
+    np.testing.assert_allclose(seat1["discount"], [0.81, 0.9])
+    # it steps until each player has n_sample + (nstep - 1) moves per game in (the single-agent bound: at most
+    # nstep - 1 of a game's moves are in open windows): player 1's 3rd move is its first of game 2 (move 6, in
+    # seat 0), handed out when it is to move again after move 7
+    assert collector.envstep == 7
+    # the surplus row of player 0 (its last move, a 1-step window: the game ended) comes first next time
+    more = collector.collect(n_sample=1)
+    np.testing.assert_allclose(more[0]["obs"], [[0.2, 0.04]])
+    np.testing.assert_allclose(more[0]["reward"], [1.0])
+    assert more[0]["done"].tolist() == [True] and more[0]["discount"].tolist() == [pytest.approx(0.9)]
+    collector.close()
+
+
+def test_episode_collector_nstep_rows_exact():
+    first = create_bot("first_legal")
+    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5),
+                                             [first, first], discount_factor=0.5, nstep=3)
+    (g0,), (g1,) = collector.collect(n_episode=1)
+    # player 0 (seat 0) wins: rewards 0, 0, 1 over its three moves
+    np.testing.assert_allclose(g0["reward"], [0.25, 0.5, 1.0])
+    np.testing.assert_allclose(g0["discount"], [0.125, 0.25, 0.5])
+    np.testing.assert_allclose(g0["next_obs"], [[0.0, 0.05]] * 3)
+    assert g0["done"].tolist() == [True, True, True]
+    np.testing.assert_allclose(g1["reward"], [-0.5, -1.0])
+    np.testing.assert_allclose(g1["discount"], [0.25, 0.5])
+    collector.close()
+
+
+def test_truncated_game_rows_bootstrap_in_nstep_windows():
+    first = create_bot("first_legal")
+    # max_moves=3: the game is cut short as a draw after 3 moves (seat 0 moved twice, seat 1 once)
+    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5, max_moves=3),
+                                             [first, first], discount_factor=0.5, nstep=2)
+    (g0,), (g1,) = collector.collect(n_episode=1)
+    np.testing.assert_allclose(g0["reward"], [0.0, 0.0])
+    assert g0["done"].tolist() == [False, False]  # truncated: the target still bootstraps from next_obs
+    np.testing.assert_allclose(g0["discount"], [0.25, 0.5])  # the window ends with the game
+    assert g1["done"].tolist() == [False] and g1["discount"].tolist() == [0.5]
+    collector.close()
+
+
 def test_collectors_pass_policy_kwargs_to_trained_players_only():
     class Recorder:
         def __init__(self):

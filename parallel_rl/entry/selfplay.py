@@ -69,7 +69,8 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
             for i, name in enumerate(dict.fromkeys(list(cfg.league.bots) + list(cfg.policy.eval.evaluator.opponents)))}
     snapshots: Dict[str, dict] = {}
     collector = BattleSampleSerialCollector(cfg.policy.collect.collector, collector_env,
-                                            [policy.collect_mode, policy.collect_mode], cfg.policy.discount_factor)
+                                            [policy.collect_mode, policy.collect_mode], cfg.policy.discount_factor,
+                                            cfg.policy.nstep)
     evaluator = BattleInteractionSerialEvaluator(
         cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
         {name: bots[name] for name in cfg.policy.eval.evaluator.opponents},

@@ -389,29 +389,3 @@ class BattleEnvManager:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def transitions_to_columns(rows: List[Transition], gamma: float, collect_iter: int, player: int = 0
-                           ) -> Dict[str, np.ndarray]:
-    """Rows as the columns learners train on (1-step; ``next_action_mask`` for masked targets).
-
-    Rows that carry ``extra`` (an on-policy player's ``logp``, ``value``, ``action_mask``) also get those
-    columns, ``end`` (the game ended there) and ``env_id``: one trajectory per game and player
-    (``2 * game + player``), so GAE runs over the player's own decisions, the opponent's moves being part
-    of the env from its view, and two players' rows in one segment never run into each other."""
-    n = len(rows)
-    out = {
-        "obs": np.stack([r.obs for r in rows]) if n else np.zeros((0,), np.float32),
-        "action": np.array([r.action for r in rows], dtype=np.int64),
-        "reward": np.array([r.reward for r in rows], dtype=np.float32),
-        "next_obs": np.stack([r.next_obs for r in rows]) if n else np.zeros((0,), np.float32),
-        "done": np.array([r.done for r in rows], dtype=bool),
-        "discount": np.full(n, gamma, dtype=np.float32),
-        "collect_iter": np.full(n, collect_iter, dtype=np.int64),
-        "next_action_mask": np.stack([r.next_mask for r in rows]) if n else np.zeros((0,), bool),
-    }
-    if n and rows[0].extra:
-        for key in rows[0].extra:
-            out[key] = np.stack([r.extra[key] for r in rows])
-        out["env_id"] = np.array([2 * r.env_id + player for r in rows], dtype=np.int64)
-        out["end"] = np.array([r.end for r in rows], dtype=bool)
-    return out

@@ -20,10 +20,16 @@ def _common(type_: str, on_policy: bool) -> dict:
     )
 
 
+def _encoder() -> dict:
+    return dict(type="mlp", shape=[], channels=[32, 64], kernel_size=3)
+
+
 def dqn_default_config() -> EasyDict:
     return EasyDict(
         **_common("dqn", on_policy=False),
-        model=dict(hidden_size_list=[128, 128, 64], dueling=True),
+        # encoder: what reads the observation before hidden_size_list (policy/nets.py): mlp, or conv over
+        # (H, W, C) boards/images with shape=[H, W, C], channels=[...], kernel_size (odd)
+        model=dict(hidden_size_list=[128, 128, 64], dueling=True, encoder=_encoder()),
         discount_factor=0.99,
         nstep=3,
         learn=dict(
@@ -49,6 +55,7 @@ def ppo_default_config() -> EasyDict:
         **_common("ppo", on_policy=True),
         model=dict(
             hidden_size_list=[64, 64],
+            encoder=_encoder(),
             # Box actions: log std is a learned parameter, independent of the observation
             init_log_std=-0.5,
         ),

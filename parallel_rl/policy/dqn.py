@@ -1,4 +1,4 @@
-"""DQN: MLP Q-network, target network, double DQN, n-step targets, epsilon-greedy.
+"""DQN: Q-network (MLP or conv encoder), target network, double DQN, n-step targets, epsilon-greedy.
 
 The update reads in the paper's names (Mnih et al. 2015; van Hasselt et al.
 2016): ``q_value``, ``target_network``, ``td_target``, ``td_error``. Batches
@@ -19,7 +19,7 @@ from torch import nn
 from ..errors import ConfigError
 from .base import Policy, PolicyMode  # noqa: F401 (PolicyMode re-exported)
 from .defaults import dqn_default_config
-from .nets import cpu_state_dict, to_tensor
+from .nets import body, cpu_state_dict, to_tensor
 from .optim import Adam
 
 
@@ -35,16 +35,13 @@ def uniform_legal_actions(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 class QNetwork(nn.Module):
-    """MLP encoder, then a plain or dueling (value + advantage) head."""
+    """Encoder (``policy.model.encoder``: MLP or conv) and hidden layers, then a plain or dueling (value +
+    advantage) head."""
 
-    def __init__(self, obs_dim: int, action_num: int, hidden_size_list: Sequence[int], dueling: bool = True):
+    def __init__(self, obs_dim: int, action_num: int, hidden_size_list: Sequence[int], dueling: bool = True,
+                 encoder: Optional[dict] = None):
         super().__init__()
-        if not hidden_size_list:
-            raise ConfigError(f"policy.model.hidden_size_list must not be empty, got {hidden_size_list!r}")
-        layers, last = [], obs_dim
-        for size in hidden_size_list:
-            layers += [nn.Linear(last, size), nn.ReLU()]
-            last = size
+        layers, last = body(obs_dim, hidden_size_list, "policy.model.hidden_size_list", nn.ReLU, encoder)
         self.encoder = nn.Sequential(*layers)
         self.dueling = dueling
         if dueling:
@@ -81,8 +78,9 @@ class DQNPolicy(Policy):
         self._rng = np.random.default_rng(seed)
         self._pool = np.empty(0)
         self._pool_pos = 0
-        self.model = QNetwork(obs_dim, action_num, cfg.model.hidden_size_list, cfg.model.dueling)
-        self.target_network = QNetwork(obs_dim, action_num, cfg.model.hidden_size_list, cfg.model.dueling)
+        m = cfg.model
+        self.model = QNetwork(obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"))
+        self.target_network = QNetwork(obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"))
         self.target_network.load_state_dict(self.model.state_dict())
         self.target_network.requires_grad_(False)
         self.model.to(device)

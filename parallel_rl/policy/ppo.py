@@ -62,13 +62,15 @@ ILLEGAL_LOGIT = -1e9
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs over flattened observations."""
+    """Separate actor and critic networks (``policy.model.encoder``, then an MLP) over flattened observations."""
 
-    def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5):
+    def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
+                 encoder: Optional[dict] = None):
         super().__init__()
         self.spec = spec
-        self.actor = mlp(obs_dim, hidden_size_list, spec.dim, "policy.model.hidden_size_list", nn.Tanh)
-        self.critic = mlp(obs_dim, hidden_size_list, 1, "policy.model.hidden_size_list", nn.Tanh)
+        key = "policy.model.hidden_size_list"
+        self.actor = mlp(obs_dim, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
+        self.critic = mlp(obs_dim, hidden_size_list, 1, key, nn.Tanh, encoder)
         if spec.kind == "box":
             low, high = torch.as_tensor(spec.low).flatten(), torch.as_tensor(spec.high).flatten()
             self.register_buffer("action_scale", (high - low) / 2.0)
@@ -114,7 +116,7 @@ class PPOPolicy(Policy):
             torch.manual_seed(seed)
         self._generator = np.random.default_rng(seed)
         self.model = ActorCritic(obs_dim, self.spec, cfg.model.hidden_size_list,
-                                 cfg.model.get("init_log_std", -0.5)).to(device)
+                                 cfg.model.get("init_log_std", -0.5), cfg.model.get("encoder")).to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0

@@ -8,9 +8,14 @@ player's forward with the game's action mask: an illegal move is never played.
 
 ``trained_players`` (indices into ``policy``) are the players whose rows are
 returned; ``policy_kwargs`` (e.g. ``eps``) go to those players only. Rows are
-1-step transitions from the player's own view: ``obs, action, reward (earned
-until its next turn), next_obs (its view at its next turn), done, discount,
-collect_iter, next_action_mask``. A trained player whose forward returns more than the action (PPO's
+``nstep``-step transitions from the player's own view, built by the same
+:class:`~parallel_rl.worker.collector.NStepBuilder` as the single-agent rows
+(one lane per game and player): ``obs, action, reward (sum_k gamma^k r_k over
+its next nstep moves, r_k earned until its following turn), next_obs (its view
+at its nstep-th next turn, after the opponent replied), done (the game ended
+by its rules within those moves; the reward then holds the game's result),
+discount (gamma^k for the k moves spanned), collect_iter, next_action_mask
+(legal actions at next_obs)``. With ``nstep=1`` a row spans one own move. A trained player whose forward returns more than the action (PPO's
 collect mode: ``logp``, ``value``, ``action_mask``) gets those columns too, with ``end`` and ``env_id``
 (one trajectory per game and player): the on-policy segment PPO's GAE runs over, the player's own
 decisions only (the opponent's moves are part of the env from its view). A move whose row completes in a
@@ -35,8 +40,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from easydict import EasyDict
 
-from ..envs.multiagent import BattleEnvManager, Transition, transitions_to_columns
-from .collector import COLLECTOR_REGISTRY, CollectStats, Columns, columns_len
+from ..envs.multiagent import BattleEnvManager, Transition
+from .collector import (COLLECTOR_REGISTRY, CollectStats, Columns, NStepBuilder, columns_len, concat_columns,
+                        slice_columns)
 
 
 @dataclass
@@ -69,6 +75,32 @@ def act_with_extra(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequen
     return np.asarray(out).astype(np.int64, copy=False), {}
 
 
+def add_transition(builder: NStepBuilder, t: Transition) -> None:
+    """One player's move as a one-lane step of the n-step builder (an on-policy player's extras with it)."""
+    extra = None if t.extra is None else {k: v[None] for k, v in t.extra.items()}
+    builder.add_row(t.obs[None], np.array([t.action], dtype=np.int64), np.array([t.reward]), t.next_obs[None],
+                    np.array([t.done]), np.array([t.end and not t.done]), extra=extra,
+                    after={"next_action_mask": t.next_mask[None]})
+
+
+def build_lane(builder: NStepBuilder, collect_iter: int, game: int, player: int) -> Columns:
+    """The rows a lane completed; on-policy rows get ``env_id = 2 * game + player`` (one trajectory per game
+    and player, so GAE runs over the player's own decisions and two players' rows never run into each other)."""
+    out = builder.build(collect_iter)
+    if "env_id" in out:
+        out["env_id"] = np.full(len(out["env_id"]), 2 * game + player, dtype=np.int64)
+    return out
+
+
+def nstep_columns(rows: Sequence[Transition], nstep: int, gamma: float, collect_iter: int, game: int = 0,
+                  player: int = 0) -> Columns:
+    """The n-step rows of one player's moves in a finished game (every window is complete)."""
+    builder = NStepBuilder(nstep, gamma)
+    for t in rows:
+        add_transition(builder, t)
+    return build_lane(builder, collect_iter, game, player)
+
+
 class _BattleCollector:
     """What both battle collectors share: players, seats, one move in every game per step."""
 
@@ -79,10 +111,13 @@ class _BattleCollector:
     TYPE = ""
 
     def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Sequence[Any],
-                 discount_factor: float = 0.99):
+                 discount_factor: float = 0.99, nstep: int = 1):
         cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        if nstep <= 0:
+            raise ValueError(f"{nstep=} must be > 0")
         self.cfg = cfg
         self._gamma = float(discount_factor)
+        self._nstep = int(nstep)
         self._env: Optional[BattleEnvManager] = None
         self.envstep = 0
         self.last_stats = BattleCollectStats()
@@ -173,7 +208,11 @@ class BattleSampleSerialCollector(_BattleCollector):
 
     def _clear(self) -> None:
         super()._clear()
-        self._rows: List[List[Transition]] = [[], []]
+        n = self._env.num_envs
+        # per player: one n-step lane per game, the rows built but not returned yet, the moves not built yet
+        self._lanes = [[NStepBuilder(self._nstep, self._gamma) for _ in range(n)] for _ in (0, 1)]
+        self._ready: List[Columns] = [{}, {}]
+        self._unbuilt = [0, 0]
 
     def collect(self, n_sample: Union[int, Sequence[int]], train_iter: int = 0,
                 policy_kwargs: Optional[dict] = None, drop_extra: bool = True) -> List[Columns]:
@@ -196,17 +235,27 @@ class BattleSampleSerialCollector(_BattleCollector):
                                  f"{self.trained_players}")
         stats = BattleCollectStats()
         start = time.perf_counter()
-        while any(len(self._rows[p]) < wanted[p] for p in self.trained_players):
+        # at most nstep - 1 moves per lane are in windows still open, so this many unbuilt moves suffice
+        missing = [max(0, wanted[p] - columns_len(self._ready[p])) for p in (0, 1)]
+        slack = (self._nstep - 1) * self._env.num_envs
+        need = [missing[p] + slack if missing[p] else 0 for p in (0, 1)]
+        while any(self._unbuilt[p] < need[p] for p in self.trained_players):
             step, owners = self._step(policy_kwargs, stats)
             for transition, p in zip(step.transitions, owners):
                 if p in self.trained_players:
-                    self._rows[p].append(transition)
+                    add_transition(self._lanes[p][transition.env_id], transition)
+                    self._unbuilt[p] += 1
         out: List[Columns] = [{}, {}]
         for p in self.trained_players:
-            if wanted[p]:
-                take = wanted[p] if drop_extra else len(self._rows[p])
-                out[p] = transitions_to_columns(self._rows[p][:take], self._gamma, train_iter, player=p)
-                self._rows[p] = self._rows[p][take:]
+            if not wanted[p]:
+                continue
+            if missing[p] or not drop_extra:
+                built = [build_lane(lane, train_iter, g, p) for g, lane in enumerate(self._lanes[p])]
+                self._ready[p] = concat_columns([c for c in [self._ready[p], *built] if c])
+                self._unbuilt[p] = sum(lane.pending for lane in self._lanes[p])
+            take = wanted[p] if drop_extra else columns_len(self._ready[p])
+            out[p] = slice_columns(self._ready[p], 0, take)
+            self._ready[p] = slice_columns(self._ready[p], take)
         stats.transitions = sum(columns_len(c) for c in out)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
@@ -221,7 +270,7 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         super()._clear()
         n = self._env.num_envs
         self._partial: List[List[List[Transition]]] = [[[], []] for _ in range(n)]
-        self._ready: List[List[List[Transition]]] = []  # finished games: rows per player
+        self._ready: List[Tuple[int, List[List[Transition]]]] = []  # finished games: (game, rows per player)
 
     def collect(self, n_episode: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None
                 ) -> List[List[Columns]]:
@@ -235,12 +284,13 @@ class BattleEpisodeSerialCollector(_BattleCollector):
             for transition, p in zip(step.transitions, owners):
                 self._partial[transition.env_id][p].append(transition)
             for result in step.results:
-                self._ready.append(self._partial[result.env_id])
+                self._ready.append((result.env_id, self._partial[result.env_id]))
                 self._partial[result.env_id] = [[], []]
         games, self._ready = self._ready[:n_episode], self._ready[n_episode:]
         out: List[List[Columns]] = [[], []]
         for p in self.trained_players:
-            out[p] = [transitions_to_columns(game[p], self._gamma, train_iter, player=p) for game in games]
+            out[p] = [nstep_columns(rows[p], self._nstep, self._gamma, train_iter, game_id, p)
+                      for game_id, rows in games]
         stats.transitions = sum(columns_len(c) for player in out for c in player)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start

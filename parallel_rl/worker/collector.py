@@ -246,13 +246,14 @@ class ISerialCollector(abc.ABC):
             self._env.close()
 
 
-class _NStepBuilder:
+class NStepBuilder:
     """Turns raw vector steps into n-step transitions, in bulk.
 
     The hot loop only appends each step's arrays to lists; ``build()`` then
     computes every transition whose window is complete (n steps seen, or the
     episode ended) with a few vectorized passes, and keeps the steps that
-    incomplete windows still need for the next call.
+    incomplete windows still need for the next call. The battle collectors
+    feed it one player's own moves (one lane per game) through ``add_row``.
     """
 
     FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "done", "valid", "pending")
@@ -279,6 +280,28 @@ class _NStepBuilder:
         s["done"].append(step.terminated | step.truncated)
         s["valid"].append(step.valid)
         s["pending"].append(step.valid)
+
+    def add_row(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+                terminated: np.ndarray, truncated: np.ndarray, extra: Optional[Columns] = None,
+                after: Optional[Columns] = None) -> None:
+        """One step from plain arrays (leading axis: the lanes); ``after`` columns describe ``next_obs``
+        (e.g. its action mask) and are taken from a transition's last step."""
+        s = self.steps
+        if extra is not None:  # on-policy columns, as in add()
+            for key, value in extra.items():
+                s.setdefault("x:" + key, []).append(value)
+        if after is not None:
+            for key, value in after.items():
+                s.setdefault("n:" + key, []).append(value)
+        valid = np.ones(len(obs), dtype=bool)
+        s["obs"].append(obs)
+        s["action"].append(action)
+        s["reward"].append(reward)
+        s["next_obs"].append(next_obs)
+        s["terminated"].append(terminated)
+        s["done"].append(terminated | truncated)
+        s["valid"].append(valid)
+        s["pending"].append(valid)
 
     def build(self, collect_iter: int) -> Columns:
         """All transitions that are complete now, time-major, as columns."""
@@ -312,10 +335,14 @@ class _NStepBuilder:
             "discount": (self.gamma ** k[t_idx, e_idx]).astype(np.float32),
             "collect_iter": np.full(len(t_idx), collect_iter, dtype=np.int64),
         }
+        for f in arr:
+            if f.startswith("n:"):  # describes next_obs: from the last step
+                out[f[2:]] = arr[f][last, e_idx]
         extras = [f for f in arr if f.startswith("x:")]
         if extras:
             for f in extras:
-                out[f[2:]] = arr[f][t_idx, e_idx].astype(np.float32)
+                value = arr[f][t_idx, e_idx]
+                out[f[2:]] = value if value.dtype == bool else value.astype(np.float32)  # masks stay masks
             out["env_id"] = e_idx.astype(np.int64)
             out["end"] = arr["done"][last, e_idx]
         # keep the steps from the first incomplete window on
@@ -357,7 +384,7 @@ class SampleSerialCollector(ISerialCollector):
         if env is not None:
             self._env = env
         self._env.reset(**(gym_reset_kwargs or {}))
-        self._builder = _NStepBuilder(self._nstep, self._gamma)
+        self._builder = NStepBuilder(self._nstep, self._gamma)
         self._ready: Columns = {}
         self._restart_ready()
 

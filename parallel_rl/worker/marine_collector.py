@@ -46,7 +46,7 @@ class MarineParallelCollector(ZerglingParallelCollector):
         self._bots: Dict[str, Any] = {}
         self.collector = BattleSampleSerialCollector(
             {**cfg.policy.collect.collector, "trained_players": [0, 1]}, self.env,
-            [self.policy.collect_mode, self.policy.collect_mode], cfg.policy.discount_factor)
+            [self.policy.collect_mode, self.policy.collect_mode], cfg.policy.discount_factor, cfg.policy.nstep)
         self.opponent = SELF
 
     def _bot(self, name: str) -> Any:
