@@ -56,6 +56,13 @@ def final_check(cfg, policy, opponents, games: int, seed: int) -> dict:
     return info["results"]
 
 
+def progress(info: dict) -> None:
+    """One line per evaluation during training: where the run is and its mean win rate per opponent."""
+    rates = ", ".join(f"{o} {rate:.3f}" for o, rate in info["win_rate"].items())
+    print(f"  eval at {info['elapsed']:.0f}s: {info['train_iter']} updates, {info['envstep']} env steps, "
+          f"{info['games']} games; mean win rate {rates}", flush=True)
+
+
 def describe(results: dict) -> str:
     return "; ".join(f"vs {o} {side}: win {r['win']:.3f} draw {r['draw']:.3f} loss {r['loss']:.3f}"
                      for o, sides in results.items() for side, r in sides.items())
@@ -85,7 +92,7 @@ def main() -> int:
             baseline = final_check(cfg, untrained, opponents, args.games, seed=12345 + seed)
             games = []
             start = time.perf_counter()
-            result = selfplay_pipeline(cfg, on_eval=lambda info: games.append(info["games"]))
+            result = selfplay_pipeline(cfg, on_eval=lambda info: (games.append(info["games"]), progress(info)))
             wall = time.perf_counter() - start
             trained = create_policy(cfg.policy, obs_dim, spec, seed=seed)
             trained.load_state_dict(_torch_load(os.path.join(tmp, "exp", "ckpt", "ckpt_final.pt"))["policy"])
