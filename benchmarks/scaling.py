@@ -1,7 +1,7 @@
 """How the cluster scales with workers: collectors, learner ranks, and the coordinator alone.
 
     .venv/bin/python benchmarks/scaling.py [--seconds 6] [--max-collectors C] [--max-ranks R] [--out scaling.png]
-        [--skip collectors ranks coordinator] [--simulated 64 256] [--rate 5000] [--client-processes 4]
+        [--skip collectors ranks coordinator] [--rounds 3] [--simulated 64 256] [--rate 5000] [--client-processes 4]
 
 1. Collectors: `parallel-rl run --collectors N` for N = 1, 2, 4, ... up to the CPUs present (CartPole,
    collectors flat out: max_env_steps_per_update=0, evaluation off): env steps/s into the buffer and
@@ -11,7 +11,13 @@
    per batch (gather the rows from cached chunk files, train); N > 1 is the LearnerAggregator's step
    (references broadcast, each rank reads its share from the chunk files, trains, gradients averaged,
    priorities gathered). Rows come from real chunk files on a shared store; the coordinator's sampling is
-   not part of it (measured in 1). Ideal: N x world size 1.
+   not part of it (measured in 1). Ideal: N x world size 1. The world sizes are measured in turn,
+   ``--rounds`` times (the load of a shared machine drifts: each round's ratio compares points taken
+   seconds apart), and reported as the median over the rounds, with each round's ratio and the load
+   average after each point. Every rank also counts its CPU seconds (all its threads) in the window:
+   samples per CPU-second of the busiest rank is what the group would train with a free core per rank
+   and no waiting, a figure a busy shared machine moves far less than the wall rate (the cost of the
+   parallel step itself; the waits come on top). Part 2 alone: ``--skip collectors coordinator``.
 3. The coordinator alone (a `parallel-rl coordinator` process) with 64 and 256 simulated collectors
    (control_plane.py's stub servers; one client thread each, spread over ``--client-processes``
    processes so that the clients' own GIL is not the limit): chunk announcements per second, sent as
@@ -35,6 +41,7 @@ import argparse
 import multiprocessing
 import os
 import queue
+import resource
 import secrets
 import sys
 import tempfile
@@ -103,8 +110,15 @@ def write_chunks(root: str) -> list:
     return names
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, all its threads (gloo's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, results) -> None:
-    """One learner rank (rank 0 draws the batches and times the updates)."""
+    """One learner rank: rank 0 draws the batches and times the updates; every rank reports its CPU seconds
+    in the timed window (rank 0 marks its start with a NOOP step)."""
     import torch
 
     from parallel_rl.interaction.learner_aggregator import GroupStep, Op
@@ -142,8 +156,11 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
         join_group(store, rank, size, 60.0)
         step = GroupStep(learner, storage, rank, size, len(names), CHUNK_ROWS)
         if rank > 0:
-            while step.receive() != Op.STOP:
-                pass
+            cpu = _cpu_seconds()
+            while (op := step.receive()) != Op.STOP:
+                if op == Op.NOOP:  # rank 0's timed window starts
+                    cpu = _cpu_seconds()
+            results.put((rank, None, _cpu_seconds() - cpu))
             destroy_group()
             return
 
@@ -151,40 +168,59 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
             step.send(Op.TRAIN, refs())
     for _ in range(3):  # warm-up: every chunk file read once, allocations made
         update()
-    n, start = 0, time.perf_counter()
+    if size > 1:
+        step.send(Op.NOOP)
+    n, start, cpu = 0, time.perf_counter(), _cpu_seconds()
     while time.perf_counter() - start < seconds:
         update()
         n += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    results.put((0, n, cpu, elapsed))
     if size > 1:
         step.send(Op.STOP)
         destroy_group()
-    results.put(n * BATCH / elapsed)
 
 
-def learner_ranks(sizes: list, seconds: float) -> list:
-    rows = []
+def learner_ranks(sizes: list, seconds: float, rounds: int = 1) -> list:
+    """Samples trained/s per world size: ``rounds`` rounds of every size in turn (the box's load drifts;
+    each round's ratios compare points measured a few seconds apart), the median over rounds."""
+    per_size = {size: [] for size in sizes}
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as root:
         names = write_chunks(root)
-        for size in sizes:
-            ports, results = ctx.Queue(), ctx.Queue()
-            procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results))
-                     for r in range(size)]
-            for p in procs:
-                p.start()
-            try:
-                rate = results.get(timeout=seconds + 120)
-            except queue.Empty:
-                raise SystemExit(f"world size {size}: no result (exit codes {[p.exitcode for p in procs]})")
-            finally:
+        for k in range(rounds):
+            for size in sizes:
+                ports, results = ctx.Queue(), ctx.Queue()
+                procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results))
+                         for r in range(size)]
                 for p in procs:
-                    p.join(30)
-                    if p.is_alive():
-                        p.kill()
-            rows.append({"n": size, "samples": rate})
-            print(f"  world size {size}: {rate:.0f} samples trained/s", flush=True)
-    return rows
+                    p.start()
+                try:
+                    got = {r: (updates, cpu, rest) for r, updates, cpu, *rest in
+                           (results.get(timeout=seconds + 120) for _ in procs)}
+                except queue.Empty:
+                    raise SystemExit(f"world size {size}: no result (exit codes {[p.exitcode for p in procs]})")
+                finally:
+                    for p in procs:
+                        p.join(30)
+                        if p.is_alive():
+                            p.kill()
+                updates, _, (elapsed,) = got[0]
+                rate = updates * BATCH / elapsed
+                # what the group would train with a free core per rank and no waiting: the busiest rank's CPU
+                ceiling = updates * BATCH / max(cpu for _, cpu, _ in got.values())
+                load = os.getloadavg()[0]
+                per_size[size].append((rate, ceiling, load))
+                print(f"  round {k + 1}: world size {size}: {rate:.0f} samples trained/s "
+                      f"({rate / per_size[sizes[0]][k][0]:.2f}x world size {sizes[0]}); {ceiling:.0f} per CPU-second "
+                      f"of the busiest rank ({ceiling / per_size[sizes[0]][k][1]:.2f}x); load average {load:.1f}",
+                      flush=True)
+    base = per_size[sizes[0]]
+    return [{"n": size, "samples": float(np.median([r for r, _, _ in points])),
+             "ratio": float(np.median([r / b[0] for (r, _, _), b in zip(points, base)])),
+             "rounds": [r / b[0] for (r, _, _), b in zip(points, base)], "loads": [load for _, _, load in points],
+             "cpu_ratio": float(np.median([c / b[1] for (_, c, _), b in zip(points, base)]))}
+            for size, points in per_size.items()]
 
 
 # ---- 3. the coordinator alone ------------------------------------------------------------------------
@@ -372,6 +408,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0,
                         help="announcements/s in all for part 3's paced window (0: flat out only)")
     parser.add_argument("--out", default="scaling.png")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of learner world sizes (part 2)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["collectors", "ranks", "coordinator"])
     args = parser.parse_args()
     print(f"{cpus} CPUs; {args.seconds:g} s windows", flush=True)
@@ -381,7 +418,7 @@ def main() -> None:
         coll = collectors(powers_up_to(args.max_collectors), args.seconds)
     if "ranks" not in args.skip:
         print(f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {BATCH}, 1 torch thread each)", flush=True)
-        ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds)
+        ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds, args.rounds)
     if "coordinator" not in args.skip:
         print(f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
               flush=True)
@@ -393,9 +430,11 @@ def main() -> None:
         print(f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} "
               f"| {r['coordinator_cpu']:.2f} | {r['chunks']:.0f} | {r['messages']:.0f} | {r['cpu_per_chunk_us']:.0f} "
               f"| {r['cpu_per_message_us']:.0f} |")
-    print("\n| learner ranks | samples trained/s | x one |\n|---|---|---|")
+    print("\n| learner ranks | samples trained/s (median) | x one (median of rounds) | x one per round | load average "
+          "per round | samples per CPU-second of the busiest rank: x one |\n|---|---|---|---|---|---|")
     for r in ranks:
-        print(f"| {r['n']} | {r['samples']:.0f} | {r['samples'] / ranks[0]['samples']:.2f} |")
+        print(f"| {r['n']} | {r['samples']:.0f} | {r['ratio']:.2f} | {' / '.join(f'{x:.2f}' for x in r['rounds'])} | "
+              f"{' / '.join(f'{x:.1f}' for x in r['loads'])} | {r['cpu_ratio']:.2f} |")
     print("\n| simulated collectors | offered | announcements/s | coordinator CPU (cores) | CPU us per announcement "
           "| GET /cluster p50 ms | p99 ms | load |\n|---|---|---|---|---|---|---|---|")
     for r in coord:
