@@ -1,13 +1,15 @@
 """Data-parallel learners (parallel.learner.world_size): gloo ranks on 127.0.0.1, real processes.
 
 - two ranks, each trained on half of a batch, hold the same parameters as one process trained on the
-  whole batch (the optimizer averages the gradients, then clips);
+  whole batch (the optimizer averages the gradients, then clips); through the LearnerAggregator's step
+  (each rank reading its half from chunk files) rank 0 gets the whole batch's priorities and learn info;
 - under `parallel-rl run` the coordinator sees one learner whose ranks are listed; a killed rank is
-  reported, the group restarts from the last learner state and training goes on.
+  reported, the group restarts from the last learner state and training goes on; 2 ranks solve CartPole.
 """
 import multiprocessing
 import os
 import queue
+import re
 import signal
 
 import numpy as np
@@ -43,57 +45,6 @@ def _params(policy):
     return {k: v.detach().numpy().copy() for k, v in policy.model.state_dict().items()}
 
 
-def _rank_main(rank: int, ports, results):
-    """One rank: join the group, train STEPS updates on this rank's half of each batch."""
-    import torch
-
-    from parallel_rl.interaction.learner_aggregator import share_bounds
-    from parallel_rl.policy.distributed import destroy_group, join_group, open_store
-
-    torch.set_num_threads(1)
-    if rank == 0:
-        store = open_store(0, "127.0.0.1", 0, timeout=30.0)
-        ports.put(store.port)
-    else:
-        store = open_store(1, "127.0.0.1", ports.get(timeout=30), timeout=30.0)
-    join_group(store, rank, 2, timeout=30.0)
-    try:
-        policy = _policy()
-        for step in range(STEPS):
-            batch = _batch(step)
-            start, end = share_bounds(rank, 2, 64)
-            policy.forward_learn({k: v[start:end] for k, v in batch.items()})
-        results.put((rank, _params(policy)))
-    finally:
-        destroy_group()
-
-
-def test_two_gloo_ranks_match_one_process_on_the_whole_batch():
-    ctx = multiprocessing.get_context("spawn")
-    ports, results = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(rank, ports, results)) for rank in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(results.get(timeout=120) for _ in procs)
-    except queue.Empty:
-        raise AssertionError(f"the ranks did not finish (exit codes {[p.exitcode for p in procs]})") from None
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    single = _policy()
-    before = _params(single)
-    for step in range(STEPS):
-        single.forward_learn(_batch(step))
-    expected = _params(single)
-    for rank in (0, 1):
-        for name, value in expected.items():
-            np.testing.assert_allclose(got[rank][name], value, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank} {name}")
-    assert any(not np.allclose(before[k], expected[k]) for k in expected), "the updates changed nothing"
-
-
 CHUNKS, CHUNK_ROWS = 4, 32
 
 
@@ -122,11 +73,15 @@ def _learner(policy):
     return create_learner(cfg.policy.learn.learner, policy.learn_mode, instance_name="test learner")
 
 
-def _group_step_main(rank: int, root: str, ports, results):
-    """One rank of a LearnerAggregator's step: rank 0 sends STEPS batches of references, then STOP."""
+def _rank_main(rank: int, root: str, ports, results):
+    """One rank of a group of 2 (one process start serves both checks below):
+
+    1. STEPS updates of a policy on this rank's half of each in-memory batch: its parameters;
+    2. a LearnerAggregator's step with a fresh policy: rank 0 sends STEPS batches of references into the
+       chunk files under ``root`` (each rank reads its half), then STOP; rank 0's priorities and merged info."""
     import torch
 
-    from parallel_rl.interaction.learner_aggregator import GroupStep, Op
+    from parallel_rl.interaction.learner_aggregator import GroupStep, Op, share_bounds
     from parallel_rl.policy.distributed import destroy_group, join_group, open_store
     from parallel_rl.storage import SharedStorage
 
@@ -137,32 +92,35 @@ def _group_step_main(rank: int, root: str, ports, results):
     join_group(store, rank, 2, timeout=30.0)
     try:
         policy = _policy()
-        step = GroupStep(_learner(policy), SharedStorage(root), rank, 2, CHUNKS, CHUNK_ROWS)
+        for step in range(STEPS):
+            batch = _batch(step)
+            start, end = share_bounds(rank, 2, 64)
+            policy.forward_learn({k: v[start:end] for k, v in batch.items()})
+        results.put(("params", rank, _params(policy)))
+        step = GroupStep(_learner(_policy()), SharedStorage(root), rank, 2, CHUNKS, CHUNK_ROWS)
         if rank == 1:
             while step.receive() != Op.STOP:
                 pass
             return
         out = [(step.send(Op.TRAIN, _refs(k), merge_info=True), dict(step.merged_info)) for k in range(STEPS)]
         step.send(Op.STOP)
-        results.put(out)
+        results.put(("group step", 0, out))
     finally:
         destroy_group()
 
 
-def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batch(tmp_path):
-    """Two ranks, each reading its half of every batch from chunk files: rank 0 gets every row's priority
-    and the ranks' mean learn info, as one learner trained on the whole batch reports them."""
-    from parallel_rl.interaction.learner_worker import RowStore
-    from parallel_rl.storage import SharedStorage
-
-    _write_chunks(str(tmp_path))
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """What two real gloo ranks on 127.0.0.1 report (see _rank_main), and the chunk files' directory."""
+    root = str(tmp_path_factory.mktemp("chunks"))
+    _write_chunks(root)
     ctx = multiprocessing.get_context("spawn")
     ports, results = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_group_step_main, args=(rank, str(tmp_path), ports, results)) for rank in (0, 1)]
+    procs = [ctx.Process(target=_rank_main, args=(rank, root, ports, results)) for rank in (0, 1)]
     for p in procs:
         p.start()
     try:
-        got = results.get(timeout=120)
+        got = {(what, rank): value for what, rank, value in (results.get(timeout=120) for _ in range(3))}
     except queue.Empty:
         raise AssertionError(f"the ranks did not finish (exit codes {[p.exitcode for p in procs]})") from None
     finally:
@@ -171,9 +129,33 @@ def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batc
             if p.is_alive():
                 p.kill()
     assert [p.exitcode for p in procs] == [0, 0]
+    return got, root
+
+
+def test_two_gloo_ranks_match_one_process_on_the_whole_batch(two_ranks):
+    got, _ = two_ranks
     single = _policy()
-    learner, rows = _learner(single), RowStore(SharedStorage(str(tmp_path)), CHUNKS, CHUNK_ROWS)
-    for k, (priority, info) in enumerate(got):
+    before = _params(single)
+    for step in range(STEPS):
+        single.forward_learn(_batch(step))
+    expected = _params(single)
+    for rank in (0, 1):
+        for name, value in expected.items():
+            np.testing.assert_allclose(got["params", rank][name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"rank {rank} {name}")
+    assert any(not np.allclose(before[k], expected[k]) for k in expected), "the updates changed nothing"
+
+
+def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batch(two_ranks):
+    """Two ranks, each reading its half of every batch from chunk files: rank 0 gets every row's priority
+    and the ranks' mean learn info, as one learner trained on the whole batch reports them."""
+    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.storage import SharedStorage
+
+    got, root = two_ranks
+    single = _policy()
+    learner, rows = _learner(single), RowStore(SharedStorage(root), CHUNKS, CHUNK_ROWS)
+    for k, (priority, info) in enumerate(got["group step", 0]):
         refs = _refs(k)
         names, local = np.unique(refs["chunk"], return_inverse=True)
         batch, keep = rows.gather(list(names), local, refs["row"])
@@ -260,3 +242,13 @@ def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_co
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert not [pid for pid in children if alive(pid)]
+
+
+@pytest.mark.slow
+def test_two_learner_ranks_solve_cartpole(cli, tmp_path):
+    """The shipped CartPole config with 2 learner ranks reaches the stop value as one learner does
+    (test_cluster.test_run_solves_cartpole); benchmarks/learner_parity.py compares the returns closely."""
+    run, url = start_run(cli, tmp_path, "configs/cartpole_dqn_parallel.py", "--set", "parallel.learner.world_size=2")
+    eventually(lambda: running_ranks(url), timeout=90, message="one learner with 2 running ranks")
+    assert run.wait(300) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return \d+\.\d >= stop value 195", run.output(), re.M)
