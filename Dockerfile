@@ -7,7 +7,7 @@
 #   --build-arg EXTRA_CA_CERTS=proxy-ca.pem  a PEM bundle pip trusts while building (e.g. a TLS proxy's)
 # (docker compose passes both from the environment of the same names.)
 
-# ---- build: a virtualenv with torch, the dependencies and the project --------------------------------
+# ---- build: a virtualenv with torch and the dependencies --------------------------------
 FROM python:3.11-slim AS build
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -37,23 +37,38 @@ RUN if [ -n "$EXTRA_CA_CERTS" ]; then \
       pip install --index-url "$TORCH_INDEX_URL" -c constraints.txt torch==2.13.0; \
     fi
 
-COPY setup.cfg pyproject.toml README.md ./
+# the dependencies (setup.cfg's list, pinned by constraints.txt) in a layer of their own: it stays cached while
+# only the project's code changes
+COPY setup.cfg ./
+RUN if [ -n "$EXTRA_CA_CERTS" ]; then export PIP_CERT=/build/ca.pem; fi \
+ && python -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); \
+print(c['options']['install_requires'])" > requirements.txt \
+ && pip install -c constraints.txt -r requirements.txt
+
+# ---- project: the package alone under /opt/app (a code change rebuilds and ships only this small layer) ---
+FROM build AS project
+COPY pyproject.toml README.md ./
 COPY parallel_rl ./parallel_rl
 COPY coordinator_app ./coordinator_app
 RUN if [ -n "$EXTRA_CA_CERTS" ]; then export PIP_CERT=/build/ca.pem; fi \
- && pip install -c constraints.txt . \
- && pip uninstall -y -q pip setuptools
+ && pip install --no-deps --prefix /opt/app .
 
-# ---- runtime: the virtualenv on a clean base, a non-root user ---------------------------------------
+# ---- the virtualenv without pip and setuptools (cached with the dependencies) ---------------------------
+FROM build AS venv
+RUN pip uninstall -y -q pip setuptools
+
+# ---- runtime: the virtualenv and the project on a clean base, a non-root user ----------------------------
 FROM python:3.11-slim
 
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/opt/app/bin:/opt/venv/bin:$PATH \
+    PYTHONPATH=/opt/app/lib/python3.11/site-packages \
     PYTHONUNBUFFERED=1
 
 RUN useradd --create-home --uid 10001 rl \
  && mkdir -p /shared \
  && chown rl:rl /shared
-COPY --from=build /opt/venv /opt/venv
+COPY --from=venv /opt/venv /opt/venv
+COPY --from=project /opt/app /opt/app
 WORKDIR /app
 COPY configs ./configs
 
