@@ -51,7 +51,7 @@ COPY pyproject.toml README.md ./
 COPY parallel_rl ./parallel_rl
 COPY coordinator_app ./coordinator_app
 RUN if [ -n "$EXTRA_CA_CERTS" ]; then export PIP_CERT=/build/ca.pem; fi \
- && pip install --no-deps --prefix /opt/app .
+ && pip install -c constraints.txt --no-deps --prefix /opt/app .
 
 # ---- the virtualenv without pip and setuptools (cached with the dependencies) ---------------------------
 FROM build AS venv

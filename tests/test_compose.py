@@ -59,7 +59,8 @@ def test_compose_structure(compose):
 
 def test_dockerfile():
     text = (ROOT / "Dockerfile").read_text()
-    assert re.findall(r"^FROM (\S+)", text, re.M) == ["python:3.11-slim", "python:3.11-slim"]  # build, runtime
+    # build (torch, dependencies), project and venv (from build), runtime on a clean base
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["python:3.11-slim", "build", "build", "python:3.11-slim"]
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
     torch_lines = [line for line in text.splitlines() if "torch" in line and "pip install" in line]
     assert len(torch_lines) == 2  # from the CPU index by default, from TORCH_WHEELHOUSE when given
