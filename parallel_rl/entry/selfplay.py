@@ -37,14 +37,13 @@ from ..data.buffer import create_buffer
 from ..envs.multiagent import BattleEnvManager
 from ..policy import create_policy
 from ..policy.bots import create_bot
-from ..runtime import experiment_dir, set_torch_threads
 from ..tblog import TensorBoardLogger
 from ..worker.battle_collector import BattleSampleSerialCollector
 from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
 from ..worker.commander import BaseSerialCommander
 from ..worker.learner import create_learner
 from ..worker.collector import concat_columns
-from .serial import TrainResult, budget_used_up, train_on_collected
+from .serial import TrainResult, budget_used_up, prepare_run, train_on_collected
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +54,7 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
 
     ``on_eval`` gets every evaluation's info (the benchmark records games and wall time with it)."""
     start = time.perf_counter()
-    exp_dir = experiment_dir(cfg)
-    os.makedirs(exp_dir, exist_ok=True)
-    set_torch_threads(cfg.system.torch_num_threads)  # called from Python too, not only by the CLI
+    exp_dir = prepare_run(cfg)
     collector_env = BattleEnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = BattleEnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     obs_dim, spec = collector_env.obs_dim, collector_env.action_spec

@@ -81,12 +81,19 @@ def train_on_collected(learner, buffer, data, learn: EasyDict, envstep: int, on_
     train_from_buffer(learner, buffer, learn, envstep)
 
 
+def prepare_run(cfg: EasyDict) -> str:
+    """What every in-process pipeline does first: its experiment directory (returned) exists, and torch runs
+    on ``system.torch_num_threads`` (pipelines are called from Python too, not only by the CLI)."""
+    exp_dir = experiment_dir(cfg)
+    os.makedirs(exp_dir, exist_ok=True)
+    set_torch_threads(cfg.system.torch_num_threads)
+    return exp_dir
+
+
 def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None) -> TrainResult:
     """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out."""
     start = time.perf_counter()
-    exp_dir = experiment_dir(cfg)
-    os.makedirs(exp_dir, exist_ok=True)
-    set_torch_threads(cfg.system.torch_num_threads)  # called from Python too, not only by the CLI
+    exp_dir = prepare_run(cfg)
     collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
