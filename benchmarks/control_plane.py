@@ -244,7 +244,7 @@ def run(args, proc, log, token) -> int:
     print(f"heartbeat p99 loaded / baseline: {loaded['p99'] / base['p99']:.2f}; target p99 <= 100 ms: "
           f"{'met' if loaded['p99'] <= 100 else 'NOT met'}")
     if server_side:
-        print(f"inside the coordinator (Flask, from the request's start to its answer; queueing in waitress and "
+        print(f"inside the coordinator (Flask, from the request's start to its answer; queueing in the HTTP server and "
               f"the client not included): {server_side[0.1]:.2%} of heartbeats within 100 ms, "
               f"{server_side[0.01]:.2%} within 10 ms")
     print(f"workers marked lost: {len(lost)} {lost[:5]}; failed calls: {len(failures)} {failures[:3]}")

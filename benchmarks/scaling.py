@@ -7,7 +7,7 @@
    collectors flat out: max_env_steps_per_update=0, evaluation off): env steps/s into the buffer and
    learner updates/s (cluster_throughput.measure_cluster). Ideal: N x one collector's env steps/s.
 2. Learner ranks: world sizes 1, 2, 4, ... (up to the CPUs): samples trained per second by DQN on a
-   3x512 MLP, global batch 512, one torch thread per rank. World size 1 is what a single learner does
+   3x512 MLP, global batch 512 (``--batch``), one torch thread per rank. World size 1 is what a single learner does
    per batch (gather the rows from cached chunk files, train); N > 1 is the LearnerAggregator's step
    (references broadcast, each rank reads its share from the chunk files, trains, gradients averaged,
    priorities gathered). Rows come from real chunk files on a shared store; the coordinator's sampling is
@@ -88,11 +88,11 @@ def collectors(counts: list, seconds: float) -> list:
 
 
 # ---- 2. learner ranks --------------------------------------------------------------------------------
-def _learner_cfg():
+def _learner_cfg(batch: int):
     from parallel_rl.config import compile_config
 
     return compile_config({"policy": {"model": {"hidden_size_list": HIDDEN}, "learn": {
-        "batch_size": BATCH, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
+        "batch_size": batch, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
 
 
 def write_chunks(root: str) -> list:
@@ -116,7 +116,7 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, results) -> None:
+def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, results, batch: int) -> None:
     """One learner rank: rank 0 draws the batches and times the updates; every rank reports its CPU seconds
     in the timed window (rank 0 marks its start with a NOOP step)."""
     import torch
@@ -128,15 +128,15 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
     from parallel_rl.worker.learner import create_learner
 
     torch.set_num_threads(1)
-    cfg = _learner_cfg()
+    cfg = _learner_cfg(batch)
     policy = create_policy(cfg.policy, 4, 2, seed=0)
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, instance_name=f"bench rank {rank}")
     rng = np.random.default_rng(rank)
 
     def refs():
-        return {"chunk": np.asarray(names)[rng.integers(0, len(names), BATCH)],
-                "row": rng.integers(0, CHUNK_ROWS, BATCH), "weight": np.ones(BATCH, np.float32),
-                "index": np.arange(BATCH), "uid": np.arange(BATCH)}
+        return {"chunk": np.asarray(names)[rng.integers(0, len(names), batch)],
+                "row": rng.integers(0, CHUNK_ROWS, batch), "weight": np.ones(batch, np.float32),
+                "index": np.arange(batch), "uid": np.arange(batch)}
 
     storage = SharedStorage(root)
     if size == 1:  # what a single learner does per batch: gather the rows (cached chunks), train
@@ -181,7 +181,7 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
         destroy_group()
 
 
-def learner_ranks(sizes: list, seconds: float, rounds: int = 1) -> list:
+def learner_ranks(sizes: list, seconds: float, rounds: int = 1, batch: int = BATCH) -> list:
     """Samples trained/s per world size: ``rounds`` rounds of every size in turn (the box's load drifts;
     each round's ratios compare points measured a few seconds apart), the median over rounds."""
     per_size = {size: [] for size in sizes}
@@ -191,7 +191,7 @@ def learner_ranks(sizes: list, seconds: float, rounds: int = 1) -> list:
         for k in range(rounds):
             for size in sizes:
                 ports, results = ctx.Queue(), ctx.Queue()
-                procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results))
+                procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results, batch))
                          for r in range(size)]
                 for p in procs:
                     p.start()
@@ -206,9 +206,9 @@ def learner_ranks(sizes: list, seconds: float, rounds: int = 1) -> list:
                         if p.is_alive():
                             p.kill()
                 updates, _, (elapsed,) = got[0]
-                rate = updates * BATCH / elapsed
+                rate = updates * batch / elapsed
                 # what the group would train with a free core per rank and no waiting: the busiest rank's CPU
-                ceiling = updates * BATCH / max(cpu for _, cpu, _ in got.values())
+                ceiling = updates * batch / max(cpu for _, cpu, _ in got.values())
                 load = os.getloadavg()[0]
                 per_size[size].append((rate, ceiling, load))
                 print(f"  round {k + 1}: world size {size}: {rate:.0f} samples trained/s "
@@ -408,6 +408,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0,
                         help="announcements/s in all for part 3's paced window (0: flat out only)")
     parser.add_argument("--out", default="scaling.png")
+    parser.add_argument("--batch", type=int, default=BATCH, help="global batch of part 2 (split between the ranks)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of learner world sizes (part 2)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["collectors", "ranks", "coordinator"])
     args = parser.parse_args()
@@ -417,8 +418,8 @@ def main() -> None:
         print("1. collectors (parallel-rl run, CartPole, collectors flat out, evaluation off)", flush=True)
         coll = collectors(powers_up_to(args.max_collectors), args.seconds)
     if "ranks" not in args.skip:
-        print(f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {BATCH}, 1 torch thread each)", flush=True)
-        ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds, args.rounds)
+        print(f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {args.batch}, 1 torch thread each)", flush=True)
+        ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds, args.rounds, args.batch)
     if "coordinator" not in args.skip:
         print(f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
               flush=True)

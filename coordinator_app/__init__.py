@@ -30,15 +30,15 @@ def require_read_token() -> None:
 
 
 def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):
-    """A waitress server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
+    """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
     Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
     from parallel_rl.interaction.http import ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body
-    # over max_body_bytes gets the app's JSON 413; one over twice that is cut off by waitress before it
-    # is buffered (its default limit is 1 GiB, read before the token is checked)
+    # over max_body_bytes gets the app's JSON 413; one over twice that is refused by the server before it
+    # is read (the body is read before the token is checked)
     server = ServerThread(create_app(coordinator), host, port,
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
                           max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections))

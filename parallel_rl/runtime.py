@@ -20,8 +20,6 @@ def setup_logging(level: str = "INFO") -> None:
         handler._parallel_rl = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
-    # waitress logs every queue depth warning at WARNING; keep it quieter
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     # the S3 client says at INFO where it found credentials, in every process
     for name in ("aiobotocore.credentials", "botocore.credentials"):
         logging.getLogger(name).setLevel(logging.WARNING)

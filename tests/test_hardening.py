@@ -170,6 +170,29 @@ def test_an_oversized_body_is_refused_before_it_is_buffered(coordinator_factory)
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
 
+def test_idle_connections_and_stalled_requests_leave_heartbeats_answered(coordinator_factory, slaves):  # noqa: F811
+    """Hundreds of open keep-alive connections cost nothing until they send; a client that stops in the
+    middle of its body holds one server thread until the server's timeout, not the server."""
+    import socket
+
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    idle = [socket.create_connection((server.host, server.port), timeout=5) for _ in range(200)]
+    stalled = [socket.create_connection((server.host, server.port), timeout=5) for _ in range(8)]
+    try:
+        for sock in stalled:  # 100 bytes promised, 1 sent
+            sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        for _ in range(20):  # each within its 3 s timeout, no retry
+            control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {},
+                                                 timeout=3, retries=0)
+            assert control["state"] in ("idle", "busy")
+    finally:
+        for sock in idle + stalled:
+            sock.close()
+
+
 def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0})
     collector = slaves("collector", server.url)

@@ -22,14 +22,14 @@ def parallel_default_config() -> EasyDict:
             heartbeat_ttl=10.0,
             # read-only REST calls need the token too
             auth_read=False,
-            # request bodies larger than this get 413 (over twice this, waitress cuts them off unbuffered)
+            # request bodies larger than this get 413 (over twice this, the HTTP server refuses them unread)
             max_body_bytes=4 * 1024 * 1024,
             # threads answering short calls (heartbeats, registration, REST); long-polls never take these
             request_threads=16,
             # requests that may wait at once (throttled collectors, learners waiting for data); each holds a
             # thread of its own. One more is answered at once with "retry_after" instead of waiting
             long_poll_slots=256,
-            # open connections the coordinator keeps at most (waitress connection_limit)
+            # idle keep-alive connections the coordinator keeps open at most; past it a connection closes after its answer
             max_connections=1024,
             # a lost or gone worker stays listed (REST, dashboard) this long, then is forgotten; at most
             # max_ended_workers of them are kept (the oldest go first). Their connections close when they end
