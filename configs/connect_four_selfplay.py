@@ -2,9 +2,14 @@
 
 The policy plays itself, its past snapshots and the random and one-step
 lookahead bots (PFSP: harder opponents more often); it is evaluated against
-both bots from both sides and stops at the issue's target: a mean win rate of
-both sides >= 60 % against the lookahead bot (``env.stop_value``) and >= 90 %
-against random (``min_mean_win_rate``).
+both bots from both sides, 200 games per side, and stops at a mean win rate of
+both sides >= 65 % against the lookahead bot (``env.stop_value``) and >= 90 %
+against random (``min_mean_win_rate``). The issue's target is 60 % against
+lookahead: the stop rule keeps a margin over it because it is checked on 200
+games per side every 4,000 updates and stops at the first evaluation that
+passes (at 60 %, a run stopped at 62 % on 200 games measured 57 % on 500).
+3-step rows: at 24,000 updates 51 % against lookahead, where 1-step rows gave
+38.5 % (one run each, same box).
 """
 main_config = dict(
     exp_name="connect_four_selfplay",
@@ -14,17 +19,17 @@ main_config = dict(
         env_id="pettingzoo.classic.connect_four_v3",
         collector_env_num=16,
         evaluator_env_num=8,
-        n_evaluator_episode=100,
-        stop_value=0.6,
+        n_evaluator_episode=200,
+        stop_value=0.65,
     ),
     policy=dict(
         model=dict(hidden_size_list=[256, 256, 128], dueling=True),
         discount_factor=0.95,
-        nstep=1,
+        nstep=3,
         learn=dict(update_per_collect=16, batch_size=128, learning_rate=5e-4, target_update_freq=500),
         collect=dict(n_sample=256),
         eval=dict(evaluator=dict(
-            eval_freq=2000,
+            eval_freq=4000,
             max_seconds=300.0,
             opponents=["random", "lookahead"],
             stop_opponent="lookahead",
@@ -37,5 +42,5 @@ main_config = dict(
     ),
     league=dict(snapshot_every=2000, pool_size=10, bots=["random", "lookahead"], self_play_prob=0.3,
                 pfsp_weighting="hard"),
-    serial=dict(max_seconds=3600),
+    serial=dict(max_seconds=5400),
 )
