@@ -115,3 +115,29 @@ def test_outbox_batches_and_retries():
     assert len(sent) <= 2  # batched, not one call per message
     assert controls and controls[-1]["policy_version"] == len(sent)
     assert outbox.failures == 1
+
+
+def test_closing_a_server_does_not_wait_for_a_request_stuck_in_the_app():
+    app = Flask("stuck")
+    entered, release = threading.Event(), threading.Event()
+
+    @app.get("/stuck")
+    def stuck():
+        entered.set()
+        release.wait(60)  # a handler that would outlive any sane shutdown
+        return jsonify({"ok": True})
+
+    srv = ServerThread(app).start()
+    caller = threading.Thread(target=lambda: HttpClient(srv.url, timeout=60, max_retries=0).get("/stuck"), daemon=True)
+    caller.start()
+    try:
+        assert entered.wait(10)
+        closer = threading.Thread(target=srv.close, kwargs={"timeout": 0.5}, daemon=True)
+        closer.start()
+        closer.join(10)  # close waits 0.5 s for the request, then lets it be
+        assert not closer.is_alive()
+        with pytest.raises(PeerUnavailableError):  # the port no longer takes calls
+            HttpClient(srv.url, timeout=2, max_retries=0).get("/stuck")
+    finally:
+        release.set()
+        caller.join(10)

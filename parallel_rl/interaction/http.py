@@ -264,8 +264,16 @@ class ServerThread:
         if self.closed:
             return
         self.closed = True
+        # stop() closes the listening socket (even when the server never started), gives the requests in
+        # flight ``timeout`` s, then shuts their sockets and joins their threads without a limit: it runs in
+        # a thread of its own, so that a request stuck in the app cannot hold this call
         self.server.shutdown_timeout = timeout
-        self.server.stop()  # closes the listening socket even when the server was never started
+        stopper = threading.Thread(target=self.server.stop, name="http-server-stop", daemon=True)
+        stopper.start()
+        stopper.join(timeout + 1.0)
+        if stopper.is_alive():
+            logger.warning("http server on port %d: a request still runs %gs after close; left to finish",
+                           self.port, timeout + 1.0)
         if self.thread.is_alive():
             self.thread.join(timeout)
 
