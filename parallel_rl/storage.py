@@ -29,6 +29,7 @@ import functools
 import io
 import json
 import logging
+import math
 import os
 import posixpath
 import re
@@ -126,15 +127,15 @@ def _npy_header(f) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _npy_rows(header: bytes) -> int:
-    """The first dimension of the array whose ``.npy`` header is ``header`` (-1 for a scalar), parsed by numpy
-    (ValueError when it is not one). Cached: a collector's chunks repeat a few headers, and parsing one
+def _npy_rows(header: bytes) -> tuple:
+    """(rows, bytes per row) of the array whose ``.npy`` header is ``header`` (rows -1 for a scalar), parsed by
+    numpy (ValueError when it is not one). Cached: a collector's chunks repeat a few headers, and parsing one
     (``ast.literal_eval``) cost the coordinator more than the rest of a chunk's announcement."""
     f = io.BytesIO(header)
     version = np.lib.format.read_magic(f)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, _, _ = read_header(f, max_header_size=NPY_MAX_HEADER)
-    return shape[0] if shape else -1
+    shape, _, dtype = read_header(f, max_header_size=NPY_MAX_HEADER)
+    return (shape[0], dtype.itemsize * math.prod(shape[1:])) if shape else (-1, 0)
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -191,6 +192,11 @@ class LocalBackend:
         if os.path.commonpath([full, self.base]) != self.base or full == self.base:
             raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.base!r}")
         return full
+
+    def size(self, relpath: str) -> int:
+        """Bytes of the file at ``relpath`` (a plain relative path, checked by the caller); a link is not
+        followed (its own size), so no path is resolved."""
+        return os.lstat(os.path.join(self.base, relpath)).st_size
 
     def prepare(self, directories) -> None:
         try:
@@ -289,6 +295,9 @@ class FsspecBackend:
         if not full.startswith(self.base + "/"):
             raise PathOutsideRootError(f"path {relpath!r} points outside the shared root {self.url!r}")
         return full
+
+    def size(self, relpath: str) -> int:
+        return self.fs.size(self.resolve(relpath))  # FileNotFoundError when absent
 
     def prepare(self, directories) -> None:
         """Object stores have no directories: check that we can write and delete an object instead, so a
@@ -564,20 +573,29 @@ class SharedStorage:
     def chunk_exists(self, name: str) -> bool:
         return self.backend.isfile(self.chunk_path(name))
 
-    @_store_op("reading a chunk's header")
     def chunk_rows(self, name: str) -> int:
         """The number of rows of chunk ``name``, read from its column headers (no data is read).
 
         Raises FileNotFoundError when it is not there, StorageError when it is not a chunk whose
         columns all have the same length."""
+        return self.chunk_layout(name)[0]
+
+    @_store_op("reading a chunk's header")
+    def chunk_layout(self, name: str) -> tuple:
+        """``(rows, bytes, bytes per row)`` of chunk ``name``: its rows and its row size from its column
+        headers (no data is read), and its file's size, as :meth:`chunk_rows`."""
         path = self.chunk_path(name)
-        lengths = set()
+        lengths, row_bytes = set(), 0
         source = self.backend.readable(path)  # FileNotFoundError when absent
         try:
+            # a local path, or the object's bytes already fetched
+            nbytes = os.stat(source).st_size if isinstance(source, str) else len(source.getbuffer())
             with zipfile.ZipFile(source) as archive:
                 for member in archive.infolist():
                     with archive.open(member) as f:
-                        lengths.add(_npy_rows(_npy_header(f)))  # the header only, never the data
+                        rows, per_row = _npy_rows(_npy_header(f))  # the header only, never the data
+                        lengths.add(rows)
+                        row_bytes += per_row
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -588,7 +606,13 @@ class SharedStorage:
             raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
         if len(lengths) != 1 or min(lengths) < 0:
             raise StorageError(f"{path}: columns of different or no lengths {sorted(lengths)}; not a chunk")
-        return lengths.pop()
+        return lengths.pop(), nbytes, row_bytes
+
+    @_store_op("looking at a chunk's size")
+    def chunk_bytes(self, name: str) -> int:
+        """The size in bytes of chunk ``name``'s file (FileNotFoundError when absent): one ``lstat`` (a HEAD
+        request on an object store); a link is not followed."""
+        return self.backend.size(posixpath.join("data", self.check_name(name) + ".npz"))
 
     @_store_op("deleting a chunk")
     def delete_chunk(self, name: str) -> bool:

@@ -241,6 +241,39 @@ def test_numbers_and_roles_in_messages_are_checked(coordinator_factory, slaves):
     assert coordinator.replay.count() == 0
 
 
+def test_wrong_sizes_are_refused_once_the_workers_chunk_layout_is_known(coordinator_factory, slaves):  # noqa: F811
+    """After a worker's first chunk the coordinator checks the next ones by their size in bytes; a wrong
+    announced size, a truncated file and another set of columns still have their headers read."""
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    task_id = collector.received[0].task_id
+    good = [chunk_message(collector, task_id, f"g-{k}", rows) for k, rows in enumerate((4, 7, 64, 4, 1))]
+    assert post_metadata(server, collector, good).json()["refused"] == []
+    truncated = chunk_message(collector, task_id, "t-1", 8)
+    path = collector.storage.chunk_path("t-1")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 16)
+    collector.storage.write_chunk("o-1", {"obs": np.zeros((4, 1), np.float32), "action": np.zeros(4, np.int64),
+                                          "reward": np.zeros(4, np.float32)})
+    bad = [
+        chunk_message(collector, task_id, "b-1", 4, size=5),  # 4 rows on disk, 5 announced
+        chunk_message(collector, task_id, "b-2", 64, size=63),
+        chunk_message(collector, task_id, "b-3", 1, size=10**6),
+        truncated,
+        {**good[0], "chunk": "o-1", "size": 6},  # other columns, 4 rows, 6 announced
+    ]
+    refused = post_metadata(server, collector, bad).json()["refused"]
+    assert [r["index"] for r in refused] == list(range(len(bad))), refused
+    assert "4 rows on disk" in refused[0]["message"] and "63" in refused[1]["message"]
+    assert coordinator.env_steps == 4 + 7 + 64 + 4 + 1
+    # the other columns with their right size are a new layout, and then checked by size in turn
+    again = [{**good[0], "chunk": "o-1", "size": 4}, chunk_message(collector, task_id, "b-4", 4, size=5)]
+    refused = post_metadata(server, collector, again).json()["refused"]
+    assert [r["index"] for r in refused] == [1], refused
+    assert coordinator.env_steps == 4 + 7 + 64 + 4 + 1 + 4
+
+
 # ---- 8. retries that double work -----------------------------------------------------------------
 def test_a_retried_assignment_runs_the_task_once(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory()

@@ -66,6 +66,22 @@ def test_chunk_rows_reads_every_columns_header(storage, tmp_path):
         storage.chunk_rows("absent")
 
 
+def test_a_chunks_layout_counts_its_file_bytes_and_its_bytes_per_row(storage):
+    """Fixed bytes + bytes per row x rows is the file's size, for every row count of one set of columns: what
+    lets the coordinator check a chunk's rows with one lstat (chunk_bytes) once it has read one chunk."""
+    layouts = {}
+    for n in (1, 3, 64, 1000, 12345):
+        storage.write_chunk(f"c{n}", {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int64),
+                                      "done": np.zeros(n, bool)})
+        rows, nbytes, per_row = storage.chunk_layout(f"c{n}")
+        assert (rows, per_row) == (n, 4 * 4 + 8 + 1)
+        assert nbytes == storage.chunk_bytes(f"c{n}") == os.path.getsize(storage.chunk_path(f"c{n}"))
+        layouts[n] = nbytes - per_row * rows
+    assert len(set(layouts.values())) == 1, layouts  # the fixed part does not move with the row count
+    with pytest.raises(FileNotFoundError):
+        storage.chunk_bytes("absent")
+
+
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", "", "x" * 200, "a..b", ".hidden"])
 def test_bad_chunk_names_are_rejected(storage, name):
     with pytest.raises(PathOutsideRootError):
