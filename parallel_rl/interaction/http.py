@@ -208,7 +208,8 @@ class _Server(cheroot.wsgi.Server):
     """cheroot's WSGI server, its messages (a reset connection, a request it could not parse) to our log."""
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
-        logger.log(level, "http server: %s", msg, exc_info=traceback)
+        # cheroot says INFO for what a busy cluster does all the time (a peer that reset its connection)
+        logger.log(logging.DEBUG if level < logging.WARNING else level, "http server: %s", msg, exc_info=traceback)
 
     def process_conn(self, conn) -> None:
         """A thread for a connection with something to read; one that has sent nothing yet (cheroot hands a
