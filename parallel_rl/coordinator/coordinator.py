@@ -6,6 +6,7 @@ registry/task/counter updates; HTTP calls to slaves are made outside it.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hmac
 import itertools
@@ -40,6 +41,8 @@ LONG_POLL_RETRY_AFTER = 1.0
 # metadata batches checked and applied at once: more threads running at once only take turns on the GIL,
 # each holding the coordinator's and the replay index's locks longer (every GET waited behind all of them)
 ADMITTED = 2
+# workers let go at once when the coordinator stops (release_workers)
+RELEASE_THREADS = 32
 ADMISSION_TIMEOUT = 10.0
 # a worker that refuses this many tasks in a row is marked lost
 MAX_REFUSALS = 3
@@ -209,9 +212,14 @@ class Coordinator:
     def release_workers(self) -> None:
         """Training is over and this coordinator serves on: remove every active worker as
         ``DELETE /collectors/<id>`` does (running tasks wrap up and report, then the worker is let go and is
-        ``gone``); slaves that registered themselves exit."""
-        for worker in self.workers.list(active_only=True):
-            self._release(worker)
+        ``gone``); slaves that registered themselves exit. The workers are let go side by side: each call waits
+        for its slave (or retries once after a refusal), and one after the other 256 unreachable collectors
+        held a stopping coordinator for 26 s."""
+        workers = self.workers.list(active_only=True)
+        if workers:
+            with concurrent.futures.ThreadPoolExecutor(min(RELEASE_THREADS, len(workers)),
+                                                       thread_name_prefix="release") as pool:
+                list(pool.map(self._release, workers))
 
     def _release(self, worker: Worker) -> None:
         try:
