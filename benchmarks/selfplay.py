@@ -60,6 +60,17 @@ def final_check(cfg, policy, opponents, games: int, seed: int) -> dict:
     return info["results"]
 
 
+def policy_for(cfg, state: dict = None):
+    """The config's policy for its game, with the weights of checkpoint ``state`` when given (else untrained)."""
+    env = BattleEnvManager.from_cfg(cfg.env, 1)
+    obs_dim, spec = env.obs_dim, env.action_spec
+    env.close()
+    policy = create_policy(cfg.policy, obs_dim, spec, seed=int(cfg.seed))
+    if state is not None:
+        policy.load_state_dict(state["policy"])
+    return policy
+
+
 def progress(info: dict) -> None:
     """One line per evaluation during training: where the run is and its mean win rate per opponent."""
     rates = ", ".join(f"{o} {rate:.3f}" for o, rate in info["win_rate"].items())
@@ -92,11 +103,7 @@ def main() -> int:
             cfg = load_config(args.config, [f"seed={seed}", f"exp_name={tmp}/exp", "system.tensorboard=false",
                                             "system.log_level=WARNING", *args.overrides])
             setup_process(cfg)
-            env = BattleEnvManager.from_cfg(cfg.env, 1)
-            obs_dim, spec = env.obs_dim, env.action_spec
-            env.close()
-            untrained = create_policy(cfg.policy, obs_dim, spec, seed=seed)
-            baseline = final_check(cfg, untrained, opponents, args.games, seed=12345 + seed)
+            baseline = final_check(cfg, policy_for(cfg), opponents, args.games, seed=12345 + seed)
             games = []
             start = time.perf_counter()
             result = selfplay_pipeline(cfg, on_eval=lambda info: (games.append(info["games"]), progress(info)))
@@ -108,10 +115,8 @@ def main() -> int:
                 state = _torch_load(os.path.join(tmp, "exp", "ckpt", name))
                 if checked and state["train_iter"] == next(iter(checked.values()))[0]:
                     break  # the best evaluation was the last one: the same policy
-                trained = create_policy(cfg.policy, obs_dim, spec, seed=seed)
-                trained.load_state_dict(state["policy"])
-                checked[name] = (state["train_iter"], final_check(cfg, trained, opponents, args.games,
-                                                                  seed=54321 + seed))
+                checked[name] = (state["train_iter"], final_check(cfg, policy_for(cfg, state), opponents,
+                                                                  args.games, seed=54321 + seed))
         print(f"seed {seed}: {'stop rule met' if result.solved else 'NOT met: ' + result.reason} after "
               f"{games[-1] if games else 0} training games, {result.env_steps} env steps (moves), "
               f"{result.train_iter} updates, {wall:.1f}s wall", flush=True)
@@ -132,14 +137,9 @@ def check_checkpoint(args, opponents) -> int:
     """The final check of a saved checkpoint (``--checkpoint``), as after training."""
     cfg = load_config(args.config, ["system.tensorboard=false", "system.log_level=WARNING", *args.overrides])
     setup_process(cfg)
-    env = BattleEnvManager.from_cfg(cfg.env, 1)
-    obs_dim, spec = env.obs_dim, env.action_spec
-    env.close()
     state = _torch_load(args.checkpoint)
-    policy = create_policy(cfg.policy, obs_dim, spec, seed=cfg.seed)
-    policy.load_state_dict(state["policy"])
     start = time.perf_counter()
-    final = final_check(cfg, policy, opponents, args.games, seed=54321 + int(cfg.seed))
+    final = final_check(cfg, policy_for(cfg, state), opponents, args.games, seed=54321 + int(cfg.seed))
     met = TARGETS.get(cfg.env.env_id, lambda r: True)(final)
     print(f"{args.checkpoint} ({state.get('train_iter')} updates), {args.games} games per side "
           f"({time.perf_counter() - start:.1f}s): {describe(final)}")

@@ -117,7 +117,7 @@ def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> memoryview:
 
 def _npy_header(f) -> bytes:
     """The header of the ``.npy`` file open in ``f``, as bytes: magic string and version, the header's length
-    (2 bytes in format 1.0, 4 in 2.0 and 3.0: NEP 1) and the header itself; numpy parses it (:func:`_npy_rows`)."""
+    (2 bytes in format 1.0, 4 in 2.0 and 3.0: NEP 1) and the header itself; numpy parses it (:func:`_npy_layout`)."""
     head = f.read(np.lib.format.MAGIC_LEN)
     length = f.read(2 if head[6:7] == b"\x01" else 4)
     size = int.from_bytes(length, "little")
@@ -127,7 +127,7 @@ def _npy_header(f) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _npy_rows(header: bytes) -> tuple:
+def _npy_layout(header: bytes) -> tuple:
     """(rows, bytes per row) of the array whose ``.npy`` header is ``header`` (rows -1 for a scalar), parsed by
     numpy (ValueError when it is not one). Cached: a collector's chunks repeat a few headers, and parsing one
     (``ast.literal_eval``) cost the coordinator more than the rest of a chunk's announcement."""
@@ -539,8 +539,11 @@ class SharedStorage:
         return os.path.join(fallback if self.remote else self.root, *parts)
 
     # ---- step data ---------------------------------------------------------------
+    def _chunk_relpath(self, name: str) -> str:
+        return posixpath.join("data", self.check_name(name) + ".npz")
+
     def chunk_path(self, name: str) -> str:
-        return self.resolve(os.path.join("data", self.check_name(name) + ".npz"))
+        return self.resolve(self._chunk_relpath(name))
 
     @_store_op("writing a chunk", write=True)
     def write_chunk(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
@@ -593,7 +596,7 @@ class SharedStorage:
             with zipfile.ZipFile(source) as archive:
                 for member in archive.infolist():
                     with archive.open(member) as f:
-                        rows, per_row = _npy_rows(_npy_header(f))  # the header only, never the data
+                        rows, per_row = _npy_layout(_npy_header(f))  # the header only, never the data
                         lengths.add(rows)
                         row_bytes += per_row
         except FileNotFoundError:
@@ -612,7 +615,7 @@ class SharedStorage:
     def chunk_bytes(self, name: str) -> int:
         """The size in bytes of chunk ``name``'s file (FileNotFoundError when absent): one ``lstat`` (a HEAD
         request on an object store); a link is not followed."""
-        return self.backend.size(posixpath.join("data", self.check_name(name) + ".npz"))
+        return self.backend.size(self._chunk_relpath(name))
 
     @_store_op("deleting a chunk")
     def delete_chunk(self, name: str) -> bool:
