@@ -137,6 +137,8 @@ def check_checkpoint(args, opponents) -> int:
     """The final check of a saved checkpoint (``--checkpoint``), as after training."""
     cfg = load_config(args.config, ["system.tensorboard=false", "system.log_level=WARNING", *args.overrides])
     setup_process(cfg)
+    if not os.path.isfile(args.checkpoint):
+        raise SystemExit(f"--checkpoint {args.checkpoint}: no such file (a run writes <exp_name>/ckpt/ckpt_best.pt)")
     state = _torch_load(args.checkpoint)
     start = time.perf_counter()
     final = final_check(cfg, policy_for(cfg, state), opponents, args.games, seed=54321 + int(cfg.seed))
