@@ -129,6 +129,8 @@ class IBuffer(abc.ABC):
 class _SumTree:
     """Binary sum tree over ``capacity`` leaves; batched (vectorized) updates and searches."""
 
+    SPAN = 4096  # leaves an update may span for its inner nodes to be recomputed by slices
+
     def __init__(self, capacity: int):
         self.size = 1 << max(0, int(capacity - 1).bit_length())
         self.tree = np.zeros(2 * self.size, dtype=np.float64)
@@ -145,6 +147,16 @@ class _SumTree:
             return
         pos = np.asarray(index, dtype=np.int64) + self.size
         self.tree[pos] = value
+        lo, hi = int(pos.min()), int(pos.max())
+        if hi - lo < self.SPAN:
+            # leaves close together (a push or an eviction: a run of slots): recompute every inner node over
+            # [lo, hi], level by level, with slices. Nodes over leaves that did not change get the sum they had.
+            # ~6x cheaper than the index arrays below for a run of 8 (a metadata call's chunks)
+            tree = self.tree
+            while lo > 1:
+                lo, hi = lo >> 1, hi >> 1
+                np.add(tree[2 * lo:2 * hi + 2:2], tree[2 * lo + 1:2 * hi + 2:2], out=tree[lo:hi + 1])
+            return
         # all leaves sit at one depth; duplicate parents just write the same sum twice
         pos = pos // 2
         while pos[0] >= 1:
