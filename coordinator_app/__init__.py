@@ -73,6 +73,15 @@ def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None
 
         install_metrics(app, coordinator)
 
+        @app.before_request
+        def _take_turn():  # a metadata request is served in its turn: see Admission
+            if request.endpoint == "workers.metadata":
+                coordinator.admission.enter()
+
+        @app.teardown_request
+        def _give_turn(exc):
+            coordinator.admission.leave()
+
     @app.before_request
     def _read_auth():
         if request.method in ("GET", "HEAD", "OPTIONS") and request.endpoint != "cluster.health":

@@ -117,6 +117,28 @@ def test_outbox_batches_and_retries():
     assert outbox.failures == 1
 
 
+def test_a_connections_next_request_is_served_by_the_thread_that_answered_the_last_one():
+    """A thread waits ``linger`` s after its answer for the connection's next request, instead of handing the
+    connection back to cheroot's selector thread (which made a busy coordinator's REST API wait ~150 ms). The
+    pool's threads take turns otherwise: without it 20 calls meet several threads."""
+    app = Flask("threads")
+
+    @app.get("/thread")
+    def thread():
+        return jsonify({"thread": threading.get_ident()})
+
+    srv = ServerThread(app, threads=8, linger=5.0).start()  # a client of this test calls well within 5 s
+    client = HttpClient(srv.url, timeout=10, max_retries=0)
+    try:
+        assert len({client.get("/thread")["thread"] for _ in range(20)}) == 1
+        other = HttpClient(srv.url, timeout=10, max_retries=0)  # another connection: another thread
+        assert other.get("/thread")["thread"] != client.get("/thread")["thread"]
+        other.close()
+    finally:
+        client.close()  # the lingering thread sees the connection end and lets it go
+        srv.close()
+
+
 def test_closing_a_server_does_not_wait_for_a_request_stuck_in_the_app():
     app = Flask("stuck")
     entered, release = threading.Event(), threading.Event()

@@ -38,8 +38,9 @@ TEMP_SWEEP_INTERVAL = 60.0
 KINDS = ("collector", "learner")
 # seconds a worker waits before asking again when every long-poll slot was taken
 LONG_POLL_RETRY_AFTER = 1.0
-# metadata batches checked and applied at once: more threads running at once only take turns on the GIL,
-# each holding the coordinator's and the replay index's locks longer (every GET waited behind all of them)
+# metadata requests served at once (body read, checked, applied, answered; a long-poll's wait not counted):
+# more threads at once only take turns on the GIL, each holding the coordinator's and the replay index's
+# locks longer, and every other request (GET /api/v1/cluster) waited behind all of them
 ADMITTED = 2
 # workers let go at once when the coordinator stops (release_workers)
 RELEASE_THREADS = 32
@@ -112,7 +113,7 @@ class Coordinator:
         # many threads beyond the ones for short calls, so heartbeats are always answered)
         self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
         self.long_polls_refused = 0
-        self._admission = threading.BoundedSemaphore(ADMITTED)
+        self.admission = Admission(ADMITTED, ADMISSION_TIMEOUT)
         # worker id -> (fixed bytes, bytes per row) of its chunk files (_check_chunk_file)
         self._chunk_layouts: Dict[str, Tuple[int, int]] = {}
         self.done_event = threading.Event()
@@ -696,11 +697,7 @@ class Coordinator:
         ``loaded_version`` (the policy the collector acts with) must be the current one for its share of the
         next segment to end the wait."""
         worker = self.heartbeat(worker_id, lease)
-        refused: List[Dict[str, Any]] = []
-        if messages:  # a long-poll with nothing to report waits for no turn
-            with self._admitted():
-                refused = self._check_and_apply(worker, messages)
-        answer: Dict[str, Any] = {"refused": refused}
+        answer: Dict[str, Any] = {"refused": self._check_and_apply(worker, messages) if messages else []}
         if wait_for_allowance > 0:
             with self.long_poll() as slot:
                 if slot:
@@ -731,20 +728,10 @@ class Coordinator:
         return refused
 
     @contextlib.contextmanager
-    def _admitted(self):
-        """One of the ``ADMITTED`` metadata batches checked and applied at once (ApiError 503 after
-        ``ADMISSION_TIMEOUT`` s: the slave sends the batch again later)."""
-        if not self._admission.acquire(timeout=ADMISSION_TIMEOUT):
-            raise ApiError(503, "unavailable", f"the coordinator is overloaded: no metadata batch was admitted "
-                                               f"within {ADMISSION_TIMEOUT:g}s; send it again later")
-        try:
-            yield
-        finally:
-            self._admission.release()
-
-    @contextlib.contextmanager
     def long_poll(self):
-        """A long-poll slot (True), or False when all are taken: the caller answers at once."""
+        """A long-poll slot (True), or False when all are taken: the caller answers at once. A request that
+        waits gives up its turn (:class:`Admission`) first."""
+        self.admission.leave()
         slot = self._long_polls.acquire(blocking=False)
         if not slot:
             with self._lock:
@@ -1151,6 +1138,30 @@ class Coordinator:
         interval = float(self.cfg.parallel.coordinator.snapshot_interval)
         while not self._closing.wait(interval):
             self.save_state()
+
+
+class Admission:
+    """At most ``size`` requests hold a turn at once; :meth:`enter` waits ``timeout`` s for one, then raises
+    ApiError 503 (the slave sends its batch again later). The coordinator's HTTP app makes each metadata
+    request take a turn before its body is read and give it back once its answer is built; a request that
+    is about to wait (a long-poll) gives it back early (:meth:`leave` from the same thread)."""
+
+    def __init__(self, size: int, timeout: float):
+        self.timeout = timeout
+        self._turns = threading.BoundedSemaphore(size)
+        self._held = threading.local()
+
+    def enter(self) -> None:
+        if not self._turns.acquire(timeout=self.timeout):
+            raise ApiError(503, "unavailable", f"the coordinator is overloaded: no metadata batch was admitted "
+                                               f"within {self.timeout:g}s; send it again later")
+        self._held.turn = True
+
+    def leave(self) -> None:
+        """Give back this thread's turn, if it holds one."""
+        if getattr(self._held, "turn", False):
+            self._held.turn = False
+            self._turns.release()
 
 
 def _num(x: float) -> Optional[float]:

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
+import cheroot.server
 import cheroot.wsgi
 import numpy as np
 import urllib3
@@ -204,8 +205,36 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
     raise ValueError(f"expected a list of numbers or a packed array, got {type(value).__name__}")
 
 
+class _Connection(cheroot.server.HTTPConnection):
+    """A keep-alive connection whose thread, after an answer, waits up to the server's ``linger`` seconds for
+    the connection's next request and serves it too, before handing the connection back to the selector.
+
+    Without it every request passes through cheroot's one selector thread, which needs the GIL once per
+    request: with 256 collectors calling flat out it got it every ~5 ms (the GIL's switch interval) and
+    handed out ~3 connections each time, so `GET /api/v1/cluster` waited ~150 ms behind them (p50). A client
+    that sends its next request at once (a collector whose outbox filled while it waited for the answer)
+    keeps its thread; one that sends later (a heartbeat a second later) costs a thread ``linger`` s."""
+
+    def communicate(self) -> bool:
+        while True:
+            keep_open = super().communicate()
+            if not (keep_open and self.server.ready
+                    and (self.rfile.has_data() or _readable(self.socket, self.server.linger))):
+                return keep_open
+
+
+def _readable(sock, timeout: float = 0.0) -> bool:
+    """Whether ``sock`` has data (or its end) to read, waiting at most ``timeout`` s (the GIL released)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout * 1000.0))
+
+
 class _Server(cheroot.wsgi.Server):
     """cheroot's WSGI server, its messages (a reset connection, a request it could not parse) to our log."""
+
+    ConnectionClass = _Connection
+    linger = 0.0  # seconds a thread waits for its connection's next request (see _Connection)
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
         # cheroot says INFO for what a busy cluster does all the time (a peer that reset its connection)
@@ -221,29 +250,26 @@ class _Server(cheroot.wsgi.Server):
             self.put_conn(conn)
 
 
-def _readable(sock) -> bool:
-    """Whether ``sock`` has data (or its end) to read now, without waiting."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
-
-
 class ServerThread:
     """A cheroot server for ``app`` on ``host:port`` (0: the OS picks), run in a daemon thread.
 
     cheroot keeps idle keep-alive connections in a ``selectors`` set: a call costs the same with 4 or 1,000
     connections open. (waitress, before it, asked every open connection whether it was readable on every
     event: over half of the coordinator's CPU with 256 collectors connected.) Each of ``threads`` threads
-    reads a request, runs the app and writes the answer; a client that stops mid-request holds its thread
-    for at most ``timeout`` seconds."""
+    reads a request, runs the app and writes the answer, then waits up to ``linger`` seconds for the
+    connection's next request (:class:`_Connection`); a client that stops mid-request holds its thread for at
+    most ``timeout`` seconds."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
-                 max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0):
+                 max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0,
+                 linger: float = 0.005):
         # request_queue_size is the listen backlog: hundreds of collectors connect at once
         self.server = _Server((host, port), app, numthreads=threads, max=threads, server_name="parallel_rl",
                               request_queue_size=1024, timeout=timeout, shutdown_timeout=1)
         # a body whose Content-Length is over max_body_bytes is answered 413 before it is read
         self.server.max_request_body_size = max_body_bytes
+        # after an answer, a thread waits this long for its connection's next request (_Connection)
+        self.server.linger = linger
         self.server.max_request_header_size = 64 * 1024
         # idle keep-alive connections kept at most; past it a connection is closed after its answer
         self.server.keep_alive_conn_limit = connection_limit
