@@ -193,6 +193,21 @@ def test_idle_connections_and_stalled_requests_leave_heartbeats_answered(coordin
             sock.close()
 
 
+def start_long_polls(collector, n):
+    """``n`` threads each long-polling as ``collector`` (a throttled collector's wait: nothing will allow
+    collecting for 8 s); returns the list their answers go to, and the threads."""
+    answers = []
+
+    def long_poll():
+        answers.append(collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=15))
+
+    pollers = [threading.Thread(target=long_poll) for _ in range(n)]
+    for t in pollers:
+        t.start()
+    return answers, pollers
+
+
 def test_long_polls_give_up_their_turn_so_batches_are_still_applied(coordinator_factory, slaves):  # noqa: F811
     """A metadata request is served in one of ADMITTED turns, and a long-poll gives its turn back before it
     waits: more long-polls than turns leave batches answered at once, not after the long-polls."""
@@ -202,15 +217,7 @@ def test_long_polls_give_up_their_turn_so_batches_are_still_applied(coordinator_
                                               coordinator={"long_poll_slots": ADMITTED + 1})
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    answers = []
-
-    def long_poll():  # a throttled collector's wait: nothing will allow collecting for 8 s
-        answers.append(collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=15))
-
-    pollers = [threading.Thread(target=long_poll) for _ in range(ADMITTED + 2)]
-    for t in pollers:
-        t.start()
+    answers, pollers = start_long_polls(collector, ADMITTED + 2)
     # every slot waiting, one more answered at once: each took its turn and gave it back
     eventually(lambda: any("retry_after" in a for a in answers), timeout=5, message="a long-poll beyond the slots")
     answer = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [
@@ -226,15 +233,7 @@ def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator
     coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0})
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    answers = []
-
-    def long_poll():  # a throttled collector's wait: nothing will allow collecting for 8 s
-        answers.append(collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=15))
-
-    pollers = [threading.Thread(target=long_poll) for _ in range(24)]  # more than all 16 + 8 server threads
-    for t in pollers:
-        t.start()
+    answers, pollers = start_long_polls(collector, 24)  # more than all 16 + 8 server threads
     eventually(lambda: sum("retry_after" in a for a in answers) >= 16, message="long-polls beyond the slots")
     for _ in range(5):  # with every slot taken, heartbeats still find a thread
         control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3,
