@@ -576,17 +576,13 @@ class SharedStorage:
     def chunk_exists(self, name: str) -> bool:
         return self.backend.isfile(self.chunk_path(name))
 
-    def chunk_rows(self, name: str) -> int:
-        """The number of rows of chunk ``name``, read from its column headers (no data is read).
-
-        Raises FileNotFoundError when it is not there, StorageError when it is not a chunk whose
-        columns all have the same length."""
-        return self.chunk_layout(name)[0]
-
     @_store_op("reading a chunk's header")
     def chunk_layout(self, name: str) -> tuple:
         """``(rows, bytes, bytes per row)`` of chunk ``name``: its rows and its row size from its column
-        headers (no data is read), and its file's size, as :meth:`chunk_rows`."""
+        headers (no data is read), and its file's size.
+
+        Raises FileNotFoundError when it is not there, StorageError when it is not a chunk whose
+        columns all have the same length."""
         path = self.chunk_path(name)
         lengths, row_bytes = set(), 0
         source = self.backend.readable(path)  # FileNotFoundError when absent

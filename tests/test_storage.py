@@ -44,15 +44,15 @@ def test_readers_never_see_a_partial_file(storage):
     assert not [f for f in os.listdir(storage.data_dir) if f.startswith(".tmp-")]
 
 
-def test_chunk_rows_reads_every_columns_header(storage, tmp_path):
+def test_a_chunks_rows_come_from_every_columns_header(storage, tmp_path):
     """Rows come from each column's own header, also when chunks share headers (they are parsed once); columns
     of different lengths, a damaged header or a header length past numpy's limit make no chunk."""
     for name, n in (("a", 3), ("b", 5), ("a2", 3)):
         storage.write_chunk(name, {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int64)})
-    assert [storage.chunk_rows(name) for name in ("a", "b", "a2", "b")] == [3, 5, 3, 5]
+    assert [storage.chunk_layout(name)[0] for name in ("a", "b", "a2", "b")] == [3, 5, 3, 5]
     storage.write_chunk("uneven", {"obs": np.zeros((3, 4), np.float32), "action": np.zeros(4, np.int64)})
     with pytest.raises(StorageError, match="columns of different or no lengths"):
-        storage.chunk_rows("uneven")
+        storage.chunk_layout("uneven")
     import zipfile
 
     for name, member in (("garbage", b"not a numpy file at all"),
@@ -61,9 +61,9 @@ def test_chunk_rows_reads_every_columns_header(storage, tmp_path):
         with zipfile.ZipFile(storage.chunk_path(name), "w") as archive:
             archive.writestr("obs.npy", member)
         with pytest.raises(StorageError, match="not a valid step-data chunk"):
-            storage.chunk_rows(name)
+            storage.chunk_layout(name)
     with pytest.raises(FileNotFoundError):
-        storage.chunk_rows("absent")
+        storage.chunk_layout("absent")
 
 
 def test_a_chunks_layout_counts_its_file_bytes_and_its_bytes_per_row(storage):
