@@ -233,8 +233,7 @@ def _readable(sock, timeout: float = 0.0) -> bool:
 class _Server(cheroot.wsgi.Server):
     """cheroot's WSGI server, its messages (a reset connection, a request it could not parse) to our log."""
 
-    ConnectionClass = _Connection
-    linger = 0.0  # seconds a thread waits for its connection's next request (see _Connection)
+    ConnectionClass = _Connection  # waits ServerThread's ``linger`` for a connection's next request
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
         # cheroot says INFO for what a busy cluster does all the time (a peer that reset its connection)
