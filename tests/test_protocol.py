@@ -1,10 +1,11 @@
 """The HTTP layer: auth, typed errors, timeouts and retries against real servers on 127.0.0.1."""
+import json
 import socket
 import threading
 import time
 
 import pytest
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 
 from parallel_rl.errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
 from parallel_rl.interaction.http import ApiError, HttpClient, ServerThread, check_token, install_json_errors
@@ -136,6 +137,36 @@ def test_a_connections_next_request_is_served_by_the_thread_that_answered_the_la
         other.close()
     finally:
         client.close()  # the lingering thread sees the connection end and lets it go
+        srv.close()
+
+
+def test_requests_sent_together_on_one_connection_are_all_answered_in_order():
+    """Pipelined requests arrive in one read: the server's socket reader must say it still holds the next one
+    (``has_data``), since the socket itself has nothing more to read. With ``linger=0`` nothing else would
+    serve them: the connection would wait in the selector for bytes that never come."""
+    app = Flask("pipelined")
+
+    @app.post("/echo")
+    def echo():
+        return jsonify(request.get_json())
+
+    srv = ServerThread(app, threads=4, linger=0.0).start()
+    host, port = srv.url.split("//")[1].split(":")
+    bodies = [b'{"n": %d, "pad": "%s"}' % (i, b"x" * (100 * i)) for i in range(3)]
+    wire = b"".join(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(b), b) for b in bodies)
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(wire)
+            received = b""
+            while received.count(b"HTTP/1.1 200") < 3 or not received.rstrip().endswith(b"}"):
+                data = sock.recv(65536)  # a timeout (10 s) fails the test
+                assert data, received
+                received += data
+        answers = [json.loads(part[part.index(b"{"):]) for part in received.split(b"HTTP/1.1 ")[1:]]
+        assert [a["n"] for a in answers] == [0, 1, 2]
+        assert [len(a["pad"]) for a in answers] == [0, 100, 200]
+    finally:
         srv.close()
 
 
