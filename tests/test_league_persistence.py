@@ -32,13 +32,23 @@ def played_league(seed=0) -> League:
 def test_league_state_round_trips_through_json_and_goes_on_alike():
     league = played_league()
     state = json.loads(json.dumps(league.state_dict()))  # plain JSON: what the snapshot holds
-    restored = League({"snapshot_every": 5, "pool_size": 2, "bots": ["random"]}, seed=99)
+    restored = League({"snapshot_every": 5, "pool_size": 2, "bots": ["random", "lookahead"]}, seed=99)
     restored.load_state_dict(state)
     assert restored.table() == league.table()
     assert restored.table()["retired"] == ["v0"] and restored.pool == ["random", "lookahead", "v5", "v10"]
     # the same next snapshot and the same PFSP choices (the generator's state is restored too)
     assert restored.wants_snapshot(14) is league.wants_snapshot(14) is False and restored.wants_snapshot(15)
     assert [restored.choose_opponent() for _ in range(50)] == [league.choose_opponent() for _ in range(50)]
+
+
+def test_a_resumed_league_plays_the_bots_its_config_names_now():
+    state = json.loads(json.dumps(played_league().state_dict()))  # saved with random and lookahead
+    restored = League({"snapshot_every": 5, "pool_size": 2, "bots": ["first_legal", "random"]}, seed=0)
+    restored.load_state_dict(state)
+    assert restored.pool == ["first_legal", "random", "v5", "v10"]  # lookahead left, first_legal joined
+    table = restored.table()
+    assert table["players"] == [MAIN, "first_legal", "random", "v5", "v10"]
+    assert table["payoff"][MAIN]["random"]["wins"] == 2 and table["games"] == 6  # results kept
 
 
 def test_league_state_that_does_not_fit_is_refused_naming_the_field():

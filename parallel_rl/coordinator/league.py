@@ -163,7 +163,10 @@ class League:
                     "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: Dict) -> None:
-        """Restore :meth:`state_dict` (ValueError naming the field when it does not fit)."""
+        """Restore :meth:`state_dict` (ValueError naming the field when it does not fit).
+
+        The bots in the pool are those of this league's config, not the saved ones: a run resumed with
+        ``league.bots`` changed plays the bots it now names (a bot left out keeps its rows in the table)."""
         names = {key: [str(n) for n in state[key]] for key in ("bots", "snapshots", "retired")}
         payoff: Dict[str, Dict[str, List[int]]] = {}
         for a, row in state["payoff"].items():
@@ -174,8 +177,11 @@ class League:
                                      f"({'/'.join(OUTCOMES)}), got {counts}")
                 payoff.setdefault(str(a), {})[str(b)] = counts
         last = state.get("last_snapshot")
+        if names["bots"] != list(self.cfg.bots):
+            logger.info("league: the pool's bots are %s (league.bots), the saved state had %s",
+                        list(self.cfg.bots), names["bots"])
         with self._lock:
-            self.bots, self.snapshots, self.retired = names["bots"], names["snapshots"], names["retired"]
+            self.bots, self.snapshots, self.retired = list(self.cfg.bots), names["snapshots"], names["retired"]
             self._payoff = payoff
             self.games = int(state["games"])
             self._last_snapshot = None if last is None else int(last)
