@@ -179,6 +179,25 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
     assert bad.value.status == 400
 
 
+def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chunk(tmp_path, caplog):
+    """A chunk file holding fewer rows than were indexed (the coordinator's check by size cannot tell every
+    crafted file): the rows past its end are dropped, not read from the slot's previous chunk."""
+    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(str(tmp_path))
+    storage.write_chunk("long", {"obs": np.arange(100, 108, dtype=np.float32)[:, None]})
+    storage.write_chunk("short", {"obs": np.arange(200, 203, dtype=np.float32)[:, None]})
+    store = RowStore(storage, slots=1, slot_rows=8)  # one slot: "short" is loaded where "long" was
+    cols, keep = store.gather(["long"], np.zeros(2, np.int64), np.array([1, 5]))
+    assert keep.all() and cols["obs"][:, 0].tolist() == [101.0, 105.0]
+    cols, keep = store.gather(["short"], np.zeros(3, np.int64), np.array([1, 5, 2]))
+    assert keep.tolist() == [True, False, True] and cols["obs"][:, 0].tolist() == [201.0, 202.0]
+    assert "'short' holds 3 rows, rows up to 5 were asked of it" in caplog.text
+    cols, keep = store.gather(["gone"], np.zeros(2, np.int64), np.array([0, 1]))
+    assert cols is None and not keep.any()
+
+
 def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
     from parallel_rl.interaction.learner_worker import DataPipeline
 

@@ -48,6 +48,8 @@ class RowStore:
         self._columns: Dict[str, np.ndarray] = {}
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
+        self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
+        self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
 
     def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
         """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone."""
@@ -74,17 +76,28 @@ class RowStore:
         base = slot * self.slot_rows
         for k, v in cols.items():
             self._columns[k][base:base + n] = v
+        self._rows_in[slot] = n
         self._lru[name] = slot
         return slot
 
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
-        """Columns of rows ``rows`` of chunks ``chunks[local]``; and a mask of rows whose chunk was gone."""
+        """Columns of rows ``rows`` of chunks ``chunks[local]``; and the mask of rows kept: a row whose chunk
+        file was gone, or past the end of its file (a file that holds fewer rows than were indexed), is not
+        read; the slot it would point into holds another chunk's rows."""
         if len(chunks) > self.slots:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
         # on an object store every read waits a round trip: fetch the misses together
         fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
-        slots = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)[local]
-        keep = slots >= 0
+        by_chunk = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)
+        slots = by_chunk[local]
+        keep = rows < np.where(slots >= 0, self._rows_in[slots], 0)
+        short = (slots >= 0) & ~keep
+        if short.any():
+            for i in set(local[short].tolist()):
+                if chunks[i] not in self._short:
+                    self._short.add(chunks[i])
+                    logger.warning("chunk %r holds %d rows, rows up to %d were asked of it: those past its end "
+                                   "are dropped", chunks[i], self._rows_in[by_chunk[i]], rows[local == i].max())
         pos = (slots * self.slot_rows + rows)[keep]
         if len(pos) == 0:
             return None, keep
@@ -233,7 +246,7 @@ class DataPipeline:
     def _load(self, chunks: List[str], refs: List[Dict[str, Any]]) -> List[Dict[str, np.ndarray]]:
         """The rows of a round of batches, gathered at once (one index per column), split into batches.
 
-        Rows whose chunk file is gone are dropped (counted in ``missing_rows``)."""
+        Rows whose chunk file is gone, or past its end, are dropped (counted in ``missing_rows``)."""
         if not refs:
             return []
         cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
