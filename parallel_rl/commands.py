@@ -55,7 +55,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     from .coordinator import Coordinator
     from .interaction.http import token_from_env
-    from .runtime import on_signals, outcome_exit_code, setup_process, shared_root
+    from .runtime import freeze_startup_objects, on_signals, outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage, lock_shared_dir
 
     cfg = _load_checked(args)
@@ -80,6 +80,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     server = serve_coordinator(coordinator, *_coordinator_address(args, cfg), advertise=args.advertise)
     server.start()
     coordinator.start()
+    freeze_startup_objects()
     print(f"REST API: {server.url}/api/v1", flush=True)
     interrupted: List[str] = []
     stopped = threading.Event()

@@ -1,6 +1,7 @@
 """Process set-up shared by every role: logging, torch threads, seeds."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -9,6 +10,8 @@ import threading
 from typing import Callable
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -36,6 +39,19 @@ def setup_process(cfg, seed: int | None = None, need_torch: bool = True) -> None
 
         torch.set_num_threads(max(1, int(cfg.system.torch_num_threads)))
         torch.manual_seed(seed)
+
+
+def freeze_startup_objects() -> None:
+    """Put what start-up made (modules, classes, the app, a resumed state) out of the garbage collector's way.
+
+    A full collection walks every object the collector tracks, and holds the GIL while it does. In the
+    coordinator most of them are start-up's, and with 256 collectors calling, a full collection stopped every
+    request for up to ~360 ms: the REST p99. Frozen (``gc.freeze``), they are skipped, and a full collection
+    walks what was made since. For a long-lived process's own entry point, once it runs: frozen objects are
+    never collected."""
+    gc.collect()
+    gc.freeze()
+    logger.info("%d start-up objects frozen out of the garbage collector's way (gc.freeze)", gc.get_freeze_count())
 
 
 def experiment_dir(cfg) -> str:

@@ -32,7 +32,7 @@ from easydict import EasyDict
 from ..coordinator import Coordinator, CoordinatorState
 from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
-from ..runtime import on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
+from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
 
 logger = logging.getLogger(__name__)
@@ -197,6 +197,7 @@ class LocalCluster:
         """Start everything, wait for the end, shut down; returns the exit code."""
         self.server.start()
         self.coordinator.start()
+        freeze_startup_objects()  # `parallel-rl run`'s own process (run_local_cluster)
         print(f"REST API: {self.url}/api/v1", flush=True)
         if not self._stop.is_set():  # interrupted while starting: no child to start and stop again
             self._spawn("learner")
