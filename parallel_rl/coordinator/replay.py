@@ -13,7 +13,6 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -30,17 +29,6 @@ logger = logging.getLogger(__name__)
 REF_DTYPES = {"chunk": "<i4", "row": "<i4", "index": "<i8", "uid": "<i8", "weight": "<f4"}
 
 
-@dataclass
-class ChunkInfo:
-    chunk_id: int
-    name: str
-    size: int
-    policy_version: int
-    worker_id: str
-    refs: int
-    created: float
-
-
 class ReplayIndex:
     def __init__(self, buffer_cfg, storage: SharedStorage, grace_seconds: float = 10.0, name: str = "default"):
         self.name = name
@@ -49,8 +37,12 @@ class ReplayIndex:
         self.buffer = create_buffer(buffer_cfg, on_evict=self._on_evict)
         self._lock = threading.RLock()
         self._pushed = threading.Condition(self._lock)
-        self._chunks: Dict[str, ChunkInfo] = {}
+        # chunk name -> (chunk id, rows, policy version, worker id): a plain tuple, which the garbage collector
+        # stops tracking, so that a full collection (which holds the GIL) does not walk tens of thousands
+        # of them; the rows still referenced by the buffer are counted apart, by chunk id
+        self._chunks: Dict[str, Tuple[int, int, int, str]] = {}
         self._names: Dict[int, str] = {}
+        self._refs: Dict[int, int] = {}
         self._next_id = 0
         self._doomed: List[tuple] = []  # (delete_at, name)
         self.chunks_deleted = 0
@@ -84,23 +76,24 @@ class ReplayIndex:
                 if not self.known(name) and not self.storage.chunk_exists(name):
                     raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
         with self._lock:
-            added, infos = [], []
+            added, ids, sizes, versions = [], [], [], []
             for name, size, policy_version in chunks:
                 added.append(name not in self._chunks)
                 if not added[-1]:
                     continue
-                info = ChunkInfo(self._next_id, name, size, policy_version, worker_id, size, time.time())
+                chunk_id = self._next_id
                 self._next_id += 1
-                self._chunks[name] = info
-                self._names[info.chunk_id] = name
-                infos.append(info)
-            if infos:
-                sizes = [info.size for info in infos]
+                self._chunks[name] = (chunk_id, size, policy_version, worker_id)
+                self._names[chunk_id] = name
+                self._refs[chunk_id] = size
+                ids.append(chunk_id)
+                sizes.append(size)
+                versions.append(policy_version)
+            if ids:
                 self.buffer.push({
-                    "chunk": np.repeat(np.array([info.chunk_id for info in infos], dtype=np.int64), sizes),
+                    "chunk": np.repeat(np.array(ids, dtype=np.int64), sizes),
                     "row": np.concatenate([np.arange(size, dtype=np.int32) for size in sizes]),
-                    "collect_iter": np.repeat(np.array([info.policy_version for info in infos], dtype=np.int64),
-                                              sizes),
+                    "collect_iter": np.repeat(np.array(versions, dtype=np.int64), sizes),
                 })
                 self._pushed.notify_all()
             return added
@@ -112,9 +105,8 @@ class ReplayIndex:
             name = self._names.get(chunk_id)
             if name is None:
                 continue
-            info = self._chunks[name]
-            info.refs -= count
-            if info.refs <= 0:
+            self._refs[chunk_id] -= count
+            if self._refs[chunk_id] <= 0:
                 self._doomed.append((delete_at, name))
 
     def collect_garbage(self, force: bool = False) -> int:
@@ -124,9 +116,10 @@ class ReplayIndex:
             due = [n for t, n in self._doomed if force or t <= now]
             self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
             for name in due:
-                info = self._chunks.pop(name, None)
-                if info is not None:
-                    self._names.pop(info.chunk_id, None)
+                entry = self._chunks.pop(name, None)
+                if entry is not None:
+                    self._names.pop(entry[0], None)
+                    self._refs.pop(entry[0], None)
         for name in due:
             if self.storage.delete_chunk(name):
                 self.chunks_deleted += 1
@@ -207,10 +200,10 @@ class ReplayIndex:
     def state_dict(self) -> Dict[str, np.ndarray]:
         with self._lock:
             state = {f"buffer/{k}": v for k, v in self.buffer.state_dict().items()}
-            infos = list(self._chunks.values())
-            state["chunks/name"] = np.array([c.name for c in infos], dtype=str)
-            state["chunks/worker"] = np.array([c.worker_id for c in infos], dtype=str)
-            state["chunks/ints"] = np.array([[c.chunk_id, c.size, c.policy_version, c.refs] for c in infos],
+            entries = list(self._chunks.items())
+            state["chunks/name"] = np.array([name for name, _ in entries], dtype=str)
+            state["chunks/worker"] = np.array([e[3] for _, e in entries], dtype=str)
+            state["chunks/ints"] = np.array([[e[0], e[1], e[2], self._refs[e[0]]] for _, e in entries],
                                             dtype=np.int64).reshape(-1, 4)
             state["chunks/next_id"] = np.array(self._next_id)
             return state
@@ -218,10 +211,11 @@ class ReplayIndex:
     def load_state_dict(self, state: Dict[str, np.ndarray]) -> None:
         with self._lock:
             self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("buffer/")})
-            self._chunks, self._names = {}, {}
+            self._chunks, self._names, self._refs = {}, {}, {}
             for name, worker, (cid, size, version, refs) in zip(
                     state["chunks/name"].tolist(), state["chunks/worker"].tolist(), state["chunks/ints"].tolist()):
-                self._chunks[name] = ChunkInfo(cid, name, size, version, worker, refs, time.time())
+                self._chunks[name] = (cid, size, version, worker)
                 self._names[cid] = name
+                self._refs[cid] = refs
             self._next_id = int(state["chunks/next_id"])
 
