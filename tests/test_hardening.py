@@ -507,6 +507,7 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     exits 2 at once naming the holder's pid, and deletes nothing of the first run's."""
     import signal
 
+    from parallel_rl.storage import SharedStorage
     from tests.test_cluster import TOY_CONFIG, get, start_run
 
     config = tmp_path / "toy.py"
@@ -516,7 +517,8 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     first, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000", "--shared-dir", str(shared),
                            "--set", "parallel.commander.max_seconds=0")
     eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="the first run training")
-    chunks = set(os.listdir(shared / "data"))
+    store = SharedStorage(str(shared))
+    chunks = set(store.list_chunks())  # written ones: a chunk being written is a temporary file until renamed
     assert chunks
     for args in (["--shared-dir", str(shared)], ["--resume", str(shared)]):
         second = cli("second", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp2'}", *args)
@@ -524,7 +526,7 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
         assert re.search(rf"is in use by pid {first.pid} on \S+ \(parallel-rl run", second.output()), second.output()
         assert "REST API" not in second.output()
     assert get(url, "/buffers")["buffers"][0]["evicted"] == 0  # so every chunk file is still wanted
-    assert chunks <= set(os.listdir(shared / "data"))
+    assert chunks <= set(store.list_chunks())
     assert first.proc.poll() is None and get(url, "/cluster")["state"] == "running"
     first.proc.send_signal(signal.SIGINT)
     assert first.wait(30) == 130
