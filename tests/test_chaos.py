@@ -82,8 +82,8 @@ def test_roles_solve_while_any_process_is_killed_and_restarted(cli, tmp_path):
     victims = ["coordinator", "learner", "collector", "coordinator"]  # each role at least once
     rng.shuffle(victims)
     while procs["coordinator"].proc.poll() is None and time.monotonic() < deadline:
-        if victims and train_iter(url) > last_kill_iter + (KILL_AFTER_ITERS if kills else 0):
-            last_kill_iter = train_iter(url)
+        if victims and (now := train_iter(url)) > last_kill_iter + (KILL_AFTER_ITERS if kills else 0):
+            last_kill_iter = now
             name = victims.pop()
             kills.append(name)
             procs[name].proc.send_signal(signal.SIGKILL)
