@@ -207,6 +207,9 @@ def _validate(cfg: EasyDict) -> None:
                           f"(or leave the key out)")
     if cfg.env.type not in ("gymnasium", "pettingzoo"):
         raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
+    if cfg.env.type == "pettingzoo" and cfg.policy.get("random_collect_size", 0):
+        raise ConfigError(f"policy.random_collect_size={cfg.policy.random_collect_size} is for single-agent envs; "
+                          f"two-player self-play starts against the league's bots instead: leave it 0")
     if cfg.env.type == "pettingzoo" and cfg.policy.type not in SELFPLAY_POLICY_TYPES:
         raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
                           f"got {cfg.policy.type!r}")

@@ -95,6 +95,7 @@ class Coordinator:
                                   grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
         # the data flow the policy asks for: on-policy data is used as whole segments of recent versions
         self.on_policy = bool(cfg.policy.on_policy)
+        self.random_collect_size = 0 if self.on_policy else int(cfg.policy.get("random_collect_size", 0) or 0)
         # on-policy: env steps each collector sent per policy version (its share of the next segment)
         self._segment_steps: Dict[int, Dict[str, int]] = {}
         # on-policy: a new learner task starts a new round of segments (its predecessor may have taken the
@@ -599,6 +600,8 @@ class Coordinator:
         return {
             "policy_version": self.policy_version,
             "epsilon": self.commander.epsilon(self.env_steps),
+            # off-policy warm-up: collectors act with random actions until the cluster has this many env steps
+            "random_collect": self.env_steps < self.random_collect_size,
             "stop": self.system_shutdown_flag,
             "state": worker.state.value,
             "env_steps": self.env_steps,
@@ -614,14 +617,15 @@ class Coordinator:
     def allowed_env_steps(self) -> Optional[float]:
         """How far collectors may run ahead of the learner (None: no limit).
 
-        ``warmup_env_steps + max_env_steps_per_update * train_iter``: collectors
+        ``max(warmup_env_steps, policy.random_collect_size) + max_env_steps_per_update * train_iter``: collectors
         that outrun the learner only steal its CPU and fill the buffer with data
         it never trains on.
         """
         ratio = float(self.cfg.parallel.commander.max_env_steps_per_update)
         if ratio <= 0:
             return None
-        return float(self.cfg.parallel.commander.warmup_env_steps) + ratio * self.train_iter
+        warmup = max(float(self.cfg.parallel.commander.warmup_env_steps), float(self.random_collect_size))
+        return warmup + ratio * self.train_iter
 
     def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None,
                            worker: Optional[Worker] = None, loaded_version: Optional[int] = None) -> bool:
@@ -968,7 +972,8 @@ class Coordinator:
         if self.on_policy:
             return self._sample_segment(batch_size, train_iter, wait, encoding)
         lcfg = self.cfg.parallel.learner
-        min_size = max(batch_size, int(lcfg.min_buffer_size))
+        # the learner starts once the random warm-up is in the buffer (RL Zoo's learning_starts)
+        min_size = max(batch_size, int(lcfg.min_buffer_size), self.random_collect_size)
         ratio = float(lcfg.max_updates_per_transition)
 
         def allowed() -> int:

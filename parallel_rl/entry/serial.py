@@ -81,6 +81,17 @@ def train_on_collected(learner, buffer, data, learn: EasyDict, envstep: int, on_
     train_from_buffer(learner, buffer, learn, envstep)
 
 
+def warm_up(policy_cfg: EasyDict, collector, buffer) -> None:
+    """Off-policy: ``policy.random_collect_size`` transitions made with uniformly random actions go into the
+    replay buffer before the first update (DI-engine's random_collect, RL Zoo's learning_starts)."""
+    size = int(policy_cfg.get("random_collect_size", 0) or 0)
+    if size <= 0 or policy_cfg.on_policy:
+        return
+    logger.info("serial: collecting %d transitions with random actions before training", size)
+    data = collector.collect(size, train_iter=0, random_collect=True, record_random_collect=False)
+    buffer.push(data, cur_collector_envstep=collector.envstep)
+
+
 def prepare_run(cfg: EasyDict) -> str:
     """What every in-process pipeline does first: its experiment directory (returned) exists, and torch runs
     on ``system.torch_num_threads`` (pipelines are called from Python too, not only by the CLI)."""
@@ -117,6 +128,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     solved, reason = False, ""
     learner.call_hook("before_run")
     try:
+        warm_up(cfg.policy, collector, buffer)
         while True:
             if evaluator.should_eval(learner.train_iter):
                 stop, info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)

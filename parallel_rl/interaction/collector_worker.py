@@ -221,6 +221,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             self._wait_for_allowance(task)
             self.refresh_policy()
             eps = float(self.control.get("epsilon", exploration_schedule(self.cfg.policy)(0)))
+            random_collect = bool(self.control.get("random_collect", False))
             pieces, chunk_steps, chunk_returns, chunk_outcomes = [], 0, [], []
             started = time.monotonic()
             version, fresh = self.collector.policy_version, self._fresh_policy()
@@ -234,7 +235,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                     ask = min(ask, chunk_size - have - envs + 1, ask if left is None else left)
                     if ask <= 0:
                         break
-                data, stats = self.collector.collect(ask, eps)
+                data, stats = self.collector.collect(ask, eps, random_collect)
                 have += len(data["action"])
                 pieces.append(data)
                 chunk_steps += stats.env_steps

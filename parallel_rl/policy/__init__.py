@@ -16,6 +16,7 @@ _POLICIES = {
     "dqn": "parallel_rl.policy.dqn:DQNPolicy",
     "ppo": "parallel_rl.policy.ppo:PPOPolicy",
     "sac": "parallel_rl.policy.sac:SACPolicy",
+    "td3": "parallel_rl.policy.td3:TD3Policy",
 }
 _LAZY = {"DQNPolicy": "parallel_rl.policy.dqn", "QNetwork": "parallel_rl.policy.dqn"}
 

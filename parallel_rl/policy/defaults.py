@@ -20,6 +20,16 @@ def _common(type_: str, on_policy: bool) -> dict:
     )
 
 
+def _off_policy() -> dict:
+    """Keys of the off-policy (replay) algorithms."""
+    return dict(
+        # DI-engine's key (RL Zoo's learning_starts): env steps collected with uniformly random actions
+        # before the first update; serial pushes them first, the cluster's collectors act randomly until the
+        # cluster has collected this many (0: none)
+        random_collect_size=0,
+    )
+
+
 def _encoder() -> dict:
     return dict(type="mlp", shape=[], channels=[32, 64], kernel_size=3)
 
@@ -27,6 +37,7 @@ def _encoder() -> dict:
 def dqn_default_config() -> EasyDict:
     return EasyDict(
         **_common("dqn", on_policy=False),
+        **_off_policy(),
         # encoder: what reads the observation before hidden_size_list (policy/nets.py): mlp, or conv over
         # (H, W, C) boards/images with shape=[H, W, C], channels=[...], kernel_size (odd)
         model=dict(hidden_size_list=[128, 128, 64], dueling=True, encoder=_encoder()),
@@ -87,6 +98,7 @@ def sac_default_config() -> EasyDict:
     """SAC (Haarnoja et al. 2018) with twin Q and automatic temperature, DI-engine's key names."""
     return EasyDict(
         **_common("sac", on_policy=False),
+        **_off_policy(),
         model=dict(actor_hidden_size_list=[256, 256], critic_hidden_size_list=[256, 256]),
         discount_factor=0.99,
         nstep=1,
@@ -109,6 +121,35 @@ def sac_default_config() -> EasyDict:
     )
 
 
-POLICY_DEFAULTS = {"dqn": dqn_default_config, "ppo": ppo_default_config, "sac": sac_default_config}
+def td3_default_config() -> EasyDict:
+    """TD3 (Fujimoto et al. 2018): CleanRL's td3_continuous_action defaults."""
+    return EasyDict(
+        **_common("td3", on_policy=False),
+        **_off_policy(),
+        model=dict(actor_hidden_size_list=[256, 256], critic_hidden_size_list=[256, 256]),
+        discount_factor=0.99,
+        nstep=1,
+        learn=dict(
+            update_per_collect=1,
+            batch_size=256,
+            learning_rate_actor=3e-4,
+            learning_rate_critic=3e-4,
+            # Polyak factor of the target actor and critics
+            target_theta=0.005,
+            # the actor and the targets move every policy_delay critic updates (delayed policy updates)
+            policy_delay=2,
+            # target policy smoothing: N(0, policy_noise) clipped to +-noise_clip, in the [-1, 1] action scale
+            policy_noise=0.2,
+            noise_clip=0.5,
+        ),
+        # collectors act with the actor's action plus N(0, exploration_noise) ([-1, 1] action scale)
+        collect=dict(n_sample=8, exploration_noise=0.1),
+        eval=dict(),
+        other=dict(),
+    )
+
+
+POLICY_DEFAULTS = {"dqn": dqn_default_config, "ppo": ppo_default_config, "sac": sac_default_config,
+                   "td3": td3_default_config}
 # which action spaces each policy type trains on
-POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",)}
+POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",), "td3": ("box",)}

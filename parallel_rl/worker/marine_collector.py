@@ -83,9 +83,10 @@ class MarineParallelCollector(ZerglingParallelCollector):
         self.opponent = name
         return name, missing
 
-    def collect(self, n_sample: int, eps: float) -> Tuple[Dict[str, np.ndarray], BattleCollectStats]:
+    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], BattleCollectStats]:
         """``n_sample`` rows of the training player (in self-play shared by both seats' players: a chunk never
-        holds more rows than asked) and the games' results."""
+        holds more rows than asked) and the games' results. ``random_collect`` is refused by the config check
+        (a two-player game's random warm-up is a bot in the league)."""
         trained = self.collector.trained_players
         share = [-(-n_sample // len(trained)), n_sample // len(trained)] if len(trained) == 2 else [n_sample, 0]
         per_player = self.collector.collect(share, train_iter=self.policy_version, policy_kwargs={"eps": eps})

@@ -28,8 +28,9 @@ class BaseParallelCollector(abc.ABC):
         """Load policy ``version``; False if it is not newer or not available."""
 
     @abc.abstractmethod
-    def collect(self, n_sample: int, eps: float) -> Tuple[Dict[str, np.ndarray], CollectStats]:
-        """``n_sample`` transitions with the current policy, and what the collection did."""
+    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], CollectStats]:
+        """``n_sample`` transitions with the current policy (uniformly random actions with ``random_collect``:
+        the off-policy warm-up), and what the collection did."""
 
     @abc.abstractmethod
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:

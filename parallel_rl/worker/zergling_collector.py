@@ -77,11 +77,11 @@ class ZerglingParallelCollector(BaseParallelCollector):
         self.policy_version = version
         return True
 
-    def collect(self, n_sample: int, eps: float) -> Tuple[Dict[str, np.ndarray], CollectStats]:
+    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], CollectStats]:
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
         policy loaded now (the surplus is not kept for a call that may act with a newer policy)."""
         data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                      drop_extra=not self.policy.on_policy)
+                                      drop_extra=not self.policy.on_policy, random_collect=random_collect)
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:

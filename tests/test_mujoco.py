@@ -1,0 +1,122 @@
+"""MuJoCo continuous control (issue #24): TD3, the random warm-up, and the shipped configs end to end with tiny
+budgets (the learning curves are benchmarks: benchmarks/mujoco.py)."""
+import re
+
+import numpy as np
+import pytest
+import requests
+import torch
+
+from parallel_rl.config import compile_config
+from parallel_rl.envs.env_manager import EnvManager
+from parallel_rl.errors import ConfigError
+from parallel_rl.policy import create_policy
+from parallel_rl.worker.collector import SampleSerialCollector
+from tests.conftest import eventually
+from tests.test_cluster import get, start_run, toy_config  # noqa: F401 (a fixture)
+from tests.test_serial import run_cli
+
+
+def _td3(**learn):
+    cfg = compile_config({"env": {"env_id": "Pendulum-v1"},
+                          "policy": {"type": "td3", "learn": {"batch_size": 32, **learn},
+                                     "model": {"actor_hidden_size_list": [16], "critic_hidden_size_list": [16]}}})
+    return cfg
+
+
+def _params(module):
+    return torch.cat([p.detach().flatten().clone() for p in module.parameters()])
+
+
+def test_td3_moves_actor_and_targets_only_every_policy_delay_updates():
+    cfg = _td3(policy_delay=3)
+    with EnvManager("Pendulum-v1", 2, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        batch = SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99).collect(32)
+    nets = ("actor", "actor_target", "q1", "target_q1")
+    for update in range(1, 7):
+        before = {name: _params(getattr(policy, name)) for name in nets}
+        info = policy.forward_learn(batch)
+        moved = {name: not torch.equal(before[name], _params(getattr(policy, name))) for name in nets}
+        delayed = update % 3 == 0
+        assert moved == {"actor": delayed, "actor_target": delayed, "q1": True, "target_q1": delayed}, update
+        assert info["actor_updated"] == float(delayed)
+
+
+def test_td3_explores_with_bounded_gaussian_noise_and_evaluates_deterministically():
+    cfg = _td3()
+    with EnvManager("Pendulum-v1", 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        obs = np.repeat(env.reset(), 2000, axis=0)
+    greedy = policy.forward_eval(obs)
+    assert np.array_equal(greedy, policy.forward_eval(obs))
+    noisy = policy.forward_collect(obs)
+    assert noisy.shape == greedy.shape and noisy.dtype == np.float32
+    assert np.all(np.abs(noisy) <= 2.0)  # Pendulum's bounds
+    # exploration_noise 0.1 in the [-1, 1] scale is 0.2 in Pendulum's torque (scale 2), away from the bounds
+    inside = np.abs(greedy[:, 0]) < 1.0
+    assert abs(np.std(noisy[inside, 0] - greedy[inside, 0]) - 0.2) < 0.03
+
+
+@pytest.mark.parametrize("learn, match", [({"policy_delay": 0}, "policy_delay=0"), ({"noise_clip": -1.0}, "noise_clip=-1.0")])
+def test_td3_bad_settings_name_the_value(learn, match):
+    cfg = _td3(**learn)
+    with EnvManager("Pendulum-v1", 1, seed=0) as env, pytest.raises(ConfigError, match=match):
+        create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+
+
+def test_serial_warm_up_collects_random_steps_before_the_first_update(tmp_path):
+    """policy.random_collect_size env steps come first, with no update: the rest of the budget is trained at
+    the config's ratio (4 env steps, 4 updates per collect), so the updates are exactly budget - warm-up."""
+    proc = run_cli("serial", "-c", "configs/pendulum_td3.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "policy.random_collect_size=400", "--set", "serial.max_env_step=480",
+                   "--set", "policy.learn.batch_size=16")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "collecting 400 transitions with random actions" in proc.stderr
+    assert re.search(r"env_steps=480 train_iter=80 ", proc.stdout), proc.stdout[-500:]
+
+
+def test_cluster_learner_waits_for_the_random_warm_up(cli, tmp_path, toy_config):
+    """Collectors act randomly until the cluster has random_collect_size env steps; the learner gets no batch
+    before then (its min_buffer_size is 32), and collectors may run ahead of it by the warm-up."""
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "policy.random_collect_size=600",
+                         "--set", "parallel.commander.max_env_steps_per_update=1.0")
+    seen = []
+
+    def trained():
+        summary = get(url, "/cluster")
+        seen.append((summary["env_steps"], summary["train_iter"]))
+        return summary["train_iter"] >= 20
+
+    eventually(trained, timeout=60, interval=0.05, message="20 updates")
+    early = [(steps, it) for steps, it in seen if it > 0 and steps < 600]
+    assert not early, f"updates before the warm-up was in: {early[:5]}"
+    assert any(steps >= 590 and it == 0 for steps, it in seen) or seen[0][1] > 0
+    run.stop()
+
+
+@pytest.mark.slow
+def test_serial_td3_solves_pendulum(tmp_path):
+    proc = run_cli("serial", "-c", "configs/pendulum_td3.py", "--set", f"exp_name={tmp_path / 'exp'}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
+
+
+@pytest.mark.parametrize("config", ["halfcheetah_td3", "hopper_sac"])
+def test_mujoco_configs_train_serial(tmp_path, config):
+    proc = run_cli("serial", "-c", f"configs/{config}.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "policy.random_collect_size=500", "--set", "serial.max_env_step=700",
+                   "--set", "policy.eval.evaluator.eval_freq=100", "--set", "env.n_evaluator_episode=1",
+                   "--set", "env.evaluator_env_num=1", "--set", "policy.learn.batch_size=64")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert re.search(r"env_steps=700 train_iter=200 ", proc.stdout), proc.stdout[-500:]
+
+
+def test_mujoco_sac_config_trains_in_the_cluster(cli, tmp_path):
+    run, url = start_run(cli, tmp_path, "configs/halfcheetah_sac_parallel.py", "--collectors", "1",
+                         "--set", "policy.random_collect_size=300", "--set", "parallel.commander.max_env_step=600",
+                         "--set", "parallel.commander.eval_freq=100", "--set", "env.n_evaluator_episode=1",
+                         "--set", "env.evaluator_env_num=1", "--set", "policy.learn.batch_size=64")
+    assert run.wait(120) == 3, run.output()[-3000:]
+    assert re.search(r"env step budget 600 used up", run.output())
+    assert re.search(r"eval of policy \d+: mean return -?\d", run.output())
