@@ -120,3 +120,76 @@ def test_mujoco_sac_config_trains_in_the_cluster(cli, tmp_path):
     assert run.wait(120) == 3, run.output()[-3000:]
     assert re.search(r"env step budget 600 used up", run.output())
     assert re.search(r"eval of policy \d+: mean return -?\d", run.output())
+
+
+# ---- PPO as published for MuJoCo: normalisation that works across processes ---------------------------
+from parallel_rl.policy.nets import RunningMeanStd  # noqa: E402
+from parallel_rl.policy.ppo import discounted_returns  # noqa: E402
+
+
+def test_running_statistics_merged_batch_by_batch_equal_those_of_all_the_data():
+    data = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 4))
+    rms = RunningMeanStd((4,))
+    for part in np.split(data, [10, 11, 500, 640]):
+        rms.update(part)
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-10)
+    assert float(rms.count) == 1000
+
+
+def test_discounted_returns_restart_at_episode_ends_and_per_lane():
+    reward = np.array([1.0, 10.0, 1.0, 10.0, 1.0, 10.0])
+    env_id = np.array([0, 1, 0, 1, 0, 1])
+    end = np.array([False, False, True, False, False, False])
+    got = discounted_returns(reward, end, env_id, 0.5)
+    np.testing.assert_allclose(got, [1.0, 10.0, 1.5, 15.0, 1.0, 17.5])
+
+
+def _ppo_mujoco(env, **learn):
+    cfg = compile_config({"env": {"env_id": "Hopper-v5"},
+                          "policy": {"type": "ppo", "model": {"hidden_size_list": [16], "obs_norm": True,
+                                                              "orthogonal_init": True},
+                                     "learn": {"epoch_per_collect": 1, "batch_size": 64, "reward_norm": True, **learn}}})
+    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+    return cfg, policy, SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99)
+
+
+def test_ppo_normalizes_with_the_statistics_its_collectors_used_then_ships_the_new_ones():
+    with EnvManager("Hopper-v5", 2, seed=0) as env:
+        cfg, learner, collector = _ppo_mujoco(env)
+        _, actor, _ = _ppo_mujoco(env)  # a collector process's copy
+        segment = collector.collect(256, drop_extra=False)
+        obs = segment["obs"].reshape(len(segment["obs"]), -1)
+        assert float(learner.model.obs_rms.count) == 0  # the first segment was collected with empty statistics
+        learner.forward_learn(segment)
+        np.testing.assert_allclose(learner.model.obs_rms.mean.numpy(), obs.mean(0), rtol=1e-6, atol=1e-9)
+        assert float(learner.model.ret_rms.count) == len(obs)
+        actor.load_model_state_dict(learner.collect_mode.state_dict())  # what a checkpoint carries
+        probe = obs[:8]
+        np.testing.assert_array_equal(actor.forward_eval(probe), learner.forward_eval(probe))
+        expected = np.clip((probe - obs.mean(0)) / np.sqrt(obs.var(0) + 1e-8), -10, 10)
+        seen = actor.model.obs_rms.normalize(torch.as_tensor(probe, dtype=torch.float32), 10.0)
+        np.testing.assert_allclose(seen.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_ppo_learning_rate_anneals_linearly_over_the_configured_env_steps():
+    with EnvManager("Hopper-v5", 1, seed=0) as env:
+        _, policy, collector = _ppo_mujoco(env, lr_anneal_env_steps=512, learning_rate=1e-3)
+        rates = [policy.forward_learn(collector.collect(128, drop_extra=False))["learning_rate"] for _ in range(5)]
+    np.testing.assert_allclose(rates, [1e-3, 0.75e-3, 0.5e-3, 0.25e-3, 0.0])
+
+
+def test_observation_statistics_of_every_collector_reach_the_learner_and_its_checkpoints(cli, tmp_path):
+    from parallel_rl.storage import SharedStorage
+
+    run, url = start_run(cli, tmp_path, "configs/hopper_ppo_parallel.py", "--collectors", "2",
+                         "--set", "policy.collect.n_sample=256", "--set", "parallel.commander.max_env_step=1024",
+                         "--set", "policy.learn.epoch_per_collect=1", "--set", "parallel.commander.eval_freq=2",
+                         "--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1")
+    assert run.wait(120) == 3, run.output()[-3000:]
+    storage = SharedStorage(str(tmp_path / "exp" / "shared"))
+    version = storage.latest_policy_version()
+    model = storage.load_policy(version)["model"]
+    # version V was trained on V segments of 256 rows, each collected by the two collectors together
+    assert version >= 3 and float(model["obs_rms.count"]) == 256 * version
+    assert float(model["obs_rms.var"].min()) > 0

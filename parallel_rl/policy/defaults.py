@@ -69,6 +69,12 @@ def ppo_default_config() -> EasyDict:
             encoder=_encoder(),
             # Box actions: log std is a learned parameter, independent of the observation
             init_log_std=-0.5,
+            # normalize observations by running mean/std (gymnasium's NormalizeObservation), clipped to
+            # +-obs_clip; the statistics live in the model, so every checkpoint carries them
+            obs_norm=False,
+            obs_clip=10.0,
+            # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
+            orthogonal_init=False,
         ),
         discount_factor=0.99,
         nstep=1,
@@ -87,6 +93,13 @@ def ppo_default_config() -> EasyDict:
             gae_lambda=0.95,
             # unused by PPO; kept so a shared pipeline may read it
             update_per_collect=1,
+            # scale rewards by the running std of the discounted return (gymnasium's NormalizeReward), then
+            # clip to +-reward_clip; the statistics are kept by the learner (see docs/protocol.md)
+            reward_norm=False,
+            reward_clip=10.0,
+            # anneal the learning rate linearly to 0 over this many env steps trained on (0: constant;
+            # CleanRL anneals over the whole run)
+            lr_anneal_env_steps=0,
         ),
         collect=dict(n_sample=512),
         eval=dict(),

@@ -93,3 +93,35 @@ def to_tensor(array, device: str, dtype=torch.float32) -> torch.Tensor:
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     return t.to(device, non_blocking=True) if device != "cpu" else t
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and variance of a stream of arrays (what gymnasium's NormalizeObservation and
+    NormalizeReward keep), as buffers: they are part of the model's state dict, so they travel with every
+    policy checkpoint to collectors and evaluators and are resumed with the learner's state.
+
+    ``update`` merges a batch with the parallel-variance formula (Chan et al.), so statistics gathered
+    anywhere combine exactly; ``normalize`` is ``clip((x - mean) / sqrt(var + eps), -clip, clip)``."""
+
+    def __init__(self, shape: Tuple[int, ...] = (), epsilon: float = 1e-8):
+        super().__init__()
+        self.epsilon = float(epsilon)
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(0.0, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: np.ndarray) -> None:
+        x = torch.as_tensor(np.asarray(batch, dtype=np.float64)).reshape(-1, *self.mean.shape)
+        if len(x) == 0:
+            return
+        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), float(len(x))
+        delta, total = batch_mean - self.mean, self.count + n
+        m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
+        self.mean.add_(delta * n / total)
+        self.var.copy_(m2 / total)
+        self.count.fill_(total)
+
+    def normalize(self, x: torch.Tensor, clip: float) -> torch.Tensor:
+        scale = (self.var + self.epsilon).sqrt().to(x.dtype)
+        return ((x - self.mean.to(x.dtype)) / scale).clamp(-clip, clip)

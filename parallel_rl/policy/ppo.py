@@ -10,6 +10,13 @@ of minibatches over it, and is done with it: the segment is never used again.
 Actions: a Categorical head for ``Discrete`` spaces; for ``Box`` spaces a
 Gaussian whose mean is squashed into the space's bounds and whose log std is
 a learned parameter (the env manager clips the sample to the bounds).
+
+What published PPO needs on MuJoCo (CleanRL's ``ppo_continuous_action``), as config keys:
+observation normalisation (``model.obs_norm``: running statistics in the model, so collectors and
+evaluators act with the checkpoint's frozen statistics; the learner normalizes a segment with the
+statistics its collectors used, then adds the segment's raw observations to them), reward scaling
+(``learn.reward_norm``), learning-rate annealing (``learn.lr_anneal_env_steps``), value clipping
+(``learn.value_clip``) and orthogonal initialisation (``model.orthogonal_init``).
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from torch.distributions import Categorical, Normal
 from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
-from .nets import cpu_state_dict, mlp, to_tensor
+from .nets import RunningMeanStd, cpu_state_dict, mlp, to_tensor
 from .optim import Adam
 
 
@@ -57,6 +64,30 @@ def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray
     return advantage.astype(np.float32)
 
 
+def discounted_returns(reward: np.ndarray, end: np.ndarray, env_id: np.ndarray, gamma: float) -> np.ndarray:
+    """``R_t = gamma * R_{t-1} + r_t`` per env lane, restarting after an episode's end and at each lane's
+    first row in the segment: the quantity whose running std gymnasium's NormalizeReward divides by."""
+    order = np.argsort(env_id, kind="stable")
+    sorted_env, sorted_reward, sorted_end = env_id[order], reward[order], end[order].astype(bool)
+    out = np.empty(len(reward), dtype=np.float64)
+    running = 0.0
+    for i in range(len(reward)):
+        continues = i > 0 and sorted_env[i] == sorted_env[i - 1] and not sorted_end[i - 1]
+        running = sorted_reward[i] + (gamma * running if continues else 0.0)
+        out[i] = running
+    returns = np.empty_like(out)
+    returns[order] = out
+    return returns
+
+
+def orthogonal_init_(net: nn.Sequential, head_gain: float) -> None:
+    """CleanRL's layer_init: orthogonal weights with gain sqrt(2), ``head_gain`` for the last layer, zero biases."""
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, head_gain if i == len(linears) - 1 else np.sqrt(2))
+        nn.init.zeros_(layer.bias)
+
+
 # the logit of an illegal action: exp() underflows to 0 in float32, and entropy stays finite (-inf would give nan)
 ILLEGAL_LOGIT = -1e9
 
@@ -65,12 +96,19 @@ class ActorCritic(nn.Module):
     """Separate actor and critic networks (``policy.model.encoder``, then an MLP) over flattened observations."""
 
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
-                 encoder: Optional[dict] = None):
+                 encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
+                 orthogonal_init: bool = False):
         super().__init__()
         self.spec = spec
         key = "policy.model.hidden_size_list"
         self.actor = mlp(obs_dim, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
         self.critic = mlp(obs_dim, hidden_size_list, 1, key, nn.Tanh, encoder)
+        if orthogonal_init:
+            orthogonal_init_(self.actor, 0.01)
+            orthogonal_init_(self.critic, 1.0)
+        # running statistics: of the observations (model.obs_norm), of the discounted return (learn.reward_norm)
+        self.obs_rms = RunningMeanStd((obs_dim,)) if obs_norm else None
+        self.ret_rms = RunningMeanStd(()) if reward_norm else None
         if spec.kind == "box":
             low, high = torch.as_tensor(spec.low).flatten(), torch.as_tensor(spec.high).flatten()
             self.register_buffer("action_scale", (high - low) / 2.0)
@@ -115,14 +153,22 @@ class PPOPolicy(Policy):
         if seed is not None:
             torch.manual_seed(seed)
         self._generator = np.random.default_rng(seed)
-        self.model = ActorCritic(obs_dim, self.spec, cfg.model.hidden_size_list,
-                                 cfg.model.get("init_log_std", -0.5), cfg.model.get("encoder")).to(device)
+        m = cfg.model
+        self.model = ActorCritic(obs_dim, self.spec, m.hidden_size_list, m.get("init_log_std", -0.5),
+                                 m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
+                                 m.get("orthogonal_init", False)).to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
+        self.env_steps_trained = 0  # rows of all segments trained on (learning-rate annealing)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return to_tensor(obs, self.device).flatten(1)
+        """Observations as the networks see them: flat float32, normalized by the model's running
+        statistics when ``model.obs_norm`` is on."""
+        x = to_tensor(obs, self.device).flatten(1)
+        if self.model.obs_rms is not None:
+            x = self.model.obs_rms.normalize(x, float(self.cfg.model.get("obs_clip", 10.0)))
+        return x
 
     # ---- acting ----------------------------------------------------------------
     def _mask(self, mask: Optional[np.ndarray]) -> Optional[torch.Tensor]:
@@ -160,11 +206,22 @@ class PPOPolicy(Policy):
         return dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
 
     # ---- learning --------------------------------------------------------------
+    def scaled_reward(self, segment: Dict[str, np.ndarray]) -> np.ndarray:
+        """The segment's rewards, divided by the running std of the discounted return (updated with this
+        segment first) and clipped, with ``learn.reward_norm``; as collected otherwise."""
+        reward = segment["reward"].astype(np.float64)
+        learn, rms = self.cfg.learn, self.model.ret_rms
+        if rms is None:
+            return reward
+        rms.update(discounted_returns(reward, segment["end"], segment["env_id"], self.cfg.discount_factor))
+        scale = float((rms.var + rms.epsilon).sqrt())
+        return np.clip(reward / scale, -learn.reward_clip, learn.reward_clip)
+
     @torch.no_grad()
     def advantages(self, segment: Dict[str, np.ndarray]) -> np.ndarray:
         """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now)."""
         next_value = self.model.value(self._obs(segment["next_obs"])).cpu().numpy().astype(np.float64)
-        return gae_advantages(segment["reward"].astype(np.float64), segment["value"].astype(np.float64),
+        return gae_advantages(self.scaled_reward(segment), segment["value"].astype(np.float64),
                               next_value, segment["done"], segment["end"], segment["env_id"],
                               self.cfg.discount_factor, self.cfg.learn.gae_lambda)
 
@@ -184,6 +241,8 @@ class PPOPolicy(Policy):
 
         Returns 0-d tensors (means over the segment's updates): no host sync per update."""
         learn = self.cfg.learn
+        if learn.get("lr_anneal_env_steps", 0) > 0:  # linear to 0 over the configured env steps
+            self.optimizer.lr = learn.learning_rate * max(0.0, 1.0 - self.env_steps_trained / learn.lr_anneal_env_steps)
         advantage = torch.as_tensor(self.advantages(segment)).to(self.device)
         obs = self._obs(segment["obs"])
         action = self._action(segment["action"])
@@ -224,11 +283,15 @@ class PPOPolicy(Policy):
                     approx_kl = (old_logp[idx] - logp).mean()
                     clip_fraction = ((ratio - 1.0).abs() > learn.clip_ratio).float().mean()
                     stats.append(torch.stack([loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction]))
+        self.env_steps_trained += n
+        if self.model.obs_rms is not None:  # the next version acts (and its segment trains) with these
+            self.model.obs_rms.update(np.asarray(segment["obs"]).reshape(n, -1))
         mean = torch.stack(stats).mean(0).detach() if stats else torch.zeros(6)
         names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         info = dict(zip(names, mean.unbind()))
         info["updates"] = len(stats)
         info["epochs"] = int(learn.epoch_per_collect)  # every segment is used exactly this many times
+        info["learning_rate"] = self.optimizer.lr
         return info
 
     # ---- state -----------------------------------------------------------------
@@ -237,6 +300,7 @@ class PPOPolicy(Policy):
             "model": cpu_state_dict(self.model),
             "optimizer": self.optimizer.state_dict(),
             "learn_steps": self.learn_steps,
+            "env_steps_trained": self.env_steps_trained,
         }
 
     def load_state_dict(self, state: Dict) -> None:
@@ -244,3 +308,4 @@ class PPOPolicy(Policy):
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.learn_steps = int(state.get("learn_steps", self.learn_steps))
+        self.env_steps_trained = int(state.get("env_steps_trained", self.env_steps_trained))

@@ -1,0 +1,45 @@
+"""Hopper-v5 PPO, serial pipeline: ``parallel-rl serial -c configs/hopper_ppo.py``.
+
+Hyperparameters of CleanRL's ``ppo_continuous_action.py`` (RL Zoo's MuJoCo PPO is close): segments of
+2048 env steps, 10 epochs of minibatches of 64, Adam at 3e-4 annealed linearly to 0 over the 1M-step run,
+gamma 0.99, GAE lambda 0.95, clip 0.2, value loss clipped, no entropy bonus, gradient norm 0.5,
+normalized advantages, 64x64 tanh networks with orthogonal initialisation, observations normalized by
+running statistics (clipped at 10), rewards scaled by the running std of the discounted return (clipped at
+10). Differences: our Gaussian's mean is squashed into the action bounds (CleanRL clips the sampled action
+only) and the log std starts at 0 as CleanRL's. ``configs/hopper_ppo_parallel.py`` runs it as a cluster.
+"""
+main_config = dict(
+    exp_name="hopper_ppo",
+    seed=0,
+    env=dict(
+        env_id="Hopper-v5",
+        collector_env_num=1,
+        evaluator_env_num=5,
+        n_evaluator_episode=5,
+        stop_value=100_000,  # no stop: runs to its budget
+    ),
+    policy=dict(
+        type="ppo",
+        model=dict(hidden_size_list=[64, 64], init_log_std=0.0, obs_norm=True, obs_clip=10.0, orthogonal_init=True),
+        discount_factor=0.99,
+        learn=dict(
+            epoch_per_collect=10,
+            batch_size=64,
+            learning_rate=3e-4,
+            lr_anneal_env_steps=1_000_000,
+            clip_ratio=0.2,
+            value_weight=0.5,
+            entropy_weight=0.0,
+            value_clip=True,
+            adv_norm=True,
+            max_grad_norm=0.5,
+            gae_lambda=0.95,
+            reward_norm=True,
+            reward_clip=10.0,
+        ),
+        collect=dict(n_sample=2048),
+        # one evaluation every 10 segments (20,480 env steps)
+        eval=dict(evaluator=dict(eval_freq=10)),
+    ),
+    serial=dict(max_env_step=1_000_000),
+)
