@@ -8,6 +8,9 @@
 - learner: buffer.sample + BaseLearner.train (+ priority update) vs a bare loop:
   uniform numpy sampling + the same double-DQN update (grad clipping included)
   written inline with torch.optim.Adam.
+- SAC / TD3 learners (HalfCheetah's shapes: 17 observations, 6 actions, 256x256 networks, batch 256,
+  uniform replay): buffer.sample + BaseLearner.train vs a bare loop of the same update written inline
+  with torch.optim.Adam on the same networks (``--only sac td3`` runs just these). Target >= 0.9.
 Target: library >= 85% of bare.
 """
 from __future__ import annotations
@@ -118,17 +121,109 @@ def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
     return bare, lib
 
 
+def actor_critic_rates(kind: str, seconds: float) -> tuple[float, float]:
+    """SAC or TD3 updates/s: the library (naive buffer + BaseLearner + policy) vs the same update by hand."""
+    from parallel_rl.envs.spaces import ActionSpec
+    from parallel_rl.policy import create_policy
+
+    rng = np.random.default_rng(0)
+    n, obs_dim, act_dim, batch_size, gamma, tau = 100_000, 17, 6, 256, 0.99, 0.005
+    data = {
+        "obs": rng.normal(size=(n, obs_dim)).astype(np.float32), "action": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
+        "done": np.zeros(n, bool), "discount": np.full(n, gamma, np.float32), "collect_iter": np.zeros(n, np.int64),
+    }
+    cfg = compile_config({"env": {"env_id": "Pendulum-v1"}, "policy": {"type": kind, "learn": {
+        "batch_size": batch_size, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
+    spec = ActionSpec("box", shape=(act_dim,), low=np.full(act_dim, -1.0, np.float32), high=np.full(act_dim, 1.0, np.float32))
+    tensors = {k: torch.from_numpy(v) for k, v in data.items()}
+
+    def net(inp, out):
+        return torch.nn.Sequential(torch.nn.Linear(inp, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                   torch.nn.ReLU(), torch.nn.Linear(256, out))
+
+    actor = net(obs_dim, 2 * act_dim if kind == "sac" else act_dim)
+    actor_target = net(obs_dim, act_dim)
+    q1, q2, tq1, tq2 = (net(obs_dim + act_dim, 1) for _ in range(4))
+    log_alpha = torch.zeros((), requires_grad=True)
+    opt_q = torch.optim.Adam(list(q1.parameters()) + list(q2.parameters()), lr=3e-4)
+    opt_pi = torch.optim.Adam(actor.parameters(), lr=3e-4)
+    opt_alpha = torch.optim.Adam([log_alpha], lr=3e-4)
+    step = [0]
+
+    def sample_pi(obs):
+        mean, log_std = actor(obs).chunk(2, -1)
+        std = log_std.clamp(-20, 2).exp()
+        u = mean + std * torch.randn_like(mean)
+        logp = torch.distributions.Normal(mean, std).log_prob(u).sum(-1) - (2 * (np.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u), logp
+
+    def bare_update():
+        idx = torch.from_numpy(rng.integers(0, n, batch_size))
+        obs, act, nxt = tensors["obs"][idx], tensors["action"][idx], tensors["next_obs"][idx]
+        rew, disc = tensors["reward"][idx], tensors["discount"][idx]
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            if kind == "sac":
+                a2, logp2 = sample_pi(nxt)
+            else:
+                a2 = (torch.tanh(actor_target(nxt)) + (torch.randn_like(act) * 0.2).clamp(-0.5, 0.5)).clamp(-1, 1)
+            x2 = torch.cat([nxt, a2], -1)
+            target_q = torch.min(tq1(x2), tq2(x2)).squeeze(-1)
+            y = rew + disc * (target_q - alpha * logp2 if kind == "sac" else target_q)
+        x = torch.cat([obs, act], -1)
+        loss_q = F.mse_loss(q1(x).squeeze(-1), y) + F.mse_loss(q2(x).squeeze(-1), y)
+        opt_q.zero_grad()
+        loss_q.backward()
+        opt_q.step()
+        step[0] += 1
+        if kind == "sac":
+            a, logp = sample_pi(obs)
+            xa = torch.cat([obs, a], -1)
+            loss_pi = (alpha * logp - torch.min(q1(xa), q2(xa)).squeeze(-1)).mean()
+        elif step[0] % 2 == 0:
+            loss_pi = -q1(torch.cat([obs, torch.tanh(actor(obs))], -1)).mean()
+        else:
+            return
+        opt_pi.zero_grad()
+        loss_pi.backward()
+        opt_pi.step()
+        if kind == "sac":
+            loss_alpha = -(log_alpha * (logp.detach() - act_dim)).mean()
+            opt_alpha.zero_grad()
+            loss_alpha.backward()
+            opt_alpha.step()
+        with torch.no_grad():
+            for t, o in ((tq1, q1), (tq2, q2)) + (((actor_target, actor),) if kind == "td3" else ()):
+                torch._foreach_lerp_(list(t.parameters()), list(o.parameters()), tau)
+
+    bare = timed(bare_update, seconds)
+    policy = create_policy(cfg.policy, obs_dim, spec, seed=0, device="cpu")
+    learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode)
+    buffer = create_buffer({"type": "naive", "replay_buffer_size": n})
+    buffer.push(data)
+    lib = timed(lambda: learner.train(buffer.sample(batch_size, learner.train_iter)), seconds)
+    return bare, lib
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3"),
+                        default=("collector", "learner", "sac", "td3"))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    for kind in ("sac", "td3"):
+        if kind in args.only:
+            bare, lib = actor_critic_rates(kind, args.seconds)
+            print(f"{kind} learner updates/s (256x256, batch 256): library {lib:7.1f}  bare {bare:7.1f}  "
+                  f"ratio {lib / bare:.2f}")
     cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
                                                                      "save_ckpt_after_run": False}}}}})
-    for nstep in (1, 3):
+    for nstep in (1, 3) if "collector" in args.only else ():
         bare, lib = collector_rates(cfg, args.seconds, nstep)
         print(f"collector env steps/s (nstep={nstep}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
-    for kind in ("naive", "advanced"):
+    for kind in ("naive", "advanced") if "learner" in args.only else ():
         bare, lib = learner_rates(cfg, args.seconds, kind)
         print(f"learner updates/s ({kind:8s}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
 
