@@ -280,8 +280,10 @@ class NaiveReplayBuffer(IBuffer):
         with self._lock:
             if self._count < size or size <= 0:
                 return None
-            if sample_range is None and self._count == self.capacity:
-                return self._gather(self._draw(self.capacity, size, replace), cur_learner_iter)
+            if sample_range is None and (self._count == self.capacity or self.pushed == self._count):
+                # every slot holds a row, or the rows fill slots [0, count) (nothing wrapped or left yet): no
+                # scan of the valid mask (1M slots of a MuJoCo replay: ~1 ms per batch)
+                return self._gather(self._draw(self._count, size, replace), cur_learner_iter)
             pool = np.flatnonzero(self._valid)
             if sample_range is not None:
                 pool = pool[np.argsort(self._uid[pool], kind="stable")][sample_range]
