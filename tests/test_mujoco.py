@@ -102,9 +102,11 @@ def test_serial_td3_solves_pendulum(tmp_path):
     assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
 
 
-@pytest.mark.parametrize("config", ["halfcheetah_td3", "hopper_sac"])
-def test_mujoco_configs_train_serial(tmp_path, config):
+@pytest.mark.parametrize("config, env_id", [("halfcheetah_td3", "HalfCheetah-v5"), ("hopper_sac", "Hopper-v5"),
+                                            ("halfcheetah_sac", "Walker2d-v5"), ("halfcheetah_td3", "Ant-v5")])
+def test_mujoco_configs_train_serial(tmp_path, config, env_id):
     proc = run_cli("serial", "-c", f"configs/{config}.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", f"env.env_id={env_id}",
                    "--set", "policy.random_collect_size=500", "--set", "serial.max_env_step=700",
                    "--set", "policy.eval.evaluator.eval_freq=100", "--set", "env.n_evaluator_episode=1",
                    "--set", "env.evaluator_env_num=1", "--set", "policy.learn.batch_size=64")
@@ -177,6 +179,15 @@ def test_ppo_learning_rate_anneals_linearly_over_the_configured_env_steps():
         _, policy, collector = _ppo_mujoco(env, lr_anneal_env_steps=512, learning_rate=1e-3)
         rates = [policy.forward_learn(collector.collect(128, drop_extra=False))["learning_rate"] for _ in range(5)]
     np.testing.assert_allclose(rates, [1e-3, 0.75e-3, 0.5e-3, 0.25e-3, 0.0])
+
+
+def test_ppo_mujoco_config_trains_serial_on_ant(tmp_path):
+    proc = run_cli("serial", "-c", "configs/hopper_ppo.py", "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "env.env_id=Ant-v5", "--set", "policy.collect.n_sample=256",
+                   "--set", "serial.max_env_step=512", "--set", "policy.learn.epoch_per_collect=1",
+                   "--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert re.search(r"env_steps=512 train_iter=2 ", proc.stdout), proc.stdout[-500:]
 
 
 def test_observation_statistics_of_every_collector_reach_the_learner_and_its_checkpoints(cli, tmp_path):
