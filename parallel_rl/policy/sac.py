@@ -17,10 +17,9 @@ from easydict import EasyDict
 from torch import nn
 
 from ..envs.spaces import ActionSpec
-from ..errors import ConfigError
+from .continuous import BoxActorCritic, QNetwork  # noqa: F401  (QNetwork: parallel_rl.policy.sac's name)
 from .defaults import sac_default_config
-from .base import Policy
-from .nets import cpu_state_dict, mlp, to_tensor
+from .nets import mlp, to_tensor
 from .optim import Adam
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -47,17 +46,8 @@ class TanhGaussianActor(nn.Module):
         return action, gaussian_logp - squash
 
 
-class QNetwork(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int, hidden_size_list):
-        super().__init__()
-        self.net = mlp(obs_dim + action_dim, hidden_size_list, 1, "policy.model.critic_hidden_size_list")
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
-
-
-class SACPolicy(Policy):
-    on_policy = False
+class SACPolicy(BoxActorCritic):
+    _OPTIMIZERS = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -65,46 +55,18 @@ class SACPolicy(Policy):
 
     def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
                  device: str = "cpu"):
-        if not isinstance(action, ActionSpec) or action.kind != "box":
-            raise ConfigError(f"policy.type='sac' needs a Box action space, got {action!r}")
-        self.cfg = cfg
-        self.spec = action
-        self.device = device
-        if seed is not None:
-            torch.manual_seed(seed)
-        dim = action.dim
-        m = cfg.model
-        self.actor = TanhGaussianActor(obs_dim, dim, m.actor_hidden_size_list).to(device)
-        self.q1 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.q2 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.target_q1 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.target_q2 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.target_q1.load_state_dict(self.q1.state_dict())
-        self.target_q2.load_state_dict(self.q2.state_dict())
-        self.target_q1.requires_grad_(False)
-        self.target_q2.requires_grad_(False)
-        low, high = torch.as_tensor(action.low).flatten(), torch.as_tensor(action.high).flatten()
-        self.action_scale = ((high - low) / 2.0).to(device)
-        self.action_bias = ((high + low) / 2.0).to(device)
+        self._setup(cfg, obs_dim, action, seed, device, TanhGaussianActor)
         learn = cfg.learn
         self.log_alpha = torch.tensor(math.log(learn.init_alpha), device=device, requires_grad=True)
-        self.target_entropy = float(learn.target_entropy_per_dim) * dim
+        self.target_entropy = float(learn.target_entropy_per_dim) * action.dim
         self.actor_optimizer = Adam(self.actor.parameters(), lr=learn.learning_rate_policy)
         self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
                                      lr=learn.learning_rate_q)
         self.alpha_optimizer = Adam([self.log_alpha], lr=learn.learning_rate_alpha)
-        self.learn_steps = 0
 
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
-
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return to_tensor(obs, self.device).flatten(1)
-
-    def _to_env(self, action: torch.Tensor, n: int) -> np.ndarray:
-        env_action = action * self.action_scale + self.action_bias
-        return env_action.cpu().numpy().astype(np.float32).reshape((n,) + self.spec.shape)
 
     # ---- acting ----------------------------------------------------------------
     @torch.no_grad()
@@ -124,7 +86,7 @@ class SACPolicy(Policy):
         learn = self.cfg.learn
         obs = self._obs(batch["obs"])
         next_obs = self._obs(batch["next_obs"])
-        action = (to_tensor(batch["action"], self.device).reshape(len(obs), -1) - self.action_bias) / self.action_scale
+        action = self.unit_action(batch, len(obs))
         reward = to_tensor(batch["reward"], self.device)
         done = to_tensor(batch["done"], self.device)
         discount = to_tensor(batch["discount"], self.device)
@@ -136,10 +98,7 @@ class SACPolicy(Policy):
             q_target = reward + discount * (1.0 - done) * (target_q - alpha * next_logp)
         q1, q2 = self.q1(obs, action), self.q2(obs, action)
         td_error = 0.5 * (q1 + q2) - q_target
-        critic_loss = F.mse_loss(q1, q_target) + F.mse_loss(q2, q_target)
-        if "weight" in batch:
-            weight = to_tensor(batch["weight"], self.device)
-            critic_loss = (weight * ((q1 - q_target).pow(2) + (q2 - q_target).pow(2))).mean()
+        critic_loss = self.critic_loss(q1, q2, q_target, batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -157,10 +116,7 @@ class SACPolicy(Policy):
             alpha_loss.backward()
             self.alpha_optimizer.step()
 
-        with torch.no_grad():
-            theta = learn.target_theta
-            for target, online in ((self.target_q1, self.q1), (self.target_q2, self.q2)):
-                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), theta)
+        self.polyak(((self.target_q1, self.q1), (self.target_q2, self.q2)), learn.target_theta)
         self.learn_steps += 1
         info = {
             "loss": critic_loss.detach(),
@@ -176,33 +132,11 @@ class SACPolicy(Policy):
         return info
 
     # ---- state -----------------------------------------------------------------
-    def model_state_dict(self) -> Dict:
-        return {"actor": cpu_state_dict(self.actor)}
-
-    def load_model_state_dict(self, state: Dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-
     def state_dict(self) -> Dict:
-        return {
-            "actor": cpu_state_dict(self.actor),
-            "q1": cpu_state_dict(self.q1), "q2": cpu_state_dict(self.q2),
-            "target_q1": cpu_state_dict(self.target_q1), "target_q2": cpu_state_dict(self.target_q2),
-            "log_alpha": self.log_alpha.detach().cpu(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "learn_steps": self.learn_steps,
-        }
+        return {**super().state_dict(), "log_alpha": self.log_alpha.detach().cpu()}
 
     def load_state_dict(self, state: Dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        for name in ("q1", "q2", "target_q1", "target_q2"):
-            if name in state:
-                getattr(self, name).load_state_dict(state[name])
+        super().load_state_dict(state)
         if "log_alpha" in state:
             with torch.no_grad():
                 self.log_alpha.copy_(state["log_alpha"])
-        for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer"):
-            if name in state:
-                getattr(self, name).load_state_dict(state[name])
-        self.learn_steps = int(state.get("learn_steps", self.learn_steps))

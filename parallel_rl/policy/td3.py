@@ -14,17 +14,15 @@ from typing import Dict, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
 from ..envs.spaces import ActionSpec
 from ..errors import ConfigError
-from .base import Policy
+from .continuous import BoxActorCritic
 from .defaults import td3_default_config
-from .nets import cpu_state_dict, mlp, to_tensor
+from .nets import mlp, to_tensor
 from .optim import Adam
-from .sac import QNetwork
 
 
 class DeterministicActor(nn.Module):
@@ -37,8 +35,9 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.net(obs))
 
 
-class TD3Policy(Policy):
-    on_policy = False
+class TD3Policy(BoxActorCritic):
+    _NETWORKS = ("actor", "actor_target", "q1", "q2", "target_q1", "target_q2")
+    _OPTIMIZERS = ("actor_optimizer", "critic_optimizer")
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -46,8 +45,6 @@ class TD3Policy(Policy):
 
     def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
                  device: str = "cpu"):
-        if not isinstance(action, ActionSpec) or action.kind != "box":
-            raise ConfigError(f"policy.type='td3' needs a Box action space, got {action!r}")
         learn = cfg.learn
         policy_delay, policy_noise, noise_clip = learn.policy_delay, learn.policy_noise, learn.noise_clip
         if policy_delay < 1 or policy_noise < 0 or noise_clip < 0:
@@ -56,40 +53,17 @@ class TD3Policy(Policy):
         exploration_noise = cfg.collect.exploration_noise
         if exploration_noise < 0:
             raise ConfigError(f"policy.collect.exploration_noise must be >= 0, got {exploration_noise=}")
-        self.cfg = cfg
-        self.spec = action
-        self.device = device
-        if seed is not None:
-            torch.manual_seed(seed)
+        self._setup(cfg, obs_dim, action, seed, device, DeterministicActor)
         self._noise_rng = np.random.default_rng(seed)
-        dim, m = action.dim, cfg.model
-        self.actor = DeterministicActor(obs_dim, dim, m.actor_hidden_size_list).to(device)
-        self.actor_target = DeterministicActor(obs_dim, dim, m.actor_hidden_size_list).to(device)
-        self.q1 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.q2 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.target_q1 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        self.target_q2 = QNetwork(obs_dim, dim, m.critic_hidden_size_list).to(device)
-        for target, online in self._target_pairs():
-            target.load_state_dict(online.state_dict())
-            target.requires_grad_(False)
-        low, high = torch.as_tensor(action.low).flatten(), torch.as_tensor(action.high).flatten()
-        self.action_scale = ((high - low) / 2.0).to(device)
-        self.action_bias = ((high + low) / 2.0).to(device)
+        self.actor_target = DeterministicActor(obs_dim, action.dim, cfg.model.actor_hidden_size_list).to(device)
+        self.init_targets((self.actor_target, self.actor))
         self.actor_optimizer = Adam(self.actor.parameters(), lr=learn.learning_rate_actor)
         self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
                                      lr=learn.learning_rate_critic)
-        self.learn_steps = 0
         self._last_policy_loss = torch.zeros(())
 
     def _target_pairs(self):
         return ((self.actor_target, self.actor), (self.target_q1, self.q1), (self.target_q2, self.q2))
-
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return to_tensor(obs, self.device).flatten(1)
-
-    def _to_env(self, action: torch.Tensor, n: int) -> np.ndarray:
-        env_action = action * self.action_scale + self.action_bias
-        return env_action.cpu().numpy().astype(np.float32).reshape((n,) + self.spec.shape)
 
     # ---- acting ----------------------------------------------------------------
     @torch.no_grad()
@@ -111,7 +85,7 @@ class TD3Policy(Policy):
         learn = self.cfg.learn
         obs = self._obs(batch["obs"])
         next_obs = self._obs(batch["next_obs"])
-        action = (to_tensor(batch["action"], self.device).reshape(len(obs), -1) - self.action_bias) / self.action_scale
+        action = self.unit_action(batch, len(obs))
         reward = to_tensor(batch["reward"], self.device)
         done = to_tensor(batch["done"], self.device)
         discount = to_tensor(batch["discount"], self.device)
@@ -122,11 +96,7 @@ class TD3Policy(Policy):
             target_q = torch.min(self.target_q1(next_obs, next_action), self.target_q2(next_obs, next_action))
             td_target = reward + discount * (1.0 - done) * target_q
         q1, q2 = self.q1(obs, action), self.q2(obs, action)
-        if "weight" in batch:
-            weight = to_tensor(batch["weight"], self.device)
-            critic_loss = (weight * ((q1 - td_target).pow(2) + (q2 - td_target).pow(2))).mean()
-        else:
-            critic_loss = F.mse_loss(q1, td_target) + F.mse_loss(q2, td_target)
+        critic_loss = self.critic_loss(q1, q2, td_target, batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -138,9 +108,7 @@ class TD3Policy(Policy):
             self.actor_optimizer.zero_grad(set_to_none=True)
             policy_loss.backward()
             self.actor_optimizer.step()
-            with torch.no_grad():
-                for target, online in self._target_pairs():
-                    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), learn.target_theta)
+            self.polyak(self._target_pairs(), learn.target_theta)
             self._last_policy_loss = policy_loss.detach()
         info = {
             "loss": critic_loss.detach(),
@@ -152,25 +120,3 @@ class TD3Policy(Policy):
         if "index" in batch:  # prioritized replay wants |td_error| per row
             info["priority"] = (0.5 * (q1 + q2) - td_target).detach().abs().cpu().numpy()
         return info
-
-    # ---- state -----------------------------------------------------------------
-    _NETWORKS = ("actor", "actor_target", "q1", "q2", "target_q1", "target_q2")
-    _OPTIMIZERS = ("actor_optimizer", "critic_optimizer")
-
-    def model_state_dict(self) -> Dict:
-        return {"actor": cpu_state_dict(self.actor)}
-
-    def load_model_state_dict(self, state: Dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-
-    def state_dict(self) -> Dict:
-        state = {name: cpu_state_dict(getattr(self, name)) for name in self._NETWORKS}
-        state.update({name: getattr(self, name).state_dict() for name in self._OPTIMIZERS})
-        state["learn_steps"] = self.learn_steps
-        return state
-
-    def load_state_dict(self, state: Dict) -> None:
-        for name in self._NETWORKS + self._OPTIMIZERS:
-            if name in state:
-                getattr(self, name).load_state_dict(state[name])
-        self.learn_steps = int(state.get("learn_steps", self.learn_steps))
