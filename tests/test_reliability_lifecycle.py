@@ -91,3 +91,39 @@ def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_fa
         if other is not None:
             other.close(notify_workers=False)
         slave.close()
+
+
+# ---- slaves ----------------------------------------------------------------------------------------------------
+def test_a_slave_that_cannot_register_again_retries_then_exits_with_an_error(coordinator_factory):
+    """The coordinator forgot a slave (404 on its heartbeat) and the slave's registration fails: it used to try
+    once, log, and live on registered nowhere (a zombie: for the learner the run stalled while `run`'s supervisor
+    saw a live child). It retries with backoff for a bounded time, then exits with an error."""
+
+    class RefusesASecondConnect(ScriptedSlave):
+        reregister_seconds = 2.0
+
+        def on_connect(self, *args):
+            connects.append(args[0])
+            if len(connects) > 1:
+                raise ApiError(400, "bad_request", "cannot connect again (a test)")
+            super().on_connect(*args)
+
+        def execute(self, task):
+            self.got_task.set()
+            task.stop.wait(30)  # ends when the slave is let go
+            return {"completed": False}
+
+    connects = []
+    coordinator, server = coordinator_factory()
+    slave = RefusesASecondConnect("collector", server.url).start()
+    runner = threading.Thread(target=slave.run, daemon=True)
+    try:
+        runner.start()
+        assert slave.got_task.wait(30)
+        coordinator.mark_lost(coordinator.get_worker(slave.worker_id), "a test forgets it")
+        runner.join(15)
+        assert not runner.is_alive(), "the slave lives on, registered nowhere"
+        assert len(connects) > 2  # retried, not given up after one try
+        assert "could not register again" in slave.fatal_error and "cannot connect again" in slave.fatal_error
+    finally:
+        slave.close()
