@@ -57,8 +57,11 @@ def parallel_default_config() -> EasyDict:
             # a throttled collector is woken once this many env steps are allowed again (waking it for
             # every few steps would cost a round trip per tiny chunk; much more makes collection bursty)
             allowance_grant=256,
-            # a failed task is retried on another worker this many times
+            # a failed task is replaced until it failed max_task_attempts times within task_failure_window seconds
+            # (a learner killed three times in a day is not a crash loop; three times in ten minutes is); then no
+            # replacement, and for the learner task the run fails. A window of 0 counts over the whole run
             max_task_attempts=3,
+            task_failure_window=600.0,
             # budgets (0: none): stop after this many env steps / train iterations / seconds
             max_env_step=0,
             max_train_iter=0,
