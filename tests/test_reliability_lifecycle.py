@@ -127,3 +127,101 @@ def test_a_slave_that_cannot_register_again_retries_then_exits_with_an_error(coo
         assert "could not register again" in slave.fatal_error and "cannot connect again" in slave.fatal_error
     finally:
         slave.close()
+
+
+# ---- repeated failures -----------------------------------------------------------------------------------------
+def test_the_same_error_again_and_again_fails_the_run_with_one_line_after_backing_off(coordinator_factory):
+    """Every collector task failed alike (a checkpoint that does not fit the model): the coordinator reissued
+    thousands of tasks, env steps stayed 0 and the run never ended. The worker backs off between tasks (doubling),
+    and the role's run of the same error (numbers aside) fails the run with one line naming it."""
+    import time
+
+    started = []
+
+    class AlwaysFails(ScriptedSlave):
+        def execute(self, task):
+            started.append(time.monotonic())
+            raise RuntimeError(f"size mismatch for layer {len(started)}:\n  copying a param of shape [{len(started)}]")
+
+    coordinator, server = coordinator_factory(worker={"failure_backoff": 0.1},
+                                              commander={"max_repeated_failures": 5})
+    slave = AlwaysFails("collector", server.url).start()
+    threading.Thread(target=slave.run, daemon=True).start()
+    try:
+        eventually(lambda: coordinator.state == "failed", timeout=20, message="the run failed")
+        reason = coordinator.reason
+        assert "collector tasks failed 5 times in a row with the same error" in reason, reason
+        assert "RuntimeError: size mismatch for layer 5: copying" in reason and "\n" not in reason
+        assert len(started) == 5
+        gaps = [b - a for a, b in zip(started, started[1:])]
+        assert all(gap >= 0.9 * 0.1 * 2 ** i for i, gap in enumerate(gaps)), gaps  # 0.1, 0.2, 0.4, 0.8 s
+    finally:
+        slave.close()
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_fails_the_run_naming_the_file(coordinator_factory):
+    """A real collector whose every task fails loading the learner's checkpoint (a size mismatch): the run fails
+    with one line naming the error and the file (before: a RuntimeError per task, reissued for ever)."""
+    import torch
+
+    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+
+    coordinator, server = coordinator_factory(worker={"failure_backoff": 0.05})
+    coordinator.storage.save_policy(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
+    slave = FlaskFileSystemCollector(server.url, token="test-token", request_timeout=2.0, max_retries=1).start()
+    threading.Thread(target=slave.run, daemon=True).start()
+    try:
+        eventually(lambda: coordinator.state == "failed", timeout=30, message="the run failed")
+        reason = coordinator.reason
+        assert coordinator.storage.policy_path(0) in reason and "does not fit" in reason, reason
+        assert "\n" not in reason and coordinator.env_steps == 0
+    finally:
+        slave.close()
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, caplog):
+    """A corrupt top-version policy checkpoint failed every collector task (1,383 failed tasks in 10 s): the
+    collector loads the newest loadable one before it, says so once, and evaluates that one when asked to
+    evaluate the damaged version."""
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+    from tests.conftest import toy_cluster_config
+
+    storage = SharedStorage(str(tmp_path / "shared"))
+    collector = ZerglingParallelCollector(toy_cluster_config(tmp_path), storage, seed=0)
+    try:
+        storage.save_policy(0, collector.policy.model_state_dict())
+        with open(storage.policy_path(1), "wb") as f:
+            f.write(b"not a checkpoint" * 64)
+        assert collector.get_policy_update_info() == 1
+        assert collector.update_policy(1) and collector.policy_version == 0
+        assert not collector.update_policy(1) and collector.get_policy_update_info() is None
+        assert collector.evaluate(1, 2)["policy_version"] == 0
+        said = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
+        assert len(said) == 1 and storage.policy_path(1) in said[0]
+    finally:
+        collector.close()
+
+
+def test_learner_failures_are_counted_in_a_window_not_for_ever(coordinator_factory):
+    """Learner deaths over a run's whole life shared one max_task_attempts (3): the third kill, days apart, failed
+    the run. Only the failures within parallel.commander.task_failure_window count."""
+    import time
+
+    from parallel_rl.coordinator.tasks import TaskKind, TaskState
+
+    coordinator, _ = coordinator_factory(commander={"max_task_attempts": 3})  # the window: 600 s by default
+    task = coordinator.tasks.create(TaskKind.LEARNER, {"resume": True})
+    task.attempts = 2  # killed twice before, a day and two days ago
+    task.failures = [time.time() - 2 * 86400, time.time() - 86400]
+    for _ in range(2):  # and now twice within the window: replaced each time
+        coordinator.tasks.start(task, "learner-1")
+        coordinator.tasks.end(task.task_id, TaskState.FAILED, error="learner-1 lost: process exited with code -9")
+        coordinator.commander.on_task_failed(task)
+        assert coordinator.state == "running"
+        (task,) = coordinator.tasks.list(state="pending")
+        assert task.kind == TaskKind.LEARNER and len(task.failures) in (1, 2)
+    coordinator.tasks.start(task, "learner-1")  # a third time within the window: the run fails
+    coordinator.tasks.end(task.task_id, TaskState.FAILED, error="learner-1 lost: process exited with code -9")
+    coordinator.commander.on_task_failed(task)
+    assert coordinator.state == "failed" and "learner task failed 3 times within 600s" in coordinator.reason

@@ -72,6 +72,8 @@ class Worker:
     lease: str = field(default_factory=lambda: secrets.token_urlsafe(16), repr=False)
     problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
     refusals: int = 0  # tasks refused in a row
+    failures: int = 0  # tasks it reported failed in a row (its own errors, not the store's)
+    retry_at: float = field(default=0.0, repr=False)  # monotonic: no task before (backing off after failures)
     ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
     # a LearnerAggregator's data-parallel ranks as its heartbeats list them: rank, pid, state
     ranks: List[Dict[str, Any]] = field(default_factory=list)
@@ -94,8 +96,16 @@ class Worker:
     @property
     def assignable(self) -> bool:
         """Can take a task now: idle or busy (an evaluation beside a collection), and not backing off after a
-        task it failed on the shared store."""
-        return self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
+        task it failed (on the shared store, or on its own error)."""
+        return (self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
+                and time.monotonic() >= self.retry_at)
+
+    def back_off(self, backoff: float, max_backoff: float) -> float:
+        """It reported a task failed: seconds before its next task (exponential in failures in a row, capped)."""
+        self.failures += 1
+        delay = min(float(max_backoff), float(backoff) * 2 ** (self.failures - 1))
+        self.retry_at = time.monotonic() + delay
+        return delay
 
     def to_dict(self) -> Dict[str, Any]:
         out = {
