@@ -225,3 +225,14 @@ def test_learner_failures_are_counted_in_a_window_not_for_ever(coordinator_facto
     coordinator.tasks.end(task.task_id, TaskState.FAILED, error="learner-1 lost: process exited with code -9")
     coordinator.commander.on_task_failed(task)
     assert coordinator.state == "failed" and "learner task failed 3 times within 600s" in coordinator.reason
+
+
+@pytest.mark.parametrize("section, values", [("commander", {"task_failure_window": -1.0}),
+                                             ("commander", {"max_repeated_failures": -1}),
+                                             ("worker", {"failure_backoff": 2.0, "failure_max_backoff": 1.0})])
+def test_failure_limits_out_of_range_are_config_errors(tmp_path, section, values):
+    from parallel_rl.errors import ConfigError
+    from tests.conftest import toy_cluster_config
+
+    with pytest.raises(ConfigError, match=f"parallel.{section} needs"):
+        toy_cluster_config(tmp_path, **{section: values})
