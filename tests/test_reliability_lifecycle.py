@@ -236,3 +236,25 @@ def test_failure_limits_out_of_range_are_config_errors(tmp_path, section, values
 
     with pytest.raises(ConfigError, match=f"parallel.{section} needs"):
         toy_cluster_config(tmp_path, **{section: values})
+
+
+def test_a_run_whose_collector_tasks_all_fail_alike_exits_1_with_one_line(cli, tmp_path):
+    """`parallel-rl run` where every collector task fails the same way: it used to reissue tasks for ever (env
+    steps 0, thousands of tracebacks) until its time budget; it fails, exit 1, with one line naming the error."""
+    import time
+
+    from tests.test_cluster import TOY_CONFIG, child_pids
+
+    config = tmp_path / "broken.py"
+    config.write_text(TOY_CONFIG.replace('env_id="parallel_rl/Counting-v0"',
+                                         'env_id="parallel_rl_test/Broken-v0", import_names=["tests.broken_env"]')
+                      .replace("max_seconds=90.0", "max_seconds=60.0"))
+    started = time.monotonic()
+    run = cli("run", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}")
+    assert run.wait(90) == 1, run.output()[-3000:]
+    assert time.monotonic() - started < 50  # not the time budget
+    failed = [line for line in run.output().splitlines() if line.startswith("parallel-rl run: failed:")]
+    assert len(failed) == 1, run.output()[-3000:]
+    assert "collector tasks failed 5 times in a row with the same error" in failed[0]
+    assert "RuntimeError: the broken env fails at step 1 (a test)" in failed[0]
+    assert child_pids(run.pid) == []
