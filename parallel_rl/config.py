@@ -183,6 +183,14 @@ def _validate(cfg: EasyDict) -> None:
     if not 0 < worker.storage_backoff <= worker.storage_max_backoff:
         raise ConfigError("parallel.worker needs 0 < storage_backoff <= storage_max_backoff, got "
                           f"{worker.storage_backoff=}, {worker.storage_max_backoff=}")
+    if not 0 <= worker.failure_backoff <= worker.failure_max_backoff:
+        raise ConfigError("parallel.worker needs 0 <= failure_backoff <= failure_max_backoff, got "
+                          f"{worker.failure_backoff=}, {worker.failure_max_backoff=}")
+    commander = cfg.parallel.commander
+    if commander.max_task_attempts < 1 or commander.task_failure_window < 0 or commander.max_repeated_failures < 0:
+        raise ConfigError("parallel.commander needs max_task_attempts >= 1, task_failure_window >= 0 (0: the whole "
+                          f"run) and max_repeated_failures >= 0 (0: no limit), got {commander.max_task_attempts=}, "
+                          f"{commander.task_failure_window=}, {commander.max_repeated_failures=}")
     if cfg.parallel.coordinator.snapshot_interval <= 0:
         raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
                           f"{cfg.parallel.coordinator.snapshot_interval}")

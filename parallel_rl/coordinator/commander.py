@@ -3,12 +3,13 @@
 :class:`SoloCommander`: one learner task; a collector task for every free
 collector; an evaluator task on a collector whenever the policy has advanced
 ``eval_freq`` iterations since the last evaluation; failed tasks are replaced
-(up to ``max_task_attempts``); epsilon decays with collected env steps.
+(up to ``max_task_attempts`` within ``task_failure_window``); epsilon decays with collected env steps.
 The coordinator calls :meth:`step` whenever something changed.
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Optional
 
 from easydict import EasyDict
@@ -118,25 +119,32 @@ class SoloCommander:
 
     # ---- failures ----------------------------------------------------------------------
     def on_task_failed(self, task: Task) -> None:
-        """Create a replacement task unless the attempts are used up."""
-        if task.attempts >= self.ccfg.max_task_attempts:
-            logger.error("commander: %s failed %d times, not retrying: %s", task.task_id, task.attempts, task.error)
+        """Create a replacement task unless the attempts are used up: ``max_task_attempts`` failures of the task's
+        chain within ``task_failure_window`` seconds (a learner killed now and then over days goes on; one that
+        dies again and again does not)."""
+        now = time.time()
+        window = float(self.ccfg.task_failure_window)
+        failures = [t for t in task.failures if window <= 0 or now - t <= window] + [now]
+        if len(failures) >= self.ccfg.max_task_attempts:
+            within = f" within {window:g}s" if window > 0 else ""
+            logger.error("commander: %s failed %d times%s, not retrying: %s", task.task_id, len(failures), within,
+                         task.error)
             if task.kind == TaskKind.LEARNER:
-                self.coordinator.finish("failed", f"learner task failed {task.attempts} times: {task.error}")
+                self.coordinator.finish("failed", f"learner task failed {len(failures)} times{within}: {task.error}")
             elif (task.error or "").startswith(CONFIG_ERROR_PREFIX):
                 # the config cannot run (e.g. a game found not zero-sum mid-run): every new task would fail
                 # alike, so the run ends instead of failing task after task
-                self.coordinator.finish("failed", f"{task.kind.value} task failed {task.attempts} times on the "
-                                                  f"config: {task.error}")
+                self.coordinator.finish("failed", f"{task.kind.value} task failed {len(failures)} times{within} on "
+                                                  f"the config: {task.error}")
             return
         spec = dict(task.spec)
         if task.kind == TaskKind.LEARNER:
             spec["resume"] = True
         if task.kind == TaskKind.EVALUATOR:
             spec["policy_version"] = max(spec["policy_version"], self.coordinator.policy_version)
-        replacement = self.coordinator.tasks.create(task.kind, spec, replaces=task)
-        logger.info("commander: %s replaces failed %s (attempt %d of %d)", replacement.task_id, task.task_id,
-                    task.attempts + 1, self.ccfg.max_task_attempts)
+        replacement = self.coordinator.tasks.create(task.kind, spec, replaces=task, failures=failures)
+        logger.info("commander: %s replaces failed %s (attempt %d of %d%s)", replacement.task_id, task.task_id,
+                    len(failures) + 1, self.ccfg.max_task_attempts, f" within {window:g}s" if window > 0 else "")
 
 
 COMMANDER_REGISTRY.register("solo", SoloCommander)

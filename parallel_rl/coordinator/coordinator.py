@@ -13,6 +13,7 @@ import itertools
 import logging
 import math
 import operator
+import re
 import secrets
 import threading
 import time
@@ -115,6 +116,8 @@ class Coordinator:
         self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
         self.long_polls_refused = 0
         self.admission = Admission(ADMITTED, ADMISSION_TIMEOUT)
+        # task kind -> (error with numbers masked, failures in a row with it) as workers report them
+        self._failure_runs: Dict[TaskKind, Tuple[str, int]] = {}
         # worker id -> (fixed bytes, bytes per row) of its chunk files (_check_chunk_file)
         self._chunk_layouts: Dict[str, Tuple[int, int]] = {}
         self.done_event = threading.Event()
@@ -865,20 +868,50 @@ class Coordinator:
                 storage = check_health_report(storage)
             except ValueError as exc:
                 raise ApiError(400, "bad_request", str(exc)) from None
-        return {"task_id": task.task_id, "state": state, "result": result, "error": error,
+        return {"task_id": task.task_id, "kind": task.kind, "state": state, "result": result, "error": error,
                 "storage": storage if state == TaskState.FAILED else None}
 
     def _apply_task_end(self, worker: Worker, m: Dict[str, Any]) -> None:
         report = m["storage"]
+        wcfg = self.cfg.parallel.worker
+        repeated = None
         if report is not None and not report["healthy"]:
             # failed on the shared store: no task for this worker for a while (before the commander hears of the
             # failure), or its next one would fail at once, and the next, in a hot loop
             self._storage_report(worker, report)
-            wcfg = self.cfg.parallel.worker
             delay = worker.storage.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
             logger.warning("coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
                            worker.worker_id, m["task_id"], worker.storage.failures, delay)
+        elif m["state"] == TaskState.FAILED:
+            # its own error: the same one may come back with every task (a checkpoint that does not fit the model),
+            # so the worker backs off, and the role's run of the same error is counted
+            with self._lock:
+                delay = worker.back_off(wcfg.failure_backoff, wcfg.failure_max_backoff)
+                repeated = self._count_repeated_failure(m["kind"], m["error"])
+            logger.warning("coordinator: %s failed %s (%d in a row); no task for it for %.1fs", worker.worker_id,
+                           m["task_id"], worker.failures, delay)
+        elif m["state"] == TaskState.FINISHED:
+            with self._lock:
+                worker.failures, worker.retry_at = 0, 0.0
+                self._failure_runs.pop(m["kind"], None)
         self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"])
+        if repeated is not None:
+            self.finish(CoordinatorState.FAILED, repeated)
+
+    def _count_repeated_failure(self, kind: TaskKind, error: str) -> Optional[str]:
+        """Count a failure of a ``kind`` task reported by its worker; the reason to fail the run when the last
+        ``max_repeated_failures`` such failures had the same error (numbers aside: a checkpoint's version, a
+        size), else None. A finished task of the kind ends the run of failures."""
+        limit = int(self.cfg.parallel.commander.max_repeated_failures)
+        error = " ".join(error.split())  # one line, whatever the exception's message held
+        signature = re.sub(r"\d+", "#", error)
+        last, count = self._failure_runs.get(kind, (None, 0))
+        count = count + 1 if signature == last else 1
+        self._failure_runs[kind] = (signature, count)
+        if limit <= 0 or count < limit:
+            return None
+        return (f"{kind.value} tasks failed {count} times in a row with the same error "
+                f"(parallel.commander.max_repeated_failures={limit}): {error[:500]}")
 
     def _check_policy(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
         version = checked_int(msg, "version", 0, MAX_COUNTER)

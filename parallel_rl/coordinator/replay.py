@@ -209,6 +209,9 @@ class ReplayIndex:
             return state
 
     def load_state_dict(self, state: Dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`. Chunks no row references any more (evicted, waiting out their deletion
+        grace when the snapshot was taken) are doomed again, a whole grace from now: the deletion queue is not
+        in the snapshot, and without this every resume leaked them."""
         with self._lock:
             self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("buffer/")})
             self._chunks, self._names, self._refs = {}, {}, {}
@@ -218,4 +221,6 @@ class ReplayIndex:
                 self._names[cid] = name
                 self._refs[cid] = refs
             self._next_id = int(state["chunks/next_id"])
+            delete_at = time.monotonic() + self.grace_seconds
+            self._doomed = [(delete_at, name) for name, (cid, *_rest) in self._chunks.items() if self._refs[cid] <= 0]
 

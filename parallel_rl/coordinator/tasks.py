@@ -2,7 +2,8 @@
 
 pending -> running -> finished | failed | cancelled. A failed task is never
 reused: the commander creates a replacement (``replaces`` names the original)
-whose ``attempts`` continue the count.
+whose ``attempts`` continue the count, and whose ``failures`` hold the times of
+the chain's failures within the commander's window.
 
 Task ids are ``<kind>-<incarnation>-<number>`` (``collector-3fa9c2-000012``):
 the incarnation is random for each task table, a restored one included, so a
@@ -56,6 +57,9 @@ class Task:
     result: Optional[Dict[str, Any]] = None
     error: Optional[str] = None
     replaces: Optional[str] = None
+    # wall-clock times of this task's chain's failures within the commander's window (the replacement carries
+    # them on): what max_task_attempts counts
+    failures: List[float] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         """As plain JSON values. Field by field with shallow copies of the dicts (their values are never
@@ -65,7 +69,7 @@ class Task:
                 "worker_id": self.worker_id, "created_at": self.created_at, "started_at": self.started_at,
                 "finished_at": self.finished_at, "attempts": self.attempts, "progress": dict(self.progress),
                 "result": None if self.result is None else dict(self.result), "error": self.error,
-                "replaces": self.replaces}
+                "replaces": self.replaces, "failures": list(self.failures)}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Task":
@@ -90,11 +94,14 @@ class TaskTable:
         self._final = 0
         self.forgotten = 0
 
-    def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None) -> Task:
+    def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None,
+               failures: Optional[List[float]] = None) -> Task:
+        """A pending task; ``replaces``: the failed task it replaces (``attempts`` continue), ``failures``: the
+        times of the chain's failures that still count."""
         with self._lock:
             task_id = f"{kind.value}-{self.incarnation}-{next(self._seq):06d}"
             task = Task(task_id, kind, dict(spec), replaces=replaces.task_id if replaces else None,
-                        attempts=replaces.attempts if replaces else 0)
+                        attempts=replaces.attempts if replaces else 0, failures=list(failures or []))
             self._tasks[task_id] = task
             return task
 

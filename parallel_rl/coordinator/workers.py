@@ -9,11 +9,13 @@ coordinator restarted); it gets it unless another entry holds it.
 Identity: every worker gets a lease token at registration, which it sends
 with every call (heartbeat, metadata, sample, deregistration); a call with
 another worker's id but not its lease is refused. ``next_id`` (the id
-counters) and each worker's ``lease`` are plain values, so the registry's
-identity can be saved and restored.
+counters) and each worker's lease digest (SHA-256 of the token) are plain
+values, so the registry's identity can be saved and restored; the tokens
+themselves never leave the process (a snapshot holds only their digests).
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import secrets
@@ -28,6 +30,12 @@ from ..storage import StorageHealth
 
 
 _WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def lease_digest(lease: str) -> str:
+    """The SHA-256 (hex) of a lease token: leases are random 128-bit tokens, so an unsalted digest cannot be
+    turned back into one."""
+    return hashlib.sha256(lease.encode()).hexdigest()
 
 
 class WorkerState(str, Enum):
@@ -64,11 +72,21 @@ class Worker:
     lease: str = field(default_factory=lambda: secrets.token_urlsafe(16), repr=False)
     problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
     refusals: int = 0  # tasks refused in a row
+    failures: int = 0  # tasks it reported failed in a row (its own errors, not the store's)
+    retry_at: float = field(default=0.0, repr=False)  # monotonic: no task before (backing off after failures)
     ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
     # a LearnerAggregator's data-parallel ranks as its heartbeats list them: rank, pid, state
     ranks: List[Dict[str, Any]] = field(default_factory=list)
     # the shared store as this worker sees it (its reports), and the backoff after tasks it failed on the store
     storage: StorageHealth = field(default_factory=lambda: StorageHealth(name=None), repr=False)
+
+    # SHA-256 of ``lease`` (hex): what a call's lease is checked against, and all a snapshot keeps of it (a worker
+    # restored from a snapshot has the digest only: its token stays with the slave)
+    lease_digest: str = field(default="", repr=False)
+
+    def __post_init__(self):
+        if self.lease and not self.lease_digest:
+            self.lease_digest = lease_digest(self.lease)
 
     @property
     def running_tasks(self) -> List[str]:
@@ -78,8 +96,16 @@ class Worker:
     @property
     def assignable(self) -> bool:
         """Can take a task now: idle or busy (an evaluation beside a collection), and not backing off after a
-        task it failed on the shared store."""
-        return self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
+        task it failed (on the shared store, or on its own error)."""
+        return (self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
+                and time.monotonic() >= self.retry_at)
+
+    def back_off(self, backoff: float, max_backoff: float) -> float:
+        """It reported a task failed: seconds before its next task (exponential in failures in a row, capped)."""
+        self.failures += 1
+        delay = min(float(max_backoff), float(backoff) * 2 ** (self.failures - 1))
+        self.retry_at = time.monotonic() + delay
+        return delay
 
     def to_dict(self) -> Dict[str, Any]:
         out = {
@@ -168,7 +194,7 @@ class WorkerRegistry:
             worker = self._workers.get(worker_id)
             if worker is None or not isinstance(lease, str):
                 return None
-            return worker if hmac.compare_digest(lease.encode(), worker.lease.encode()) else None
+            return worker if hmac.compare_digest(lease_digest(lease).encode(), worker.lease_digest.encode()) else None
 
     def heartbeat(self, worker_id: str, lease: Optional[str]) -> Optional[Worker]:
         """Renew the lease; None when the worker is unknown, no longer active, or ``lease`` is not its lease."""
@@ -192,21 +218,34 @@ class WorkerRegistry:
               "policy_version", "tasks_done", "pid")
 
     def state_dict(self) -> List[Dict[str, Any]]:
-        """Every entry as plain JSON values (no client); with its lease token, so that a worker of a restarted
-        coordinator is re-adopted under its id when it calls with the token it holds."""
+        """Every entry as plain JSON values (no client); with its lease's digest, never the token (snapshots are
+        files others may read), so that a worker of a restarted coordinator is re-adopted under its id when it
+        calls with the token it holds."""
         with self._lock:
-            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value, "lease_token": w.lease}
-                    for w in self._workers.values()]
+            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value,
+                     "lease_sha256": w.lease_digest} for w in self._workers.values()]
 
     def load_state_dict(self, items: List[Dict[str, Any]], make_client) -> None:
-        """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out)."""
+        """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out).
+
+        A worker saved while the coordinator was connecting to it is restored idle: the connect call died with
+        the old process, so either the slave took it (and its heartbeats re-adopt it) or it did not (and its
+        lease runs out: it is reaped as lost, its address free to register again). Restored as connecting it
+        was never reaped and never given a task."""
         with self._lock:
             self._workers = {}
             for item in items:
-                token = item.get("lease_token")
-                worker = Worker(client=make_client(item["address"]), state=WorkerState(item["state"]),
-                                **{k: item[k] for k in self._SAVED}, **({"lease": token} if isinstance(token, str)
-                                                                         else {}))
+                digest = item.get("lease_sha256")
+                if not isinstance(digest, str):  # a snapshot written before digests held the token itself
+                    token = item.get("lease_token")
+                    digest = lease_digest(token) if isinstance(token, str) else None
+                state = WorkerState(item["state"])
+                if state == WorkerState.CONNECTING:
+                    state = WorkerState.IDLE
+                worker = Worker(client=make_client(item["address"]), state=state, lease="",
+                                **{k: item[k] for k in self._SAVED},
+                                # no digest: no lease opens it (the worker registers again)
+                                lease_digest=digest or secrets.token_hex(32))
                 self._workers[worker.worker_id] = worker
 
     def counts(self) -> Dict[str, Dict[str, int]]:

@@ -112,10 +112,17 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         on_disk = self.get_policy_update_info()
         if on_disk is not None:
             self._disk_version = max(self._disk_version, on_disk)
-        return max(self._disk_version, int(self.control.get("policy_version", -1))) > self.collector.policy_version
+        return max(self._wanted_versions(), default=-1) > self.collector.policy_version
+
+    def _wanted_versions(self) -> List[int]:
+        """The newest policy versions seen on the disk and announced, newest first (a damaged one left out: it is
+        never loaded, and must not cut every chunk short as "a newer policy is out")."""
+        return sorted({v for v in (self._disk_version, int(self.control.get("policy_version", -1)))
+                       if v not in self.collector.damaged_versions}, reverse=True)
 
     def refresh_policy(self) -> None:
-        """Load the newest policy seen on the disk or announced."""
+        """Load the newest policy seen on the disk or announced (the newest loadable one before it when it is
+        damaged)."""
         self.newer_policy_out()
         for wanted in sorted({self._disk_version, int(self.control.get("policy_version", -1))}, reverse=True):
             if self.collector.update_policy(wanted):  # False unless newer and on the disk

@@ -57,8 +57,15 @@ def parallel_default_config() -> EasyDict:
             # a throttled collector is woken once this many env steps are allowed again (waking it for
             # every few steps would cost a round trip per tiny chunk; much more makes collection bursty)
             allowance_grant=256,
-            # a failed task is retried on another worker this many times
+            # a failed task is replaced until it failed max_task_attempts times within task_failure_window seconds
+            # (a learner killed three times in a day is not a crash loop; three times in ten minutes is); then no
+            # replacement, and for the learner task the run fails. A window of 0 counts over the whole run
             max_task_attempts=3,
+            task_failure_window=600.0,
+            # the run fails when this many tasks of one role (collector, learner, evaluator) in a row fail with the
+            # same error, as their workers report it (numbers aside): a deterministic failure (a checkpoint that
+            # does not fit the model, a broken env) would otherwise be reissued for ever. 0: never
+            max_repeated_failures=5,
             # budgets (0: none): stop after this many env steps / train iterations / seconds
             max_env_step=0,
             max_train_iter=0,
@@ -129,5 +136,9 @@ def parallel_default_config() -> EasyDict:
             # a row, up to storage_max_backoff. The worker waits it out and the coordinator gives it no task
             storage_backoff=0.5,
             storage_max_backoff=30.0,
+            # a worker that reports a task failed (its own error, not the store's) gets no task for
+            # failure_backoff seconds, doubled for each further failure in a row, up to failure_max_backoff
+            failure_backoff=0.5,
+            failure_max_backoff=30.0,
         ),
     )

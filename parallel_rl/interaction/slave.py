@@ -218,6 +218,10 @@ class Outbox:
         self._thread.join(timeout)
 
 
+# seconds a slave the coordinator forgot keeps trying to register again before it exits
+REREGISTER_SECONDS = 30.0
+
+
 def default_advertise(host: str, port: int) -> str:
     """The URL others reach us at: bound to all interfaces (a container), our host name's address."""
     if host in ("0.0.0.0", "::", ""):
@@ -229,6 +233,8 @@ class Slave:
     """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`."""
 
     kind = "slave"
+    # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
+    reregister_seconds = REREGISTER_SECONDS
 
     def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
                  advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
@@ -551,22 +557,49 @@ class Slave:
         self._answered.clear()
         deadline = time.monotonic() + deadline_seconds
         delay = 0.05
-        while True:
-            try:
-                body = {"address": self.address}
-                if self.preferred_id:
-                    body["worker_id"] = self.preferred_id
-                client.post(f"/api/v1/{self.kind}s", body)
-                break
-            except PeerUnavailableError as exc:
-                if time.monotonic() + delay > deadline or self._stop.is_set():
-                    raise PeerUnavailableError(
-                        f"coordinator {self.coordinator_url} unreachable for {deadline_seconds:g}s: {exc}") from None
-                self._stop.wait(delay)
-                delay = min(delay * 2, 1.0)
+        try:
+            while True:
+                try:
+                    body = {"address": self.address}
+                    if self.preferred_id:
+                        body["worker_id"] = self.preferred_id
+                    client.post(f"/api/v1/{self.kind}s", body)
+                    break
+                except PeerUnavailableError as exc:
+                    if time.monotonic() + delay > deadline or self._stop.is_set():
+                        raise PeerUnavailableError(f"coordinator {self.coordinator_url} unreachable for "
+                                                   f"{deadline_seconds:g}s: {exc}") from None
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 1.0)
+        finally:
+            client.close()  # registering again after a failure makes a client per try
         # released right after being adopted (training ended as we joined) is a normal end, not an error
         if not self._answered.wait(self.request_timeout):
             raise PeerUnavailableError(f"registered at {self.coordinator_url} but it never connected back")
+
+    def _register_again(self) -> None:
+        """After the coordinator forgot us: register again, retrying with backoff for up to
+        ``reregister_seconds``; when that fails, exit with ``fatal_error`` set. A slave that
+        gave up after one failed try was a zombie: alive, registered nowhere, never asked for again."""
+        budget = self.reregister_seconds
+        deadline = time.monotonic() + budget
+        delay = 0.25
+        while not self._stop.is_set():
+            try:
+                self.register(deadline_seconds=max(0.0, deadline - time.monotonic()))
+                return
+            except ParallelRLError as exc:
+                if self.connected.is_set():  # adopted after all (the connect call came late)
+                    return
+                if time.monotonic() + delay > deadline:
+                    self.fatal_error = (f"could not register again with coordinator {self.coordinator_url} within "
+                                        f"{budget:g}s (the last try: {exc})")
+                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
+                    self.request_stop()
+                    return
+                logger.warning("%s: registering again failed (trying again in %.2fs): %s", self.kind, delay, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
@@ -591,10 +624,7 @@ class Slave:
                         and self.worker_id == worker_id):
                     logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
                     self._release("re-register")
-                    try:
-                        self.register()
-                    except ParallelRLError as reg_exc:
-                        logger.error("%s: registering again failed: %s", self.kind, reg_exc)
+                    self._register_again()
             except ParallelRLError as exc:
                 silent = time.monotonic() - last_ok
                 logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",

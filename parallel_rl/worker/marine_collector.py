@@ -107,7 +107,7 @@ class MarineParallelCollector(ZerglingParallelCollector):
                  for i, name in enumerate(ecfg.opponents)},
                 self.cfg.env.stop_value, self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
         version, state = self._load_for_eval(version)
-        self._eval_policy.load_model_state_dict(state)
+        self.load_checkpoint(self._eval_policy, version, state)
         stop, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
         info["policy_version"] = version
         info["stop"] = stop

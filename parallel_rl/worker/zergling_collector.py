@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 import numpy as np
 from easydict import EasyDict
 
 from ..envs.env_manager import EnvManager
+from ..errors import ConfigError, StorageError, StorageFaultError
 from ..policy import create_policy
 from ..storage import SharedStorage
 from .collector import CollectStats, SampleSerialCollector
@@ -38,6 +39,8 @@ class ZerglingParallelCollector(BaseParallelCollector):
         self._seed = seed
         self._eval_policy = None
         self._evaluator: Optional[InteractionSerialEvaluator] = None
+        # policy checkpoints found damaged (not loadable): logged once, never read again
+        self.damaged_versions: Set[int] = set()
 
     def _build(self, seed: int) -> None:
         """The envs, the (CPU) policy and the serial collector this collector drives."""
@@ -62,20 +65,56 @@ class ZerglingParallelCollector(BaseParallelCollector):
         if stamp == self._policy_dir_stamp and time.time_ns() - stamp > _SETTLED_NS:
             return None
         self._policy_dir_stamp = stamp
-        latest = self.storage.latest_policy_version()
+        latest = max((v for v in self.storage.policy_versions() if v not in self.damaged_versions), default=None)
         return latest if latest is not None and latest > self.policy_version else None
 
     def update_policy(self, version: int) -> bool:
-        """Load checkpoint ``version``; False if it is gone (pruned) or not newer."""
+        """Load checkpoint ``version`` or, when it is damaged, the newest loadable one before it that is newer than
+        ours; False if none is (gone, pruned, damaged, or not newer)."""
         if version <= self.policy_version:
             return False
         try:
-            state = self.storage.load_policy(version)
+            found = self.newest_loadable(version, floor=self.policy_version)
         except FileNotFoundError:
             return False
-        self.policy.load_model_state_dict(state)
+        if found is None:
+            return False
+        version, state = found
+        self.load_checkpoint(self.policy, version, state)
         self.policy_version = version
         return True
+
+    def newest_loadable(self, newest: int, floor: int = -1) -> Optional[Tuple[int, Dict]]:
+        """``(version, state)`` of checkpoint ``newest`` or, when it cannot be loaded (damaged: a crash mid-write
+        on a disk without fsync, bit rot), of the newest loadable one above ``floor``; None when there is none.
+        A damaged checkpoint is logged once (naming its file) and never read again; a fault of the store is
+        raised (it says nothing about the file), and so is FileNotFoundError (``newest`` pruned meanwhile)."""
+        version: Optional[int] = newest
+        while version is not None:
+            if version not in self.damaged_versions:
+                try:
+                    return version, self.storage.load_policy(version)
+                except StorageFaultError:
+                    raise
+                except StorageError as exc:
+                    self.damaged_versions.add(version)
+                    logger.error("collector: policy checkpoint %d cannot be loaded; using the newest one before it "
+                                 "(this one is skipped from now on): %.500s", version, " ".join(str(exc).split()))
+            older = [v for v in self.storage.policy_versions() if floor < v < version]
+            version = older[-1] if older else None
+        return None
+
+    def load_checkpoint(self, policy, version: int, state: Dict) -> None:
+        """Load a checkpoint's state into ``policy``; ConfigError naming the file when it does not fit the model
+        (every checkpoint of the run would fail alike: the run fails, with this one line, instead of failing task
+        after task)."""
+        try:
+            policy.load_model_state_dict(state)
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise ConfigError(f"policy checkpoint {self.storage.policy_path(version)} does not fit this collector's "
+                              f"model ({detail[:300]}); the learner and the collectors must build the same model "
+                              f"from the same config (policy.model, env)") from None
 
     def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], CollectStats]:
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
@@ -97,20 +136,25 @@ class ZerglingParallelCollector(BaseParallelCollector):
                 self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
                 self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
         version, state = self._load_for_eval(version)
-        self._eval_policy.load_model_state_dict(state)
+        self.load_checkpoint(self._eval_policy, version, state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
         info["policy_version"] = version
         return info
 
     def _load_for_eval(self, version: int) -> Tuple[int, Dict]:
-        """(version, state) of checkpoint ``version``, or of the newest one if it was pruned meanwhile."""
+        """(version, state) of checkpoint ``version``; of the newest one if it was pruned meanwhile; of the newest
+        loadable one before it if it is damaged. StorageError naming the file when none loads."""
         try:
-            return version, self.storage.load_policy(version)
+            found = self.newest_loadable(version)
         except FileNotFoundError:
             latest = self.storage.latest_policy_version()
             if latest is None or latest < version:
                 raise
-            return latest, self.storage.load_policy(latest)
+            found = self.newest_loadable(latest)
+        if found is None:
+            raise StorageError(f"policy checkpoint {self.storage.policy_path(version)} cannot be loaded and no "
+                               f"loadable one precedes it (see the log); the learner's next checkpoint will do")
+        return found
 
     def close(self) -> None:
         self.collector.close()
