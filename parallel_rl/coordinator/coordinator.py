@@ -64,6 +64,17 @@ def checked_int(msg: Dict[str, Any], name: str, lo: int, hi: Optional[int], defa
     return value
 
 
+def _check_eval_result(result: Dict[str, Any]) -> None:
+    """An evaluator's result: ``eval_episode_return_mean`` a finite number or null (no episode finished),
+    ``episodes`` an integer; ApiError 400 naming the field otherwise."""
+    mean = result.get("eval_episode_return_mean")
+    if mean is not None and (isinstance(mean, bool) or not isinstance(mean, (int, float))
+                             or abs(mean) > 1e300 or not math.isfinite(mean)):
+        raise ApiError(400, "bad_request", f"result field 'eval_episode_return_mean' must be a finite number or "
+                                           f"null, got {mean!r:.40}")
+    checked_int(result, "episodes", 0, MAX_STEPS_PER_MESSAGE, default=0)
+
+
 class CoordinatorState:
     RUNNING = "running"
     SOLVED = "solved"
@@ -576,7 +587,12 @@ class Coordinator:
         return task
 
     def _on_eval_result(self, task: Task, result: dict) -> None:
-        mean = float(result.get("eval_episode_return_mean", math.nan))
+        mean = result.get("eval_episode_return_mean")
+        if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
+            logger.warning("coordinator: eval of policy %s (%s) has no mean return (%s episode(s)); not counted",
+                           task.spec.get("policy_version"), task.task_id, result.get("episodes", 0))
+            return
+        mean = float(mean)
         with self._lock:
             self.last_eval_return = mean
             if math.isnan(self.best_eval_return) or mean > self.best_eval_return:
@@ -855,6 +871,8 @@ class Coordinator:
             error, result = error or "unknown error", None
         elif state == TaskState.FINISHED:
             error = None
+            if task.kind == TaskKind.EVALUATOR:
+                _check_eval_result(result)
         storage = msg.get("storage")  # a task that failed on the shared store: the worker's report on it
         if storage is not None:
             try:

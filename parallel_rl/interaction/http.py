@@ -29,6 +29,7 @@ import cheroot.wsgi
 import numpy as np
 import urllib3
 from flask import Flask, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from ..errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
@@ -96,7 +97,11 @@ def error_response(status: int, code: str, message: str):
 
 
 def install_json_errors(app: Flask) -> None:
-    """Every error leaves as JSON; unexpected exceptions are logged and become 500."""
+    """Every error leaves as JSON; unexpected exceptions are logged and become 500. Request bodies are read
+    with :func:`loads`, so a body nested too deep is a 400 too."""
+    provider = _JsonProvider(app)
+    provider.sort_keys = app.json.sort_keys
+    app.json = provider
 
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
@@ -138,12 +143,28 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON: send non-finite numbers as null")
 
 
+def loads(data: Any) -> Any:
+    """``data`` parsed as JSON: ValueError for anything that is not JSON, NaN and infinities included, and for
+    arrays or objects nested too deep to parse (a RecursionError, which no caller expects, otherwise)."""
+    try:
+        return _json.loads(data, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("arrays or objects nested too deep") from None
+
+
+class _JsonProvider(DefaultJSONProvider):
+    """Flask's JSON, reading with :func:`loads` (``request.get_json`` answers 400, never 500)."""
+
+    def loads(self, s: Any, **kwargs: Any) -> Any:
+        return loads(s)
+
+
 def json_body() -> Dict[str, Any]:
     """The request's JSON object, or 400."""
     if not request.is_json:
         raise ApiError(400, "bad_request", "the body must be JSON (Content-Type: application/json)")
     try:
-        data = _json.loads(request.get_data(cache=True), parse_constant=_refuse_constant)
+        data = loads(request.get_data(cache=True))
     except ValueError as exc:  # also UnicodeDecodeError
         raise ApiError(400, "bad_request", f"the body must be JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -165,6 +186,20 @@ def field(data: Dict[str, Any], name: str, kind: type | tuple, required: bool = 
         raise ApiError(400, "bad_request",
                        f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
     return value
+
+
+def number_field(data: Dict[str, Any], name: str, default: float, lo: float = -math.inf,
+                 hi: float = math.inf) -> float:
+    """``data[name]``, an int or a float, as a float in ``[lo, hi]``; 400 naming the field otherwise (an
+    integer past float range included: ``float()`` of it raises OverflowError)."""
+    value = field(data, name, (int, float), required=False, default=default)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.nan
+    if not lo <= number <= hi:
+        raise ApiError(400, "bad_request", f"field {name!r} must be a number in [{lo:g}, {hi:g}], got {value!r:.40}")
+    return number
 
 
 PACKED_DTYPES = ("<i4", "<i8", "<f4", "<f8")
@@ -197,7 +232,7 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
     if isinstance(value, list):
         try:
             array = np.asarray(value, dtype=dtype)
-        except TypeError as exc:
+        except (TypeError, OverflowError) as exc:  # OverflowError: an integer past the dtype's range
             raise ValueError(str(exc)) from None
         if array.ndim != 1:
             raise ValueError(f"expected a flat list of numbers, got {array.ndim} dimensions")
