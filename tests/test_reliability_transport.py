@@ -82,3 +82,24 @@ def test_an_evaluator_result_without_a_usable_mean_never_fails_the_request(coord
     assert summary["state"] == "running" and summary["last_eval_return"] is None
     task = requests.get(f"{server.url}/api/v1/tasks/{evaluator.task_id}", headers=AUTH, timeout=5).json()
     assert task["state"] == "finished"
+
+
+# ---- 11. a taken port is one line and exit 2 -----------------------------------------------------------
+@pytest.mark.parametrize("role", ["coordinator", "collector"])
+def test_a_role_on_a_taken_port_says_so_in_one_line_and_exits_2(cli, tmp_path, role):
+    import socket
+
+    holder = socket.socket()  # another process's listening socket, as an earlier coordinator that still runs
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    extra = ["--coordinator", "http://127.0.0.1:9"] if role == "collector" else []
+    try:
+        proc = cli(role, role, "-c", "configs/cartpole_dqn.py", "--port", str(port),
+                   "--shared-dir", str(tmp_path / "shared"), *extra, env={"PARALLEL_RL_TOKEN": "t"})
+        assert proc.wait(60) == 2, proc.output()
+    finally:
+        holder.close()
+    lines = proc.output().strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0], proc.output()
+    assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0] and "--port" in lines[0], lines[0]

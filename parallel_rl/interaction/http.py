@@ -32,7 +32,7 @@ from flask import Flask, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
-from ..errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
+from ..errors import AuthError, BindError, PeerUnavailableError, ProtocolError, RemoteError
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +310,13 @@ class ServerThread:
         # the connection loop's select() timeout: stop() waits for the loop to see it (0.5 s by default, which
         # made every close take up to half a second; the idle loop costs nothing to speak of at 50 ms)
         self.server.expiration_interval = 0.05
-        self.server.prepare()  # binds: the port is known from here on
+        try:
+            self.server.prepare()  # binds: the port is known from here on
+        except OSError as exc:  # cheroot's message: "No socket could be created -- ((host, port): [Errno 98] ...)"
+            reason = str(exc).rpartition(": ")[2].rstrip(")") or str(exc)
+            raise BindError(f"{name}: cannot listen on {host}:{port}: {reason}; another process holds the port "
+                            f"(an earlier run still alive?): stop it or choose another --port (0 lets the OS pick)"
+                            ) from None
         self.host, self.port = self.server.bind_addr[0], int(self.server.bind_addr[1])
         self.thread = threading.Thread(target=self.server.serve, name=f"{name}-server", daemon=True)
         self.closed = False
