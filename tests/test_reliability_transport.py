@@ -103,3 +103,49 @@ def test_a_role_on_a_taken_port_says_so_in_one_line_and_exits_2(cli, tmp_path, r
     lines = proc.output().strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in lines[0], proc.output()
     assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0] and "--port" in lines[0], lines[0]
+
+
+# ---- 12. answer sizes are capped ------------------------------------------------------------------------
+def test_an_oversized_answer_is_a_clear_error_and_is_not_read_whole():
+    """A peer's answer over the client's ``max_answer_bytes`` raises ProtocolError naming the limit, whether
+    it declares its length or streams without one; the client is not made to read it all (the streaming
+    answer below counts what it sent: a client that read it whole would take its 64 MiB)."""
+    from flask import Flask, Response, jsonify
+
+    from parallel_rl.errors import ProtocolError
+    from parallel_rl.interaction.http import HttpClient, ServerThread
+
+    app = Flask("big")
+    sent = []
+
+    @app.get("/declared")
+    def declared():
+        return jsonify({"pad": "x" * (3 * 1024 * 1024)})
+
+    @app.get("/streamed")
+    def streamed():
+        def body():
+            yield b'{"pad": "'
+            for _ in range(64):  # 64 MiB at most
+                sent.append(1)
+                yield b"x" * (1024 * 1024)
+            yield b'"}'
+        return Response(body(), mimetype="application/json")
+
+    @app.get("/small")
+    def small():
+        return jsonify({"ok": True})
+
+    srv = ServerThread(app).start()
+    client = HttpClient(srv.url, timeout=10, max_retries=0, max_answer_bytes=1024 * 1024)
+    try:
+        with pytest.raises(ProtocolError, match=r"more than 1048576 bytes \(\d+ declared\)"):
+            client.get("/declared")
+        with pytest.raises(ProtocolError, match="more than 1048576 bytes.*max_answer_bytes"):
+            client.get("/streamed")
+        assert len(sent) < 32, f"the client read {len(sent)} MiB of a capped answer"
+        assert client.get("/small") == {"ok": True}  # the client still works
+        assert HttpClient(srv.url, timeout=10, max_retries=0).get("/declared")["pad"][:3] == "xxx"  # default cap
+    finally:
+        client.close()
+        srv.close()
