@@ -149,3 +149,88 @@ def test_an_oversized_answer_is_a_clear_error_and_is_not_read_whole():
     finally:
         client.close()
         srv.close()
+
+
+# ---- 2. idle connections cannot exhaust the coordinator's descriptors -------------------------------------
+LOW_NOFILE = 200  # the coordinator's open-file limit in these tests: its derived cap is 136 connections
+
+LAUNCHER = ("import resource, runpy, sys; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+            "sys.argv = ['parallel-rl'] + sys.argv[1:]; runpy.run_module('parallel_rl', run_name='__main__')")
+
+
+@pytest.fixture
+def low_limit_coordinator(tmp_path):
+    """A `parallel-rl coordinator` subprocess whose open-file limit is LOW_NOFILE; yields (url, process, log)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    log_path = tmp_path / "coordinator.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER.format(n=LOW_NOFILE), "coordinator", "-c", "configs/cartpole_dqn.py",
+             "--port", "0", "--shared-dir", str(tmp_path / "shared")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN})
+    try:
+        found = eventually(lambda: proc.poll() is None and re.search(r"REST API: (http://\S+)/api/v1",
+                                                                      log_path.read_text()),
+                           timeout=60, message=f"the coordinator's URL in {log_path}")
+        yield found.group(1), proc, log_path
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    import os
+
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_connections_past_the_open_file_limit_leave_the_coordinator_answering(low_limit_coordinator):
+    """Twice the coordinator's open-file limit in idle connections (no byte sent, no token): it keeps at
+    most its cap open, closing those idle longest, does not spin, logs a line or two, and answers."""
+    import socket
+    import time
+
+    url, proc, log_path = low_limit_coordinator
+    host, port = url.split("//")[1].split(":")
+    idle = []
+    try:
+        for _ in range(2 * LOW_NOFILE):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(0.5)  # not a synchronisation: the window in which a spinning accept loop would burn CPU
+        before = cpu_seconds(proc.pid)
+        started = time.monotonic()
+        for _ in range(5):  # a heartbeat-like call from a real client, each answered within its timeout
+            answer = requests.get(f"{url}/api/v1/health", timeout=5)
+            assert answer.status_code == 200, answer.text
+        time.sleep(1.0)
+        busy = (cpu_seconds(proc.pid) - before) / (time.monotonic() - started)
+        assert busy < 0.5, f"the coordinator used {busy:.0%} of a core with idle connections open"
+        # it closed idle connections to stay under its limit: the oldest ones read their end
+        closed = sum(1 for sock in idle[:LOW_NOFILE // 2] if _closed_by_peer(sock))
+        assert closed > 0, "no idle connection was closed"
+    finally:
+        for sock in idle:
+            sock.close()
+    assert proc.poll() is None
+    log = log_path.read_text()
+    assert len(log) < 20_000 and "Traceback" not in log, log[-3000:]
+
+
+def _closed_by_peer(sock) -> bool:
+    import socket
+
+    sock.settimeout(0.01)
+    try:
+        return sock.recv(1) == b""
+    except socket.timeout:
+        return False
+    except OSError:  # reset
+        return True

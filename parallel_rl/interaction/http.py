@@ -12,18 +12,24 @@
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import heapq
 import hmac
 import json as _json
 import logging
 import math
 import os
+import resource
 import secrets
 import select
+import selectors
 import threading
 import time
 from typing import Any, Dict, Optional
 
+import cheroot.connections
+import cheroot.makefile
 import cheroot.server
 import cheroot.wsgi
 import numpy as np
@@ -240,6 +246,104 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
     raise ValueError(f"expected a list of numbers or a packed array, got {type(value).__name__}")
 
 
+# descriptors a process keeps for what is not a connection (files, the store's, threads' pipes, logs): the
+# derived connection cap leaves a quarter of the open-file limit, at least this many, to them
+_RESERVED_DESCRIPTORS = 64
+# errors of accept() that say the process or the system is out of descriptors or memory
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def max_open_connections(configured: Optional[int] = None) -> int:
+    """The connections one server keeps open at most: ``configured`` (> 0), else three quarters of the
+    process's open-file limit (``RLIMIT_NOFILE``, soft), and never so many that the limit would be hit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    derived = max(16, soft - max(_RESERVED_DESCRIPTORS, soft // 4))
+    return min(int(configured), derived) if configured and configured > 0 else derived
+
+
+class _Connections(cheroot.connections.ConnectionManager):
+    """cheroot's connection manager (the selector thread's loop), with a cap on open connections and no
+    spin when the process runs out of descriptors.
+
+    At the server's ``max_open_connections`` a new connection makes room by closing the connections idle
+    longest (a client that opened a connection and sent nothing is the first to go; a worker's keep-alive
+    connection, used every heartbeat, the last); when every connection is busy in a thread the new one is
+    accepted and closed at once. When accept() fails for want of descriptors (EMFILE: other files took
+    them), idle connections are closed and accepting pauses, backing off from 50 ms to 1 s, instead of
+    cheroot's loop retrying it at once, for ever, with a traceback each time."""
+
+    def __init__(self, server):
+        super().__init__(server)
+        self._resume_at = 0.0  # accepting paused (descriptors exhausted) until this time.monotonic()
+        self._pause = 0.0
+        self._warned_at = -math.inf
+
+    def _idle(self) -> list:
+        return [(fd, conn) for fd, conn in self._selector.connections if conn is not self.server]
+
+    def _shed_idle(self, count: int) -> int:
+        """Close the ``count`` connections idle longest; how many were closed."""
+        oldest = heapq.nsmallest(count, self._idle(), key=lambda item: item[1].last_used or 0.0)
+        for fd, conn in oldest:
+            self._selector.unregister(fd)
+            conn.close()
+        return len(oldest)
+
+    def _from_server_socket(self, server_socket):
+        server = self.server
+        if server.open_connections >= server.max_open_connections:
+            # make room for a few at once: a scan of the idle ones per accepted connection would cost
+            if not self._shed_idle(max(1, server.max_open_connections // 32)):
+                self._refuse(server_socket)
+                return None
+        try:
+            return super()._from_server_socket(server_socket)
+        except OSError as exc:
+            if exc.errno not in _EXHAUSTED:
+                raise
+            self._exhausted(exc)
+            return None
+
+    def _refuse(self, server_socket) -> None:
+        """Accept the next connection and close it at once: every connection is busy."""
+        try:
+            sock, _ = server_socket.accept()
+        except OSError as exc:
+            if exc.errno in _EXHAUSTED:
+                self._exhausted(exc)
+            return  # EAGAIN: the client gave up meanwhile
+        sock.close()
+        self.server.refused_connections += 1
+        self._warn(f"{self.server.open_connections} connections open (the most this server keeps: "
+                   f"max_open_connections={self.server.max_open_connections}), all busy; closing new ones")
+
+    def _exhausted(self, exc: OSError) -> None:
+        shed = self._shed_idle(max(1, len(self._idle()) // 4))
+        if not shed:  # nothing of ours to free: stop accepting for a while, the backlog holds the clients
+            self._pause = min(1.0, max(0.05, self._pause * 2))
+            self._resume_at = time.monotonic() + self._pause
+            self._selector.unregister(self.server.socket.fileno())
+        self._warn(f"out of descriptors ({exc.strerror}) with {self.server.open_connections} connections open; "
+                   f"closed {shed} idle connection(s)" + ("" if shed else f", accepting again in {self._pause:.2f}s")
+                   + ": raise the open-file limit (ulimit -n) or lower max_open_connections")
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= 10.0:  # at most one line in 10 s, however fast clients come
+            self._warned_at = now
+            logger.warning("http server on port %s: %s", self.server.bind_addr[1], message)
+
+    def _expire(self, threshold: float) -> None:
+        super()._expire(threshold)
+        if self._resume_at and time.monotonic() >= self._resume_at:
+            self._resume_at = 0.0
+            self._selector.register(self.server.socket.fileno(), selectors.EVENT_READ, data=self.server)
+        elif not self._resume_at:
+            self._pause = 0.0
+
+
 class _Connection(cheroot.server.HTTPConnection):
     """A keep-alive connection whose thread, after an answer, waits up to the server's ``linger`` seconds for
     the connection's next request and serves it too, before handing the connection back to the selector.
@@ -249,6 +353,17 @@ class _Connection(cheroot.server.HTTPConnection):
     handed out ~3 connections each time, so `GET /api/v1/cluster` waited ~150 ms behind them (p50). A client
     that sends its next request at once (a collector whose outbox filled while it waited for the answer)
     keeps its thread; one that sends later (a heartbeat a second later) costs a thread ``linger`` s."""
+
+    def __init__(self, server, sock, makefile=cheroot.makefile.MakeFile):
+        super().__init__(server, sock, makefile)
+        self._counted = True
+        server.count_connection(+1)
+
+    def close(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.server.count_connection(-1)
+        super().close()
 
     def communicate(self) -> bool:
         while True:
@@ -269,6 +384,23 @@ class _Server(cheroot.wsgi.Server):
     """cheroot's WSGI server, its messages (a reset connection, a request it could not parse) to our log."""
 
     ConnectionClass = _Connection  # waits ServerThread's ``linger`` for a connection's next request
+    max_open_connections = 1 << 20  # set by ServerThread
+    open_connections = 0  # accepted and not closed yet
+    refused_connections = 0  # closed at once, every connection being busy
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._count_lock = threading.Lock()
+
+    def prepare(self) -> None:
+        super().prepare()
+        # cheroot's loop, with the cap on connections and without the spin on EMFILE (_Connections)
+        self._connections._selector.close()
+        self._connections = _Connections(self)
+
+    def count_connection(self, change: int) -> None:
+        with self._count_lock:
+            self.open_connections += change
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
         # cheroot says INFO for what a busy cluster does all the time (a peer that reset its connection)
@@ -296,7 +428,7 @@ class ServerThread:
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
                  max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0,
-                 linger: float = 0.005):
+                 linger: float = 0.005, max_connections: Optional[int] = None):
         # request_queue_size is the listen backlog: hundreds of collectors connect at once
         self.server = _Server((host, port), app, numthreads=threads, max=threads, server_name="parallel_rl",
                               request_queue_size=1024, timeout=timeout, shutdown_timeout=1)
@@ -307,6 +439,9 @@ class ServerThread:
         self.server.max_request_header_size = 64 * 1024
         # idle keep-alive connections kept at most; past it a connection is closed after its answer
         self.server.keep_alive_conn_limit = connection_limit
+        # connections open at most (a new one past it closes the one idle longest, or is closed itself):
+        # ``max_connections``, else derived from the open-file limit (see max_open_connections)
+        self.server.max_open_connections = max_open_connections(max_connections)
         # the connection loop's select() timeout: stop() waits for the loop to see it (0.5 s by default, which
         # made every close take up to half a second; the idle loop costs nothing to speak of at 50 ms)
         self.server.expiration_interval = 0.05
