@@ -234,3 +234,81 @@ def _closed_by_peer(sock) -> bool:
         return False
     except OSError:  # reset
         return True
+
+
+# ---- 7. slow clients (slow-loris) ---------------------------------------------------------------------------
+def test_clients_sending_a_byte_at_a_time_hold_no_thread_and_are_cut_at_the_request_deadline():
+    """Twelve clients trickle their requests (head or body) a byte every 0.2 s into a server of 4 threads:
+    a whole request must arrive within ``request_timeout`` (2 s here), not within 10 s per read; until it
+    has arrived it waits without a thread, so a plain client is answered at once meanwhile. A slow body too
+    large to wait for without a thread is cut at the same deadline by the thread reading it."""
+    import socket
+    import threading
+    import time
+
+    from flask import Flask, jsonify
+
+    from parallel_rl.interaction.http import HttpClient, ServerThread, install_json_errors, json_body
+
+    app = Flask("slow")
+    install_json_errors(app)
+
+    @app.post("/echo")
+    def echo():
+        return jsonify(json_body())
+
+    @app.get("/ping")
+    def ping():
+        return jsonify({"ok": True})
+
+    srv = ServerThread(app, threads=4, request_timeout=2.0).start()
+    host, port = srv.url.split("//")[1].split(":")
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    body = b'{"pad": "' + b"x" * 40 + b'"}'
+    # (sent at once, then trickled): six trickle the head, five a small body, one a body too large to wait for
+    plans = ([(b"", head % len(body) + body)] * 6 + [(head % len(body), body)] * 5
+             + [(head % 1_000_000, b"{" + b" " * 999_999)])
+    socks = [socket.create_connection((host, int(port)), timeout=10) for _ in plans]
+    stop = threading.Event()
+
+    def drip():
+        queues = []
+        for sock, (first, rest) in zip(socks, plans):
+            if first:
+                sock.sendall(first)
+            queues.append(bytearray(rest))
+        deadline = time.monotonic() + 8.0
+        while not stop.wait(0.2) and time.monotonic() < deadline:
+            for sock, queue in zip(socks, queues):
+                if queue:
+                    try:
+                        sock.send(bytes(queue[:1]))
+                        del queue[:1]
+                    except OSError:  # the server cut it
+                        queue.clear()
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    client = HttpClient(srv.url, timeout=1.0, max_retries=0)
+    try:
+        started = time.monotonic()
+        for _ in range(10):  # each within its 1 s timeout while every slow client is still trickling
+            assert client.get("/ping") == {"ok": True}
+        assert time.monotonic() - started < 1.9
+        for i, sock in enumerate(socks):  # each answered 408 and closed by its deadline (2 s), not 10 s
+            answer = b""
+            while True:
+                data = sock.recv(65536)  # a 10 s timeout fails the test
+                if not data:
+                    break
+                answer += data
+            assert answer.startswith(b"HTTP/1.1 408"), (i, answer[:200])
+        assert time.monotonic() - started < 5.0
+        assert client.get("/ping") == {"ok": True}
+    finally:
+        stop.set()
+        dripper.join(10)
+        client.close()
+        for sock in socks:
+            sock.close()
+        srv.close()

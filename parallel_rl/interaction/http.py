@@ -16,14 +16,17 @@ import errno
 import hashlib
 import heapq
 import hmac
+import io
 import json as _json
 import logging
 import math
 import os
+import re
 import resource
 import secrets
 import select
 import selectors
+import socket
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -90,7 +93,7 @@ class ApiError(Exception):
 
 _CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
+    405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
     422: "unprocessable",
     429: "too_many_requests", 500: "internal_error", 503: "unavailable",
 }
@@ -117,6 +120,10 @@ def install_json_errors(app: Flask) -> None:
     def _http_error(exc: HTTPException):
         status = exc.code or 500
         return error_response(status, _CODES.get(status, "http_error"), exc.description or exc.name)
+
+    @app.errorhandler(TimeoutError)
+    def _timeout(exc: TimeoutError):  # reading the body outlasted the request's deadline (_RequestIO)
+        return error_response(408, "request_timeout", f"the request's body did not arrive in time: {exc}")
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
@@ -170,7 +177,11 @@ def json_body() -> Dict[str, Any]:
     if not request.is_json:
         raise ApiError(400, "bad_request", "the body must be JSON (Content-Type: application/json)")
     try:
-        data = loads(request.get_data(cache=True))
+        raw = request.get_data(cache=True)
+    except OSError as exc:  # a timeout: the body did not arrive within the request's deadline
+        raise ApiError(408, "request_timeout", f"the request's body did not arrive in time: {exc}") from None
+    try:
+        data = loads(raw)
     except ValueError as exc:  # also UnicodeDecodeError
         raise ApiError(400, "bad_request", f"the body must be JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -279,6 +290,7 @@ class _Connections(cheroot.connections.ConnectionManager):
         self._resume_at = 0.0  # accepting paused (descriptors exhausted) until this time.monotonic()
         self._pause = 0.0
         self._warned_at = -math.inf
+        self._last_pass = time.monotonic()
 
     def _idle(self) -> list:
         return [(fd, conn) for fd, conn in self._selector.connections if conn is not self.server]
@@ -336,7 +348,17 @@ class _Connections(cheroot.connections.ConnectionManager):
             logger.warning("http server on port %s: %s", self.server.bind_addr[1], message)
 
     def _expire(self, threshold: float) -> None:
-        super()._expire(threshold)
+        """Close connections idle since ``threshold`` and those whose request is past its deadline (a client
+        that sends its request a byte at a time waits here, not in a thread: see _Connection); resume
+        accepting after a pause. cheroot calls this every ``expiration_interval`` (50 ms): the pass over the
+        connections runs every 0.5 s."""
+        now = time.monotonic()
+        if now - self._last_pass >= 0.5:
+            self._last_pass = now
+            for fd, conn in self._idle():
+                if conn.last_used < threshold or conn.past_deadline(now):
+                    self._selector.unregister(fd)
+                    conn.time_out()
         if self._resume_at and time.monotonic() >= self._resume_at:
             self._resume_at = 0.0
             self._selector.register(self.server.socket.fileno(), selectors.EVENT_READ, data=self.server)
@@ -356,6 +378,11 @@ class _Connection(cheroot.server.HTTPConnection):
 
     def __init__(self, server, sock, makefile=cheroot.makefile.MakeFile):
         super().__init__(server, sock, makefile)
+        self.pending = bytearray()  # what arrived of the next request before a thread parses it
+        self.request_started: Optional[float] = None  # time.monotonic() of the next request's first byte
+        self.deadline: Optional[float] = None  # while a request is read: its reads end by then
+        self.timed_out = False  # the request read past its deadline: the connection closes after the answer
+        self.rfile = _RequestReader(self, self.rbufsize)
         self._counted = True
         server.count_connection(+1)
 
@@ -365,12 +392,151 @@ class _Connection(cheroot.server.HTTPConnection):
             self.server.count_connection(-1)
         super().close()
 
+    def past_deadline(self, now: float) -> bool:
+        return self.request_started is not None and now > self.request_started + self.server.request_timeout
+
+    def time_out(self) -> None:
+        """Close the connection; with a request begun past its deadline, answer 408 first (best effort)."""
+        self.answer_timeout()
+        self.close()
+
+    def answer_timeout(self) -> None:
+        """Answer 408 when a request was begun (best effort: the connection is closed next)."""
+        if self.request_started is not None:
+            body = encode_json({"error": {"code": "request_timeout", "message": (
+                f"the request was not complete within {self.server.request_timeout:g}s")}})
+            try:
+                self.socket.setblocking(False)
+                self.socket.send(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            except OSError:
+                pass  # the client is gone or its window full: the close tells it as much
+
     def communicate(self) -> bool:
         while True:
-            keep_open = super().communicate()
+            if not self._request_arrived():
+                if self.past_deadline(time.monotonic()):
+                    self.answer_timeout()
+                    return False  # the thread closes the connection
+                return True  # back to the selector until more of the request arrives
+            self.request_started = self.request_started or time.monotonic()  # None: the end, or a reset
+            self.deadline = self.request_started + self.server.request_timeout
+            self.timed_out = False
+            try:
+                keep_open = super().communicate() and not self.timed_out  # the rest of a late body: unread
+            finally:
+                self.deadline = self.request_started = None
             if not (keep_open and self.server.ready
                     and (self.rfile.has_data() or _readable(self.socket, self.server.linger))):
                 return keep_open
+
+    def _request_arrived(self) -> bool:
+        """Read what the socket holds, waiting a few ms at most; whether the next request is all there (its
+        head, and its body when it is at most PREREAD_BODY_BYTES), or the connection ended.
+
+        Until then the connection waits in the selector, so that a client sending a request a byte at a
+        time (slow-loris) holds no thread; the whole request must arrive within ``request_timeout``."""
+        if self.rfile.buffered():  # pipelined: the next request is already in the reader's buffer
+            self.request_started = self.request_started or time.monotonic()
+            return True
+        wait = _PREREAD_WAIT
+        while True:
+            try:
+                self.socket.settimeout(0.0)
+                data = self.socket.recv(65536)
+            except BlockingIOError:
+                data = None
+            except OSError:
+                return True  # reset: the parser meets the error and ends the connection
+            finally:
+                self.socket.settimeout(self.server.timeout)
+            if data == b"":
+                return True  # the client closed: the parser reads the end and ends the connection
+            if data:
+                if not self.pending:
+                    self.request_started = time.monotonic()
+                self.pending += data
+                if self.request_complete():
+                    return True
+            if wait <= 0 or not _readable(self.socket, wait):
+                return False
+            wait = 0.0  # one more read of what arrived meanwhile
+
+    def request_complete(self) -> bool:
+        """Whether ``pending`` holds a whole request head, and its body unless that is large, or announced
+        with ``Expect: 100-continue`` (sent after an answer), or chunked (read under the deadline)."""
+        pending = self.pending
+        end = pending.find(b"\r\n\r\n")
+        if end < 0:
+            return len(pending) > self.server.max_request_header_size  # the parser answers 431
+        head = bytes(pending[:end])
+        length = _CONTENT_LENGTH.search(head)
+        if length is None or _EXPECT.search(head):
+            return True
+        return int(length.group(1)) > _PREREAD_BODY_BYTES or len(pending) - end - 4 >= int(length.group(1))
+
+
+# a request body up to this size is read whole before a thread parses the request (the larger bodies, a
+# learner's priorities, are read by the thread, each read under the request's deadline)
+_PREREAD_BODY_BYTES = 256 * 1024
+# how long a thread waits for the rest of a request it got a part of, before handing the connection back to the
+# selector (a client's head and body come in separate writes, a few microseconds apart)
+_PREREAD_WAIT = 0.01
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,18})", re.IGNORECASE)
+_EXPECT = re.compile(rb"\r\nexpect[ \t]*:", re.IGNORECASE)
+
+
+class _RequestIO(io.RawIOBase):
+    """A connection's bytes: first what :meth:`_Connection._request_arrived` read ahead, then the socket's,
+    each read ending by the request's deadline (a timeout there is cheroot's 408, or the app's)."""
+
+    def __init__(self, conn: "_Connection"):
+        super().__init__()
+        self.conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        conn = self.conn
+        if conn.pending:
+            n = min(len(buffer), len(conn.pending))
+            buffer[:n] = conn.pending[:n]
+            del conn.pending[:n]
+            return n
+        sock = conn.socket
+        if conn.deadline is None:
+            return sock.recv_into(buffer)
+        if conn.timed_out:
+            return 0  # the end: cheroot reads what is left of a body before answering, and must not wait
+        remaining = conn.deadline - time.monotonic()
+        if remaining <= 0:
+            conn.timed_out = True
+            raise socket.timeout("timed out")  # the words cheroot looks for: 408
+        sock.settimeout(min(conn.server.timeout, remaining))
+        try:
+            return sock.recv_into(buffer)
+        except socket.timeout:
+            conn.timed_out = True
+            raise
+        finally:
+            sock.settimeout(conn.server.timeout)
+
+
+class _RequestReader(cheroot.makefile.StreamReader):
+    """cheroot's buffered socket reader over :class:`_RequestIO`."""
+
+    def __init__(self, conn: "_Connection", bufsize: int):
+        cheroot.makefile.io.BufferedReader.__init__(self, _RequestIO(conn), bufsize)
+        self.bytes_read = 0
+        self.conn = conn
+
+    def buffered(self) -> bool:
+        return super().has_data()
+
+    def has_data(self) -> bool:
+        """Whether a request can be parsed without waiting: in the buffer, or whole in what was read ahead."""
+        return super().has_data() or (bool(self.conn.pending) and self.conn.request_complete())
 
 
 def _readable(sock, timeout: float = 0.0) -> bool:
@@ -385,6 +551,7 @@ class _Server(cheroot.wsgi.Server):
 
     ConnectionClass = _Connection  # waits ServerThread's ``linger`` for a connection's next request
     max_open_connections = 1 << 20  # set by ServerThread
+    request_timeout = 10.0  # a request's head and body arrive within this many seconds (set by ServerThread)
     open_connections = 0  # accepted and not closed yet
     refused_connections = 0  # closed at once, every connection being busy
 
@@ -423,12 +590,15 @@ class ServerThread:
     connections open. (waitress, before it, asked every open connection whether it was readable on every
     event: over half of the coordinator's CPU with 256 collectors connected.) Each of ``threads`` threads
     reads a request, runs the app and writes the answer, then waits up to ``linger`` seconds for the
-    connection's next request (:class:`_Connection`); a client that stops mid-request holds its thread for at
-    most ``timeout`` seconds."""
+    connection's next request (:class:`_Connection`). A request waits in the selector, without a thread,
+    until its head and (small) body have arrived; the whole of it must arrive within ``request_timeout``
+    seconds (default ``timeout``) of its first byte, else it is answered 408 and the connection closed. At
+    most ``max_connections`` are open at once (:class:`_Connections`)."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
                  max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0,
-                 linger: float = 0.005, max_connections: Optional[int] = None):
+                 linger: float = 0.005, max_connections: Optional[int] = None,
+                 request_timeout: Optional[float] = None):
         # request_queue_size is the listen backlog: hundreds of collectors connect at once
         self.server = _Server((host, port), app, numthreads=threads, max=threads, server_name="parallel_rl",
                               request_queue_size=1024, timeout=timeout, shutdown_timeout=1)
@@ -442,6 +612,9 @@ class ServerThread:
         # connections open at most (a new one past it closes the one idle longest, or is closed itself):
         # ``max_connections``, else derived from the open-file limit (see max_open_connections)
         self.server.max_open_connections = max_open_connections(max_connections)
+        # a request's head and body must arrive within this many seconds of its first byte, however slowly
+        # they trickle in (``timeout`` bounds each read); until it is whole it waits without a thread
+        self.server.request_timeout = float(timeout if request_timeout is None else request_timeout)
         # the connection loop's select() timeout: stop() waits for the loop to see it (0.5 s by default, which
         # made every close take up to half a second; the idle loop costs nothing to speak of at 50 ms)
         self.server.expiration_interval = 0.05
