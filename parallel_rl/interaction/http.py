@@ -93,7 +93,8 @@ class ApiError(Exception):
 
 _CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
+    405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large",
+    415: "unsupported_media_type",
     422: "unprocessable",
     429: "too_many_requests", 500: "internal_error", 503: "unavailable",
 }
@@ -425,7 +426,9 @@ class _Connection(cheroot.server.HTTPConnection):
             try:
                 keep_open = super().communicate() and not self.timed_out  # the rest of a late body: unread
             finally:
-                self.deadline = self.request_started = None
+                self.deadline = None
+                # bytes of a next request sent along with this one: its deadline runs from now
+                self.request_started = time.monotonic() if self.pending else None
             if not (keep_open and self.server.ready
                     and (self.rfile.has_data() or _readable(self.socket, self.server.linger))):
                 return keep_open
