@@ -49,6 +49,16 @@ def test_numbers_past_float_range_and_deep_nesting_are_4xx_json(coordinator_fact
     for path, body in cases:
         worker = learner if path == sample else collector
         assert_json_4xx(post_as(server, worker, path, body), f"{path} {str(body)[:80]}")
+    # messages carrying numbers past float range are refused one by one, in a 200 answer
+    task_id = collector.received[0].task_id
+    for worker, message in [
+        (collector, {"type": "chunk", "task_id": task_id, "chunk": "c-1", "size": 4, "policy_version": -1,
+                     "env_steps": 4, "episode_returns": [HUGE]}),
+        (learner, {"type": "learn_info", "train_iter": 1, "info": {"loss": HUGE}}),
+    ]:
+        answer = post_as(server, worker, f"/workers/{worker.worker_id}/metadata", {"messages": [message]})
+        assert answer.status_code == 200, answer.text[:300]
+        assert [r["code"] for r in answer.json()["refused"]] == ["bad_request"], answer.text[:300]
     # a heartbeat reads its body leniently (a body that is not JSON counts as none): never a 500
     for body in ('{"problems": %s}' % deep, deep):
         answer = post_as(server, collector, f"/workers/{collector.worker_id}/heartbeat", body)
