@@ -41,7 +41,8 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
     # is read (the body is read before the token is checked)
     server = ServerThread(create_app(coordinator), host, port,
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
-                          max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections))
+                          max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
+                          max_connections=int(ccfg.get("max_open_connections", 0)))
     coordinator.advertise_url = advertise or coordinator.advertise_url or server.url
     return server
 

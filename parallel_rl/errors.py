@@ -73,3 +73,8 @@ class RemoteError(ProtocolError):
 
 class LearnerRankLostError(ParallelRLError):
     """A data-parallel learner rank died or a collective timed out; the aggregator restarts the group."""
+
+
+class BindError(ConfigError):
+    """A server cannot listen on its host and port: the port is taken (often a process of an earlier run still
+    holds it) or the host is not an address of this machine."""

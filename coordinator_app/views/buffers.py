@@ -1,7 +1,7 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
 
 from .. import get_coordinator, require_token
 
@@ -43,7 +43,7 @@ def sample(name: str):
         batches,
         field(body, "train_iter", int, required=False, default=0),
         priorities=field(body, "priorities", dict, required=False),
-        wait=float(field(body, "wait", (int, float), required=False, default=1.0)),
+        wait=number_field(body, "wait", 1.0),
         encoding=encoding,
         lease=request.headers.get(LEASE_HEADER),
     )

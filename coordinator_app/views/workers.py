@@ -2,7 +2,7 @@
 (heartbeat, batched metadata), which needs the cluster token."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
 from parallel_rl.storage import check_health_report
 
 from .. import get_coordinator, require_token
@@ -100,7 +100,7 @@ def metadata(worker_id: str):
     require_token()
     body = json_body()
     messages = field(body, "messages", list)
-    wait = float(field(body, "wait_for_allowance", (int, float), required=False, default=0.0))
+    wait = number_field(body, "wait_for_allowance", 0.0)
     version = field(body, "policy_version", int, required=False)
     loaded = field(body, "loaded_version", int, required=False)
     return jsonify(get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,

@@ -15,6 +15,7 @@ import math
 import operator
 import re
 import secrets
+import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -63,6 +64,22 @@ def checked_int(msg: Dict[str, Any], name: str, lo: int, hi: Optional[int], defa
         raise ApiError(400, "bad_request", f"field {name!r} must be in [{lo}, {hi if hi is not None else 'inf'}], "
                                            f"got {value}")
     return value
+
+
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float that is finite as a float (an integer past float range is not:
+    ``math.isfinite`` of it raises OverflowError)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+
+
+def _check_eval_result(result: Dict[str, Any]) -> None:
+    """An evaluator's result: ``eval_episode_return_mean`` a finite number or null (no episode finished),
+    ``episodes`` an integer; ApiError 400 naming the field otherwise."""
+    mean = result.get("eval_episode_return_mean")
+    if mean is not None and not finite_number(mean):
+        raise ApiError(400, "bad_request", f"result field 'eval_episode_return_mean' must be a finite number or "
+                                           f"null, got {mean!r:.40}")
+    checked_int(result, "episodes", 0, MAX_STEPS_PER_MESSAGE, default=0)
 
 
 class CoordinatorState:
@@ -580,7 +597,12 @@ class Coordinator:
         return task
 
     def _on_eval_result(self, task: Task, result: dict) -> None:
-        mean = float(result.get("eval_episode_return_mean", math.nan))
+        mean = result.get("eval_episode_return_mean")
+        if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
+            logger.warning("coordinator: eval of policy %s (%s) has no mean return (%s episode(s)); not counted",
+                           task.spec.get("policy_version"), task.task_id, result.get("episodes", 0))
+            return
+        mean = float(mean)
         with self._lock:
             self.last_eval_return = mean
             if math.isnan(self.best_eval_return) or mean > self.best_eval_return:
@@ -792,8 +814,7 @@ class Coordinator:
         steps = checked_int(msg, "env_steps", 0, MAX_STEPS_PER_MESSAGE, default=0)
         returns = msg.get("episode_returns", [])
         if (not isinstance(returns, list) or len(returns) > steps
-                or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)
-                           for r in returns)):
+                or not all(finite_number(r) for r in returns)):
             raise ApiError(400, "bad_request", f"episode_returns must be at most env_steps={steps} finite numbers, "
                                                f"got {returns!r:.80}")
         size = checked_int(msg, "size", 1, MAX_STEPS_PER_MESSAGE)
@@ -862,6 +883,8 @@ class Coordinator:
             error, result = error or "unknown error", None
         elif state == TaskState.FINISHED:
             error = None
+            if task.kind == TaskKind.EVALUATOR:
+                _check_eval_result(result)
         storage = msg.get("storage")  # a task that failed on the shared store: the worker's report on it
         if storage is not None:
             try:
@@ -935,7 +958,7 @@ class Coordinator:
         task = self._owned_task(worker, msg, required=False)
         info = msg.get("info") or {}
         if not isinstance(info, dict) or not all(
-                isinstance(k, str) and (v is None or (isinstance(v, (int, float)) and math.isfinite(v)))
+                isinstance(k, str) and (v is None or isinstance(v, bool) or finite_number(v))
                 for k, v in info.items()):
             raise ApiError(400, "bad_request", f"'info' must map names to finite numbers or null, got {info!r:.80}")
         return {"train_iter": checked_int(msg, "train_iter", 0, MAX_COUNTER), "info": dict(info), "task": task}

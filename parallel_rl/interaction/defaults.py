@@ -31,6 +31,9 @@ def parallel_default_config() -> EasyDict:
             long_poll_slots=256,
             # idle keep-alive connections the coordinator keeps open at most; past it a connection closes after its answer
             max_connections=1024,
+            # connections the coordinator keeps open at most (0: three quarters of its open-file limit); past it
+            # a new connection closes the one idle longest, or is closed at once when every one is busy
+            max_open_connections=0,
             # a lost or gone worker stays listed (REST, dashboard) this long, then is forgotten; at most
             # max_ended_workers of them are kept (the oldest go first). Their connections close when they end
             worker_retention=600.0,

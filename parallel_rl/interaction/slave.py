@@ -30,7 +30,7 @@ from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteE
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
 from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
-                   json_body, slave_proof)
+                   json_body, number_field, slave_proof)
 
 logger = logging.getLogger(__name__)
 
@@ -318,8 +318,8 @@ class Slave:
             slave.on_connect(body_field(body, "worker_id", str), body_field(body, "config", dict),
                              body_field(body, "coordinator", str, required=False),
                              body_field(body, "shared_dir", str, required=False),
-                             float(body_field(body, "heartbeat_interval", (int, float), required=False, default=1.0)),
-                             float(body_field(body, "heartbeat_ttl", (int, float), required=False, default=10.0)),
+                             number_field(body, "heartbeat_interval", 1.0, 0.0),
+                             number_field(body, "heartbeat_ttl", 10.0, 0.0),
                              body_field(body, "lease", str, required=False))
             return jsonify({"status": "connected", "worker_id": slave.worker_id})
 
