@@ -302,6 +302,16 @@ class NaiveReplayBuffer(IBuffer):
     def count(self) -> int:
         return self._count
 
+    def discard(self, column: str, values) -> int:
+        """Evict every stored row whose ``column`` holds one of ``values`` (e.g. the rows of a chunk found
+        damaged); ``on_evict`` hears of them as of any evicted row. Returns how many rows left."""
+        with self._lock:
+            if column not in self._columns:
+                return 0
+            slots = np.flatnonzero(self._valid & np.isin(self._columns[column], np.asarray(values)))
+            self._evict(slots)
+            return len(slots)
+
     def clear(self) -> None:
         with self._lock:
             self._evict(np.flatnonzero(self._valid))

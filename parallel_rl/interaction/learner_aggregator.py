@@ -97,9 +97,11 @@ class GroupStep:
     gather to rank 0 of every share's priorities, with the rank's learn info when asked (rank 0 averages
     it). What each rank can work out itself (its share, the rows' positions) never travels."""
 
-    def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int):
+    def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int,
+                 on_damaged=None):
         self.learner, self.rank, self.size = learner, rank, size
-        self._rows = RowStore(storage, cache_slots, chunk_rows)
+        # a damaged chunk's rows are dropped; rank 0 tells the coordinator (the others only log it)
+        self._rows = RowStore(storage, cache_slots, chunk_rows, on_damaged)
         self.merged_info: Dict[str, float] = {}
 
     def send(self, op: Op, refs: Optional[Dict[str, np.ndarray]] = None, merge_info: bool = False) -> Optional[np.ndarray]:
@@ -275,7 +277,7 @@ class LearnerAggregator(FlaskFileSystemLearner):
             r.state = RankState.RUNNING
         learner.rank, learner.world_size = 0, size
         self._step = GroupStep(learner, self.storage, 0, size, int(lcfg.chunk_cache_size),
-                               int(self.cfg.parallel.collector.chunk_size))
+                               int(self.cfg.parallel.collector.chunk_size), on_damaged=self.report_damaged_chunk)
         self._last_collective = time.monotonic()
         logger.info("learner %s: %d ranks train as one (%s)", self.worker_id, size,
                     ", ".join(f"rank {r.rank} pid {r.pid}" for r in self.ranks))
