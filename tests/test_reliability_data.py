@@ -144,7 +144,8 @@ def chunk_message(collector, name, rows=4):
             "policy_version": -1, "env_steps": rows, "episode_returns": []}
 
 
-def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator_factory, slaves, tmp_path):  # noqa: F811
+def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator_factory, slaves,  # noqa: F811
+                                                                     tmp_path):
     """The chunk directory replaced by a file (every read of the store fails with ENOTDIR, as a vanished NFS
     mount does) while a collector announces a chunk it wrote: the message is kept and sent again until the
     store is repaired, and /cluster says the store fails meanwhile."""
@@ -185,7 +186,8 @@ def test_transient_faults_of_a_chunk_check_are_answered_unavailable(coordinator_
     eventually(lambda: get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], message="the store healthy")
 
 
-def test_a_directory_in_place_of_a_chunk_is_a_bad_chunk_not_a_fault(coordinator_factory, slaves, tmp_path):  # noqa: F811
+def test_a_directory_in_place_of_a_chunk_is_a_bad_chunk_not_a_fault(coordinator_factory, slaves,  # noqa: F811
+                                                                    tmp_path):
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
@@ -218,3 +220,100 @@ class FailingReads:
     def readable(self, path):
         self._fail(path)
         return self.backend.readable(path)
+
+
+# ---- 8. the learners' rendezvous -----------------------------------------------------------------------------
+def listening_addresses(port):
+    """The local addresses of the TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6), as hex."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.append(addr)
+    return found
+
+
+def test_the_rendezvous_listens_on_master_addr_only():
+    from parallel_rl.policy.distributed import open_store
+
+    store = open_store(0, "127.0.0.1", 0, timeout=5.0)
+    # 127.0.0.1 in /proc's byte order; torch's own server listened on every interface (:: in tcp6)
+    assert listening_addresses(store.port) == ["0100007F"]
+    del store
+
+
+RANK_SCRIPT = """
+import sys
+from parallel_rl.policy.distributed import authenticate_group, destroy_group, join_group, open_store
+rank, secret, port = int(sys.argv[1]), (bytes.fromhex(sys.argv[2]) if sys.argv[2] != "-" else None), int(sys.argv[3])
+store = open_store(rank, "127.0.0.1", port, 20.0)
+print(store.port, flush=True)
+join_group(store, rank, 2, 20.0)
+try:
+    authenticate_group(secret, rank, 2)
+    print("proven", flush=True)
+except RuntimeError as exc:
+    print("refused:", exc, flush=True)
+destroy_group()
+"""
+
+
+def run_group(secrets_hex, tmp_path):
+    """Ranks 0 and 1 in their own processes, holding ``secrets_hex``; what each printed after the rendezvous."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    rank0 = subprocess.Popen([sys.executable, str(script), "0", secrets_hex[0], "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = rank0.stdout.readline().strip()
+        assert port.isdigit(), port
+        rank1 = subprocess.run([sys.executable, str(script), "1", secrets_hex[1], port], capture_output=True,
+                               text=True, timeout=60)
+        out0, _ = rank0.communicate(timeout=30)
+    finally:
+        rank0.kill()
+    return out0.strip(), rank1.stdout.splitlines()[-1] if rank1.stdout else rank1.stderr[-2000:]
+
+
+def test_ranks_prove_they_hold_the_groups_secret_before_anything_is_sent(tmp_path):
+    from parallel_rl.policy.distributed import group_secret
+
+    secret = group_secret("test-token").hex()
+    assert run_group([secret, secret], tmp_path) == ("proven", "proven")
+    # a process that joins in rank 1's place without the secret: both sides refuse, naming what each found
+    out0, out1 = run_group([secret, group_secret("another token").hex()], tmp_path)
+    assert out0 == out1 and out0.startswith("refused: the learner ranks do not all hold the group's secret "
+                                            "(refused: rank 1 by rank 0; rank 0 by rank 1)"), out0
+    out0, out1 = run_group([secret, "-"], tmp_path)  # one without any secret: it says so
+    assert out0 == out1 and "rank 1 has none)" in out0, out0
+
+
+def test_spawned_ranks_get_only_the_environment_they_need(coordinator_factory, monkeypatch):
+    """A real LearnerAggregator of 2 ranks (rank 1 a real `parallel-rl learner-rank`): rank 1 inherits neither
+    the cluster token nor anything else not on the list, gets the group's secret (not the token), and proves it."""
+    from parallel_rl.interaction.learner_aggregator import LearnerAggregator
+    from tests.test_multilearner import running_ranks
+
+    monkeypatch.setenv("PARALLEL_RL_TOKEN", TOKEN)
+    monkeypatch.setenv("SOME_OTHER_SECRET", "s3cr3t")
+    coordinator, server = coordinator_factory(learner={"world_size": 2, "collective_timeout": 30.0})
+    aggregator = LearnerAggregator(server.url, token=TOKEN, worker_id="learner-1")
+    aggregator.start()
+    threading.Thread(target=aggregator.run, daemon=True).start()
+    try:
+        learner = eventually(lambda: running_ranks(server.url + "/api/v1"), timeout=60,
+                             message="one learner with 2 running ranks")
+        rank1 = next(r for r in learner["ranks"] if r["rank"] == 1)
+        with open(f"/proc/{rank1['pid']}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    finally:
+        aggregator.request_stop()
+        aggregator.close()
+    assert b"PARALLEL_RL_TOKEN" not in env and b"SOME_OTHER_SECRET" not in env
+    assert TOKEN.encode() not in b"".join(env.values())
+    assert env[b"PARALLEL_RL_RANK_SECRET"] and env[b"RANK"] == b"1" and env[b"PATH"]
