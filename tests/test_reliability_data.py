@@ -168,6 +168,50 @@ def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator
     assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
 
 
+def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(tmp_path, monkeypatch, slaves):  # noqa: F811
+    """The same on S3 (moto's real server, stopped and started again on its port, its objects kept): the
+    collector's announcement waits out the outage and the chunk is indexed once the store answers."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from coordinator_app import serve_coordinator
+    from parallel_rl.coordinator import Coordinator
+    from tests.conftest import toy_cluster_config
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    store = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
+    store.start()
+    host, port = store.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    boto3.client("s3").create_bucket(Bucket="check-faults")
+    # the coordinator's client gives up at once (the default retries take ~3 s, longer than the slave waits for
+    # an answer: its own retry would hide what the coordinator answers)
+    fail_fast = {"config_kwargs": {"connect_timeout": 1, "read_timeout": 5, "retries": {"max_attempts": 1}}}
+    coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage("s3://check-faults/run", fail_fast), TOKEN)
+    server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
+    coordinator.start()
+    try:
+        collector = slaves("collector", server.url)
+        assert collector.got_task.wait(10)
+        message = chunk_message(collector, "s3-1")
+        store.stop()
+        collector.send_metadata(message, urgent=True)
+        eventually(lambda: not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], timeout=30,
+                   message="the store shown failing")
+        store = ThreadedMotoServer("127.0.0.1", port, verbose=False)  # back on its port, with its objects
+        store.start()
+        eventually(lambda: coordinator.replay.count() == 4, timeout=30, message="the chunk indexed")
+        assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
+    finally:
+        coordinator.close(notify_workers=False)
+        server.close()
+        store.stop()
+
+
 @pytest.mark.parametrize("code", ["EIO", "ESTALE", "EMFILE", "EACCES"])
 def test_transient_faults_of_a_chunk_check_are_answered_unavailable(coordinator_factory, slaves, code):  # noqa: F811
     """The store's errors while a chunk's header is read (injected by a backend that fails its next reads):
