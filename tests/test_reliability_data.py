@@ -292,7 +292,8 @@ def test_the_rendezvous_listens_on_master_addr_only():
 RANK_SCRIPT = """
 import sys
 from parallel_rl.policy.distributed import authenticate_group, destroy_group, join_group, open_store
-rank, secret, port = int(sys.argv[1]), (bytes.fromhex(sys.argv[2]) if sys.argv[2] != "-" else None), int(sys.argv[3])
+rank, secret = int(sys.argv[1]), (bytes.fromhex(sys.argv[2]) if sys.argv[2] != "-" else None)
+port = int(sys.stdin.readline()) if rank else 0  # rank 1 starts (imports torch) while rank 0 does
 store = open_store(rank, "127.0.0.1", port, 20.0)
 print(store.port, flush=True)
 join_group(store, rank, 2, 20.0)
@@ -312,23 +313,28 @@ def run_group(secrets_hex, tmp_path):
 
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    rank0 = subprocess.Popen([sys.executable, str(script), "0", secrets_hex[0], "0"], stdout=subprocess.PIPE, text=True)
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), secrets_hex[rank]], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
-        port = rank0.stdout.readline().strip()
-        assert port.isdigit(), port
-        rank1 = subprocess.run([sys.executable, str(script), "1", secrets_hex[1], port], capture_output=True,
-                               text=True, timeout=60)
-        out0, _ = rank0.communicate(timeout=30)
+        port = ranks[0].stdout.readline().strip()
+        assert port.isdigit(), ranks[0].stderr.read()[-2000:] if ranks[0].poll() is not None else port
+        outs = []
+        ranks[1].stdin.write(port + "\n")
+        ranks[1].stdin.flush()
+        for proc in ranks:
+            out, err = proc.communicate(timeout=60)
+            outs.append(out.strip().splitlines()[-1] if out.strip() else err[-2000:])
     finally:
-        rank0.kill()
-    return out0.strip(), rank1.stdout.splitlines()[-1] if rank1.stdout else rank1.stderr[-2000:]
+        for proc in ranks:
+            proc.kill()
+    return outs[0], outs[1]
 
 
 def test_ranks_prove_they_hold_the_groups_secret_before_anything_is_sent(tmp_path):
     from parallel_rl.policy.distributed import group_secret
 
+    # (ranks holding the same secret prove it: test_spawned_ranks_get_only_the_environment_they_need's group forms)
     secret = group_secret("test-token").hex()
-    assert run_group([secret, secret], tmp_path) == ("proven", "proven")
     # a process that joins in rank 1's place without the secret: both sides refuse, naming what each found
     out0, out1 = run_group([secret, group_secret("another token").hex()], tmp_path)
     assert out0 == out1 and out0.startswith("refused: the learner ranks do not all hold the group's secret "
