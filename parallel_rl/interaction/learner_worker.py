@@ -57,6 +57,7 @@ class RowStore:
         self.storage, self.slots, self.slot_rows = storage, slots, slot_rows
         self.on_damaged = on_damaged
         self.damaged: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # name -> reason
+        self.damaged_count = 0  # chunks found damaged (the dict above forgets the oldest past a bound)
         self._columns: Dict[str, np.ndarray] = {}
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
@@ -121,6 +122,7 @@ class RowStore:
 
     def _damaged(self, name: str, reason: str) -> None:
         self.damaged[name] = reason
+        self.damaged_count += 1
         while len(self.damaged) > MAX_DAMAGED_REMEMBERED:
             self.damaged.popitem(last=False)
         logger.error("learner: chunk %r is damaged, its rows are dropped: %s", name, reason)
@@ -129,8 +131,8 @@ class RowStore:
 
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
         """Columns of rows ``rows`` of chunks ``chunks[local]``; and the mask of rows kept: a row whose chunk
-        file was gone or damaged, or past the end of its file (a file that holds fewer rows than were indexed), is not
-        read; the slot it would point into holds another chunk's rows."""
+        file was gone or damaged, or past the end of its file (a file that holds fewer rows than were indexed),
+        is not read; the slot it would point into holds another chunk's rows."""
         if len(chunks) > self.slots:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
         # on an object store every read waits a round trip: fetch the misses together
@@ -195,7 +197,7 @@ class DataPipeline:
     @property
     def damaged_chunks(self) -> int:
         """Chunks found damaged (their rows dropped, counted in ``missing_rows``)."""
-        return len(self._rows.damaged)
+        return self._rows.damaged_count
 
     def start(self) -> "DataPipeline":
         self._thread.start()
