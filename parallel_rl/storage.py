@@ -55,6 +55,11 @@ _SNAPSHOT_RE = re.compile(r"^snapshot_(\d{9,})\.pt$")
 
 # the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
 NPY_MAX_HEADER = 10000
+# errors of the store that say the thing at a chunk's name is not a file: retrying cannot help, so the chunk is
+# bad (StorageError), not the store failing (StorageFaultError). Every other errno (EIO, ESTALE, EMFILE, ENFILE,
+# EACCES, ENOTDIR, ...) is a fault of the store: it may pass, or an operator repairs it, and then the same read
+# works (a permission or a directory is the store's, not the file's content)
+NOT_A_FILE_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG})
 # the coordinator state format this code writes and reads; a file with another one is refused
 COORDINATOR_STATE_FORMAT = 1
 # coordinator snapshots kept: the newest, and the one before as a fallback when the newest is damaged
@@ -135,6 +140,8 @@ def _npy_layout(header: bytes) -> tuple:
     version = np.lib.format.read_magic(f)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, _, dtype = read_header(f, max_header_size=NPY_MAX_HEADER)
+    if dtype.hasobject:  # Python objects: loading them would unpickle (we never do): no learner could read it
+        raise ValueError(f"a column of dtype {dtype} (Python objects); chunks hold numeric, bool or str columns")
     return (shape[0], dtype.itemsize * math.prod(shape[1:])) if shape else (-1, 0)
 
 
@@ -152,7 +159,7 @@ def load_npz(path: str, source: Any = None) -> Dict[str, np.ndarray]:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        if exc.errno is not None:  # the store failed us (EIO, ESTALE, ...), the file may be fine
+        if exc.errno is not None and exc.errno not in NOT_A_FILE_ERRNOS:  # the store failed us: the file may be fine
             raise
         raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
     except (ValueError, zipfile.BadZipFile) as exc:
@@ -334,9 +341,10 @@ class FsspecBackend:
     def load_npz(self, path: str) -> Dict[str, np.ndarray]:
         return load_npz(path, self.readable(path))
 
-    def load_npz_many(self, paths: List[str]) -> Dict[str, Optional[Dict[str, np.ndarray]]]:
-        """Every path's columns (None when absent), fetched concurrently: one round of requests, not n."""
-        out: Dict[str, Optional[Dict[str, np.ndarray]]] = {}
+    def load_npz_many(self, paths: List[str]) -> Dict[str, Any]:
+        """Every path's columns (None when absent, the StorageError when it is not a valid chunk), fetched
+        concurrently: one round of requests, not n."""
+        out: Dict[str, Any] = {}
         for path, data in self.fs.cat(list(paths), on_error="return").items():
             if isinstance(data, FileNotFoundError):
                 out[path] = None
@@ -345,7 +353,10 @@ class FsspecBackend:
                 raise data
             if isinstance(data, BaseException):
                 raise StorageError(f"{path}: cannot read ({type(data).__name__}: {data})") from data
-            out[path] = load_npz(path, io.BytesIO(data))
+            try:
+                out[path] = load_npz(path, io.BytesIO(data))
+            except StorageError as exc:  # one damaged chunk: the others are good
+                out[path] = exc
         return out
 
     def unlink(self, path: str) -> bool:
@@ -556,16 +567,22 @@ class SharedStorage:
         return self.backend.load_npz(self.chunk_path(name))
 
     @_store_op("reading chunks")
-    def read_chunks(self, names: List[str]) -> Dict[str, Optional[Dict[str, np.ndarray]]]:
-        """Several chunks at once (None for a chunk that is gone): concurrent requests on an object store,
-        where each request waits a round trip; one after the other on a local disk."""
+    def read_chunks(self, names: List[str]) -> Dict[str, Any]:
+        """Several chunks at once: each one's columns, None for a chunk that is gone, the StorageError for one
+        that is not a valid chunk (the others are read all the same); a fault of the store raises. Concurrent
+        requests on an object store, where each request waits a round trip; one after the other on a local
+        disk."""
         if not self.remote:
-            out = {}
+            out: Dict[str, Any] = {}
             for name in names:
                 try:
                     out[name] = self.read_chunk(name)
                 except FileNotFoundError:
                     out[name] = None
+                except StorageFaultError:
+                    raise
+                except StorageError as exc:
+                    out[name] = exc
             return out
         if not names:  # fsspec's cat() of no paths raises FileNotFoundError([])
             return {}
@@ -582,7 +599,8 @@ class SharedStorage:
         headers (no data is read), and its file's size.
 
         Raises FileNotFoundError when it is not there, StorageError when it is not a chunk whose
-        columns all have the same length."""
+        columns all have the same length and a plain dtype (a column of Python objects is refused: no
+        learner could load it), StorageFaultError when the store fails the read."""
         path = self.chunk_path(name)
         lengths, row_bytes = set(), 0
         source = self.backend.readable(path)  # FileNotFoundError when absent
@@ -598,7 +616,7 @@ class SharedStorage:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            if exc.errno is not None:  # the store failed us, the file may be fine
+            if exc.errno is not None and exc.errno not in NOT_A_FILE_ERRNOS:  # the store failed us, not the file
                 raise
             raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
         except (ValueError, zipfile.BadZipFile) as exc:

@@ -67,23 +67,29 @@ def test_a_dead_worker_thread_is_reported_and_ends_the_slave(coordinator_factory
 
 
 # ---- 2. learner data thread death ----------------------------------------------------------------
-def test_corrupt_chunk_fails_the_learner_data_thread_with_its_reason(coordinator_factory, slaves):  # noqa: F811
+def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator_factory, slaves,  # noqa: F811
+                                                                    tmp_path):
+    """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
+    the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
+    tests/test_reliability_data.py)."""
     from parallel_rl.interaction.learner_worker import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     collector.write_chunk(collector.received[0].task_id, "c-bad", n=8)
-    with open(collector.storage.chunk_path("c-bad"), "wb") as f:  # corrupted after it was announced
-        f.write(b"PK\x03\x04 not a zip any more")
     learner = slaves("learner", server.url, run=False)
+    data = tmp_path / "shared" / "data"
+    data.rename(data.with_name("data.away"))  # after the chunk was announced
+    data.write_bytes(b"not a directory")
     pipeline = DataPipeline(learner.coordinator, learner.worker_id, learner.storage, batch_size=4, prefetch=2,
                             cache_size=4, chunk_rows=16).start()
     try:
         error = eventually(lambda: pipeline.error, message="the data thread's error")
     finally:
         pipeline.stop()
-    assert "learner-data thread died" in error and "c-bad" in error
+    assert "learner-data thread died" in error and "c-bad" in error and "ENOTDIR" in error
+    assert pipeline.damaged_chunks == 0
 
 
 # ---- 3. poison batches ---------------------------------------------------------------------------

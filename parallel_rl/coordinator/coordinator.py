@@ -23,9 +23,9 @@ from urllib.parse import urlparse
 
 from easydict import EasyDict
 
-from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError
+from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError, StorageFaultError
 from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
-from ..storage import SharedStorage, check_health_report
+from ..storage import SharedStorage, StorageHealth, check_health_report
 from .commander import create_parallel_commander
 from .replay import ReplayIndex
 from .tasks import Task, TaskKind, TaskState, TaskTable
@@ -137,6 +137,10 @@ class Coordinator:
         self._failure_runs: Dict[TaskKind, Tuple[str, int]] = {}
         # worker id -> (fixed bytes, bytes per row) of its chunk files (_check_chunk_file)
         self._chunk_layouts: Dict[str, Tuple[int, int]] = {}
+        # the store as the message checks see it: unhealthy from a fault while checking a message (the message
+        # is answered `unavailable` and sent again) until a chunk check reads the store again; the snapshots'
+        # writes (storage.health) may work meanwhile, and must not hide that reads fail
+        self.check_health = StorageHealth(None)  # its faults are logged by storage.health (_store_op), once
         self.done_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.state = CoordinatorState.RUNNING
@@ -432,7 +436,7 @@ class Coordinator:
     def storage_summary(self) -> Dict[str, Any]:
         """The shared store's health as the workers (and the coordinator's own snapshots) see it: unhealthy
         while any active worker reports it failing; ``since`` the earliest fault of those, ``error`` its."""
-        failing = [("coordinator", self.storage.health)] if not self.storage.health.healthy else []
+        failing = [("coordinator", h) for h in (self.storage.health, self.check_health) if not h.healthy][:1]
         failing += [(w.worker_id, w.storage) for w in self.workers.list(active_only=True) if not w.storage.healthy]
         first = min(failing, key=lambda f: f[1].since or 0.0, default=None)
         return {"healthy": not failing, "error": first[1].error if first else None,
@@ -745,9 +749,10 @@ class Coordinator:
                 kind = msg.get("type") if isinstance(msg, dict) else None
                 refused.append({"index": index, "type": kind if isinstance(kind, str) else None,
                                 "code": exc.code, "message": exc.message})
-        if refused:
-            logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(refused), len(messages),
-                           worker.worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in refused[:3]))
+        logged = [r for r in refused if r["code"] != "unavailable"]  # the store failing is logged once, by its health
+        if logged:
+            logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(logged), len(messages),
+                           worker.worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in logged[:3]))
         for apply, run in itertools.groupby(checked, key=operator.itemgetter(0)):
             if apply in self._APPLY_RUNS:  # consecutive chunk announcements: one replay insert
                 apply(self, worker, [parsed for _, parsed in run])
@@ -784,6 +789,9 @@ class Coordinator:
                                              f"come from {' or '.join(roles)}s only")
         try:
             return apply, check(self, worker, msg)
+        except StorageFaultError as exc:  # the store failed the check, not the message: the slave sends it again
+            self.check_health.fault(str(exc))
+            raise ApiError(503, "unavailable", f"{exc}; the message is kept and sent again") from None
         except StorageError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
 
@@ -834,10 +842,16 @@ class Coordinator:
         layout = self._chunk_layouts.get(worker.worker_id)
         try:
             if layout is not None and self.storage.chunk_bytes(name) == layout[0] + layout[1] * size:
-                return
-            rows, nbytes, row_bytes = self.storage.chunk_layout(name)
+                rows = None  # its size says it holds `size` rows
+            else:
+                rows, nbytes, row_bytes = self.storage.chunk_layout(name)
         except FileNotFoundError:
             raise ApiError(400, "bad_request", f"chunk {name!r} announced but not on the shared disk") from None
+        if not self.check_health.healthy:  # the store answered a read again (a fault raised above)
+            self.check_health.recovered()
+            logger.info("coordinator: the shared store answers the chunk checks again")
+        if rows is None:
+            return
         if rows != size:
             raise ApiError(400, "bad_request", f"chunk {name!r} has {rows} rows on disk, announced {size=}")
         if row_bytes > 0:  # rows without bytes cannot be counted by size
@@ -990,6 +1004,24 @@ class Coordinator:
         task = m["task"]
         self.tasks.update_progress(task.task_id, games=task.progress.get("games", 0) + sum(m["counts"].values()))
 
+    def _check_chunk_damaged(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
+        name = self.storage.check_name(msg.get("chunk"))
+        error = msg.get("error")
+        if not isinstance(error, str):
+            raise ApiError(400, "bad_request", f"field 'error' must be a string saying what is wrong with the chunk, "
+                                               f"got {type(error).__name__}")
+        return {"name": name, "error": " ".join(error.split())[:300]}
+
+    def _apply_chunk_damaged(self, worker: Worker, m: Dict[str, Any]) -> None:
+        """A learner could not read a chunk (a damaged file, a column of objects, rows of another layout): its
+        rows leave the replay index (quarantined), or every batch that samples them would lose them again, and
+        a resumed run would too. Logged once: a chunk already quarantined or not indexed changes nothing."""
+        rows = self.replay.quarantine(m["name"])
+        if rows is not None:
+            logger.error("coordinator: %s cannot read chunk %r (%s): quarantined, %d row(s) dropped from the replay "
+                         "index, its file deleted after the grace period (%d chunk(s) quarantined in all)",
+                         worker.worker_id, m["name"], m["error"], rows, self.replay.chunks_quarantined)
+
     # type -> (roles that may send it, check (no side effects), apply)
     _MESSAGES = {
         "games": (("collector",), _check_games, _apply_games),
@@ -999,6 +1031,7 @@ class Coordinator:
         "task_failed": (KINDS, _check_task_end, _apply_task_end),
         "policy": (("learner",), _check_policy, _apply_policy),
         "learn_info": (("learner",), _check_learn_info, _apply_learn_info),
+        "chunk_damaged": (("learner",), _check_chunk_damaged, _apply_chunk_damaged),
     }
     # applies that take a run of consecutive messages of their type at once
     _APPLY_RUNS = (_apply_chunks,)

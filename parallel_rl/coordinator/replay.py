@@ -5,7 +5,8 @@ transition with columns ``chunk`` (chunk id), ``row`` and ``collect_iter``,
 inside the same buffer classes the serial pipeline uses (priorities, IS
 weights, ``max_use``, ``max_staleness``). When the buffer evicts the last row
 of a chunk, the file is deleted after a grace period (a learner may still be
-reading it).
+reading it). A chunk a learner found damaged (:meth:`ReplayIndex.quarantine`)
+leaves the index at once and its file goes the same way.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -47,6 +48,9 @@ class ReplayIndex:
         self._doomed: List[tuple] = []  # (delete_at, name)
         self.chunks_deleted = 0
         self.batches_served = 0
+        # chunks found damaged by a learner and dropped from the index, and the rows they took with them
+        self.chunks_quarantined = 0
+        self.rows_quarantined = 0
 
     # ---- push ----------------------------------------------------------------------
     def known(self, name: str) -> bool:
@@ -108,6 +112,20 @@ class ReplayIndex:
             self._refs[chunk_id] -= count
             if self._refs[chunk_id] <= 0:
                 self._doomed.append((delete_at, name))
+
+    def quarantine(self, name: str) -> Optional[int]:
+        """Drop chunk ``name``'s rows from the index: a learner could not read it (a damaged file, a column
+        of Python objects, rows of another layout), so every batch that samples it would lose those rows
+        again. Its file is deleted as an evicted chunk's is. Returns the rows dropped, or None when the chunk
+        is not indexed or already leaving (quarantined before, or all its rows evicted): nothing to count."""
+        with self._lock:
+            entry = self._chunks.get(name)
+            if entry is None or self._refs.get(entry[0], 0) <= 0:
+                return None
+            rows = self.buffer.discard("chunk", [entry[0]])  # on_evict dooms the file
+            self.chunks_quarantined += 1
+            self.rows_quarantined += rows
+            return rows
 
     def collect_garbage(self, force: bool = False) -> int:
         """Delete chunk files no row references any more (after the grace period)."""
@@ -194,6 +212,8 @@ class ReplayIndex:
             "chunks": chunks,
             "chunks_pending_delete": doomed,
             "chunks_deleted": self.chunks_deleted,
+            "chunks_quarantined": self.chunks_quarantined,
+            "rows_quarantined": self.rows_quarantined,
             "batches_served": self.batches_served,
         }
 
@@ -206,6 +226,7 @@ class ReplayIndex:
             state["chunks/ints"] = np.array([[e[0], e[1], e[2], self._refs[e[0]]] for _, e in entries],
                                             dtype=np.int64).reshape(-1, 4)
             state["chunks/next_id"] = np.array(self._next_id)
+            state["chunks/quarantined"] = np.array([self.chunks_quarantined, self.rows_quarantined], dtype=np.int64)
             return state
 
     def load_state_dict(self, state: Dict[str, np.ndarray]) -> None:
@@ -223,4 +244,6 @@ class ReplayIndex:
             self._next_id = int(state["chunks/next_id"])
             delete_at = time.monotonic() + self.grace_seconds
             self._doomed = [(delete_at, name) for name, (cid, *_rest) in self._chunks.items() if self._refs[cid] <= 0]
+            if "chunks/quarantined" in state:  # snapshots from before quarantines were counted have none
+                self.chunks_quarantined, self.rows_quarantined = (int(v) for v in state["chunks/quarantined"])
 

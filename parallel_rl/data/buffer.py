@@ -232,19 +232,29 @@ class NaiveReplayBuffer(IBuffer):
         """Hook for subclasses (priorities)."""
 
     def push(self, data: Mapping[str, np.ndarray], cur_collector_envstep: int = -1) -> np.ndarray:
-        """Append a batch of rows; returns the slots they went to."""
+        """Append a batch of rows; returns the slots they went to.
+
+        A batch larger than the buffer keeps its newest ``capacity`` rows; the older ones count as pushed
+        and evicted at once, and go to ``on_evict`` like any evicted row (the coordinator deletes their
+        chunk files)."""
         lengths = {len(col) for col in data.values()}
         if len(lengths) != 1:
             raise ValueError(f"push: columns have different lengths {sorted(lengths)}")
         n = lengths.pop()
         with self._lock:
             self._ensure_columns(data)
+            dropped: Optional[Columns] = None
             if n > self.capacity:  # only the newest rows fit
-                data = {k: np.asarray(v)[-self.capacity:] for k, v in data.items()}
+                data = {k: np.asarray(v) for k, v in data.items()}
+                dropped = {k: v[:n - self.capacity] for k, v in data.items()}
+                data = {k: v[n - self.capacity:] for k, v in data.items()}
+                self.pushed += n - self.capacity
                 self.evicted += n - self.capacity
                 n = self.capacity
             slots = (self._next + np.arange(n)) % self.capacity
             self._evict(slots)
+            if dropped is not None and self.on_evict is not None:
+                self.on_evict(dropped)
             for name, col in data.items():
                 self._columns[name][slots] = col
             self._uid[slots] = self.pushed + np.arange(n)
@@ -293,6 +303,16 @@ class NaiveReplayBuffer(IBuffer):
 
     def count(self) -> int:
         return self._count
+
+    def discard(self, column: str, values) -> int:
+        """Evict every stored row whose ``column`` holds one of ``values`` (e.g. the rows of a chunk found
+        damaged); ``on_evict`` hears of them as of any evicted row. Returns how many rows left."""
+        with self._lock:
+            if column not in self._columns:
+                return 0
+            slots = np.flatnonzero(self._valid & np.isin(self._columns[column], np.asarray(values)))
+            self._evict(slots)
+            return len(slots)
 
     def clear(self) -> None:
         with self._lock:

@@ -40,9 +40,10 @@ import torch.distributed as dist
 from easydict import EasyDict
 
 from ..envs.spaces import env_spaces
-from ..errors import LearnerRankLostError
+from ..errors import ConfigError, LearnerRankLostError
 from ..policy import create_policy
-from ..policy.distributed import broadcast_bytes, broadcast_state, destroy_group, join_group, open_store
+from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast_bytes, broadcast_state, destroy_group,
+                                  group_secret, join_group, open_store)
 from ..storage import SharedStorage
 from ..worker.learner import create_learner
 from .learner_worker import FlaskFileSystemLearner, RowStore
@@ -53,6 +54,22 @@ logger = logging.getLogger(__name__)
 # where rank 0 trains ("cpu" or "cuda"): ranks must pick the same process-group backend before they get
 # the config
 RANK_DEVICE_ENV = "PARALLEL_RL_RANK_DEVICE"
+# what a rank started here inherits of rank 0's environment (names, or prefixes ending in "_"): what Python,
+# torch, its devices and the shared store's client need; never the cluster token or other secrets of ours
+# (a rank talks to no coordinator: it gets the group's secret, derived from the token, to prove it is a rank)
+RANK_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "SHELL",
+                  "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV", "CONDA_PREFIX", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                  "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
+                  "https_proxy", "no_proxy", "LOCAL_RANK")
+RANK_ENV_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_", "OMP_", "MKL_", "KMP_",
+                     "OPENBLAS_", "AWS_", "FSSPEC_", "GOOGLE_", "GCE_", "AZURE_")
+
+
+def rank_environment(environ, **extra: str) -> Dict[str, str]:
+    """The environment of a rank process started by rank 0: the allowed part of ``environ`` and ``extra``."""
+    env = {k: v for k, v in environ.items() if k in RANK_ENV_NAMES or k.startswith(RANK_ENV_PREFIXES)}
+    env.update(extra)
+    return env
 
 
 class RankState(str, Enum):
@@ -97,9 +114,11 @@ class GroupStep:
     gather to rank 0 of every share's priorities, with the rank's learn info when asked (rank 0 averages
     it). What each rank can work out itself (its share, the rows' positions) never travels."""
 
-    def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int):
+    def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int,
+                 on_damaged=None):
         self.learner, self.rank, self.size = learner, rank, size
-        self._rows = RowStore(storage, cache_slots, chunk_rows)
+        # a damaged chunk's rows are dropped; rank 0 tells the coordinator (the others only log it)
+        self._rows = RowStore(storage, cache_slots, chunk_rows, on_damaged)
         self.merged_info: Dict[str, float] = {}
 
     def send(self, op: Op, refs: Optional[Dict[str, np.ndarray]] = None, merge_info: bool = False) -> Optional[np.ndarray]:
@@ -264,6 +283,7 @@ class LearnerAggregator(FlaskFileSystemLearner):
                 r.pid = r.proc.pid
         try:
             join_group(store, 0, size, timeout, policy.device)
+            authenticate_group(group_secret(self.token), 0, size)  # before the config goes to anyone
             broadcast_bytes(json.dumps({"config": self.cfg, "shared_dir": self.storage.root}).encode())
             broadcast_state({"policy": policy.state_dict(), "train_iter": learner.train_iter})
         except RuntimeError as exc:  # a rank never joined, or died while starting
@@ -275,15 +295,17 @@ class LearnerAggregator(FlaskFileSystemLearner):
             r.state = RankState.RUNNING
         learner.rank, learner.world_size = 0, size
         self._step = GroupStep(learner, self.storage, 0, size, int(lcfg.chunk_cache_size),
-                               int(self.cfg.parallel.collector.chunk_size))
+                               int(self.cfg.parallel.collector.chunk_size), on_damaged=self.report_damaged_chunk)
         self._last_collective = time.monotonic()
         logger.info("learner %s: %d ranks train as one (%s)", self.worker_id, size,
                     ", ".join(f"rank {r.rank} pid {r.pid}" for r in self.ranks))
 
     def _spawn_rank(self, rank: int, size: int, addr: str, port: int, timeout: float,
                     device: str) -> subprocess.Popen:
-        env = {**os.environ, "MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": str(size), "PARALLEL_RL_PARENT_PID": str(os.getpid()), RANK_DEVICE_ENV: device}
+        secret = group_secret(self.token)
+        env = rank_environment(os.environ, MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank),
+                               WORLD_SIZE=str(size), PARALLEL_RL_PARENT_PID=str(os.getpid()),
+                               **{RANK_DEVICE_ENV: device}, **({RANK_SECRET_ENV: secret.hex()} if secret else {}))
         cmd = [sys.executable, "-m", "parallel_rl", "learner-rank", "--timeout", str(timeout)]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
@@ -380,6 +402,7 @@ def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: 
     store = open_store(rank, master_addr, master_port, timeout)
     join_group(store, rank, size, timeout, os.environ.get(RANK_DEVICE_ENV, "cpu"))
     try:
+        authenticate_group(rank_secret(), rank, size)  # nothing taken from a group we cannot trust
         setup = json.loads(broadcast_bytes(None).decode())
         cfg = EasyDict(setup["config"])
         setup_logging(cfg.system.log_level)
@@ -405,9 +428,23 @@ def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: 
         destroy_group()
 
 
+def rank_secret() -> Optional[bytes]:
+    """This rank's proof material: ``PARALLEL_RL_RANK_SECRET`` (hex; rank 0 gives it to the ranks it starts), else
+    derived from ``PARALLEL_RL_TOKEN`` (ranks started elsewhere, e.g. by docker compose, with the cluster token)."""
+    from .http import TOKEN_ENV
+
+    given = os.environ.get(RANK_SECRET_ENV)
+    if given:
+        try:
+            return bytes.fromhex(given)
+        except ValueError:
+            raise ConfigError(f"{RANK_SECRET_ENV} must be hex (as rank 0 passes it), got {len(given)} other "
+                              f"characters") from None
+    return group_secret(os.environ.get(TOKEN_ENV))
+
+
 def cmd_learner_rank(args: argparse.Namespace) -> int:
     """``parallel-rl learner-rank``: rank ``$RANK`` of ``$WORLD_SIZE``, joining ``$MASTER_ADDR:$MASTER_PORT``."""
-    from ..errors import ConfigError
     from ..runtime import die_with_parent, setup_logging
 
     die_with_parent()

@@ -15,13 +15,13 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 from easydict import EasyDict
 
 from ..envs.spaces import env_spaces
-from ..errors import ParallelRLError, PeerUnavailableError
+from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..policy import create_policy
 from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
@@ -33,6 +33,9 @@ from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
 
+# damaged chunks a RowStore remembers (never read again; the coordinator drops them from its index)
+MAX_DAMAGED_REMEMBERED = 4096
+
 
 class RowStore:
     """Chunk rows kept in memory in fixed slots, so a batch is gathered with one index per column.
@@ -41,10 +44,20 @@ class RowStore:
     separately costs hundreds of small numpy calls. Here every loaded chunk
     is copied once into slot ``s`` (rows ``s*slot_rows ...``) of preallocated
     column arrays; the least recently used chunk's slot is reused.
+
+    A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than a
+    slot, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's, it
+    is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
+    it from its index), and never read again. A fault of the store (StorageFaultError) is no damage: it
+    raises, the file may be fine.
     """
 
-    def __init__(self, storage: SharedStorage, slots: int, slot_rows: int):
+    def __init__(self, storage: SharedStorage, slots: int, slot_rows: int,
+                 on_damaged: Optional[Callable[[str, str], None]] = None):
         self.storage, self.slots, self.slot_rows = storage, slots, slot_rows
+        self.on_damaged = on_damaged
+        self.damaged: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # name -> reason
+        self.damaged_count = 0  # chunks found damaged (the dict above forgets the oldest past a bound)
         self._columns: Dict[str, np.ndarray] = {}
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
@@ -52,11 +65,14 @@ class RowStore:
         self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
 
     def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
-        """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone."""
+        """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone or
+        damaged."""
         slot = self._lru.get(name)
         if slot is not None:
             self._lru.move_to_end(name)
             return slot
+        if name in self.damaged:
+            return -1
         if name in fetched:
             cols = fetched[name]
         else:
@@ -64,11 +80,17 @@ class RowStore:
                 cols = self.storage.read_chunk(name)
             except FileNotFoundError:
                 cols = None
+            except StorageFaultError:  # the store failed, not the file
+                raise
+            except StorageError as exc:
+                cols = exc
         if cols is None:
             return -1  # evicted and deleted since it was sampled
+        problem = str(cols) if isinstance(cols, StorageError) else self._unfit(name, cols)
+        if problem:
+            self._damaged(name, problem)
+            return -1
         n = len(next(iter(cols.values())))
-        if n > self.slot_rows:
-            raise ValueError(f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}")
         if not self._columns:
             self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
                              for k, v in cols.items()}
@@ -80,10 +102,37 @@ class RowStore:
         self._lru[name] = slot
         return slot
 
+    def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
+        """Why the columns of chunk ``name`` cannot go into a slot (None when they can)."""
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) != 1:
+            return f"chunk {name!r}: columns of different or no lengths {sorted(lengths)}"
+        n = lengths.pop()
+        if n > self.slot_rows:
+            return f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}"
+        if self._columns:
+            if set(cols) != set(self._columns):
+                return f"chunk {name!r} has columns {sorted(cols)}, the chunks before it {sorted(self._columns)}"
+            for k, v in cols.items():
+                have = self._columns[k]
+                if v.shape[1:] != have.shape[1:] or not np.can_cast(v.dtype, have.dtype, "same_kind"):
+                    return (f"chunk {name!r}: column {k!r} is {v.dtype}{list(v.shape[1:])}, the chunks before it "
+                            f"{have.dtype}{list(have.shape[1:])}")
+        return None
+
+    def _damaged(self, name: str, reason: str) -> None:
+        self.damaged[name] = reason
+        self.damaged_count += 1
+        while len(self.damaged) > MAX_DAMAGED_REMEMBERED:
+            self.damaged.popitem(last=False)
+        logger.error("learner: chunk %r is damaged, its rows are dropped: %s", name, reason)
+        if self.on_damaged is not None:
+            self.on_damaged(name, reason)
+
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
         """Columns of rows ``rows`` of chunks ``chunks[local]``; and the mask of rows kept: a row whose chunk
-        file was gone, or past the end of its file (a file that holds fewer rows than were indexed), is not
-        read; the slot it would point into holds another chunk's rows."""
+        file was gone or damaged, or past the end of its file (a file that holds fewer rows than were indexed),
+        is not read; the slot it would point into holds another chunk's rows."""
         if len(chunks) > self.slots:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
         # on an object store every read waits a round trip: fetch the misses together
@@ -115,7 +164,8 @@ class DataPipeline:
 
     def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
                  prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
-                 whole_segments: bool = False, load_rows: bool = True):
+                 whole_segments: bool = False, load_rows: bool = True,
+                 on_damaged: Optional[Callable[[str, str], None]] = None):
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.whole_segments = whole_segments
         self.load_rows = load_rows
@@ -130,19 +180,24 @@ class DataPipeline:
         self.wait_seconds = 0.0
         # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once (a
         # segment: at most one chunk per row)
-        self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows)
+        self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows, on_damaged)
         self._training = 0  # whole segments handed to the learner and not trained on yet
         self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
         self._priorities: List[Dict[str, np.ndarray]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._room = threading.Event()  # set by get() when a whole round of batches fits in the queue
-        # a corrupt or truncated chunk, ESTALE on NFS, a bug: the thread ends with ``error`` set and the
-        # learner's task fails with it (a dead data thread must never leave the learner waiting forever)
+        # ESTALE on NFS, a bug: the thread ends with ``error`` set and the learner's task fails with it (a dead
+        # data thread must never leave the learner waiting forever); a damaged chunk only loses its rows
         self._thread = guarded_thread(self._loop, "learner-data", self._died)
 
     def _died(self, reason: str) -> None:
         self.error = reason
+
+    @property
+    def damaged_chunks(self) -> int:
+        """Chunks found damaged (their rows dropped, counted in ``missing_rows``)."""
+        return self._rows.damaged_count
 
     def start(self) -> "DataPipeline":
         self._thread.start()
@@ -246,7 +301,7 @@ class DataPipeline:
     def _load(self, chunks: List[str], refs: List[Dict[str, Any]]) -> List[Dict[str, np.ndarray]]:
         """The rows of a round of batches, gathered at once (one index per column), split into batches.
 
-        Rows whose chunk file is gone, or past its end, are dropped (counted in ``missing_rows``)."""
+        Rows whose chunk file is gone or damaged, or past its end, are dropped (counted in ``missing_rows``)."""
         if not refs:
             return []
         cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
@@ -303,6 +358,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
     def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline, rate: float = 0.0) -> None:
         info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
         info["missing_rows"] = pipeline.missing_rows
+        info["damaged_chunks"] = pipeline.damaged_chunks
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         info["updates_per_second"] = round(rate, 1)
         info.update(self.segment_stats)
@@ -313,6 +369,10 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                             "info": info})
 
     segment_stats: Dict[str, int] = {}
+
+    def report_damaged_chunk(self, name: str, reason: str) -> None:
+        """Tell the coordinator that chunk ``name`` cannot be read: it drops the chunk from its replay index."""
+        self.send_metadata({"type": "chunk_damaged", "chunk": name, "error": reason[:300]}, urgent=True)
 
     def get_data(self, pipeline: DataPipeline, timeout: float) -> Optional[Dict[str, np.ndarray]]:
         return pipeline.get(timeout)
@@ -357,7 +417,8 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
                                 int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
-                                whole_segments=on_policy, load_rows=self.loads_rows).start()
+                                whole_segments=on_policy, load_rows=self.loads_rows,
+                                on_damaged=self.report_damaged_chunk).start()
         publish_every = 1 if on_policy else int(lcfg.publish_every)
         self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
                                     if cfg.system.tensorboard else None)

@@ -94,8 +94,10 @@ class Outbox:
     ``on_control``. A send that did not reach the coordinator keeps the
     messages and retries with backoff; a batch the coordinator refused (a 4xx
     answer) or that cannot be sent at all is dropped and logged, since retrying
-    it would block every later message. The thread never dies of one batch; if
-    it dies anyway, ``on_death`` hears of it.
+    it would block every later message. Messages of a delivered batch that
+    ``send`` hands to :meth:`defer` (the coordinator could not check them: its
+    store failed) are sent again with the same backoff. The thread never dies
+    of one batch; if it dies anyway, ``on_death`` hears of it.
     """
 
     def __init__(self, send: Callable[[List[dict]], Optional[dict]], on_control: Callable[[dict], None],
@@ -109,6 +111,8 @@ class Outbox:
         self._first_at: Optional[float] = None
         self._urgent = False
         self._batch: List[dict] = []  # the batch being sent (empty: nothing in flight; an empty batch never leaves)
+        self._deferred: List[dict] = []  # messages of the batch just sent to send again (defer)
+        self._deferred_why = ""
         self._closed = False
         self.sent = 0
         self.failures = 0
@@ -150,7 +154,6 @@ class Outbox:
                 self._batch = batch
             try:
                 control = self._send(batch)
-                backoff = 0.05
             except RemoteError as exc:
                 if 400 <= exc.status < 500 and exc.status not in (408, 429):  # the same batch would fail again
                     self._drop(batch, f"refused by the coordinator: {exc}")
@@ -169,11 +172,25 @@ class Outbox:
                 self._drop(batch, f"{type(exc).__name__}: {exc}")
                 continue
             with self._cond:
-                self.sent += len(batch)
+                deferred, self._deferred = self._deferred, []
+                self.sent += len(batch) - len(deferred)
                 self._batch = []
                 self._cond.notify_all()
             if control:
                 self._on_control(control)
+            if not deferred:
+                backoff = 0.05
+                continue
+            if not self._retry_later(deferred, self._deferred_why, backoff):
+                return
+            backoff = min(backoff * 2, 2.0)
+
+    def defer(self, messages: List[dict], why: str) -> None:
+        """Called by ``send`` (on the outbox thread): ``messages`` of the batch it sent were not taken this time
+        but must not be lost; they go again after the backoff, before newer messages."""
+        with self._cond:
+            self._deferred.extend(messages)
+            self._deferred_why = why
 
     def task_ids(self) -> List[str]:
         """Tasks named by messages not yet delivered (queued or being sent)."""
@@ -530,11 +547,20 @@ class Slave:
                                len(messages))
                 return None
             raise
+        retry = []
         for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
+            index = refusal.get("index")
+            if refusal.get("code") == "unavailable" and isinstance(index, int) and 0 <= index < len(messages):
+                retry.append(messages[index])  # the store failed the coordinator's check, not the message
+                continue
             logger.error("%s %s: coordinator refused message %s (%s): %s", self.kind, worker_id,
                          refusal.get("index"), refusal.get("type"), refusal.get("message"))
             if self.outbox is not None:
                 self.outbox.dropped += 1
+        if retry and self.outbox is not None:
+            first = next(r for r in answer["refused"] if r.get("code") == "unavailable")
+            self.outbox.defer(retry, f"the coordinator could not check {len(retry)} message(s), sending them again: "
+                                     f"{first.get('message')}")
         return answer["control"]
 
     def send_metadata(self, message: dict, urgent: bool = False) -> None:

@@ -1,0 +1,369 @@
+"""Reliability III (issue #23), the data path: damaged chunks, store faults while a chunk is checked, metadata
+batches larger than the buffer, the learners' rendezvous. Real coordinators over HTTP on 127.0.0.1, real slave
+shells, real files; one regression test per finding."""
+import errno
+import logging
+import os
+import threading
+
+import numpy as np
+import pytest
+import requests
+
+from parallel_rl.coordinator.replay import ReplayIndex
+from parallel_rl.data.buffer import AdvancedReplayBuffer, NaiveReplayBuffer
+from parallel_rl.errors import StorageError
+from parallel_rl.storage import SharedStorage
+from tests.conftest import eventually
+from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
+from tests.test_hardening import post_metadata
+from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401  (fixtures)
+
+
+def get(api, path):
+    return requests.get(api + path, timeout=5).json()
+
+
+# ---- 14. a batch larger than the buffer -------------------------------------------------------------
+def test_rows_a_push_drops_at_once_are_evicted_rows():
+    evicted = []
+    for cls in (NaiveReplayBuffer, AdvancedReplayBuffer):
+        evicted.clear()
+        buf = cls({"replay_buffer_size": 4}, on_evict=evicted.append)
+        buf.push({"action": np.arange(2)})
+        buf.push({"action": np.arange(10, 17)})  # 7 rows into 4 slots: 3 never stored, 2 older ones overwritten
+        stats = buf.stats()
+        assert (stats.size, stats.pushed, stats.evicted) == (4, 9, 5)
+        assert stats.pushed - stats.evicted == stats.size
+        assert sorted(np.concatenate([e["action"] for e in evicted]).tolist()) == [0, 1, 10, 11, 12]
+
+
+def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path):
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 8}, storage, grace_seconds=0.0)
+    names = [f"big-{i}" for i in range(3)]
+    for name in names:
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+    assert replay.add_chunks([(name, 4, 0) for name in names], "collector-1") == [True, True, True]
+    replay.collect_garbage(force=True)
+    stats = replay.stats()
+    # the first chunk's rows never fit: its file goes as an evicted chunk's does; the two others stay
+    assert storage.list_chunks() == names[1:]
+    assert (stats["size"], stats["pushed"], stats["evicted"], stats["chunks"], stats["chunks_deleted"]) == (
+        8, 12, 4, 2, 1)
+
+
+# ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
+def object_column_npz(path, rows):
+    """A chunk file with a column of Python objects (numpy pickles it: no learner may ever load it)."""
+    with open(path, "wb") as f:
+        np.savez(f, obs=np.array([{"x": i} for i in range(rows)], dtype=object), action=np.zeros(rows, np.int64))
+
+
+def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, slaves, tmp_path):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    object_column_npz(collector.storage.chunk_path("objects"), 4)
+    with pytest.raises(StorageError, match="Python objects"):
+        collector.storage.chunk_layout("objects")
+    message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "objects", "size": 4,
+               "policy_version": -1, "env_steps": 4, "episode_returns": []}
+    refused = post_metadata(server, collector, [message]).json()["refused"]
+    assert [(r["code"], "Python objects" in r["message"]) for r in refused] == [("bad_request", True)]
+    assert coordinator.replay.count() == 0
+
+
+def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_factory, cli, tmp_path, caplog):
+    """Real collector process, real learner (in this process): two announced chunks are damaged on the disk
+    (zeros of the same size; a column of objects); the learner drops their rows, tells the coordinator once,
+    and its task goes on; the coordinator drops them from the index and counts them."""
+    from parallel_rl.interaction.learner_worker import FlaskFileSystemLearner
+
+    coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
+    api = server.url + "/api/v1"
+    shared = tmp_path / "shared"
+    collector = cli("collector", "collector", "--coordinator", server.url, "--shared-dir", str(shared),
+                    env={"PARALLEL_RL_TOKEN": TOKEN})
+    eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] >= 6, timeout=60, message="6 chunks indexed")
+    collector.stop()  # every chunk it wrote is announced now (it flushes before it exits)
+    names = coordinator.storage.list_chunks()
+    assert get(api, "/buffers")["buffers"][0]["chunks"] == len(names)
+    zeros, objects = shared / "data" / f"{names[0]}.npz", shared / "data" / f"{names[1]}.npz"
+    damaged_rows = [len(np.load(path)["obs"]) for path in (zeros, objects)]
+    zeros.write_bytes(b"\0" * zeros.stat().st_size)
+    object_column_npz(objects, damaged_rows[1])
+    size_before = get(api, "/buffers")["buffers"][0]["size"]
+
+    learner = FlaskFileSystemLearner(server.url, token=TOKEN, worker_id="learner-1")
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        with caplog.at_level(logging.ERROR):
+            buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == 2 else None)(
+                get(api, "/buffers")["buffers"][0]), timeout=60, message="both damaged chunks quarantined")
+            start = get(api, "/cluster")["train_iter"]
+            eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
+                       message="the learner training on after the quarantine")
+        assert buffer["rows_quarantined"] == sum(damaged_rows)
+        assert buffer["size"] == size_before - buffer["rows_quarantined"]
+        tasks = get(api, "/tasks?kind=learner")["tasks"]
+        assert [t["state"] for t in tasks] == ["running"], tasks
+        # logged once each, by the learner and by the coordinator
+        for name in names[:2]:
+            assert sum(f"chunk {name!r} is damaged" in r.getMessage() for r in caplog.records) == 1
+            assert sum("quarantined" in r.getMessage() and repr(name) in r.getMessage()
+                       for r in caplog.records) == 1
+        eventually(lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 2,
+                   message="the learner's learn info counting 2 damaged chunks")
+        # and their files leave the store (grace 0 in this config)
+        eventually(lambda: not zeros.exists() and not objects.exists(), message="the damaged files deleted")
+    finally:
+        learner.request_stop()
+        learner.close()
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(where, bucket, tmp_path):  # noqa: F811
+    """The learner reads a round's chunks at once (concurrently on an object store): one damaged chunk comes back
+    as its error, the others as their columns (it used to fail the whole round, and the learner's task)."""
+    store = SharedStorage(str(tmp_path / "shared") if where == "local" else f"s3://{bucket}/run")
+    store.write_chunk("c1", {"obs": np.zeros((3, 2), np.float32)})
+    store.write_chunk("bad", {"obs": np.zeros((3, 2), np.float32)})
+    store.backend.write_atomic(store.chunk_path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
+    got = store.read_chunks(["c1", "bad", "gone"])
+    assert len(got["c1"]["obs"]) == 3 and got["gone"] is None
+    assert isinstance(got["bad"], StorageError) and "not a valid step-data chunk" in str(got["bad"])
+    assert store.health.healthy
+
+
+# ---- 6. a fault of the store while the coordinator checks a chunk -------------------------------------------
+def chunk_message(collector, name, rows=4):
+    collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
+    return {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name, "size": rows,
+            "policy_version": -1, "env_steps": rows, "episode_returns": []}
+
+
+def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator_factory, slaves,  # noqa: F811
+                                                                     tmp_path):
+    """The chunk directory replaced by a file (every read of the store fails with ENOTDIR, as a vanished NFS
+    mount does) while a collector announces a chunk it wrote: the message is kept and sent again until the
+    store is repaired, and /cluster says the store fails meanwhile."""
+    coordinator, server = coordinator_factory()
+    api = server.url + "/api/v1"
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    message = chunk_message(collector, "f-1")
+    data = tmp_path / "shared" / "data"
+    data.rename(data.with_name("data.away"))
+    data.write_bytes(b"not a directory")
+    collector.send_metadata(message, urgent=True)
+    storage = eventually(lambda: (lambda s: s if not s["healthy"] else None)(get(api, "/cluster")["storage"]),
+                         message="the store shown failing")
+    assert storage["workers"] == ["coordinator"] and "ENOTDIR" in storage["error"]
+    data.unlink()
+    data.with_name("data.away").rename(data)
+    eventually(lambda: coordinator.replay.count() == 4, message="the chunk indexed once the store works again")
+    eventually(lambda: get(api, "/cluster")["storage"]["healthy"], message="the store shown working again")
+    assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
+
+
+def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(tmp_path, monkeypatch, slaves):  # noqa: F811
+    """The same on S3 (moto's real server, stopped and started again on its port, its objects kept): the
+    collector's announcement waits out the outage and the chunk is indexed once the store answers."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from coordinator_app import serve_coordinator
+    from parallel_rl.coordinator import Coordinator
+    from tests.conftest import toy_cluster_config
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    store = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
+    store.start()
+    host, port = store.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    boto3.client("s3").create_bucket(Bucket="check-faults")
+    # the coordinator's client gives up at once (the default retries take ~3 s, longer than the slave waits for
+    # an answer: its own retry would hide what the coordinator answers)
+    fail_fast = {"config_kwargs": {"connect_timeout": 1, "read_timeout": 5, "retries": {"max_attempts": 1}}}
+    coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage("s3://check-faults/run", fail_fast), TOKEN)
+    server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
+    coordinator.start()
+    try:
+        collector = slaves("collector", server.url)
+        assert collector.got_task.wait(10)
+        message = chunk_message(collector, "s3-1")
+        store.stop()
+        collector.send_metadata(message, urgent=True)
+        eventually(lambda: not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], timeout=30,
+                   message="the store shown failing")
+        store = ThreadedMotoServer("127.0.0.1", port, verbose=False)  # back on its port, with its objects
+        store.start()
+        eventually(lambda: coordinator.replay.count() == 4, timeout=30, message="the chunk indexed")
+        assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
+    finally:
+        coordinator.close(notify_workers=False)
+        server.close()
+        store.stop()
+
+
+@pytest.mark.parametrize("code", ["EIO", "ESTALE", "EMFILE", "EACCES"])
+def test_transient_faults_of_a_chunk_check_are_answered_unavailable(coordinator_factory, slaves, code):  # noqa: F811
+    """The store's errors while a chunk's header is read (injected by a backend that fails its next reads):
+    answered `unavailable`, so the slave keeps the message, not `bad_request`, which it drops."""
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    failing = FailingReads(coordinator.storage.backend, getattr(errno, code), times=1)
+    coordinator.storage.backend = failing
+    refused = post_metadata(server, collector, [chunk_message(collector, "t-1")]).json()["refused"]
+    assert [(r["code"], code in r["message"]) for r in refused] == [("unavailable", True)]
+    assert not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"]
+    assert post_metadata(server, collector, [chunk_message(collector, "t-1")]).json()["refused"] == []
+    assert coordinator.replay.count() == 4
+    # healthy again once the coordinator's next snapshot is written (every 2 s): the store works for it too
+    eventually(lambda: get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], message="the store healthy")
+
+
+def test_a_directory_in_place_of_a_chunk_is_a_bad_chunk_not_a_fault(coordinator_factory, slaves,  # noqa: F811
+                                                                    tmp_path):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    (tmp_path / "shared" / "data" / "d-1.npz").mkdir()
+    message = {**chunk_message(collector, "other"), "chunk": "d-1"}
+    refused = post_metadata(server, collector, [message]).json()["refused"]
+    assert [r["code"] for r in refused] == ["bad_request"]  # sent again it would fail again: dropped
+    assert get(server.url + "/api/v1", "/cluster")["storage"]["healthy"]
+
+
+class FailingReads:
+    """A storage backend whose next ``times`` reads of a file (size, open) fail with ``code``; the rest is the
+    real backend's."""
+
+    def __init__(self, backend, code, times):
+        self.backend, self.code, self.times = backend, code, times
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def _fail(self, path):
+        if self.times > 0:
+            self.times -= 1
+            raise OSError(self.code, os.strerror(self.code), path)
+
+    def size(self, relpath):
+        self._fail(relpath)
+        return self.backend.size(relpath)
+
+    def readable(self, path):
+        self._fail(path)
+        return self.backend.readable(path)
+
+
+# ---- 8. the learners' rendezvous -----------------------------------------------------------------------------
+def listening_addresses(port):
+    """The local addresses of the TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6), as hex."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.append(addr)
+    return found
+
+
+def test_the_rendezvous_listens_on_master_addr_only():
+    from parallel_rl.policy.distributed import open_store
+
+    store = open_store(0, "127.0.0.1", 0, timeout=5.0)
+    # 127.0.0.1 in /proc's byte order; torch's own server listened on every interface (:: in tcp6)
+    assert listening_addresses(store.port) == ["0100007F"]
+    del store
+
+
+RANK_SCRIPT = """
+import sys
+from parallel_rl.policy.distributed import authenticate_group, destroy_group, join_group, open_store
+rank, secret = int(sys.argv[1]), (bytes.fromhex(sys.argv[2]) if sys.argv[2] != "-" else None)
+port = int(sys.stdin.readline()) if rank else 0  # rank 1 starts (imports torch) while rank 0 does
+store = open_store(rank, "127.0.0.1", port, 20.0)
+print(store.port, flush=True)
+join_group(store, rank, 2, 20.0)
+try:
+    authenticate_group(secret, rank, 2)
+    print("proven", flush=True)
+except RuntimeError as exc:
+    print("refused:", exc, flush=True)
+destroy_group()
+"""
+
+
+def run_group(secrets_hex, tmp_path):
+    """Ranks 0 and 1 in their own processes, holding ``secrets_hex``; what each printed after the rendezvous."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), secrets_hex[rank]], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        port = ranks[0].stdout.readline().strip()
+        assert port.isdigit(), ranks[0].stderr.read()[-2000:] if ranks[0].poll() is not None else port
+        outs = []
+        ranks[1].stdin.write(port + "\n")
+        ranks[1].stdin.flush()
+        for proc in ranks:
+            out, err = proc.communicate(timeout=60)
+            outs.append(out.strip().splitlines()[-1] if out.strip() else err[-2000:])
+    finally:
+        for proc in ranks:
+            proc.kill()
+    return outs[0], outs[1]
+
+
+def test_ranks_prove_they_hold_the_groups_secret_before_anything_is_sent(tmp_path):
+    from parallel_rl.policy.distributed import group_secret
+
+    # (ranks holding the same secret prove it: test_spawned_ranks_get_only_the_environment_they_need's group forms)
+    secret = group_secret("test-token").hex()
+    # a process that joins in rank 1's place without the secret: both sides refuse, naming what each found
+    out0, out1 = run_group([secret, group_secret("another token").hex()], tmp_path)
+    assert out0 == out1 and out0.startswith("refused: the learner ranks do not all hold the group's secret "
+                                            "(refused: rank 1 by rank 0; rank 0 by rank 1)"), out0
+    out0, out1 = run_group([secret, "-"], tmp_path)  # one without any secret: it says so
+    assert out0 == out1 and "rank 1 has none)" in out0, out0
+
+
+def test_spawned_ranks_get_only_the_environment_they_need(coordinator_factory, monkeypatch):
+    """A real LearnerAggregator of 2 ranks (rank 1 a real `parallel-rl learner-rank`): rank 1 inherits neither
+    the cluster token nor anything else not on the list, gets the group's secret (not the token), and proves it."""
+    from parallel_rl.interaction.learner_aggregator import LearnerAggregator
+    from tests.test_multilearner import running_ranks
+
+    monkeypatch.setenv("PARALLEL_RL_TOKEN", TOKEN)
+    monkeypatch.setenv("SOME_OTHER_SECRET", "s3cr3t")
+    coordinator, server = coordinator_factory(learner={"world_size": 2, "collective_timeout": 30.0})
+    aggregator = LearnerAggregator(server.url, token=TOKEN, worker_id="learner-1")
+    aggregator.start()
+    threading.Thread(target=aggregator.run, daemon=True).start()
+    try:
+        learner = eventually(lambda: running_ranks(server.url + "/api/v1"), timeout=60,
+                             message="one learner with 2 running ranks")
+        rank1 = next(r for r in learner["ranks"] if r["rank"] == 1)
+        with open(f"/proc/{rank1['pid']}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    finally:
+        aggregator.request_stop()
+        aggregator.close()
+    assert b"PARALLEL_RL_TOKEN" not in env and b"SOME_OTHER_SECRET" not in env
+    assert TOKEN.encode() not in b"".join(env.values())
+    assert env[b"PARALLEL_RL_RANK_SECRET"] and env[b"RANK"] == b"1" and env[b"PATH"]
