@@ -121,7 +121,7 @@ def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
     return bare, lib
 
 
-def actor_critic_rates(kind: str, seconds: float) -> tuple[float, float]:
+def actor_critic_rates(kind: str, seconds: float, device: str = "cpu") -> tuple[float, float]:
     """SAC or TD3 updates/s: the library (naive buffer + BaseLearner + policy) vs the same update by hand."""
     from parallel_rl.envs.spaces import ActionSpec
     from parallel_rl.policy import create_policy
@@ -136,16 +136,16 @@ def actor_critic_rates(kind: str, seconds: float) -> tuple[float, float]:
     cfg = compile_config({"env": {"env_id": "Pendulum-v1"}, "policy": {"type": kind, "learn": {
         "batch_size": batch_size, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
     spec = ActionSpec("box", shape=(act_dim,), low=np.full(act_dim, -1.0, np.float32), high=np.full(act_dim, 1.0, np.float32))
-    tensors = {k: torch.from_numpy(v) for k, v in data.items()}
+    tensors = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
 
     def net(inp, out):
         return torch.nn.Sequential(torch.nn.Linear(inp, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                   torch.nn.ReLU(), torch.nn.Linear(256, out))
+                                   torch.nn.ReLU(), torch.nn.Linear(256, out)).to(device)
 
     actor = net(obs_dim, 2 * act_dim if kind == "sac" else act_dim)
     actor_target = net(obs_dim, act_dim)
     q1, q2, tq1, tq2 = (net(obs_dim + act_dim, 1) for _ in range(4))
-    log_alpha = torch.zeros((), requires_grad=True)
+    log_alpha = torch.zeros((), requires_grad=True, device=device)
     opt_q = torch.optim.Adam(list(q1.parameters()) + list(q2.parameters()), lr=3e-4)
     opt_pi = torch.optim.Adam(actor.parameters(), lr=3e-4)
     opt_alpha = torch.optim.Adam([log_alpha], lr=3e-4)
@@ -159,7 +159,7 @@ def actor_critic_rates(kind: str, seconds: float) -> tuple[float, float]:
         return torch.tanh(u), logp
 
     def bare_update():
-        idx = torch.from_numpy(rng.integers(0, n, batch_size))
+        idx = torch.from_numpy(rng.integers(0, n, batch_size)).to(device)
         obs, act, nxt = tensors["obs"][idx], tensors["action"][idx], tensors["next_obs"][idx]
         rew, disc = tensors["reward"][idx], tensors["discount"][idx]
         alpha = log_alpha.detach().exp()
@@ -198,11 +198,13 @@ def actor_critic_rates(kind: str, seconds: float) -> tuple[float, float]:
                 torch._foreach_lerp_(list(t.parameters()), list(o.parameters()), tau)
 
     bare = timed(bare_update, seconds)
-    policy = create_policy(cfg.policy, obs_dim, spec, seed=0, device="cpu")
+    policy = create_policy(cfg.policy, obs_dim, spec, seed=0, device=device)
     learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode)
     buffer = create_buffer({"type": "naive", "replay_buffer_size": n})
     buffer.push(data)
     lib = timed(lambda: learner.train(buffer.sample(batch_size, learner.train_iter)), seconds)
+    if device != "cpu":
+        torch.cuda.synchronize()
     return bare, lib
 
 
@@ -211,12 +213,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3"),
                         default=("collector", "learner", "sac", "td3"))
+    parser.add_argument("--device", default="cpu", help="sac/td3: where both loops train (cuda on a GPU machine)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for kind in ("sac", "td3"):
         if kind in args.only:
-            bare, lib = actor_critic_rates(kind, args.seconds)
-            print(f"{kind} learner updates/s (256x256, batch 256): library {lib:7.1f}  bare {bare:7.1f}  "
+            bare, lib = actor_critic_rates(kind, args.seconds, args.device)
+            print(f"{kind} learner updates/s (256x256, batch 256, {args.device}): library {lib:7.1f}  bare {bare:7.1f}  "
                   f"ratio {lib / bare:.2f}")
     cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
                                                                      "save_ckpt_after_run": False}}}}})
