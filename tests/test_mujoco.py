@@ -4,7 +4,6 @@ import re
 
 import numpy as np
 import pytest
-import requests
 import torch
 
 from parallel_rl.config import compile_config
@@ -12,8 +11,8 @@ from parallel_rl.envs.env_manager import EnvManager
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.worker.collector import SampleSerialCollector
-from tests.conftest import eventually
-from tests.test_cluster import get, start_run, toy_config  # noqa: F401 (a fixture)
+from tests.test_cluster import start_run
+from tests.test_coordinator import slaves  # noqa: F401 (a fixture)
 from tests.test_serial import run_cli
 
 # 50-step episodes: evaluations (1,000-step HalfCheetah episodes otherwise) cost a few hundred env steps
@@ -80,22 +79,37 @@ def test_serial_warm_up_collects_random_steps_before_the_first_update(tmp_path):
     assert re.search(r"env_steps=480 train_iter=80 ", proc.stdout), proc.stdout[-500:]
 
 
-def test_cluster_learner_waits_for_the_random_warm_up(cli, tmp_path, toy_config):
-    """Collectors act randomly until the cluster has random_collect_size env steps; the learner gets no batch
-    before then (its min_buffer_size is 32), and collectors may run ahead of it by the warm-up."""
-    run, url = start_run(cli, tmp_path, toy_config, "--set", "policy.random_collect_size=300",
-                         "--set", "parallel.commander.max_env_steps_per_update=1.0")
-    seen = []
+def test_coordinator_hands_out_random_warm_up_then_batches_only_once_it_is_in(coordinator_factory, slaves, tmp_path):
+    """Collectors are told to act randomly until the cluster has policy.random_collect_size env steps, may run
+    that far ahead of the learner, and the learner gets no batch before the warm-up is in the buffer (its own
+    min_buffer_size, 8, is below it)."""
+    from tests.conftest import toy_cluster_config
 
-    def trained():
-        summary = get(url, "/cluster")
-        seen.append((summary["env_steps"], summary["train_iter"]))
-        return summary["train_iter"] >= 5
+    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8},
+                             commander={"max_env_steps_per_update": 1.0, "warmup_env_steps": 4})
+    cfg.policy.random_collect_size = 20
+    coordinator, server = coordinator_factory(cfg)
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task_id = collector.received[0].task_id
 
-    eventually(trained, timeout=60, interval=0.05, message="5 updates")
-    early = [(steps, it) for steps, it in seen if it > 0 and steps < 300]
-    assert not early, f"updates before the warm-up was in: {early[:5]}"
-    run.stop()
+    def control():
+        return collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
+                                          {"messages": []})["control"]
+
+    def batches():
+        return learner.coordinator.post("/api/v1/buffers/default/sample", {
+            "worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2})["batches"]
+
+    first = control()
+    assert first["random_collect"] is True and first["allowed_env_steps"] == 20
+    learner = slaves("learner", server.url, run=False)
+    collector.write_chunk(task_id, "warm-1", n=16)
+    assert control()["random_collect"] is True
+    assert batches() == []  # 16 rows: above min_buffer_size, below the warm-up
+    collector.write_chunk(task_id, "warm-2", n=8)
+    assert control()["random_collect"] is False
+    assert len(batches()) == 2
 
 
 @pytest.mark.slow
