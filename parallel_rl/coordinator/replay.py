@@ -197,9 +197,11 @@ class ReplayIndex:
         return self.buffer.count()
 
     def stats(self) -> Dict[str, Any]:
-        s = self.buffer.stats()
-        with self._lock:
+        with self._lock:  # one snapshot: a quarantine between the buffer's size and its counters tore them apart
+            s = self.buffer.stats()
             chunks, doomed = len(self._chunks), len(self._doomed)
+            deleted, quarantined, rows_quarantined = self.chunks_deleted, self.chunks_quarantined, self.rows_quarantined
+            batches_served = self.batches_served
         return {
             "name": self.name,
             "type": self.buffer.cfg.type,
@@ -211,10 +213,10 @@ class ReplayIndex:
             "staleness": s.mean_staleness if not math.isnan(s.mean_staleness) else 0.0,
             "chunks": chunks,
             "chunks_pending_delete": doomed,
-            "chunks_deleted": self.chunks_deleted,
-            "chunks_quarantined": self.chunks_quarantined,
-            "rows_quarantined": self.rows_quarantined,
-            "batches_served": self.batches_served,
+            "chunks_deleted": deleted,
+            "chunks_quarantined": quarantined,
+            "rows_quarantined": rows_quarantined,
+            "batches_served": batches_served,
         }
 
     def state_dict(self) -> Dict[str, np.ndarray]:
