@@ -53,6 +53,30 @@ def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path)
         8, 12, 4, 2, 1)
 
 
+def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_later(tmp_path):
+    """Found by benchmarks/soak.py: a resume dooms hundreds of evicted chunks at once; the store read-only when
+    they fell due, the first delete raised, and every chunk due with it had been dropped from the index
+    already: 242 chunk files leaked for ever (and a traceback from the control loop)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 4}, storage, grace_seconds=0.0)
+    names = ["gc-0", "gc-1", "gc-2"]
+    for name in names:
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        assert replay.add_chunks([(name, 4, 0)], "collector-1") == [True]  # each evicts the one before
+    data = storage.data_dir
+    os.rename(data, data + ".aside")
+    with open(data, "w"):  # unlink under it fails with ENOTDIR: a fault of the store (chmod does not stop root)
+        pass
+    assert replay.collect_garbage(force=True) == 0
+    assert sorted(replay.state_dict()["chunks/name"].tolist()) == names  # still indexed: in every snapshot
+    os.remove(data)
+    os.rename(data + ".aside", data)
+    assert replay.collect_garbage(force=True) == 2
+    assert storage.list_chunks() == ["gc-2"]
+    stats = replay.stats()
+    assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
+
+
 # ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
 def object_column_npz(path, rows):
     """A chunk file with a column of Python objects (numpy pickles it: no learner may ever load it)."""

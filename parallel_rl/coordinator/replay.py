@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..data.buffer import create_buffer
-from ..errors import StorageError
+from ..errors import StorageError, StorageFaultError
 from ..interaction.http import pack_array, unpack_array
 from ..storage import SharedStorage
 
@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 
 # the columns of a batch of references on the wire, and their packed dtypes
+# a chunk file whose deletion failed on the shared store is tried again after this many seconds
+GC_RETRY_SECONDS = 2.0
+
 REF_DTYPES = {"chunk": "<i4", "row": "<i4", "index": "<i8", "uid": "<i8", "weight": "<f4"}
 
 
@@ -133,15 +136,28 @@ class ReplayIndex:
         with self._lock:
             due = [n for t, n in self._doomed if force or t <= now]
             self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
-            for name in due:
+        gone: List[str] = []
+        for i, name in enumerate(due):
+            try:
+                if self.storage.delete_chunk(name):
+                    self.chunks_deleted += 1
+            except StorageFaultError as exc:
+                # the store fails (read-only, EIO, an object store's 5xx): these chunks stay indexed and doomed
+                # (and so in the snapshots) and are tried again; forgetting them first had leaked every one
+                # due at that moment, hundreds after a resume
+                logger.warning("coordinator: deleting %d chunk file(s) failed, trying again in %gs: %s",
+                               len(due) - i, GC_RETRY_SECONDS, exc)
+                with self._lock:
+                    self._doomed.extend((now + GC_RETRY_SECONDS, n) for n in due[i:])
+                break
+            gone.append(name)
+        with self._lock:
+            for name in gone:
                 entry = self._chunks.pop(name, None)
                 if entry is not None:
                     self._names.pop(entry[0], None)
                     self._refs.pop(entry[0], None)
-        for name in due:
-            if self.storage.delete_chunk(name):
-                self.chunks_deleted += 1
-        return len(due)
+        return len(gone)
 
     # ---- sample --------------------------------------------------------------------
     def wait_for(self, predicate, timeout: float) -> bool:
