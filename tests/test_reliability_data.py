@@ -77,6 +77,26 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
 
 
+def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_factory, tmp_path):
+    """Found by benchmarks/soak.py: chunks written by a collector killed before it announced them, and chunks
+    announced to a coordinator killed before its next snapshot, stayed on the store for ever (~20 a kill)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    hour_ago = os.path.getmtime(storage.data_dir) - 3600
+    for name in ("orphan-old", "orphan-new"):
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+    os.utime(storage.chunk_path("orphan-old"), (hour_ago, hour_ago))
+    coordinator, server = coordinator_factory()  # the first sweep runs as its control loop starts
+    eventually(lambda: storage.list_chunks() == ["orphan-new"], timeout=10,
+               message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept")
+    # an indexed chunk is never swept, however old
+    storage.write_chunk("indexed-old", {"action": np.zeros(4, np.int64)})
+    assert coordinator.replay.add_chunks([("indexed-old", 4, 0)], "collector-1") == [True]
+    os.utime(storage.chunk_path("indexed-old"), (hour_ago, hour_ago))
+    assert coordinator.replay.remove_orphans(600.0) == 0
+    assert coordinator.replay.remove_orphans(0.0) == 1  # orphan-new, now past an age of 0
+    assert storage.list_chunks() == ["indexed-old"]
+
+
 # ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
 def object_column_npz(path, rows):
     """A chunk file with a column of Python objects (numpy pickles it: no learner may ever load it)."""
