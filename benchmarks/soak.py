@@ -453,6 +453,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, shared dir)")
     args = parser.parse_args()
+    # SIGTERM (`timeout`, a CI runner) unwinds like Ctrl-C: the finally below kills the cluster, closes the
+    # clients and unmounts the store's bind mounts
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     rng = random.Random(args.seed)
     libc = ctypes.CDLL(None, use_errno=True)
     subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -553,9 +556,13 @@ def main() -> int:
     finally:
         clients.stop.set()
         probe.stop.set()
-        if cluster.proc is not None and cluster.proc.poll() is None:
-            cluster.proc.kill()
-            cluster.proc.wait(10)
+        if cluster.proc is not None and cluster.proc.poll() is None:  # interrupted: run stops its children
+            cluster.proc.send_signal(signal.SIGTERM)
+            try:
+                cluster.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                cluster.proc.kill()
+                cluster.proc.wait(10)
         store.close()
         clients.join(10)
         probe.join(10)
