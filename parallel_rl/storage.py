@@ -635,6 +635,11 @@ class SharedStorage:
     def delete_chunk(self, name: str) -> bool:
         return self.backend.unlink(self.chunk_path(name))
 
+    @_store_op("reading a chunk's modification time")
+    def chunk_mtime(self, name: str) -> float:
+        """When chunk ``name``'s file was written (seconds since the epoch; FileNotFoundError when absent)."""
+        return self.backend.mtime(self.chunk_path(name))
+
     @_store_op("listing chunks")
     def list_chunks(self) -> List[str]:
         return sorted(f[:-4] for f in self.backend.listdir(self.data_dir)

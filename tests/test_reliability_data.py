@@ -53,6 +53,50 @@ def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path)
         8, 12, 4, 2, 1)
 
 
+def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_later(tmp_path):
+    """Found by benchmarks/soak.py: a resume dooms hundreds of evicted chunks at once; the store read-only when
+    they fell due, the first delete raised, and every chunk due with it had been dropped from the index
+    already: 242 chunk files leaked for ever (and a traceback from the control loop)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 4}, storage, grace_seconds=0.0)
+    names = ["gc-0", "gc-1", "gc-2"]
+    for name in names:
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        assert replay.add_chunks([(name, 4, 0)], "collector-1") == [True]  # each evicts the one before
+    data = storage.data_dir
+    os.rename(data, data + ".aside")
+    with open(data, "w"):  # unlink under it fails with ENOTDIR: a fault of the store (chmod does not stop root)
+        pass
+    assert replay.collect_garbage(force=True) == 0
+    assert sorted(replay.state_dict()["chunks/name"].tolist()) == names  # still indexed: in every snapshot
+    os.remove(data)
+    os.rename(data + ".aside", data)
+    assert replay.collect_garbage(force=True) == 2
+    assert storage.list_chunks() == ["gc-2"]
+    stats = replay.stats()
+    assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
+
+
+def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_factory, tmp_path):
+    """Found by benchmarks/soak.py: chunks written by a collector killed before it announced them, and chunks
+    announced to a coordinator killed before its next snapshot, stayed on the store for ever (~20 a kill)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    hour_ago = os.path.getmtime(storage.data_dir) - 3600
+    for name in ("orphan-old", "orphan-new"):
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+    os.utime(storage.chunk_path("orphan-old"), (hour_ago, hour_ago))
+    coordinator, server = coordinator_factory()  # the first sweep runs as its control loop starts
+    eventually(lambda: storage.list_chunks() == ["orphan-new"], timeout=10,
+               message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept")
+    # an indexed chunk is never swept, however old
+    storage.write_chunk("indexed-old", {"action": np.zeros(4, np.int64)})
+    assert coordinator.replay.add_chunks([("indexed-old", 4, 0)], "collector-1") == [True]
+    os.utime(storage.chunk_path("indexed-old"), (hour_ago, hour_ago))
+    assert coordinator.replay.remove_orphans(600.0) == 0
+    assert coordinator.replay.remove_orphans(0.0) == 1  # orphan-new, now past an age of 0
+    assert storage.list_chunks() == ["indexed-old"]
+
+
 # ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
 def object_column_npz(path, rows):
     """A chunk file with a column of Python objects (numpy pickles it: no learner may ever load it)."""
@@ -72,6 +116,33 @@ def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, 
     refused = post_metadata(server, collector, [message]).json()["refused"]
     assert [(r["code"], "Python objects" in r["message"]) for r in refused] == [("bad_request", True)]
     assert coordinator.replay.count() == 0
+
+
+def test_buffer_stats_are_one_snapshot_while_a_chunk_is_quarantined(tmp_path):
+    """GET /buffers read the buffer's size, then the quarantine counters: a quarantine in between (a learner
+    reporting a damaged chunk) gave a size from before it with counters from after it (found by the
+    quarantine test below failing 1 run in 3: size 208 where 224 - 32 was due)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 64}, storage, grace_seconds=3600.0)
+    for name in ("c-0", "c-1"):
+        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+    assert replay.add_chunks([("c-0", 4, 0), ("c-1", 4, 0)], "collector-1") == [True, True]
+    buffer_stats = replay.buffer.stats
+    quarantined = threading.Event()
+
+    def stats_then_a_quarantine():  # the buffer's numbers are read; a learner's report comes in
+        numbers = buffer_stats()
+        threading.Thread(target=lambda: (replay.quarantine("c-0"), quarantined.set()), daemon=True).start()
+        quarantined.wait(0.5)  # lands at once unless stats() holds the index's lock (then it waits for it)
+        return numbers
+
+    replay.buffer.stats = stats_then_a_quarantine
+    stats = replay.stats()
+    replay.buffer.stats = buffer_stats
+    assert stats["size"] + stats["rows_quarantined"] == 8, stats
+    assert quarantined.wait(5)
+    after = replay.stats()
+    assert (after["size"], after["rows_quarantined"], after["chunks_quarantined"]) == (4, 4, 1)
 
 
 def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_factory, cli, tmp_path, caplog):

@@ -269,6 +269,12 @@ class Coordinator:
                     removed = self.storage.remove_stale_temp_files(TEMP_FILE_MAX_AGE)
                     if removed:
                         logger.info("coordinator: removed %d temp file(s) left by killed writers", removed)
+                    orphans = self.replay.remove_orphans(float(self.cfg.parallel.coordinator.orphan_chunk_max_age))
+                    if orphans:
+                        logger.info("coordinator: removed %d chunk file(s) no replay index knew, written over "
+                                    "%gs ago (by killed collectors, or announced after the last snapshot of a "
+                                    "killed coordinator)", orphans,
+                                    float(self.cfg.parallel.coordinator.orphan_chunk_max_age))
             except Exception:  # the control loop must survive any single bad step
                 logger.exception("coordinator: control loop step failed")
             self._wake.wait(tick)

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..data.buffer import create_buffer
-from ..errors import StorageError
+from ..errors import StorageError, StorageFaultError
 from ..interaction.http import pack_array, unpack_array
 from ..storage import SharedStorage
 
@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 
 # the columns of a batch of references on the wire, and their packed dtypes
+# a chunk file whose deletion failed on the shared store is tried again after this many seconds
+GC_RETRY_SECONDS = 2.0
+
 REF_DTYPES = {"chunk": "<i4", "row": "<i4", "index": "<i8", "uid": "<i8", "weight": "<f4"}
 
 
@@ -133,15 +136,49 @@ class ReplayIndex:
         with self._lock:
             due = [n for t, n in self._doomed if force or t <= now]
             self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
-            for name in due:
+        gone: List[str] = []
+        for i, name in enumerate(due):
+            try:
+                if self.storage.delete_chunk(name):
+                    self.chunks_deleted += 1
+            except StorageFaultError as exc:
+                # the store fails (read-only, EIO, an object store's 5xx): these chunks stay indexed and doomed
+                # (and so in the snapshots) and are tried again; forgetting them first had leaked every one
+                # due at that moment, hundreds after a resume
+                logger.warning("coordinator: deleting %d chunk file(s) failed, trying again in %gs: %s",
+                               len(due) - i, GC_RETRY_SECONDS, exc)
+                with self._lock:
+                    self._doomed.extend((now + GC_RETRY_SECONDS, n) for n in due[i:])
+                break
+            gone.append(name)
+        with self._lock:
+            for name in gone:
                 entry = self._chunks.pop(name, None)
                 if entry is not None:
                     self._names.pop(entry[0], None)
                     self._refs.pop(entry[0], None)
-        for name in due:
-            if self.storage.delete_chunk(name):
-                self.chunks_deleted += 1
-        return len(due)
+        return len(gone)
+
+    def remove_orphans(self, max_age: float) -> int:
+        """Delete chunk files the index does not know and nobody wrote for ``max_age`` seconds: written by a
+        collector killed before it announced them, or announced to a coordinator killed before its next
+        snapshot (the soak, benchmarks/soak.py, found ~20 per coordinator kill). Returns the files removed."""
+        cutoff, removed = time.time() - max_age, 0
+        try:
+            for name in self.storage.list_chunks():
+                if self.known(name):
+                    continue
+                try:
+                    if self.storage.chunk_mtime(name) > cutoff:
+                        continue
+                except FileNotFoundError:
+                    continue
+                with self._lock:  # not indexed in the meantime: add_chunks decides under this lock
+                    if name not in self._chunks:
+                        removed += self.storage.delete_chunk(name)
+        except StorageFaultError as exc:  # the next sweep tries again
+            logger.warning("coordinator: sweeping chunk files the replay index does not know failed: %s", exc)
+        return removed
 
     # ---- sample --------------------------------------------------------------------
     def wait_for(self, predicate, timeout: float) -> bool:
@@ -197,9 +234,11 @@ class ReplayIndex:
         return self.buffer.count()
 
     def stats(self) -> Dict[str, Any]:
-        s = self.buffer.stats()
-        with self._lock:
+        with self._lock:  # one snapshot: a quarantine between the buffer's size and its counters tore them apart
+            s = self.buffer.stats()
             chunks, doomed = len(self._chunks), len(self._doomed)
+            deleted, quarantined, rows_quarantined = self.chunks_deleted, self.chunks_quarantined, self.rows_quarantined
+            batches_served = self.batches_served
         return {
             "name": self.name,
             "type": self.buffer.cfg.type,
@@ -211,10 +250,10 @@ class ReplayIndex:
             "staleness": s.mean_staleness if not math.isnan(s.mean_staleness) else 0.0,
             "chunks": chunks,
             "chunks_pending_delete": doomed,
-            "chunks_deleted": self.chunks_deleted,
-            "chunks_quarantined": self.chunks_quarantined,
-            "rows_quarantined": self.rows_quarantined,
-            "batches_served": self.batches_served,
+            "chunks_deleted": deleted,
+            "chunks_quarantined": quarantined,
+            "rows_quarantined": rows_quarantined,
+            "batches_served": batches_served,
         }
 
     def state_dict(self) -> Dict[str, np.ndarray]:

@@ -43,6 +43,10 @@ def parallel_default_config() -> EasyDict:
             final_report_timeout=5.0,
             # chunk files no buffer row references are deleted after this delay
             chunk_grace_seconds=10.0,
+            # chunk files the replay index does not know, untouched this long, are deleted (swept every minute):
+            # written by a collector killed before it announced them, or announced to a coordinator that
+            # died before its next snapshot. A live writer announces its chunk within seconds
+            orphan_chunk_max_age=600.0,
             # the coordinator's state (tasks, replay index, counters, workers, eval history) is saved to
             # the shared directory this often and at shutdown; a crash loses at most this much
             snapshot_interval=2.0,
