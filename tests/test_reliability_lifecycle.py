@@ -258,3 +258,34 @@ def test_a_run_whose_collector_tasks_all_fail_alike_exits_1_with_one_line(cli, t
     assert "collector tasks failed 5 times in a row with the same error" in failed[0]
     assert "RuntimeError: the broken env fails at step 1 (a test)" in failed[0]
     assert child_pids(run.pid) == []
+
+
+def test_a_store_down_for_seconds_fails_the_learner_often_but_counts_once(coordinator_factory):
+    """A read-only blip of a few seconds failed the learner's task 4 times in 4 s (backoff 0.5, 1, 2 s) and, with
+    max_task_attempts=3, failed the run; store faults count once per storage_max_backoff seconds of a chain."""
+    import requests
+
+    from parallel_rl.errors import StorageFaultError
+
+    coordinator, server = coordinator_factory(worker={"storage_backoff": 0.05, "storage_max_backoff": 5.0},
+                                              commander={"max_task_attempts": 3})
+
+    class StoreDownLearner(ScriptedSlave):
+        def execute(self, task):
+            self.received.append(task)
+            self.storage.health.fault("OSError: [Errno 30] Read-only file system (injected)")
+            raise StorageFaultError("writing a checkpoint: [Errno 30] Read-only file system (injected)")
+
+    learner = StoreDownLearner("learner", server.url)
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        failed = eventually(lambda: (lambda t: t if len(t) >= 5 else None)(
+            requests.get(server.url + "/api/v1/tasks?kind=learner&state=failed", timeout=5).json()["tasks"]),
+            timeout=30, message="five failed learner tasks")
+        assert all("Read-only" in t["error"] for t in failed)
+        summary = requests.get(server.url + "/api/v1/cluster", timeout=5).json()
+        assert summary["state"] == "running", summary
+    finally:
+        learner.request_stop()
+        learner.close()

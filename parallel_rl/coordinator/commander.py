@@ -118,13 +118,23 @@ class SoloCommander:
                              f"parallel.commander.type is {self.ccfg.type!r}")
 
     # ---- failures ----------------------------------------------------------------------
-    def on_task_failed(self, task: Task) -> None:
+    def on_task_failed(self, task: Task, store_fault: bool = False) -> None:
         """Create a replacement task unless the attempts are used up: ``max_task_attempts`` failures of the task's
         chain within ``task_failure_window`` seconds (a learner killed now and then over days goes on; one that
-        dies again and again does not)."""
+        dies again and again does not).
+
+        A failure on the shared store (``store_fault``: the worker reported the store unhealthy) counts at most
+        once per ``parallel.worker.storage_max_backoff`` seconds of the chain: a store read-only for a few
+        seconds fails a task several times within its backoff (0.5, 1, 2 s ...) and must not end the run, while
+        a store that stays down still does, after ``max_task_attempts`` such periods."""
         now = time.time()
         window = float(self.ccfg.task_failure_window)
-        failures = [t for t in task.failures if window <= 0 or now - t <= window] + [now]
+        failures = [t for t in task.failures if window <= 0 or now - t <= window]
+        quiet = float(self.coordinator.cfg.parallel.worker.storage_max_backoff)
+        if not (store_fault and failures and now - failures[-1] < quiet):
+            failures.append(now)
+        else:
+            logger.info("commander: %s failed on the shared store again within %gs: counted once", task.task_id, quiet)
         if len(failures) >= self.ccfg.max_task_attempts:
             within = f" within {window:g}s" if window > 0 else ""
             logger.error("commander: %s failed %d times%s, not retrying: %s", task.task_id, len(failures), within,

@@ -576,7 +576,7 @@ class Coordinator:
         return True
 
     def _end_task(self, task_id: str, state: TaskState, result: Optional[dict] = None,
-                  error: Optional[str] = None) -> Optional[Task]:
+                  error: Optional[str] = None, store_fault: bool = False) -> Optional[Task]:
         with self._lock:
             task = self.tasks.end(task_id, state, result=result, error=error)
             if task is None:
@@ -596,7 +596,7 @@ class Coordinator:
         log = logger.info if state != TaskState.FINISHED or task.kind == TaskKind.LEARNER else logger.debug
         log("coordinator: %s %s%s", task_id, state.value, f" ({error})" if error else "")
         if state == TaskState.FAILED:
-            self.commander.on_task_failed(task)
+            self.commander.on_task_failed(task, store_fault=store_fault)
         if task.kind == TaskKind.EVALUATOR and state == TaskState.FINISHED and result:
             self._on_eval_result(task, result)
         if state == TaskState.FINISHED and hasattr(self.commander, "on_task_finished"):
@@ -937,7 +937,8 @@ class Coordinator:
             with self._lock:
                 worker.failures, worker.retry_at = 0, 0.0
                 self._failure_runs.pop(m["kind"], None)
-        self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"])
+        self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"],
+                       store_fault=report is not None and not report["healthy"])
         if repeated is not None:
             self.finish(CoordinatorState.FAILED, repeated)
 
