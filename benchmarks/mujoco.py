@@ -181,7 +181,8 @@ def main() -> int:
               + "".join(f"; {src}: {dict(points).get(steps[-1], 'n/a')}" for src, points in refs.items()))
         if args.target is not None:
             print(f"target {args.target:,.0f}: {'met' if median >= args.target else 'NOT met'}")
-    plot(rows, refs, f"{cfg.policy.type.upper()} {cfg.env.env_id} ({'cluster' if cluster else 'serial'})",
+    shown = {src: [p for p in points if p[0] <= args.max_env_step] for src, points in refs.items()}
+    plot(rows, {src: points for src, points in shown.items() if points}, f"{cfg.policy.type.upper()} {cfg.env.env_id} ({'cluster' if cluster else 'serial'})",
          os.path.join(args.out, f"{name}.png"))
     return 0
 
