@@ -215,6 +215,12 @@ def _validate(cfg: EasyDict) -> None:
                           f"(or leave the key out)")
     if cfg.env.type not in ("gymnasium", "pettingzoo"):
         raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
+    random_size = int(cfg.policy.get("random_collect_size", 0) or 0)
+    buffer_size = cfg.policy.other.replay_buffer.get("replay_buffer_size")
+    if random_size < 0 or (buffer_size is not None and random_size > buffer_size):
+        raise ConfigError(f"policy.random_collect_size must be between 0 and the replay buffer's size (the learner "
+                          f"starts once that many rows are in it), got {random_size} with "
+                          f"policy.other.replay_buffer.replay_buffer_size={buffer_size}")
     if cfg.env.type == "pettingzoo" and cfg.policy.get("random_collect_size", 0):
         raise ConfigError(f"policy.random_collect_size={cfg.policy.random_collect_size} is for single-agent envs; "
                           f"two-player self-play starts against the league's bots instead: leave it 0")

@@ -217,3 +217,11 @@ def test_observation_statistics_of_every_collector_reach_the_learner_and_its_che
     # version V was trained on V segments of 256 rows, each collected by the two collectors together
     assert version >= 3 and float(model["obs_rms.count"]) == 256 * version
     assert float(model["obs_rms.var"].min()) > 0
+
+
+def test_a_warm_up_larger_than_the_replay_buffer_is_a_config_error():
+    """The learner starts once random_collect_size rows are in the buffer: a smaller buffer would never start it."""
+    with pytest.raises(ConfigError, match=r"random_collect_size.*got 2000.*replay_buffer_size=1000"):
+        compile_config({"env": {"env_id": "Pendulum-v1"},
+                        "policy": {"type": "sac", "random_collect_size": 2000,
+                                   "other": {"replay_buffer": {"replay_buffer_size": 1000}}}})
