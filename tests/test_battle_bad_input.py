@@ -52,16 +52,23 @@ def test_a_game_that_ends_zero_sum_passes_the_check():
 def test_a_config_every_collector_task_fails_on_ends_the_run(coordinator_factory):
     """A game found not zero-sum mid-run fails the collector task with a ConfigError; once its attempts are used
     up the run ends (failed, with the reason) instead of handing out new tasks that fail alike."""
+    import time
+
     coordinator, _ = coordinator_factory()
-    other = Task("collector-x-000001", TaskKind.COLLECTOR, {}, attempts=3, error="RuntimeError: a flaky env")
+    # a task's chain carries the times of its earlier failures (counted within task_failure_window)
+    now = time.time()
+    other = Task("collector-x-000001", TaskKind.COLLECTOR, {}, attempts=3, error="RuntimeError: a flaky env",
+                 failures=[now - 2, now - 1])
     coordinator.commander.on_task_failed(other)
     assert coordinator.summary()["state"] == "running"  # other failures: the collectors go on with new tasks
     error = "ConfigError: env 'x' is not zero-sum: a game ended with returns (1.0, 0.0) (seat 0, seat 1)"
-    coordinator.commander.on_task_failed(Task("collector-x-000002", TaskKind.COLLECTOR, {}, attempts=2, error=error))
+    coordinator.commander.on_task_failed(Task("collector-x-000002", TaskKind.COLLECTOR, {}, attempts=2, error=error,
+                                              failures=[now - 1]))
     assert coordinator.summary()["state"] == "running"  # attempts left: a replacement is issued
-    coordinator.commander.on_task_failed(Task("collector-x-000003", TaskKind.COLLECTOR, {}, attempts=3, error=error))
+    coordinator.commander.on_task_failed(Task("collector-x-000003", TaskKind.COLLECTOR, {}, attempts=3, error=error,
+                                              failures=[now - 2, now - 1]))
     summary = coordinator.summary()
-    assert summary["state"] == "failed" and "collector task failed 3 times on the config" in summary["reason"]
+    assert summary["state"] == "failed" and "collector task failed 3 times within 600s on the config" in summary["reason"]
     assert "not zero-sum" in summary["reason"]
 
 
