@@ -221,8 +221,8 @@ def _validate(cfg: EasyDict) -> None:
         raise ConfigError(f"policy.random_collect_size must be between 0 and the replay buffer's size (the learner "
                           f"starts once that many rows are in it), got {random_size} with "
                           f"policy.other.replay_buffer.replay_buffer_size={buffer_size}")
-    if cfg.env.type == "pettingzoo" and cfg.policy.get("random_collect_size", 0):
-        raise ConfigError(f"policy.random_collect_size={cfg.policy.random_collect_size} is for single-agent envs; "
+    if cfg.env.type == "pettingzoo" and random_size:
+        raise ConfigError(f"policy.random_collect_size={random_size} is for single-agent envs; "
                           f"two-player self-play starts against the league's bots instead: leave it 0")
     if cfg.env.type == "pettingzoo" and cfg.policy.type not in SELFPLAY_POLICY_TYPES:
         raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "

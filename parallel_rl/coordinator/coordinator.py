@@ -113,7 +113,7 @@ class Coordinator:
                                   grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
         # the data flow the policy asks for: on-policy data is used as whole segments of recent versions
         self.on_policy = bool(cfg.policy.on_policy)
-        self.random_collect_size = 0 if self.on_policy else int(cfg.policy.get("random_collect_size", 0) or 0)
+        self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)  # only off-policy types have it
         # on-policy: env steps each collector sent per policy version (its share of the next segment)
         self._segment_steps: Dict[int, Dict[str, int]] = {}
         # on-policy: a new learner task starts a new round of segments (its predecessor may have taken the

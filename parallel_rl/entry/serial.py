@@ -84,8 +84,8 @@ def train_on_collected(learner, buffer, data, learn: EasyDict, envstep: int, on_
 def warm_up(policy_cfg: EasyDict, collector, buffer) -> None:
     """Off-policy: ``policy.random_collect_size`` transitions made with uniformly random actions go into the
     replay buffer before the first update (DI-engine's random_collect, RL Zoo's learning_starts)."""
-    size = int(policy_cfg.get("random_collect_size", 0) or 0)
-    if size <= 0 or policy_cfg.on_policy:
+    size = int(policy_cfg.get("random_collect_size", 0) or 0)  # only off-policy types have the key
+    if size <= 0:
         return
     logger.info("serial: collecting %d transitions with random actions before training", size)
     data = collector.collect(size, train_iter=0, random_collect=True, record_random_collect=False)

@@ -35,6 +35,17 @@ from .nets import RunningMeanStd, cpu_state_dict, mlp, to_tensor
 from .optim import Adam
 
 
+def lane_order(env_id: np.ndarray, end: np.ndarray):
+    """The segment's rows sorted by env lane (time order kept within each), and for each sorted row whether it
+    continues into the next sorted row (same lane, its episode not ended there)."""
+    order = np.argsort(env_id, kind="stable")
+    sorted_env = env_id[order]
+    continues = np.zeros(len(env_id), dtype=bool)
+    continues[:-1] = sorted_env[:-1] == sorted_env[1:]
+    continues &= ~end[order].astype(bool)
+    return order, continues
+
+
 def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray,
                    end: np.ndarray, env_id: np.ndarray, gamma: float, gae_lambda: float) -> np.ndarray:
     """GAE(lambda) over a segment of rows, time-ordered within each ``env_id``.
@@ -47,12 +58,7 @@ def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray
     n = len(reward)
     delta = reward + gamma * (1.0 - terminated.astype(np.float64)) * next_value - value
     advantage = np.zeros(n, dtype=np.float64)
-    order = np.argsort(env_id, kind="stable")
-    sorted_env = env_id[order]
-    # does row order[i] continue into row order[i + 1] (same env, episode not ended)?
-    continues = np.zeros(n, dtype=bool)
-    continues[:-1] = sorted_env[:-1] == sorted_env[1:]
-    continues &= ~end[order].astype(bool)
+    order, continues = lane_order(env_id, end)
     decay = gamma * gae_lambda
     running = 0.0
     sorted_delta = delta[order]
@@ -67,13 +73,12 @@ def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray
 def discounted_returns(reward: np.ndarray, end: np.ndarray, env_id: np.ndarray, gamma: float) -> np.ndarray:
     """``R_t = gamma * R_{t-1} + r_t`` per env lane, restarting after an episode's end and at each lane's
     first row in the segment: the quantity whose running std gymnasium's NormalizeReward divides by."""
-    order = np.argsort(env_id, kind="stable")
-    sorted_env, sorted_reward, sorted_end = env_id[order], reward[order], end[order].astype(bool)
+    order, continues = lane_order(env_id, end)
+    sorted_reward = reward[order]
     out = np.empty(len(reward), dtype=np.float64)
     running = 0.0
     for i in range(len(reward)):
-        continues = i > 0 and sorted_env[i] == sorted_env[i - 1] and not sorted_end[i - 1]
-        running = sorted_reward[i] + (gamma * running if continues else 0.0)
+        running = sorted_reward[i] + (gamma * running if i > 0 and continues[i - 1] else 0.0)
         out[i] = running
     returns = np.empty_like(out)
     returns[order] = out

@@ -70,9 +70,9 @@ class TD3Policy(BoxActorCritic):
     def forward_collect(self, obs: np.ndarray, eps: float = 0.0) -> np.ndarray:
         """The actor's action plus N(0, exploration_noise) in the [-1, 1] scale, clipped to the bounds
         (``eps`` unused)."""
-        action = self.actor(self._obs(obs)).cpu().numpy()
-        noise = self._noise_rng.normal(0.0, self.cfg.collect.exploration_noise, size=action.shape)
-        action = torch.as_tensor(np.clip(action + noise, -1.0, 1.0), dtype=torch.float32, device=self.device)
+        action = self.actor(self._obs(obs))
+        noise = self._noise_rng.normal(0.0, self.cfg.collect.exploration_noise, size=tuple(action.shape))
+        action = (action + torch.as_tensor(noise, dtype=action.dtype, device=self.device)).clamp(-1.0, 1.0)
         return self._to_env(action, len(obs))
 
     @torch.no_grad()
