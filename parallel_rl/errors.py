@@ -78,3 +78,54 @@ class LearnerRankLostError(ParallelRLError):
 class BindError(ConfigError):
     """A server cannot listen on its host and port: the port is taken (often a process of an earlier run still
     holds it) or the host is not an address of this machine."""
+
+
+# ---- refusals of a request, raised by the domain (coordinator, protocol); the transport answers them as JSON
+class RequestRefused(ParallelRLError):
+    """A request or message the domain refuses. Views and the HTTP transport answer it as
+    ``{"error": {"code": code, "message": str(exc)}}`` with ``http_status``; the domain itself never
+    speaks HTTP."""
+
+    http_status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ProtocolViolation(RequestRefused):
+    """A message does not follow the protocol (missing field, wrong type, value out of range, unknown type):
+    the sender has a bug; the message is refused, nothing of its batch is applied."""
+
+
+class ForbiddenError(RequestRefused):
+    """The sender may not do this (a collector sending a learner's message, a task it does not own)."""
+
+    http_status, code = 403, "forbidden"
+
+
+class NotFoundError(RequestRefused):
+    """The named worker, task or kind does not exist (or not with this lease)."""
+
+    http_status, code = 404, "not_found"
+
+
+class ConflictError(RequestRefused):
+    """The request clashes with the current state (a worker already removed, a collector asking to sample)."""
+
+    http_status, code = 409, "conflict"
+
+
+class UnreachableError(RequestRefused):
+    """A worker to be added cannot be reached or cannot prove it is one of ours (code ``unreachable`` or
+    ``unproven``)."""
+
+    http_status, code = 422, "unreachable"
+
+
+class UnavailableError(RequestRefused):
+    """The coordinator cannot take this now (overloaded, store fault): the sender keeps it and tries again."""
+
+    http_status, code = 503, "unavailable"

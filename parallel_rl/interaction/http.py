@@ -41,7 +41,7 @@ from flask import Flask, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
-from ..errors import AuthError, BindError, PeerUnavailableError, ProtocolError, RemoteError
+from ..errors import AuthError, BindError, PeerUnavailableError, ProtocolError, RemoteError, RequestRefused
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,10 @@ def install_json_errors(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
         return error_response(exc.status, exc.code, exc.message)
+
+    @app.errorhandler(RequestRefused)
+    def _refused(exc: RequestRefused):  # the domain's refusals (parallel_rl.errors) speak HTTP only here
+        return error_response(exc.http_status, exc.code, str(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
