@@ -1,12 +1,15 @@
 """The OpenAPI 3 document of the coordinator's REST API (served at /api/v1/openapi.json).
 
 tests/test_api.py checks it against the app both ways: every documented
-operation answers, and every route of the app is documented.
+operation answers, and every route of the app is documented. The workers'
+request bodies and messages are generated from their dataclasses in
+:mod:`parallel_rl.protocol` (``protocol.schemas()``); the rest is written here.
 """
 from __future__ import annotations
 
 from typing import Any, Dict
 
+from parallel_rl import protocol
 from parallel_rl.interaction.http import PACKED_DTYPES
 
 
@@ -30,6 +33,11 @@ ERR = {
 AUTH = [{"bearer": []}]
 
 
+def _body(schema: str) -> Dict[str, Any]:
+    """A required JSON request body of one of the protocol's schemas."""
+    return {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
 def _errors(*codes: str) -> Dict[str, Any]:
     return {c: ERR[c] for c in codes}
 
@@ -51,6 +59,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
+                **protocol.schemas(),
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
@@ -197,13 +206,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
                         "responses": {"200": _json({"type": "object"}, "workers"), **_errors("404")}},
                 "post": {"summary": "add a running slave by URL (the coordinator connects to it)",
                          "security": AUTH, "parameters": [worker_collection],
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                             "type": "object", "required": ["address"],
-                             "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"},
-                                            "worker_id": {"type": "string", "example": "collector-1",
-                                                          "description": "the id wanted (the launcher's name, or "
-                                                                         "the id held before a coordinator "
-                                                                         "restart); given when no entry holds it"}}}}}},
+                         "requestBody": _body("Registration"),
                          "responses": {"201": _json(_ref("Worker"), "registered"),
                                        "409": _json(_ref("Error"), "address already registered"),
                                        "422": _json(_ref("Error"), "the slave cannot be reached, is not a parallel_rl "
@@ -233,16 +236,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/buffers/{name}/sample": {"post": {
                 "summary": "learner traffic: references for the next batches; carries priorities of past ones",
                 "security": AUTH, "parameters": [_path_param("name")],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["worker_id", "batch_size"], "properties": {
-                        "worker_id": {"type": "string"},
-                        "batch_size": {"type": "integer", "minimum": 1, "maximum": 65536},
-                        "batches": {"type": "integer", "minimum": 1, "maximum": 256},
-                        "train_iter": {"type": "integer"}, "wait": {"type": "number", "maximum": 10},
-                        "encoding": {"type": "string", "enum": ["json", "base64"], "default": "json",
-                                     "description": "numbers in the answer as JSON lists, or packed"},
-                        "priorities": {"type": "object", "properties": {
-                            k: _ref("Numbers") for k in ("index", "uid", "priority")}}}}}}},
+                "requestBody": _body("SampleRequest"),
                 "responses": {"200": _json({"type": "object", "properties": {
                     "chunks": {"type": "array", "items": {"type": "string"},
                                "description": "chunk files the batches refer to (their `chunk` indexes this)"},
@@ -253,8 +247,8 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "
                            "X-Parallel-RL-Lease)", "security": AUTH,
-                "description": "optional body {\"problems\": [str], \"tasks\": [str], \"ranks\": [LearnerRank]}: "
-                               "what went wrong in the "
+                "description": "optional body, a Heartbeat {\"problems\": [str], \"tasks\": [str], \"ranks\": "
+                               "[LearnerRank], \"storage\": StorageReport}: what went wrong in the "
                                "worker's threads (shown under the worker's `problems`), and the ids of the tasks "
                                "it holds (queued, running, or with an end report not yet delivered; after a "
                                "coordinator restart a saved running task it no longer holds is failed and issued "
@@ -265,17 +259,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "parameters": [_path_param("worker_id")],
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {
-                "summary": "worker traffic: a batch of messages (chunk, task_done, task_failed, task_cancelled, "
-                           "policy, learn_info)", "security": AUTH, "parameters": [_path_param("worker_id")],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["messages"], "properties": {
-                        "messages": {"type": "array", "items": {"type": "object", "required": ["type"]}},
-                        "wait_for_allowance": {"type": "number", "maximum": 10},
-                        "policy_version": {"type": "integer", "description": "the collector's loaded policy: a newer "
-                                                                             "one ends the wait"},
-                        "loaded_version": {"type": "integer", "description": "on-policy: the policy the collector acts "
-                                                                             "with; its share of the segment counts "
-                                                                             "only when this is the current one"}}}}}},
+                "summary": f"worker traffic: a batch of messages ({', '.join(protocol.MESSAGES)})",
+                "security": AUTH, "parameters": [_path_param("worker_id")],
+                "requestBody": _body("MetadataBatch"),
                 "responses": {"200": _json({"type": "object", "required": ["control", "refused"], "properties": {
                     "control": _ref("Control"),
                     "refused": {"type": "array", "description": "the messages refused (the rest were applied)",

@@ -1,7 +1,8 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, json_body
+from parallel_rl.protocol import SampleRequest
 
 from .. import get_coordinator, require_token
 
@@ -28,23 +29,7 @@ def sample(name: str):
     coordinator = get_coordinator()
     if name != coordinator.replay.name:
         raise ApiError(404, "not_found", f"no buffer {name!r}")
-    body = json_body()
-    batch_size = field(body, "batch_size", int)
-    batches = field(body, "batches", int, required=False, default=1)
-    if not 1 <= batch_size <= 65536 or not 1 <= batches <= 256:
-        raise ApiError(400, "bad_request", f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, "
-                                           f"got {batch_size=} {batches=}")
-    encoding = field(body, "encoding", str, required=False, default="json")
-    if encoding not in ("json", "base64"):
-        raise ApiError(400, "bad_request", f"field 'encoding' must be 'json' or 'base64', got {encoding!r}")
-    out = coordinator.sample(
-        field(body, "worker_id", str),
-        batch_size,
-        batches,
-        field(body, "train_iter", int, required=False, default=0),
-        priorities=field(body, "priorities", dict, required=False),
-        wait=number_field(body, "wait", 1.0),
-        encoding=encoding,
-        lease=request.headers.get(LEASE_HEADER),
-    )
-    return jsonify({**out, "control": coordinator.control_for(coordinator.get_worker(body["worker_id"]))})
+    ask = SampleRequest.from_json(json_body())
+    out = coordinator.sample(ask.worker_id, ask.batch_size, ask.batches, ask.train_iter, priorities=ask.priorities,
+                             wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER))
+    return jsonify({**out, "control": coordinator.control_for(coordinator.get_worker(ask.worker_id))})

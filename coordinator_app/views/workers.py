@@ -2,8 +2,8 @@
 (heartbeat, batched metadata), which needs the cluster token."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
-from parallel_rl.storage import check_health_report
+from parallel_rl.interaction.http import LEASE_HEADER, ApiError, json_body
+from parallel_rl.protocol import Heartbeat, MetadataBatch, Registration
 
 from .. import get_coordinator, require_token
 
@@ -34,9 +34,8 @@ def list_workers(collection: str):
 def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
-    body = json_body()
-    worker = get_coordinator().add_worker(kind, field(body, "address", str),
-                                          field(body, "worker_id", str, required=False))
+    registration = Registration.from_json(json_body())
+    worker = get_coordinator().add_worker(kind, registration.address, registration.worker_id)
     return jsonify(worker.to_dict()), 201
 
 
@@ -61,48 +60,22 @@ def remove_worker(collection: str, worker_id: str):
     return jsonify(worker.to_dict())
 
 
-def _is_rank(r) -> bool:
-    """A learner rank as a LearnerAggregator lists it in its heartbeats."""
-    return (isinstance(r, dict) and set(r) == {"rank", "pid", "state"} and type(r["rank"]) is int
-            and (r["pid"] is None or type(r["pid"]) is int) and isinstance(r["state"], str) and len(r["state"]) <= 32)
-
-
 @bp.post("/workers/<worker_id>/heartbeat")
 def heartbeat(worker_id: str):
     require_token()
     coordinator = get_coordinator()
-    body = request.get_json(silent=True) if request.content_length else None
-    problems = body.get("problems") if isinstance(body, dict) else None
-    if problems is not None and (not isinstance(problems, list) or not all(isinstance(p, str) for p in problems)):
-        raise ApiError(400, "bad_request", "field 'problems' must be a list of strings")
-    tasks = body.get("tasks") if isinstance(body, dict) else None
-    if tasks is not None and (not isinstance(tasks, list) or len(tasks) > 1000
-                              or not all(isinstance(t, str) for t in tasks)):
-        raise ApiError(400, "bad_request", "field 'tasks' must be a list of at most 1000 task ids")
-    ranks = body.get("ranks") if isinstance(body, dict) else None
-    if ranks is not None and (not isinstance(ranks, list) or len(ranks) > 1024 or not all(_is_rank(r) for r in ranks)):
-        raise ApiError(400, "bad_request", "field 'ranks' must be a list of at most 1024 objects "
-                                           "{rank: int, pid: int or null, state: str}")
-    storage = body.get("storage") if isinstance(body, dict) else None
-    if storage is not None:
-        try:
-            storage = check_health_report(storage)
-        except ValueError as exc:
-            raise ApiError(400, "bad_request", str(exc)) from None
-    worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
-                                   [p[:500] for p in problems[-20:]] if problems is not None else None,
-                                   tasks, ranks=ranks, storage=storage)
+    beat = Heartbeat.from_json(request.get_json(silent=True) if request.content_length else None)
+    worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems, beat.tasks,
+                                   ranks=beat.ranks, storage=beat.storage.to_json() if beat.storage else None)
     return jsonify(coordinator.control_for(worker))
 
 
 @bp.post("/workers/<worker_id>/metadata")
 def metadata(worker_id: str):
     require_token()
-    body = json_body()
-    messages = field(body, "messages", list)
-    wait = number_field(body, "wait_for_allowance", 0.0)
-    version = field(body, "policy_version", int, required=False)
-    loaded = field(body, "loaded_version", int, required=False)
-    return jsonify(get_coordinator().handle_metadata(worker_id, messages, wait_for_allowance=wait,
-                                                     policy_version=version, loaded_version=loaded,
+    batch = MetadataBatch.from_json(json_body())
+    return jsonify(get_coordinator().handle_metadata(worker_id, batch.messages,
+                                                     wait_for_allowance=batch.wait_for_allowance,
+                                                     policy_version=batch.policy_version,
+                                                     loaded_version=batch.loaded_version,
                                                      lease=request.headers.get(LEASE_HEADER)))

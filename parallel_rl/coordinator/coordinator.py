@@ -9,24 +9,22 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hmac
-import itertools
 import logging
 import math
-import operator
-import re
 import secrets
-import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 from urllib.parse import urlparse
 
 from easydict import EasyDict
 
-from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError, StorageFaultError
+from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError
 from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
-from ..storage import SharedStorage, StorageHealth, check_health_report
+from ..protocol import LONG_POLL_RETRY_AFTER, MAX_COUNTER
+from ..storage import SharedStorage, StorageHealth
 from .commander import create_parallel_commander
+from .messages import MessageTable
 from .replay import ReplayIndex
 from .tasks import Task, TaskKind, TaskState, TaskTable
 from .workers import Worker, WorkerRegistry, WorkerState
@@ -38,8 +36,6 @@ TEMP_FILE_MAX_AGE = 600.0
 TEMP_SWEEP_INTERVAL = 60.0
 
 KINDS = ("collector", "learner")
-# seconds a worker waits before asking again when every long-poll slot was taken
-LONG_POLL_RETRY_AFTER = 1.0
 # metadata requests served at once (body read, checked, applied, answered; a long-poll's wait not counted):
 # more threads at once only take turns on the GIL, each holding the coordinator's and the replay index's
 # locks longer, and every other request (GET /api/v1/cluster) waited behind all of them
@@ -49,37 +45,6 @@ RELEASE_THREADS = 32
 ADMISSION_TIMEOUT = 10.0
 # a worker that refuses this many tasks in a row is marked lost
 MAX_REFUSALS = 3
-# counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
-MAX_COUNTER = 2**53
-# env steps or rows one message may report
-MAX_STEPS_PER_MESSAGE = 2**31 - 1
-
-
-def checked_int(msg: Dict[str, Any], name: str, lo: int, hi: Optional[int], default: Any = None) -> int:
-    """``msg[name]`` as an int in ``[lo, hi]`` (no bools, no floats), or ApiError 400 naming it."""
-    value = msg.get(name, default)
-    if value is None or isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, "bad_request", f"field {name!r} must be an integer, got {value!r:.40}")
-    if value < lo or (hi is not None and value > hi):
-        raise ApiError(400, "bad_request", f"field {name!r} must be in [{lo}, {hi if hi is not None else 'inf'}], "
-                                           f"got {value}")
-    return value
-
-
-def finite_number(value: Any) -> bool:
-    """Whether ``value`` is an int or a float that is finite as a float (an integer past float range is not:
-    ``math.isfinite`` of it raises OverflowError)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
-
-
-def _check_eval_result(result: Dict[str, Any]) -> None:
-    """An evaluator's result: ``eval_episode_return_mean`` a finite number or null (no episode finished),
-    ``episodes`` an integer; ApiError 400 naming the field otherwise."""
-    mean = result.get("eval_episode_return_mean")
-    if mean is not None and not finite_number(mean):
-        raise ApiError(400, "bad_request", f"result field 'eval_episode_return_mean' must be a finite number or "
-                                           f"null, got {mean!r:.40}")
-    checked_int(result, "episodes", 0, MAX_STEPS_PER_MESSAGE, default=0)
 
 
 class CoordinatorState:
@@ -133,10 +98,7 @@ class Coordinator:
         self._long_polls = threading.BoundedSemaphore(int(cfg.parallel.coordinator.long_poll_slots))
         self.long_polls_refused = 0
         self.admission = Admission(ADMITTED, ADMISSION_TIMEOUT)
-        # task kind -> (error with numbers masked, failures in a row with it) as workers report them
-        self._failure_runs: Dict[TaskKind, Tuple[str, int]] = {}
-        # worker id -> (fixed bytes, bytes per row) of its chunk files (_check_chunk_file)
-        self._chunk_layouts: Dict[str, Tuple[int, int]] = {}
+        self.messages = MessageTable(self)
         # the store as the message checks see it: unhealthy from a fault while checking a message (the message
         # is answered `unavailable` and sent again) until a chunk check reads the store again; the snapshots'
         # writes (storage.health) may work meanwhile, and must not hide that reads fail
@@ -284,7 +246,7 @@ class Coordinator:
         for worker in self.workers.expired(ttl):
             self.mark_lost(worker, f"no heartbeat for {ttl:g}s")
         for worker in self.workers.forget_ended():
-            self._chunk_layouts.pop(worker.worker_id, None)
+            self.messages.forget_worker(worker.worker_id)
             logger.debug("coordinator: forgot %s (%s)", worker.worker_id, worker.state.value)
 
     def _check_budgets(self) -> None:
@@ -722,50 +684,9 @@ class Coordinator:
                 del self._segment_steps[old]
 
     # ---- metadata from slaves --------------------------------------------------------------
-    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], wait_for_allowance: float = 0.0,
-                        policy_version: Optional[int] = None, lease: Optional[str] = None,
-                        loaded_version: Optional[int] = None) -> Dict[str, Any]:
-        """Check a batch of messages from a slave, then apply the ones that passed; returns
-        ``{"control": ..., "refused": [{"index", "type", "code", "message"}, ...]}``.
-
-        Every message is checked (sender's role, task ownership, ranges, the chunk file's header) before
-        any is applied, so a bad message changes nothing, and the answer names each refused message, so
-        the slave drops it instead of sending it again forever. With ``wait_for_allowance`` > 0 (a
-        throttled collector) the answer waits up to that many seconds until collecting is allowed again,
-        or until a policy newer than the collector's ``policy_version`` is announced. On-policy,
-        ``loaded_version`` (the policy the collector acts with) must be the current one for its share of the
-        next segment to end the wait."""
-        worker = self.heartbeat(worker_id, lease)
-        answer: Dict[str, Any] = {"refused": self._check_and_apply(worker, messages) if messages else []}
-        if wait_for_allowance > 0:
-            with self.long_poll() as slot:
-                if slot:
-                    self.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
-                else:
-                    answer["retry_after"] = LONG_POLL_RETRY_AFTER
-        answer["control"] = self.control_for(worker)
-        return answer
-
-    def _check_and_apply(self, worker: Worker, messages: List[Any]) -> List[Dict[str, Any]]:
-        checked, refused = [], []
-        for index, msg in enumerate(messages):
-            try:
-                checked.append(self.check_message(worker, msg))
-            except ApiError as exc:
-                kind = msg.get("type") if isinstance(msg, dict) else None
-                refused.append({"index": index, "type": kind if isinstance(kind, str) else None,
-                                "code": exc.code, "message": exc.message})
-        logged = [r for r in refused if r["code"] != "unavailable"]  # the store failing is logged once, by its health
-        if logged:
-            logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(logged), len(messages),
-                           worker.worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in logged[:3]))
-        for apply, run in itertools.groupby(checked, key=operator.itemgetter(0)):
-            if apply in self._APPLY_RUNS:  # consecutive chunk announcements: one replay insert
-                apply(self, worker, [parsed for _, parsed in run])
-            else:
-                for _, parsed in run:
-                    apply(self, worker, parsed)
-        return refused
+    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], **kw: Any) -> Dict[str, Any]:
+        """Check a batch of messages from a slave, then apply the ones that passed (see MessageTable)."""
+        return self.messages.handle_metadata(worker_id, messages, **kw)
 
     @contextlib.contextmanager
     def long_poll(self):
@@ -781,267 +702,6 @@ class Coordinator:
         finally:
             if slot:
                 self._long_polls.release()
-
-    def check_message(self, worker: Worker, msg: Any):
-        """``(apply, parsed)`` for one message, or ApiError saying why it is refused. Changes nothing."""
-        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-            raise ApiError(400, "bad_request", f"each message must be an object with a 'type', got {msg!r:.80}")
-        entry = self._MESSAGES.get(msg["type"])
-        if entry is None:
-            raise ApiError(400, "bad_request", f"unknown message type {msg['type']!r:.40} (one of {sorted(self._MESSAGES)})")
-        roles, check, apply = entry
-        if worker.kind not in roles:
-            raise ApiError(403, "forbidden", f"{worker.worker_id} is a {worker.kind}; {msg['type']!r} messages "
-                                             f"come from {' or '.join(roles)}s only")
-        try:
-            return apply, check(self, worker, msg)
-        except StorageFaultError as exc:  # the store failed the check, not the message: the slave sends it again
-            self.check_health.fault(str(exc))
-            raise ApiError(503, "unavailable", f"{exc}; the message is kept and sent again") from None
-        except StorageError as exc:
-            raise ApiError(400, "bad_request", str(exc)) from None
-
-    def _owned_task(self, worker: Worker, msg: Dict[str, Any], required: bool) -> Optional[Task]:
-        """The task ``msg["task_id"]`` names, which must run on ``worker`` (ApiError otherwise)."""
-        task_id = msg.get("task_id")
-        if task_id is None and not required:
-            return None
-        if not isinstance(task_id, str):
-            raise ApiError(400, "bad_request", f"field 'task_id' must be a string, got {task_id!r:.40}")
-        task = self.tasks.get(task_id)
-        if task is None:
-            raise ApiError(404, "not_found", f"no task {task_id!r:.60}")
-        if task.worker_id != worker.worker_id:
-            raise ApiError(403, "forbidden", f"{task_id} belongs to {task.worker_id}, not {worker.worker_id}")
-        return task
-
-    def _check_chunk(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        name = self.storage.check_name(msg.get("chunk"))
-        task = self._owned_task(worker, msg, required=False)
-        newest = self.policy_version
-        version = checked_int(msg, "policy_version", -1, None)
-        if version > newest:  # a collector may load a checkpoint before its announcement reaches us
-            on_disk = self.storage.latest_policy_version()
-            newest = max(newest, -1 if on_disk is None else on_disk)
-            if version > newest:
-                raise ApiError(400, "bad_request", f"policy_version {version} was never published (newest {newest})")
-        steps = checked_int(msg, "env_steps", 0, MAX_STEPS_PER_MESSAGE, default=0)
-        returns = msg.get("episode_returns", [])
-        if (not isinstance(returns, list) or len(returns) > steps
-                or not all(finite_number(r) for r in returns)):
-            raise ApiError(400, "bad_request", f"episode_returns must be at most env_steps={steps} finite numbers, "
-                                               f"got {returns!r:.80}")
-        size = checked_int(msg, "size", 1, MAX_STEPS_PER_MESSAGE)
-        if not self.replay.known(name):  # a retried announcement is not read again
-            self._check_chunk_file(worker, name, size)
-        return {"name": name, "size": size, "version": version, "steps": steps, "episodes": len(returns),
-                "task": task}
-
-    def _check_chunk_file(self, worker: Worker, name: str, size: int) -> None:
-        """Chunk ``name`` must hold ``size`` rows (ApiError otherwise).
-
-        A worker's chunks share one layout: the same columns, so a file's size is fixed bytes plus bytes per
-        row times its rows. A chunk whose size in bytes is what the worker's layout gives for ``size`` rows
-        holds ``size`` rows: one ``lstat``. Any other (the worker's first chunk, a new layout, a wrong size, a
-        truncated file) has its column headers read (``zipfile``: ~150 us, most of an announcement's cost),
-        and sets the worker's layout when its rows are right."""
-        layout = self._chunk_layouts.get(worker.worker_id)
-        try:
-            if layout is not None and self.storage.chunk_bytes(name) == layout[0] + layout[1] * size:
-                rows = None  # its size says it holds `size` rows
-            else:
-                rows, nbytes, row_bytes = self.storage.chunk_layout(name)
-        except FileNotFoundError:
-            raise ApiError(400, "bad_request", f"chunk {name!r} announced but not on the shared disk") from None
-        if not self.check_health.healthy:  # the store answered a read again (a fault raised above)
-            self.check_health.recovered()
-            logger.info("coordinator: the shared store answers the chunk checks again")
-        if rows is None:
-            return
-        if rows != size:
-            raise ApiError(400, "bad_request", f"chunk {name!r} has {rows} rows on disk, announced {size=}")
-        if row_bytes > 0:  # rows without bytes cannot be counted by size
-            self._chunk_layouts[worker.worker_id] = (nbytes - row_bytes * rows, row_bytes)
-
-    def _apply_chunks(self, worker: Worker, ms: List[Dict[str, Any]]) -> None:
-        """A run of consecutive chunk announcements: one insert into the replay index (its files' headers were
-        read by the check), then the counters and the tasks' progress."""
-        added = self.replay.add_chunks([(m["name"], m["size"], m["version"]) for m in ms], worker.worker_id,
-                                       checked=True)
-        ms = [m for m, new in zip(ms, added) if new]  # the rest were retried messages
-        progress: Dict[str, list] = {}  # task id -> [task, env steps, chunks] of this run
-        with self._lock:
-            for m in ms:
-                steps = m["steps"]
-                self.env_steps += steps
-                worker.env_steps += steps
-                worker.policy_version = version = m["version"]
-                if self.on_policy:
-                    self._count_segment_steps(worker, version, steps)
-                published = self.policy_published_at.pop(version, None)
-                if published is not None:
-                    self.policy_propagation.append(time.time() - published)
-                    del self.policy_propagation[:-1000]
-                self.episodes += m["episodes"]
-                if m["task"] is not None:
-                    counts = progress.setdefault(m["task"].task_id, [m["task"], 0, 0])
-                    counts[1] += steps
-                    counts[2] += 1
-        for task_id, (task, steps, chunks) in progress.items():
-            self.tasks.update_progress(task_id, env_steps=task.progress.get("env_steps", 0) + steps,
-                                       chunks=task.progress.get("chunks", 0) + chunks)
-
-    def _check_task_end(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        task = self._owned_task(worker, msg, required=True)
-        result, error = msg.get("result") or {}, msg.get("error")
-        if not isinstance(result, dict) or (error is not None and not isinstance(error, str)):
-            raise ApiError(400, "bad_request", f"'result' must be an object and 'error' a string, "
-                                               f"got {type(result).__name__} and {type(error).__name__}")
-        state = {"task_done": TaskState.FINISHED, "task_cancelled": TaskState.CANCELLED,
-                 "task_failed": TaskState.FAILED}[msg["type"]]
-        if state == TaskState.FAILED:
-            error, result = error or "unknown error", None
-        elif state == TaskState.FINISHED:
-            error = None
-            if task.kind == TaskKind.EVALUATOR:
-                _check_eval_result(result)
-        storage = msg.get("storage")  # a task that failed on the shared store: the worker's report on it
-        if storage is not None:
-            try:
-                storage = check_health_report(storage)
-            except ValueError as exc:
-                raise ApiError(400, "bad_request", str(exc)) from None
-        return {"task_id": task.task_id, "kind": task.kind, "state": state, "result": result, "error": error,
-                "storage": storage if state == TaskState.FAILED else None}
-
-    def _apply_task_end(self, worker: Worker, m: Dict[str, Any]) -> None:
-        report = m["storage"]
-        wcfg = self.cfg.parallel.worker
-        repeated = None
-        if report is not None and not report["healthy"]:
-            # failed on the shared store: no task for this worker for a while (before the commander hears of the
-            # failure), or its next one would fail at once, and the next, in a hot loop
-            self._storage_report(worker, report)
-            delay = worker.storage.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
-            logger.warning("coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
-                           worker.worker_id, m["task_id"], worker.storage.failures, delay)
-        elif m["state"] == TaskState.FAILED:
-            # its own error: the same one may come back with every task (a checkpoint that does not fit the model),
-            # so the worker backs off, and the role's run of the same error is counted
-            with self._lock:
-                delay = worker.back_off(wcfg.failure_backoff, wcfg.failure_max_backoff)
-                repeated = self._count_repeated_failure(m["kind"], m["error"])
-            logger.warning("coordinator: %s failed %s (%d in a row); no task for it for %.1fs", worker.worker_id,
-                           m["task_id"], worker.failures, delay)
-        elif m["state"] == TaskState.FINISHED:
-            with self._lock:
-                worker.failures, worker.retry_at = 0, 0.0
-                self._failure_runs.pop(m["kind"], None)
-        self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"],
-                       store_fault=report is not None and not report["healthy"])
-        if repeated is not None:
-            self.finish(CoordinatorState.FAILED, repeated)
-
-    def _count_repeated_failure(self, kind: TaskKind, error: str) -> Optional[str]:
-        """Count a failure of a ``kind`` task reported by its worker; the reason to fail the run when the last
-        ``max_repeated_failures`` such failures had the same error (numbers aside: a checkpoint's version, a
-        size), else None. A finished task of the kind ends the run of failures."""
-        limit = int(self.cfg.parallel.commander.max_repeated_failures)
-        error = " ".join(error.split())  # one line, whatever the exception's message held
-        signature = re.sub(r"\d+", "#", error)
-        last, count = self._failure_runs.get(kind, (None, 0))
-        count = count + 1 if signature == last else 1
-        self._failure_runs[kind] = (signature, count)
-        if limit <= 0 or count < limit:
-            return None
-        return (f"{kind.value} tasks failed {count} times in a row with the same error "
-                f"(parallel.commander.max_repeated_failures={limit}): {error[:500]}")
-
-    def _check_policy(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        version = checked_int(msg, "version", 0, MAX_COUNTER)
-        if not self.storage.policy_exists(version):
-            raise ApiError(400, "bad_request", f"policy {version} announced but its checkpoint is not on the shared disk")
-        return {"version": version}
-
-    def _apply_policy(self, worker: Worker, m: Dict[str, Any]) -> None:
-        version = m["version"]
-        with self._lock:
-            worker.policy_version = version
-            if version > self.policy_version:
-                self.policy_version = version
-                self.policy_published_at[version] = time.time()
-                for old in [v for v in self.policy_published_at if v < version - 1000]:
-                    del self.policy_published_at[old]
-        self._notify_progress()  # throttled collectors pick the new policy up now
-        self.kick()
-
-    def _check_learn_info(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        task = self._owned_task(worker, msg, required=False)
-        info = msg.get("info") or {}
-        if not isinstance(info, dict) or not all(
-                isinstance(k, str) and (v is None or isinstance(v, bool) or finite_number(v))
-                for k, v in info.items()):
-            raise ApiError(400, "bad_request", f"'info' must map names to finite numbers or null, got {info!r:.80}")
-        return {"train_iter": checked_int(msg, "train_iter", 0, MAX_COUNTER), "info": dict(info), "task": task}
-
-    def _apply_learn_info(self, worker: Worker, m: Dict[str, Any]) -> None:
-        with self._lock:
-            worker.train_iter = m["train_iter"]
-            self.train_iter = max(self.train_iter, worker.train_iter)
-            self.learn_info = m["info"]
-        self._notify_progress()
-        if m["task"] is not None:
-            self.tasks.update_progress(m["task"].task_id, train_iter=worker.train_iter)
-
-    def _check_games(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        task = self._owned_task(worker, msg, required=True)
-        opponent = msg.get("opponent")
-        if not isinstance(opponent, str) or not opponent or len(opponent) > 64:
-            raise ApiError(400, "bad_request", f"field 'opponent' must be a player name, got {opponent!r:.60}")
-        counts = {o: checked_int(msg, o, 0, MAX_STEPS_PER_MESSAGE, default=0) for o in ("win", "draw", "loss")}
-        return {"opponent": opponent, "counts": counts, "task": task}
-
-    def _apply_games(self, worker: Worker, m: Dict[str, Any]) -> None:
-        on_games = getattr(self.commander, "on_games", None)
-        if on_games is None:
-            logger.warning("coordinator: %s sent game results but the %s keeps no league (set "
-                           "parallel.commander.type='league')", worker.worker_id, type(self.commander).__name__)
-            return
-        on_games(m["opponent"], m["counts"])
-        task = m["task"]
-        self.tasks.update_progress(task.task_id, games=task.progress.get("games", 0) + sum(m["counts"].values()))
-
-    def _check_chunk_damaged(self, worker: Worker, msg: Dict[str, Any]) -> Dict[str, Any]:
-        name = self.storage.check_name(msg.get("chunk"))
-        error = msg.get("error")
-        if not isinstance(error, str):
-            raise ApiError(400, "bad_request", f"field 'error' must be a string saying what is wrong with the chunk, "
-                                               f"got {type(error).__name__}")
-        return {"name": name, "error": " ".join(error.split())[:300]}
-
-    def _apply_chunk_damaged(self, worker: Worker, m: Dict[str, Any]) -> None:
-        """A learner could not read a chunk (a damaged file, a column of objects, rows of another layout): its
-        rows leave the replay index (quarantined), or every batch that samples them would lose them again, and
-        a resumed run would too. Logged once: a chunk already quarantined or not indexed changes nothing."""
-        rows = self.replay.quarantine(m["name"])
-        if rows is not None:
-            logger.error("coordinator: %s cannot read chunk %r (%s): quarantined, %d row(s) dropped from the replay "
-                         "index, its file deleted after the grace period (%d chunk(s) quarantined in all)",
-                         worker.worker_id, m["name"], m["error"], rows, self.replay.chunks_quarantined)
-
-    # type -> (roles that may send it, check (no side effects), apply)
-    _MESSAGES = {
-        "games": (("collector",), _check_games, _apply_games),
-        "chunk": (("collector",), _check_chunk, _apply_chunks),
-        "task_done": (KINDS, _check_task_end, _apply_task_end),
-        "task_cancelled": (KINDS, _check_task_end, _apply_task_end),
-        "task_failed": (KINDS, _check_task_end, _apply_task_end),
-        "policy": (("learner",), _check_policy, _apply_policy),
-        "learn_info": (("learner",), _check_learn_info, _apply_learn_info),
-        "chunk_damaged": (("learner",), _check_chunk_damaged, _apply_chunk_damaged),
-    }
-    # applies that take a run of consecutive messages of their type at once
-    _APPLY_RUNS = (_apply_chunks,)
 
     # ---- learner data ---------------------------------------------------------------------
     def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,

@@ -21,6 +21,7 @@ from easydict import EasyDict
 from ..envs.multiagent import is_battle_env
 from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
+from ..protocol import Chunk, Games, MetadataBatch
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
@@ -194,9 +195,8 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 # a version announced but not loadable yet (not visible on the shared disk) must not end
                 # the next wait at once: ask to be woken by a newer one only
                 known = max(self.collector.policy_version, int(self.control.get("policy_version", -1)))
-                body = {"messages": [], "wait_for_allowance": 1.0, "policy_version": known}
-                if self.on_policy:
-                    body["loaded_version"] = self.collector.policy_version
+                body = MetadataBatch(messages=[], wait_for_allowance=1.0, policy_version=known, loaded_version=(
+                    self.collector.policy_version if self.on_policy else None)).to_json()
                 answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:
@@ -262,14 +262,13 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             name = self._next_chunk_name()
             self.send_stepdata(name, data)
             # the first chunk of a new policy version leaves at once: it tells the coordinator the policy is in use
-            self.send_metadata({"type": "chunk", "task_id": task.task_id, "chunk": name,
-                                "size": int(len(data["action"])), "policy_version": version,
-                                "env_steps": chunk_steps, "episode_returns": chunk_returns},
+            self.send_metadata(Chunk(chunk=name, size=int(len(data["action"])), policy_version=version,
+                                     env_steps=chunk_steps, episode_returns=chunk_returns,
+                                     task_id=task.task_id).to_json(),
                                urgent=fresh or self.on_policy)  # on-policy, the learner waits for it
             if opponent is not None and chunk_outcomes:  # the games' results, for the league's payoff table
                 counts = {o: chunk_outcomes.count(o) for o in games}
-                self.send_metadata({"type": "games", "task_id": task.task_id, "player": "main",
-                                    "opponent": opponent, **counts})
+                self.send_metadata(Games(task_id=task.task_id, opponent=opponent, player="main", **counts).to_json())
                 games = {o: games[o] + counts[o] for o in games}
             self._announced_version = version
             if self.on_policy:

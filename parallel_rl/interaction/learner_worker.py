@@ -23,6 +23,7 @@ from easydict import EasyDict
 from ..envs.spaces import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..policy import create_policy
+from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleRequest
 from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
@@ -263,12 +264,12 @@ class DataPipeline:
         failures = retries = 0
         while not self._stop.is_set():
             self._wait_for_room()
-            body = {"worker_id": self.worker_id, "batch_size": self.batch_size, "batches": self.prefetch,
-                    "train_iter": self.train_iter, "wait": 1.0, "encoding": "base64"}
             infos = self._take_priorities()
-            if infos:
-                body["priorities"] = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
-                                      for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))}
+            priorities = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
+                          for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))} if infos else None
+            body = SampleRequest(worker_id=self.worker_id, batch_size=self.batch_size, batches=self.prefetch,
+                                 train_iter=self.train_iter, wait=1.0, encoding="base64",
+                                 priorities=priorities).to_json()
             try:
                 answer = self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
                                           timeout=self.client.timeout + 1.0)
@@ -353,7 +354,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
             self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
         self.storage.save_policy(train_iter, policy.model_state_dict())
         self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
-        self.send_metadata({"type": "policy", "version": train_iter}, urgent=True)
+        self.send_metadata(Policy(version=train_iter).to_json(), urgent=True)
 
     def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline, rate: float = 0.0) -> None:
         info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
@@ -365,14 +366,13 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
         self.tb.scalars(learner.train_iter, "learner/",
                         **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")})
-        self.send_metadata({"type": "learn_info", "task_id": task.task_id, "train_iter": learner.train_iter,
-                            "info": info})
+        self.send_metadata(LearnInfo(train_iter=learner.train_iter, info=info, task_id=task.task_id).to_json())
 
     segment_stats: Dict[str, int] = {}
 
     def report_damaged_chunk(self, name: str, reason: str) -> None:
         """Tell the coordinator that chunk ``name`` cannot be read: it drops the chunk from its replay index."""
-        self.send_metadata({"type": "chunk_damaged", "chunk": name, "error": reason[:300]}, urgent=True)
+        self.send_metadata(ChunkDamaged(chunk=name, error=reason[:300]).to_json(), urgent=True)
 
     def get_data(self, pipeline: DataPipeline, timeout: float) -> Optional[Dict[str, np.ndarray]]:
         return pipeline.get(timeout)

@@ -27,6 +27,7 @@ from easydict import EasyDict
 from flask import Flask, jsonify, request
 
 from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError, StorageFaultError
+from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
 from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
@@ -510,7 +511,9 @@ class Slave:
 
     def heartbeat_body(self) -> Dict[str, Any]:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
-        return {"problems": list(self.problems), "tasks": self.held_task_ids(), "storage": self.storage_health()}
+        health = self.storage_health()
+        return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
+                         storage=None if health is None else StorageReport.from_json(health)).to_json()
 
     def held_task_ids(self) -> List[str]:
         """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
@@ -540,7 +543,7 @@ class Slave:
             logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
             return None
         try:
-            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": messages})
+            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", MetadataBatch(messages).to_json())
         except RemoteError as exc:
             if exc.status == 404:
                 logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
@@ -570,12 +573,9 @@ class Slave:
     def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
                    storage: Optional[Dict[str, Any]] = None) -> None:
         """``storage``: the store's health, when the task failed on it (the coordinator backs off too)."""
-        message = {"type": kind, "task_id": task.task_id, "result": result}
-        if error:
-            message["error"] = error
-        if storage is not None:
-            message["storage"] = storage
-        self.send_metadata(message, urgent=True)
+        message = MESSAGES[kind](task_id=task.task_id, result=result or {}, error=error or None,
+                                 storage=None if storage is None else StorageReport.from_json(storage))
+        self.send_metadata(message.to_json(), urgent=True)
 
     def register(self, deadline_seconds: float = 60.0) -> None:
         """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
@@ -586,9 +586,7 @@ class Slave:
         try:
             while True:
                 try:
-                    body = {"address": self.address}
-                    if self.preferred_id:
-                        body["worker_id"] = self.preferred_id
+                    body = Registration(self.address, self.preferred_id or None).to_json()
                     client.post(f"/api/v1/{self.kind}s", body)
                     break
                 except PeerUnavailableError as exc:
