@@ -237,12 +237,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "summary": "learner traffic: references for the next batches; carries priorities of past ones",
                 "security": AUTH, "parameters": [_path_param("name")],
                 "requestBody": _body("SampleRequest"),
-                "responses": {"200": _json({"type": "object", "properties": {
-                    "chunks": {"type": "array", "items": {"type": "string"},
-                               "description": "chunk files the batches refer to (their `chunk` indexes this)"},
-                    "batches": {"type": "array", "items": {"type": "object", "properties": {
-                        k: _ref("Numbers") for k in ("chunk", "row", "index", "uid", "weight")}}},
-                    "control": _ref("Control")}}, "references"),
+                "responses": {"200": _json(_ref("SampleAnswer"), "references"),
                     **_errors("400", "401", "403", "404", "413")}}},
             "/workers/{worker_id}/heartbeat": {"post": {
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "

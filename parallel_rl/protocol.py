@@ -14,6 +14,7 @@ Ground floor: imports the standard library and ``parallel_rl.errors`` only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -26,15 +27,24 @@ MAX_COUNTER = 2**53
 # env steps or rows one message may report
 MAX_STEPS_PER_MESSAGE = 2**31 - 1
 ROLES = ("collector", "learner")
+# the numbers of one batch of references in a sample answer, and of a priority update
+REFERENCE_KEYS = ("chunk", "row", "index", "uid", "weight")
+PRIORITY_KEYS = ("index", "uid", "priority")
 # seconds a worker waits before asking again when every long-poll slot was taken (an answer's retry_after)
 LONG_POLL_RETRY_AFTER = 1.0
 MAX_TASK_IDS = 1000  # tasks one heartbeat may name
 MAX_RANKS = 1024  # learner ranks one heartbeat may list
 
 
-def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", **kw: Any) -> Any:
-    """A dataclass field with its wire limits (``lo``/``hi`` for integers) and its OpenAPI description."""
-    return field(metadata={"lo": lo, "hi": hi, "doc": doc}, **kw)
+def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", schema: Optional[dict] = None,
+         **kw: Any) -> Any:
+    """A dataclass field with its wire limits (``lo``/``hi`` for integers) and its OpenAPI description;
+    ``schema`` where its type hint says too little (a reference to another schema of the document)."""
+    return field(metadata={"lo": lo, "hi": hi, "doc": doc, "schema": schema}, **kw)
+
+
+def _ref(name: str) -> Dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 # ---- checks shared by the messages -----------------------------------------------------------------------
@@ -112,16 +122,22 @@ def _number(obj: Dict[str, Any], name: str, default: float) -> float:
 def _json_fields(obj: Any) -> Dict[str, Any]:
     """A dataclass's fields as JSON values; optional fields that are None are left out (a reader's default)."""
     out = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if value is None and f.default is None:
+    for name, optional in _wire_fields(type(obj)):
+        value = getattr(obj, name)
+        if value is None and optional:
             continue
-        out[f.name] = value.to_json() if hasattr(value, "to_json") else value
+        out[name] = value.to_json() if hasattr(value, "to_json") else value
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _wire_fields(cls: type) -> Tuple[Tuple[str, bool], ...]:
+    """``(name, left out when None)`` of each field of ``cls`` (dataclasses.fields costs more than a message)."""
+    return tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
+
+
 # ---- parts of messages ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass
 class StorageReport:
     """The shared store as one process sees it (``StorageHealth.to_dict``): unhealthy from a failed read or write
     (disk full, I/O error, object store down) until a write succeeds again."""
@@ -194,7 +210,7 @@ def parse_message(obj: Any) -> Message:
     return message_class(obj).from_json(obj)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Chunk(Message, type="chunk", senders=("collector",)):
     """A chunk file of step data is on the shared disk: its rows enter the replay index."""
 
@@ -222,7 +238,7 @@ class Chunk(Message, type="chunk", senders=("collector",)):
                    episode_returns=returns, task_id=task_id)
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskEnd(Message):
     """A task ended on the sender (``task_done``, ``task_cancelled``, ``task_failed``)."""
 
@@ -258,7 +274,7 @@ class TaskFailed(TaskEnd, type="task_failed", senders=ROLES):
     """The task failed with ``error`` (on the shared store when ``storage`` says it failing)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Policy(Message, type="policy", senders=("learner",)):
     """A learner wrote policy checkpoint ``version`` on the shared disk."""
 
@@ -269,7 +285,7 @@ class Policy(Message, type="policy", senders=("learner",)):
         return cls(version=_int(cls, obj, "version"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class LearnInfo(Message, type="learn_info", senders=("learner",)):
     """A learner's progress: loss, q-value, data wait, ..."""
 
@@ -289,7 +305,7 @@ class LearnInfo(Message, type="learn_info", senders=("learner",)):
         return cls(train_iter=_int(cls, obj, "train_iter"), info=dict(info), task_id=task_id)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Games(Message, type="games", senders=("collector",)):
     """Two-player games: the training player's results against ``opponent`` in the last chunk."""
 
@@ -315,7 +331,7 @@ class Games(Message, type="games", senders=("collector",)):
         return {"win": self.win, "draw": self.draw, "loss": self.loss}
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChunkDamaged(Message, type="chunk_damaged", senders=("learner",)):
     """A learner could not read chunk ``chunk``: its rows leave the replay index."""
 
@@ -333,7 +349,7 @@ class ChunkDamaged(Message, type="chunk_damaged", senders=("learner",)):
 
 
 # ---- request bodies -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass
 class MetadataBatch:
     """``POST /api/v1/workers/<id>/metadata``: messages, each read on its own (a bad one is refused alone)."""
 
@@ -361,7 +377,7 @@ def _is_rank(r: Any) -> bool:
             and (r["pid"] is None or type(r["pid"]) is int) and isinstance(r["state"], str) and len(r["state"]) <= 32)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Heartbeat:
     """``POST /api/v1/workers/<id>/heartbeat`` (every field optional; the body may be empty)."""
 
@@ -369,8 +385,9 @@ class Heartbeat:
                                                            "kept, 500 characters each)")
     tasks: Optional[List[str]] = wire(default=None, doc="the tasks the worker holds: queued, running, or with an "
                                                         f"end report not yet delivered (at most {MAX_TASK_IDS})")
-    ranks: Optional[List[Dict[str, Any]]] = wire(default=None, doc="a LearnerAggregator's data-parallel ranks "
-                                                                   "{rank, pid, state}")
+    ranks: Optional[List[Dict[str, Any]]] = wire(default=None, doc="a LearnerAggregator's data-parallel ranks",
+                                                 schema={"type": "array", "items": _ref("LearnerRank"),
+                                                         "nullable": True})
     storage: Optional[StorageReport] = wire(default=None, doc="the shared store as the worker sees it")
 
     @classmethod
@@ -396,7 +413,7 @@ class Heartbeat:
         return _json_fields(self)
 
 
-@dataclass(frozen=True)
+@dataclass
 class SampleRequest:
     """``POST /api/v1/buffers/<name>/sample``: a learner asks for references to its next batches; priorities of
     its past batches ride along."""
@@ -407,8 +424,9 @@ class SampleRequest:
     train_iter: int = wire(default=0, doc="the learner's iteration")
     wait: float = wire(default=1.0, doc="seconds to wait for enough data (at most 10)")
     encoding: str = wire(default="json", doc="numbers in the answer as JSON lists (json), or packed (base64)")
-    priorities: Optional[Dict[str, Any]] = wire(default=None, doc="new priorities of past batches' rows: index, "
-                                                                  "uid, priority (Numbers)")
+    priorities: Optional[Dict[str, Any]] = wire(
+        default=None, doc="new priorities of past batches' rows",
+        schema={"type": "object", "nullable": True, "properties": {k: _ref("Numbers") for k in PRIORITY_KEYS}})
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "SampleRequest":
@@ -429,7 +447,36 @@ class SampleRequest:
         return _json_fields(self)
 
 
-@dataclass(frozen=True)
+@dataclass
+class SampleAnswer:
+    """The answer to a SampleRequest: the chunk files the batches refer to, and up to ``batches`` batches of
+    references (each row: ``chunk`` indexes ``chunks``, ``row`` in it; ``index``/``uid`` name its buffer slot for
+    the priority update; ``weight`` its importance weight), as JSON lists or packed (Numbers)."""
+
+    chunks: List[str] = wire(doc="chunk files the batches refer to (their `chunk` indexes this)")
+    batches: List[Dict[str, Any]] = wire(schema={"type": "array", "items": {
+        "type": "object", "properties": {k: _ref("Numbers") for k in REFERENCE_KEYS}}})
+    control: Optional[Dict[str, Any]] = wire(default=None, schema={"allOf": [_ref("Control")], "nullable": True})
+    retry_after: Optional[float] = wire(default=None, doc="every long-poll slot was taken: ask again after this "
+                                                          "many seconds")
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "SampleAnswer":
+        if not isinstance(obj, dict):
+            raise ProtocolViolation(f"a sample answer must be an object, got {obj!r:.80}")
+        chunks, batches, control = obj.get("chunks", []), obj.get("batches", []), obj.get("control")
+        if not isinstance(chunks, list) or not isinstance(batches, list) or not (control is None
+                                                                               or isinstance(control, dict)):
+            raise ProtocolViolation(f"a sample answer needs lists 'chunks' and 'batches', got {obj!r:.80}")
+        retry = obj.get("retry_after")
+        return cls(chunks=chunks, batches=batches, control=control,
+                   retry_after=float(retry) if finite_number(retry) else None)
+
+    def to_json(self) -> Dict[str, Any]:
+        return _json_fields(self)
+
+
+@dataclass
 class Registration:
     """``POST /api/v1/collectors`` or ``/learners``: add the running slave at ``address``."""
 
@@ -445,7 +492,7 @@ class Registration:
         return _json_fields(self)
 
 
-BODIES = (MetadataBatch, Heartbeat, SampleRequest, Registration, StorageReport)
+BODIES = (MetadataBatch, Heartbeat, SampleRequest, SampleAnswer, Registration, StorageReport)
 
 
 # ---- JSON schemas (OpenAPI 3.0) -----------------------------------------------------------------------------
@@ -480,7 +527,7 @@ def json_schema(cls: type) -> Dict[str, Any]:
         properties["type"] = {"type": "string", "enum": [cls.TYPE]}
         required.append("type")
     for f in dataclasses.fields(cls):
-        schema = _type_schema(hints[f.name])
+        schema = dict(f.metadata.get("schema") or _type_schema(hints[f.name]))
         for key, bound in (("minimum", f.metadata.get("lo")), ("maximum", f.metadata.get("hi"))):
             if bound is not None:
                 schema[key] = bound
@@ -509,4 +556,4 @@ def schemas() -> Dict[str, Dict[str, Any]]:
 
 
 def json_ref(cls: type) -> Dict[str, str]:
-    return {"$ref": f"#/components/schemas/{cls.__name__}"}
+    return _ref(cls.__name__)

@@ -8,7 +8,8 @@ import pytest
 from parallel_rl import protocol
 from parallel_rl.errors import ProtocolViolation
 from parallel_rl.protocol import (MESSAGES, Chunk, ChunkDamaged, Games, Heartbeat, LearnInfo, MetadataBatch, Policy,
-                                  Registration, SampleRequest, StorageReport, TaskCancelled, TaskDone, TaskFailed)
+                                  Registration, SampleAnswer, SampleRequest, StorageReport, TaskCancelled, TaskDone,
+                                  TaskFailed)
 from tests.conftest import toy_cluster_config
 
 FAILING = StorageReport(healthy=False, faults=3, error="writing a chunk failed: ENOSPC", since=1.7e9)
@@ -29,6 +30,9 @@ EXAMPLES = [
     Heartbeat(),
     SampleRequest(worker_id="learner-1", batch_size=64, batches=4, train_iter=9, wait=0.5, encoding="base64",
                   priorities={"index": [1], "uid": [2], "priority": [0.5]}),
+    SampleAnswer(chunks=["c-1"], batches=[{"chunk": [0], "row": [3], "index": [7], "uid": [9], "weight": [1.0]}],
+                 control={"stop": False}),
+    SampleAnswer(chunks=[], batches=[], retry_after=1.0),
     Registration(address="http://127.0.0.1:9000", worker_id="collector-7"),
     FAILING,
 ]

@@ -2,7 +2,7 @@
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.interaction.http import LEASE_HEADER, ApiError, json_body
-from parallel_rl.protocol import SampleRequest
+from parallel_rl.protocol import SampleAnswer, SampleRequest
 
 from .. import get_coordinator, require_token
 
@@ -32,4 +32,5 @@ def sample(name: str):
     ask = SampleRequest.from_json(json_body())
     out = coordinator.sample(ask.worker_id, ask.batch_size, ask.batches, ask.train_iter, priorities=ask.priorities,
                              wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER))
-    return jsonify({**out, "control": coordinator.control_for(coordinator.get_worker(ask.worker_id))})
+    control = coordinator.control_for(coordinator.get_worker(ask.worker_id))
+    return jsonify(SampleAnswer(**out, control=control).to_json())

@@ -23,7 +23,7 @@ from easydict import EasyDict
 from ..envs.spaces import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..policy import create_policy
-from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleRequest
+from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleAnswer, SampleRequest
 from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
@@ -271,8 +271,8 @@ class DataPipeline:
                                  train_iter=self.train_iter, wait=1.0, encoding="base64",
                                  priorities=priorities).to_json()
             try:
-                answer = self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
-                                          timeout=self.client.timeout + 1.0)
+                answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
+                                                                 timeout=self.client.timeout + 1.0))
                 failures = retries = 0
             except ParallelRLError as exc:
                 # an unreachable coordinator (restarting) is waited for: the slave's heartbeat gives up after
@@ -287,11 +287,11 @@ class DataPipeline:
                     return
                 self._stop.wait(min(1.0, 0.1 * 2 ** retries))  # bounded backoff
                 continue
-            if self.on_control is not None and answer.get("control"):
-                self.on_control(answer["control"])
-            if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
-                self._stop.wait(min(float(answer["retry_after"]), 5.0))
-            for batch in self._load(answer.get("chunks", []), answer.get("batches", [])):
+            if self.on_control is not None and answer.control:
+                self.on_control(answer.control)
+            if answer.retry_after:  # every long-poll slot was taken: ask again later, not at once
+                self._stop.wait(min(answer.retry_after, 5.0))
+            for batch in self._load(answer.chunks, answer.batches):
                 while not self._stop.is_set():
                     try:
                         self._ready.put(batch, timeout=0.5)
