@@ -76,9 +76,14 @@ def check_eval_result(result: Dict[str, Any]) -> None:
 
 def _int(cls: type, obj: Dict[str, Any], name: str) -> int:
     """``obj[name]`` checked against the limits (and default) of ``cls``'s field ``name``."""
+    return checked_int(obj, name, *_limits(cls, name))
+
+
+@functools.lru_cache(maxsize=None)
+def _limits(cls: type, name: str) -> Tuple[int, Optional[int], Any]:
+    """``(lo, hi, default)`` of ``cls``'s integer field ``name`` (read once: messages are read by the thousand)."""
     f = cls.__dataclass_fields__[name]
-    default = f.default if f.default is not dataclasses.MISSING else None
-    return checked_int(obj, name, f.metadata["lo"], f.metadata["hi"], default)
+    return f.metadata["lo"], f.metadata["hi"], f.default if f.default is not dataclasses.MISSING else None
 
 
 def _string(obj: Dict[str, Any], name: str, optional: bool = False) -> Optional[str]:
