@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 from flask import Flask, current_app, request
 
-from parallel_rl.interaction.http import ApiError, check_token, install_json_errors
+from parallel_rl.transport import ApiError, check_token, install_json_errors
 
 
 def get_coordinator():
@@ -33,7 +33,7 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
     Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
-    from parallel_rl.interaction.http import ServerThread
+    from parallel_rl.transport import ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body

@@ -1,7 +1,7 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
+from parallel_rl.transport import LEASE_HEADER, ApiError, field, json_body, number_field
 
 from .. import get_coordinator, require_token
 

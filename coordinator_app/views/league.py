@@ -1,7 +1,7 @@
 """The opponent league of two-player self-play: players, payoff table, games played."""
 from flask import Blueprint, jsonify
 
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 
 from .. import get_coordinator
 

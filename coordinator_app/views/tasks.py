@@ -2,7 +2,7 @@
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.coordinator.tasks import TaskKind, TaskState
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 
 from .. import get_coordinator
 

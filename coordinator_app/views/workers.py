@@ -2,7 +2,7 @@
 (heartbeat, batched metadata), which needs the cluster token."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, field, json_body, number_field
+from parallel_rl.transport import LEASE_HEADER, ApiError, field, json_body, number_field
 from parallel_rl.storage import check_health_report
 
 from .. import get_coordinator, require_token

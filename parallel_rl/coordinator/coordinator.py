@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from easydict import EasyDict
 
 from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError, StorageFaultError
-from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
+from ..transport import TOKEN_ENV, ApiError, HttpClient, slave_proof
 from ..storage import SharedStorage, StorageHealth, check_health_report
 from .commander import create_parallel_commander
 from .replay import ReplayIndex

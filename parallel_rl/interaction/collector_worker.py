@@ -26,7 +26,7 @@ from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
 from .comm import BaseCommCollector, register_comm_collector
-from .http import ApiError
+from ..transport import ApiError
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)

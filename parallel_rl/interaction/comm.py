@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from easydict import EasyDict
 
 from ..registry import Registry, import_modules
-from .http import ApiError
+from ..transport import ApiError
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)

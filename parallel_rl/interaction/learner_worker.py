@@ -28,7 +28,7 @@ from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
 from .comm import BaseCommLearner, register_comm_learner
-from .http import ApiError, HttpClient, pack_array, unpack_array
+from ..transport import ApiError, HttpClient, pack_array, unpack_array
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ from flask import Flask, jsonify, request
 from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError, StorageFaultError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
-                   json_body, number_field, slave_proof)
+from ..transport import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field,
+                         install_json_errors, json_body, number_field, slave_proof)
 
 logger = logging.getLogger(__name__)
 
