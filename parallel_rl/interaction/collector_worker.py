@@ -25,7 +25,7 @@ from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
-from .comm import BaseCommCollector, register_comm_collector
+from .comm_base import BaseCommCollector, register_comm_collector
 from ..transport import ApiError
 from .slave import Slave, SlaveTask
 

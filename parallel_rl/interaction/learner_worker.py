@@ -27,7 +27,7 @@ from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
-from .comm import BaseCommLearner, register_comm_learner
+from .comm_base import BaseCommLearner, register_comm_learner
 from ..transport import ApiError, HttpClient, pack_array, unpack_array
 from .slave import Slave, SlaveTask
 
