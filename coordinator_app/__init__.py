@@ -7,26 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from flask import Flask, current_app, request
+from flask import Flask, request
 
-from parallel_rl.transport import ApiError, check_token, install_json_errors
+from parallel_rl.transport import install_json_errors
 
+from .context import get_coordinator, require_read_token, require_token
 
-def get_coordinator():
-    coordinator = current_app.extensions.get("parallel_rl.coordinator")
-    if coordinator is None:
-        raise ApiError(503, "unavailable", "no coordinator is attached to this app")
-    return coordinator
-
-
-def require_token() -> None:
-    """Mutating calls and worker traffic need the cluster token."""
-    check_token(current_app.config.get("CLUSTER_TOKEN"))
-
-
-def require_read_token() -> None:
-    if current_app.config.get("AUTH_READ"):
-        check_token(current_app.config.get("CLUSTER_TOKEN"))
+__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator"]
 
 
 def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):

@@ -3,7 +3,7 @@ from flask import Blueprint, jsonify, request
 
 from parallel_rl.transport import LEASE_HEADER, ApiError, field, json_body, number_field
 
-from .. import get_coordinator, require_token
+from ..context import get_coordinator, require_token
 
 bp = Blueprint("buffers", __name__, url_prefix="/api/v1/buffers")
 

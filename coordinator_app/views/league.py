@@ -3,7 +3,7 @@ from flask import Blueprint, jsonify
 
 from parallel_rl.transport import ApiError
 
-from .. import get_coordinator
+from ..context import get_coordinator
 
 bp = Blueprint("league", __name__, url_prefix="/api/v1/league")
 

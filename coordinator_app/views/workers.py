@@ -5,7 +5,7 @@ from flask import Blueprint, jsonify, request
 from parallel_rl.transport import LEASE_HEADER, ApiError, field, json_body, number_field
 from parallel_rl.storage import check_health_report
 
-from .. import get_coordinator, require_token
+from ..context import get_coordinator, require_token
 
 bp = Blueprint("workers", __name__, url_prefix="/api/v1")
 
