@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from parallel_rl.errors import ParallelRLError  # noqa: E402
-from parallel_rl.interaction.http import HttpClient, ServerThread, slave_proof  # noqa: E402
+from parallel_rl.transport import HttpClient, ServerThread, slave_proof  # noqa: E402
 
 
 def stub_slaves(token: str) -> tuple[ServerThread, dict]:

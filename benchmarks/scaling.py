@@ -55,7 +55,7 @@ import cluster_throughput  # noqa: E402  (the cluster measurement lives there)
 import control_plane  # noqa: E402  (the coordinator process and its simulated collectors)
 
 from parallel_rl.errors import ParallelRLError  # noqa: E402
-from parallel_rl.interaction.http import HttpClient  # noqa: E402
+from parallel_rl.transport import HttpClient  # noqa: E402
 from parallel_rl.storage import SharedStorage  # noqa: E402
 
 HIDDEN = [512, 512, 512]

@@ -7,33 +7,20 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from flask import Flask, current_app, request
+from flask import Flask, request
 
-from parallel_rl.interaction.http import ApiError, check_token, install_json_errors
+from parallel_rl.transport import install_json_errors
 
+from .context import get_coordinator, require_read_token, require_token
 
-def get_coordinator():
-    coordinator = current_app.extensions.get("parallel_rl.coordinator")
-    if coordinator is None:
-        raise ApiError(503, "unavailable", "no coordinator is attached to this app")
-    return coordinator
-
-
-def require_token() -> None:
-    """Mutating calls and worker traffic need the cluster token."""
-    check_token(current_app.config.get("CLUSTER_TOKEN"))
-
-
-def require_read_token() -> None:
-    if current_app.config.get("AUTH_READ"):
-        check_token(current_app.config.get("CLUSTER_TOKEN"))
+__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator"]
 
 
 def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
     Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
-    from parallel_rl.interaction.http import ServerThread
+    from parallel_rl.transport import ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body

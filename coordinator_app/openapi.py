@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from parallel_rl import protocol
-from parallel_rl.interaction.http import PACKED_DTYPES
+from parallel_rl.transport import PACKED_DTYPES
 
 
 def _ref(name: str) -> Dict[str, str]:

@@ -54,7 +54,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator_app import serve_coordinator
 
     from .coordinator import Coordinator
-    from .interaction.http import token_from_env
+    from .transport import token_from_env
     from .runtime import freeze_startup_objects, on_signals, outcome_exit_code, setup_process, shared_root
     from .storage import SharedStorage, lock_shared_dir
 
@@ -118,7 +118,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_slave(args: argparse.Namespace) -> int:
-    from .interaction.http import token_from_env
+    from .transport import token_from_env
     from .runtime import die_with_parent, on_signals, setup_process
 
     die_with_parent()
@@ -162,7 +162,7 @@ def cmd_learner_rank(args: argparse.Namespace) -> int:
 
 # ---- REST client for people ---------------------------------------------------------------------
 def _client(args: argparse.Namespace):
-    from .interaction.http import HttpClient, token_from_env
+    from .transport import HttpClient, token_from_env
 
     if not args.coordinator:
         raise ConfigError(f"{args.command}: pass --coordinator URL (or set PARALLEL_RL_COORDINATOR)")

@@ -9,7 +9,8 @@ runs on the sender, the chunk is on the shared disk, the policy was published) i
 some. Numbers keep their limits in the field's metadata (``lo``, ``hi``), where ``from_json`` and the OpenAPI
 schema both read them.
 
-Ground floor: imports the standard library and ``parallel_rl.errors`` only.
+Below it only the ground floor: ``parallel_rl.errors`` and the transport's codec (``field``/``number_field`` read
+the REST bodies with the same words as every other view).
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import dataclasses
 import functools
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
 from .errors import ProtocolViolation
+from .transport.codec import field, number_field
 
 # counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
 MAX_COUNTER = 2**53
@@ -40,7 +42,7 @@ def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", s
          **kw: Any) -> Any:
     """A dataclass field with its wire limits (``lo``/``hi`` for integers) and its OpenAPI description;
     ``schema`` where its type hint says too little (a reference to another schema of the document)."""
-    return field(metadata={"lo": lo, "hi": hi, "doc": doc, "schema": schema}, **kw)
+    return dataclasses.field(metadata={"lo": lo, "hi": hi, "doc": doc, "schema": schema}, **kw)
 
 
 def _ref(name: str) -> Dict[str, str]:
@@ -93,35 +95,6 @@ def _string(obj: Dict[str, Any], name: str, optional: bool = False) -> Optional[
     if not isinstance(value, str):
         raise ProtocolViolation(f"field {name!r} must be a string, got {value!r:.40}")
     return value
-
-
-def _field(obj: Dict[str, Any], name: str, kind: type | tuple, required: bool = True, default: Any = None) -> Any:
-    """A request body's ``obj[name]`` checked against ``kind`` (the REST bodies' wording: 'missing field')."""
-    if name not in obj or obj[name] is None:
-        if required:
-            raise ProtocolViolation(f"missing field {name!r}")
-        return default
-    value = obj[name]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        raise ProtocolViolation(f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got bool")
-    if not isinstance(value, kinds):
-        raise ProtocolViolation(f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, "
-                                f"got {type(value).__name__}")
-    return value
-
-
-def _number(obj: Dict[str, Any], name: str, default: float) -> float:
-    """A request body's ``obj[name]``, an int or a float, as a float (an integer past float range is refused:
-    ``float()`` of it raises OverflowError)."""
-    value = _field(obj, name, (int, float), required=False, default=default)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = float("nan")
-    if number != number:  # NaN
-        raise ProtocolViolation(f"field {name!r} must be a number in [-inf, inf], got {value!r:.40}")
-    return number
 
 
 def _json_fields(obj: Any) -> Dict[str, Any]:
@@ -368,9 +341,10 @@ class MetadataBatch:
 
     @classmethod
     def from_json(cls, obj: Dict[str, Any]) -> "MetadataBatch":
-        return cls(messages=_field(obj, "messages", list), wait_for_allowance=_number(obj, "wait_for_allowance", 0.0),
-                   policy_version=_field(obj, "policy_version", int, required=False),
-                   loaded_version=_field(obj, "loaded_version", int, required=False))
+        return cls(messages=field(obj, "messages", list),
+                   wait_for_allowance=number_field(obj, "wait_for_allowance", 0.0),
+                   policy_version=field(obj, "policy_version", int, required=False),
+                   loaded_version=field(obj, "loaded_version", int, required=False))
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -435,18 +409,18 @@ class SampleRequest:
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "SampleRequest":
-        batch_size = _field(body, "batch_size", int)
-        batches = _field(body, "batches", int, required=False, default=1)
+        batch_size = field(body, "batch_size", int)
+        batches = field(body, "batches", int, required=False, default=1)
         if not 1 <= batch_size <= 65536 or not 1 <= batches <= 256:
             raise ProtocolViolation(f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, "
                                     f"got {batch_size=} {batches=}")
-        encoding = _field(body, "encoding", str, required=False, default="json")
+        encoding = field(body, "encoding", str, required=False, default="json")
         if encoding not in ("json", "base64"):
             raise ProtocolViolation(f"field 'encoding' must be 'json' or 'base64', got {encoding!r}")
-        return cls(worker_id=_field(body, "worker_id", str), batch_size=batch_size, batches=batches,
-                   train_iter=_field(body, "train_iter", int, required=False, default=0),
-                   wait=_number(body, "wait", 1.0), encoding=encoding,
-                   priorities=_field(body, "priorities", dict, required=False))
+        return cls(worker_id=field(body, "worker_id", str), batch_size=batch_size, batches=batches,
+                   train_iter=field(body, "train_iter", int, required=False, default=0),
+                   wait=number_field(body, "wait", 1.0), encoding=encoding,
+                   priorities=field(body, "priorities", dict, required=False))
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -491,7 +465,7 @@ class Registration:
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Registration":
-        return cls(address=_field(body, "address", str), worker_id=_field(body, "worker_id", str, required=False))
+        return cls(address=field(body, "address", str), worker_id=field(body, "worker_id", str, required=False))
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)

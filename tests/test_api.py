@@ -5,7 +5,7 @@ import threading
 
 import pytest
 import requests
-from parallel_rl.interaction.http import LEASE_HEADER
+from parallel_rl.transport import LEASE_HEADER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from parallel_rl.errors import RemoteError
-from parallel_rl.interaction.http import HttpClient, pack_array, unpack_array
+from parallel_rl.transport import HttpClient, pack_array, unpack_array
 from parallel_rl.interaction.slave import Slave, SlaveTask
 from tests.conftest import eventually
 
@@ -365,7 +365,7 @@ def test_removed_collector_gets_no_new_tasks(coordinator_factory, slaves):
 def test_adding_a_dead_or_garbage_slave_is_a_clear_error(coordinator_factory):
     from flask import Flask
 
-    from parallel_rl.interaction.http import ServerThread
+    from parallel_rl.transport import ServerThread
 
     coordinator, server = coordinator_factory()
     import socket

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parallel_rl.errors import ConfigError
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError
+from parallel_rl.transport import LEASE_HEADER, ApiError
 from tests.conftest import eventually
 from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
 from tests.test_operations import cluster  # noqa: F401  (fixture)

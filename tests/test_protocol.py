@@ -8,7 +8,7 @@ import pytest
 from flask import Flask, jsonify, request
 
 from parallel_rl.errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
-from parallel_rl.interaction.http import ApiError, HttpClient, ServerThread, check_token, install_json_errors
+from parallel_rl.transport import ApiError, HttpClient, ServerThread, check_token, install_json_errors
 from parallel_rl.interaction.slave import Outbox
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from easydict import EasyDict
 
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 from tests.conftest import eventually
 from tests.test_coordinator import ScriptedSlave, slaves  # noqa: F401 (fixture)
 from tests.test_persistence import restarted

@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 
-from parallel_rl.interaction.http import LEASE_HEADER
+from parallel_rl.transport import LEASE_HEADER
 from tests.conftest import eventually
 from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 
@@ -123,7 +123,7 @@ def test_an_oversized_answer_is_a_clear_error_and_is_not_read_whole():
     from flask import Flask, Response, jsonify
 
     from parallel_rl.errors import ProtocolError
-    from parallel_rl.interaction.http import HttpClient, ServerThread
+    from parallel_rl.transport import HttpClient, ServerThread
 
     app = Flask("big")
     sent = []
@@ -258,7 +258,7 @@ def test_clients_sending_a_byte_at_a_time_hold_no_thread_and_are_cut_at_the_requ
 
     from flask import Flask, jsonify
 
-    from parallel_rl.interaction.http import HttpClient, ServerThread, install_json_errors, json_body
+    from parallel_rl.transport import HttpClient, ServerThread, install_json_errors, json_body
 
     app = Flask("slow")
     install_json_errors(app)

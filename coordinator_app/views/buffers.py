@@ -1,10 +1,10 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, json_body
 from parallel_rl.protocol import SampleAnswer, SampleRequest
+from parallel_rl.transport import LEASE_HEADER, ApiError, json_body
 
-from .. import get_coordinator, require_token
+from ..context import get_coordinator, require_token
 
 bp = Blueprint("buffers", __name__, url_prefix="/api/v1/buffers")
 

@@ -1,7 +1,7 @@
 """Health and cluster summary."""
 from flask import Blueprint, jsonify
 
-from .. import get_coordinator
+from ..context import get_coordinator
 
 bp = Blueprint("cluster", __name__, url_prefix="/api/v1")
 

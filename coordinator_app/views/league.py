@@ -1,9 +1,9 @@
 """The opponent league of two-player self-play: players, payoff table, games played."""
 from flask import Blueprint, jsonify
 
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 
-from .. import get_coordinator
+from ..context import get_coordinator
 
 bp = Blueprint("league", __name__, url_prefix="/api/v1/league")
 

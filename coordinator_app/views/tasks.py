@@ -2,9 +2,9 @@
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.coordinator.tasks import TaskKind, TaskState
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 
-from .. import get_coordinator
+from ..context import get_coordinator
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks")
 

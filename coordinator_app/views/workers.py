@@ -2,10 +2,10 @@
 (heartbeat, batched metadata), which needs the cluster token."""
 from flask import Blueprint, jsonify, request
 
-from parallel_rl.interaction.http import LEASE_HEADER, ApiError, json_body
 from parallel_rl.protocol import Heartbeat, MetadataBatch, Registration
+from parallel_rl.transport import LEASE_HEADER, ApiError, json_body
 
-from .. import get_coordinator, require_token
+from ..context import get_coordinator, require_token
 
 bp = Blueprint("workers", __name__, url_prefix="/api/v1")
 

@@ -20,9 +20,9 @@ from urllib.parse import urlparse
 from easydict import EasyDict
 
 from ..errors import ParallelRLError, PeerUnavailableError, ProtocolError, RemoteError, StorageError
-from ..interaction.http import TOKEN_ENV, ApiError, HttpClient, slave_proof
 from ..protocol import LONG_POLL_RETRY_AFTER, MAX_COUNTER
 from ..storage import SharedStorage, StorageHealth
+from ..transport import TOKEN_ENV, ApiError, HttpClient, slave_proof
 from .commander import create_parallel_commander
 from .messages import MessageTable
 from .replay import ReplayIndex

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..data.buffer import create_buffer
 from ..errors import StorageError, StorageFaultError
-from ..interaction.http import pack_array, unpack_array
+from ..transport import pack_array, unpack_array
 from ..storage import SharedStorage
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class ReplayIndex:
         """Up to ``batches`` batches of references, ready for JSON: ``{"chunks": [names], "batches": [...]}``.
 
         Each batch's ``chunk`` column indexes the shared ``chunks`` list. Numbers are JSON lists, or packed
-        with ``encoding="base64"`` (see :func:`~parallel_rl.interaction.http.pack_array`)."""
+        with ``encoding="base64"`` (see :func:`~parallel_rl.transport.pack_array`)."""
         encode = (lambda values, dtype: values.tolist()) if encoding == "json" else pack_array
         samples = []
         with self._lock:

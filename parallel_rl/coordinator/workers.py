@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from ..interaction.http import ApiError, HttpClient
+from ..transport import ApiError, HttpClient
 from ..storage import StorageHealth
 
 

@@ -30,7 +30,7 @@ from typing import Deque, List, Optional
 from easydict import EasyDict
 
 from ..coordinator import Coordinator, CoordinatorState
-from ..interaction.http import TOKEN_ENV, new_token
+from ..transport import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir

@@ -43,7 +43,7 @@ from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
 from ..worker.commander import BaseSerialCommander
 from ..worker.learner import create_learner
 from ..worker.collector import concat_columns
-from .serial import TrainResult, budget_used_up, prepare_run, train_on_collected
+from .serial import TrainResult, budget_used_up, prepare_run
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,6 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
     solved, reason = False, ""
     games = 0
     opponent = None
-    on_policy = policy.on_policy
     learner.call_hook("before_run")
     try:
         while True:
@@ -122,12 +121,12 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                 collector.reset_env()
                 opponent = chosen
             columns = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                        policy_kwargs=commander.step(), drop_extra=not on_policy)
+                                        policy_kwargs=commander.step(), drop_extra=policy.flow.drop_extra)
             stats = collector.last_stats
             games += stats.episodes
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)
             data = concat_columns([columns[player] for player in collector.trained_players])
-            train_on_collected(learner, buffer, data, learn, collector.envstep, on_policy)
+            policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
         learner.save_checkpoint("ckpt_final.pt")  # the policy the run ended with (the benchmark re-evaluates it)
     finally:

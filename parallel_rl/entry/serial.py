@@ -60,27 +60,6 @@ def budget_used_up(budget: EasyDict, env_steps: int, train_iter: int, elapsed: f
     return ""
 
 
-def train_from_buffer(learner, buffer, learn: EasyDict, envstep: int) -> None:
-    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back."""
-    for _ in range(learn.update_per_collect):
-        batch = buffer.sample(learn.batch_size, learner.train_iter)
-        if batch is None:
-            break
-        learner.train(batch, envstep)
-        if learner.priority_info is not None:
-            buffer.update(learner.priority_info)
-
-
-def train_on_collected(learner, buffer, data, learn: EasyDict, envstep: int, on_policy: bool) -> None:
-    """What the pipelines do with collected data: on-policy, one update on it as one segment (its epochs),
-    then it is dropped; off-policy, it joins the replay buffer and ``update_per_collect`` updates follow."""
-    if on_policy:
-        learner.train(data, envstep)
-        return
-    buffer.push(data, cur_collector_envstep=envstep)
-    train_from_buffer(learner, buffer, learn, envstep)
-
-
 def warm_up(policy_cfg: EasyDict, collector, buffer) -> None:
     """Off-policy: ``policy.random_collect_size`` transitions made with uniformly random actions go into the
     replay buffer before the first update (DI-engine's random_collect, RL Zoo's learning_starts)."""
@@ -121,7 +100,6 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
-    on_policy = policy.on_policy
     learn = cfg.policy.learn
     budget = cfg.serial
     last_return = best_return = float("nan")
@@ -151,7 +129,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 break
             data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
                                      policy_kwargs=commander.step())
-            train_on_collected(learner, buffer, data, learn, collector.envstep, on_policy)
+            policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
     finally:
         collector.close()

@@ -26,8 +26,8 @@ from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from ..worker.collector import concat_columns
 from ..worker.zergling_collector import ZerglingParallelCollector
-from .comm import BaseCommCollector, register_comm_collector
-from .http import ApiError
+from .comm_base import BaseCommCollector, register_comm_collector
+from ..transport import ApiError
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
@@ -42,10 +42,8 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         self.collector: Optional[ZerglingParallelCollector] = None
         self._prefix = f"c{uuid.uuid4().hex[:8]}"
         self._seq = 0
-        self._unreported = 0  # env steps sent since the last control block
         self._announced_version = -1
         self._disk_version = -1  # newest policy version seen on the shared disk
-        self._segment_sent = ((-1, 0), 0)  # on-policy: ((policy version, segment round), env steps sent)
 
     def flush_interval(self, cfg: EasyDict) -> float:
         return float(cfg.parallel.collector.flush_interval)
@@ -60,9 +58,10 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             self.collector = MarineParallelCollector(cfg, self.storage, seed=seed)
         else:
             self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
-        # the policy's data flow: on-policy, a collector collects its share of the current version's segment
-        # and then waits for the next version (anything more would be thrown away)
-        self.on_policy = bool(self.collector.policy.on_policy)
+        # the policy's data flow meters this collector (parallel_rl.data.flows): off-policy by the cluster's
+        # allowance, on-policy by its share of the current version's segment
+        self.flow = self.collector.policy.flow
+        self.meter = self.flow.collector_meter()
 
         def tb_dir(role: str) -> Optional[str]:
             return self.storage.local_dir("tensorboard", role, fallback=experiment_dir(cfg)) \
@@ -156,17 +155,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         """Env steps this collector may still collect (None: no limit). On-policy only with the current
         policy version: the control block says how many env steps this collector may collect with it in
         all (its share of that version's segment), counted against what it sent with that version."""
-        if self.on_policy:
-            version = self.collector.policy_version
-            if version < 0 or int(self.control.get("policy_version", -1)) != version:
-                return 0
-            key, sent = self._segment_sent
-            sent = sent if key == (version, self.control.get("segment_round")) else 0
-            return int(self.control.get("segment_env_steps") or 0) - sent - unreported
-        allowed = self.control.get("allowed_env_steps")
-        if allowed is None:
-            return None
-        return allowed - int(self.control.get("env_steps", 0)) - self._unreported - unreported
+        return self.meter.left(self.control, self.collector.policy_version, unreported)
 
     def _over_allowance(self, unreported: int) -> bool:
         """True when the cluster has collected as much as the learner may use for now."""
@@ -175,7 +164,8 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
 
     def on_control(self, control: Dict[str, Any]) -> None:
         super().on_control(control)
-        self._unreported = 0
+        if self.collector is not None:
+            self.meter.on_control()
 
     def _fresh_policy(self) -> bool:
         """True when the loaded policy has not been announced in a chunk yet."""
@@ -188,7 +178,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         is in use), borrowing from the allowance that follows."""
         while not task.stop.is_set() and self._over_allowance(0):
             self.refresh_policy()
-            if self._fresh_policy() and not self.on_policy:
+            if self._fresh_policy() and self.flow.new_version_ends_wait:
                 return
             self.outbox.flush(timeout=2.0)
             try:
@@ -196,7 +186,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 # the next wait at once: ask to be woken by a newer one only
                 known = max(self.collector.policy_version, int(self.control.get("policy_version", -1)))
                 body = MetadataBatch(messages=[], wait_for_allowance=1.0, policy_version=known, loaded_version=(
-                    self.collector.policy_version if self.on_policy else None)).to_json()
+                    self.collector.policy_version if self.flow.whole_segments else None)).to_json()
                 answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:
@@ -235,13 +225,11 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
             have = 0
             while (have < chunk_size and steps + chunk_steps < target and not task.stop.is_set()
-                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces and not self.on_policy))):
+                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces and self.flow.new_version_ends_wait))):
                 ask = min(n_sample, chunk_size - have)
-                if self.on_policy:  # its share of the segment, in whole vector steps that fit the chunk
-                    left = self._allowance_left(chunk_steps)
-                    ask = min(ask, chunk_size - have - envs + 1, ask if left is None else left)
-                    if ask <= 0:
-                        break
+                ask = self.meter.clip(ask, self._allowance_left(chunk_steps), chunk_size - have - envs + 1)
+                if ask <= 0:
+                    break
                 data, stats = self.collector.collect(ask, eps, random_collect)
                 have += len(data["action"])
                 pieces.append(data)
@@ -255,7 +243,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
                 if self.newer_policy_out():
                     break  # a new policy is out: close this chunk, stamp the next with it
             if not pieces:
-                if self.on_policy and not task.stop.is_set():
+                if not self.flow.new_version_ends_wait and not task.stop.is_set():
                     continue  # a newer policy came between the wait and the chunk: wait for its share
                 break
             data = concat_columns(pieces)
@@ -265,18 +253,14 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             self.send_metadata(Chunk(chunk=name, size=int(len(data["action"])), policy_version=version,
                                      env_steps=chunk_steps, episode_returns=chunk_returns,
                                      task_id=task.task_id).to_json(),
-                               urgent=fresh or self.on_policy)  # on-policy, the learner waits for it
+                               urgent=fresh or self.flow.urgent_chunks)  # on-policy, the learner waits for it
             if opponent is not None and chunk_outcomes:  # the games' results, for the league's payoff table
                 counts = {o: chunk_outcomes.count(o) for o in games}
                 self.send_metadata(Games(task_id=task.task_id, opponent=opponent, player="main", **counts).to_json())
                 games = {o: games[o] + counts[o] for o in games}
             self._announced_version = version
-            if self.on_policy:
-                key, sent = self._segment_sent
-                now = (version, self.control.get("segment_round"))
-                self._segment_sent = (now, (sent if key == now else 0) + chunk_steps)
+            self.meter.sent(self.control, version, chunk_steps)
             steps += chunk_steps
-            self._unreported += chunk_steps
             transitions += len(data["action"])
             chunks += 1
             returns += chunk_returns

@@ -11,89 +11,34 @@ result (a minimal worker for tests and docs).
 """
 from __future__ import annotations
 
-import abc
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from easydict import EasyDict
 
 from ..registry import Registry, import_modules
-from .http import ApiError
+from ..transport import ApiError
+from .comm_base import (
+    COMM_COLLECTOR_REGISTRY,
+    COMM_LEARNER_REGISTRY,
+    BaseCommCollector,
+    BaseCommLearner,
+    register_comm_collector,
+    register_comm_learner,
+)
 from .slave import Slave, SlaveTask
+
+__all__ = ["COMM_COLLECTOR_REGISTRY", "COMM_LEARNER_REGISTRY", "BaseCommCollector", "BaseCommLearner",
+           "NaiveCollector", "create_comm_collector", "create_comm_learner", "register_comm_collector",
+           "register_comm_learner"]
 
 logger = logging.getLogger(__name__)
 
-COMM_COLLECTOR_REGISTRY = Registry("comm_collector")
-COMM_LEARNER_REGISTRY = Registry("comm_learner")
-
-
-class BaseCommCollector(abc.ABC):
-    """A collector's link to the coordinator and the shared store (DI-engine's interface)."""
-
-    @abc.abstractmethod
-    def get_policy_update_info(self, path: Optional[str] = None) -> Any:
-        """What tells the collector a newer policy is out (ours: the newest version on the shared disk)."""
-
-    @abc.abstractmethod
-    def send_metadata(self, metadata: dict) -> None:
-        """Queue one small control message for the coordinator."""
-
-    @abc.abstractmethod
-    def send_stepdata(self, *args: Any) -> Any:
-        """Put step data on the shared store (ours: ``send_stepdata(name, columns) -> path``)."""
-
-    @abc.abstractmethod
-    def start(self) -> Any: ...
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    @property
-    @abc.abstractmethod
-    def collector_uid(self) -> Optional[str]:
-        """The id the coordinator gave this collector (None until connected)."""
-
-
-class BaseCommLearner(abc.ABC):
-    """A learner's link to the coordinator and the shared store (DI-engine's interface)."""
-
-    @abc.abstractmethod
-    def send_policy(self, *args: Any, **kwargs: Any) -> None:
-        """Publish a policy checkpoint (ours: ``send_policy(policy, train_iter, final=False)``)."""
-
-    @abc.abstractmethod
-    def get_data(self, *args: Any, **kwargs: Any) -> Any:
-        """The next training batch (ours: ``get_data(pipeline, timeout)``)."""
-
-    @abc.abstractmethod
-    def send_learn_info(self, *args: Any, **kwargs: Any) -> None:
-        """Report training statistics to the coordinator."""
-
-    @abc.abstractmethod
-    def start(self) -> Any: ...
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    @property
-    def hooks4call(self) -> List[Any]:
-        """Learner hooks the comm learner wants called. Ours: none; its task loop publishes policies
-        (``parallel.learner.publish_every``) and learn info itself."""
-        return []
-
-
-def register_comm_collector(name: str, cls: Any = None) -> Callable:
-    """Register a comm collector class under ``name`` (usable as a decorator)."""
-    return COMM_COLLECTOR_REGISTRY.register(name, cls)
-
-
-def register_comm_learner(name: str, cls: Any = None) -> Callable:
-    """Register a comm learner class under ``name`` (usable as a decorator)."""
-    return COMM_LEARNER_REGISTRY.register(name, cls)
-
 
 def _build(registry: Registry, cfg: Mapping) -> Any:
-    from . import collector_worker, learner_worker  # noqa: F401  (they register "flask_fs")
+    # they register "flask_fs"; imported on first use, because they import torch and the algorithms, which
+    # the base classes and NaiveCollector need not
+    from . import collector_worker, learner_worker  # noqa: F401
 
     cfg = EasyDict(dict(cfg))
     import_modules(cfg.pop("import_names", []) or [], "comm import_names")

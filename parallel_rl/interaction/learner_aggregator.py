@@ -431,7 +431,7 @@ def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: 
 def rank_secret() -> Optional[bytes]:
     """This rank's proof material: ``PARALLEL_RL_RANK_SECRET`` (hex; rank 0 gives it to the ranks it starts), else
     derived from ``PARALLEL_RL_TOKEN`` (ranks started elsewhere, e.g. by docker compose, with the cluster token)."""
-    from .http import TOKEN_ENV
+    from ..transport import TOKEN_ENV
 
     given = os.environ.get(RANK_SECRET_ENV)
     if given:

@@ -28,8 +28,8 @@ from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from ..worker.learner import create_learner
-from .comm import BaseCommLearner, register_comm_learner
-from .http import ApiError, HttpClient, pack_array, unpack_array
+from .comm_base import BaseCommLearner, register_comm_learner
+from ..transport import ApiError, HttpClient, pack_array, unpack_array
 from .slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         On-policy the full state goes with every checkpoint, first: a learner that takes over resumes at
         the newest version the collectors act with (an older one would never get a segment)."""
         lcfg = self.cfg.parallel.learner
-        if final or policy.on_policy or train_iter % int(lcfg.save_state_every) == 0:
+        if final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0:
             self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
         self.storage.save_policy(train_iter, policy.model_state_dict())
         self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
@@ -411,15 +411,16 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
         # on-policy: one update per whole segment (the policy runs its epochs over it), every update published
         # (the collectors wait for it), and what the learner trained on reported: segments, their rows and the
         # largest staleness (train_iter - the oldest policy version in a segment) it ever saw
-        on_policy = policy.on_policy
-        self.segment_stats = {"segments": 0, "segment_rows": 0, "segment_staleness_max": 0} if on_policy else {}
-        batch_size = int(cfg.policy.collect.n_sample if on_policy else cfg.policy.learn.batch_size)
+        flow = policy.flow
+        self.segment_stats = {"segments": 0, "segment_rows": 0, "segment_staleness_max": 0} \
+            if flow.whole_segments else {}
+        batch_size = flow.learner_batch_size(cfg.policy)
         pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
                                 int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
-                                whole_segments=on_policy, load_rows=self.loads_rows,
+                                whole_segments=flow.whole_segments, load_rows=self.loads_rows,
                                 on_damaged=self.report_damaged_chunk).start()
-        publish_every = 1 if on_policy else int(lcfg.publish_every)
+        publish_every = flow.publish_every(lcfg)
         self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
                                     if cfg.system.tensorboard else None)
         last_info, last_iter = time.monotonic(), learner.train_iter
@@ -433,14 +434,14 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                         if pipeline.error:
                             raise RuntimeError(pipeline.error)
                         continue
-                    if on_policy:
+                    if flow.whole_segments:
                         self._count_segment(batch, learner.train_iter)
                     self.train_step(learner, batch)
                     pipeline.give_priorities(learner.priority_info)
                     pipeline.train_iter = learner.train_iter
                     if learner.train_iter % publish_every == 0:
                         self.send_policy(policy, learner.train_iter)
-                    if on_policy:
+                    if flow.whole_segments:
                         pipeline.segment_done(learner.train_iter)
                     now = time.monotonic()
                     if now - last_info >= 0.25:

@@ -1,16 +1,9 @@
 """The process shell shared by collectors and learners (slaves).
 
-A slave serves a small HTTP API the coordinator (master) calls::
-
-    GET    /slave/v1/health            liveness and identity (open)
-    POST   /slave/v1/connect           the master adopts this slave: worker id, config, shared dir
-    POST   /slave/v1/tasks             start a task (202)
-    DELETE /slave/v1/tasks/<task_id>   wrap a task up early
-    POST   /slave/v1/disconnect        the master lets this slave go
-
-and talks back through the coordinator's REST API: registration, heartbeats
-(a lease) and batched metadata (:class:`Outbox`). ``run()`` is the worker
-loop: one ``try`` whose ``finally`` deregisters.
+A slave serves a small HTTP API the coordinator (master) calls (:mod:`.slave_app`) and talks back through the
+coordinator's REST API: registration, heartbeats (a lease) and batched metadata (:class:`Outbox`, in
+:mod:`.slave_mail` with the :class:`TaskInbox`). ``run()`` is the worker loop: one ``try`` whose ``finally``
+deregisters.
 """
 from __future__ import annotations
 
@@ -19,225 +12,22 @@ import logging
 import os
 import socket
 import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional
 
 from easydict import EasyDict
-from flask import Flask, jsonify, request
 
-from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, RemoteError, StorageError, StorageFaultError
-from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport
+from ..errors import ConfigError, ParallelRLError, StorageError, StorageFaultError
+from ..protocol import Heartbeat, StorageReport
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from .http import (TOKEN_ENV, ApiError, HttpClient, ServerThread, check_token, field as body_field, install_json_errors,
-                   json_body, number_field, slave_proof)
+from ..transport import TOKEN_ENV, ApiError, HttpClient, ServerThread, slave_proof
+from .slave_app import create_slave_app
+from .slave_link import REREGISTER_SECONDS, CoordinatorLink
+from .slave_mail import Outbox, SlaveTask, TaskInbox
+
+__all__ = ["REREGISTER_SECONDS", "CoordinatorLink", "Outbox", "Slave", "SlaveTask", "TaskInbox", "default_advertise"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class SlaveTask:
-    task_id: str
-    kind: str
-    spec: Dict[str, Any]
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
-class TaskInbox:
-    """Tasks handed to this slave, taken by the worker loop (blocking, no polling)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._tasks: Deque[SlaveTask] = collections.deque()
-        self._closed = False
-
-    def put(self, task: SlaveTask) -> None:
-        with self._cond:
-            self._tasks.append(task)
-            self._cond.notify_all()
-
-    def get(self, timeout: Optional[float] = None) -> Optional[SlaveTask]:
-        """The next task; None once closed (or after ``timeout``)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._tasks or self._closed, timeout=timeout)
-            return self._tasks.popleft() if self._tasks else None
-
-    def take(self, match: Callable[[SlaveTask], bool]) -> Optional[SlaveTask]:
-        """Pop the first waiting task ``match`` accepts, without blocking."""
-        with self._cond:
-            for task in self._tasks:
-                if match(task):
-                    self._tasks.remove(task)
-                    return task
-            return None
-
-    def task_ids(self) -> List[str]:
-        with self._cond:
-            return [t.task_id for t in self._tasks]
-
-    def drain(self) -> List[SlaveTask]:
-        with self._cond:
-            tasks, self._tasks = list(self._tasks), collections.deque()
-            return tasks
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-class Outbox:
-    """Batches metadata messages and sends them from one thread.
-
-    A batch leaves when it is ``flush_interval`` old, at once for an urgent
-    message, or on :meth:`flush`. Each answer carries a control block handed to
-    ``on_control``. A send that did not reach the coordinator keeps the
-    messages and retries with backoff; a batch the coordinator refused (a 4xx
-    answer) or that cannot be sent at all is dropped and logged, since retrying
-    it would block every later message. Messages of a delivered batch that
-    ``send`` hands to :meth:`defer` (the coordinator could not check them: its
-    store failed) are sent again with the same backoff. The thread never dies
-    of one batch; if it dies anyway, ``on_death`` hears of it.
-    """
-
-    def __init__(self, send: Callable[[List[dict]], Optional[dict]], on_control: Callable[[dict], None],
-                 flush_interval: float = 0.05, name: str = "outbox",
-                 on_death: Optional[Callable[[str], None]] = None):
-        self._send, self._on_control = send, on_control
-        self.name = name
-        self.flush_interval = flush_interval
-        self._cond = threading.Condition()
-        self._messages: List[dict] = []
-        self._first_at: Optional[float] = None
-        self._urgent = False
-        self._batch: List[dict] = []  # the batch being sent (empty: nothing in flight; an empty batch never leaves)
-        self._deferred: List[dict] = []  # messages of the batch just sent to send again (defer)
-        self._deferred_why = ""
-        self._closed = False
-        self.sent = 0
-        self.failures = 0
-        self.dropped = 0  # messages refused by the coordinator, or impossible to send
-        self._thread = guarded_thread(self._loop, name, on_death or (lambda reason: None))
-        self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def put(self, message: dict, urgent: bool = False) -> None:
-        with self._cond:
-            if not self._messages:
-                self._first_at = time.monotonic()
-            self._messages.append(message)
-            self._urgent = self._urgent or urgent
-            self._cond.notify_all()
-
-    def _ready(self) -> bool:
-        if self._closed:
-            return True
-        if not self._messages:
-            return False
-        return self._urgent or time.monotonic() - self._first_at >= self.flush_interval
-
-    def _loop(self) -> None:
-        backoff = 0.05
-        while True:
-            with self._cond:
-                while not self._ready():
-                    timeout = None
-                    if self._messages:
-                        timeout = max(0.0, self.flush_interval - (time.monotonic() - self._first_at))
-                    self._cond.wait(timeout)
-                if self._closed and not self._messages:
-                    return
-                batch, self._messages, self._urgent = self._messages, [], False
-                self._batch = batch
-            try:
-                control = self._send(batch)
-            except RemoteError as exc:
-                if 400 <= exc.status < 500 and exc.status not in (408, 429):  # the same batch would fail again
-                    self._drop(batch, f"refused by the coordinator: {exc}")
-                    continue
-                if not self._retry_later(batch, exc, backoff):
-                    return
-                backoff = min(backoff * 2, 2.0)
-                continue
-            except ParallelRLError as exc:
-                if not self._retry_later(batch, exc, backoff):
-                    return
-                backoff = min(backoff * 2, 2.0)
-                continue
-            except Exception as exc:  # noqa: BLE001 - a batch that cannot be sent at all is dropped and logged
-                logger.exception("%s: sending %d message(s) failed", self.name, len(batch))
-                self._drop(batch, f"{type(exc).__name__}: {exc}")
-                continue
-            with self._cond:
-                deferred, self._deferred = self._deferred, []
-                self.sent += len(batch) - len(deferred)
-                self._batch = []
-                self._cond.notify_all()
-            if control:
-                self._on_control(control)
-            if not deferred:
-                backoff = 0.05
-                continue
-            if not self._retry_later(deferred, self._deferred_why, backoff):
-                return
-            backoff = min(backoff * 2, 2.0)
-
-    def defer(self, messages: List[dict], why: str) -> None:
-        """Called by ``send`` (on the outbox thread): ``messages`` of the batch it sent were not taken this time
-        but must not be lost; they go again after the backoff, before newer messages."""
-        with self._cond:
-            self._deferred.extend(messages)
-            self._deferred_why = why
-
-    def task_ids(self) -> List[str]:
-        """Tasks named by messages not yet delivered (queued or being sent)."""
-        with self._cond:
-            return [m["task_id"] for m in self._messages + self._batch
-                    if isinstance(m, dict) and isinstance(m.get("task_id"), str)]
-
-    def _drop(self, batch: List[dict], why: str) -> None:
-        kinds = ", ".join(sorted({str(m.get("type")) for m in batch if isinstance(m, dict)}))
-        logger.error("%s: dropping %d message(s) (%s): %s", self.name, len(batch), kinds, why)
-        with self._cond:
-            self.dropped += len(batch)
-            self._batch = []
-            self._cond.notify_all()
-
-    def _retry_later(self, batch: List[dict], exc: Exception, backoff: float) -> bool:
-        """Put ``batch`` back in front and wait ``backoff`` (woken early by close); False when closing."""
-        self.failures += 1
-        logger.warning("%s: sending %d message(s) failed: %s", self.name, len(batch), exc)
-        with self._cond:
-            self._messages = batch + self._messages
-            self._first_at = time.monotonic()
-            self._batch = []
-            self._cond.notify_all()
-            if self._closed:
-                return False
-            self._cond.wait(backoff)  # bounded backoff before the retry (woken early by close)
-        return True
-
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Send everything queued now; True when the outbox emptied within ``timeout``."""
-        with self._cond:
-            self._urgent = True
-            self._cond.notify_all()
-            return self._cond.wait_for(lambda: not self._messages and not self._batch, timeout=timeout)
-
-    def close(self, timeout: float = 5.0) -> None:
-        self.flush(timeout)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout)
-
-
-# seconds a slave the coordinator forgot keeps trying to register again before it exits
-REREGISTER_SECONDS = 30.0
 
 
 def default_advertise(host: str, port: int) -> str:
@@ -247,12 +37,11 @@ def default_advertise(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-class Slave:
-    """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`."""
+class Slave(CoordinatorLink):
+    """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`: the worker loop, the
+    tasks and the adoption by a coordinator; registration, heartbeats and metadata are :class:`CoordinatorLink`'s."""
 
     kind = "slave"
-    # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
-    reregister_seconds = REREGISTER_SECONDS
 
     def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
                  advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
@@ -303,76 +92,34 @@ class Slave:
         self._storage_backoff = 0.0  # seconds to wait before the next task (a task failed on the shared store)
         # task ids accepted lately: a retried assignment is acknowledged, not run twice
         self._seen_tasks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
-        self.app = self._create_app()
+        self.app = create_slave_app(self)
         self.server = ServerThread(self.app, host, port, threads=4, name=self.kind)
         self.address = (advertise or default_advertise(host, self.server.port)).rstrip("/")
 
-    # ---- HTTP API (master -> slave) ------------------------------------------------------
-    def _create_app(self) -> Flask:
-        app = Flask(f"parallel_rl.{self.kind}")
-        app.config["MAX_CONTENT_LENGTH"] = 8 * 1024 * 1024
-        install_json_errors(app)
-        slave = self
+    # ---- what the HTTP API asks (slave_app) ------------------------------------------------------
+    def health(self, challenge: Optional[str] = None) -> Dict[str, Any]:
+        """Liveness and identity; with a coordinator's ``challenge``, the proof that we hold the token."""
+        storage = self.storage_health()
+        degraded = self.problems or (storage is not None and not storage["healthy"])
+        out = {"status": "degraded" if degraded else "ok", "kind": self.kind,
+               "worker_id": self.worker_id, "pid": os.getpid(), "running": sorted(self._running),
+               "tasks_done": self.tasks_done, "problems": list(self.problems), "storage": storage}
+        if challenge is not None:
+            out["address"] = self.address
+            out["proof"] = slave_proof(self.token, challenge, self.address) if self.token else None
+        return out
 
-        @app.get("/slave/v1/health")
-        def health():
-            storage = slave.storage_health()
-            degraded = slave.problems or (storage is not None and not storage["healthy"])
-            out = {"status": "degraded" if degraded else "ok", "kind": slave.kind,
-                   "worker_id": slave.worker_id, "pid": os.getpid(), "running": sorted(slave._running),
-                   "tasks_done": slave.tasks_done, "problems": list(slave.problems), "storage": storage}
-            challenge = request.args.get("challenge")
-            if challenge is not None:  # a coordinator asks us to prove we hold the token before it sends it
-                if not 16 <= len(challenge) <= 128:
-                    raise ApiError(400, "bad_request", f"challenge must be 16-128 characters, got {len(challenge)}")
-                out["address"] = slave.address
-                out["proof"] = slave_proof(slave.token, challenge, slave.address) if slave.token else None
-            return jsonify(out)
-
-        @app.post("/slave/v1/connect")
-        def connect():
-            check_token(slave.token)
-            body = json_body()
-            slave.on_connect(body_field(body, "worker_id", str), body_field(body, "config", dict),
-                             body_field(body, "coordinator", str, required=False),
-                             body_field(body, "shared_dir", str, required=False),
-                             number_field(body, "heartbeat_interval", 1.0, 0.0),
-                             number_field(body, "heartbeat_ttl", 10.0, 0.0),
-                             body_field(body, "lease", str, required=False))
-            return jsonify({"status": "connected", "worker_id": slave.worker_id})
-
-        @app.post("/slave/v1/tasks")
-        def start_task():
-            check_token(slave.token)
-            if not slave.connected.is_set():
-                raise ApiError(409, "conflict", "not connected to a coordinator")
-            body = json_body()
-            task = SlaveTask(body_field(body, "task_id", str), body_field(body, "kind", str),
-                             body_field(body, "spec", dict))
-            with slave._lock:
-                if task.task_id in slave._seen_tasks:  # a retried assignment: acknowledged, never run twice
-                    return jsonify({"status": "accepted", "task_id": task.task_id, "duplicate": True}), 202
-                slave.accept_task(task)
-                slave._seen_tasks[task.task_id] = None
-                while len(slave._seen_tasks) > 1000:
-                    slave._seen_tasks.popitem(last=False)
-            return jsonify({"status": "accepted", "task_id": task.task_id}), 202
-
-        @app.delete("/slave/v1/tasks/<task_id>")
-        def stop_task(task_id: str):
-            check_token(slave.token)
-            if not slave.stop_task(task_id):
-                raise ApiError(404, "not_found", f"no running task {task_id!r}")
-            return jsonify({"status": "stopping", "task_id": task_id})
-
-        @app.post("/slave/v1/disconnect")
-        def disconnect():
-            check_token(slave.token)
-            body = json_body()
-            slave.on_disconnect(str(body.get("reason", "")))
-            return jsonify({"status": "disconnecting"})
-
-        return app
+    def assign(self, task: SlaveTask) -> bool:
+        """A task the coordinator assigns: accepted (True), or False when it was assigned before (a retried
+        assignment is acknowledged, never run twice)."""
+        with self._lock:
+            if task.task_id in self._seen_tasks:
+                return False
+            self.accept_task(task)
+            self._seen_tasks[task.task_id] = None
+            while len(self._seen_tasks) > 1000:
+                self._seen_tasks.popitem(last=False)
+        return True
 
     def accept_task(self, task: SlaveTask) -> None:
         """Check and queue a task (raise ApiError 400/409 to refuse it)."""
@@ -535,128 +282,6 @@ class Slave:
 
     def teardown(self) -> None:
         """Free the algorithm objects (envs, models)."""
-
-    # ---- slave -> master ----------------------------------------------------------------------
-    def _send_metadata(self, messages: List[dict]) -> Optional[dict]:
-        worker_id = self.worker_id
-        if worker_id is None or self.coordinator is None:
-            logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
-            return None
-        try:
-            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", MetadataBatch(messages).to_json())
-        except RemoteError as exc:
-            if exc.status == 404:
-                logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
-                               len(messages))
-                return None
-            raise
-        retry = []
-        for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
-            index = refusal.get("index")
-            if refusal.get("code") == "unavailable" and isinstance(index, int) and 0 <= index < len(messages):
-                retry.append(messages[index])  # the store failed the coordinator's check, not the message
-                continue
-            logger.error("%s %s: coordinator refused message %s (%s): %s", self.kind, worker_id,
-                         refusal.get("index"), refusal.get("type"), refusal.get("message"))
-            if self.outbox is not None:
-                self.outbox.dropped += 1
-        if retry and self.outbox is not None:
-            first = next(r for r in answer["refused"] if r.get("code") == "unavailable")
-            self.outbox.defer(retry, f"the coordinator could not check {len(retry)} message(s), sending them again: "
-                                     f"{first.get('message')}")
-        return answer["control"]
-
-    def send_metadata(self, message: dict, urgent: bool = False) -> None:
-        if self.outbox is not None:
-            self.outbox.put(message, urgent=urgent)
-
-    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
-                   storage: Optional[Dict[str, Any]] = None) -> None:
-        """``storage``: the store's health, when the task failed on it (the coordinator backs off too)."""
-        message = MESSAGES[kind](task_id=task.task_id, result=result or {}, error=error or None,
-                                 storage=None if storage is None else StorageReport.from_json(storage))
-        self.send_metadata(message.to_json(), urgent=True)
-
-    def register(self, deadline_seconds: float = 60.0) -> None:
-        """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
-        client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout + 5, max_retries=0)
-        self._answered.clear()
-        deadline = time.monotonic() + deadline_seconds
-        delay = 0.05
-        try:
-            while True:
-                try:
-                    body = Registration(self.address, self.preferred_id or None).to_json()
-                    client.post(f"/api/v1/{self.kind}s", body)
-                    break
-                except PeerUnavailableError as exc:
-                    if time.monotonic() + delay > deadline or self._stop.is_set():
-                        raise PeerUnavailableError(f"coordinator {self.coordinator_url} unreachable for "
-                                                   f"{deadline_seconds:g}s: {exc}") from None
-                    self._stop.wait(delay)
-                    delay = min(delay * 2, 1.0)
-        finally:
-            client.close()  # registering again after a failure makes a client per try
-        # released right after being adopted (training ended as we joined) is a normal end, not an error
-        if not self._answered.wait(self.request_timeout):
-            raise PeerUnavailableError(f"registered at {self.coordinator_url} but it never connected back")
-
-    def _register_again(self) -> None:
-        """After the coordinator forgot us: register again, retrying with backoff for up to
-        ``reregister_seconds``; when that fails, exit with ``fatal_error`` set. A slave that
-        gave up after one failed try was a zombie: alive, registered nowhere, never asked for again."""
-        budget = self.reregister_seconds
-        deadline = time.monotonic() + budget
-        delay = 0.25
-        while not self._stop.is_set():
-            try:
-                self.register(deadline_seconds=max(0.0, deadline - time.monotonic()))
-                return
-            except ParallelRLError as exc:
-                if self.connected.is_set():  # adopted after all (the connect call came late)
-                    return
-                if time.monotonic() + delay > deadline:
-                    self.fatal_error = (f"could not register again with coordinator {self.coordinator_url} within "
-                                        f"{budget:g}s (the last try: {exc})")
-                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
-                    self.request_stop()
-                    return
-                logger.warning("%s: registering again failed (trying again in %.2fs): %s", self.kind, delay, exc)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _heartbeat_loop(self) -> None:
-        last_ok = time.monotonic()
-        while not self._stop.wait(self._heartbeat_interval):
-            worker_id = self.worker_id
-            if worker_id is None or self.coordinator is None:
-                continue
-            try:
-                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", self.heartbeat_body(),
-                                                retries=0,
-                                                timeout=max(1.0, self._heartbeat_interval))
-                last_ok = time.monotonic()
-                self.on_control(control)
-                if control.get("state") == "gone" and self.worker_id == worker_id and not self._stop.is_set():
-                    # removed, and the coordinator's disconnect call did not reach us (it is sent once, with a
-                    # short timeout): its answer to our heartbeat says the same
-                    self.leave("removed (told by the heartbeat's answer)")
-            except RemoteError as exc:
-                # only for the identity this heartbeat was sent for: a late answer about an id we have since
-                # been let go from must not tear down the adoption that followed
-                if (exc.status == 404 and not self._stop.is_set() and not self._let_go.is_set()
-                        and self.worker_id == worker_id):
-                    logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
-                    self._release("re-register")
-                    self._register_again()
-            except ParallelRLError as exc:
-                silent = time.monotonic() - last_ok
-                logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",
-                               self.kind, worker_id, silent, exc)
-                if silent > 3 * self._heartbeat_ttl and self.coordinator_url:
-                    self.fatal_error = f"coordinator {self.coordinator_url} unreachable for {silent:.0f}s"
-                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
-                    self.request_stop()
 
     # ---- worker loop ------------------------------------------------------------------------
     def start(self) -> "Slave":

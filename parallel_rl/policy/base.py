@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict
 
+from ..data.flows import REPLAY, DataFlow
 from .nets import cpu_state_dict
 
 
@@ -21,9 +22,14 @@ class Policy:
     resume learning) and ``model_state_dict`` (what collectors and evaluators load, CPU tensors; by default
     the acting network ``self.model``)."""
 
-    # the data flow collectors, pipelines and the coordinator ask for: on-policy data is used once, as
-    # whole segments, by the policy that produced it; off-policy data goes through the replay buffer
-    on_policy = False
+    # the data flow collectors, pipelines and the coordinator ask for (parallel_rl.data.flows): off-policy
+    # data goes through the replay buffer; on-policy data is used once, as whole segments
+    flow: DataFlow = REPLAY
+
+    @property
+    def on_policy(self) -> bool:
+        """DI-engine's name for ``flow.on_policy``."""
+        return self.flow.on_policy
 
     @property
     def learn_mode(self) -> PolicyMode:

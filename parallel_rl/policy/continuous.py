@@ -28,7 +28,6 @@ class QNetwork(nn.Module):
 
 
 class BoxActorCritic(Policy):
-    on_policy = False
     # attribute names saved by state_dict (and the acting network collectors load: ``actor``)
     _NETWORKS: Tuple[str, ...] = ("actor", "q1", "q2", "target_q1", "target_q2")
     _OPTIMIZERS: Tuple[str, ...] = ()

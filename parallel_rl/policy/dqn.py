@@ -59,7 +59,6 @@ class QNetwork(nn.Module):
 
 
 class DQNPolicy(Policy):
-    on_policy = False
 
     @classmethod
     def default_config(cls) -> EasyDict:

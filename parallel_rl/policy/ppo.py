@@ -28,6 +28,7 @@ from easydict import EasyDict
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from ..data.flows import SEGMENTS
 from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
@@ -144,7 +145,7 @@ class ActorCritic(nn.Module):
 
 
 class PPOPolicy(Policy):
-    on_policy = True
+    flow = SEGMENTS  # synchronous on-policy: one segment per policy version, trained on once
 
     @classmethod
     def default_config(cls) -> EasyDict:

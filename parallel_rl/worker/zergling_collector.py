@@ -120,7 +120,7 @@ class ZerglingParallelCollector(BaseParallelCollector):
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
         policy loaded now (the surplus is not kept for a call that may act with a newer policy)."""
         data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                      drop_extra=not self.policy.on_policy, random_collect=random_collect)
+                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect)
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:

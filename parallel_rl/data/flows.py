@@ -1,0 +1,191 @@
+"""Data flows: how collected data reaches the learner. One object per flow, chosen by the policy.
+
+A flow decides, for every role, what differs between learning from a replay buffer and learning from
+fresh on-policy data: which buffer holds rows, how collectors are metered, how the learner is fed and when
+it publishes, what the serial pipeline does with a batch of collected data. Everywhere else the pipelines
+ask the flow (``policy.flow`` or :func:`flow_of`) instead of branching on ``on_policy``.
+
+- :data:`REPLAY` (off-policy: DQN, SAC, TD3): rows join a replay buffer and are sampled many times; the
+  coordinator meters collectors by an allowance of env steps ahead of the learner (``collect_per_train``).
+- :data:`SEGMENTS` (synchronous on-policy: PPO): each policy version gets one segment of ``n_sample`` env
+  steps, split between the collectors; the learner trains on it once, as a whole, publishes the next version
+  at once, and the collectors wait for it. Rows are never reused.
+
+A new flow (the asynchronous V-trace rollouts) is one more subclass and one more entry in :data:`FLOWS`.
+Nothing here imports torch: the coordinator (a control plane) asks the same objects.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+
+class DataFlow:
+    """The base: what every flow answers. Subclasses set the class attributes and override the methods."""
+
+    name = ""
+    # DI-engine's ``policy.on_policy`` key and ``Policy.on_policy`` attribute: rows are used once, fresh
+    on_policy = False
+    # the replay buffer types that fit; the first is the default
+    buffer_types: Tuple[str, ...] = ()
+    # the learner writes its full state (to take over from) with every checkpoint, not every save_state_every
+    state_with_every_checkpoint = False
+    # the learner's batches are whole segments (one update per segment), not sampled rows
+    whole_segments = False
+    # serial collectors drop the surplus of a vector step past n_sample (kept for the next call otherwise)
+    drop_extra = True
+    # a collector's chunks go out at once (the learner waits for them), not batched with the next flush
+    urgent_chunks = False
+    # a new policy version ends a collector's wait for allowance (its first chunk announces the version)
+    new_version_ends_wait = True
+
+    @property
+    def default_buffer_type(self) -> str:
+        return self.buffer_types[0]
+
+    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+        """Rows the learner's data pipeline hands over per update."""
+        raise NotImplementedError
+
+    def publish_every(self, learner_cfg: Mapping) -> int:
+        """Updates between two published policy versions."""
+        raise NotImplementedError
+
+    def train_on_collected(self, learner, buffer, data: Dict[str, Any], learn: Mapping, envstep: int) -> None:
+        """The serial pipelines' step after collecting ``data``."""
+        raise NotImplementedError
+
+    def collector_meter(self) -> "Meter":
+        """A fresh meter for one collector process: how many env steps it may still collect."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.name} flow>"
+
+
+class Meter:
+    """A collector's view of the control block (the coordinator's answer to its metadata): how many env steps
+    it may still collect. ``None`` means no limit."""
+
+    def left(self, control: Mapping, version: int, unreported: int) -> Optional[int]:
+        raise NotImplementedError
+
+    def sent(self, control: Mapping, version: int, env_steps: int) -> None:
+        """``env_steps`` collected with ``version`` just left in a chunk."""
+
+    def clip(self, ask: int, left: Optional[int], room: int) -> int:
+        """How many rows to ask the env manager for now: ``ask`` wanted, ``left`` allowed (None: no limit),
+        ``room`` rows of whole vector steps still fitting the chunk."""
+        return ask
+
+    def on_control(self) -> None:
+        """A new control block arrived: it counts everything sent before it."""
+
+
+class ReplayFlow(DataFlow):
+    """Off-policy: a replay buffer, sampled ``update_per_collect`` times per collect; priorities fed back."""
+
+    name = "replay"
+    buffer_types = ("advanced", "naive", "episode")
+
+    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+        return int(policy_cfg["learn"]["batch_size"])
+
+    def publish_every(self, learner_cfg: Mapping) -> int:
+        return int(learner_cfg["publish_every"])
+
+    def train_on_collected(self, learner, buffer, data, learn, envstep) -> None:
+        buffer.push(data, cur_collector_envstep=envstep)
+        train_from_buffer(learner, buffer, learn, envstep)
+
+    def collector_meter(self) -> Meter:
+        return AllowanceMeter()
+
+
+class AllowanceMeter(Meter):
+    """Off-policy: the cluster may run ``allowed_env_steps`` ahead; what this collector collected but the
+    coordinator has not counted yet (``unreported``) is taken off."""
+
+    def __init__(self) -> None:
+        self.unreported = 0  # env steps sent in chunks since the last control block
+
+    def left(self, control, version, unreported):
+        allowed = control.get("allowed_env_steps")
+        if allowed is None:
+            return None
+        return allowed - int(control.get("env_steps", 0)) - self.unreported - unreported
+
+    def sent(self, control, version, env_steps):
+        self.unreported += env_steps
+
+    def on_control(self) -> None:
+        self.unreported = 0
+
+
+class SegmentFlow(DataFlow):
+    """Synchronous on-policy: one segment of ``collect.n_sample`` env steps per policy version, trained on
+    once by the version after it."""
+
+    name = "segments"
+    on_policy = True
+    buffer_types = ("segment",)
+    state_with_every_checkpoint = True  # a learner that takes over resumes at the version collectors act with
+    whole_segments = True
+    drop_extra = False  # every row of a call comes from the policy loaded now
+    urgent_chunks = True
+    new_version_ends_wait = False  # the wait ends with the new version's share of its segment
+
+    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+        return int(policy_cfg["collect"]["n_sample"])
+
+    def publish_every(self, learner_cfg: Mapping) -> int:
+        return 1  # the collectors wait for every version
+
+    def train_on_collected(self, learner, buffer, data, learn, envstep) -> None:
+        learner.train(data, envstep)  # one update on the segment (its epochs), then the rows are dropped
+
+    def collector_meter(self) -> Meter:
+        return SegmentMeter()
+
+
+class SegmentMeter(Meter):
+    """On-policy: only the current policy version may collect, and only this collector's share of its
+    segment (``segment_env_steps`` in the control block), counted against what it sent with that version."""
+
+    def __init__(self) -> None:
+        self._sent: Tuple[Any, int] = (None, 0)  # ((version, segment round), env steps sent with it)
+
+    def left(self, control, version, unreported):
+        if version < 0 or int(control.get("policy_version", -1)) != version:
+            return 0
+        key, sent = self._sent
+        sent = sent if key == (version, control.get("segment_round")) else 0
+        return int(control.get("segment_env_steps") or 0) - sent - unreported
+
+    def sent(self, control, version, env_steps):
+        key, sent = self._sent
+        now = (version, control.get("segment_round"))
+        self._sent = (now, (sent if key == now else 0) + env_steps)
+
+    def clip(self, ask, left, room):
+        return min(ask, room, ask if left is None else left)  # whole vector steps that fit the chunk
+
+
+def train_from_buffer(learner, buffer, learn: Mapping, envstep: int) -> None:
+    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back."""
+    for _ in range(learn.update_per_collect):
+        batch = buffer.sample(learn.batch_size, learner.train_iter)
+        if batch is None:
+            break
+        learner.train(batch, envstep)
+        if learner.priority_info is not None:
+            buffer.update(learner.priority_info)
+
+
+REPLAY = ReplayFlow()
+SEGMENTS = SegmentFlow()
+FLOWS: Dict[str, DataFlow] = {flow.name: flow for flow in (REPLAY, SEGMENTS)}
+
+
+def flow_of(policy_cfg: Mapping) -> DataFlow:
+    """The flow a policy config asks for (DI-engine's ``on_policy`` key decides between the two flows today)."""
+    return SEGMENTS if policy_cfg.get("on_policy") else REPLAY

@@ -1,0 +1,171 @@
+"""The slave's side of the conversation it starts with the coordinator (slave -> master): registration (and
+registering again when the coordinator forgot it), heartbeats that keep its lease, and metadata batches.
+
+:class:`CoordinatorLink` is a part of :class:`~parallel_rl.interaction.slave.Slave` (its base class), kept apart
+because it is the one half of the slave that calls out; the master -> slave half is :mod:`.slave_app`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
+from ..protocol import MESSAGES, MetadataBatch, Registration, StorageReport
+from ..transport import HttpClient
+from .slave_mail import Outbox, SlaveTask
+
+logger = logging.getLogger(__name__)
+
+# seconds a slave the coordinator forgot keeps trying to register again before it exits
+REREGISTER_SECONDS = 30.0
+
+
+class CoordinatorLink:
+    """Registration, heartbeats and metadata of a slave. It uses the slave's identity (``kind``, ``address``,
+    ``token``, ``worker_id``, ``preferred_id``), its link state (``coordinator_url``, the ``coordinator``
+    client, ``outbox``, the ``connected`` / ``_answered`` / ``_let_go`` / ``_stop`` events, the heartbeat
+    interval and ttl) and its reactions (``on_control``, ``leave``, ``_release``, ``request_stop``,
+    ``heartbeat_body``), all set up by :class:`~parallel_rl.interaction.slave.Slave`."""
+
+    kind: str
+    address: str
+    token: Optional[str]
+    worker_id: Optional[str]
+    preferred_id: Optional[str]
+    coordinator_url: Optional[str]
+    coordinator: Optional[HttpClient]
+    outbox: Optional[Outbox]
+    request_timeout: float
+    fatal_error: Optional[str]
+    connected: threading.Event
+    _answered: threading.Event
+    _let_go: threading.Event
+    _stop: threading.Event
+    _heartbeat_interval: float
+    _heartbeat_ttl: float
+    # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
+    reregister_seconds = REREGISTER_SECONDS
+
+    def _send_metadata(self, messages: List[dict]) -> Optional[dict]:
+        worker_id = self.worker_id
+        if worker_id is None or self.coordinator is None:
+            logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
+            return None
+        try:
+            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", MetadataBatch(messages).to_json())
+        except RemoteError as exc:
+            if exc.status == 404:
+                logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
+                               len(messages))
+                return None
+            raise
+        retry = []
+        for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
+            index = refusal.get("index")
+            if refusal.get("code") == "unavailable" and isinstance(index, int) and 0 <= index < len(messages):
+                retry.append(messages[index])  # the store failed the coordinator's check, not the message
+                continue
+            logger.error("%s %s: coordinator refused message %s (%s): %s", self.kind, worker_id,
+                         refusal.get("index"), refusal.get("type"), refusal.get("message"))
+            if self.outbox is not None:
+                self.outbox.dropped += 1
+        if retry and self.outbox is not None:
+            first = next(r for r in answer["refused"] if r.get("code") == "unavailable")
+            self.outbox.defer(retry, f"the coordinator could not check {len(retry)} message(s), sending them again: "
+                                     f"{first.get('message')}")
+        return answer["control"]
+
+    def send_metadata(self, message: dict, urgent: bool = False) -> None:
+        if self.outbox is not None:
+            self.outbox.put(message, urgent=urgent)
+
+    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
+                   storage: Optional[Dict[str, Any]] = None) -> None:
+        """``storage``: the store's health, when the task failed on it (the coordinator backs off too)."""
+        message = MESSAGES[kind](task_id=task.task_id, result=result or {}, error=error or None,
+                                 storage=None if storage is None else StorageReport.from_json(storage))
+        self.send_metadata(message.to_json(), urgent=True)
+
+    def register(self, deadline_seconds: float = 60.0) -> None:
+        """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
+        client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout + 5, max_retries=0)
+        self._answered.clear()
+        deadline = time.monotonic() + deadline_seconds
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    body = Registration(self.address, self.preferred_id or None).to_json()
+                    client.post(f"/api/v1/{self.kind}s", body)
+                    break
+                except PeerUnavailableError as exc:
+                    if time.monotonic() + delay > deadline or self._stop.is_set():
+                        raise PeerUnavailableError(f"coordinator {self.coordinator_url} unreachable for "
+                                                   f"{deadline_seconds:g}s: {exc}") from None
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 1.0)
+        finally:
+            client.close()  # registering again after a failure makes a client per try
+        # released right after being adopted (training ended as we joined) is a normal end, not an error
+        if not self._answered.wait(self.request_timeout):
+            raise PeerUnavailableError(f"registered at {self.coordinator_url} but it never connected back")
+
+    def _register_again(self) -> None:
+        """After the coordinator forgot us: register again, retrying with backoff for up to
+        ``reregister_seconds``; when that fails, exit with ``fatal_error`` set. A slave that
+        gave up after one failed try was a zombie: alive, registered nowhere, never asked for again."""
+        budget = self.reregister_seconds
+        deadline = time.monotonic() + budget
+        delay = 0.25
+        while not self._stop.is_set():
+            try:
+                self.register(deadline_seconds=max(0.0, deadline - time.monotonic()))
+                return
+            except ParallelRLError as exc:
+                if self.connected.is_set():  # adopted after all (the connect call came late)
+                    return
+                if time.monotonic() + delay > deadline:
+                    self.fatal_error = (f"could not register again with coordinator {self.coordinator_url} within "
+                                        f"{budget:g}s (the last try: {exc})")
+                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
+                    self.request_stop()
+                    return
+                logger.warning("%s: registering again failed (trying again in %.2fs): %s", self.kind, delay, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _heartbeat_loop(self) -> None:
+        last_ok = time.monotonic()
+        while not self._stop.wait(self._heartbeat_interval):
+            worker_id = self.worker_id
+            if worker_id is None or self.coordinator is None:
+                continue
+            try:
+                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", self.heartbeat_body(),
+                                                retries=0,
+                                                timeout=max(1.0, self._heartbeat_interval))
+                last_ok = time.monotonic()
+                self.on_control(control)
+                if control.get("state") == "gone" and self.worker_id == worker_id and not self._stop.is_set():
+                    # removed, and the coordinator's disconnect call did not reach us (it is sent once, with a
+                    # short timeout): its answer to our heartbeat says the same
+                    self.leave("removed (told by the heartbeat's answer)")
+            except RemoteError as exc:
+                # only for the identity this heartbeat was sent for: a late answer about an id we have since
+                # been let go from must not tear down the adoption that followed
+                if (exc.status == 404 and not self._stop.is_set() and not self._let_go.is_set()
+                        and self.worker_id == worker_id):
+                    logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
+                    self._release("re-register")
+                    self._register_again()
+            except ParallelRLError as exc:
+                silent = time.monotonic() - last_ok
+                logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",
+                               self.kind, worker_id, silent, exc)
+                if silent > 3 * self._heartbeat_ttl and self.coordinator_url:
+                    self.fatal_error = f"coordinator {self.coordinator_url} unreachable for {silent:.0f}s"
+                    logger.error("%s: %s; exiting", self.kind, self.fatal_error)
+                    self.request_stop()
+

@@ -1,0 +1,34 @@
+"""The HTTP transport: the ground floor every peer (coordinator, slaves, the CLI's client) stands on.
+
+It imports nothing of parallel_rl but :mod:`parallel_rl.errors`, so any layer may use it.
+
+- :mod:`.codec`: what goes on the wire (JSON, packed arrays, token, header names); no sockets.
+- :mod:`.server`: :class:`ServerThread`, JSON errors, token checks, request bodies (Flask on cheroot).
+- :mod:`.connections`: cheroot's connection handling with a connection cap and request deadlines.
+- :mod:`.client`: :class:`HttpClient`, JSON calls with timeouts and bounded retries.
+"""
+from .client import MAX_ANSWER_BYTES, HttpClient
+from .codec import (
+    COORDINATOR_ENV,
+    LEASE_HEADER,
+    PACKED_DTYPES,
+    TOKEN_ENV,
+    encode_json,
+    field,
+    finite_json,
+    loads,
+    new_token,
+    number_field,
+    pack_array,
+    slave_proof,
+    token_from_env,
+    unpack_array,
+)
+from .server import ApiError, ServerThread, check_token, error_response, install_json_errors, json_body
+
+__all__ = [
+    "ApiError", "COORDINATOR_ENV", "HttpClient", "LEASE_HEADER", "MAX_ANSWER_BYTES", "PACKED_DTYPES", "ServerThread",
+    "TOKEN_ENV", "check_token", "encode_json", "error_response", "field", "finite_json", "install_json_errors",
+    "json_body", "loads", "new_token", "number_field", "pack_array", "slave_proof", "token_from_env",
+    "unpack_array",
+]

@@ -1,0 +1,215 @@
+"""The floor plan, checked: no import circle among the modules of parallel_rl and coordinator_app, and no import
+from a lower layer to a higher one (LAYERS, below).
+
+Every import counts: at a module's top, inside a function (a lazy import is a dependency all the same) and under
+``TYPE_CHECKING`` (so is a type). Modules are read with ``ast``, never imported; relative imports are resolved.
+``from package import name`` depends on the module ``package.name`` when there is one, else on the package.
+"""
+from __future__ import annotations
+
+import ast
+from collections import deque
+from pathlib import Path
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("parallel_rl", "coordinator_app")
+
+# Top to bottom (docs: /work/shared/DESIGN.md "Growing the house"). A room is a package or module of parallel_rl
+# (``parallel_rl.interaction.slave`` is in room ``interaction``; the root ``parallel_rl`` holds __version__), or
+# coordinator_app. A room imports its own layer and the layers below it, never one above.
+LAYERS: Tuple[Tuple[str, ...], ...] = (
+    ("cli", "__main__"),
+    ("commands",),
+    ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`
+    ("config",),  # today the assembly of every component's defaults (#22 item 7 splits off a ground-floor schema)
+    ("coordinator_app",),  # REST views
+    ("coordinator",),
+    ("interaction",),  # the process shells: slaves, comm
+    ("worker",),  # collector, learner and evaluator logic
+    ("policy", "data", "envs"),
+    ("protocol",),  # typed messages
+    ("storage", "runtime", "progress", "registry", "tblog"),
+    ("transport",),  # HTTP server, client, codec: on errors alone
+    ("errors", "parallel_rl"),
+)
+
+# Circles known today, each fixed by a step of #22 in flight: remove an entry when its fix is merged (the test
+# fails while an entry names a circle that no longer exists). A new circle is never added here: break it.
+KNOWN_CIRCLES: List[Set[str]] = [
+    # the commander reaches back into the coordinator (#22 item 1: a declared interface)
+    {"parallel_rl.coordinator.commander", "parallel_rl.coordinator.coordinator"},
+    # the env spaces and the env managers import each other (#22: envs/spaces <-> env_manager/multiagent)
+    {"parallel_rl.envs.env_manager", "parallel_rl.envs.multiagent", "parallel_rl.envs.spaces"},
+]
+
+# Imports from a lower layer to a higher one known today (importer, imported), each to go with a step of #22;
+# the same rules as KNOWN_CIRCLES.
+KNOWN_UPWARD: Set[Tuple[str, str]] = {
+    # config is top-floor assembly today; #22 item 7 moves merge/coerce/validate to a ground-floor schema
+    ("parallel_rl.coordinator.commander", "parallel_rl.config"),
+    ("parallel_rl.interaction.slave", "parallel_rl.config"),
+    # DI-engine's names in parallel_rl.worker, lazily; #22 item 4 moves them to compat/
+    ("parallel_rl.worker", "parallel_rl.interaction.comm"),
+    ("parallel_rl.worker", "parallel_rl.interaction.learner_aggregator"),
+    # the league's constants, used by a collector; #22 item 4 (wings) places the league
+    ("parallel_rl.worker.marine_collector", "parallel_rl.coordinator.league"),
+}
+
+
+def find_modules(root: Path, packages: Iterable[str]) -> Dict[str, Tuple[Path, bool]]:
+    """Dotted module name -> (file, whether it is a package's __init__)."""
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _imported_names(node: ast.AST, base: str) -> List[str]:
+    """The dotted names an import statement in a module of package ``base`` reaches, finest first."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            parts = base.split(".")
+            package = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            package = node.module or ""
+        return [f"{package}.{alias.name}" for alias in node.names]
+    return []
+
+
+def import_graph(root: Path, packages: Iterable[str]) -> Dict[str, Dict[str, int]]:
+    """Module -> {module it imports: the line of the first such import}, for our modules only."""
+    modules = find_modules(root, packages)
+    graph: Dict[str, Dict[str, int]] = {}
+    for name, (path, is_package) in modules.items():
+        base = name if is_package else name.rpartition(".")[0]
+        edges = graph.setdefault(name, {})
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _imported_names(node, base):
+                while target and target not in modules:  # a name in a module, or a module of another project
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.setdefault(target, node.lineno)
+    return graph
+
+
+def circles(graph: Dict[str, Dict[str, int]]) -> List[Set[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: List[Set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph.get(module, {}):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            part = {stack.pop()}
+            while module not in part:
+                part.add(stack.pop())
+            if len(part) > 1:
+                found.append(part)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def a_cycle(graph: Dict[str, Dict[str, int]], part: Set[str]) -> str:
+    """One cycle through ``part``, written out with the line of each import (for the failure message)."""
+    start = min(part)
+    came_from = {start: None}
+    queue = deque([start])
+    while queue:
+        module = queue.popleft()
+        for other, line in sorted(graph[module].items()):
+            if other == start:
+                path = [(module, line)]
+                while came_from[path[-1][0]] is not None:
+                    path.append(came_from[path[-1][0]])
+                steps = [f"{m} (line {ln})" for m, ln in reversed(path)]
+                return " -> ".join(steps + [start])
+            if other in part and other not in came_from:
+                came_from[other] = (module, line)
+                queue.append(other)
+    return ", ".join(sorted(part))
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "parallel_rl":
+        return parts[1] if len(parts) > 1 else "parallel_rl"
+    return parts[0]
+
+
+def layer_of(layers: Sequence[Tuple[str, ...]]) -> Dict[str, int]:
+    """Room -> its layer's depth (0: the top)."""
+    return {name: depth for depth, rooms in enumerate(layers) for name in rooms}
+
+
+def upward_imports(graph: Dict[str, Dict[str, int]], layers: Sequence[Tuple[str, ...]]) -> Set[Tuple[str, str]]:
+    depth = layer_of(layers)
+    return {(module, other) for module, edges in graph.items() for other in edges
+            if depth[room(other)] < depth[room(module)]}
+
+
+@pytest.fixture(scope="module")
+def graph() -> Dict[str, Dict[str, int]]:
+    return import_graph(ROOT, PACKAGES)
+
+
+def test_every_room_has_a_layer(graph):
+    rooms = {room(module) for module in graph}
+    placed = set(layer_of(LAYERS))
+    assert rooms - placed == set(), "a new package or module: place it in LAYERS in tests/test_layers.py"
+    # protocol: being written (#22 item 2)
+    assert placed - rooms <= {"protocol"}, "LAYERS names a room that no longer exists: remove it"
+
+
+def test_no_import_circle(graph):
+    found = circles(graph)
+    new = [part for part in found if part not in KNOWN_CIRCLES]
+    assert not new, "import circles (break each: move what both sides need below them):\n" + "\n".join(
+        a_cycle(graph, part) for part in new)
+    gone = [part for part in KNOWN_CIRCLES if part not in found]
+    assert not gone, f"these circles are gone: remove them from KNOWN_CIRCLES in tests/test_layers.py: {gone}"
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one(graph):
+    found = upward_imports(graph, LAYERS)
+    new = sorted(found - KNOWN_UPWARD)
+    assert not new, ("imports from a lower layer to a higher one (LAYERS in tests/test_layers.py; move the "
+                     "imported code down, or the importer up):\n" + "\n".join(
+                         f"{module} (line {graph[module][other]}) -> {other}" for module, other in new))
+    gone = sorted(KNOWN_UPWARD - found)
+    assert not gone, f"these imports are gone: remove them from KNOWN_UPWARD in tests/test_layers.py: {gone}"
+
+
+def test_the_check_finds_circles_lazy_imports_and_upward_imports(tmp_path):
+    package = tmp_path / "parallel_rl"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("from .a import A\n")
+    (package / "low" / "a.py").write_text("A = 1\n\ndef f():\n    from ..high import H\n    return H\n")
+    (package / "high.py").write_text("from .low import a\nfrom . import low\nH = 2\n")
+    graph = import_graph(tmp_path, ["parallel_rl"])
+    assert graph["parallel_rl.high"] == {"parallel_rl.low.a": 1, "parallel_rl.low": 2}
+    assert circles(graph) == [{"parallel_rl.high", "parallel_rl.low", "parallel_rl.low.a"}]
+    assert a_cycle(graph, circles(graph)[0]) == ("parallel_rl.high (line 1) -> parallel_rl.low.a (line 4) -> "
+                                                 "parallel_rl.high")
+    layers = (("high",), ("low",), ("parallel_rl",))
+    assert upward_imports(graph, layers) == {("parallel_rl.low.a", "parallel_rl.high")}
