@@ -96,7 +96,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         coordinator.done_event.wait()
         if args.linger and not stopped.is_set():
             lingered = True
-            coordinator.release_workers()
+            coordinator.membership.release_workers()
             print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
             print(f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
                   f"dashboard) until stopped", flush=True)

@@ -217,7 +217,7 @@ def start_long_polls(collector, n):
 def test_long_polls_give_up_their_turn_so_batches_are_still_applied(coordinator_factory, slaves):  # noqa: F811
     """A metadata request is served in one of ADMITTED turns, and a long-poll gives its turn back before it
     waits: more long-polls than turns leave batches answered at once, not after the long-polls."""
-    from parallel_rl.coordinator.coordinator import ADMITTED
+    from parallel_rl.coordinator.flow_control import ADMITTED
 
     coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0},
                                               coordinator={"long_poll_slots": ADMITTED + 1})

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from easydict import EasyDict
 
+from parallel_rl.errors import NotFoundError
 from parallel_rl.transport import ApiError
 from tests.conftest import eventually
 from tests.test_coordinator import ScriptedSlave, slaves  # noqa: F401 (fixture)
@@ -51,9 +52,9 @@ def test_snapshots_hold_no_lease_tokens_yet_workers_are_re_adopted(coordinator_f
     other = restarted(coordinator)
     assert other.resume()
     assert other.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(NotFoundError) as refused:
         other.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
-    assert refused.value.status == 404
+    assert refused.value.http_status == 404
 
 
 def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_factory):

@@ -47,4 +47,5 @@ def sample(name: str):
         encoding=encoding,
         lease=request.headers.get(LEASE_HEADER),
     )
-    return jsonify({**out, "control": coordinator.control_for(coordinator.get_worker(body["worker_id"]))})
+    worker = coordinator.membership.get_worker(body["worker_id"])
+    return jsonify({**out, "control": coordinator.flow.control_for(worker)})

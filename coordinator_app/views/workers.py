@@ -35,14 +35,14 @@ def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
     body = json_body()
-    worker = get_coordinator().add_worker(kind, field(body, "address", str),
-                                          field(body, "worker_id", str, required=False))
+    worker = get_coordinator().membership.add_worker(kind, field(body, "address", str),
+                                                     field(body, "worker_id", str, required=False))
     return jsonify(worker.to_dict()), 201
 
 
 @bp.get("/<collection>/<worker_id>")
 def get_worker(collection: str, worker_id: str):
-    return jsonify(get_coordinator().get_worker(worker_id, _kind(collection)).to_dict())
+    return jsonify(get_coordinator().membership.get_worker(worker_id, _kind(collection)).to_dict())
 
 
 @bp.delete("/<collection>/<worker_id>")
@@ -55,9 +55,9 @@ def remove_worker(collection: str, worker_id: str):
     coordinator = get_coordinator()
     body = request.get_json(silent=True) or {}
     if isinstance(body, dict) and body.get("self") is True:
-        worker = coordinator.deregister(worker_id, kind, request.headers.get(LEASE_HEADER))
+        worker = coordinator.membership.deregister(worker_id, kind, request.headers.get(LEASE_HEADER))
     else:
-        worker = coordinator.remove_worker(worker_id, kind)
+        worker = coordinator.membership.remove_worker(worker_id, kind)
     return jsonify(worker.to_dict())
 
 
@@ -89,10 +89,10 @@ def heartbeat(worker_id: str):
             storage = check_health_report(storage)
         except ValueError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-    worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
-                                   [p[:500] for p in problems[-20:]] if problems is not None else None,
-                                   tasks, ranks=ranks, storage=storage)
-    return jsonify(coordinator.control_for(worker))
+    worker = coordinator.membership.heartbeat(worker_id, request.headers.get(LEASE_HEADER),
+                                              [p[:500] for p in problems[-20:]] if problems is not None else None,
+                                              tasks, ranks=ranks, storage=storage)
+    return jsonify(coordinator.flow.control_for(worker))
 
 
 @bp.post("/workers/<worker_id>/metadata")
