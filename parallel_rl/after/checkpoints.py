@@ -90,8 +90,9 @@ def read_checkpoint(path: str) -> Checkpoint:
                           f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
     try:
         return Checkpoint(path, _torch_load(path))
-    except StorageError as exc:
-        raise ConfigError(f"{exc}; pass a policy checkpoint written by parallel_rl") from exc
+    except StorageError as exc:  # torch's reasons run over many lines: the first says enough
+        raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); pass a policy checkpoint written by "
+                          f"parallel_rl") from None
 
 
 def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Optional[str] = None) -> Checkpoint:
@@ -148,9 +149,14 @@ def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
             env.close()
     state, whole = policy_state(checkpoint)
     try:
+        # the networks this policy saves must all be there (a policy's loader skips names it does not find)
+        missing = sorted(set(policy.state_dict() if whole else policy.model_state_dict()) - set(state))
+        if missing:
+            raise KeyError(f"no {', '.join(missing)} in it (it has {', '.join(sorted(map(str, state)))})")
         (policy.load_state_dict if whole else policy.load_model_state_dict)(state)
     except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        first = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
         raise ConfigError(f"{checkpoint.source} does not fit policy.type={cfg.policy.type!r} on env "
                           f"{cfg.env.env_id!r} ({type(exc).__name__}: {first[:200]}); pass the config the run "
                           f"was trained with") from None
