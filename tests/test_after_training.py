@@ -193,3 +193,67 @@ def test_readme_notebook_example_runs(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (our own documentation)
     assert namespace["action"] in (0, 1)
+
+
+# ---- videos in the cluster: the evaluator records into the shared store; the API lists them; the dashboard plays
+def random_act(obs):
+    return np.random.default_rng(0).integers(0, 2, size=len(obs))
+
+
+def test_cluster_evaluator_records_every_n_evaluations(tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    from parallel_rl.config import compile_config
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+
+    cfg = compile_config({"exp_name": str(tmp_path / "exp"), "env": {"env_id": "CartPole-v1", "collector_env_num": 1,
+                                                                     "evaluator_env_num": 2},
+                          "policy": {"model": {"hidden_size_list": [16]},
+                                     "eval": {"evaluator": {"record_every": 2}}}})
+    storage = SharedStorage(str(tmp_path / "shared"))
+    collector = ZerglingParallelCollector(cfg, storage, seed=0)
+    try:
+        for version in range(3):
+            storage.save_policy(version, collector.policy.model_state_dict())
+            info = collector.evaluate(version, 2)
+            assert info.get("video") == (storage.video_name(version) if version != 1 else None)
+    finally:
+        collector.close()
+    assert [v["policy_version"] for v in storage.videos()] == [2, 0]  # newest first
+
+
+def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    import requests
+
+    from parallel_rl.after.video import encoded_bytes
+    from parallel_rl.config import compile_config
+    from parallel_rl.storage import SharedStorage
+    from tests.conftest import eventually
+    from tests.test_observability import chrome
+
+    coordinator, server = coordinator_factory()
+    data, info = encoded_bytes(compile_config({"env": {"env_id": "CartPole-v1"}}).env, random_act, seed=0)
+    assert info["frames"] >= 8
+    SharedStorage(str(tmp_path / "shared")).save_video(7, data)
+    listed = requests.get(server.url + "/api/v1/videos", timeout=5).json()["videos"]
+    assert [(v["name"], v["policy_version"], v["url"]) for v in listed] == [
+        ("video_000000007.mp4", 7, "/api/v1/videos/video_000000007.mp4")]
+    whole = requests.get(server.url + listed[0]["url"], timeout=5)
+    assert whole.status_code == 200 and whole.headers["Content-Type"] == "video/mp4" and whole.content == data
+    part = requests.get(server.url + listed[0]["url"], headers={"Range": "bytes=0-99"}, timeout=5)
+    assert part.status_code == 206 and part.content == data[:100]
+    assert requests.get(server.url + "/api/v1/videos/../run.lock", timeout=5).status_code == 404
+    assert requests.get(server.url + "/api/v1/videos/video_000000008.mp4", timeout=5).status_code == 404
+    browser = chrome()
+    try:
+        browser.set_page_load_timeout(30)
+        browser.get(server.url + "/")
+        duration = eventually(lambda: browser.execute_script(
+            "const v = document.getElementById('episode-video');"
+            "return v && !v.closest('[hidden]') && v.readyState >= 1 && v.duration > 0 ? v.duration : 0;"),
+            timeout=20, message="the dashboard's <video> loaded with a duration")
+        assert abs(duration - info["frames"] / 50) < 0.2  # CartPole renders at 50 fps
+        assert "policy v7" in browser.find_element("id", "video-caption").text
+    finally:
+        browser.quit()

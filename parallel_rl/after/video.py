@@ -68,7 +68,8 @@ def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], p
             if writer is None:
                 height, width = frame.shape[:2]
                 writer = write_frames(tmp, (width, height), fps=fps, codec=CODEC, pix_fmt_out=PIXEL_FORMAT,
-                                      macro_block_size=1, quality=7, output_params=["-movflags", "+faststart"])
+                                      macro_block_size=1, quality=7,  # ultrafast: the encoder leaves the CPU to the env
+                                      output_params=["-preset", "ultrafast", "-movflags", "+faststart"])
                 writer.send(None)  # start the encoder
             writer.send(frame)
             frames += 1
