@@ -257,3 +257,25 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
         assert "policy v7" in browser.find_element("id", "video-caption").text
     finally:
         browser.quit()
+
+
+def test_eval_of_a_two_player_game_plays_the_configured_opponents(tmp_path):
+    from parallel_rl.after.checkpoints import spaces_env
+    from parallel_rl.config import load_config
+    from parallel_rl.policy import create_policy
+    from parallel_rl.storage import _torch_save_atomic
+
+    config = os.path.join(REPO, "configs", "tictactoe_selfplay.py")
+    cfg = load_config(config)
+    env = spaces_env(cfg)
+    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
+    env.close()
+    os.makedirs(tmp_path / "ckpt")
+    _torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
+    out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result["win_rate"]) == set(cfg.policy.eval.evaluator.opponents)
+    assert all(r[side]["games"] == 4 for r in result["results"].values() for side in ("first", "second"))
+    refused = run_cli("export", "-c", config, "--run", str(tmp_path), "--format", "onnx", "-o", str(tmp_path / "x"))
+    assert refused.returncode == 2 and "action mask" in refused.stderr

@@ -99,7 +99,7 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
     run directory (its newest checkpoint). A checkpoint needs its config: ``config`` (a file or dict), else
     the ``config.json`` its serial run wrote."""
     from .acting import Agent, acting_module, torch_forward
-    from .checkpoints import build_policy, find_checkpoint, find_run_config, load_run_config
+    from .checkpoints import build_policy, find_checkpoint, find_run_config, load_run_config, spaces_env
 
     path = os.fspath(path)
     if not os.path.exists(path) and "://" not in path:
@@ -113,9 +113,10 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
             raise ConfigError(f"no config.json beside {path!r}: pass load_policy(path, config='configs/...py')")
         cfg = load_run_config(found)
     checkpoint = find_checkpoint(cfg, None if os.path.isdir(path) else path, path if os.path.isdir(path) else None)
-    from ..envs.env_manager import EnvManager
-
-    env = EnvManager.from_cfg(cfg.env, 1, seed=cfg.seed)
+    if cfg.env.get("type") == "pettingzoo":
+        raise ConfigError("load_policy: two-player games (env.type='pettingzoo') are not supported yet: their "
+                          "policies need the game's action mask; evaluate them with parallel-rl eval")
+    env = spaces_env(cfg)
     try:
         obs_shape, kind = env.obs_shape, env.action_spec.kind
         policy = build_policy(cfg, checkpoint, env)

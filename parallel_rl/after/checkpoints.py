@@ -132,16 +132,25 @@ def policy_state(checkpoint: Checkpoint) -> Tuple[Dict[str, Any], bool]:
     return state, False
 
 
+def spaces_env(cfg: EasyDict, num_envs: int = 1, seed: Optional[int] = None):
+    """``num_envs`` copies of the config's env (a two-player game's env manager for one): what tells a policy
+    its observation and action spaces."""
+    from ..envs.env_manager import EnvManager
+    from ..envs.multiagent import BattleEnvManager, is_battle_env
+
+    manager = BattleEnvManager if is_battle_env(cfg.env) else EnvManager
+    return manager.from_cfg(cfg.env, num_envs, seed=cfg.seed if seed is None else seed)
+
+
 def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
     """The config's policy (on the CPU) with the checkpoint's weights; ConfigError in one line when the checkpoint
     was trained with another algorithm or env. ``env``: an EnvManager of the config's env (made when None, to
     read the spaces)."""
-    from ..envs.env_manager import EnvManager
     from ..policy import create_policy
 
     own_env = env is None
     if own_env:
-        env = EnvManager.from_cfg(cfg.env, 1, seed=cfg.seed)
+        env = spaces_env(cfg)
     try:
         policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=cfg.seed, device="cpu")
     finally:

@@ -77,22 +77,18 @@ def add_parsers(sub, config_args) -> None:
 
 
 def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
-    """(cfg, checkpoint, env, policy): the config's env (``num_envs`` copies) and the checkpoint's policy."""
+    """(cfg, checkpoint, env, policy): the config's env (``num_envs`` copies; a two-player game's env manager for
+    one) and the checkpoint's policy."""
     from ..config import load_config
-    from ..envs.env_manager import EnvManager
-    from ..envs.multiagent import is_battle_env
     from ..envs.spaces import check_env_fits
     from ..runtime import set_torch_threads
-    from .checkpoints import build_policy, find_checkpoint
+    from .checkpoints import build_policy, find_checkpoint, spaces_env
 
     cfg = load_config(args.config, args.overrides)
-    if is_battle_env(cfg.env):
-        raise ConfigError(f"{args.command}: two-player games (env.type={cfg.env.type!r}) are not supported yet; "
-                          f"their evaluations run inside training (parallel-rl serial / run)")
     check_env_fits(cfg)
     set_torch_threads(cfg.system.torch_num_threads)
     checkpoint = find_checkpoint(cfg, args.checkpoint, args.run)
-    env = EnvManager.from_cfg(cfg.env, num_envs, seed=seed)
+    env = spaces_env(cfg, num_envs, seed)
     try:
         return cfg, checkpoint, env, build_policy(cfg, checkpoint, env)
     except BaseException:
@@ -102,7 +98,8 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..commands import render_table
-    from .evaluate import evaluate_policy, summary_rows
+    from ..envs.multiagent import is_battle_env
+    from .evaluate import battle_rows, evaluate_battle, evaluate_policy, summary_rows
     from .video import record_episodes
 
     if args.episodes <= 0 or args.video_episodes < 0:
@@ -114,26 +111,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ffmpeg_writer()  # a missing imageio-ffmpeg fails before the episodes are played
     cfg, checkpoint, env, policy = _policy_for(args, 1, args.seed)
     env.close()  # it told the policy the spaces; the evaluation plays on its own envs
-    info = evaluate_policy(cfg, policy, args.episodes, args.seed)
+    battle = is_battle_env(cfg.env)
+    if battle and args.video:
+        raise ConfigError("--video records single-agent envs only; drop it for a two-player game")
+    info = (evaluate_battle if battle else evaluate_policy)(cfg, policy, args.episodes, args.seed)
     videos, video_seconds = [], 0.0
     if args.video and args.video_episodes:
         start = time.perf_counter()
         videos = record_episodes(cfg.env, policy.eval_mode.forward, args.video, args.video_episodes, args.seed)
         video_seconds = time.perf_counter() - start
     out = {"checkpoint": checkpoint.source, "env_id": cfg.env.env_id, "policy": cfg.policy.type,
-           "episodes": info["episodes"], "return_mean": info["eval_episode_return_mean"],
-           "return_std": info["eval_episode_return_std"], "return_min": info["eval_episode_return_min"],
-           "return_max": info["eval_episode_return_max"], "length_mean": info["episode_length_mean"],
+           "episodes": info["episodes"], "length_mean": info["episode_length_mean"],
            "env_steps": info["env_steps"], "seconds": round(info["duration"], 3),
-           "env_steps_per_second": round(info["env_steps"] / max(info["duration"], 1e-9), 1),
-           "videos": [v["path"] for v in videos], "video_seconds": round(video_seconds, 3)}
+           "env_steps_per_second": round(info["env_steps"] / max(info["duration"], 1e-9), 1)}
+    if battle:
+        out.update(win_rate=info["win_rate"], results=info["results"])
+    else:
+        out.update(return_mean=info["eval_episode_return_mean"], return_std=info["eval_episode_return_std"],
+                   return_min=info["eval_episode_return_min"], return_max=info["eval_episode_return_max"],
+                   videos=[v["path"] for v in videos], video_seconds=round(video_seconds, 3))
     if getattr(args, "json", False):
         print(json.dumps(out, indent=2))
         return 0
     print(f"{out['policy']} on {out['env_id']}: {out['episodes']} episodes of {checkpoint.source} "
           f"({out['env_steps']} env steps in {out['seconds']:.2f}s, {out['env_steps_per_second']:.0f}/s)")
-    print(render_table(summary_rows(info), ["metric", "mean", "std", "min", "max"]))
-    for path in out["videos"]:
+    if battle:
+        print(render_table(battle_rows(info), ["opponent", "side", "win", "draw", "loss", "games"]))
+    else:
+        print(render_table(summary_rows(info), ["metric", "mean", "std", "min", "max"]))
+    for path in out.get("videos", []):
         print(f"video: {path}")
     return 0
 
@@ -144,6 +150,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     cfg, checkpoint, env, policy = _policy_for(args, 1, 0)
     try:
+        if cfg.env.type == "pettingzoo":  # the acting module knows no action masks: it would play illegal moves
+            raise ConfigError("export: two-player games (env.type='pettingzoo') are not exported yet: their "
+                              "policies need the game's action mask")
         obs_shape, kind = env.obs_shape, env.action_spec.kind
     finally:
         env.close()

@@ -37,3 +37,29 @@ def summary_rows(info: Dict[str, Any]) -> list:
         {"metric": "length", "mean": info["episode_length_mean"], "std": info.get("episode_length_std"),
          "min": info.get("episode_length_min"), "max": info.get("episode_length_max")},
     ]
+
+
+def evaluate_battle(cfg: EasyDict, policy, episodes: int, seed: int) -> Dict[str, Any]:
+    """Two-player games: ``episodes`` games per configured opponent (``policy.eval.evaluator.opponents``) and
+    side, through the self-play pipeline's evaluator; its info (``results[opponent][side]``, ``win_rate``)."""
+    from ..envs.multiagent import BattleEnvManager
+    from ..policy.bots import create_bot
+    from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
+
+    names = list(cfg.policy.eval.evaluator.opponents)
+    env = BattleEnvManager.from_cfg(cfg.env, max(1, min(int(cfg.env.evaluator_env_num), episodes)), seed=seed)
+    action_num = env.action_spec.n
+    opponents = {name: create_bot(name, seed=seed + 30_000 + i, n_actions=action_num) for i, name in enumerate(names)}
+    evaluator = BattleInteractionSerialEvaluator({**cfg.policy.eval.evaluator, "max_seconds": 0.0}, env,
+                                                 policy.eval_mode, opponents, cfg.env.stop_value, episodes, seed=seed)
+    try:
+        _, info = evaluator.eval(n_episode=episodes)
+    finally:
+        evaluator.close()
+    return info
+
+
+def battle_rows(info: Dict[str, Any]) -> list:
+    """The table ``eval`` prints for a two-player game: one row per opponent and side."""
+    return [{"opponent": name, "side": side, **sides[side]} for name, sides in info["results"].items()
+            for side in sides]
