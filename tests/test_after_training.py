@@ -279,3 +279,18 @@ def test_eval_of_a_two_player_game_plays_the_configured_opponents(tmp_path):
     assert all(r[side]["games"] == 4 for r in result["results"].values() for side in ("first", "second"))
     refused = run_cli("export", "-c", config, "--run", str(tmp_path), "--format", "onnx", "-o", str(tmp_path / "x"))
     assert refused.returncode == 2 and "action mask" in refused.stderr
+
+
+@pytest.mark.slow
+def test_cluster_run_records_videos_into_its_shared_store(cli, tmp_path):
+    """`parallel-rl run` end to end with record_every=1: the first evaluation's episode is in videos/."""
+    pytest.importorskip("imageio_ffmpeg")
+    from parallel_rl.storage import SharedStorage
+
+    run = cli("run", "run", "-c", os.path.join(REPO, "configs", "cartpole_dqn_parallel.py"),
+              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=5", "--collectors", "1",
+              "--set", "policy.eval.evaluator.record_every=1", "--port", "0",
+              env={"PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert run.wait(180) == 0, run.output()[-3000:]
+    videos = SharedStorage(str(tmp_path / "exp" / "shared")).videos()
+    assert videos and videos[0]["name"].endswith(".mp4"), run.output()[-3000:]
