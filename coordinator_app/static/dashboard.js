@@ -148,7 +148,6 @@ async function renderVideo() {
     $("video-caption").textContent = `policy v${newest.policy_version}`;
   }
   $("video-panel").hidden = false;
-  $("video-panel").parentElement.classList.add("with-video");
 }
 
 async function refresh() {
