@@ -5,7 +5,7 @@
 The network is a CartPole DQN (configs/cartpole_dqn.py): the given checkpoint's, else one trained here
 to the stop value (a few seconds). Measured, median of --repeats:
   eval      the `eval` command's evaluation (parallel_rl.after.evaluate.evaluate_policy: the pipelines'
-            evaluator over env.evaluator_env_num vector envs)
+            evaluator over env.evaluator_env_num vector envs), counting the reported episodes' steps only
   bare      a plain gymnasium loop: one env, `argmax(q(obs))` per step, no parallel_rl code
   bare-vec  gymnasium's vector env with the same number of envs, one batched forward per step
             (both bare loops play --bare-episodes, 100: their rate per env step is what is compared, and the
@@ -99,7 +99,9 @@ def main() -> None:
         eval_seconds, returns = [], []
         for r in range(args.repeats):
             info = evaluate_policy(cfg, policy, args.episodes, seed=1000 * r)
-            rates["eval"].append(info["env_steps"] / info["duration"])
+            # only the steps of the episodes it reports: an env that has played its share keeps stepping until
+            # the last one has, and those steps count in info["env_steps"] but are no use
+            rates["eval"].append(info["episodes"] * info["episode_length_mean"] / info["duration"])
             eval_seconds.append(info["duration"])
             returns.append(info["eval_episode_return_mean"])
             steps, seconds = bare_loop(policy.model, args.bare_episodes, seed=1000 * r)
