@@ -294,3 +294,18 @@ def test_cluster_run_records_videos_into_its_shared_store(cli, tmp_path):
     assert run.wait(180) == 0, run.output()[-3000:]
     videos = SharedStorage(str(tmp_path / "exp" / "shared")).videos()
     assert videos and videos[0]["name"].endswith(".mp4"), run.output()[-3000:]
+
+
+@pytest.mark.slow
+def test_train_api_runs_a_cluster_and_load_policy_reads_its_store(tmp_path, monkeypatch):
+    import parallel_rl
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    monkeypatch.setenv("PYTHONPATH", REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = parallel_rl.train(str(config), cluster=True, collectors=1, exp_name=str(tmp_path / "exp"))
+    assert run.solved and run.result == 0 and run.run_dir == str(tmp_path / "exp")
+    agent = parallel_rl.load_policy(run.run_dir)  # the shared store's newest checkpoint, with the run's config.json
+    assert agent.source.startswith(str(tmp_path / "exp" / "shared" / "policy"))
+    assert agent.act(np.zeros(agent.obs_shape, dtype=np.float32)) in range(2)
