@@ -115,7 +115,7 @@ def main() -> None:
         print(f"eval / bare     = {median['eval'] / median['bare']:.2f}x (target >= 0.8x)")
         print(f"eval / bare-vec = {median['eval'] / median['bare-vec']:.2f}x")
         try:
-            from parallel_rl.after.video import record_episodes
+            from parallel_rl.envs.video import record_episodes
         except ImportError:
             return
         video = []

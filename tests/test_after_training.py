@@ -226,7 +226,7 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
     pytest.importorskip("imageio_ffmpeg")
     import requests
 
-    from parallel_rl.after.video import encoded_bytes
+    from parallel_rl.envs.video import encoded_bytes
     from parallel_rl.config import compile_config
     from parallel_rl.storage import SharedStorage
     from tests.conftest import eventually

@@ -2,9 +2,9 @@
 from flask import Blueprint, jsonify, send_file
 
 from parallel_rl.errors import PathOutsideRootError
-from parallel_rl.interaction.http import ApiError
+from parallel_rl.transport import ApiError
 
-from .. import get_coordinator
+from ..context import get_coordinator
 
 bp = Blueprint("videos", __name__, url_prefix="/api/v1/videos")
 

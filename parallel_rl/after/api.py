@@ -64,7 +64,7 @@ def train(config: Union[str, Mapping[str, Any]], cluster: bool = False, collecto
     cfg = compile_config(apply_overrides(user, sets))
     run_dir = experiment_dir(cfg)
     if cluster:
-        from .checkpoints import save_run_config
+        from ..config import save_run_config
 
         os.makedirs(run_dir, exist_ok=True)
         save_run_config(cfg, run_dir)  # load_policy(run.run_dir) finds it, as for a serial run

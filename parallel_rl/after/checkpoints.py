@@ -17,22 +17,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from easydict import EasyDict
 
+from ..config import RUN_CONFIG_NAME
 from ..errors import ConfigError, StorageError
 
 logger = logging.getLogger(__name__)
-
-# the run directory's copy of its compiled config (written when a serial run starts): load_policy(path) reads it
-RUN_CONFIG_NAME = "config.json"
-
-
-def save_run_config(cfg: EasyDict, exp_dir: str) -> str:
-    """Write ``cfg`` as ``<exp_dir>/config.json`` so that the run's checkpoints can be loaded without the config
-    file (``parallel_rl.load_policy(path)``)."""
-    path = os.path.join(exp_dir, RUN_CONFIG_NAME)
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=1, default=str)
-    return path
-
 
 def find_run_config(path: str) -> Optional[str]:
     """The ``config.json`` of the run that holds ``path`` (it, its directory or a parent up to three levels)."""

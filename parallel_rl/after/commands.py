@@ -100,13 +100,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..commands import render_table
     from ..envs.multiagent import is_battle_env
     from .evaluate import battle_rows, evaluate_battle, evaluate_policy, summary_rows
-    from .video import record_episodes
+    from ..envs.video import record_episodes
 
     if args.episodes <= 0 or args.video_episodes < 0:
         raise ConfigError(f"--episodes must be > 0 and --video-episodes >= 0, got {args.episodes}, "
                           f"{args.video_episodes}")
     if args.video:
-        from .video import ffmpeg_writer
+        from ..envs.video import ffmpeg_writer
 
         ffmpeg_writer()  # a missing imageio-ffmpeg fails before the episodes are played
     cfg, checkpoint, env, policy = _policy_for(args, 1, args.seed)

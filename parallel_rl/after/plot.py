@@ -85,7 +85,7 @@ def run_history(run_dir: str) -> List[dict]:
 def group_key(run_dir: str) -> Tuple[str, str]:
     """(key, label): the run's config without ``exp_name``/``seed`` when it saved one, else its directory name
     without a seed suffix (``_s1``, ``-seed2``)."""
-    from .checkpoints import RUN_CONFIG_NAME
+    from ..config import RUN_CONFIG_NAME
 
     name = re.sub(r"[_-](s|seed)\d+$", "", os.path.basename(os.path.abspath(run_dir)))
     path = os.path.join(run_dir, RUN_CONFIG_NAME)

@@ -141,7 +141,7 @@ class ZerglingParallelCollector(BaseParallelCollector):
         info["policy_version"] = version
         record_every = int(self.cfg.policy.eval.evaluator.get("record_every", 0) or 0)
         if record_every > 0 and (self._evaluator.eval_count - 1) % record_every == 0:
-            from ..after.video import record_to_store
+            from ..envs.video import record_to_store
 
             info["video"] = record_to_store(self.storage, self.cfg, self._eval_policy.eval_mode.forward, version,
                                             seed=self._seed + self._evaluator.eval_count)

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 from easydict import EasyDict
 
-from ..envs.env_manager import EnvManager, import_env_modules
+from .env_manager import EnvManager, import_env_modules
 from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
