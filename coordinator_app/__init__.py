@@ -53,9 +53,9 @@ def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None
         app.extensions["parallel_rl.coordinator"] = coordinator
     install_json_errors(app)
 
-    from .views import buffers, cluster, dashboard, league, tasks, workers
+    from .views import buffers, cluster, dashboard, league, tasks, videos, workers
 
-    for module in (cluster, tasks, workers, buffers, league, dashboard):
+    for module in (cluster, tasks, workers, buffers, league, videos, dashboard):
         app.register_blueprint(module.bp)
     if coordinator is not None:
         from .metrics import install_metrics

@@ -15,6 +15,8 @@ Layout under the root (see docs/storage.md)::
     run.lock                       the lock of the run using the directory (lock_shared_dir)
     league/snapshot_000001234.pt   two-player self-play: policy versions frozen into the opponent pool
                                    (copies of policy checkpoints, so pruning those never removes them)
+    videos/video_000001234.mp4     an evaluator's recorded episode of that policy version (record_every;
+                                   made by the first video; the newest KEEP_VIDEOS are kept)
 
 Every local file is written to a temporary name in its directory and moved into
 place with ``os.replace``; an object is written with one whole-object PUT. Either
@@ -52,6 +54,7 @@ _CHUNK_RE = re.compile(r"^.+\.npz$")
 _STATE_RE = re.compile(r"^state_(\d{9,})\.(json|npz)$")
 _STATE_JSON_RE = re.compile(r"^state_(\d{9,})\.json$")
 _SNAPSHOT_RE = re.compile(r"^snapshot_(\d{9,})\.pt$")
+_VIDEO_RE = re.compile(r"^video_(\d{9,})\.mp4$")
 
 # the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
 NPY_MAX_HEADER = 10000
@@ -64,6 +67,8 @@ NOT_A_FILE_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG})
 COORDINATOR_STATE_FORMAT = 1
 # coordinator snapshots kept: the newest, and the one before as a fallback when the newest is damaged
 KEEP_COORDINATOR_STATES = 2
+# recorded evaluation episodes kept in videos/ (the dashboard plays the newest)
+KEEP_VIDEOS = 20
 # the lock file of the run that uses a shared directory (see SharedStorage.lock)
 RUN_LOCK_NAME = "run.lock"
 
@@ -524,6 +529,7 @@ class SharedStorage:
         self.learner_dir = posixpath.join(base, "learner")
         self.state_dir = posixpath.join(base, "coordinator")
         self.league_dir = posixpath.join(base, "league")  # made by the first league snapshot (self-play runs)
+        self.video_dir = posixpath.join(base, "videos")  # made by the first recorded episode (record_every)
         self.backend.prepare((self.data_dir, self.policy_dir, self.learner_dir, self.state_dir))
 
     def __repr__(self) -> str:
@@ -724,6 +730,45 @@ class SharedStorage:
         except FileNotFoundError:  # no league directory: not a self-play run
             return []
 
+    # ---- videos (recorded evaluation episodes) -------------------------------------------
+    def video_name(self, version: int) -> str:
+        return f"video_{int(version):09d}.mp4"
+
+    @_store_op("writing a video", write=True)
+    def save_video(self, version: int, data: bytes) -> str:
+        """Store the MP4 of an evaluation episode of policy ``version``; keep the newest KEEP_VIDEOS."""
+        self.backend.makedirs(self.video_dir)
+        path = posixpath.join(self.video_dir, self.video_name(version))
+        self.backend.write_atomic(path, lambda f: f.write(data))
+        for old in self.video_versions()[:-KEEP_VIDEOS]:
+            self.backend.unlink(posixpath.join(self.video_dir, self.video_name(old)))
+        return path
+
+    def video_versions(self) -> List[int]:
+        try:
+            return self._versions(self.video_dir, _VIDEO_RE)
+        except FileNotFoundError:  # no video recorded yet
+            return []
+
+    def videos(self) -> List[Dict[str, Any]]:
+        """The recorded episodes, newest first: ``name``, ``policy_version``, ``created`` (seconds since the epoch)."""
+        out = []
+        for version in reversed(self.video_versions()):
+            name = self.video_name(version)
+            try:
+                created = self.backend.mtime(posixpath.join(self.video_dir, name))
+            except FileNotFoundError:  # pruned since it was listed
+                continue
+            out.append({"name": name, "policy_version": version, "created": created})
+        return out
+
+    def video_source(self, name: str):
+        """A local path or an in-memory file of video ``name`` (FileNotFoundError when absent or not a video)."""
+        if not _VIDEO_RE.match(self.check_name(name)):
+            raise FileNotFoundError(name)
+        path = posixpath.join(self.video_dir, name)
+        return self.backend.readable(path)
+
     @_store_op("listing checkpoints")
     def _versions(self, directory: str, pattern: re.Pattern) -> List[int]:
         out = []
@@ -753,7 +798,7 @@ class SharedStorage:
         """(directory, name, is_temp) of every file of ours on the shared store."""
         for directory, pattern in ((self.data_dir, _CHUNK_RE), (self.policy_dir, _POLICY_RE),
                                    (self.learner_dir, _LEARNER_RE), (self.state_dir, _STATE_RE),
-                                   (self.league_dir, _SNAPSHOT_RE)):
+                                   (self.league_dir, _SNAPSHOT_RE), (self.video_dir, _VIDEO_RE)):
             try:
                 names = self.backend.listdir(directory)
             except FileNotFoundError:  # the league's is made by the first snapshot

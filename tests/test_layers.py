@@ -22,7 +22,7 @@ PACKAGES = ("parallel_rl", "coordinator_app")
 # coordinator_app. A room imports its own layer and the layers below it, never one above.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("cli", "__main__"),
-    ("commands",),
+    ("commands", "after"),  # after: the after-training commands (eval, plot, export) and the notebook API
     ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`
     ("config",),  # today the assembly of every component's defaults (#22 item 7 splits off a ground-floor schema)
     ("coordinator_app",),  # REST views
@@ -54,6 +54,9 @@ KNOWN_UPWARD: Set[Tuple[str, str]] = {
     ("parallel_rl.worker", "parallel_rl.interaction.learner_aggregator"),
     # the league's constants, used by a collector; #22 item 4 (wings) places the league
     ("parallel_rl.worker.marine_collector", "parallel_rl.coordinator.league"),
+    # the notebook API (#28): parallel_rl.train / parallel_rl.load_policy, a lazy facade (PEP 562 __getattr__) on
+    # the package, which otherwise holds __version__ only; the facade is what the issue asks for
+    ("parallel_rl", "parallel_rl.after.api"),
 }
 
 
