@@ -5,10 +5,10 @@ over :func:`default_config` and rejects keys the defaults do not know, naming th
 one. A default that is an empty dict is *open*: any keys are accepted below it (e.g. env kwargs).
 """
 from .assembly import compile_config, default_buffer_type, default_config, load_config
-from .schema import (DEVICES, SELFPLAY_POLICY_TYPES, apply_overrides, check_cluster_config, coerce, load_config_file,
+from .schema import (SELFPLAY_POLICY_TYPES, apply_overrides, check_cluster_config, coerce, load_config_file,
                      merge, parse_override, validate)
 
 __all__ = [
-    "DEVICES", "SELFPLAY_POLICY_TYPES", "apply_overrides", "check_cluster_config", "coerce", "compile_config",
+    "SELFPLAY_POLICY_TYPES", "apply_overrides", "check_cluster_config", "coerce", "compile_config",
     "default_buffer_type", "default_config", "load_config", "load_config_file", "merge", "parse_override", "validate",
 ]

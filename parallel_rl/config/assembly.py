@@ -95,6 +95,10 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     validate(cfg)
+    from ..policy.device import DEVICES  # the values the policy knows (the schema imports no component)
+
+    if cfg.policy.device not in DEVICES:
+        raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
     return cfg
 
 

@@ -17,8 +17,6 @@ from easydict import EasyDict
 
 from ..errors import ConfigError
 
-# the values of policy.device ("": DI-engine's policy.cuda decides); parallel_rl.policy.device resolves them
-DEVICES = ("", "cpu", "cuda", "auto")
 # the algorithms two-player self-play trains (serial); the cluster's Marine collectors only the off-policy ones
 SELFPLAY_POLICY_TYPES = ("dqn", "ppo")
 
@@ -160,8 +158,6 @@ def validate(cfg: EasyDict) -> None:
     if learner.world_size > cfg.policy.learn.batch_size:
         raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
                           f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")
-    if cfg.policy.device not in DEVICES:
-        raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
 
 
 def check_cluster_config(cfg: EasyDict) -> None:

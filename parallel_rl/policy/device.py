@@ -6,8 +6,9 @@ checkpoints on the shared disk always hold CPU tensors.
 """
 from __future__ import annotations
 
-from ..config.schema import DEVICES
 from ..errors import ConfigError
+
+DEVICES = ("", "cpu", "cuda", "auto")
 
 
 def resolve_device(policy_cfg) -> str:
