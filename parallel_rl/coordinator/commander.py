@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from easydict import EasyDict
 
-from ..config import check_cluster_config
+from ..config.schema import check_cluster_config
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
 from .league import MAIN, SELF, League, snapshot_version
