@@ -135,7 +135,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
     from .runtime import outcome_exit_code, setup_process
 
-    from .envs.spaces import check_env_fits
+    from .envs.fit import check_env_fits
 
     cfg = load_config(args.config, args.overrides)
     check_env_fits(cfg)

@@ -25,7 +25,7 @@ def _load_checked(args: argparse.Namespace):
     """The config, checked against the env (spaces fit the algorithm), the machine (device) and what the
     cluster trains before any process starts."""
     from .config import check_cluster_config
-    from .envs.spaces import check_env_fits
+    from .envs.fit import check_env_fits
 
     cfg = _load(args)
     check_cluster_config(cfg)

@@ -263,7 +263,7 @@ def test_eval_of_a_two_player_game_plays_the_configured_opponents(tmp_path):
     from parallel_rl.after.checkpoints import spaces_env
     from parallel_rl.config import load_config
     from parallel_rl.policy import create_policy
-    from parallel_rl.storage import _torch_save_atomic
+    from parallel_rl.storage import torch_save_atomic
 
     config = os.path.join(REPO, "configs", "tictactoe_selfplay.py")
     cfg = load_config(config)
@@ -271,7 +271,7 @@ def test_eval_of_a_two_player_game_plays_the_configured_opponents(tmp_path):
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
     env.close()
     os.makedirs(tmp_path / "ckpt")
-    _torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
+    torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
     out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "4", "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from parallel_rl.errors import ConfigError
 from parallel_rl.transport import LEASE_HEADER, ApiError
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
 from tests.test_operations import cluster  # noqa: F401  (fixture)
 
@@ -514,7 +514,8 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     import signal
 
     from parallel_rl.storage import SharedStorage
-    from tests.test_cluster import TOY_CONFIG, get, start_run
+    from tests.support import get
+    from tests.test_cluster import TOY_CONFIG, start_run
 
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)

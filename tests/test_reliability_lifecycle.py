@@ -8,7 +8,7 @@ from easydict import EasyDict
 
 from parallel_rl.errors import NotFoundError
 from parallel_rl.transport import ApiError
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import ScriptedSlave, slaves  # noqa: F401 (fixture)
 from tests.test_persistence import restarted
 
@@ -186,7 +186,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capl
     evaluate the damaged version."""
     from parallel_rl.storage import SharedStorage
     from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ZerglingParallelCollector(toy_cluster_config(tmp_path), storage, seed=0)
@@ -233,7 +233,7 @@ def test_learner_failures_are_counted_in_a_window_not_for_ever(coordinator_facto
                                              ("worker", {"failure_backoff": 2.0, "failure_max_backoff": 1.0})])
 def test_failure_limits_out_of_range_are_config_errors(tmp_path, section, values):
     from parallel_rl.errors import ConfigError
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     with pytest.raises(ConfigError, match=f"parallel.{section} needs"):
         toy_cluster_config(tmp_path, **{section: values})

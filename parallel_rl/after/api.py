@@ -71,7 +71,7 @@ def train(config: Union[str, Mapping[str, Any]], cluster: bool = False, collecto
         return _train_cluster(user, sets, run_dir, collectors)
     from ..entry.serial import serial_pipeline
     from ..envs.multiagent import is_battle_env
-    from ..envs.spaces import check_env_fits
+    from ..envs.fit import check_env_fits
 
     check_env_fits(cfg)
     pipeline = serial_pipeline

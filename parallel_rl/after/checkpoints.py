@@ -3,7 +3,7 @@
 Three places hold policies: a serial run's ``<exp_dir>/ckpt/*.pt`` (the learner's whole state under
 ``"policy"``), a cluster's shared store ``policy/policy_<version>.pt`` (the acting networks only; a
 local path or an object-store URL) and a compose volume (a shared store on a local path). Every file
-is read by :func:`parallel_rl.storage._torch_load` (``weights_only=True``) and loaded into the policy
+is read by :func:`parallel_rl.storage.torch_load` (``weights_only=True``) and loaded into the policy
 the config builds, so a checkpoint of another algorithm or env is refused with one line.
 """
 from __future__ import annotations
@@ -71,13 +71,13 @@ def _store_checkpoint(root: str, storage_options: Optional[dict]) -> Optional[Ch
 
 def read_checkpoint(path: str) -> Checkpoint:
     """One checkpoint file (``weights_only=True``); ConfigError naming it when it is missing or unreadable."""
-    from ..storage import _torch_load
+    from ..storage import torch_load
 
     if not os.path.isfile(path):
         raise ConfigError(f"checkpoint {path!r} not found; pass --checkpoint with a .pt file of a run "
                           f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
     try:
-        return Checkpoint(path, _torch_load(path))
+        return Checkpoint(path, torch_load(path))
     except StorageError as exc:  # torch's reasons run over many lines: the first says enough
         raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); pass a policy checkpoint written by "
                           f"parallel_rl") from None

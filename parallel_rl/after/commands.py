@@ -80,7 +80,7 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
     """(cfg, checkpoint, env, policy): the config's env (``num_envs`` copies; a two-player game's env manager for
     one) and the checkpoint's policy."""
     from ..config import load_config
-    from ..envs.spaces import check_env_fits
+    from ..envs.fit import check_env_fits
     from ..runtime import set_torch_threads
     from .checkpoints import build_policy, find_checkpoint, spaces_env
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 from easydict import EasyDict
 
-from ..config import check_cluster_config
+from ..config.schema import check_cluster_config
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
 from .commander_api import CommanderHandle
