@@ -32,7 +32,7 @@ from parallel_rl.envs.multiagent import BattleEnvManager  # noqa: E402
 from parallel_rl.policy import create_policy  # noqa: E402
 from parallel_rl.policy.bots import create_bot  # noqa: E402
 from parallel_rl.runtime import setup_process  # noqa: E402
-from parallel_rl.storage import _torch_load  # noqa: E402
+from parallel_rl.storage import torch_load  # noqa: E402
 from parallel_rl.worker.battle_evaluator import SIDES, BattleInteractionSerialEvaluator  # noqa: E402
 
 TARGETS = {
@@ -112,7 +112,7 @@ def main() -> int:
             # checkpoint a run delivers as its best: re-played here on fresh games, another seed)
             checked = {}
             for name in ("ckpt_final.pt", "ckpt_best.pt"):
-                state = _torch_load(os.path.join(tmp, "exp", "ckpt", name))
+                state = torch_load(os.path.join(tmp, "exp", "ckpt", name))
                 if checked and state["train_iter"] == next(iter(checked.values()))[0]:
                     break  # the best evaluation was the last one: the same policy
                 checked[name] = (state["train_iter"], final_check(cfg, policy_for(cfg, state), opponents,
@@ -139,7 +139,7 @@ def check_checkpoint(args, opponents) -> int:
     setup_process(cfg)
     if not os.path.isfile(args.checkpoint):
         raise SystemExit(f"--checkpoint {args.checkpoint}: no such file (a run writes <exp_name>/ckpt/ckpt_best.pt)")
-    state = _torch_load(args.checkpoint)
+    state = torch_load(args.checkpoint)
     start = time.perf_counter()
     final = final_check(cfg, policy_for(cfg, state), opponents, args.games, seed=54321 + int(cfg.seed))
     met = TARGETS.get(cfg.env.env_id, lambda r: True)(final)

@@ -30,7 +30,8 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
                           max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
                           max_connections=int(ccfg.get("max_open_connections", 0)))
-    coordinator.advertise_url = advertise or coordinator.advertise_url or server.url
+    membership = coordinator.membership
+    membership.advertise_url = advertise or membership.advertise_url or server.url
     return server
 
 
@@ -52,9 +53,9 @@ def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None
         app.extensions["parallel_rl.coordinator"] = coordinator
     install_json_errors(app)
 
-    from .views import buffers, cluster, dashboard, league, tasks, workers
+    from .views import buffers, cluster, dashboard, league, tasks, videos, workers
 
-    for module in (cluster, tasks, workers, buffers, league, dashboard):
+    for module in (cluster, tasks, workers, buffers, league, videos, dashboard):
         app.register_blueprint(module.bp)
     if coordinator is not None:
         from .metrics import install_metrics
@@ -64,11 +65,11 @@ def create_app(coordinator=None, test_config: Optional[Mapping[str, Any]] = None
         @app.before_request
         def _take_turn():  # a metadata request is served in its turn: see Admission
             if request.endpoint == "workers.metadata":
-                coordinator.admission.enter()
+                coordinator.flow.admission.enter()
 
         @app.teardown_request
         def _give_turn(exc):
-            coordinator.admission.leave()
+            coordinator.flow.admission.leave()
 
     @app.before_request
     def _read_auth():

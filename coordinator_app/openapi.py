@@ -230,6 +230,18 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                            "table of wins/draws/losses per pair, games played)",
                                 "responses": {"200": _json(_ref("League"), "the league"),
                                               **_errors("404")}}},
+            "/videos": {"get": {"summary": "recorded evaluation episodes, newest first (policy.eval.evaluator."
+                                           "record_every)",
+                                "responses": {"200": _json({"type": "object", "properties": {"videos": {
+                                    "type": "array", "items": {"type": "object", "properties": {
+                                        "name": {"type": "string"}, "policy_version": {"type": "integer"},
+                                        "created": {"type": "number"}, "url": {"type": "string"}}}}}},
+                                    "the videos")}}},
+            "/videos/{name}": {"get": {"summary": "one video (video/mp4; range requests)",
+                                       "parameters": [_path_param("name")],
+                                       "responses": {"200": {"description": "the MP4", "content": {
+                                           "video/mp4": {"schema": {"type": "string", "format": "binary"}}}},
+                                                     **_errors("404")}}},
             "/buffers/{name}": {"get": {"summary": "one buffer", "parameters": [_path_param("name")],
                                         "responses": {"200": _json(_ref("Buffer"), "the buffer"),
                                                       **_errors("404")}}},

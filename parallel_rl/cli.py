@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a group ends (its task, a lost rank), join the next one at the same address; for "
                         "ranks started on their own (compose, other hosts), not by the learner")
 
+    from .after.commands import add_parsers as add_after_training
+
+    add_after_training(sub, _add_config_args)  # eval, plot, export
+
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)
 
@@ -131,7 +135,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
     from .runtime import outcome_exit_code, setup_process
 
-    from .envs.spaces import check_env_fits
+    from .envs.fit import check_env_fits
 
     cfg = load_config(args.config, args.overrides)
     check_env_fits(cfg)
@@ -160,6 +164,10 @@ def cmd_serial(args: argparse.Namespace) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serial":
         return cmd_serial(args)
+    from .after.commands import COMMANDS as AFTER_TRAINING
+
+    if args.command in AFTER_TRAINING:
+        return AFTER_TRAINING[args.command](args)
     from . import commands  # the cluster commands live beside the servers they start
 
     return commands.dispatch(args)

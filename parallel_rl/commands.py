@@ -25,7 +25,7 @@ def _load_checked(args: argparse.Namespace):
     """The config, checked against the env (spaces fit the algorithm), the machine (device) and what the
     cluster trains before any process starts."""
     from .config import check_cluster_config
-    from .envs.spaces import check_env_fits
+    from .envs.fit import check_env_fits
 
     cfg = _load(args)
     check_cluster_config(cfg)
@@ -96,7 +96,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         coordinator.done_event.wait()
         if args.linger and not stopped.is_set():
             lingered = True
-            coordinator.release_workers()
+            coordinator.membership.release_workers()
             print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
             print(f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
                   f"dashboard) until stopped", flush=True)

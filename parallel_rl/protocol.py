@@ -9,8 +9,8 @@ runs on the sender, the chunk is on the shared disk, the policy was published) i
 some. Numbers keep their limits in the field's metadata (``lo``, ``hi``), where ``from_json`` and the OpenAPI
 schema both read them.
 
-Below it only the ground floor: ``parallel_rl.errors`` and the transport's codec (``field``/``number_field`` read
-the REST bodies with the same words as every other view).
+It stands on the floors below: the transport's codec (``field``/``number_field`` read the REST bodies with the
+same words as every other view) and the store's ``check_health_report`` (a worker's report on the store).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
 from .errors import ProtocolViolation
+from .storage.health import check_health_report
 from .transport.codec import field, number_field
 
 # counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
@@ -32,8 +33,6 @@ ROLES = ("collector", "learner")
 # the numbers of one batch of references in a sample answer, and of a priority update
 REFERENCE_KEYS = ("chunk", "row", "index", "uid", "weight")
 PRIORITY_KEYS = ("index", "uid", "priority")
-# seconds a worker waits before asking again when every long-poll slot was taken (an answer's retry_after)
-LONG_POLL_RETRY_AFTER = 1.0
 MAX_TASK_IDS = 1000  # tasks one heartbeat may name
 MAX_RANKS = 1024  # learner ranks one heartbeat may list
 
@@ -127,20 +126,10 @@ class StorageReport:
 
     @classmethod
     def from_json(cls, report: Any) -> "StorageReport":
-        if not isinstance(report, dict):
-            raise ProtocolViolation(f"'storage' must be an object, got {report!r:.80}")
-        healthy, error, since, faults = (report.get(k) for k in ("healthy", "error", "since", "faults"))
-        if not isinstance(healthy, bool):
-            raise ProtocolViolation(f"'storage.healthy' must be true or false, got {healthy!r:.40}")
-        if error is not None and not isinstance(error, str):
-            raise ProtocolViolation(f"'storage.error' must be a string or null, got {error!r:.40}")
-        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
-                                  or not 0 <= since < 1e11):
-            raise ProtocolViolation(f"'storage.since' must be epoch seconds or null, got {since!r:.40}")
-        if isinstance(faults, bool) or not isinstance(faults, int) or not 0 <= faults < MAX_COUNTER:
-            raise ProtocolViolation(f"'storage.faults' must be a count, got {faults!r:.40}")
-        return cls(healthy=healthy, faults=faults, error=None if error is None else error[:500],
-                   since=None if since is None else float(since))
+        try:
+            return cls(**check_health_report(report))
+        except ValueError as exc:
+            raise ProtocolViolation(str(exc)) from None
 
     def to_json(self) -> Dict[str, Any]:
         return {"healthy": self.healthy, "error": self.error, "since": self.since, "faults": self.faults}

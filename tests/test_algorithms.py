@@ -5,7 +5,7 @@ import torch
 
 from parallel_rl.config import compile_config
 from parallel_rl.envs import EnvManager
-from parallel_rl.envs.spaces import check_env_fits
+from parallel_rl.envs.fit import check_env_fits
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.ppo import gae_advantages

@@ -11,7 +11,7 @@ from parallel_rl.envs import EnvManager
 from parallel_rl.errors import ConfigError
 from parallel_rl.worker.compat import AsyncCollector
 
-from .conftest import ConstantPolicy
+from .support import ConstantPolicy
 
 FORK = multiprocessing.get_context("fork")  # the gate Event reaches the env workers by inheritance
 

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from tests.test_cluster import alive, child_pids, role_of
-from tests.test_operations import free_port
+from tests.support import free_port
 from tests.test_resilience import ENV, check_replay_index
 
 CONFIG = "configs/cartpole_dqn_parallel.py"

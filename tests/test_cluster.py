@@ -5,9 +5,8 @@ import signal
 import textwrap
 
 import pytest
-import requests
 
-from tests.conftest import eventually
+from tests.support import eventually, get
 
 TOY_CONFIG = textwrap.dedent("""
     main_config = dict(
@@ -64,10 +63,6 @@ def start_run(cli, tmp_path, config, *extra):
     run = cli("run", "run", "-c", config, "--set", f"exp_name={tmp_path / 'exp'}", *extra)
     url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+/api/v1)$").group(1)
     return run, url
-
-
-def get(url, path):
-    return requests.get(url + path, timeout=5).json()
 
 
 def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):

@@ -71,7 +71,7 @@ def test_episode_collector_exact_episodes(toy_env, constant_policy):
 
 
 def test_reset_policy_and_env(toy_env, constant_policy):
-    from tests.conftest import ConstantPolicy
+    from tests.support import ConstantPolicy
 
     collector = create_serial_collector({"type": "sample"}, toy_env, constant_policy)
     collector.reset_policy(ConstantPolicy(0))
@@ -96,7 +96,7 @@ def test_invalid_arguments(toy_env, constant_policy):
 def test_zergling_collector_sees_new_checkpoints_on_the_disk(tmp_path):
     from parallel_rl.storage import SharedStorage
     from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
     storage = SharedStorage(str(tmp_path / "shared"))

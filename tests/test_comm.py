@@ -17,7 +17,7 @@ from parallel_rl.worker import (
 )
 from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
 
-from .conftest import eventually
+from .support import eventually
 
 TOKEN = "test-token"
 

@@ -8,7 +8,7 @@ from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
 from parallel_rl.worker.compat import Collector, CollectStats, CollectStatsBase
 
-from .conftest import ConstantPolicy
+from .support import ConstantPolicy
 
 
 def test_collect_accepts_exactly_one_of_n_step_and_n_episode(toy_env, constant_policy):

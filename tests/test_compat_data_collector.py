@@ -12,7 +12,7 @@ from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
 from parallel_rl.worker.compat import DataCollectorBase, SyncDataCollector
 
-from .conftest import ConstantPolicy, eventually
+from .support import ConstantPolicy, eventually
 
 
 class BiasPolicy:

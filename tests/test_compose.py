@@ -8,13 +8,12 @@ runs them under a real one).
 """
 import re
 import signal
-import socket
 
 import pytest
 import requests
 import yaml
 
-from tests.conftest import eventually
+from tests.support import eventually, free_port
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -70,12 +69,6 @@ def test_dockerfile():
     assert re.search(r'^ENTRYPOINT \["parallel-rl"\]$', text, re.M)
     assert all("-c constraints.txt" in line for line in text.splitlines() if "pip install" in line)
     assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def interpolate(value: str, env: dict) -> str:

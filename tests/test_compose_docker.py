@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import eventually
+from tests.support import eventually
 
 # cold (engine, base image and torch layer to make) it takes minutes on 2 cores; warm, a few
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]

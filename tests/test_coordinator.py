@@ -10,7 +10,7 @@ import requests
 from parallel_rl.errors import RemoteError
 from parallel_rl.transport import HttpClient, pack_array, unpack_array
 from parallel_rl.interaction.slave import Slave, SlaveTask
-from tests.conftest import eventually
+from tests.support import eventually
 
 TOKEN = "test-token"
 

@@ -3,7 +3,7 @@ import pytest
 from parallel_rl.envs import EnvManager
 from parallel_rl.worker import InteractionSerialEvaluator, VectorEvalMonitor
 from parallel_rl.worker.evaluator import InteractionSerialEvaluator as Evaluator
-from tests.conftest import ConstantPolicy
+from tests.support import ConstantPolicy
 
 
 def test_monitor_spreads_episodes_evenly():

@@ -7,7 +7,7 @@ from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
 from parallel_rl.worker import InteractionSerialEvaluator, SampleSerialCollector, VectorEvalMonitor
 
-from .conftest import ConstantPolicy
+from .support import ConstantPolicy
 
 
 class InfoCountingEnv(CountingEnv):

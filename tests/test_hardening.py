@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from parallel_rl.errors import ConfigError
 from parallel_rl.transport import LEASE_HEADER, ApiError
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
 from tests.test_operations import cluster  # noqa: F401  (fixture)
 
@@ -217,7 +217,7 @@ def start_long_polls(collector, n):
 def test_long_polls_give_up_their_turn_so_batches_are_still_applied(coordinator_factory, slaves):  # noqa: F811
     """A metadata request is served in one of ADMITTED turns, and a long-poll gives its turn back before it
     waits: more long-polls than turns leave batches answered at once, not after the long-polls."""
-    from parallel_rl.coordinator.coordinator import ADMITTED
+    from parallel_rl.coordinator.flow_control import ADMITTED
 
     coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0},
                                               coordinator={"long_poll_slots": ADMITTED + 1})
@@ -514,7 +514,8 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     import signal
 
     from parallel_rl.storage import SharedStorage
-    from tests.test_cluster import TOY_CONFIG, get, start_run
+    from tests.support import get
+    from tests.test_cluster import TOY_CONFIG, start_run
 
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)

@@ -19,19 +19,21 @@ PACKAGES = ("parallel_rl", "coordinator_app")
 
 # Top to bottom (docs: /work/shared/DESIGN.md "Growing the house"). A room is a package or module of parallel_rl
 # (``parallel_rl.interaction.slave`` is in room ``interaction``; the root ``parallel_rl`` holds __version__), or
-# coordinator_app. A room imports its own layer and the layers below it, never one above.
+# coordinator_app; a module of a package can be a room of its own where LAYERS names it (``config.schema``, the
+# ground floor of the config package, whose assembly is on a top floor). A room imports its own layer and the
+# layers below it, never one above.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("cli", "__main__"),
-    ("commands",),
+    ("commands", "after"),  # after: the after-training commands (eval, plot, export) and the notebook API
     ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`
-    ("config",),  # today the assembly of every component's defaults (#22 item 7 splits off a ground-floor schema)
+    ("config",),  # the assembly of every component's defaults (config.assembly)
     ("coordinator_app",),  # REST views
     ("coordinator",),
     ("interaction",),  # the process shells: slaves, comm
     ("worker",),  # collector, learner and evaluator logic
     ("policy", "data", "envs"),
     ("protocol",),  # typed messages
-    ("storage", "runtime", "progress", "registry", "tblog"),
+    ("storage", "runtime", "progress", "registry", "tblog", "config.schema"),  # config.schema: merge, coerce, validate
     ("transport",),  # HTTP server, client, codec: on errors alone
     ("errors", "parallel_rl"),
 )
@@ -39,23 +41,21 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
 # Circles known today, each fixed by a step of #22 in flight: remove an entry when its fix is merged (the test
 # fails while an entry names a circle that no longer exists). A new circle is never added here: break it.
 KNOWN_CIRCLES: List[Set[str]] = [
-    # the commander reaches back into the coordinator (#22 item 1: a declared interface)
-    {"parallel_rl.coordinator.commander", "parallel_rl.coordinator.coordinator"},
-    # the env spaces and the env managers import each other (#22: envs/spaces <-> env_manager/multiagent)
-    {"parallel_rl.envs.env_manager", "parallel_rl.envs.multiagent", "parallel_rl.envs.spaces"},
 ]
 
 # Imports from a lower layer to a higher one known today (importer, imported), each to go with a step of #22;
 # the same rules as KNOWN_CIRCLES.
 KNOWN_UPWARD: Set[Tuple[str, str]] = {
-    # config is top-floor assembly today; #22 item 7 moves merge/coerce/validate to a ground-floor schema
-    ("parallel_rl.coordinator.commander", "parallel_rl.config"),
+    # a slave compiles the config the coordinator sends it: the defaults of every component (config.assembly)
     ("parallel_rl.interaction.slave", "parallel_rl.config"),
     # DI-engine's names in parallel_rl.worker, lazily; #22 item 4 moves them to compat/
     ("parallel_rl.worker", "parallel_rl.interaction.comm"),
     ("parallel_rl.worker", "parallel_rl.interaction.learner_aggregator"),
     # the league's constants, used by a collector; #22 item 4 (wings) places the league
     ("parallel_rl.worker.marine_collector", "parallel_rl.coordinator.league"),
+    # the notebook API (#28): parallel_rl.train / parallel_rl.load_policy, a lazy facade (PEP 562 __getattr__) on
+    # the package, which otherwise holds __version__ only; the facade is what the issue asks for
+    ("parallel_rl", "parallel_rl.after.api"),
 }
 
 
@@ -152,6 +152,8 @@ def a_cycle(graph: Dict[str, Dict[str, int]], part: Set[str]) -> str:
 def room(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "parallel_rl":
+        if ".".join(parts[1:3]) in layer_of(LAYERS):  # a module that is a room of its own
+            return ".".join(parts[1:3])
         return parts[1] if len(parts) > 1 else "parallel_rl"
     return parts[0]
 

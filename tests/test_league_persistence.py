@@ -11,9 +11,9 @@ import requests
 from parallel_rl.config import compile_config
 from parallel_rl.coordinator.commander import LeagueCommander, SoloCommander
 from parallel_rl.coordinator.league import MAIN, League
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_marine import CLUSTER_CONFIG
-from tests.test_operations import free_port
+from tests.support import free_port
 
 TOKEN = "league-token"
 ENV = {"PARALLEL_RL_TOKEN": TOKEN}

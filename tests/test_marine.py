@@ -11,7 +11,7 @@ import requests
 from parallel_rl.config import compile_config
 from parallel_rl.storage import SharedStorage, load_npz
 from parallel_rl.worker.marine_collector import MarineParallelCollector
-from tests.conftest import eventually
+from tests.support import eventually
 
 BATTLE = {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env", "env_kwargs": {"start": 5},
           "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4}

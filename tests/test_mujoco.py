@@ -83,7 +83,7 @@ def test_coordinator_hands_out_random_warm_up_then_batches_only_once_it_is_in(co
     """Collectors are told to act randomly until the cluster has policy.random_collect_size env steps, may run
     that far ahead of the learner, and the learner gets no batch before the warm-up is in the buffer (its own
     min_buffer_size, 8, is below it)."""
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8},
                              commander={"max_env_steps_per_update": 1.0, "warmup_env_steps": 4})

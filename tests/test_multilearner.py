@@ -14,10 +14,9 @@ import signal
 
 import numpy as np
 import pytest
-import requests
 
 from parallel_rl.config import compile_config
-from tests.conftest import eventually
+from tests.support import eventually, get
 from tests.test_cluster import alive, child_pids, start_run, toy_config  # noqa: F401 (fixture)
 
 STEPS = 3
@@ -177,10 +176,6 @@ def test_world_size_config_is_checked():
         compile_config({"policy": {"type": "ppo"}, "parallel": {"learner": {"world_size": 2}}})
     with pytest.raises(ConfigError, match=r"learner.world_size=0"):
         compile_config({"parallel": {"learner": {"world_size": 0}}})
-
-
-def get(url, path):
-    return requests.get(url + path, timeout=5).json()
 
 
 def test_coordinator_sees_one_learner_with_its_ranks(coordinator_factory):

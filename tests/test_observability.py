@@ -5,7 +5,7 @@ import shutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_cluster import start_run, toy_config  # noqa: F401  (fixture)
 from tests.test_coordinator import ScriptedSlave, slaves  # noqa: F401  (fixture)
 

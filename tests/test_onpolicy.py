@@ -8,7 +8,7 @@ import requests
 from parallel_rl.config import compile_config, load_config_file
 from parallel_rl.data import SegmentReplayBuffer
 from parallel_rl.errors import ConfigError
-from tests.conftest import eventually
+from tests.support import eventually
 
 TOKEN = "test-token"
 

@@ -2,13 +2,12 @@
 import json
 import re
 import signal
-import socket
 
 import pytest
 import requests
 
 from parallel_rl.storage import SharedStorage
-from tests.conftest import eventually
+from tests.support import eventually, free_port
 from tests.test_cluster import TOY_CONFIG
 
 TOKEN = "ops-token"
@@ -92,12 +91,6 @@ def test_sigterm_collector_hands_back_its_task_and_deregisters(cluster):
     assert task["state"] in ("cancelled", "finished")
     assert cluster.get("/buffers")["buffers"][0]["size"] > 0  # what it wrote stays
     assert re.search(r"deregistered", collector.output())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_collector_back_at_the_same_address_registers_again(cluster):

@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import api, slaves  # noqa: F401 (fixture)
 
 

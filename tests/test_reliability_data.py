@@ -8,20 +8,15 @@ import threading
 
 import numpy as np
 import pytest
-import requests
 
 from parallel_rl.coordinator.replay import ReplayIndex
 from parallel_rl.data.buffer import AdvancedReplayBuffer, NaiveReplayBuffer
 from parallel_rl.errors import StorageError
 from parallel_rl.storage import SharedStorage
-from tests.conftest import eventually
+from tests.support import eventually, get
 from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 from tests.test_hardening import post_metadata
 from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401  (fixtures)
-
-
-def get(api, path):
-    return requests.get(api + path, timeout=5).json()
 
 
 # ---- 14. a batch larger than the buffer -------------------------------------------------------------
@@ -247,7 +242,7 @@ def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(tmp_path, m
 
     from coordinator_app import serve_coordinator
     from parallel_rl.coordinator import Coordinator
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     store = ThreadedMotoServer("127.0.0.1", 0, verbose=False)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from easydict import EasyDict
 
+from parallel_rl.errors import NotFoundError
 from parallel_rl.transport import ApiError
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import ScriptedSlave, slaves  # noqa: F401 (fixture)
 from tests.test_persistence import restarted
 
@@ -51,9 +52,9 @@ def test_snapshots_hold_no_lease_tokens_yet_workers_are_re_adopted(coordinator_f
     other = restarted(coordinator)
     assert other.resume()
     assert other.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(NotFoundError) as refused:
         other.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
-    assert refused.value.status == 404
+    assert refused.value.http_status == 404
 
 
 def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_factory):
@@ -185,7 +186,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capl
     evaluate the damaged version."""
     from parallel_rl.storage import SharedStorage
     from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ZerglingParallelCollector(toy_cluster_config(tmp_path), storage, seed=0)
@@ -232,7 +233,7 @@ def test_learner_failures_are_counted_in_a_window_not_for_ever(coordinator_facto
                                              ("worker", {"failure_backoff": 2.0, "failure_max_backoff": 1.0})])
 def test_failure_limits_out_of_range_are_config_errors(tmp_path, section, values):
     from parallel_rl.errors import ConfigError
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     with pytest.raises(ConfigError, match=f"parallel.{section} needs"):
         toy_cluster_config(tmp_path, **{section: values})

@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from parallel_rl.transport import LEASE_HEADER
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -4,7 +4,7 @@ import signal
 
 import requests
 
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_cluster import TOY_CONFIG, alive, child_pids, start_run
 from tests.test_operations import free_port
 

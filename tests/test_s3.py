@@ -117,7 +117,7 @@ def test_checkpoints_are_versioned_pruned_and_announced(bucket):
     assert store.load_learner_state(store.latest_learner_version()) == {"iteration": 10}
     assert store.prune_checkpoints(keep=1) == 4
     assert objects(bucket) == ["run/learner/learner_000000010.pt", "run/policy/policy_000000010.pt"]
-    from tests.conftest import eventually
+    from tests.support import eventually
 
     eventually(lambda: store.policy_dir_stamp() != stamp, timeout=5, message="the policy listing's stamp changed")
 
@@ -280,7 +280,7 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
     import boto3
 
     from parallel_rl.coordinator import Coordinator, create_parallel_commander
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
     url = f"s3://{bucket}/run"

@@ -36,7 +36,7 @@ def test_pipelines_called_from_python_run_torch_on_the_configured_threads(tmp_pa
     import torch
 
     from parallel_rl.entry.serial import serial_pipeline
-    from tests.conftest import toy_cluster_config
+    from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
     cfg.serial.max_train_iter = 2

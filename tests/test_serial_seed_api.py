@@ -23,7 +23,7 @@ from parallel_rl.worker import (
     to_tensor_transitions,
 )
 
-from .conftest import ConstantPolicy
+from .support import ConstantPolicy
 from .test_learner import FakeLearnMode, learner_cfg
 
 

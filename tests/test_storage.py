@@ -178,7 +178,7 @@ def test_temp_files_left_by_killed_writers_are_swept_once_stale(storage):
 def test_the_coordinator_sweeps_stale_temp_files_when_it_starts(coordinator_factory, tmp_path):
     import time
 
-    from tests.conftest import eventually
+    from tests.support import eventually
 
     left = SharedStorage(str(tmp_path / "shared"))  # the root the coordinator will use
     path = os.path.join(left.learner_dir, ".tmp-99-1-learner_000000200.pt")

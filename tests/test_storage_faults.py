@@ -11,7 +11,7 @@ import requests
 
 from parallel_rl.errors import StorageError, StorageFaultError
 from parallel_rl.storage import SharedStorage, StorageHealth, check_health_report
-from tests.conftest import eventually
+from tests.support import eventually
 from tests.test_observability import chrome
 from tests.test_operations import ENV as TOKEN_ENV, TOKEN
 

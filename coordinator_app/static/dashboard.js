@@ -137,6 +137,19 @@ async function renderLeague() {
   }
 }
 
+// recorded evaluation episodes (policy.eval.evaluator.record_every): the newest plays beside the eval chart
+async function renderVideo() {
+  const {videos} = await get("/videos");
+  if (!videos.length) return;
+  const newest = videos[0], video = $("episode-video");
+  if (video.dataset.name !== newest.name) {
+    video.dataset.name = newest.name;
+    video.src = `${API}/videos/${encodeURIComponent(newest.name)}`;
+    $("video-caption").textContent = `policy v${newest.policy_version}`;
+  }
+  $("video-panel").hidden = false;
+}
+
 async function refresh() {
   try {
     const [c, collectors, learners, tasks, history] = await Promise.all([
@@ -146,6 +159,7 @@ async function refresh() {
     renderTasks(tasks.tasks.slice(-20));
     renderCharts(history);
     await renderLeague();
+    await renderVideo();
     $("error").textContent = "";
     document.body.dataset.updated = String(Date.now());
   } catch (err) {

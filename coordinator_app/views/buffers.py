@@ -32,5 +32,5 @@ def sample(name: str):
     ask = SampleRequest.from_json(json_body())
     out = coordinator.sample(ask.worker_id, ask.batch_size, ask.batches, ask.train_iter, priorities=ask.priorities,
                              wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER))
-    control = coordinator.control_for(coordinator.get_worker(ask.worker_id))
+    control = coordinator.flow.control_for(coordinator.membership.get_worker(ask.worker_id))
     return jsonify(SampleAnswer(**out, control=control).to_json())

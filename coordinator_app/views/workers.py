@@ -35,13 +35,13 @@ def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
     registration = Registration.from_json(json_body())
-    worker = get_coordinator().add_worker(kind, registration.address, registration.worker_id)
+    worker = get_coordinator().membership.add_worker(kind, registration.address, registration.worker_id)
     return jsonify(worker.to_dict()), 201
 
 
 @bp.get("/<collection>/<worker_id>")
 def get_worker(collection: str, worker_id: str):
-    return jsonify(get_coordinator().get_worker(worker_id, _kind(collection)).to_dict())
+    return jsonify(get_coordinator().membership.get_worker(worker_id, _kind(collection)).to_dict())
 
 
 @bp.delete("/<collection>/<worker_id>")
@@ -54,9 +54,9 @@ def remove_worker(collection: str, worker_id: str):
     coordinator = get_coordinator()
     body = request.get_json(silent=True) or {}
     if isinstance(body, dict) and body.get("self") is True:
-        worker = coordinator.deregister(worker_id, kind, request.headers.get(LEASE_HEADER))
+        worker = coordinator.membership.deregister(worker_id, kind, request.headers.get(LEASE_HEADER))
     else:
-        worker = coordinator.remove_worker(worker_id, kind)
+        worker = coordinator.membership.remove_worker(worker_id, kind)
     return jsonify(worker.to_dict())
 
 
@@ -65,9 +65,10 @@ def heartbeat(worker_id: str):
     require_token()
     coordinator = get_coordinator()
     beat = Heartbeat.from_json(request.get_json(silent=True) if request.content_length else None)
-    worker = coordinator.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems, beat.tasks,
-                                   ranks=beat.ranks, storage=beat.storage.to_json() if beat.storage else None)
-    return jsonify(coordinator.control_for(worker))
+    worker = coordinator.membership.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems,
+                                              beat.tasks, ranks=beat.ranks,
+                                              storage=beat.storage.to_json() if beat.storage else None)
+    return jsonify(coordinator.flow.control_for(worker))
 
 
 @bp.post("/workers/<worker_id>/metadata")

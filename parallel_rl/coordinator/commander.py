@@ -4,25 +4,24 @@
 collector; an evaluator task on a collector whenever the policy has advanced
 ``eval_freq`` iterations since the last evaluation; failed tasks are replaced
 (up to ``max_task_attempts`` within ``task_failure_window``); epsilon decays with collected env steps.
-The coordinator calls :meth:`step` whenever something changed.
+The coordinator calls :meth:`step` whenever something changed. What a commander implements and what it
+may do of the coordinator: :mod:`.commander_api`.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from easydict import EasyDict
 
-from ..config import check_cluster_config
+from ..config.schema import check_cluster_config
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
+from .commander_api import CommanderHandle
 from .league import MAIN, SELF, League, snapshot_version
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker, WorkerState
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .coordinator import Coordinator
 
 logger = logging.getLogger(__name__)
 
@@ -33,21 +32,25 @@ CONFIG_ERROR_PREFIX = "ConfigError: "
 
 
 class SoloCommander:
-    def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
-        """``coordinator`` may be attached later (the Coordinator does it when given this commander)."""
+    """A :class:`~parallel_rl.coordinator.commander_api.Commander`."""
+
+    def __init__(self, cfg: EasyDict, cluster: Optional[CommanderHandle] = None):
+        """``cluster`` may be attached later (:meth:`attach`: the Coordinator does it when given this commander)."""
         self.cfg = cfg
-        self.coordinator = coordinator
+        self.cluster = cluster
         self.ccfg = cfg.parallel.commander
         self._epsilon = exploration_schedule(cfg.policy)
         self.last_eval_version: Optional[int] = None
+
+    def attach(self, cluster: CommanderHandle) -> None:
+        self.cluster = cluster
 
     def epsilon(self, env_steps: int) -> float:
         return self._epsilon(env_steps)
 
     # ---- scheduling ------------------------------------------------------------------
     def step(self) -> None:
-        c = self.coordinator
-        if c.system_shutdown_flag:
+        if self.cluster.over:
             return
         self._assign_pending()
         self._ensure_learner()
@@ -56,12 +59,12 @@ class SoloCommander:
 
     def _free_workers(self, kind: str) -> list:
         # a worker backing off after a task it failed on the shared store is not free (its next task would fail)
-        return [w for w in self.coordinator.workers.list(kind)
+        return [w for w in self.cluster.workers(kind)
                 if w.state == WorkerState.IDLE and w.current_task is None and w.assignable]
 
     def _assign_pending(self) -> None:
-        c = self.coordinator
-        for task in c.tasks.list(state=TaskState.PENDING.value):
+        c = self.cluster
+        for task in c.tasks(state=TaskState.PENDING.value):
             if task.kind == TaskKind.EVALUATOR:
                 worker = self._eval_worker()
             else:
@@ -71,41 +74,41 @@ class SoloCommander:
                 c.assign(task, worker)
 
     def _ensure_learner(self) -> None:
-        c = self.coordinator
-        live = [t for t in c.tasks.list(kind=TaskKind.LEARNER.value) if not t.state.is_final]
+        c = self.cluster
+        live = [t for t in c.tasks(kind=TaskKind.LEARNER.value) if not t.state.is_final]
         if live:
             return
         free = self._free_workers("learner")
         if free:
             spec = {"resume": c.storage.latest_learner_version() is not None}
-            c.assign(c.tasks.create(TaskKind.LEARNER, spec), free[0])
+            c.assign(c.create_task(TaskKind.LEARNER, spec), free[0])
 
     def _feed_collectors(self) -> None:
-        c = self.coordinator
+        c = self.cluster
         for worker in self._free_workers("collector"):
-            task = c.tasks.create(TaskKind.COLLECTOR, {"env_steps": int(self.ccfg.collector_task_env_steps)})
+            task = c.create_task(TaskKind.COLLECTOR, {"env_steps": int(self.ccfg.collector_task_env_steps)})
             c.assign(task, worker)
 
     def _eval_worker(self) -> Optional[Worker]:
-        candidates = [w for w in self.coordinator.workers.list("collector") if w.assignable and w.eval_task is None]
+        candidates = [w for w in self.cluster.workers("collector") if w.assignable and w.eval_task is None]
         # spread evaluations: prefer the collector that has finished the fewest tasks
         return min(candidates, key=lambda w: w.tasks_done, default=None)
 
     def _schedule_eval(self) -> None:
-        c = self.coordinator
+        c = self.cluster
         version = c.policy_version
         if version < 0:
             return
         if self.last_eval_version is not None and version - self.last_eval_version < self.ccfg.eval_freq:
             return
-        if any(not t.state.is_final for t in c.tasks.list(kind=TaskKind.EVALUATOR.value)):
+        if any(not t.state.is_final for t in c.tasks(kind=TaskKind.EVALUATOR.value)):
             return
         worker = self._eval_worker()
         if worker is None:
             return
         self.last_eval_version = version
         spec = {"policy_version": version, "n_episode": int(self.cfg.env.n_evaluator_episode)}
-        c.assign(c.tasks.create(TaskKind.EVALUATOR, spec), worker)
+        c.assign(c.create_task(TaskKind.EVALUATOR, spec), worker)
 
     # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -130,7 +133,7 @@ class SoloCommander:
         now = time.time()
         window = float(self.ccfg.task_failure_window)
         failures = [t for t in task.failures if window <= 0 or now - t <= window]
-        quiet = float(self.coordinator.cfg.parallel.worker.storage_max_backoff)
+        quiet = float(self.cfg.parallel.worker.storage_max_backoff)
         if not (store_fault and failures and now - failures[-1] < quiet):
             failures.append(now)
         else:
@@ -140,21 +143,24 @@ class SoloCommander:
             logger.error("commander: %s failed %d times%s, not retrying: %s", task.task_id, len(failures), within,
                          task.error)
             if task.kind == TaskKind.LEARNER:
-                self.coordinator.finish("failed", f"learner task failed {len(failures)} times{within}: {task.error}")
+                self.cluster.finish("failed", f"learner task failed {len(failures)} times{within}: {task.error}")
             elif (task.error or "").startswith(CONFIG_ERROR_PREFIX):
                 # the config cannot run (e.g. a game found not zero-sum mid-run): every new task would fail
                 # alike, so the run ends instead of failing task after task
-                self.coordinator.finish("failed", f"{task.kind.value} task failed {len(failures)} times{within} on "
-                                                  f"the config: {task.error}")
+                self.cluster.finish("failed", f"{task.kind.value} task failed {len(failures)} times{within} on "
+                                              f"the config: {task.error}")
             return
         spec = dict(task.spec)
         if task.kind == TaskKind.LEARNER:
             spec["resume"] = True
         if task.kind == TaskKind.EVALUATOR:
-            spec["policy_version"] = max(spec["policy_version"], self.coordinator.policy_version)
-        replacement = self.coordinator.tasks.create(task.kind, spec, replaces=task, failures=failures)
+            spec["policy_version"] = max(spec["policy_version"], self.cluster.policy_version)
+        replacement = self.cluster.create_task(task.kind, spec, replaces=task, failures=failures)
         logger.info("commander: %s replaces failed %s (attempt %d of %d%s)", replacement.task_id, task.task_id,
                     len(failures) + 1, self.ccfg.max_task_attempts, f" within {window:g}s" if window > 0 else "")
+
+    def on_task_finished(self, task: Task) -> None:
+        """Nothing to do: the next :meth:`step` hands the worker a new task."""
 
 
 COMMANDER_REGISTRY.register("solo", SoloCommander)
@@ -171,14 +177,13 @@ class LeagueCommander(SoloCommander):
     takes that opponent out of the pool. The run stops on the evaluator's win-rate target.
     """
 
-    def __init__(self, cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
+    def __init__(self, cfg: EasyDict, cluster: Optional[CommanderHandle] = None):
         check_cluster_config(cfg)
-        super().__init__(cfg, coordinator)
+        super().__init__(cfg, cluster)
         self.league = League(cfg.league, seed=cfg.seed)
 
     def step(self) -> None:
-        c = self.coordinator
-        if not c.system_shutdown_flag:
+        if not self.cluster.over:
             self._snapshot()
         super().step()
 
@@ -195,10 +200,10 @@ class LeagueCommander(SoloCommander):
         logger.info("commander: league restored: pool %s, %d games", self.league.pool, self.league.games)
 
     def _snapshot(self) -> None:
-        version = self.coordinator.policy_version
+        version = self.cluster.policy_version
         if version < 0 or not self.league.wants_snapshot(version):
             return
-        storage = self.coordinator.storage
+        storage = self.cluster.storage
         try:
             storage.snapshot_policy(version)
         except FileNotFoundError:  # pruned already: the next version will do
@@ -210,11 +215,11 @@ class LeagueCommander(SoloCommander):
             storage.remove_league_snapshot(snapshot_version(gone))
 
     def _feed_collectors(self) -> None:
-        c = self.coordinator
+        c = self.cluster
         for worker in self._free_workers("collector"):
             spec = {"env_steps": int(self.ccfg.collector_task_env_steps),
                     "players": {"train": MAIN, "opponent": self.league.choose_opponent()}}
-            c.assign(c.tasks.create(TaskKind.COLLECTOR, spec), worker)
+            c.assign(c.create_task(TaskKind.COLLECTOR, spec), worker)
 
     def on_games(self, opponent: str, counts: dict) -> None:
         """A collector's game results: the training player's wins, draws and losses against ``opponent``."""
@@ -231,6 +236,7 @@ class LeagueCommander(SoloCommander):
 COMMANDER_REGISTRY.register("league", LeagueCommander)
 
 
-def create_parallel_commander(cfg: EasyDict, coordinator: Optional["Coordinator"] = None):
-    """Build the commander named by ``cfg.parallel.commander.type`` (``solo`` or a registered one)."""
-    return COMMANDER_REGISTRY.build(cfg.parallel.commander.type, cfg, coordinator)
+def create_parallel_commander(cfg: EasyDict, cluster: Optional[CommanderHandle] = None):
+    """Build the commander named by ``cfg.parallel.commander.type`` (``solo`` or a registered one): a
+    :class:`~parallel_rl.coordinator.commander_api.Commander`."""
+    return COMMANDER_REGISTRY.build(cfg.parallel.commander.type, cfg, cluster)

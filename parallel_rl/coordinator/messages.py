@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .. import protocol
 from ..errors import (ForbiddenError, NotFoundError, ProtocolViolation, RequestRefused, StorageError,
                       StorageFaultError, UnavailableError)
-from ..protocol import LONG_POLL_RETRY_AFTER, Chunk, ChunkDamaged, Games, LearnInfo, Policy, TaskEnd
+from ..protocol import Chunk, ChunkDamaged, Games, LearnInfo, Policy, TaskEnd
+from .flow_control import LONG_POLL_RETRY_AFTER
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker
 

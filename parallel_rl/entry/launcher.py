@@ -89,7 +89,7 @@ class LocalCluster:
                                   f"pass the shared directory of the run to continue (its REST line and summary "
                                   f"name it)")
             # the processes of the interrupted run are gone: replace their tasks now, not after a lease
-            self.coordinator.forget_workers("run resumed")
+            self.coordinator.membership.forget_workers("run resumed")
             print(f"resumed {self.storage.root}: env_steps={self.coordinator.env_steps} "
                   f"train_iter={self.coordinator.train_iter} policy_version={self.coordinator.policy_version} "
                   f"buffer={self.coordinator.replay.count()}", flush=True)
@@ -169,7 +169,7 @@ class LocalCluster:
         for child in [c for c in self.children if c.proc.poll() is not None and not c.reaped]:
             child.reaped = True
             code = child.proc.returncode
-            self.coordinator.process_exited(child.proc.pid, f"process exited with code {code}")
+            self.coordinator.membership.process_exited(child.proc.pid, f"process exited with code {code}")
             if self.restarts[child.role] >= int(sup.max_restarts):
                 return (f"{child.role} kept dying: {child.name} exited with code {code} after "
                         f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="

@@ -29,7 +29,7 @@ from easydict import EasyDict
 
 from ..errors import ConfigError
 from ..registry import import_modules
-from .spaces import action_spec, check_observation_space, env_spaces  # noqa: F401 (env_spaces re-exported)
+from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from easydict import EasyDict
 
-from ..envs.spaces import env_spaces
+from ..envs.fit import env_spaces
 from ..errors import ConfigError, LearnerRankLostError
 from ..policy import create_policy
 from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast_bytes, broadcast_state, destroy_group,

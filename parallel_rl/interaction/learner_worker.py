@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from ..envs.spaces import env_spaces
+from ..envs.fit import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..policy import create_policy
 from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleAnswer, SampleRequest

@@ -1,6 +1,6 @@
 """Where a learner trains: ``policy.device`` ("cpu" | "cuda" | "auto") or DI-engine's ``policy.cuda``.
 
-Resolved once, before any process starts (:func:`parallel_rl.envs.spaces.check_env_fits`)
+Resolved once, before any process starts (:func:`parallel_rl.envs.fit.check_env_fits`)
 and again where the policy builds its networks. Collectors always act on the CPU;
 checkpoints on the shared disk always hold CPU tensors.
 """

@@ -32,12 +32,10 @@ from typing import Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from ..data.buffer import columns_len  # noqa: F401 (re-exported)
+from ..data.columns import Columns, columns_len  # noqa: F401 (re-exported)
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
 from ..registry import Registry, import_modules
-
-Columns = Dict[str, np.ndarray]
 
 COLLECTOR_REGISTRY = Registry("collector")
 

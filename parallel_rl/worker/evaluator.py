@@ -93,6 +93,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             eval_freq=200,
             # give up on an evaluation after this many seconds (0: no limit)
             max_seconds=60.0,
+            # cluster: record one episode as an MP4 into the shared store's videos/ every N evaluations of a
+            # collector (0: never; the env must render rgb_array frames; needs imageio-ffmpeg)
+            record_every=0,
         )
 
     def __init__(

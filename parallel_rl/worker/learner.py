@@ -239,18 +239,18 @@ class BaseLearner:
                                "save_ckpt hooks; cluster learners save through the shared store)",
                                self.instance_name, name)
             return None
-        from ..storage import _torch_save_atomic
+        from ..storage import torch_save_atomic
 
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = os.path.join(self.ckpt_dir, name)
-        _torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self.train_iter})
+        torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self.train_iter})
         self.ckpt_name = name
         return path
 
     def load_checkpoint(self, path: str) -> None:
-        from ..storage import _torch_load
+        from ..storage import torch_load
 
-        state = _torch_load(path)
+        state = torch_load(path)
         self._policy.load_state_dict(state["policy"])
         self.train_iter = int(state.get("train_iter", 0))
         self.ckpt_name = os.path.basename(path)

@@ -139,6 +139,12 @@ class ZerglingParallelCollector(BaseParallelCollector):
         self.load_checkpoint(self._eval_policy, version, state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
         info["policy_version"] = version
+        record_every = int(self.cfg.policy.eval.evaluator.get("record_every", 0) or 0)
+        if record_every > 0 and (self._evaluator.eval_count - 1) % record_every == 0:
+            from ..envs.video import record_to_store
+
+            info["video"] = record_to_store(self.storage, self.cfg, self._eval_policy.eval_mode.forward, version,
+                                            seed=self._seed + self._evaluator.eval_count)
         return info
 
     def _load_for_eval(self, version: int) -> Tuple[int, Dict]:

@@ -1,9 +1,8 @@
-"""Configs: defaults from every component, deep merge, strict validation.
+"""The config schema: deep merge over the defaults, type coercion, validation, config files and ``--set``.
 
-A config is a nested dict (EasyDict-compatible). ``compile_config(user_cfg)``
-deep-merges the user's values over :func:`default_config` and rejects keys the
-defaults do not know, naming the key and the closest valid one. A default that
-is an empty dict is *open*: any keys are accepted below it (e.g. env kwargs).
+The ground floor of configs: it knows the shape of a config, not where the defaults come from
+(:mod:`.assembly` gathers those from the components), and imports nothing of the project but its errors.
+A default that is an empty dict is *open*: any keys are accepted below it (e.g. env kwargs).
 """
 from __future__ import annotations
 
@@ -16,80 +15,17 @@ from typing import Any, Iterable, Mapping
 
 from easydict import EasyDict
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
-
-def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
-    """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s.
-
-    ``battle`` (``env.type = "pettingzoo"``, a two-player game): the battle collector and evaluator bring
-    their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
-    from .data.buffer import buffer_default_config
-    from .envs.env_manager import EnvManager
-    from .interaction.defaults import parallel_default_config
-    from .policy.defaults import POLICY_DEFAULTS
-    from .worker.collector import SampleSerialCollector
-    from .worker.evaluator import InteractionSerialEvaluator
-    from .worker.learner import BaseLearner
-
-    if policy_type not in POLICY_DEFAULTS:
-        close = difflib.get_close_matches(str(policy_type), list(POLICY_DEFAULTS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
-    policy = POLICY_DEFAULTS[policy_type]()
-    if battle:
-        from .coordinator.league import League
-        from .worker.battle_collector import BattleSampleSerialCollector
-        from .worker.battle_evaluator import BattleInteractionSerialEvaluator
-
-        policy.collect.collector = BattleSampleSerialCollector.default_config()
-        policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()
-        policy.nstep = 1  # each row spans one own move unless the config asks for n-step rows
-    else:
-        policy.collect.collector = SampleSerialCollector.default_config()
-        policy.eval.evaluator = InteractionSerialEvaluator.default_config()
-    policy.learn.learner = BaseLearner.default_config()
-    # on-policy data goes to a segment buffer (whole segments, used and dropped), off-policy data to replay
-    policy.other.replay_buffer = buffer_default_config(default_buffer_type(policy))
-    tree = EasyDict(
-        exp_name="default_experiment",
-        seed=0,
-        env=EnvManager.default_config(),
-        policy=policy,
-        serial=dict(
-            # Budgets: 0 means unlimited. Reaching one ends the run with exit code 3.
-            max_env_step=0,
-            max_train_iter=0,
-            max_seconds=0.0,
-        ),
-        parallel=parallel_default_config(),
-        system=dict(
-            # Threads per process for torch; with torch's default, two busy
-            # processes on a 2-core machine each run 7-8x slower.
-            torch_num_threads=1,
-            log_level="INFO",
-            # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<role> (cluster;
-            # <exp_name>/tensorboard/<role> in each process's working directory when the shared dir is an object store)
-            tensorboard=True,
-        ),
-    )
-    if battle:
-        tree.env.type = "pettingzoo"
-        tree.league = League.default_config()
-        tree.parallel.commander.type = "league"  # the cluster keeps the opponent pool and payoff table
-    return tree
-
-
-def default_buffer_type(policy_cfg: Mapping) -> str:
-    """The replay buffer type a policy's data flow needs: ``segment`` for on-policy, else ``advanced``."""
-    return "segment" if policy_cfg.get("on_policy") else "advanced"
+# the algorithms two-player self-play trains (serial); the cluster's Marine collectors only the off-policy ones
+SELFPLAY_POLICY_TYPES = ("dqn", "ppo")
 
 
 def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _coerce(path: str, default: Any, value: Any) -> Any:
+def coerce(path: str, default: Any, value: Any) -> Any:
     """Check ``value`` against the type of ``default``; return the value to store."""
     if default is None or value is None:
         return value
@@ -115,7 +51,7 @@ def _coerce(path: str, default: Any, value: Any) -> Any:
     raise ConfigError(f"{path} must be {_type_name(default)}, got {value!r} ({_type_name(value)})")
 
 
-def _merge(path: str, default: dict, user: Mapping) -> dict:
+def merge(path: str, default: dict, user: Mapping) -> dict:
     out = copy.deepcopy(dict(default))
     open_dict = len(default) == 0
     for key, value in user.items():
@@ -131,32 +67,15 @@ def _merge(path: str, default: dict, user: Mapping) -> dict:
         if isinstance(dflt, Mapping):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{key_path} must be a dict, got {value!r} ({_type_name(value)})")
-            out[key] = _merge(key_path, dflt, value)
+            out[key] = merge(key_path, dflt, value)
         else:
-            out[key] = _coerce(key_path, dflt, value)
+            out[key] = coerce(key_path, dflt, value)
     return out
 
 
-def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
-    """Merge ``user_cfg`` over the defaults; unknown keys and bad types raise ConfigError."""
-    from .data.buffer import buffer_default_config
-
-    user_cfg = dict(user_cfg or {})
-    # the policy type brings its own keys (ppo, sac, ... or a registered one)
-    battle = user_cfg.get("env", {}).get("type", "gymnasium") == "pettingzoo"
-    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"), battle=battle)
-    # The replay buffer's keys depend on its type: use that type's defaults.
-    buf_type = (
-        user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get(
-            "type", default_buffer_type(defaults.policy))
-    )
-    defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
-    cfg = EasyDict(_merge("", defaults, user_cfg))
-    _validate(cfg)
-    return cfg
-
-
-def _validate(cfg: EasyDict) -> None:
+def validate(cfg: EasyDict) -> None:
+    """The values that fit each other: bounds, and pairings of sections (policy and buffer, env and policy,
+    learner ranks); ConfigError naming the key and the value."""
     positive = [
         ("env.collector_env_num", cfg.env.collector_env_num),
         ("env.evaluator_env_num", cfg.env.evaluator_env_num),
@@ -239,14 +158,6 @@ def _validate(cfg: EasyDict) -> None:
     if learner.world_size > cfg.policy.learn.batch_size:
         raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
                           f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")
-    from .policy.device import DEVICES
-
-    if cfg.policy.device not in DEVICES:
-        raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
-
-
-# the algorithms two-player self-play trains (serial); the cluster's Marine collectors only the off-policy ones
-SELFPLAY_POLICY_TYPES = ("dqn", "ppo")
 
 
 def check_cluster_config(cfg: EasyDict) -> None:
@@ -302,9 +213,3 @@ def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
             node = child
         node[parts[-1]] = value
     return cfg
-
-
-def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
-    """File + overrides -> compiled config (what every CLI command uses)."""
-    user = load_config_file(path) if path else {}
-    return compile_config(apply_overrides(user, overrides))

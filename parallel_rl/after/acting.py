@@ -1,0 +1,123 @@
+"""The acting part of a policy as one ``nn.Module``: a batch of observations in, greedy actions out.
+
+It holds the policy's own networks (not copies) and does what its ``forward_eval`` does without an action
+mask: flatten, normalise with the checkpoint's running statistics (PPO's ``model.obs_norm``), the network,
+then argmax (Discrete) or the squashed mean scaled to the action bounds (Box). ``export`` traces it to
+TorchScript or ONNX, :class:`Agent` runs it; tests hold it equal to ``forward_eval``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class _Acting(nn.Module):
+    """Box actions: ``tanh``-squashed outputs in [-1, 1], scaled to the space's bounds."""
+
+    def __init__(self, spec=None, scale=None, bias=None):
+        super().__init__()
+        self.discrete = spec is None or spec.kind == "discrete"
+        if not self.discrete:
+            self.register_buffer("action_scale", torch.as_tensor(scale, dtype=torch.float32).flatten().clone())
+            self.register_buffer("action_bias", torch.as_tensor(bias, dtype=torch.float32).flatten().clone())
+
+    def to_env(self, unit: torch.Tensor) -> torch.Tensor:
+        return unit * self.action_scale + self.action_bias
+
+
+class DQNActing(_Acting):
+    def __init__(self, policy):
+        super().__init__()
+        self.q_network = policy.model
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_network(obs.flatten(1)).argmax(-1)
+
+
+class PPOActing(_Acting):
+    def __init__(self, policy):
+        model = policy.model
+        super().__init__(policy.spec, getattr(model, "action_scale", None), getattr(model, "action_bias", None))
+        self.actor = model.actor
+        self.obs_rms = model.obs_rms
+        self.obs_clip = float(policy.cfg.model.get("obs_clip", 10.0))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.flatten(1)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x, self.obs_clip)
+        out = self.actor(x)
+        return out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out))
+
+
+class SACActing(_Acting):
+    def __init__(self, policy):
+        super().__init__(policy.spec, policy.action_scale.cpu(), policy.action_bias.cpu())
+        self.actor_net = policy.actor.net
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _log_std = self.actor_net(obs.flatten(1)).chunk(2, dim=-1)
+        return self.to_env(torch.tanh(mean))
+
+
+class TD3Acting(_Acting):
+    def __init__(self, policy):
+        super().__init__(policy.spec, policy.action_scale.cpu(), policy.action_bias.cpu())
+        self.actor = policy.actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.to_env(self.actor(obs.flatten(1)))
+
+
+ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "ppo": PPOActing, "sac": SACActing,
+                                                  "td3": TD3Acting}
+
+
+def acting_module(policy) -> nn.Module:
+    """The acting module of a built policy (on the CPU, eval mode)."""
+    from ..errors import ConfigError
+
+    kind = policy.cfg.get("type", "dqn")
+    if kind not in ACTING:
+        raise ConfigError(f"policy.type={kind!r} has no acting module to export or load (known: "
+                          f"{', '.join(sorted(ACTING))})")
+    return ACTING[kind](policy).cpu().eval()
+
+
+class Agent:
+    """A trained policy that acts: ``act(obs)`` takes one observation (returns one action) or a batch.
+
+    Runs any callable from a float32 batch to actions: the acting module, a TorchScript file or an ONNX
+    Runtime session (:func:`parallel_rl.load_policy` picks)."""
+
+    def __init__(self, forward: Callable[[np.ndarray], np.ndarray], obs_shape: Tuple[int, ...], action_kind: str,
+                 source: str = ""):
+        self._forward = forward
+        self.obs_shape = tuple(int(s) for s in obs_shape)
+        self.action_kind = action_kind
+        self.source = source
+
+    def act(self, obs) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float32)
+        single = obs.shape == self.obs_shape
+        if not single and obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"act(obs): expected an observation of shape {self.obs_shape} or a batch "
+                             f"(N, {', '.join(map(str, self.obs_shape))}), got {obs.shape}")
+        actions = self._forward(obs[None] if single else obs)
+        return actions[0] if single else actions
+
+    def __repr__(self) -> str:
+        return f"Agent({self.source!r}, obs_shape={self.obs_shape}, actions={self.action_kind})"
+
+
+def torch_forward(module: Callable) -> Callable[[np.ndarray], np.ndarray]:
+    """A numpy batch -> numpy actions wrapper of a torch module (no grad)."""
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.from_numpy(obs)).numpy()
+
+    return forward

@@ -1,0 +1,170 @@
+"""The notebook API: ``parallel_rl.train(config, **overrides)`` and ``parallel_rl.load_policy(path)``.
+
+>>> import parallel_rl
+>>> run = parallel_rl.train("configs/cartpole_dqn.py", exp_name="/tmp/cp", serial={"max_env_step": 2000})
+>>> agent = parallel_rl.load_policy(run.run_dir)     # the newest checkpoint of the run
+>>> agent.act(obs)                                   # one observation -> one action (or a batch -> a batch)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Union
+
+from ..errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainRun:
+    """What :func:`train` returns: the pipeline's result (serial: a ``TrainResult``; cluster: the exit code of
+    ``parallel-rl run``, 0 solved, 3 budget used up) and the run directory holding its checkpoints."""
+
+    result: Any
+    run_dir: str
+    solved: bool
+
+
+def override_strings(overrides: Mapping[str, Any], prefix: str = "") -> List[str]:
+    """``{"serial": {"max_env_step": 10}, "seed": 1}`` -> ``["serial.max_env_step=10", "seed=1"]`` (the CLI's
+    ``--set``); a key may also be dotted already (``**{"policy.learn.batch_size": 32}``)."""
+    out = []
+    for key, value in overrides.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out += override_strings(value, name + ".")
+        else:
+            out.append(f"{name}={json.dumps(value)}")
+    return out
+
+
+def _user_config(config: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    from ..config import load_config_file
+
+    if isinstance(config, Mapping):
+        return json.loads(json.dumps(dict(config)))  # a deep copy; the config must be plain data anyway
+    return load_config_file(os.fspath(config))
+
+
+def train(config: Union[str, Mapping[str, Any]], cluster: bool = False, collectors: int = 2,
+          **overrides: Any) -> TrainRun:
+    """Train with ``config`` (a config file's path, or its ``main_config`` dict) and ``overrides`` (nested dicts
+    or dotted keys), in this process (the serial pipeline; two-player games: self-play) or, with
+    ``cluster=True``, as ``parallel-rl run`` does (a coordinator, a learner and ``collectors`` processes)."""
+    from ..config import apply_overrides, compile_config
+    from ..runtime import experiment_dir
+
+    sets = override_strings(overrides)
+    user = _user_config(config)
+    cfg = compile_config(apply_overrides(user, sets))
+    run_dir = experiment_dir(cfg)
+    if cluster:
+        from ..config import save_run_config
+
+        os.makedirs(run_dir, exist_ok=True)
+        save_run_config(cfg, run_dir)  # load_policy(run.run_dir) finds it, as for a serial run
+        return _train_cluster(user, sets, run_dir, collectors)
+    from ..entry.serial import serial_pipeline
+    from ..envs.multiagent import is_battle_env
+    from ..envs.fit import check_env_fits
+
+    check_env_fits(cfg)
+    pipeline = serial_pipeline
+    if is_battle_env(cfg.env):
+        from ..entry.selfplay import selfplay_pipeline as pipeline
+    result = pipeline(cfg)
+    return TrainRun(result, run_dir, bool(result.solved))
+
+
+def _train_cluster(user: Dict[str, Any], sets: List[str], run_dir: str, collectors: int) -> TrainRun:
+    """``parallel-rl run`` in a child process (it owns signals and its workers), on the config written to
+    ``<run_dir>/train_config.py``."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, "train_config.py")
+    with open(path, "w") as f:
+        f.write(f"main_config = {user!r}\n")
+    args = [sys.executable, "-m", "parallel_rl", "run", "-c", path, "--collectors", str(collectors), "--port", "0"]
+    for text in sets:
+        args += ["--set", text]
+    code = subprocess.run(args, check=False).returncode
+    if code not in (0, 3):
+        raise ConfigError(f"parallel-rl run failed with exit code {code} (its output is above)")
+    return TrainRun(code, run_dir, code == 0)
+
+
+def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
+    """An :class:`~parallel_rl.after.acting.Agent` with ``act(obs)`` from ``path``: a file written by
+    ``parallel-rl export`` (``.onnx`` runs in ONNX Runtime, a TorchScript file in torch), a checkpoint, or a
+    run directory (its newest checkpoint). A checkpoint needs its config: ``config`` (a file or dict), else
+    the ``config.json`` its serial run wrote."""
+    from .acting import Agent, acting_module, torch_forward
+    from .checkpoints import build_policy, find_checkpoint, find_run_config, load_run_config, spaces_env
+
+    path = os.fspath(path)
+    if not os.path.exists(path) and "://" not in path:
+        raise ConfigError(f"{path!r} not found; pass a checkpoint, a run directory or an exported file")
+    if os.path.isfile(path) and _exported(path):
+        return _load_exported(path)
+    cfg = _config_for(path, config) if config is not None else None
+    if cfg is None:
+        found = find_run_config(path)
+        if found is None:
+            raise ConfigError(f"no config.json beside {path!r}: pass load_policy(path, config='configs/...py')")
+        cfg = load_run_config(found)
+    checkpoint = find_checkpoint(cfg, None if os.path.isdir(path) else path, path if os.path.isdir(path) else None)
+    if cfg.env.get("type") == "pettingzoo":
+        raise ConfigError("load_policy: two-player games (env.type='pettingzoo') are not supported yet: their "
+                          "policies need the game's action mask; evaluate them with parallel-rl eval")
+    env = spaces_env(cfg)
+    try:
+        obs_shape, kind = env.obs_shape, env.action_spec.kind
+        policy = build_policy(cfg, checkpoint, env)
+    finally:
+        env.close()
+    return Agent(torch_forward(acting_module(policy)), obs_shape, kind, checkpoint.source)
+
+
+def _config_for(path: str, config: Union[str, Mapping[str, Any]]):
+    from ..config import compile_config, load_config
+
+    return compile_config(dict(config)) if isinstance(config, Mapping) else load_config(os.fspath(config))
+
+
+def _exported(path: str) -> bool:
+    """A file of ``parallel-rl export`` (ONNX, or a TorchScript archive), not a checkpoint."""
+    import zipfile
+
+    if path.endswith(".onnx"):
+        return True
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.endswith("/code/__torch__.py") or "/code/" in name for name in archive.namelist())
+
+
+def _load_exported(path: str):
+    from .acting import Agent, torch_forward
+    from .export import read_metadata
+
+    meta = read_metadata(path)
+    if not meta:
+        raise ConfigError(f"{path}: not written by parallel-rl export (no metadata)")
+    if path.endswith(".onnx"):
+        try:
+            import onnxruntime
+        except ImportError:
+            raise ConfigError("running an .onnx policy needs onnxruntime: pip install onnxruntime") from None
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+        def forward(obs):
+            return session.run(None, {"obs": obs})[0]
+    else:
+        import torch
+
+        forward = torch_forward(torch.jit.load(path, map_location="cpu"))
+    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path)

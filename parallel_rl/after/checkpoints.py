@@ -1,0 +1,160 @@
+"""Which checkpoint a command means, and the policy it holds.
+
+Three places hold policies: a serial run's ``<exp_dir>/ckpt/*.pt`` (the learner's whole state under
+``"policy"``), a cluster's shared store ``policy/policy_<version>.pt`` (the acting networks only; a
+local path or an object-store URL) and a compose volume (a shared store on a local path). Every file
+is read by :func:`parallel_rl.storage.torch_load` (``weights_only=True``) and loaded into the policy
+the config builds, so a checkpoint of another algorithm or env is refused with one line.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from easydict import EasyDict
+
+from ..config import RUN_CONFIG_NAME
+from ..errors import ConfigError, StorageError
+
+logger = logging.getLogger(__name__)
+
+def find_run_config(path: str) -> Optional[str]:
+    """The ``config.json`` of the run that holds ``path`` (it, its directory or a parent up to three levels)."""
+    here = os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path))
+    for _ in range(4):
+        candidate = os.path.join(here, RUN_CONFIG_NAME)
+        if os.path.isfile(candidate):
+            return candidate
+        here = os.path.dirname(here)
+    return None
+
+
+def load_run_config(path: str) -> EasyDict:
+    try:
+        with open(path) as f:
+            return EasyDict(json.load(f))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable run config ({exc}); pass the config with -c") from exc
+
+
+@dataclass
+class Checkpoint:
+    """Where a policy came from (``source``: a file or ``<store> version N``) and its state dict."""
+
+    source: str
+    state: Dict[str, Any]
+
+
+def _serial_checkpoints(directory: str) -> list:
+    """A serial run's checkpoints under ``directory/ckpt`` (the learner's ``ckpt_dir``), newest last."""
+    files = [f for f in glob.glob(os.path.join(directory, "ckpt", "*.pt")) if not os.path.basename(f).startswith(".")]
+    return sorted(files, key=lambda f: (os.path.getmtime(f), f))
+
+
+def _store_checkpoint(root: str, storage_options: Optional[dict]) -> Optional[Checkpoint]:
+    """The newest policy checkpoint of the shared store at ``root``; None when it holds none."""
+    from ..storage import SharedStorage
+
+    storage = SharedStorage(root, storage_options or {})
+    try:
+        version = storage.latest_policy_version()
+    except FileNotFoundError:
+        return None
+    if version is None:
+        return None
+    return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version))
+
+
+def read_checkpoint(path: str) -> Checkpoint:
+    """One checkpoint file (``weights_only=True``); ConfigError naming it when it is missing or unreadable."""
+    from ..storage import torch_load
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"checkpoint {path!r} not found; pass --checkpoint with a .pt file of a run "
+                          f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
+    try:
+        return Checkpoint(path, torch_load(path))
+    except StorageError as exc:  # torch's reasons run over many lines: the first says enough
+        raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); pass a policy checkpoint written by "
+                          f"parallel_rl") from None
+
+
+def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Optional[str] = None) -> Checkpoint:
+    """The checkpoint given, else the newest one of ``run`` (a serial experiment directory, a shared store path
+    or URL), else of the config's own run (its ``exp_name`` directory, then its shared store)."""
+    if checkpoint:
+        return read_checkpoint(checkpoint)
+    from ..runtime import experiment_dir, shared_root
+
+    places = [run] if run else [experiment_dir(cfg), shared_root(cfg)]
+    for place in places:
+        if "://" not in place:
+            serial = _serial_checkpoints(place)
+            if serial:
+                return read_checkpoint(serial[-1])
+            for root in (place, os.path.join(place, "shared")):
+                if os.path.isdir(os.path.join(root, "policy")):
+                    found = _store_checkpoint(root, cfg.parallel.get("storage_options"))
+                    if found:
+                        return found
+            continue
+        found = _store_checkpoint(place, cfg.parallel.get("storage_options"))
+        if found:
+            return found
+    raise ConfigError(f"no policy checkpoint in {' or '.join(places)}; train first (parallel-rl serial/run -c "
+                      f"CONFIG), or pass --checkpoint FILE or --run DIR")
+
+
+def policy_state(checkpoint: Checkpoint) -> Tuple[Dict[str, Any], bool]:
+    """(state, whole): a serial checkpoint's learner state (``whole``: the policy's ``state_dict``), else the
+    acting networks a cluster checkpoint holds (``model_state_dict``)."""
+    state = checkpoint.state
+    if not isinstance(state, dict):
+        raise ConfigError(f"{checkpoint.source}: not a policy checkpoint (a {type(state).__name__})")
+    if isinstance(state.get("policy"), dict):
+        return state["policy"], True
+    return state, False
+
+
+def spaces_env(cfg: EasyDict, num_envs: int = 1, seed: Optional[int] = None):
+    """``num_envs`` copies of the config's env (a two-player game's env manager for one): what tells a policy
+    its observation and action spaces."""
+    from ..envs.env_manager import EnvManager
+    from ..envs.multiagent import BattleEnvManager, is_battle_env
+
+    manager = BattleEnvManager if is_battle_env(cfg.env) else EnvManager
+    return manager.from_cfg(cfg.env, num_envs, seed=cfg.seed if seed is None else seed)
+
+
+def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
+    """The config's policy (on the CPU) with the checkpoint's weights; ConfigError in one line when the checkpoint
+    was trained with another algorithm or env. ``env``: an EnvManager of the config's env (made when None, to
+    read the spaces)."""
+    from ..policy import create_policy
+
+    own_env = env is None
+    if own_env:
+        env = spaces_env(cfg)
+    try:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=cfg.seed, device="cpu")
+    finally:
+        if own_env:
+            env.close()
+    state, whole = policy_state(checkpoint)
+    try:
+        # the networks this policy saves must all be there (a policy's loader skips names it does not find)
+        missing = sorted(set(policy.state_dict() if whole else policy.model_state_dict()) - set(state))
+        if missing:
+            raise KeyError(f"no {', '.join(missing)} in it (it has {', '.join(sorted(map(str, state)))})")
+        (policy.load_state_dict if whole else policy.load_model_state_dict)(state)
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        first = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
+        raise ConfigError(f"{checkpoint.source} does not fit policy.type={cfg.policy.type!r} on env "
+                          f"{cfg.env.env_id!r} ({type(exc).__name__}: {first[:200]}); pass the config the run "
+                          f"was trained with") from None
+    return policy

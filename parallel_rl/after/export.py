@@ -1,0 +1,65 @@
+"""``parallel-rl export``: the acting module (observation normalisation included) as one standalone file.
+
+TorchScript (``torch.jit.trace``: ``torch.jit.load(path)(obs)`` needs only torch) or ONNX (opset 17, a
+dynamic batch axis; runs in ONNX Runtime). Both carry ``obs_shape`` and ``action_kind`` as metadata, so
+:func:`parallel_rl.load_policy` can run them without the config."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Tuple
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("torchscript", "onnx")
+META_KEY = "parallel_rl"  # TorchScript extra file / ONNX metadata key holding the JSON metadata
+ONNX_OPSET = 17
+
+
+def export_acting(module: nn.Module, obs_shape: Tuple[int, ...], action_kind: str, fmt: str, path: str) -> str:
+    """Write ``module`` (batch of float32 observations -> actions) to ``path`` in ``fmt``; returns the path."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    meta = json.dumps({"obs_shape": list(obs_shape), "action_kind": action_kind, "format": fmt})
+    example = torch.zeros((2, *obs_shape), dtype=torch.float32)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with torch.no_grad():
+        if fmt == "torchscript":
+            traced = torch.jit.trace(module, example, check_trace=False)
+            torch.jit.save(traced, path, _extra_files={META_KEY: meta})
+        else:
+            _export_onnx(module, example, path, meta)
+    return path
+
+
+def _export_onnx(module: nn.Module, example: torch.Tensor, path: str, meta: str) -> None:
+    try:
+        import onnx
+    except ImportError:
+        raise ConfigError("--format onnx needs the onnx package: pip install 'parallel_rl[export]' "
+                          "(onnx, onnxscript; onnxruntime to run the file)") from None
+    torch.onnx.export(module, (example,), path, input_names=["obs"], output_names=["action"],
+                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=ONNX_OPSET,
+                      dynamo=False)
+    model = onnx.load(path)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = META_KEY, meta
+    onnx.save(model, path)
+
+
+def read_metadata(path: str) -> dict:
+    """The metadata of an exported file (TorchScript or ONNX); {} when it has none."""
+    if path.endswith(".onnx"):
+        import onnx
+
+        props = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
+        return json.loads(props.get(META_KEY, "{}"))
+    extra = {META_KEY: ""}
+    torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    return json.loads(extra[META_KEY] or "{}")

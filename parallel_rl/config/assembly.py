@@ -1,0 +1,123 @@
+"""Configs assembled: every component brings the defaults of its own section, and ``compile_config(user_cfg)``
+merges the user's values over them (:mod:`.schema`: unknown keys and bad types raise ConfigError, naming the
+key and the closest valid one).
+
+The top floor of configs: it imports the components (inside the functions, so that importing the config
+package stays cheap and torch-free).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from typing import Iterable, Mapping
+
+from easydict import EasyDict
+
+from ..errors import ConfigError
+from .schema import apply_overrides, load_config_file, merge, validate
+
+
+def serial_default_config() -> dict:
+    return dict(
+        # Budgets: 0 means unlimited. Reaching one ends the run with exit code 3.
+        max_env_step=0,
+        max_train_iter=0,
+        max_seconds=0.0,
+    )
+
+
+def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
+    """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s.
+
+    ``battle`` (``env.type = "pettingzoo"``, a two-player game): the battle collector and evaluator bring
+    their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
+    from ..data.buffer import buffer_default_config
+    from ..envs.env_manager import EnvManager
+    from ..interaction.defaults import parallel_default_config
+    from ..policy.defaults import POLICY_DEFAULTS
+    from ..runtime import system_default_config
+    from ..worker.collector import SampleSerialCollector
+    from ..worker.evaluator import InteractionSerialEvaluator
+    from ..worker.learner import BaseLearner
+
+    if policy_type not in POLICY_DEFAULTS:
+        close = difflib.get_close_matches(str(policy_type), list(POLICY_DEFAULTS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
+    policy = POLICY_DEFAULTS[policy_type]()
+    if battle:
+        from ..coordinator.league import League
+        from ..worker.battle_collector import BattleSampleSerialCollector
+        from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
+
+        policy.collect.collector = BattleSampleSerialCollector.default_config()
+        policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()
+        policy.nstep = 1  # each row spans one own move unless the config asks for n-step rows
+    else:
+        policy.collect.collector = SampleSerialCollector.default_config()
+        policy.eval.evaluator = InteractionSerialEvaluator.default_config()
+    policy.learn.learner = BaseLearner.default_config()
+    # on-policy data goes to a segment buffer (whole segments, used and dropped), off-policy data to replay
+    policy.other.replay_buffer = buffer_default_config(default_buffer_type(policy))
+    tree = EasyDict(
+        exp_name="default_experiment",
+        seed=0,
+        env=EnvManager.default_config(),
+        policy=policy,
+        serial=serial_default_config(),
+        parallel=parallel_default_config(),
+        system=system_default_config(),
+    )
+    if battle:
+        tree.env.type = "pettingzoo"
+        tree.league = League.default_config()
+        tree.parallel.commander.type = "league"  # the cluster keeps the opponent pool and payoff table
+    return tree
+
+
+def default_buffer_type(policy_cfg: Mapping) -> str:
+    """The replay buffer type a policy's data flow needs: ``segment`` for on-policy, else ``advanced``."""
+    return "segment" if policy_cfg.get("on_policy") else "advanced"
+
+
+def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
+    """Merge ``user_cfg`` over the defaults; unknown keys and bad types raise ConfigError."""
+    from ..data.buffer import buffer_default_config
+
+    user_cfg = dict(user_cfg or {})
+    # the policy type brings its own keys (ppo, sac, ... or a registered one)
+    battle = user_cfg.get("env", {}).get("type", "gymnasium") == "pettingzoo"
+    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"), battle=battle)
+    # The replay buffer's keys depend on its type: use that type's defaults.
+    buf_type = (
+        user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get(
+            "type", default_buffer_type(defaults.policy))
+    )
+    defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
+    cfg = EasyDict(merge("", defaults, user_cfg))
+    validate(cfg)
+    from ..policy.device import DEVICES  # the values the policy knows (the schema imports no component)
+
+    if cfg.policy.device not in DEVICES:
+        raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
+    return cfg
+
+
+def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
+    """File + overrides -> compiled config (what every CLI command uses)."""
+    user = load_config_file(path) if path else {}
+    return compile_config(apply_overrides(user, overrides))
+
+
+# a run's copy of its compiled config, in its experiment directory (written when a run starts from Python or the
+# serial CLI): parallel_rl.load_policy(run_dir) and parallel-rl plot read it
+RUN_CONFIG_NAME = "config.json"
+
+
+def save_run_config(cfg: EasyDict, exp_dir: str) -> str:
+    """Write ``cfg`` as ``<exp_dir>/config.json`` (JSON; values JSON cannot hold as their ``str``)."""
+    path = os.path.join(exp_dir, RUN_CONFIG_NAME)
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=1, default=str)
+    return path

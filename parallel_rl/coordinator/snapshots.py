@@ -1,0 +1,153 @@
+"""Snapshots of the coordinator on the shared store: what a restarted coordinator needs to go on.
+
+Every ``snapshot_interval`` s (and when the coordinator closes) :meth:`Snapshots.save_state` writes
+:meth:`Snapshots.state_dict`: tasks, workers (lease digests, never tokens), counters, histories, the
+commander's state and the replay index (arrays, copied under the coordinator's lock and written outside
+it). :meth:`Snapshots.resume` loads the newest that loads (a damaged one falls back to the one before).
+Saved workers that were active are re-adopted when they heartbeat again, lost when they do not; the tasks
+the snapshot has running wait for their worker's first heartbeat to be confirmed (:mod:`.membership`).
+
+A snapshot is of one coordinator, read and restored in place: this part reaches into the coordinator it
+was made for, and owns only the saving (sequence, lock, thread, times).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from ..errors import StorageError
+from .tasks import TaskState
+
+logger = logging.getLogger(__name__)
+
+
+def json_number(x: Optional[float]) -> Optional[float]:
+    """``x`` as JSON can hold it: NaN (no evaluation yet) as None."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+class Snapshots:
+    def __init__(self, coordinator):
+        self._c = coordinator
+        self._save_lock = threading.Lock()
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+        self._closing = threading.Event()
+        self.saved_at: Optional[float] = None
+        self.resumed_from: Optional[int] = None
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything a restarted coordinator needs, as JSON values; the replay index (numpy arrays) under
+        ``replay``."""
+        c = self._c
+        with c._lock:
+            return {
+                "exp_name": c.cfg.exp_name,
+                "saved_at": time.time(),
+                "tasks": c.tasks.state_dict(),
+                "tasks_forgotten": c.tasks.forgotten,
+                "workers": c.workers.state_dict(),
+                "counters": {"env_steps": c.env_steps, "episodes": c.episodes, "train_iter": c.train_iter,
+                             "policy_version": c.policy_version,
+                             "last_eval_return": json_number(c.last_eval_return),
+                             "best_eval_return": json_number(c.best_eval_return),
+                             "last_eval_version": c.commander.last_eval_version,
+                             "uptime": c.uptime, "started_at": c.started_at},
+                "learn_info": dict(c.learn_info),
+                "eval_history": list(c.eval_history),
+                "throughput_history": list(c.throughput_history),
+                "commander": c.commander.state_dict(),
+                "replay": c.replay.state_dict(),
+            }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; saved workers that were active get a fresh lease (re-adopted when they
+        heartbeat again, lost when they do not)."""
+        c = self._c
+        with c._lock:
+            c.tasks.load_state_dict(state["tasks"])
+            c.tasks.forgotten = int(state.get("tasks_forgotten", 0))
+            if "workers" in state:
+                c.workers.load_state_dict(state["workers"], c.membership.client)
+            counters = state["counters"]
+            c.env_steps, c.episodes = int(counters["env_steps"]), int(counters["episodes"])
+            c.train_iter, c.policy_version = int(counters["train_iter"]), int(counters["policy_version"])
+            c.best_eval_return = _float(counters["best_eval_return"])
+            c.last_eval_return = _float(counters.get("last_eval_return"))
+            c.commander.last_eval_version = counters.get("last_eval_version")
+            if "uptime" in counters:  # the clock goes on from where the saved run stopped
+                c._t0 = time.monotonic() - float(counters["uptime"])
+                c.started_at = float(counters["started_at"])
+            c.learn_info = dict(state.get("learn_info") or {})
+            c.eval_history = list(state.get("eval_history", []))
+            c.throughput_history = list(state.get("throughput_history", []))
+            c.replay.load_state_dict(state["replay"])
+            c.commander.load_state_dict(state.get("commander") or {})
+            unconfirmed: Dict[str, list] = {}
+            for task in c.tasks.list():
+                if task.state == TaskState.RUNNING and task.worker_id:
+                    unconfirmed.setdefault(task.worker_id, []).append(task.task_id)
+            c.membership.unconfirmed = unconfirmed
+
+    def save_state(self) -> Optional[str]:
+        """Write a snapshot to the shared directory (the arrays are copied under the lock, written outside it);
+        returns its path, None when the write failed (logged; the previous snapshot stays)."""
+        with self._save_lock:
+            state = self.state_dict()
+            arrays = state.pop("replay")
+            self._seq += 1
+            try:
+                path = self._c.storage.save_coordinator_state(self._seq, state, arrays)
+            except (OSError, StorageError, ValueError) as exc:
+                logger.error("coordinator: saving state %d failed (the previous snapshot stays): %s", self._seq, exc)
+                return None
+            self.saved_at = time.time()
+            return path
+
+    def resume(self) -> bool:
+        """Load the newest saved state from the shared directory; False when there is none.
+
+        A damaged newest snapshot falls back to the one before; StorageError when none loads."""
+        c = self._c
+        saved = c.storage.latest_coordinator_state()
+        if saved is None:
+            return False
+        meta, arrays = saved
+        try:
+            self.load_state_dict({**meta, "replay": arrays})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"{c.storage.state_paths(meta.get('seq', 0))[0]}: cannot be restored with this "
+                               f"config ({type(exc).__name__}: {exc}); resume with the config that wrote it, or "
+                               f"start over with --fresh") from exc
+        self._seq = int(meta["seq"])
+        self.resumed_from = int(meta["seq"])
+        logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
+                    "buffer=%d tasks=%d workers=%d", self._seq, c.storage.state_dir, c.env_steps,
+                    c.train_iter, c.policy_version, c.replay.count(), len(c.tasks.list()),
+                    len(c.workers.list()))
+        return True
+
+    # ---- the snapshot thread -------------------------------------------------------------------
+    def start(self) -> None:
+        """Save every ``parallel.coordinator.snapshot_interval`` s until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._loop, name="coordinator-snapshot", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then save the final state (a resume starts exactly here); nothing when never started."""
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self.save_state()
+
+    def _loop(self) -> None:
+        interval = float(self._c.cfg.parallel.coordinator.snapshot_interval)
+        while not self._closing.wait(interval):
+            self.save_state()
+
+
+def _float(x: Any) -> float:
+    return math.nan if x is None else float(x)

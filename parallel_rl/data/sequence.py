@@ -1,0 +1,204 @@
+"""Buffers of episodes: contiguous same-episode sequences of rows (:class:`SequenceReplayBuffer`), and whole
+episodes (:class:`EpisodeReplayBuffer`)."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+from easydict import EasyDict
+
+from .base import BufferStats, IBuffer, NaiveReplayBuffer
+from .columns import Columns, columns_len
+
+
+class SequenceReplayBuffer(NaiveReplayBuffer):
+    """DI-engine's ``SequenceReplayBuffer``: samples contiguous, same-episode sequences of rows.
+
+    The rows live in the naive buffer's ring; the buffer also keeps which episode each row belongs
+    to. ``push`` takes rows of one env in time order (a dict of columns) or a list of whole
+    episodes (dicts of columns, e.g. from ``EpisodeSerialCollector``). In a dict of rows, an
+    ``episode_id`` column, when there is one, names each row's episode; otherwise an episode ends
+    after a row whose ``done`` (or ``end``, where present) is true, and the first rows of a push
+    continue the episode the previous push left open. (``done`` is false on a time-limit
+    truncation: push a list of episodes, or an ``end`` column, to split those.)
+    """
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(type="sequence", replay_buffer_size=20000, seed=0)
+
+    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, on_evict)
+        self._episode = np.full(self.capacity, -1, dtype=np.int64)
+        self._episodes_begun = 0  # episode ids handed out
+        self._open = False  # the last pushed row's episode has not ended
+
+    def _episode_ids(self, data: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+        if "episode_id" in data:  # the caller's ids, renumbered in order of appearance
+            raw = np.asarray(data["episode_id"])
+            starts = np.concatenate([[True], raw[1:] != raw[:-1]])
+            continues = False
+        else:
+            ends = np.asarray(data["done"], dtype=bool) if "done" in data else np.zeros(n, dtype=bool)
+            if "end" in data:
+                ends = ends | np.asarray(data["end"], dtype=bool)
+            starts = np.concatenate([[True], ends[:-1]])
+            continues = self._open
+            self._open = not bool(ends[-1])
+        ids = self._episodes_begun + np.cumsum(starts) - 1
+        if continues:
+            ids -= 1
+        self._episodes_begun = int(ids[-1]) + 1
+        return ids
+
+    def push(self, data, cur_collector_envstep: int = -1) -> np.ndarray:
+        """Push rows of one env in time order (dict of columns) or a list of whole episodes."""
+        if not isinstance(data, Mapping):  # a list of episodes: each its own episode
+            episodes = [{k: np.asarray(v) for k, v in e.items()} for e in data if columns_len(e)]
+            if not episodes:
+                return np.zeros(0, dtype=np.int64)
+            with self._lock:
+                ids = np.concatenate([np.full(columns_len(e), self._episodes_begun + i, dtype=np.int64)
+                                      for i, e in enumerate(episodes)])
+                self._episodes_begun += len(episodes)
+                self._open = False
+                return self._push_rows({k: np.concatenate([e[k] for e in episodes]) for k in episodes[0]}, ids,
+                                       cur_collector_envstep)
+        n = columns_len(data)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        with self._lock:
+            ids = self._episode_ids(data, n)
+            return self._push_rows({k: v for k, v in data.items() if k != "episode_id"}, ids, cur_collector_envstep)
+
+    def _push_rows(self, data: Mapping[str, np.ndarray], ids: np.ndarray, cur_collector_envstep: int) -> np.ndarray:
+        slots = super().push(data, cur_collector_envstep)
+        self._episode[slots] = ids[len(ids) - len(slots):]
+        return slots
+
+    def sample(self, batch: int, sequence: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False, cross_episode: bool = False) -> Optional[Columns]:
+        """``batch`` sequences of ``sequence`` consecutive rows; None while fewer can be drawn.
+
+        Every column comes back shaped ``(batch, sequence, ...)`` (``index`` / ``uid`` too), rows of
+        a sequence in time order. A sequence never crosses an episode boundary unless
+        ``cross_episode=True`` (then any ``sequence`` consecutive stored rows). ``replace=False``
+        (DI-engine's default): distinct start rows (sequences may overlap). ``sample_range``: a
+        slice over the stored rows oldest first; sequences lie inside it.
+        """
+        if batch <= 0 or sequence <= 0:
+            raise ValueError(f"{batch=} and {sequence=} must be > 0")
+        with self._lock:
+            pool = np.flatnonzero(self._valid)
+            pool = pool[np.argsort(self._uid[pool], kind="stable")]  # oldest first
+            if sample_range is not None:
+                pool = pool[sample_range]
+            if len(pool) < sequence:
+                return None
+            last = len(pool) - sequence  # start positions 0..last
+            uid, episode = self._uid[pool], self._episode[pool]
+            ok = uid[sequence - 1:] - uid[: last + 1] == sequence - 1  # no gap in push order
+            if not cross_episode:  # an episode's rows are consecutive: same id at both ends, same id inside
+                ok &= episode[sequence - 1:] == episode[: last + 1]
+            starts = np.flatnonzero(ok)
+            if len(starts) == 0 or (not replace and len(starts) < batch):
+                return None
+            picks = starts[self._draw(len(starts), batch, replace)]
+            slots = pool[picks[:, None] + np.arange(sequence)]
+            out = self._gather(slots.reshape(-1), cur_learner_iter)
+            out.pop("replay_buffer_idx"), out.pop("replay_unique_id")
+            out = {k: v.reshape((batch, sequence) + v.shape[1:]) for k, v in out.items()}
+            out["replay_buffer_idx"], out["replay_unique_id"] = out["index"], out["uid"]
+            return out
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        with self._lock:
+            state = super().state_dict()
+            state["sequence/episode"] = self._episode.copy()
+            state["sequence/scalars"] = np.array([self._episodes_begun, self._open], dtype=np.int64)
+            return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        with self._lock:
+            super().load_state_dict(state)
+            self._episode = np.array(state["sequence/episode"])
+            self._episodes_begun, self._open = int(state["sequence/scalars"][0]), bool(state["sequence/scalars"][1])
+
+
+class EpisodeReplayBuffer(IBuffer):
+    """Whole episodes (dicts of columns), sampled uniformly; capacity counts episodes."""
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(type="episode", replay_buffer_size=1000, seed=0)
+
+    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
+        self._setup(cfg, on_evict)
+        self._episodes: List[Columns] = []
+        self._next = 0
+        self.pushed = self.sampled = self.evicted = 0
+
+    def push(self, data, cur_collector_envstep: int = -1) -> np.ndarray:
+        """Push one episode (dict of columns) or a list of them."""
+        episodes = [data] if isinstance(data, Mapping) else list(data)
+        slots = []
+        with self._lock:
+            for episode in episodes:
+                episode = {k: np.asarray(v) for k, v in episode.items()}
+                if len(self._episodes) < self.capacity:
+                    self._episodes.append(episode)
+                    slots.append(len(self._episodes) - 1)
+                else:
+                    old = self._episodes[self._next]
+                    self._episodes[self._next] = episode
+                    self.evicted += 1
+                    if self.on_evict is not None:
+                        self.on_evict(old)
+                    slots.append(self._next)
+                    self._next = (self._next + 1) % self.capacity
+                self.pushed += 1
+        return np.asarray(slots, dtype=np.int64)
+
+    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
+               replace: bool = False) -> Optional[List[Columns]]:
+        """``size`` whole episodes, distinct unless ``replace``; ``sample_range`` is not supported here."""
+        if sample_range is not None:
+            raise ValueError(f"{sample_range=}: the episode buffer samples from all its episodes")
+        with self._lock:
+            if len(self._episodes) < size or size <= 0:
+                return None
+            picks = self._draw(len(self._episodes), size, replace)
+            self.sampled += size
+            return [self._episodes[i] for i in picks]
+
+    def count(self) -> int:
+        return len(self._episodes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.evicted += len(self._episodes)
+            self._episodes, self._next = [], 0
+
+    def stats(self) -> BufferStats:
+        return BufferStats(len(self._episodes), self.capacity, self.pushed, self.sampled, self.evicted, 0.0)
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        with self._lock:
+            state: Dict[str, np.ndarray] = {
+                "counters": np.array([self._next, self.pushed, self.sampled, self.evicted], dtype=np.int64),
+                "lengths": np.array([len(next(iter(e.values()))) if e else 0 for e in self._episodes], dtype=np.int64),
+            }
+            if self._episodes:
+                for name in self._episodes[0]:
+                    state[f"col/{name}"] = np.concatenate([e[name] for e in self._episodes])
+            return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        with self._lock:
+            self._next, self.pushed, self.sampled, self.evicted = (int(x) for x in state["counters"])
+            bounds = np.cumsum(np.concatenate([[0], state["lengths"]]))
+            names = [k[4:] for k in state if k.startswith("col/")]
+            self._episodes = [
+                {name: np.array(state[f"col/{name}"][a:b]) for name in names}
+                for a, b in zip(bounds[:-1], bounds[1:])
+            ]

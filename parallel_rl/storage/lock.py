@@ -1,0 +1,62 @@
+"""The run lock: one run (or coordinator) at a time uses a shared directory (``run.lock``, see docs/storage.md)."""
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import time
+from typing import TYPE_CHECKING, Optional
+
+from ..errors import SharedDirInUseError, StorageError
+from .names import RUN_LOCK_NAME
+
+if TYPE_CHECKING:
+    from .shared import SharedStorage
+
+logger = logging.getLogger(__name__)
+
+
+class SharedDirLock:
+    """An exclusive ``flock`` on ``<root>/run.lock``, held for a run's life. The kernel drops it when the
+    process ends, however it ends, so a crashed run never leaves the directory locked."""
+
+    def __init__(self, path: str, fd: Optional[int]):
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor of the open file releases the flock
+            self._fd = None
+
+
+def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
+    """Take ``storage``'s run lock for ``holder`` (e.g. "parallel-rl run"), or SharedDirInUseError naming the
+    process that holds it. Fails at once: a second run must not wait to delete the first one's files.
+
+    An ``flock`` holds on a local disk, and across hosts on NFS (Linux maps it to NFS byte-range locks);
+    an object store or a filesystem without locks (some FUSE mounts) does not enforce it."""
+    import fcntl
+    import socket
+
+    if storage.remote:  # no flock on an object store: nothing to hold
+        logger.warning("storage: %s is an object store, which has no locks: make sure no other run uses it",
+                       storage.root)
+        return SharedDirLock(posixpath.join(storage.root, RUN_LOCK_NAME), None)
+    path = os.path.join(storage.root, RUN_LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder_line = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process (it is starting)"
+        os.close(fd)
+        raise SharedDirInUseError(f"the shared directory {storage.root} is in use by {holder_line}; stop that "
+                                  f"run first, or give this one another --shared-dir") from None
+    except OSError as exc:
+        os.close(fd)
+        raise StorageError(f"cannot lock {path}: {exc}; the shared directory's filesystem must support flock "
+                           f"(a local disk, NFS)") from exc
+    line = (f"pid {os.getpid()} on {socket.gethostname()} ({holder}, since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, line, 0)
+    return SharedDirLock(path, fd)

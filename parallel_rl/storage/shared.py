@@ -1,0 +1,168 @@
+"""The shared filesystem: every path is built here, inside one root.
+
+The root is a local directory (a plain path or ``file://``: the default and the fastest) or an
+object-store URL through fsspec (``s3://bucket/prefix`` via s3fs, ``gs://``, ``az://``, ``memory://``):
+any store whose whole-object writes are atomic. :class:`SharedStorage` has one API for both; the
+difference lives in two small backends (:mod:`.backends`).
+
+Layout under the root (names in :mod:`.names`, see docs/storage.md)::
+
+    data/<chunk_name>.npz          step-data chunks (columns; loaded with allow_pickle=False)     storage.chunks
+    policy/policy_000001234.pt     policy checkpoints (torch.save of a state dict; weights_only=True) .policies
+    learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume .learner_states
+    coordinator/state_000000042.npz + .json   coordinator snapshots (replay index arrays; the rest as JSON) .states
+    run.lock                       the lock of the run using the directory (lock.lock_shared_dir)
+    league/snapshot_000001234.pt   two-player self-play: policy versions frozen into the opponent pool  .league
+                                   (copies of policy checkpoints, so pruning those never removes them)
+    videos/video_000001234.mp4     an evaluator's recorded episode of that policy version             .videos
+                                   (record_every; made by the first video; the newest KEEP_VIDEOS kept)
+
+Every local file is written to a temporary name in its directory and moved into
+place with ``os.replace``; an object is written with one whole-object PUT. Either
+way a reader never sees half a file. Names that
+come from messages are validated and resolved; anything pointing outside the
+root raises :class:`PathOutsideRootError`.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import time
+from operator import attrgetter
+from typing import Mapping, Optional
+
+from ..errors import PathOutsideRootError
+from .backends import FsspecBackend, LocalBackend, is_remote
+from .checkpoints import Checkpoints, LeagueSnapshots
+from .chunks import ChunkFiles
+from .health import StorageHealth
+from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, VIDEO, check_name
+from .states import CoordinatorStates
+from .videos import Videos
+
+
+def _family(method: str) -> property:
+    """A name :class:`SharedStorage`'s callers use for a family's method (``write_chunk`` is ``chunks.write``)."""
+    return property(attrgetter(method), doc=f"``{method}`` (see its docstring)")
+
+
+class SharedStorage:
+    """Paths and file operations on the shared filesystem root (a local directory or an object-store URL).
+
+    ``root`` is what other processes are told to open: the absolute local path, or the store's URL.
+    ``options`` go to the fsspec filesystem of a remote root (``parallel.storage_options``).
+
+    Each artifact family is an object of its own (``chunks``, ``policies``, ``learner_states``, ``league``,
+    ``states``); the flat names below (``write_chunk``, ``save_policy``, ...) are those families' methods."""
+
+    def __init__(self, root: str, options: Optional[Mapping] = None):
+        self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
+        self.root = self.backend.url
+        self.remote = self.backend.remote
+        self.health = StorageHealth()
+        self.chunks = ChunkFiles(self)
+        self.policies = Checkpoints(self, POLICY, "policy checkpoint")
+        self.learner_states = Checkpoints(self, LEARNER, "learner state")
+        self.league = LeagueSnapshots(self, LEAGUE, "league snapshot")  # its directory: made by its first snapshot
+        self.states = CoordinatorStates(self)
+        self.videos_family = Videos(self, VIDEO, "video")  # its directory: made by the first recorded episode
+        self.data_dir, self.policy_dir = self.chunks.directory, self.policies.directory
+        self.learner_dir, self.league_dir = self.learner_states.directory, self.league.directory
+        self.state_dir = self.states.directory
+        self.backend.prepare((self.data_dir, self.policy_dir, self.learner_dir, self.state_dir))
+
+    def __repr__(self) -> str:
+        return f"SharedStorage({self.root!r})"
+
+    # ---- containment -------------------------------------------------------------
+    def resolve(self, relpath: str) -> str:
+        """Full path of ``relpath`` inside the root; refuses anything that escapes it."""
+        if not isinstance(relpath, str) or not relpath or "\x00" in relpath:
+            raise PathOutsideRootError(f"invalid path {relpath!r}")
+        return self.backend.resolve(relpath)
+
+    check_name = staticmethod(check_name)
+
+    def local_dir(self, *parts: str, fallback: str) -> Optional[str]:
+        """A directory for files that need a local filesystem (TensorBoard's event files): under the root
+        when it is local, else under ``fallback`` (the process's experiment directory)."""
+        return os.path.join(fallback if self.remote else self.root, *parts)
+
+    # ---- the families' methods, by the names callers use --------------------------------
+    chunk_path = _family("chunks.path")
+    write_chunk = _family("chunks.write")
+    read_chunk = _family("chunks.read")
+    read_chunks = _family("chunks.read_many")
+    chunk_exists = _family("chunks.exists")
+    chunk_layout = _family("chunks.layout")
+    chunk_bytes = _family("chunks.size")
+    delete_chunk = _family("chunks.delete")
+    chunk_mtime = _family("chunks.mtime")
+    list_chunks = _family("chunks.names")
+
+    policy_path = _family("policies.path")
+    save_policy = _family("policies.save")
+    policy_exists = _family("policies.exists")
+    load_policy = _family("policies.load")
+    policy_versions = _family("policies.versions")
+    latest_policy_version = _family("policies.latest")
+    policy_dir_stamp = _family("policies.dir_stamp")
+
+    learner_path = _family("learner_states.path")
+    save_learner_state = _family("learner_states.save")
+    load_learner_state = _family("learner_states.load")
+    latest_learner_version = _family("learner_states.latest")
+    latest_good_learner_state = _family("learner_states.latest_good")
+
+    league_snapshot_path = _family("league.path")
+    snapshot_policy = _family("league.freeze")
+    load_league_snapshot = _family("league.load")
+    remove_league_snapshot = _family("league.remove")
+    league_snapshot_versions = _family("league.versions")
+
+    state_paths = _family("states.paths")
+    coordinator_states = _family("states.seqs")
+    save_coordinator_state = _family("states.save")
+    load_coordinator_state = _family("states.load")
+    latest_coordinator_state = _family("states.latest")
+
+    video_name = _family("videos_family.name")
+    save_video = _family("videos_family.save")
+    videos = _family("videos_family.listing")
+    video_source = _family("videos_family.source")
+
+    # ---- the whole store --------------------------------------------------------------
+    def prune_checkpoints(self, keep: int) -> int:
+        """Delete all but the newest ``keep`` policy and learner checkpoints; returns files removed."""
+        return self.policies.prune(keep) + self.learner_states.prune(keep)
+
+    def _our_files(self):
+        """(directory, name, is_temp) of every file of ours on the shared store."""
+        for relative, patterns in OURS.items():
+            directory = posixpath.join(self.backend.base, relative)
+            try:
+                names = self.backend.listdir(directory)
+            except FileNotFoundError:  # the league's is made by the first snapshot
+                continue
+            for name in names:
+                temp = name.startswith(TEMP_PREFIX)
+                if temp or any(p.match(name) for p in patterns):
+                    yield directory, name, temp
+
+    def reset(self) -> int:
+        """Remove every file of ours (chunks, checkpoints, coordinator state, temp files) for a fresh run;
+        returns the count."""
+        return sum(self.backend.unlink(posixpath.join(d, name)) for d, name, _ in list(self._our_files()))
+
+    def remove_stale_temp_files(self, max_age: float) -> int:
+        """Remove temp files untouched for ``max_age`` seconds: left by a writer killed mid-write (local
+        disks only: an object store's writes leave no temp objects)."""
+        cutoff, removed = time.time() - max_age, 0
+        for directory, name, temp in list(self._our_files()):
+            path = posixpath.join(directory, name)
+            try:
+                if temp and self.backend.mtime(path) < cutoff:
+                    removed += self.backend.unlink(path)
+            except FileNotFoundError:  # renamed into place meanwhile
+                pass
+        return removed
