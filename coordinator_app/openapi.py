@@ -3,10 +3,12 @@
 tests/test_api.py checks it against the app both ways: every documented
 operation answers, and every route of the app is documented. The workers'
 request bodies and messages are generated from their dataclasses in
-:mod:`parallel_rl.protocol` (``protocol.schemas()``); the rest is written here.
+:mod:`parallel_rl.protocol` (:func:`protocol_schemas`); the rest is written here.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any, Dict
 
 from parallel_rl import protocol
@@ -46,6 +48,72 @@ def _path_param(name: str) -> Dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _type_schema(hint: Any) -> Dict[str, Any]:
+    """The OpenAPI schema of a field's type hint (dataclass types as references)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:  # Optional[X]
+        inner = _type_schema(args[0])
+        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
+    if hint in _SCALARS:
+        return {"type": _SCALARS[hint]}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0])}
+    if origin is dict:
+        value = args[1]
+        return {"type": "object"} if value is Any else {"type": "object",
+                                                          "additionalProperties": _type_schema(value)}
+    if dataclasses.is_dataclass(hint):
+        return json_ref(hint)
+    return {}
+
+
+def json_schema(cls: type) -> Dict[str, Any]:
+    """The OpenAPI schema of a message or body class, from its fields: names, types, limits, required ones."""
+    hints = typing.get_type_hints(cls)
+    properties, required = {}, []
+    if isinstance(cls, type) and issubclass(cls, protocol.Message):
+        properties["type"] = {"type": "string", "enum": [cls.TYPE]}
+        required.append("type")
+    for f in dataclasses.fields(cls):
+        schema = dict(f.metadata.get("schema") or _type_schema(hints[f.name]))
+        for key, bound in (("minimum", f.metadata.get("lo")), ("maximum", f.metadata.get("hi"))):
+            if bound is not None:
+                schema[key] = bound
+        if f.metadata.get("doc"):
+            schema["description"] = f.metadata["doc"]
+        properties[f.name] = schema
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    schema: Dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    doc = " ".join((cls.__doc__ or "").split())
+    if doc:
+        senders = f" From {' or '.join(cls.SENDERS)}s." if issubclass(cls, protocol.Message) else ""
+        schema["description"] = doc + senders
+    return schema
+
+
+def protocol_schemas() -> Dict[str, Dict[str, Any]]:
+    """Every message and body of :mod:`parallel_rl.protocol`, by class name, from its dataclass: field names,
+    types, limits (``lo``/``hi``), descriptions and which fields are required."""
+    classes = list(dict.fromkeys([*protocol.MESSAGES.values(), *protocol.BODIES]))
+    out = {cls.__name__: json_schema(cls) for cls in classes}
+    messages = protocol.MESSAGES
+    out["MetadataBatch"]["properties"]["messages"]["items"] = {
+        "oneOf": [json_ref(cls) for cls in dict.fromkeys(messages.values())],
+        "discriminator": {"propertyName": "type", "mapping": {t: json_ref(cls)["$ref"] for t, cls in messages.items()}}}
+    return out
+
+
+def json_ref(cls: type) -> Dict[str, str]:
+    return _ref(cls.__name__)
+
+
 def openapi_document(version: str) -> Dict[str, Any]:
     worker_collection = {"name": "collection", "in": "path", "required": True,
                          "schema": {"type": "string", "enum": ["collectors", "learners"]}}
@@ -59,7 +127,7 @@ def openapi_document(version: str) -> Dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
-                **protocol.schemas(),
+                **protocol_schemas(),
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},

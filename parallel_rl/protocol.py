@@ -6,8 +6,8 @@ which checks everything that needs no state (types, ranges, finite numbers) and 
 :class:`~parallel_rl.errors.ProtocolViolation` naming the field. What needs the coordinator's state (the task
 runs on the sender, the chunk is on the shared disk, the policy was published) is checked by its message table
 (``parallel_rl/coordinator/messages.py``). Fields a reader does not know are ignored: a newer sender may add
-some. Numbers keep their limits in the field's metadata (``lo``, ``hi``), where ``from_json`` and the OpenAPI
-schema both read them.
+some. Numbers keep their limits in the field's metadata (``lo``, ``hi``), where ``from_json`` reads them and
+``coordinator_app/openapi.py`` makes each class's schema from its fields.
 
 It stands on the floors below: the transport's codec (``field``/``number_field`` read the REST bodies with the
 same words as every other view) and the store's ``check_health_report`` (a worker's report on the store).
@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
@@ -461,67 +460,3 @@ class Registration:
 
 
 BODIES = (MetadataBatch, Heartbeat, SampleRequest, SampleAnswer, Registration, StorageReport)
-
-
-# ---- JSON schemas (OpenAPI 3.0) -----------------------------------------------------------------------------
-_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _type_schema(hint: Any) -> Dict[str, Any]:
-    """The OpenAPI schema of a field's type hint (dataclass types as references)."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    origin = typing.get_origin(hint)
-    if origin is typing.Union:  # Optional[X]
-        inner = _type_schema(args[0])
-        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
-    if hint in _SCALARS:
-        return {"type": _SCALARS[hint]}
-    if origin is list:
-        return {"type": "array", "items": _type_schema(args[0])}
-    if origin is dict:
-        value = args[1]
-        return {"type": "object"} if value is Any else {"type": "object",
-                                                          "additionalProperties": _type_schema(value)}
-    if dataclasses.is_dataclass(hint):
-        return json_ref(hint)
-    return {}
-
-
-def json_schema(cls: type) -> Dict[str, Any]:
-    """The OpenAPI schema of a message or body class, from its fields: names, types, limits, required ones."""
-    hints = typing.get_type_hints(cls)
-    properties, required = {}, []
-    if isinstance(cls, type) and issubclass(cls, Message):
-        properties["type"] = {"type": "string", "enum": [cls.TYPE]}
-        required.append("type")
-    for f in dataclasses.fields(cls):
-        schema = dict(f.metadata.get("schema") or _type_schema(hints[f.name]))
-        for key, bound in (("minimum", f.metadata.get("lo")), ("maximum", f.metadata.get("hi"))):
-            if bound is not None:
-                schema[key] = bound
-        if f.metadata.get("doc"):
-            schema["description"] = f.metadata["doc"]
-        properties[f.name] = schema
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            required.append(f.name)
-    schema: Dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    doc = " ".join((cls.__doc__ or "").split())
-    if doc:
-        schema["description"] = doc + (f" From {' or '.join(cls.SENDERS)}s." if issubclass(cls, Message) else "")
-    return schema
-
-
-def schemas() -> Dict[str, Dict[str, Any]]:
-    """Every message and body of the protocol, by class name (for the OpenAPI document's components)."""
-    classes = list(dict.fromkeys([*MESSAGES.values(), *BODIES]))
-    out = {cls.__name__: json_schema(cls) for cls in classes}
-    out["MetadataBatch"]["properties"]["messages"]["items"] = {
-        "oneOf": [json_ref(cls) for cls in dict.fromkeys(MESSAGES.values())],
-        "discriminator": {"propertyName": "type", "mapping": {t: json_ref(cls)["$ref"] for t, cls in MESSAGES.items()}}}
-    return out
-
-
-def json_ref(cls: type) -> Dict[str, str]:
-    return _ref(cls.__name__)

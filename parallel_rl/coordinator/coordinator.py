@@ -1,7 +1,8 @@
 """The coordinator (master): the run's lifecycle, task assignment, sampling for learners, the summary.
 
 Its parts own their state: :mod:`.membership` (workers joining, heartbeating, leaving), :mod:`.flow_control`
-(allowance, on-policy segments, long-polls, admission), :mod:`.snapshots` (save and resume); the commander
+(allowance, on-policy segments, long-polls, admission), :mod:`.messages` (the metadata messages' check/apply
+pairs), :mod:`.snapshots` (save and resume); the commander
 (:mod:`.commander_api`) decides the tasks through a handle. Slaves talk to it through ``coordinator_app``
 (HTTP); every method here is plain Python so tests can drive it directly. Locking: ``self._lock`` guards
 registry/task/counter updates (the parts share it); HTTP calls to slaves are made outside it.
