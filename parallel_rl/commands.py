@@ -40,6 +40,9 @@ def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
 
 # ---- roles ---------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    from .entry import forkserver
+
+    forkserver.start()  # its imports (torch, gymnasium, the roles) overlap the coordinator's boot
     from .entry.launcher import run_local_cluster
     from .runtime import setup_process
 

@@ -1,9 +1,10 @@
 """``parallel-rl run``: the whole cluster as local processes.
 
 The coordinator runs in this process (it needs no torch); the learner and
-the collectors are child processes started with ``parallel-rl learner`` /
-``parallel-rl collector --coordinator URL``, exactly as docker-compose starts
-them. Each child asks the coordinator for the worker id it is named by here,
+the collectors run ``parallel-rl learner`` / ``parallel-rl collector
+--coordinator URL``, exactly as docker-compose starts them, but as forks of a
+fork server that imported torch, gymnasium and the roles once (:mod:`.forkserver`,
+started before the coordinator boots so the two overlap). Each child asks the coordinator for the worker id it is named by here,
 so its output is forwarded with the ``[collector-1]`` prefix the REST API
 shows for it. The launcher supervises its children: one that dies is marked
 lost at once and restarted (under a new name, the old entry stays for the
@@ -34,19 +35,18 @@ from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
+from .forkserver import ForkedProcess
 
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
 LOOP_TICK = 0.1
-
-PARENT_ENV = "PARALLEL_RL_PARENT_PID"
 
 
 @dataclass
 class Child:
     name: str
     role: str
-    proc: subprocess.Popen
+    proc: ForkedProcess
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
     reaped: bool = False  # its death was handled (marked lost, restart scheduled)
@@ -137,15 +137,13 @@ class LocalCluster:
         name = f"{role}-{next(self._names[role])}"
         while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
             name = f"{role}-{next(self._names[role])}"
-        cmd = [sys.executable, "-m", "parallel_rl", role, "--coordinator", self.url, "--worker-id", name,
-               "--shared-dir", self.storage.root, "--host", "127.0.0.1", "--port", "0"]
+        argv = [role, "--coordinator", self.url, "--worker-id", name, "--shared-dir", self.storage.root,
+                "--host", "127.0.0.1", "--port", "0"]
         if self.config_path:
-            cmd += ["-c", self.config_path]
+            argv += ["-c", self.config_path]
         for text in self.overrides:
-            cmd += ["--set", text]
-        env = dict(os.environ, **{PARENT_ENV: str(os.getpid()), TOKEN_ENV: self.token})
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env)
+            argv += ["--set", text]
+        proc = ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc)
         child.reader = threading.Thread(target=_forward_output, args=(child, proc.stdout), daemon=True,
                                         name=f"{name}-output")

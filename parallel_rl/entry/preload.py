@@ -1,0 +1,34 @@
+"""What ``parallel-rl run``'s fork server imports before it forks workers (see :mod:`.forkserver`).
+
+Everything a learner or a collector imports on its way to its first task, so a worker forked from the fork
+server starts with it all in memory. Imports only: nothing here may start a thread or build torch's thread
+pools (a fork copies neither safely); workers set their torch threads themselves. A module that fails to
+import is logged and skipped: its workers import it themselves, later and slower.
+"""
+import atexit
+import importlib
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+MODULES = (
+    "numpy", "torch", "gymnasium", "tensorboard.summary",
+    "parallel_rl.commands",
+    "parallel_rl.interaction.collector_worker",
+    "parallel_rl.interaction.learner_aggregator",
+    "parallel_rl.worker.collector", "parallel_rl.worker.learner",
+    "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
+)
+
+for _name in MODULES:
+    try:
+        importlib.import_module(_name)
+    except ImportError as exc:
+        logger.warning("fork server: could not preload %s (%s); workers import it when they need it", _name, exc)
+
+# the fork server exits when the launcher does (multiprocessing raises SystemExit in it); leave without the
+# interpreter's teardown, as the CLI does (0.4-1.1 s once torch is imported, seconds on a busy box, and it holds
+# the launcher's stdout open until then). Registered last, so it runs first; workers never run it (they leave
+# through os._exit)
+atexit.register(os._exit, 0)
