@@ -60,6 +60,18 @@ def start() -> None:
     forkserver.ensure_running()
 
 
+def stop() -> None:
+    """After the workers exited: stop the fork server (and multiprocessing's resource tracker) and wait for
+    them, so that ``run`` leaves no process behind when it returns. Both stop by themselves when this process
+    exits; this only makes it happen before, with multiprocessing's own ``_stop`` (the one its tests use)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for server in (forkserver._forkserver, resource_tracker._resource_tracker):
+        stop_server = getattr(server, "_stop", None)
+        if stop_server is not None:
+            stop_server()
+
+
 class _ChildFd:
     """A file descriptor the fork server hands to the forked worker (as the worker's stdout and stderr)."""
 

@@ -35,6 +35,7 @@ from ..interaction.http import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
+from . import forkserver
 from .forkserver import ForkedProcess
 
 logger = logging.getLogger(__name__)
@@ -266,6 +267,7 @@ class LocalCluster:
         for child in self.children:
             if child.reader is not None:
                 child.reader.join(2.0)
+        forkserver.stop()
         self.server.close(timeout=2.0)
         self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
         self.dir_lock.release()
