@@ -5,7 +5,7 @@ One blueprint per resource; views stay thin and call into
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from flask import Flask, current_app, request
 
@@ -19,6 +19,16 @@ def get_coordinator():
     return coordinator
 
 
+def start_worker(kind: str) -> dict:
+    """Start one more ``kind`` process, where the coordinator runs inside ``parallel-rl run`` (its launcher
+    starts it, as it starts the first ones); 400 elsewhere: a coordinator on its own starts no processes."""
+    start = current_app.extensions.get("parallel_rl.start_worker")
+    if start is None:
+        raise ApiError(400, "bad_request", f"missing field 'address': this coordinator starts no processes "
+                                           f"(only `parallel-rl run` does); add a running {kind} by its URL")
+    return start(kind)
+
+
 def require_token() -> None:
     """Mutating calls and worker traffic need the cluster token."""
     check_token(current_app.config.get("CLUSTER_TOKEN"))
@@ -29,17 +39,22 @@ def require_read_token() -> None:
         check_token(current_app.config.get("CLUSTER_TOKEN"))
 
 
-def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):
+def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None,
+                      start_worker: Optional[Callable[[str], dict]] = None):
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
-    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
+    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address.
+    ``start_worker(kind)``: how ``POST /collectors`` without an address starts one (``parallel-rl run``)."""
     from parallel_rl.interaction.http import ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body
     # over max_body_bytes gets the app's JSON 413; one over twice that is refused by the server before it
     # is read (the body is read before the token is checked)
-    server = ServerThread(create_app(coordinator), host, port,
+    app = create_app(coordinator)
+    if start_worker is not None:
+        app.extensions["parallel_rl.start_worker"] = start_worker
+    server = ServerThread(app, host, port,
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
                           max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
                           max_connections=int(ccfg.get("max_open_connections", 0)))

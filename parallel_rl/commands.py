@@ -235,7 +235,7 @@ WORKER_COLUMNS = ["worker_id", "address", "state", "current_task", "seconds_sinc
 def cmd_collectors(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "add":
-        data = client.post("/api/v1/collectors", {"address": args.url})
+        data = client.post("/api/v1/collectors", {"address": args.url} if args.url else {})
         rows = [data]
     elif args.action == "remove":
         data = client.delete(f"/api/v1/collectors/{args.worker_id}")

@@ -62,3 +62,20 @@ def test_killing_the_fork_server_ends_its_workers_and_a_new_one_forks_their_repl
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert eventually(lambda: not [pid for pid in everything if alive(pid)], timeout=10, message="no process left")
+
+
+def test_a_collector_added_to_a_running_run_is_a_fork_of_its_fork_server(cli, tmp_path, toy_config):
+    env = {"PARALLEL_RL_TOKEN": "fork-server-test-token"}
+    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=1000",
+              "--collectors", "1", env=env)
+    url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+    eventually(lambda: busy_collectors(url + "/api/v1", 1), timeout=60, message="a busy collector")
+    add = cli("add", "collectors", "add", "--json", "--coordinator", url, env=env)  # no URL: run starts one
+    assert add.wait(30) == 0, add.output()
+    assert '"worker_id": "collector-2"' in add.output() and '"state": "starting"' in add.output()
+    added = eventually(lambda: [w for w in get(url + "/api/v1", "/collectors")["collectors"]
+                                if w["worker_id"] == "collector-2" and w["state"] == "busy"], timeout=30,
+                       message="the added collector at work")[0]
+    assert parent_of(added["pid"]) == fork_server_of(run.pid) and role_of(added["pid"]) == "collector"
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130

@@ -101,13 +101,14 @@ class LocalCluster:
                                "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
         from coordinator_app import serve_coordinator
 
-        self.server = serve_coordinator(self.coordinator, host, port)
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
         self._stop = threading.Event()
         self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
+        self._names_lock = threading.Lock()  # start_worker names one from a request thread
         self.restarts = {"learner": 0, "collector": 0}
-        self._pending: List[tuple] = []  # (restart at monotonic time, role)
+        self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
+        self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once pinned
 
     @property
@@ -134,10 +135,22 @@ class LocalCluster:
                     sorted(others))
         return True
 
-    def _spawn(self, role: str) -> Child:
-        name = f"{role}-{next(self._names[role])}"
-        while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
+    def _new_name(self, role: str) -> str:
+        with self._names_lock:
             name = f"{role}-{next(self._names[role])}"
+            while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
+                name = f"{role}-{next(self._names[role])}"
+            return name
+
+    def start_worker(self, role: str) -> dict:
+        """``POST /api/v1/collectors`` without an address (``parallel-rl collectors add``): one more ``role``
+        process, started by the wait loop as a restart is (and supervised like the others)."""
+        name = self._new_name(role)
+        self._pending.append((time.monotonic(), role, name))
+        return {"worker_id": name, "kind": role, "state": "starting"}
+
+    def _spawn(self, role: str, name: Optional[str] = None) -> Child:
+        name = name or self._new_name(role)
         argv = [role, "--coordinator", self.url, "--worker-id", name, "--shared-dir", self.storage.root,
                 "--host", "127.0.0.1", "--port", "0"]
         if self.config_path:
@@ -178,11 +191,11 @@ class LocalCluster:
             logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
                            child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
                            sup.max_restarts)
-            self._pending.append((time.monotonic() + delay, child.role))
+            self._pending.append((time.monotonic() + delay, child.role, None))
         now = time.monotonic()
         for item in [p for p in self._pending if p[0] <= now]:
             self._pending.remove(item)
-            child = self._spawn(item[1])
+            child = self._spawn(item[1], item[2])
             logger.info("launcher: started %s (pid %d)", child.name, child.proc.pid)
         return None
 
@@ -190,7 +203,7 @@ class LocalCluster:
         """Seconds until the next scheduled restart (the wait loop's tick at most)."""
         if not self._pending:
             return LOOP_TICK
-        return max(0.0, min(LOOP_TICK, min(at for at, _ in self._pending) - time.monotonic()))
+        return max(0.0, min(LOOP_TICK, min(item[0] for item in self._pending) - time.monotonic()))
 
     def run(self) -> int:
         """Start everything, wait for the end, shut down; returns the exit code."""
