@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from typing import Dict, List, Optional
 
 from multiprocessing import reduction
@@ -60,16 +61,25 @@ def start() -> None:
     forkserver.ensure_running()
 
 
-def stop() -> None:
-    """After the workers exited: stop the fork server (and multiprocessing's resource tracker) and wait for
-    them, so that ``run`` leaves no process behind when it returns. Both stop by themselves when this process
-    exits; this only makes it happen before, with multiprocessing's own ``_stop`` (the one its tests use)."""
-    from multiprocessing import forkserver, resource_tracker
+def stop(timeout: float = 5.0) -> None:
+    """After the workers exited: stop the fork server and multiprocessing's resource tracker, wait for them
+    (``timeout`` at most: a stray grandchild may hold the pipe the fork server waits on) and remove
+    multiprocessing's temporary directory, so that ``run`` leaves neither a process nor a file behind. The
+    CLI leaves through ``os._exit``, which skips multiprocessing's own clean-up at exit: this is that clean-up,
+    through multiprocessing's ``_stop`` (the one its tests use) and ``_exit_function`` (its atexit hook)."""
+    from multiprocessing import forkserver, resource_tracker, util
 
-    for server in (forkserver._forkserver, resource_tracker._resource_tracker):
-        stop_server = getattr(server, "_stop", None)
-        if stop_server is not None:
-            stop_server()
+    def clean_up() -> None:
+        for server in (forkserver._forkserver, resource_tracker._resource_tracker):
+            server._stop()
+        util._exit_function()
+
+    worker = threading.Thread(target=clean_up, name="forkserver-stop", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        logger.warning("fork server: still running %.0fs after its workers exited; it exits with this process",
+                       timeout)
 
 
 class _ChildFd:

@@ -3,16 +3,18 @@
 The coordinator runs in this process (it needs no torch); the learner and
 the collectors run ``parallel-rl learner`` / ``parallel-rl collector
 --coordinator URL``, exactly as docker-compose starts them, but as forks of a
-fork server that imported torch, gymnasium and the roles once (:mod:`.forkserver`,
-started before the coordinator boots so the two overlap). Each child asks the coordinator for the worker id it is named by here,
-so its output is forwarded with the ``[collector-1]`` prefix the REST API
-shows for it. The launcher supervises its children: one that dies is marked
+fork server that imported torch, gymnasium and the roles once
+(:mod:`.forkserver`, started before the coordinator boots so that the two
+overlap). Each child asks the coordinator for the worker id it is named by
+here, so its output is forwarded with the ``[collector-1]`` prefix the REST
+API shows for it. The launcher supervises its children: one that dies is marked
 lost at once and restarted (under a new name, the old entry stays for the
 record) after an exponential backoff; a restarted learner resumes from the
 newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
-The children die with this process (``PR_SET_PDEATHSIG``) and are
-terminated, then killed, on the way out whatever happens. ``resume=DIR``
+The children die with this process (the fork server exits with it, and they
+die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
+killed, on the way out whatever happens. ``resume=DIR``
 continues an interrupted run from the coordinator state saved in DIR.
 """
 from __future__ import annotations
