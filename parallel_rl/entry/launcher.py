@@ -7,15 +7,15 @@ fork server that imported torch, gymnasium and the roles once
 (:mod:`.forkserver`, started before the coordinator boots so that the two
 overlap). Each child asks the coordinator for the worker id it is named by
 here, so its output is forwarded with the ``[collector-1]`` prefix the REST
-API shows for it. The launcher supervises its children: one that dies is marked
-lost at once and restarted (under a new name, the old entry stays for the
+API shows for it. The launcher supervises its children: one that dies is
+marked lost at once and restarted (under a new name, the old entry stays for the
 record) after an exponential backoff; a restarted learner resumes from the
 newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
 The children die with this process (the fork server exits with it, and they
 die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
-killed, on the way out whatever happens. ``resume=DIR``
-continues an interrupted run from the coordinator state saved in DIR.
+killed, on the way out whatever happens. ``resume=DIR`` continues an
+interrupted run from the coordinator state saved in DIR.
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
 from . import forkserver
-from .forkserver import ForkedProcess
 
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
@@ -49,7 +48,7 @@ LOOP_TICK = 0.1
 class Child:
     name: str
     role: str
-    proc: ForkedProcess
+    proc: forkserver.ForkedProcess
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
     reaped: bool = False  # its death was handled (marked lost, restart scheduled)
@@ -159,7 +158,7 @@ class LocalCluster:
             argv += ["-c", self.config_path]
         for text in self.overrides:
             argv += ["--set", text]
-        proc = ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
+        proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc)
         child.reader = threading.Thread(target=_forward_output, args=(child, proc.stdout), daemon=True,
                                         name=f"{name}-output")
