@@ -6,6 +6,7 @@ pools (a fork copies neither safely); workers set their torch threads themselves
 import is logged and skipped: its workers import it themselves, later and slower.
 """
 import atexit
+import gc
 import importlib
 import logging
 import os
@@ -26,6 +27,10 @@ for _name in MODULES:
         importlib.import_module(_name)
     except ImportError as exc:
         logger.warning("fork server: could not preload %s (%s); workers import it when they need it", _name, exc)
+
+# what the imports made is shared by every worker: out of the garbage collector's way (a worker's full collection
+# would walk it all and write to every page it is on, copying them): Python's advice for fork without exec
+gc.freeze()
 
 # the fork server exits when the launcher does (multiprocessing raises SystemExit in it); leave without the
 # interpreter's teardown, as the CLI does (0.4-1.1 s once torch is imported, seconds on a busy box, and it holds
