@@ -79,3 +79,13 @@ def test_a_collector_added_to_a_running_run_is_a_fork_of_its_fork_server(cli, tm
     assert parent_of(added["pid"]) == fork_server_of(run.pid) and role_of(added["pid"]) == "collector"
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
+
+
+def test_a_launcher_killed_outright_leaves_no_worker_behind(cli, tmp_path, toy_config):
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "1")
+    eventually(lambda: busy_collectors(url, 1), timeout=60, message="a busy collector")
+    everything = worker_pids(run.pid) + [fork_server_of(run.pid)]
+    run.proc.send_signal(signal.SIGKILL)
+    run.wait(10)
+    # the fork server sees the launcher gone and exits; its workers get SIGTERM with it (PR_SET_PDEATHSIG)
+    assert eventually(lambda: not [pid for pid in everything if alive(pid)], timeout=20, message="no process left")

@@ -141,6 +141,7 @@ def _worker_main(argv: List[str], env: Dict[str, str], out: int) -> None:
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)
+    _let_go_of_the_fork_server()
     os.environ.clear()
     # die_with_parent: the parent to die with is the fork server (exit at once where it died already)
     os.environ.update(env, **{PARENT_ENV: str(_SERVER_PID)})
@@ -152,6 +153,19 @@ def _worker_main(argv: List[str], env: Dict[str, str], out: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # as the console script leaves: no interpreter teardown
+
+
+def _let_go_of_the_fork_server() -> None:
+    """Close the worker's copy of the pipe whose end tells the fork server that the launcher is gone
+    (multiprocessing hands it to every child so that a child can fork through the server too; ours never
+    do): held here, a launcher killed outright (SIGKILL) would leave the fork server, and so its workers,
+    running until the workers gave up on the coordinator."""
+    from multiprocessing import forkserver
+
+    fd = forkserver._forkserver._forkserver_alive_fd
+    if fd is not None:
+        os.close(fd)
+        forkserver._forkserver._forkserver_alive_fd = None
 
 
 def set_command_line(argv: List[str]) -> bool:
