@@ -120,6 +120,17 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     return outcome_exit_code(coordinator.state, cfg.env.stop_value)
 
 
+def slave_class(role: str) -> type:
+    """The class a ``learner`` or ``collector`` process runs (``run``'s fork server imports both ahead)."""
+    if role == "learner":
+        from .interaction.learner_aggregator import LearnerAggregator
+
+        return LearnerAggregator
+    from .interaction.collector_worker import FlaskFileSystemCollector
+
+    return FlaskFileSystemCollector
+
+
 def cmd_slave(args: argparse.Namespace) -> int:
     from .interaction.http import token_from_env
     from .runtime import die_with_parent, on_signals, setup_process
@@ -131,12 +142,8 @@ def cmd_slave(args: argparse.Namespace) -> int:
         from .storage import SharedStorage
 
         SharedStorage(args.shared_dir, cfg.parallel.storage_options)
-    if args.command == "learner":
-        from .interaction.learner_aggregator import LearnerAggregator as SlaveClass
-    else:
-        from .interaction.collector_worker import FlaskFileSystemCollector as SlaveClass
     wcfg = cfg.parallel.worker
-    slave = SlaveClass(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
+    slave = slave_class(args.command)(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
                        advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
                        worker_id=args.worker_id,

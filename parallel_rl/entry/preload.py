@@ -13,20 +13,27 @@ import os
 
 logger = logging.getLogger(__name__)
 
+# besides the roles' classes (parallel_rl.commands.slave_class): what a worker imports when it connects
 MODULES = (
     "numpy", "torch", "gymnasium", "tensorboard.summary",
-    "parallel_rl.commands",
-    "parallel_rl.interaction.collector_worker",
-    "parallel_rl.interaction.learner_aggregator",
     "parallel_rl.worker.collector", "parallel_rl.worker.learner",
     "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
 )
 
-for _name in MODULES:
-    try:
-        importlib.import_module(_name)
-    except ImportError as exc:
-        logger.warning("fork server: could not preload %s (%s); workers import it when they need it", _name, exc)
+
+def _preload() -> None:
+    from ..commands import slave_class
+
+    imports = [(name, importlib.import_module) for name in MODULES] + [(role, slave_class) for role in
+                                                                        ("learner", "collector")]
+    for name, load in imports:
+        try:
+            load(name)
+        except ImportError as exc:
+            logger.warning("fork server: could not preload %s (%s); workers import it when they need it", name, exc)
+
+
+_preload()
 
 # what the imports made is shared by every worker: out of the garbage collector's way (a worker's full collection
 # would walk it all and write to every page it is on, copying them): Python's advice for fork without exec
