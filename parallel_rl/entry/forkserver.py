@@ -7,8 +7,9 @@ supervised restart and one added with ``parallel-rl collectors add`` alike, is
 then a fork of it: milliseconds, not three processes importing torch at once.
 It is multiprocessing's ``forkserver`` with :mod:`.preload` preloaded, which
 only imports: forking a process that runs threads (torch's intra-op pool, a
-logging thread) is unsafe, so nothing in it starts one, and each worker sets
-its own torch threads (``setup_process``).
+logging thread) is unsafe, so nothing in it starts one (numpy's OpenBLAS pool,
+started by its import, is shut down around each fork by OpenBLAS itself), and
+each worker sets its own torch threads (``setup_process``).
 
 A worker is a child of the fork server, not of the launcher. It gets SIGTERM
 when the fork server dies (``PR_SET_PDEATHSIG``, :func:`die_with_parent`), and
