@@ -195,16 +195,22 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/{collection}": {
                 "get": {"summary": "list collectors or learners", "parameters": [worker_collection],
                         "responses": {"200": _json({"type": "object"}, "workers"), **_errors("404")}},
-                "post": {"summary": "add a running slave by URL (the coordinator connects to it)",
+                "post": {"summary": "add a running slave by URL (the coordinator connects to it); without an "
+                                    "address, a coordinator inside `parallel-rl run` starts one more process",
                          "security": AUTH, "parameters": [worker_collection],
                          "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                             "type": "object", "required": ["address"],
+                             "type": "object",
                              "properties": {"address": {"type": "string", "example": "http://10.0.0.5:9000"},
                                             "worker_id": {"type": "string", "example": "collector-1",
                                                           "description": "the id wanted (the launcher's name, or "
                                                                          "the id held before a coordinator "
                                                                          "restart); given when no entry holds it"}}}}}},
                          "responses": {"201": _json(_ref("Worker"), "registered"),
+                                       "202": _json({"type": "object", "properties": {
+                                           "worker_id": {"type": "string"}, "kind": {"type": "string"},
+                                           "state": {"type": "string", "enum": ["starting"]}}},
+                                           "no address: `parallel-rl run` starts the process, which registers "
+                                           "itself as worker_id"),
                                        "409": _json(_ref("Error"), "address already registered"),
                                        "422": _json(_ref("Error"), "the slave cannot be reached, is not a parallel_rl "
                                                                    "worker (code unreachable), or did not prove it "

@@ -5,7 +5,7 @@ from flask import Blueprint, jsonify, request
 from parallel_rl.transport import LEASE_HEADER, ApiError, field, json_body, number_field
 from parallel_rl.storage import check_health_report
 
-from ..context import get_coordinator, require_token
+from ..context import get_coordinator, require_token, start_worker
 
 bp = Blueprint("workers", __name__, url_prefix="/api/v1")
 
@@ -35,8 +35,10 @@ def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
     body = json_body()
-    worker = get_coordinator().membership.add_worker(kind, field(body, "address", str),
-                                                     field(body, "worker_id", str, required=False))
+    address = field(body, "address", str, required=False)
+    if address is None:  # `parallel-rl run` starts one more (a fork of its fork server)
+        return jsonify(start_worker(kind)), 202
+    worker = get_coordinator().membership.add_worker(kind, address, field(body, "worker_id", str, required=False))
     return jsonify(worker.to_dict()), 201
 
 
