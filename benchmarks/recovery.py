@@ -80,6 +80,11 @@ def children(pid: int) -> Dict[int, str]:
     return out
 
 
+def workers_of(run_pid: int) -> Dict[int, str]:
+    """pid -> role of the learner and collectors of `run` ``run_pid``: forks of its fork server (a child of it)."""
+    return {pid: role for child in children(run_pid) for pid, role in children(child).items() if role}
+
+
 def wait_recovered(url: str, deadline: float) -> Optional[float]:
     """Monotonic time at which a busy learner's iteration count rose between two readings taken after the kill."""
     seen: Dict[str, int] = {}
@@ -121,7 +126,7 @@ def one_run(role: Optional[str], seed: int, kill_at: int, tmp: str) -> tuple:
                 if role == "coordinator":
                     victim = coordinator.pid
                 else:
-                    victim = next(pid for pid, r in children(main.pid).items() if r == role)
+                    victim = next(pid for pid, r in workers_of(main.pid).items() if r == role)
                 os.kill(victim, signal.SIGKILL)
                 killed = time.monotonic()
                 if role == "coordinator":

@@ -12,8 +12,9 @@ on 127.0.0.1 and bounded by ``--minutes`` (plus at most ~3 minutes to wind down)
   learner fails its task once, and a 5 s read-only store fails it 3-4 times; the default, 3 in 10 minutes,
   would fail the run), and ``parallel.coordinator.orphan_chunk_max_age`` is shortened to 60 s so that a short
   soak sees the coordinator sweep the chunk files no index knows;
-- kills: every 20-60 s a SIGKILL to a random role: the learner or a collector (children of ``run``, which
-  restarts them), or the coordinator (the ``run`` process itself: its children get SIGTERM from the kernel;
+- kills: every 20-60 s a SIGKILL to a random role: the learner or a collector (forks of ``run``'s fork server;
+  ``run`` restarts them), or the coordinator (the ``run`` process itself: its workers get SIGTERM, the fork
+  server exiting with it and they with the fork server;
   the soak restarts it at once with ``run --resume`` on the same port, as compose's restart policy would);
 - 300 idle TCP connections (no byte sent) and 20 slow clients (a request sent a byte every 2-4 s) held
   against the coordinator's port, each reopened when the server closes it or the coordinator is down;
@@ -132,6 +133,11 @@ def children_of(pid: int) -> Dict[int, str]:
                 argv = argv_of(int(entry))
                 out[int(entry)] = next((a for a in argv if a in ("learner", "collector")), "")
     return out
+
+
+def workers_of(run_pid: int) -> Dict[int, str]:
+    """pid -> role of the learner and collectors of `run` ``run_pid``: forks of its fork server (a child of it)."""
+    return {pid: role for child in children_of(run_pid) for pid, role in children_of(child).items() if role}
 
 
 class Cluster:
@@ -525,7 +531,7 @@ def main() -> int:
                 if role == "coordinator":
                     victim = cluster.proc.pid
                 else:
-                    victims = [pid for pid, r in children_of(cluster.proc.pid).items() if r == role]
+                    victims = [pid for pid, r in workers_of(cluster.proc.pid).items() if r == role]
                     if not victims:  # being restarted by the launcher just now
                         skipped[role] += 1
                         continue

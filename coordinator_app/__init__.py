@@ -5,28 +5,34 @@ One blueprint per resource; views stay thin and call into
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from flask import Flask, request
 
 from parallel_rl.transport import install_json_errors
 
-from .context import get_coordinator, require_read_token, require_token
+from .context import get_coordinator, require_read_token, require_token, start_worker
 
-__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator"]
+__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator",
+           "start_worker"]
 
 
-def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None):
+def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None,
+                      start_worker: Optional[Callable[[str], dict]] = None):
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
-    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address."""
+    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address.
+    ``start_worker(kind)``: how ``POST /collectors`` without an address starts one (``parallel-rl run``)."""
     from parallel_rl.transport import ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body
     # over max_body_bytes gets the app's JSON 413; one over twice that is refused by the server before it
     # is read (the body is read before the token is checked)
-    server = ServerThread(create_app(coordinator), host, port,
+    app = create_app(coordinator)
+    if start_worker is not None:
+        app.extensions["parallel_rl.start_worker"] = start_worker
+    server = ServerThread(app, host, port,
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
                           max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
                           max_connections=int(ccfg.get("max_open_connections", 0)))

@@ -14,6 +14,16 @@ def get_coordinator():
     return coordinator
 
 
+def start_worker(kind: str) -> dict:
+    """Start one more ``kind`` process, where the coordinator runs inside ``parallel-rl run`` (its launcher
+    starts it, as it starts the first ones); 400 elsewhere: a coordinator on its own starts no processes."""
+    start = current_app.extensions.get("parallel_rl.start_worker")
+    if start is None:
+        raise ApiError(400, "bad_request", f"missing field 'address': this coordinator starts no processes "
+                                           f"(only `parallel-rl run` does); add a running {kind} by its URL")
+    return start(kind)
+
+
 def require_token() -> None:
     """Mutating calls and worker traffic need the cluster token."""
     check_token(current_app.config.get("CLUSTER_TOKEN"))

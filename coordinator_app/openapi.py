@@ -272,10 +272,16 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/{collection}": {
                 "get": {"summary": "list collectors or learners", "parameters": [worker_collection],
                         "responses": {"200": _json({"type": "object"}, "workers"), **_errors("404")}},
-                "post": {"summary": "add a running slave by URL (the coordinator connects to it)",
+                "post": {"summary": "add a running slave by URL (the coordinator connects to it); without an "
+                                    "address, a coordinator inside `parallel-rl run` starts one more process",
                          "security": AUTH, "parameters": [worker_collection],
                          "requestBody": _body("Registration"),
                          "responses": {"201": _json(_ref("Worker"), "registered"),
+                                       "202": _json({"type": "object", "properties": {
+                                           "worker_id": {"type": "string"}, "kind": {"type": "string"},
+                                           "state": {"type": "string", "enum": ["starting"]}}},
+                                           "no address: `parallel-rl run` starts the process, which registers "
+                                           "itself as worker_id"),
                                        "409": _json(_ref("Error"), "address already registered"),
                                        "422": _json(_ref("Error"), "the slave cannot be reached, is not a parallel_rl "
                                                                    "worker (code unreachable), or did not prove it "

@@ -122,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("collectors", help="list, add or remove collectors", parents=client)
     csub = p.add_subparsers(dest="action", metavar="ACTION")
-    a = csub.add_parser("add", help="add a running collector slave by URL", parents=client)
-    a.add_argument("url")
+    a = csub.add_parser("add", help="add a running collector slave by URL; without one, `parallel-rl run` starts "
+                                    "one more collector", parents=client)
+    a.add_argument("url", nargs="?", default=None)
     r = csub.add_parser("remove", help="remove a collector by worker id", parents=client)
     r.add_argument("worker_id")
     return parser

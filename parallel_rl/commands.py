@@ -40,6 +40,9 @@ def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
 
 # ---- roles ---------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    from .entry import forkserver
+
+    forkserver.start()  # its imports (torch, gymnasium, the roles) overlap the coordinator's boot
     from .entry.launcher import run_local_cluster
     from .runtime import setup_process
 
@@ -119,6 +122,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def cmd_slave(args: argparse.Namespace) -> int:
     from .transport import token_from_env
+    from .entry.roles import slave_class
     from .runtime import die_with_parent, on_signals, setup_process
 
     die_with_parent()
@@ -128,12 +132,8 @@ def cmd_slave(args: argparse.Namespace) -> int:
         from .storage import SharedStorage
 
         SharedStorage(args.shared_dir, cfg.parallel.storage_options)
-    if args.command == "learner":
-        from .interaction.learner_aggregator import LearnerAggregator as SlaveClass
-    else:
-        from .interaction.collector_worker import FlaskFileSystemCollector as SlaveClass
     wcfg = cfg.parallel.worker
-    slave = SlaveClass(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
+    slave = slave_class(args.command)(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
                        advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
                        worker_id=args.worker_id,
@@ -232,7 +232,7 @@ WORKER_COLUMNS = ["worker_id", "address", "state", "current_task", "seconds_sinc
 def cmd_collectors(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "add":
-        data = client.post("/api/v1/collectors", {"address": args.url})
+        data = client.post("/api/v1/collectors", {"address": args.url} if args.url else {})
         rows = [data]
     elif args.action == "remove":
         data = client.delete(f"/api/v1/collectors/{args.worker_id}")

@@ -445,15 +445,17 @@ class SampleAnswer:
 
 @dataclass
 class Registration:
-    """``POST /api/v1/collectors`` or ``/learners``: add the running slave at ``address``."""
+    """``POST /api/v1/collectors`` or ``/learners``: add the running slave at ``address``; without one, a
+    coordinator inside ``parallel-rl run`` has its launcher start one more (202), one on its own answers 400."""
 
-    address: str = wire(doc="http://HOST:PORT the slave serves on (and advertises)")
+    address: Optional[str] = wire(default=None, doc="http://HOST:PORT the slave serves on (and advertises)")
     worker_id: Optional[str] = wire(default=None, doc="the id wanted (the launcher's name, or the id held before a "
                                                       "coordinator restart); given when no entry holds it")
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Registration":
-        return cls(address=field(body, "address", str), worker_id=field(body, "worker_id", str, required=False))
+        return cls(address=field(body, "address", str, required=False),
+                   worker_id=field(body, "worker_id", str, required=False))
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)

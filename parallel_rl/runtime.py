@@ -94,7 +94,11 @@ def set_torch_threads(n: int) -> None:
     torch.set_num_threads(max(1, int(n)))
 
 
-def die_with_parent(env_var: str = "PARALLEL_RL_PARENT_PID") -> None:
+# the pid of the process a worker dies with (set by `parallel-rl run`'s fork server, and a learner for its ranks)
+PARENT_ENV = "PARALLEL_RL_PARENT_PID"
+
+
+def die_with_parent(env_var: str = PARENT_ENV) -> None:
     """When started by ``parallel-rl run``: get SIGTERM if the launcher dies (Linux prctl)."""
     parent = os.environ.get(env_var)
     if not parent or not sys.platform.startswith("linux"):

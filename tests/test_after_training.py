@@ -229,7 +229,7 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
     from parallel_rl.envs.video import encoded_bytes
     from parallel_rl.config import compile_config
     from parallel_rl.storage import SharedStorage
-    from tests.conftest import eventually
+    from tests.support import eventually
     from tests.test_observability import chrome
 
     coordinator, server = coordinator_factory()

@@ -8,8 +8,8 @@ import time
 import pytest
 import requests
 
-from tests.test_cluster import alive, child_pids, role_of
 from tests.support import free_port
+from tests.test_cluster import alive, role_of, worker_pids
 from tests.test_resilience import ENV, check_replay_index
 
 CONFIG = "configs/cartpole_dqn_parallel.py"
@@ -39,12 +39,12 @@ def test_run_solves_while_its_children_are_killed(cli, tmp_path):
     deadline = time.monotonic() + 240
     next_kill = time.monotonic()
     while run.proc.poll() is None and time.monotonic() < deadline:
-        seen.update(child_pids(run.pid))
+        seen.update(worker_pids(run.pid))
         if len(kills) < MAX_KILLS and time.monotonic() >= next_kill and train_iter(url) > 0:
             # the learner first: training stops until its restart resumes, so the kills after it land
             # before the solve (an undisturbed run solves within a second or two of training)
             roles = ("learner",) if not kills else ("learner", "collector")
-            victims = [pid for pid in child_pids(run.pid) if role_of(pid) in roles]
+            victims = [pid for pid in worker_pids(run.pid) if role_of(pid) in roles]
             if victims:
                 victim = rng.choice(victims)
                 kills.append(role_of(victim))

@@ -38,6 +38,11 @@ def child_pids(pid: int) -> list:
     return out
 
 
+def worker_pids(run_pid: int) -> list:
+    """The learner and collector processes of the `run` launcher ``run_pid``: forks of its fork server."""
+    return [pid for child in child_pids(run_pid) for pid in child_pids(child) if role_of(pid)]
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -107,7 +112,7 @@ def test_cartpole_solves_despite_a_killed_collector(cli, tmp_path):
     run, url = start_run(cli, tmp_path, "configs/cartpole_dqn_parallel.py", "--collectors", "3")
     busy = eventually(lambda: busy_collectors(url, 3), timeout=60, message="three busy collectors")
     victim = busy[0]
-    assert victim["pid"] in child_pids(run.pid) and role_of(victim["pid"]) == "collector"
+    assert victim["pid"] in worker_pids(run.pid) and role_of(victim["pid"]) == "collector"
     os.kill(victim["pid"], signal.SIGKILL)
     assert run.wait(300) == 0, run.output()[-3000:]
     assert re.search(r"^solved: eval return", run.output(), re.M)
@@ -119,7 +124,7 @@ def test_cartpole_solves_despite_a_killed_collector(cli, tmp_path):
 def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
     run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "2")
     eventually(lambda: busy_collectors(url, 2), timeout=60, message="two busy collectors")
-    children = child_pids(run.pid)
+    children = worker_pids(run.pid)
     assert sorted(role_of(pid) for pid in children) == ["collector", "collector", "learner"]
     # once training runs, the learner has the last CPU to itself; the others share the rest
     cpus = sorted(os.sched_getaffinity(0))
@@ -135,7 +140,7 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
 
 
 def learner_pid(run) -> int:
-    return next(pid for pid in child_pids(run.pid) if role_of(pid) == "learner")
+    return next(pid for pid in worker_pids(run.pid) if role_of(pid) == "learner")
 
 
 def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
@@ -147,7 +152,7 @@ def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
     learner = eventually(lambda: [w for w in get(url, "/learners")["learners"]
                                   if w["worker_id"] == "learner-2" and w["state"] == "busy"], timeout=60,
                          message="a restarted learner at work")[0]
-    assert learner["pid"] != old and learner["pid"] in child_pids(run.pid)
+    assert learner["pid"] != old and learner["pid"] in worker_pids(run.pid)
     states = {w["worker_id"]: w["state"] for w in get(url, "/learners")["learners"]}
     assert states["learner-1"] == "lost"
     task = next(t for t in get(url, "/tasks?kind=learner")["tasks"] if t["worker_id"] == "learner-2")
@@ -162,7 +167,7 @@ def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
     assert re.search(r"^\[learner-2\] .*connected as learner-2 ", output, re.M), output[-3000:]
     assert re.search(r"^\[collector-1\] .*connected as collector-1 ", output, re.M), output[-3000:]
     assert "restarting a learner" in output
-    children = child_pids(run.pid)
+    children = worker_pids(run.pid)
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert not [pid for pid in children if alive(pid)]
@@ -173,7 +178,7 @@ def test_learner_dying_past_its_restart_budget_fails_the_run(cli, tmp_path, toy_
                          "--set", "parallel.supervisor.max_restarts=0")
     eventually(lambda: [w for w in get(url, "/learners")["learners"] if w["state"] == "busy"], timeout=60,
                message="busy learner")
-    children = child_pids(run.pid)
+    children = worker_pids(run.pid)
     os.kill(learner_pid(run), signal.SIGKILL)
     assert run.wait(30) == 1
     assert re.search(r"failed: learner kept dying: learner-1 exited with code -9 after 0 restart\(s\) "

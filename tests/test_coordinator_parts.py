@@ -8,7 +8,7 @@ from parallel_rl.coordinator import Commander, CommanderHandle, Coordinator
 from parallel_rl.coordinator.flow_control import Admission
 from parallel_rl.errors import NotFoundError, ProtocolViolation, UnavailableError, UnreachableError
 from parallel_rl.storage import SharedStorage
-from tests.conftest import toy_cluster_config
+from tests.support import toy_cluster_config
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from parallel_rl.config import compile_config
 from tests.support import eventually, get
-from tests.test_cluster import alive, child_pids, start_run, toy_config  # noqa: F401 (fixture)
+from tests.test_cluster import alive, child_pids, start_run, toy_config, worker_pids  # noqa: F401 (fixture)
 
 STEPS = 3
 
@@ -233,7 +233,7 @@ def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_co
     assert get(url, "/cluster")["learn_info"]["world_size"] == 2
     before = get(url, "/cluster")["train_iter"]
     eventually(lambda: get(url, "/cluster")["train_iter"] > before + 20, timeout=60, message="training continues")
-    children = child_pids(run.pid) + [again["ranks"][1]["pid"]]
+    children = worker_pids(run.pid) + [again["ranks"][1]["pid"]]
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert not [pid for pid in children if alive(pid)]

@@ -34,6 +34,7 @@ EXAMPLES = [
                  control={"stop": False}),
     SampleAnswer(chunks=[], batches=[], retry_after=1.0),
     Registration(address="http://127.0.0.1:9000", worker_id="collector-7"),
+    Registration(),  # `parallel-rl run` starts one more
     FAILING,
 ]
 
@@ -105,7 +106,7 @@ def chunk(**fields):
     (SampleRequest, {"worker_id": "learner-1", "batch_size": 4, "encoding": "xml"},
      "field 'encoding' must be 'json' or 'base64', got 'xml'"),
     (SampleRequest, {"batch_size": 4}, "missing field 'worker_id'"),
-    (Registration, {}, "missing field 'address'"),
+    (Registration, {"address": 5}, "field 'address' must be str, got int"),
     (Registration, {"address": "http://h:1", "worker_id": 3}, "field 'worker_id' must be str, got int"),
 ])
 def test_refusals_name_the_field(cls, obj, text):

@@ -4,9 +4,8 @@ import signal
 
 import requests
 
-from tests.support import eventually
-from tests.test_cluster import TOY_CONFIG, alive, child_pids, start_run
-from tests.test_operations import free_port
+from tests.support import eventually, free_port
+from tests.test_cluster import TOY_CONFIG, alive, start_run, worker_pids
 
 TOKEN = "resilience-token"
 ENV = {"PARALLEL_RL_TOKEN": TOKEN}
@@ -101,7 +100,7 @@ def test_run_resumed_after_ctrl_c_continues_training(cli, tmp_path):
     url = url[: -len("/api/v1")]
     eventually(lambda: get(url, "/cluster")["train_iter"] > 45, timeout=60, message="training")
     eventually(lambda: get(url, "/cluster/history")["eval"], timeout=60, message="an evaluation")
-    children = child_pids(run.pid)
+    children = worker_pids(run.pid)
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     stopped = re.search(r"^interrupted \(SIGINT\); env_steps=(\d+) train_iter=(\d+)", run.output(), re.M)

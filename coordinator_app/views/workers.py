@@ -5,7 +5,7 @@ from flask import Blueprint, jsonify, request
 from parallel_rl.protocol import Heartbeat, MetadataBatch, Registration
 from parallel_rl.transport import LEASE_HEADER, ApiError, json_body
 
-from ..context import get_coordinator, require_token
+from ..context import get_coordinator, require_token, start_worker
 
 bp = Blueprint("workers", __name__, url_prefix="/api/v1")
 
@@ -35,6 +35,8 @@ def add_worker(collection: str):
     kind = _kind(collection)
     require_token()
     registration = Registration.from_json(json_body())
+    if registration.address is None:  # `parallel-rl run` starts one more (a fork of its fork server)
+        return jsonify(start_worker(kind)), 202
     worker = get_coordinator().membership.add_worker(kind, registration.address, registration.worker_id)
     return jsonify(worker.to_dict()), 201
 

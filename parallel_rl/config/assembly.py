@@ -78,7 +78,9 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 
 def default_buffer_type(policy_cfg: Mapping) -> str:
     """The replay buffer type a policy's data flow needs: ``segment`` for on-policy, else ``advanced``."""
-    return "segment" if policy_cfg.get("on_policy") else "advanced"
+    from ..data.flows import flow_of
+
+    return flow_of(policy_cfg).default_buffer_type
 
 
 def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
@@ -97,6 +99,9 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     validate(cfg)
+    from ..data.flows import flow_of
+
+    flow_of(cfg.policy).check_config(cfg)
     from ..policy.device import DEVICES  # the values the policy knows (the schema imports no component)
 
     if cfg.policy.device not in DEVICES:

@@ -74,8 +74,9 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
 
 
 def validate(cfg: EasyDict) -> None:
-    """The values that fit each other: bounds, and pairings of sections (policy and buffer, env and policy,
-    learner ranks); ConfigError naming the key and the value."""
+    """The values that fit each other: bounds, and pairings of sections (env and policy, learner ranks);
+    ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
+    the flow checks itself (``parallel_rl.data.flows``, called by the assembly)."""
     positive = [
         ("env.collector_env_num", cfg.env.collector_env_num),
         ("env.evaluator_env_num", cfg.env.evaluator_env_num),
@@ -116,22 +117,10 @@ def validate(cfg: EasyDict) -> None:
     eps = cfg.policy.other.get("eps")
     if eps is not None and eps.type not in ("exp", "linear"):
         raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")
-    if cfg.policy.on_policy and cfg.policy.nstep != 1:
-        raise ConfigError(f"policy.nstep must be 1 for the on-policy {cfg.policy.type!r} (GAE does the "
-                          f"multi-step returns), got {cfg.policy.nstep}")
     buf_type = cfg.policy.other.replay_buffer.type
-    if cfg.policy.on_policy and cfg.parallel.collector.chunk_size < cfg.env.collector_env_num:
-        raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
-                          f"{cfg.policy.type!r} (>= env.collector_env_num), got "
-                          f"{cfg.parallel.collector.chunk_size=} {cfg.env.collector_env_num=}")
     if buf_type == "sequence":
         raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
                           "windows for library use; the pipelines train on transitions: use advanced or naive")
-    if cfg.policy.on_policy != (buf_type == "segment"):
-        want = "segment" if cfg.policy.on_policy else "advanced, naive or episode"
-        raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
-                          f"{'on' if cfg.policy.on_policy else 'off'}-policy {cfg.policy.type!r}: use {want} "
-                          f"(or leave the key out)")
     if cfg.env.type not in ("gymnasium", "pettingzoo"):
         raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
     random_size = int(cfg.policy.get("random_collect_size", 0) or 0)
@@ -151,10 +140,6 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError(f"parallel.learner needs world_size >= 1, collective_timeout > 0 and "
                           f"max_rank_restarts >= 0, got {learner.world_size=}, {learner.collective_timeout=}, "
                           f"{learner.max_rank_restarts=}")
-    if learner.world_size > 1 and cfg.policy.on_policy:
-        raise ConfigError(f"parallel.learner.world_size={learner.world_size} needs an off-policy algorithm (dqn, "
-                          f"sac): on-policy segments of {cfg.policy.type!r} are not split across ranks; use "
-                          f"world_size=1")
     if learner.world_size > cfg.policy.learn.batch_size:
         raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
                           f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ..errors import ConfigError
+
 
 class DataFlow:
     """The base: what every flow answers. Subclasses set the class attributes and override the methods."""
@@ -41,6 +43,15 @@ class DataFlow:
     @property
     def default_buffer_type(self) -> str:
         return self.buffer_types[0]
+
+    def check_config(self, cfg: Mapping) -> None:
+        """What this flow needs of a compiled config; ConfigError naming the key and the value."""
+        buf_type = cfg["policy"]["other"]["replay_buffer"]["type"]
+        if buf_type not in self.buffer_types:
+            raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
+                              f"{'on' if self.on_policy else 'off'}-policy {cfg['policy']['type']!r}: use "
+                              f"{', '.join(self.buffer_types[:-1])}{' or ' if len(self.buffer_types) > 1 else ''}"
+                              f"{self.buffer_types[-1]} (or leave the key out)")
 
     def learner_batch_size(self, policy_cfg: Mapping) -> int:
         """Rows the learner's data pipeline hands over per update."""
@@ -133,6 +144,23 @@ class SegmentFlow(DataFlow):
     drop_extra = False  # every row of a call comes from the policy loaded now
     urgent_chunks = True
     new_version_ends_wait = False  # the wait ends with the new version's share of its segment
+
+    def check_config(self, cfg: Mapping) -> None:
+        policy, envs = cfg["policy"], cfg["env"]["collector_env_num"]
+        if policy["nstep"] != 1:
+            raise ConfigError(f"policy.nstep must be 1 for the on-policy {policy['type']!r} (GAE does the "
+                              f"multi-step returns), got {policy['nstep']}")
+        chunk_size = cfg["parallel"]["collector"]["chunk_size"]
+        if chunk_size < envs:
+            raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
+                              f"{policy['type']!r} (>= env.collector_env_num), got "
+                              f"cfg.parallel.collector.chunk_size={chunk_size} cfg.env.collector_env_num={envs}")
+        super().check_config(cfg)
+        world_size = cfg["parallel"]["learner"]["world_size"]
+        if world_size > 1:
+            raise ConfigError(f"parallel.learner.world_size={world_size} needs an off-policy algorithm (dqn, "
+                              f"sac): on-policy segments of {policy['type']!r} are not split across ranks; use "
+                              f"world_size=1")
 
     def learner_batch_size(self, policy_cfg: Mapping) -> int:
         return int(policy_cfg["collect"]["n_sample"])

@@ -1,18 +1,21 @@
 """``parallel-rl run``: the whole cluster as local processes.
 
 The coordinator runs in this process (it needs no torch); the learner and
-the collectors are child processes started with ``parallel-rl learner`` /
-``parallel-rl collector --coordinator URL``, exactly as docker-compose starts
-them. Each child asks the coordinator for the worker id it is named by here,
-so its output is forwarded with the ``[collector-1]`` prefix the REST API
-shows for it. The launcher supervises its children: one that dies is marked
-lost at once and restarted (under a new name, the old entry stays for the
+the collectors run ``parallel-rl learner`` / ``parallel-rl collector
+--coordinator URL``, exactly as docker-compose starts them, but as forks of a
+fork server that imported torch, gymnasium and the roles once
+(:mod:`.forkserver`, started before the coordinator boots so that the two
+overlap). Each child asks the coordinator for the worker id it is named by
+here, so its output is forwarded with the ``[collector-1]`` prefix the REST
+API shows for it. The launcher supervises its children: one that dies is
+marked lost at once and restarted (under a new name, the old entry stays for the
 record) after an exponential backoff; a restarted learner resumes from the
 newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
-The children die with this process (``PR_SET_PDEATHSIG``) and are
-terminated, then killed, on the way out whatever happens. ``resume=DIR``
-continues an interrupted run from the coordinator state saved in DIR.
+The children die with this process (the fork server exits with it, and they
+die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
+killed, on the way out whatever happens. ``resume=DIR`` continues an
+interrupted run from the coordinator state saved in DIR.
 """
 from __future__ import annotations
 
@@ -34,19 +37,18 @@ from ..transport import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
+from . import forkserver
 
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
 LOOP_TICK = 0.1
-
-PARENT_ENV = "PARALLEL_RL_PARENT_PID"
 
 
 @dataclass
 class Child:
     name: str
     role: str
-    proc: subprocess.Popen
+    proc: forkserver.ForkedProcess
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
     reaped: bool = False  # its death was handled (marked lost, restart scheduled)
@@ -100,13 +102,14 @@ class LocalCluster:
                                "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
         from coordinator_app import serve_coordinator
 
-        self.server = serve_coordinator(self.coordinator, host, port)
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
         self._stop = threading.Event()
         self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
+        self._names_lock = threading.Lock()  # start_worker names one from a request thread
         self.restarts = {"learner": 0, "collector": 0}
-        self._pending: List[tuple] = []  # (restart at monotonic time, role)
+        self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
+        self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once pinned
 
     @property
@@ -133,19 +136,29 @@ class LocalCluster:
                     sorted(others))
         return True
 
-    def _spawn(self, role: str) -> Child:
-        name = f"{role}-{next(self._names[role])}"
-        while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
+    def _new_name(self, role: str) -> str:
+        with self._names_lock:
             name = f"{role}-{next(self._names[role])}"
-        cmd = [sys.executable, "-m", "parallel_rl", role, "--coordinator", self.url, "--worker-id", name,
-               "--shared-dir", self.storage.root, "--host", "127.0.0.1", "--port", "0"]
+            while self.coordinator.workers.get(name) is not None:  # a resumed run's coordinator knows old names
+                name = f"{role}-{next(self._names[role])}"
+            return name
+
+    def start_worker(self, role: str) -> dict:
+        """``POST /api/v1/collectors`` without an address (``parallel-rl collectors add``): one more ``role``
+        process, started by the wait loop as a restart is (and supervised like the others)."""
+        name = self._new_name(role)
+        self._pending.append((time.monotonic(), role, name))
+        return {"worker_id": name, "kind": role, "state": "starting"}
+
+    def _spawn(self, role: str, name: Optional[str] = None) -> Child:
+        name = name or self._new_name(role)
+        argv = [role, "--coordinator", self.url, "--worker-id", name, "--shared-dir", self.storage.root,
+                "--host", "127.0.0.1", "--port", "0"]
         if self.config_path:
-            cmd += ["-c", self.config_path]
+            argv += ["-c", self.config_path]
         for text in self.overrides:
-            cmd += ["--set", text]
-        env = dict(os.environ, **{PARENT_ENV: str(os.getpid()), TOKEN_ENV: self.token})
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env)
+            argv += ["--set", text]
+        proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc)
         child.reader = threading.Thread(target=_forward_output, args=(child, proc.stdout), daemon=True,
                                         name=f"{name}-output")
@@ -179,11 +192,11 @@ class LocalCluster:
             logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
                            child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
                            sup.max_restarts)
-            self._pending.append((time.monotonic() + delay, child.role))
+            self._pending.append((time.monotonic() + delay, child.role, None))
         now = time.monotonic()
         for item in [p for p in self._pending if p[0] <= now]:
             self._pending.remove(item)
-            child = self._spawn(item[1])
+            child = self._spawn(item[1], item[2])
             logger.info("launcher: started %s (pid %d)", child.name, child.proc.pid)
         return None
 
@@ -191,7 +204,7 @@ class LocalCluster:
         """Seconds until the next scheduled restart (the wait loop's tick at most)."""
         if not self._pending:
             return LOOP_TICK
-        return max(0.0, min(LOOP_TICK, min(at for at, _ in self._pending) - time.monotonic()))
+        return max(0.0, min(LOOP_TICK, min(item[0] for item in self._pending) - time.monotonic()))
 
     def run(self) -> int:
         """Start everything, wait for the end, shut down; returns the exit code."""
@@ -268,6 +281,7 @@ class LocalCluster:
         for child in self.children:
             if child.reader is not None:
                 child.reader.join(2.0)
+        forkserver.stop()
         self.server.close(timeout=2.0)
         self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
         self.dir_lock.release()
