@@ -22,7 +22,7 @@ from ..protocol import MAX_COUNTER
 from ..storage import SharedStorage, StorageHealth
 from .commander import create_parallel_commander
 from .commander_api import Commander, CommanderHandle
-from .flow_control import LONG_POLL_RETRY_AFTER, FlowControl
+from .flow_control import FlowControl
 from .membership import Membership
 from .messages import MessageTable
 from .replay import ReplayIndex
@@ -76,9 +76,6 @@ class Coordinator:
         self.flow = FlowControl(cfg, self.workers, self._lock, progress=self,
                                 epsilon=lambda env_steps: self.commander.epsilon(env_steps))
         self.snapshots = Snapshots(self)
-        # the data flow the policy asks for: on-policy data is used as whole segments of recent versions
-        self.on_policy = self.flow.on_policy
-        self.random_collect_size = self.flow.random_collect_size
         self._wake = threading.Event()
         self._closing = threading.Event()
         # notified on every kick (task ends, workers joining and leaving): wind_down waits on it
@@ -119,7 +116,6 @@ class Coordinator:
     wait_for_allowance = _delegate("flow", "wait_for_allowance")
     long_polls_refused = _delegate("flow", "long_polls_refused")
     _notify_progress = _delegate("flow", "notify_progress")
-    _count_segment_steps = _delegate("flow", "count_segment_steps")
     state_dict = _delegate("snapshots", "state_dict")
     load_state_dict = _delegate("snapshots", "load_state_dict")
     save_state = _delegate("snapshots", "save_state")
@@ -142,7 +138,7 @@ class Coordinator:
         self._wake.set()
         with self._changed:
             self._changed.notify_all()
-        if self.on_policy:  # the collectors may have changed: their shares of a segment too
+        if self.flow.metering.members_changed():  # on-policy: the collectors' shares of a segment too
             self.flow.notify_progress()
 
     def finish(self, state: str, reason: str) -> None:
@@ -248,8 +244,8 @@ class Coordinator:
             else:
                 worker.current_task = task.task_id
                 worker.state = WorkerState.BUSY
-            if self.on_policy and task.kind == TaskKind.LEARNER:
-                self.flow.new_segment_round()
+            if task.kind == TaskKind.LEARNER:
+                self.flow.metering.learner_task_started()
         payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
         try:  # a retried POST is safe: slaves acknowledge a task id they have seen without running it again
             worker.client.post("/slave/v1/tasks", payload, retries=1)
@@ -356,38 +352,7 @@ class Coordinator:
             self.train_iter = max(self.train_iter, train_iter)
         if advanced:
             self.flow.notify_progress()
-        if self.on_policy:
-            return self._sample_segment(batch_size, train_iter, wait, encoding)
-        lcfg = self.cfg.parallel.learner
-        # the learner starts once the random warm-up is in the buffer (RL Zoo's learning_starts)
-        min_size = max(batch_size, int(lcfg.min_buffer_size), self.random_collect_size)
-        ratio = float(lcfg.max_updates_per_transition)
-
-        def allowed() -> int:
-            if self.system_shutdown_flag or self.replay.count() < min_size:
-                return 0
-            if ratio > 0:
-                return max(0, int(ratio * self.replay.buffer.pushed) - self.replay.batches_served)
-            return batches
-
-        if wait > 0 and allowed() <= 0:
-            with self.flow.long_poll() as slot:
-                if not slot:
-                    return {"chunks": [], "batches": [], "retry_after": LONG_POLL_RETRY_AFTER}
-                self.replay.wait_for(lambda: allowed() > 0 or self.system_shutdown_flag,
-                                     timeout=max(0.0, min(wait, 10.0)))
-        n = min(batches, allowed())
-        return self.replay.sample(batch_size, n, train_iter, encoding) if n > 0 else {"chunks": [], "batches": []}
-
-    def _sample_segment(self, size: int, train_iter: int, wait: float, encoding: str) -> Dict[str, Any]:
-        """On-policy: one batch holding every row of the policy versions within ``max_staleness`` of the
-        learner's ``train_iter``, once there are at least ``size`` of them (waits up to ``wait`` s)."""
-        buffer = self.replay.buffer
-        self.replay.wait_for(lambda: self.system_shutdown_flag or buffer.fresh_count(train_iter) >= size,
-                             timeout=max(0.0, min(wait, 10.0)))
-        if self.system_shutdown_flag:
-            return {"chunks": [], "batches": []}
-        return self.replay.sample(size, 1, train_iter, encoding)
+        return self.flow.metering.sample(self.replay, batch_size, batches, train_iter, wait, encoding)
 
     # ---- inspection ---------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

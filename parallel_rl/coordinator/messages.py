@@ -175,8 +175,7 @@ class MessageTable:
                 c.env_steps += steps
                 worker.env_steps += steps
                 worker.policy_version = version = m["version"]
-                if c.on_policy:
-                    c._count_segment_steps(worker, version, steps)
+                c.flow.metering.chunk_counted(worker, version, steps)
                 published = c.policy_published_at.pop(version, None)
                 if published is not None:
                     c.policy_propagation.append(time.time() - published)

@@ -1,0 +1,175 @@
+"""The coordinator's side of each data flow (``parallel_rl.data.flows``): how collectors are metered and how a
+learner's sample request is answered. One class per flow, :data:`METERING` keyed by the flow's name; the
+coordinator and :class:`~.flow_control.FlowControl` ask it instead of branching on the flow.
+
+- :class:`ReplayMetering` (off-policy): collectors may run ``max(warmup_env_steps, random_collect_size) +
+  max_env_steps_per_update * train_iter`` env steps ahead; the learner gets batches sampled from the replay
+  index once it holds ``min_buffer_size`` rows, at most ``max_updates_per_transition`` batches per row pushed.
+- :class:`SegmentMetering` (synchronous on-policy): each collector collects its share of
+  ``policy.collect.n_sample`` env steps per policy version and round (a new learner task starts a new round);
+  the learner gets one batch holding the whole fresh segment.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Dict, Optional
+
+from easydict import EasyDict
+
+from .workers import Worker, WorkerRegistry
+
+EMPTY = {"chunks": [], "batches": []}
+# seconds a worker waits before asking again when every long-poll slot was taken
+LONG_POLL_RETRY_AFTER = 1.0
+
+
+class Metering:
+    """The base: what every flow's metering answers (the off-policy defaults where one fits both)."""
+
+    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress, flow_control):
+        self.cfg = cfg
+        self._workers = workers
+        self._lock = lock  # the coordinator's: counts change with the counters they are read against
+        self._progress = progress
+        self._flow = flow_control  # its long-poll slots
+        self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)
+
+    def control(self, worker: Worker) -> Dict[str, Any]:
+        """This flow's fields of the control block ``worker`` gets."""
+        raise NotImplementedError
+
+    def may_collect(self, worker: Optional[Worker], loaded_version: Optional[int]) -> bool:
+        """Whether a waiting collector may collect again (besides a newer policy or the run's end)."""
+        raise NotImplementedError
+
+    def sample(self, replay, batch_size: int, batches: int, train_iter: int, wait: float,
+               encoding: str) -> Dict[str, Any]:
+        """The answer to a learner's sample request (waits up to ``wait`` s for enough data)."""
+        raise NotImplementedError
+
+    def members_changed(self) -> bool:
+        """Collectors came or went: True when waiting collectors must look again."""
+        return False
+
+    def learner_task_started(self) -> None:
+        """A learner task starts (under the coordinator's lock)."""
+
+    def chunk_counted(self, worker: Worker, version: int, steps: int) -> None:
+        """``worker`` announced ``steps`` env steps made with policy ``version`` (under the coordinator's lock)."""
+
+
+class ReplayMetering(Metering):
+    """Off-policy: an allowance of env steps ahead of the learner; batches sampled from the replay index."""
+
+    def allowed_env_steps(self) -> Optional[float]:
+        """How far collectors may run ahead of the learner (None: no limit): collectors that outrun the learner
+        only steal its CPU and fill the buffer with data it never trains on."""
+        ratio = float(self.cfg.parallel.commander.max_env_steps_per_update)
+        if ratio <= 0:
+            return None
+        warmup = max(float(self.cfg.parallel.commander.warmup_env_steps), float(self.random_collect_size))
+        return warmup + ratio * self._progress.train_iter
+
+    def control(self, worker):
+        allowed = self.allowed_env_steps()
+        return {"allowed_env_steps": None if allowed is None else int(allowed), "segment_env_steps": None,
+                "segment_round": 0}
+
+    def may_collect(self, worker, loaded_version):
+        # a waiting collector is woken for allowance_grant steps, not for every few (a round trip per tiny chunk)
+        allowed = self.allowed_env_steps()
+        return allowed is None or allowed - self._progress.env_steps >= int(self.cfg.parallel.commander.allowance_grant)
+
+    def sample(self, replay, batch_size, batches, train_iter, wait, encoding):
+        lcfg, p = self.cfg.parallel.learner, self._progress
+        # the learner starts once the random warm-up is in the buffer (RL Zoo's learning_starts)
+        min_size = max(batch_size, int(lcfg.min_buffer_size), self.random_collect_size)
+        ratio = float(lcfg.max_updates_per_transition)
+
+        def allowed() -> int:
+            if p.system_shutdown_flag or replay.count() < min_size:
+                return 0
+            if ratio > 0:
+                return max(0, int(ratio * replay.buffer.pushed) - replay.batches_served)
+            return batches
+
+        if wait > 0 and allowed() <= 0:
+            with self._flow.long_poll() as slot:
+                if not slot:
+                    return {**EMPTY, "retry_after": LONG_POLL_RETRY_AFTER}
+                replay.wait_for(lambda: allowed() > 0 or p.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
+        n = min(batches, allowed())
+        return replay.sample(batch_size, n, train_iter, encoding) if n > 0 else dict(EMPTY)
+
+
+class SegmentMetering(Metering):
+    """Synchronous on-policy: shares of one segment per policy version; the learner takes it whole."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        # env steps each collector sent per policy version (its share of the next segment)
+        self._segment_steps: Dict[int, Dict[str, int]] = {}
+        # a new learner task starts a new round of segments (its predecessor may have taken the current
+        # version's segment with it); collectors count what they sent per (version, round)
+        self.segment_round = 0
+
+    def control(self, worker):
+        # env steps this collector may collect in all with policy `policy_version`
+        return {"allowed_env_steps": None, "segment_env_steps": self.segment_steps_allowed(worker),
+                "segment_round": self.segment_round}
+
+    def may_collect(self, worker, loaded_version):
+        # the collector acts with the current version and its share of the segment is not collected yet
+        return (worker is not None and loaded_version == self._progress.policy_version
+                and self.segment_steps_allowed(worker) > self._segment_done(worker)[0])
+
+    def sample(self, replay, batch_size, batches, train_iter, wait, encoding):
+        """One batch holding every row of the policy versions within ``max_staleness`` of the learner's
+        ``train_iter``, once there are at least ``batch_size`` of them."""
+        p, buffer = self._progress, replay.buffer
+        replay.wait_for(lambda: p.system_shutdown_flag or buffer.fresh_count(train_iter) >= batch_size,
+                        timeout=max(0.0, min(wait, 10.0)))
+        if p.system_shutdown_flag:
+            return dict(EMPTY)
+        return replay.sample(batch_size, 1, train_iter, encoding)
+
+    def members_changed(self) -> bool:
+        return True  # a collector that leaves raises the others' shares
+
+    def learner_task_started(self) -> None:
+        self.segment_round += 1
+        self._segment_steps.clear()
+
+    def chunk_counted(self, worker, version, steps):
+        per_worker = self._segment_steps.setdefault(version, {})
+        per_worker[worker.worker_id] = per_worker.get(worker.worker_id, 0) + steps
+        for old in [v for v in self._segment_steps if v < self._progress.policy_version]:
+            del self._segment_steps[old]
+
+    def segment_share(self) -> int:
+        """Env steps each active collector contributes to one segment: ``policy.collect.n_sample`` split
+        among them, rounded up to whole vector steps."""
+        collectors = sum(1 for w in self._workers.list("collector", active_only=True))
+        envs = int(self.cfg.env.collector_env_num)
+        per_collector = math.ceil(int(self.cfg.policy.collect.n_sample) / max(1, collectors))
+        return math.ceil(per_collector / envs) * envs
+
+    def _segment_done(self, worker: Worker) -> tuple:
+        """(env steps of ``worker``, of all collectors) announced with the current policy version."""
+        with self._lock:
+            per_worker = self._segment_steps.get(self._progress.policy_version, {})
+            return per_worker.get(worker.worker_id, 0), sum(per_worker.values())
+
+    def segment_steps_allowed(self, worker: Worker) -> int:
+        """The env steps ``worker`` may collect in all with the current policy version: its share, and no more
+        than the segment still misses (a segment larger than ``n_sample`` would be taken before the rest
+        arrives, and the rest thrown away). 0 before the learner published a first policy."""
+        if self._progress.policy_version < 0:
+            return 0
+        mine, total = self._segment_done(worker)
+        missing = max(0, int(self.cfg.policy.collect.n_sample) - total)
+        return min(self.segment_share(), mine + missing)
+
+
+METERING = {"replay": ReplayMetering, "segments": SegmentMetering}
