@@ -23,7 +23,7 @@ import torch
 from parallel_rl.config import compile_config
 from parallel_rl.envs import EnvManager
 from parallel_rl.policy import DQNPolicy
-from parallel_rl.worker.compat import AsyncCollector, Collector
+from parallel_rl.compat.collectors import AsyncCollector, Collector
 
 
 class DelayEnv(gym.Env):

@@ -31,7 +31,7 @@ from parallel_rl.config import load_config
 from parallel_rl.envs import EnvManager
 from parallel_rl.policy import create_policy
 from parallel_rl.storage import SharedStorage
-from parallel_rl.worker.evaluator import InteractionSerialEvaluator
+from parallel_rl.evaluator.serial import InteractionSerialEvaluator
 
 CONFIG = "configs/cartpole_dqn_parallel.py"
 SUMMARY = re.compile(r"env_steps=(\d+) train_iter=(\d+)")

@@ -121,11 +121,11 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
     in the timed window (rank 0 marks its start with a NOOP step)."""
     import torch
 
-    from parallel_rl.interaction.learner_aggregator import GroupStep, Op
-    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.learner.aggregator import GroupStep, Op
+    from parallel_rl.learner.shell import RowStore
     from parallel_rl.policy import create_policy
     from parallel_rl.policy.distributed import destroy_group, join_group, open_store
-    from parallel_rl.worker.learner import create_learner
+    from parallel_rl.learner.learner import create_learner
 
     torch.set_num_threads(1)
     cfg = _learner_cfg(batch)

@@ -33,7 +33,7 @@ from parallel_rl.policy import create_policy  # noqa: E402
 from parallel_rl.policy.bots import create_bot  # noqa: E402
 from parallel_rl.runtime import setup_process  # noqa: E402
 from parallel_rl.storage import torch_load  # noqa: E402
-from parallel_rl.worker.battle_evaluator import SIDES, BattleInteractionSerialEvaluator  # noqa: E402
+from parallel_rl.evaluator.battle import SIDES, BattleInteractionSerialEvaluator  # noqa: E402
 
 TARGETS = {
     "pettingzoo.classic.tictactoe_v3": lambda r: (r["random"]["first"]["loss"] == 0.0

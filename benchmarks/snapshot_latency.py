@@ -43,7 +43,7 @@ def stats(values: list) -> str:
 
 def fill_league(league, snapshots: int) -> None:
     """``snapshots`` snapshots in the league, each with games against main and the bots."""
-    from parallel_rl.coordinator.league import MAIN, snapshot_name
+    from parallel_rl.league import MAIN, snapshot_name
 
     for version in range(snapshots):
         league.add_snapshot(version * league.cfg.snapshot_every)

@@ -155,7 +155,7 @@ def cmd_slave(args: argparse.Namespace) -> int:
 
 
 def cmd_learner_rank(args: argparse.Namespace) -> int:
-    from .interaction.learner_aggregator import cmd_learner_rank as run
+    from .learner.aggregator import cmd_learner_rank as run
 
     return run(args)
 

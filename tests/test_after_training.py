@@ -204,14 +204,14 @@ def test_cluster_evaluator_records_every_n_evaluations(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     from parallel_rl.config import compile_config
     from parallel_rl.storage import SharedStorage
-    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+    from parallel_rl.collector.cluster import ClusterCollector
 
     cfg = compile_config({"exp_name": str(tmp_path / "exp"), "env": {"env_id": "CartPole-v1", "collector_env_num": 1,
                                                                      "evaluator_env_num": 2},
                           "policy": {"model": {"hidden_size_list": [16]},
                                      "eval": {"evaluator": {"record_every": 2}}}})
     storage = SharedStorage(str(tmp_path / "shared"))
-    collector = ZerglingParallelCollector(cfg, storage, seed=0)
+    collector = ClusterCollector(cfg, storage, seed=0)
     try:
         for version in range(3):
             storage.save_policy(version, collector.policy.model_state_dict())

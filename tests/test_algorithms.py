@@ -9,7 +9,7 @@ from parallel_rl.envs.fit import check_env_fits
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.ppo import gae_advantages
-from parallel_rl.worker.collector import SampleSerialCollector
+from parallel_rl.collector.serial import SampleSerialCollector
 
 
 @pytest.fixture(autouse=True)

@@ -97,9 +97,9 @@ def test_bad_input_codes(server):
 
 
 def test_adding_an_address_twice_conflicts(server, tmp_path):
-    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from parallel_rl.collector.shell import CollectorSlave
 
-    slave = FlaskFileSystemCollector(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
+    slave = CollectorSlave(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
     try:
         first = call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH)
         assert first.status_code == 201 and first.json()["state"] in ("idle", "busy")
@@ -170,10 +170,10 @@ def _operations():
 @pytest.fixture
 def busy_server(coordinator_factory, tmp_path):
     """A coordinator with a real collector registered as collector-1, so worker routes reach their handlers."""
-    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from parallel_rl.collector.shell import CollectorSlave
 
     coordinator, server = coordinator_factory()
-    slave = FlaskFileSystemCollector(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
+    slave = CollectorSlave(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
     threading.Thread(target=slave.run, daemon=True).start()
     assert call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH).status_code == 201
     yield server, slave.coordinator.lease

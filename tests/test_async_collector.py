@@ -9,7 +9,7 @@ import pytest
 from parallel_rl.data.buffer import NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.errors import ConfigError
-from parallel_rl.worker.compat import AsyncCollector
+from parallel_rl.compat.collectors import AsyncCollector
 
 from .support import ConstantPolicy
 

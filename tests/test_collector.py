@@ -95,12 +95,12 @@ def test_invalid_arguments(toy_env, constant_policy):
 
 def test_zergling_collector_sees_new_checkpoints_on_the_disk(tmp_path):
     from parallel_rl.storage import SharedStorage
-    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+    from parallel_rl.collector.cluster import ClusterCollector
     from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
     storage = SharedStorage(str(tmp_path / "shared"))
-    collector = ZerglingParallelCollector(cfg, storage, seed=0)
+    collector = ClusterCollector(cfg, storage, seed=0)
     try:
         assert collector.get_policy_update_info() is None  # nothing published
         state = collector.policy.model_state_dict()

@@ -5,8 +5,8 @@ import pytest
 import torch  # noqa: F401  (imported up front: a first import inside the slave's task thread takes seconds on a busy box)
 
 from parallel_rl.errors import ConfigError
-from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
-from parallel_rl.interaction.learner_worker import FlaskFileSystemLearner
+from parallel_rl.collector.shell import CollectorSlave
+from parallel_rl.learner.shell import LearnerSlave
 from parallel_rl.worker import (
     BaseCommCollector,
     BaseCommLearner,
@@ -15,7 +15,7 @@ from parallel_rl.worker import (
     create_comm_collector,
     create_comm_learner,
 )
-from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+from parallel_rl.collector.cluster import ClusterCollector
 
 from .support import eventually
 
@@ -23,10 +23,10 @@ TOKEN = "test-token"
 
 
 def test_flask_fs_slaves_implement_the_comm_interfaces():
-    assert issubclass(FlaskFileSystemCollector, BaseCommCollector)
-    assert issubclass(FlaskFileSystemLearner, BaseCommLearner)
+    assert issubclass(CollectorSlave, BaseCommCollector)
+    assert issubclass(LearnerSlave, BaseCommLearner)
     assert issubclass(NaiveCollector, BaseCommCollector)
-    assert issubclass(ZerglingParallelCollector, BaseParallelCollector)
+    assert issubclass(ClusterCollector, BaseParallelCollector)
 
 
 def test_create_comm_collector_and_learner_build_our_flask_fs_classes():
@@ -34,7 +34,7 @@ def test_create_comm_collector_and_learner_build_our_flask_fs_classes():
                                        "token": TOKEN})
     learner = create_comm_learner({"type": "flask_fs", "host": "127.0.0.1", "port": 0, "token": TOKEN})
     try:
-        assert type(collector) is FlaskFileSystemCollector and type(learner) is FlaskFileSystemLearner
+        assert type(collector) is CollectorSlave and type(learner) is LearnerSlave
         assert collector.collector_uid is None  # not connected yet
         assert learner.hooks4call == []
     finally:

@@ -6,7 +6,7 @@ import pytest
 from parallel_rl.data.buffer import EpisodeReplayBuffer, NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
-from parallel_rl.worker.compat import Collector, CollectStats, CollectStatsBase
+from parallel_rl.compat.collectors import Collector, CollectStats, CollectStatsBase
 
 from .support import ConstantPolicy
 

@@ -2,7 +2,7 @@ import pytest
 
 from parallel_rl.envs import EnvManager
 from parallel_rl.worker import InteractionSerialEvaluator, VectorEvalMonitor
-from parallel_rl.worker.evaluator import InteractionSerialEvaluator as Evaluator
+from parallel_rl.evaluator.serial import InteractionSerialEvaluator as Evaluator
 from tests.support import ConstantPolicy
 
 

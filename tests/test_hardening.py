@@ -72,7 +72,7 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator
     """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
     the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
     tests/test_reliability_data.py)."""
-    from parallel_rl.interaction.learner_worker import DataPipeline
+    from parallel_rl.learner.shell import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
@@ -153,11 +153,11 @@ def test_task_messages_only_from_the_owner_and_calls_only_with_the_lease(coordin
 
 # ---- 5. no open door -----------------------------------------------------------------------------
 def test_a_slave_refuses_to_start_without_a_token(tmp_path, caplog):
-    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from parallel_rl.collector.shell import CollectorSlave
 
     with pytest.raises(ConfigError, match="--insecure-no-token"):
-        FlaskFileSystemCollector(shared_dir=str(tmp_path))
-    slave = FlaskFileSystemCollector(shared_dir=str(tmp_path), insecure_no_token=True)
+        CollectorSlave(shared_dir=str(tmp_path))
+    slave = CollectorSlave(shared_dir=str(tmp_path), insecure_no_token=True)
     try:
         assert "WITHOUT A CLUSTER TOKEN" in caplog.text
     finally:
@@ -616,11 +616,11 @@ def test_a_slave_with_another_token_is_not_adopted_and_a_real_one_is(coordinator
     """The challenge tells our slaves from strangers: one holding another token is refused before anything is
     sent to it; ours is refused under another name than the address it advertises (a relay could pose as
     it) and adopted under its own."""
-    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from parallel_rl.collector.shell import CollectorSlave
     from tests.test_coordinator import api
 
     coordinator, server = coordinator_factory()
-    theirs = FlaskFileSystemCollector(token="another-token", shared_dir=str(tmp_path / "shared"))
+    theirs = CollectorSlave(token="another-token", shared_dir=str(tmp_path / "shared"))
     ours = slaves("collector", None, run=False)  # holds the cluster token; waits to be added
     try:
         theirs.start()

@@ -18,20 +18,22 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("parallel_rl", "coordinator_app")
 
 # Top to bottom (docs: /work/shared/DESIGN.md "Growing the house"). A room is a package or module of parallel_rl
-# (``parallel_rl.interaction.slave`` is in room ``interaction``; the root ``parallel_rl`` holds __version__), or
+# (``parallel_rl.slave.link`` is in room ``slave``; the root ``parallel_rl`` holds __version__), or
 # coordinator_app; a module of a package can be a room of its own where LAYERS names it (``config.schema``, the
 # ground floor of the config package, whose assembly is on a top floor). A room imports its own layer and the
 # layers below it, never one above.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("cli", "__main__"),
     ("commands", "after"),  # after: the after-training commands (eval, plot, export) and the notebook API
-    ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`
+    # other libraries' names: DI-engine's parallel_rl.worker and comm, tianshou's and torchrl's collectors
+    ("worker", "compat"),
+    ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`, its fork server
     ("config",),  # the assembly of every component's defaults (config.assembly)
     ("coordinator_app",),  # REST views
     ("coordinator",),
-    ("interaction",),  # the process shells: slaves, comm
-    ("worker",),  # collector, learner and evaluator logic
-    ("policy", "data", "envs"),
+    ("collector", "learner", "evaluator"),  # the wings: each role's logic beside its process shell
+    ("slave",),  # what every worker process is: its HTTP app, inbox/outbox, link to the coordinator
+    ("policy", "data", "envs", "league"),
     ("protocol",),  # typed messages
     ("storage", "runtime", "progress", "registry", "tblog", "config.schema"),  # config.schema: merge, coerce, validate
     ("transport",),  # HTTP server, client, codec: on errors alone
@@ -47,12 +49,7 @@ KNOWN_CIRCLES: List[Set[str]] = [
 # the same rules as KNOWN_CIRCLES.
 KNOWN_UPWARD: Set[Tuple[str, str]] = {
     # a slave compiles the config the coordinator sends it: the defaults of every component (config.assembly)
-    ("parallel_rl.interaction.slave", "parallel_rl.config"),
-    # DI-engine's names in parallel_rl.worker, lazily; #22 item 4 moves them to compat/
-    ("parallel_rl.worker", "parallel_rl.interaction.comm"),
-    ("parallel_rl.worker", "parallel_rl.interaction.learner_aggregator"),
-    # the league's constants, used by a collector; #22 item 4 (wings) places the league
-    ("parallel_rl.worker.marine_collector", "parallel_rl.coordinator.league"),
+    ("parallel_rl.slave.slave", "parallel_rl.config"),
     # the notebook API (#28): parallel_rl.train / parallel_rl.load_policy, a lazy facade (PEP 562 __getattr__) on
     # the package, which otherwise holds __version__ only; the facade is what the issue asks for
     ("parallel_rl", "parallel_rl.after.api"),

@@ -10,7 +10,7 @@ import requests
 
 from parallel_rl.config import compile_config
 from parallel_rl.coordinator.commander import LeagueCommander, SoloCommander
-from parallel_rl.coordinator.league import MAIN, League
+from parallel_rl.league import MAIN, League
 from tests.support import eventually
 from tests.test_marine import CLUSTER_CONFIG
 from tests.support import free_port

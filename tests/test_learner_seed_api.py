@@ -44,7 +44,7 @@ def test_train_passes_policy_kwargs_and_tracks_envstep_and_iterations():
 
 def test_save_checkpoint_without_exp_dir_says_so(caplog):
     learner = BaseLearner(learner_cfg(), FakeLearnMode(), instance_name="learner t")
-    with caplog.at_level(logging.WARNING, logger="parallel_rl.worker.learner"):
+    with caplog.at_level(logging.WARNING, logger="parallel_rl.learner.learner"):
         assert learner.save_checkpoint("x.pt") is None
     assert "learner t: no exp_dir, checkpoint 'x.pt' not saved" in caplog.text
     assert learner.ckpt_name is None

@@ -10,7 +10,7 @@ import requests
 
 from parallel_rl.config import compile_config
 from parallel_rl.storage import SharedStorage, load_npz
-from parallel_rl.worker.marine_collector import MarineParallelCollector
+from parallel_rl.collector.cluster_battle import BattleClusterCollector
 from tests.support import eventually
 
 BATTLE = {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env", "env_kwargs": {"start": 5},
@@ -22,7 +22,7 @@ def marine(tmp_path):
     cfg = compile_config({"env": BATTLE, "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1,
                                                     "eval": {"evaluator": {"opponents": ["first_legal"]}}}})
     storage = SharedStorage(str(tmp_path / "shared"))
-    collector = MarineParallelCollector(cfg, storage, seed=0)
+    collector = BattleClusterCollector(cfg, storage, seed=0)
     yield collector, storage
     collector.close()
 

@@ -10,7 +10,7 @@ from parallel_rl.config import compile_config
 from parallel_rl.envs.env_manager import EnvManager
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
-from parallel_rl.worker.collector import SampleSerialCollector
+from parallel_rl.collector.serial import SampleSerialCollector
 from tests.test_cluster import start_run
 from tests.test_coordinator import slaves  # noqa: F401 (a fixture)
 from tests.test_serial import run_cli

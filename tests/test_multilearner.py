@@ -65,7 +65,7 @@ def _write_chunks(root):
 
 
 def _learner(policy):
-    from parallel_rl.worker.learner import create_learner
+    from parallel_rl.learner.learner import create_learner
 
     cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
                                                                       "save_ckpt_after_run": False}}}}})
@@ -80,7 +80,7 @@ def _rank_main(rank: int, root: str, ports, results):
        chunk files under ``root`` (each rank reads its half), then STOP; rank 0's priorities and merged info."""
     import torch
 
-    from parallel_rl.interaction.learner_aggregator import GroupStep, Op, share_bounds
+    from parallel_rl.learner.aggregator import GroupStep, Op, share_bounds
     from parallel_rl.policy.distributed import destroy_group, join_group, open_store
     from parallel_rl.storage import SharedStorage
 
@@ -148,7 +148,7 @@ def test_two_gloo_ranks_match_one_process_on_the_whole_batch(two_ranks):
 def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batch(two_ranks):
     """Two ranks, each reading its half of every batch from chunk files: rank 0 gets every row's priority
     and the ranks' mean learn info, as one learner trained on the whole batch reports them."""
-    from parallel_rl.interaction.learner_worker import RowStore
+    from parallel_rl.learner.shell import RowStore
     from parallel_rl.storage import SharedStorage
 
     got, root = two_ranks
@@ -182,7 +182,7 @@ def test_coordinator_sees_one_learner_with_its_ranks(coordinator_factory):
     """A real coordinator and a LearnerAggregator of 2 ranks (rank 1 a real `parallel-rl learner-rank`)."""
     import threading
 
-    from parallel_rl.interaction.learner_aggregator import LearnerAggregator
+    from parallel_rl.learner.aggregator import LearnerAggregator
 
     coordinator, server = coordinator_factory(learner={"world_size": 2, "collective_timeout": 30.0})
     url = server.url + "/api/v1"

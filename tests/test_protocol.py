@@ -9,7 +9,7 @@ from flask import Flask, jsonify, request
 
 from parallel_rl.errors import AuthError, PeerUnavailableError, ProtocolError, RemoteError
 from parallel_rl.transport import ApiError, HttpClient, ServerThread, check_token, install_json_errors
-from parallel_rl.interaction.slave import Outbox
+from parallel_rl.slave.slave import Outbox
 
 
 @pytest.fixture

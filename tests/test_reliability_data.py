@@ -144,7 +144,7 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
     """Real collector process, real learner (in this process): two announced chunks are damaged on the disk
     (zeros of the same size; a column of objects); the learner drops their rows, tells the coordinator once,
     and its task goes on; the coordinator drops them from the index and counts them."""
-    from parallel_rl.interaction.learner_worker import FlaskFileSystemLearner
+    from parallel_rl.learner.shell import LearnerSlave
 
     coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
     api = server.url + "/api/v1"
@@ -161,7 +161,7 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
     object_column_npz(objects, damaged_rows[1])
     size_before = get(api, "/buffers")["buffers"][0]["size"]
 
-    learner = FlaskFileSystemLearner(server.url, token=TOKEN, worker_id="learner-1")
+    learner = LearnerSlave(server.url, token=TOKEN, worker_id="learner-1")
     learner.start()
     threading.Thread(target=learner.run, daemon=True).start()
     try:
@@ -412,7 +412,7 @@ def test_ranks_prove_they_hold_the_groups_secret_before_anything_is_sent(tmp_pat
 def test_spawned_ranks_get_only_the_environment_they_need(coordinator_factory, monkeypatch):
     """A real LearnerAggregator of 2 ranks (rank 1 a real `parallel-rl learner-rank`): rank 1 inherits neither
     the cluster token nor anything else not on the list, gets the group's secret (not the token), and proves it."""
-    from parallel_rl.interaction.learner_aggregator import LearnerAggregator
+    from parallel_rl.learner.aggregator import LearnerAggregator
     from tests.test_multilearner import running_ranks
 
     monkeypatch.setenv("PARALLEL_RL_TOKEN", TOKEN)

@@ -165,11 +165,11 @@ def test_a_checkpoint_that_does_not_fit_the_model_fails_the_run_naming_the_file(
     with one line naming the error and the file (before: a RuntimeError per task, reissued for ever)."""
     import torch
 
-    from parallel_rl.interaction.collector_worker import FlaskFileSystemCollector
+    from parallel_rl.collector.shell import CollectorSlave
 
     coordinator, server = coordinator_factory(worker={"failure_backoff": 0.05})
     coordinator.storage.save_policy(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
-    slave = FlaskFileSystemCollector(server.url, token="test-token", request_timeout=2.0, max_retries=1).start()
+    slave = CollectorSlave(server.url, token="test-token", request_timeout=2.0, max_retries=1).start()
     threading.Thread(target=slave.run, daemon=True).start()
     try:
         eventually(lambda: coordinator.state == "failed", timeout=30, message="the run failed")
@@ -185,11 +185,11 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capl
     collector loads the newest loadable one before it, says so once, and evaluates that one when asked to
     evaluate the damaged version."""
     from parallel_rl.storage import SharedStorage
-    from parallel_rl.worker.zergling_collector import ZerglingParallelCollector
+    from parallel_rl.collector.cluster import ClusterCollector
     from tests.support import toy_cluster_config
 
     storage = SharedStorage(str(tmp_path / "shared"))
-    collector = ZerglingParallelCollector(toy_cluster_config(tmp_path), storage, seed=0)
+    collector = ClusterCollector(toy_cluster_config(tmp_path), storage, seed=0)
     try:
         storage.save_policy(0, collector.policy.model_state_dict())
         with open(storage.policy_path(1), "wb") as f:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from parallel_rl.config import compile_config
-from parallel_rl.coordinator.league import MAIN, SELF, League
+from parallel_rl.league import MAIN, SELF, League
 from parallel_rl.entry.selfplay import selfplay_pipeline
 from parallel_rl.errors import ConfigError
 

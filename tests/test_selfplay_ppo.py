@@ -21,7 +21,7 @@ from parallel_rl.policy import create_policy
 from parallel_rl.policy.bots import create_bot
 from parallel_rl.policy.ppo import gae_advantages
 from parallel_rl.worker import BattleSampleSerialCollector
-from parallel_rl.worker.collector import concat_columns
+from parallel_rl.collector.serial import concat_columns
 
 COUNTDOWN = "parallel_rl.envs.toy_battle:countdown_env"
 

@@ -1,5 +1,5 @@
 """``parallel-rl eval``: N greedy episodes of a saved policy on fresh envs, through the evaluator the
-pipelines use (:class:`~parallel_rl.worker.evaluator.InteractionSerialEvaluator`: each of the
+pipelines use (:class:`~parallel_rl.evaluator.serial.InteractionSerialEvaluator`: each of the
 ``env.evaluator_env_num`` envs plays its share of the episodes, so short episodes are not favoured)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 from easydict import EasyDict
 
 from ..envs.env_manager import EnvManager
-from ..worker.evaluator import InteractionSerialEvaluator
+from ..evaluator.serial import InteractionSerialEvaluator
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def evaluate_battle(cfg: EasyDict, policy, episodes: int, seed: int) -> Dict[str
     side, through the self-play pipeline's evaluator; its info (``results[opponent][side]``, ``win_rate``)."""
     from ..envs.multiagent import BattleEnvManager
     from ..policy.bots import create_bot
-    from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
+    from ..evaluator.battle import BattleInteractionSerialEvaluator
 
     names = list(cfg.policy.eval.evaluator.opponents)
     env = BattleEnvManager.from_cfg(cfg.env, max(1, min(int(cfg.env.evaluator_env_num), episodes)), seed=seed)

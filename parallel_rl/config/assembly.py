@@ -34,12 +34,12 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
     from ..data.buffer import buffer_default_config
     from ..envs.env_manager import EnvManager
-    from ..interaction.defaults import parallel_default_config
+    from .cluster import parallel_default_config
     from ..policy.defaults import POLICY_DEFAULTS
     from ..runtime import system_default_config
-    from ..worker.collector import SampleSerialCollector
-    from ..worker.evaluator import InteractionSerialEvaluator
-    from ..worker.learner import BaseLearner
+    from ..collector.serial import SampleSerialCollector
+    from ..evaluator.serial import InteractionSerialEvaluator
+    from ..learner.learner import BaseLearner
 
     if policy_type not in POLICY_DEFAULTS:
         close = difflib.get_close_matches(str(policy_type), list(POLICY_DEFAULTS), n=1)
@@ -47,9 +47,9 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
         raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
     policy = POLICY_DEFAULTS[policy_type]()
     if battle:
-        from ..coordinator.league import League
-        from ..worker.battle_collector import BattleSampleSerialCollector
-        from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
+        from ..league import League
+        from ..collector.battle import BattleSampleSerialCollector
+        from ..evaluator.battle import BattleInteractionSerialEvaluator
 
         policy.collect.collector = BattleSampleSerialCollector.default_config()
         policy.eval.evaluator = BattleInteractionSerialEvaluator.default_config()

@@ -19,7 +19,7 @@ from ..config.schema import check_cluster_config
 from ..policy.epsilon import exploration_schedule
 from ..registry import Registry
 from .commander_api import CommanderHandle
-from .league import MAIN, SELF, League, snapshot_version
+from ..league import MAIN, SELF, League, snapshot_version
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker, WorkerState
 
@@ -168,7 +168,7 @@ COMMANDER_REGISTRY.register("solo", SoloCommander)
 
 class LeagueCommander(SoloCommander):
     """Two-player self-play (``parallel.commander.type = "league"``): the solo commander's scheduling, plus
-    an opponent :class:`~parallel_rl.coordinator.league.League`.
+    an opponent :class:`~parallel_rl.league.League`.
 
     Every ``league.snapshot_every`` policy versions the newest checkpoint is frozen into the league (a copy
     under ``league/`` on the shared disk, so checkpoint pruning never removes a pool member) and joins the

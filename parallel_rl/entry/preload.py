@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 # besides the roles' classes (parallel_rl.entry.roles.slave_class): what a worker imports when it connects
 MODULES = (
     "numpy", "torch", "gymnasium", "tensorboard.summary",
-    "parallel_rl.worker.collector", "parallel_rl.worker.learner",
+    "parallel_rl.collector.serial", "parallel_rl.learner.learner",
     "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
 )
 

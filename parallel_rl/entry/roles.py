@@ -6,9 +6,9 @@ from __future__ import annotations
 def slave_class(role: str) -> type:
     """The class a ``learner`` or ``collector`` process runs."""
     if role == "learner":
-        from ..interaction.learner_aggregator import LearnerAggregator
+        from ..learner.aggregator import LearnerAggregator
 
         return LearnerAggregator
-    from ..interaction.collector_worker import FlaskFileSystemCollector
+    from ..collector.shell import CollectorSlave
 
-    return FlaskFileSystemCollector
+    return CollectorSlave

@@ -3,7 +3,7 @@
 ``parallel-rl serial -c configs/tictactoe_selfplay.py`` runs this loop when
 ``env.type = "pettingzoo"``. The same components as the serial pipeline
 (policy, learner, replay buffer) plus the battle collector and evaluator and
-the :class:`~parallel_rl.coordinator.league.League`:
+the :class:`~parallel_rl.league.League`:
 
 1. every ``league.snapshot_every`` learner iterations a frozen copy of the
    policy joins the opponent pool;
@@ -32,17 +32,17 @@ from typing import Callable, Dict, Optional
 
 from easydict import EasyDict
 
-from ..coordinator.league import MAIN, SELF, League, snapshot_name
+from ..league import MAIN, SELF, League, snapshot_name
 from ..data.buffer import create_buffer
 from ..envs.multiagent import BattleEnvManager
 from ..policy import create_policy
 from ..policy.bots import create_bot
 from ..tblog import TensorBoardLogger
-from ..worker.battle_collector import BattleSampleSerialCollector
-from ..worker.battle_evaluator import BattleInteractionSerialEvaluator
-from ..worker.commander import BaseSerialCommander
-from ..worker.learner import create_learner
-from ..worker.collector import concat_columns
+from ..collector.battle import BattleSampleSerialCollector
+from ..evaluator.battle import BattleInteractionSerialEvaluator
+from .commander import BaseSerialCommander
+from ..learner.learner import create_learner
+from ..collector.serial import concat_columns
 from .serial import TrainResult, budget_used_up, prepare_run
 
 logger = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from ..envs.env_manager import EnvManager
 from ..policy import create_policy
 from ..runtime import experiment_dir, set_torch_threads
 from ..tblog import TensorBoardLogger
-from ..worker.collector import create_serial_collector
-from ..worker.commander import BaseSerialCommander
-from ..worker.evaluator import InteractionSerialEvaluator
-from ..worker.learner import create_learner
+from ..collector.serial import create_serial_collector
+from .commander import BaseSerialCommander
+from ..evaluator.serial import InteractionSerialEvaluator
+from ..learner.learner import create_learner
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The update reads in the paper's names (Mnih et al. 2015; van Hasselt et al.
 2016): ``q_value``, ``target_network``, ``td_target``, ``td_error``. Batches
 are dicts of numpy columns (:mod:`parallel_rl.data.columns`; the row layout
-is in :mod:`parallel_rl.worker.collector`); the n-step return and its
+is in :mod:`parallel_rl.collector.serial`); the n-step return and its
 discount are computed by the collector, so one row holds
 ``obs, action, reward (= n-step return), next_obs, done, discount``.
 """

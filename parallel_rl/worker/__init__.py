@@ -1,6 +1,8 @@
-"""Serial workers: collectors, evaluator, learner (library code, no servers)."""
+"""DI-engine's ``ding.worker`` names, in one place: the serial collectors, evaluators and learner, the comm
+classes and the cluster's collector and learner classes. The code lives in the wings (``parallel_rl.collector``,
+``.learner``, ``.evaluator``, ``.slave``) under descriptive names; this package only re-exports."""
 from ..data.buffer import get_buffer_cls
-from .collector import (
+from ..collector.serial import (
     COLLECTOR_REGISTRY,
     CollectStats,
     EpisodeSerialCollector,
@@ -10,8 +12,8 @@ from .collector import (
     get_serial_collector_cls,
     to_tensor_transitions,
 )
-from .commander import BaseSerialCommander
-from .evaluator import (
+from ..entry.commander import BaseSerialCommander
+from ..evaluator.serial import (
     EVALUATOR_REGISTRY,
     IMetric,
     InteractionSerialEvaluator,
@@ -20,9 +22,9 @@ from .evaluator import (
     VectorEvalMonitor,
     create_serial_evaluator,
 )
-from .battle_collector import BattleCollectStats, BattleEpisodeSerialCollector, BattleSampleSerialCollector
-from .battle_evaluator import BattleInteractionSerialEvaluator
-from .learner import (
+from ..collector.battle import BattleCollectStats, BattleEpisodeSerialCollector, BattleSampleSerialCollector
+from ..evaluator.battle import BattleInteractionSerialEvaluator
+from ..learner.learner import (
     BaseLearner,
     LearnerHook,
     add_learner_hook,
@@ -31,27 +33,30 @@ from .learner import (
     merge_hooks,
     register_learner_hook,
 )
-from .parallel_collector import BaseParallelCollector
+from ..collector.base import BaseParallelCollector
 
-# DI-engine's comm names live with the slaves (parallel_rl.interaction.comm); importable here too,
-# lazily, because the slaves themselves import this package
+# DI-engine's comm and cluster names (parallel_rl.compat): lazily, because they import the slaves' HTTP stack
 _COMM = ("BaseCommCollector", "BaseCommLearner", "NaiveCollector", "create_comm_collector", "create_comm_learner",
          "register_comm_collector", "register_comm_learner")
 
 
+_CLUSTER = ("FlaskFileSystemCollector", "FlaskFileSystemLearner", "LearnerAggregator", "MarineParallelCollector",
+            "ZerglingParallelCollector")
+
+
 def __getattr__(name: str):
     if name in _COMM:
-        from ..interaction import comm
+        from ..compat import comm
 
         return getattr(comm, name)
-    if name == "LearnerAggregator":  # DI-engine's ding.worker.LearnerAggregator (a slave too: lazily)
-        from ..interaction.learner_aggregator import LearnerAggregator
+    if name in _CLUSTER:
+        from ..compat import ding
 
-        return LearnerAggregator
+        return getattr(ding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BaseParallelCollector", *_COMM, "LearnerAggregator", "BattleCollectStats",
+__all__ = ["BaseParallelCollector", *_COMM, *_CLUSTER, "BattleCollectStats",
     "BattleEpisodeSerialCollector",
     "BattleInteractionSerialEvaluator", "BattleSampleSerialCollector",
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",

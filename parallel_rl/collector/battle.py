@@ -9,7 +9,7 @@ player's forward with the game's action mask: an illegal move is never played.
 ``trained_players`` (indices into ``policy``) are the players whose rows are
 returned; ``policy_kwargs`` (e.g. ``eps``) go to those players only. Rows are
 ``nstep``-step transitions from the player's own view, built by the same
-:class:`~parallel_rl.worker.collector.NStepBuilder` as the single-agent rows
+:class:`~parallel_rl.collector.serial.NStepBuilder` as the single-agent rows
 (one lane per game and player): ``obs, action, reward (sum_k gamma^k r_k over
 its next nstep moves, r_k earned until its following turn), next_obs (its view
 at its nstep-th next turn, after the opponent replied), done (the game ended
@@ -41,7 +41,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.multiagent import BattleEnvManager, Transition
-from .collector import (COLLECTOR_REGISTRY, CollectStats, Columns, NStepBuilder, columns_len, concat_columns,
+from .serial import (COLLECTOR_REGISTRY, CollectStats, Columns, NStepBuilder, columns_len, concat_columns,
                         slice_columns)
 
 

@@ -18,7 +18,7 @@ is the learner slave itself, as rank 0 of a ``torch.distributed`` process group 
   are stopped, and the group restarts from the last learner state on the shared disk, at most
   ``max_rank_restarts`` times per task.
 
-With ``world_size=1`` it is exactly :class:`FlaskFileSystemLearner`.
+With ``world_size=1`` it is exactly :class:`LearnerSlave`.
 """
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ from ..policy import create_policy
 from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast_bytes, broadcast_state, destroy_group,
                                   group_secret, join_group, open_store)
 from ..storage import SharedStorage
-from ..worker.learner import create_learner
-from .learner_worker import FlaskFileSystemLearner, RowStore
-from .slave import SlaveTask
+from .learner import create_learner
+from .shell import LearnerSlave, RowStore
+from ..slave.slave import SlaveTask
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def _spaces(cfg: EasyDict):
     return int(np.prod(obs_shape)), action_spec
 
 
-class LearnerAggregator(FlaskFileSystemLearner):
+class LearnerAggregator(LearnerSlave):
     """The learner worker the coordinator sees; with ``world_size`` N > 1, rank 0 of N learner ranks."""
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -267,7 +267,7 @@ class LearnerAggregator(FlaskFileSystemLearner):
                                max_restarts)
                 resume = True
 
-    # ---- hooks of FlaskFileSystemLearner.run_training ---------------------------------------------------
+    # ---- hooks of LearnerSlave.run_training ---------------------------------------------------
     def start_training(self, policy, learner) -> None:
         if self.world_size == 1:
             return

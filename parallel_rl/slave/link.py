@@ -1,7 +1,7 @@
 """The slave's side of the conversation it starts with the coordinator (slave -> master): registration (and
 registering again when the coordinator forgot it), heartbeats that keep its lease, and metadata batches.
 
-:class:`CoordinatorLink` is a part of :class:`~parallel_rl.interaction.slave.Slave` (its base class), kept apart
+:class:`CoordinatorLink` is a part of :class:`~parallel_rl.slave.slave.Slave` (its base class), kept apart
 because it is the one half of the slave that calls out; the master -> slave half is :mod:`.slave_app`.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
-from ..protocol import MESSAGES, MetadataBatch, Registration, StorageReport
+from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport
 from ..transport import HttpClient
-from .slave_mail import Outbox, SlaveTask
+from .mail import Outbox, SlaveTask
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +26,9 @@ class CoordinatorLink:
     """Registration, heartbeats and metadata of a slave. It uses the slave's identity (``kind``, ``address``,
     ``token``, ``worker_id``, ``preferred_id``), its link state (``coordinator_url``, the ``coordinator``
     client, ``outbox``, the ``connected`` / ``_answered`` / ``_let_go`` / ``_stop`` events, the heartbeat
-    interval and ttl) and its reactions (``on_control``, ``leave``, ``_release``, ``request_stop``,
-    ``heartbeat_body``), all set up by :class:`~parallel_rl.interaction.slave.Slave`."""
+    interval and ttl, ``inbox``, ``problems``, the running tasks under ``_lock``, ``storage``) and its reactions
+    (``on_control``, ``leave``, ``_release``, ``request_stop``), all set up by
+    :class:`~parallel_rl.slave.slave.Slave`."""
 
     kind: str
     address: str
@@ -135,6 +136,25 @@ class CoordinatorLink:
                 logger.warning("%s: registering again failed (trying again in %.2fs): %s", self.kind, delay, exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
+
+    def storage_health(self) -> Optional[Dict[str, Any]]:
+        """Whether the shared store works for this process (None before it is opened)."""
+        return self.storage.health.to_dict() if self.storage is not None else None
+
+    def heartbeat_body(self) -> Dict[str, Any]:
+        """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
+        health = self.storage_health()
+        return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
+                         storage=None if health is None else StorageReport.from_json(health)).to_json()
+
+    def held_task_ids(self) -> List[str]:
+        """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
+        a task moves (inbox, then running, then the outbox), so a task moving meanwhile is still seen."""
+        queued = self.inbox.task_ids()
+        with self._lock:
+            running = list(self._running)
+        unsent = self.outbox.task_ids() if self.outbox is not None else []
+        return sorted(set(queued + running + unsent))
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()

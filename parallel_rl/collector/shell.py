@@ -1,4 +1,4 @@
-"""FlaskFileSystemCollector: the collector's process shell in the cluster.
+"""CollectorSlave: the collector's process shell in the cluster.
 
 Runs collector tasks (collect ``env_steps`` steps, written as chunk files)
 and evaluator tasks (greedy episodes of one policy version). An evaluator
@@ -24,22 +24,22 @@ from ..policy.epsilon import exploration_schedule
 from ..protocol import Chunk, Games, MetadataBatch
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
-from ..worker.collector import concat_columns
-from ..worker.zergling_collector import ZerglingParallelCollector
-from .comm_base import BaseCommCollector, register_comm_collector
+from .serial import concat_columns
+from .cluster import ClusterCollector
+from ..slave.comm import BaseCommCollector, register_comm_collector
 from ..transport import ApiError
-from .slave import Slave, SlaveTask
+from ..slave.slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
 
 
-class FlaskFileSystemCollector(Slave, BaseCommCollector):
+class CollectorSlave(Slave, BaseCommCollector):
     kind = "collector"
 
     def __init__(self, *args: Any, seed: Optional[int] = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._seed = seed
-        self.collector: Optional[ZerglingParallelCollector] = None
+        self.collector: Optional[ClusterCollector] = None
         self._prefix = f"c{uuid.uuid4().hex[:8]}"
         self._seq = 0
         self._announced_version = -1
@@ -53,11 +53,11 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
             return
         seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
         if is_battle_env(cfg.env):  # a two-player game: the training player against the task's opponent
-            from ..worker.marine_collector import MarineParallelCollector
+            from .cluster_battle import BattleClusterCollector
 
-            self.collector = MarineParallelCollector(cfg, self.storage, seed=seed)
+            self.collector = BattleClusterCollector(cfg, self.storage, seed=seed)
         else:
-            self.collector = ZerglingParallelCollector(cfg, self.storage, seed=seed)
+            self.collector = ClusterCollector(cfg, self.storage, seed=seed)
         # the policy's data flow meters this collector (parallel_rl.data.flows): off-policy by the cluster's
         # allowance, on-policy by its share of the current version's segment
         self.flow = self.collector.policy.flow
@@ -211,7 +211,7 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         task_started = time.monotonic()
         games = {"win": 0, "draw": 0, "loss": 0}
         opponent = missing = None
-        if task.spec.get("players") is not None:  # a two-player game (MarineParallelCollector)
+        if task.spec.get("players") is not None:  # a two-player game (BattleClusterCollector)
             opponent, missing = self.collector.set_opponent(task.spec["players"]["opponent"])
         while steps < target and not task.stop.is_set():
             self._run_waiting_evals()
@@ -279,4 +279,4 @@ class FlaskFileSystemCollector(Slave, BaseCommCollector):
         return result
 
 
-register_comm_collector("flask_fs", FlaskFileSystemCollector)
+register_comm_collector("flask_fs", CollectorSlave)

@@ -1,6 +1,6 @@
 """BaseParallelCollector: what a collector running inside a cluster slave does (DI-engine's base).
 
-A comm collector (:class:`parallel_rl.interaction.collector_worker.FlaskFileSystemCollector`)
+A comm collector (:class:`parallel_rl.collector.shell.CollectorSlave`)
 drives one of these: it asks for newer policies, collects, writes step data and evaluates.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .collector import CollectStats
+from .serial import CollectStats
 
 
 class BaseParallelCollector(abc.ABC):

@@ -1,8 +1,8 @@
 """DI-engine's comm interfaces and factories for the cluster's slaves.
 
 :class:`BaseCommCollector` / :class:`BaseCommLearner` are the interfaces our
-HTTP + shared-filesystem slaves (:class:`FlaskFileSystemCollector`,
-:class:`FlaskFileSystemLearner`) implement; :func:`create_comm_collector` /
+HTTP + shared-filesystem slaves (:class:`CollectorSlave`,
+:class:`LearnerSlave`) implement; :func:`create_comm_collector` /
 :func:`create_comm_learner` build one from a config by its ``type``, after
 importing the config's ``import_names`` (where your own registered classes
 live). :class:`NaiveCollector` is the smallest collector slave: it relays
@@ -18,7 +18,7 @@ from easydict import EasyDict
 
 from ..registry import Registry, import_modules
 from ..transport import ApiError
-from .comm_base import (
+from ..slave.comm import (
     COMM_COLLECTOR_REGISTRY,
     COMM_LEARNER_REGISTRY,
     BaseCommCollector,
@@ -26,7 +26,7 @@ from .comm_base import (
     register_comm_collector,
     register_comm_learner,
 )
-from .slave import Slave, SlaveTask
+from ..slave.slave import Slave, SlaveTask
 
 __all__ = ["COMM_COLLECTOR_REGISTRY", "COMM_LEARNER_REGISTRY", "BaseCommCollector", "BaseCommLearner",
            "NaiveCollector", "create_comm_collector", "create_comm_learner", "register_comm_collector",
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 def _build(registry: Registry, cfg: Mapping) -> Any:
     # they register "flask_fs"; imported on first use, because they import torch and the algorithms, which
     # the base classes and NaiveCollector need not
-    from . import collector_worker, learner_worker  # noqa: F401
+    from ..collector import shell as _collector  # noqa: F401
+    from ..learner import shell as _learner  # noqa: F401
 
     cfg = EasyDict(dict(cfg))
     import_modules(cfg.pop("import_names", []) or [], "comm import_names")
@@ -86,7 +87,7 @@ class NaiveCollector(Slave, BaseCommCollector):
         return None
 
     def send_stepdata(self, *args: Any) -> Any:
-        raise NotImplementedError("NaiveCollector writes no step data; use FlaskFileSystemCollector")
+        raise NotImplementedError("NaiveCollector writes no step data; use CollectorSlave")
 
     @property
     def collector_uid(self) -> Optional[str]:

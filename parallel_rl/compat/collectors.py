@@ -28,7 +28,7 @@ import torch
 from ..data.buffer import EpisodeReplayBuffer, IBuffer, NaiveReplayBuffer
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
-from .collector import (
+from ..collector.serial import (
     CollectStats,
     CollectStatsBase,
     EpisodeSerialCollector,

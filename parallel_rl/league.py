@@ -24,7 +24,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

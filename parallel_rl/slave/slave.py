@@ -17,13 +17,12 @@ from typing import Any, Deque, Dict, List, Optional
 from easydict import EasyDict
 
 from ..errors import ConfigError, ParallelRLError, StorageError, StorageFaultError
-from ..protocol import Heartbeat, StorageReport
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
 from ..transport import TOKEN_ENV, ApiError, HttpClient, ServerThread, slave_proof
-from .slave_app import create_slave_app
-from .slave_link import REREGISTER_SECONDS, CoordinatorLink
-from .slave_mail import Outbox, SlaveTask, TaskInbox
+from .app import create_slave_app
+from .link import REREGISTER_SECONDS, CoordinatorLink
+from .mail import Outbox, SlaveTask, TaskInbox
 
 __all__ = ["REREGISTER_SECONDS", "CoordinatorLink", "Outbox", "Slave", "SlaveTask", "TaskInbox", "default_advertise"]
 
@@ -38,7 +37,7 @@ def default_advertise(host: str, port: int) -> str:
 
 
 class Slave(CoordinatorLink):
-    """Base of :class:`FlaskFileSystemCollector` and :class:`FlaskFileSystemLearner`: the worker loop, the
+    """Base of :class:`CollectorSlave` and :class:`LearnerSlave`: the worker loop, the
     tasks and the adoption by a coordinator; registration, heartbeats and metadata are :class:`CoordinatorLink`'s."""
 
     kind = "slave"
@@ -153,10 +152,6 @@ class Slave(CoordinatorLink):
         logger.error("%s %s: %s", self.kind, self.worker_id, problem)
         self.problems.append(problem)
 
-    def storage_health(self) -> Optional[Dict[str, Any]]:
-        """Whether the shared store works for this process (None before it is opened)."""
-        return self.storage.health.to_dict() if self.storage is not None else None
-
     def _thread_died(self, problem: str) -> None:
         """A thread the slave cannot work without died: report it and exit (the coordinator fails our tasks)."""
         self.report_problem(problem)
@@ -255,21 +250,6 @@ class Slave(CoordinatorLink):
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
         """Run one task; return its result. Raise to fail it."""
         raise NotImplementedError
-
-    def heartbeat_body(self) -> Dict[str, Any]:
-        """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
-        health = self.storage_health()
-        return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
-                         storage=None if health is None else StorageReport.from_json(health)).to_json()
-
-    def held_task_ids(self) -> List[str]:
-        """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order
-        a task moves (inbox, then running, then the outbox), so a task moving meanwhile is still seen."""
-        queued = self.inbox.task_ids()
-        with self._lock:
-            running = list(self._running)
-        unsent = self.outbox.task_ids() if self.outbox is not None else []
-        return sorted(set(queued + running + unsent))
 
     def on_control(self, control: Dict[str, Any]) -> None:
         self.control = control

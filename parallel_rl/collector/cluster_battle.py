@@ -1,4 +1,4 @@
-"""MarineParallelCollector (DI-engine's name): two players in one game inside a cluster collector.
+"""BattleClusterCollector (DI-engine's name): two players in one game inside a cluster collector.
 
 The collector task names the players: ``spec["players"] = {"train": "main",
 "opponent": NAME}``, where ``NAME`` is ``self`` (the training policy plays
@@ -15,7 +15,7 @@ missing name in the task result (``opponent_missing``); the commander takes it
 out of the pool.
 
 Everything else (policy updates, chunk writing) is the
-:class:`~parallel_rl.worker.zergling_collector.ZerglingParallelCollector`'s.
+:class:`~parallel_rl.collector.cluster.ClusterCollector`'s.
 """
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..coordinator.league import SELF, snapshot_version
+from ..league import SELF, snapshot_version
 from ..envs.multiagent import BattleEnvManager
 from ..policy import create_policy
 from ..policy.bots import BOT_REGISTRY, create_bot
-from .battle_collector import BattleCollectStats, BattleSampleSerialCollector
-from .battle_evaluator import BattleInteractionSerialEvaluator
-from .collector import concat_columns
-from .zergling_collector import ZerglingParallelCollector
+from .battle import BattleCollectStats, BattleSampleSerialCollector
+from ..evaluator.battle import BattleInteractionSerialEvaluator
+from .serial import concat_columns
+from .cluster import ClusterCollector
 
 logger = logging.getLogger(__name__)
 
 
-class MarineParallelCollector(ZerglingParallelCollector):
+class BattleClusterCollector(ClusterCollector):
     def _build(self, seed: int) -> None:
         cfg = self.cfg
         self.env = BattleEnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)

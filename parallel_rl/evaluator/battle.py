@@ -2,7 +2,7 @@
 
 For every opponent and every side (``first``: seat 0, ``second``: seat 1) the
 policy plays ``n_evaluator_episode`` games, spread evenly over the envs by
-:class:`~parallel_rl.worker.evaluator.VectorEvalMonitor` (each env contributes
+:class:`~parallel_rl.evaluator.serial.VectorEvalMonitor` (each env contributes
 its quota of games). ``eval()`` returns ``(stop_flag, info)`` with
 ``info["results"][opponent][side] = {"win", "draw", "loss", "games"}`` (rates
 and the game count) and ``info["win_rate"][opponent]`` (the mean of both
@@ -26,8 +26,8 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.multiagent import BattleEnvManager
-from .battle_collector import act
-from .evaluator import ISerialEvaluator, VectorEvalMonitor
+from ..collector.battle import act
+from .serial import ISerialEvaluator, VectorEvalMonitor
 
 logger = logging.getLogger(__name__)
 

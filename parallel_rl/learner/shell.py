@@ -1,4 +1,4 @@
-"""FlaskFileSystemLearner: the learner's process shell in the cluster.
+"""LearnerSlave: the learner's process shell in the cluster.
 
 A learner task trains until stopped. :class:`DataPipeline` keeps the next
 batches ready: one request to the coordinator returns references for several
@@ -27,10 +27,10 @@ from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleAnswer, SampleRequ
 from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
-from ..worker.learner import create_learner
-from .comm_base import BaseCommLearner, register_comm_learner
+from .learner import create_learner
+from ..slave.comm import BaseCommLearner, register_comm_learner
 from ..transport import ApiError, HttpClient, pack_array, unpack_array
-from .slave import Slave, SlaveTask
+from ..slave.slave import Slave, SlaveTask
 
 logger = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ class DataPipeline:
                 if len(batch["index"])]
 
 
-class FlaskFileSystemLearner(Slave, BaseCommLearner):
+class LearnerSlave(Slave, BaseCommLearner):
     kind = "learner"
     loads_rows = True  # the data pipeline hands over rows (False: references, each rank reads its share)
 
@@ -473,4 +473,4 @@ class FlaskFileSystemLearner(Slave, BaseCommLearner):
                          self.worker_id, staleness, train_iter, self.cfg.policy.other.replay_buffer.max_staleness)
 
 
-register_comm_learner("flask_fs", FlaskFileSystemLearner)
+register_comm_learner("flask_fs", LearnerSlave)

@@ -1,10 +1,10 @@
-"""ZerglingParallelCollector: the collector's logic in the cluster (no HTTP).
+"""ClusterCollector: the collector's logic in the cluster (no HTTP).
 
 One policy over many envs with batched inference (the serial collector's
 machinery), chunks of transitions written to the shared disk, each stamped
 with the policy version that produced it, and greedy evaluation episodes on
 a separate env set. The process shell is
-:class:`parallel_rl.interaction.collector_worker.FlaskFileSystemCollector`.
+:class:`parallel_rl.collector.shell.CollectorSlave`.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from ..envs.env_manager import EnvManager
 from ..errors import ConfigError, StorageError, StorageFaultError
 from ..policy import create_policy
 from ..storage import SharedStorage
-from .collector import CollectStats, SampleSerialCollector
-from .evaluator import InteractionSerialEvaluator
-from .parallel_collector import BaseParallelCollector
+from .serial import CollectStats, SampleSerialCollector
+from ..evaluator.serial import InteractionSerialEvaluator
+from .base import BaseParallelCollector
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 _SETTLED_NS = 50_000_000
 
 
-class ZerglingParallelCollector(BaseParallelCollector):
+class ClusterCollector(BaseParallelCollector):
     def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
         self.cfg = cfg
         self.storage = storage

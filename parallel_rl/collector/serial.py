@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -36,89 +35,10 @@ from ..data.columns import Columns, columns_len  # noqa: F401 (re-exported)
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
 from ..registry import Registry, import_modules
+from .nstep import NStepBuilder, action_column  # noqa: F401 (action_column: re-exported)
+from .stats import CollectStats, CollectStatsBase, SequenceSummaryStats  # noqa: F401 (re-exported)
 
 COLLECTOR_REGISTRY = Registry("collector")
-
-
-@dataclass
-class SequenceSummaryStats:
-    """mean / std / max / min of a sequence (tianshou's ``returns_stat`` / ``lens_stat``)."""
-
-    mean: float
-    std: float
-    max: float
-    min: float
-
-    @classmethod
-    def from_sequence(cls, sequence) -> "SequenceSummaryStats":
-        values = np.asarray(sequence, dtype=np.float64)
-        if values.size == 0:
-            return cls(float("nan"), float("nan"), float("nan"), float("nan"))
-        return cls(float(values.mean()), float(values.std()), float(values.max()), float(values.min()))
-
-
-@dataclass
-class CollectStatsBase:
-    """The two counters of a collection (tianshou's base, e.g. for offline data)."""
-
-    n_collected_episodes: int = 0
-    n_collected_steps: int = 0
-
-
-@dataclass
-class CollectStats:
-    """What one ``collect`` call did.
-
-    Answers to both vocabularies: ours (``env_steps``, ``episodes``,
-    ``duration``, ``lengths``, ``speed``) and tianshou's (``n_collected_steps``,
-    ``n_collected_episodes``, ``collect_time``, ``collect_speed``, ``returns``,
-    ``returns_stat``, ``lens``, ``lens_stat``).
-    """
-
-    env_steps: int = 0
-    transitions: int = 0
-    episodes: int = 0
-    returns: List[float] = field(default_factory=list)
-    lengths: List[int] = field(default_factory=list)
-    duration: float = 0.0
-
-    @property
-    def speed(self) -> float:
-        """Env steps per second."""
-        return self.env_steps / self.duration if self.duration > 0 else 0.0
-
-    @property
-    def mean_return(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else float("nan")
-
-    # ---- tianshou's names ------------------------------------------------------
-    @property
-    def n_collected_steps(self) -> int:
-        return self.env_steps
-
-    @property
-    def n_collected_episodes(self) -> int:
-        return self.episodes
-
-    @property
-    def collect_time(self) -> float:
-        return self.duration
-
-    @property
-    def collect_speed(self) -> float:
-        return self.speed
-
-    @property
-    def lens(self) -> List[int]:
-        return self.lengths
-
-    @property
-    def returns_stat(self) -> SequenceSummaryStats:
-        return SequenceSummaryStats.from_sequence(self.returns)
-
-    @property
-    def lens_stat(self) -> SequenceSummaryStats:
-        return SequenceSummaryStats.from_sequence(self.lengths)
 
 
 class RandomPolicy:
@@ -129,13 +49,6 @@ class RandomPolicy:
 
     def forward(self, obs: np.ndarray, **kwargs) -> np.ndarray:
         return np.asarray(self.action_space.sample())[: len(obs)]
-
-
-def action_column(action: np.ndarray) -> np.ndarray:
-    """Actions as stored: int64 for discrete actions, float32 for continuous ones."""
-    if np.issubdtype(action.dtype, np.integer):
-        return action.astype(np.int64, copy=False)
-    return action.astype(np.float32, copy=False)
 
 
 def split_policy_output(out):
@@ -242,114 +155,6 @@ class ISerialCollector(abc.ABC):
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
-
-
-class NStepBuilder:
-    """Turns raw vector steps into n-step transitions, in bulk.
-
-    The hot loop only appends each step's arrays to lists; ``build()`` then
-    computes every transition whose window is complete (n steps seen, or the
-    episode ended) with a few vectorized passes, and keeps the steps that
-    incomplete windows still need for the next call. The battle collectors
-    feed it one player's own moves (one lane per game) through ``add_row``.
-    """
-
-    FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "done", "valid", "pending")
-
-    def __init__(self, nstep: int, gamma: float):
-        self.n, self.gamma = nstep, gamma
-        self.steps = {f: [] for f in self.FIELDS}
-        self.pending = 0  # valid rows whose transition is not built yet
-
-    def clear(self) -> None:
-        self.steps = {f: [] for f in self.FIELDS}
-        self.pending = 0
-
-    def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
-        s = self.steps
-        if extra is not None:  # on-policy columns (logp, value, ...), kept as "x:<name>"
-            for key, value in extra.items():
-                s.setdefault("x:" + key, []).append(value)
-        s["obs"].append(obs)
-        s["action"].append(action)
-        s["reward"].append(step.reward)
-        s["next_obs"].append(step.obs)
-        s["terminated"].append(step.terminated)
-        s["done"].append(step.terminated | step.truncated)
-        s["valid"].append(step.valid)
-        s["pending"].append(step.valid)
-
-    def add_row(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-                terminated: np.ndarray, truncated: np.ndarray, extra: Optional[Columns] = None,
-                after: Optional[Columns] = None) -> None:
-        """One step from plain arrays (leading axis: the lanes); ``after`` columns describe ``next_obs``
-        (e.g. its action mask) and are taken from a transition's last step."""
-        s = self.steps
-        if extra is not None:  # on-policy columns, as in add()
-            for key, value in extra.items():
-                s.setdefault("x:" + key, []).append(value)
-        if after is not None:
-            for key, value in after.items():
-                s.setdefault("n:" + key, []).append(value)
-        valid = np.ones(len(obs), dtype=bool)
-        s["obs"].append(obs)
-        s["action"].append(action)
-        s["reward"].append(reward)
-        s["next_obs"].append(next_obs)
-        s["terminated"].append(terminated)
-        s["done"].append(terminated | truncated)
-        s["valid"].append(valid)
-        s["pending"].append(valid)
-
-    def build(self, collect_iter: int) -> Columns:
-        """All transitions that are complete now, time-major, as columns."""
-        if not self.steps["obs"]:
-            return {}
-        arr = {f: np.array(v) for f, v in self.steps.items()}  # (T, E, ...); np.array beats np.stack 3x here
-        T = arr["obs"].shape[0]
-        pending = arr["pending"]
-        ret = np.zeros(pending.shape, dtype=np.float64)
-        k = np.zeros(pending.shape, dtype=np.int64)
-        ended = np.zeros(pending.shape, dtype=bool)
-        open_ = pending.copy()  # window still open at offset j
-        for j in range(min(self.n, T)):
-            rows = T - j  # rows t whose step t+j exists
-            add = open_[:rows]
-            ret[:rows] += np.where(add, arr["reward"][j:], 0.0) * self.gamma ** j
-            k[:rows] += add
-            ends = add & arr["done"][j:]
-            ended[:rows] |= ends
-            open_[:rows] = add & ~arr["done"][j:]
-            open_[rows:] = False
-        complete = pending & (ended | (k == self.n))
-        t_idx, e_idx = np.nonzero(complete)
-        last = t_idx + k[t_idx, e_idx] - 1
-        out = {
-            "obs": arr["obs"][t_idx, e_idx],
-            "action": action_column(arr["action"][t_idx, e_idx]),
-            "reward": ret[t_idx, e_idx].astype(np.float32),
-            "next_obs": arr["next_obs"][last, e_idx],
-            "done": arr["terminated"][last, e_idx],
-            "discount": (self.gamma ** k[t_idx, e_idx]).astype(np.float32),
-            "collect_iter": np.full(len(t_idx), collect_iter, dtype=np.int64),
-        }
-        for f in arr:
-            if f.startswith("n:"):  # describes next_obs: from the last step
-                out[f[2:]] = arr[f][last, e_idx]
-        extras = [f for f in arr if f.startswith("x:")]
-        if extras:
-            for f in extras:
-                value = arr[f][t_idx, e_idx]
-                out[f[2:]] = value if value.dtype == bool else value.astype(np.float32)  # masks stay masks
-            out["env_id"] = e_idx.astype(np.int64)
-            out["end"] = arr["done"][last, e_idx]
-        # keep the steps from the first incomplete window on
-        still = pending & ~complete
-        first = int(np.argmax(still.any(axis=1))) if still.any() else T
-        self.steps = {f: list(arr[f][first:]) for f in arr}
-        self.steps["pending"] = list(still[first:])
-        self.pending = int(still.sum())
-        return out
 
 
 class SampleSerialCollector(ISerialCollector):

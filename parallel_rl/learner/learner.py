@@ -1,7 +1,7 @@
 """BaseLearner: trains a policy on batches and runs hooks around it.
 
 The learner is the algorithm object only; process shells (the serial
-pipeline, :class:`parallel_rl.interaction.learner_worker.FlaskFileSystemLearner`)
+pipeline, :class:`parallel_rl.learner.shell.LearnerSlave`)
 feed it batches. Hooks run at ``before_run``, ``after_run``, ``before_iter``
 and ``after_iter``; at ``after_iter`` ``learner.priority_info`` holds the
 priorities of the batch just trained on.

@@ -6,7 +6,7 @@
     DELETE /slave/v1/tasks/<task_id>   wrap a task up early
     POST   /slave/v1/disconnect        the master lets this slave go
 
-Views read and check the request, then call the slave (:class:`~parallel_rl.interaction.slave.Slave`).
+Views read and check the request, then call the slave (:class:`~parallel_rl.slave.slave.Slave`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 from flask import Flask, jsonify, request
 
 from ..transport import ApiError, check_token, field, install_json_errors, json_body, number_field
-from .slave_mail import SlaveTask
+from .mail import SlaveTask
 
 
 def create_slave_app(slave: Any) -> Flask:

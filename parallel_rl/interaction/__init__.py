@@ -1,1 +1,0 @@
-"""Master/slave interaction: HTTP between the coordinator and its workers."""

@@ -1,0 +1,2 @@
+"""The learner wing: the learner and its hooks (`learner`: `BaseLearner`), the process shell and its data
+pipeline (`shell`: `LearnerSlave`), data-parallel ranks (`aggregator`: `LearnerAggregator`)."""
