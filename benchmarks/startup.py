@@ -11,6 +11,7 @@ commit) in the same run, alternating, and prints the ratios: this box is noisy.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -20,10 +21,12 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Dict, Optional
 
 REGISTERED = re.compile(r"coordinator: registered (\S+) at")
 STARTED = re.compile(r"launcher: started (\S+) \(pid (\d+)\)")
+REST = re.compile(r"REST API: (http://\S+)")
 DEADLINE = 120.0
 
 
@@ -70,13 +73,14 @@ def one_run(tree: str, collectors: int) -> Dict[str, float]:
                 seen.add(m.group(1))
                 index += 1
             all_registered = at
-            _, m, index = wait_for(STARTED, "collector-1", 0)
-            pid = int(m.group(2))
+            _, m, _ = wait_for(REST, None, 0)
+            with urllib.request.urlopen(f"{m.group(1)}/collectors", timeout=10) as answer:
+                pid = next(w["pid"] for w in json.load(answer)["collectors"] if w["worker_id"] == "collector-1")
             mark = len(events)
             killed = time.perf_counter() - start
             os.kill(pid, signal.SIGKILL)
-            started, _, index = wait_for(STARTED, "collector-1", mark)
-            registered, _, _ = wait_for(REGISTERED, "collector-1", index)
+            started, m, index = wait_for(STARTED, None, mark)  # the restarted collector, under a new name
+            registered, _, _ = wait_for(REGISTERED, m.group(1), index)
             return {"all_registered": all_registered, "kill_to_registered": registered - killed,
                     "started_to_registered": registered - started}
         finally:
