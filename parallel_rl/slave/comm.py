@@ -1,6 +1,7 @@
 """DI-engine's comm interfaces (:class:`BaseCommCollector`, :class:`BaseCommLearner`) and the registries their
-implementations join. The slaves' shells (collector_worker, learner_worker) implement them; the factories in
-:mod:`.comm` build them, so the dependency points one way: comm -> shells -> comm_base.
+implementations join. The roles' shells (:mod:`parallel_rl.collector.shell`, :mod:`parallel_rl.learner.shell`)
+implement them; the factories in :mod:`parallel_rl.compat.comm` build them, so the dependency points one way:
+compat.comm -> shells -> slave.comm.
 """
 from __future__ import annotations
 
