@@ -183,6 +183,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             "eval_episode_return_max": float(np.max(returns)) if returns else float("nan"),
             "eval_episode_return_min": float(np.min(returns)) if returns else float("nan"),
             "episode_length_mean": float(np.mean(monitor.lengths())) if returns else float("nan"),
+            "episode_length_std": float(np.std(monitor.lengths())) if returns else float("nan"),
+            "episode_length_max": float(np.max(monitor.lengths())) if returns else float("nan"),
+            "episode_length_min": float(np.min(monitor.lengths())) if returns else float("nan"),
         }
         episode_info = monitor.get_episode_info()
         if episode_info:
