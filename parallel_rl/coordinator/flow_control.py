@@ -54,7 +54,6 @@ class FlowControl:
         self._lock = lock  # the coordinator's: segment counts change with the counters they are read against
         self._progress = progress
         self._epsilon = epsilon
-        self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)  # only off-policy types have it
         # how the policy's data flow meters collectors and answers sample requests
         self.metering: Metering = METERING[flow_of(cfg.policy).name](cfg, workers, lock, progress, self)
         # notified when the learner advances (collectors waiting for their allowance wake up)
@@ -72,7 +71,7 @@ class FlowControl:
             "policy_version": p.policy_version,
             "epsilon": self._epsilon(p.env_steps),
             # off-policy warm-up: collectors act with random actions until the cluster has this many env steps
-            "random_collect": p.env_steps < self.random_collect_size,
+            "random_collect": p.env_steps < self.metering.random_collect_size,
             "stop": p.system_shutdown_flag,
             "state": worker.state.value,
             "env_steps": p.env_steps,

@@ -33,6 +33,7 @@ class Metering:
         self._lock = lock  # the coordinator's: counts change with the counters they are read against
         self._progress = progress
         self._flow = flow_control  # its long-poll slots
+        # off-policy warm-up with random actions (only off-policy types have the key)
         self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)
 
     def control(self, worker: Worker) -> Dict[str, Any]:

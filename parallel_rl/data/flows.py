@@ -6,12 +6,14 @@ it publishes, what the serial pipeline does with a batch of collected data. Ever
 ask the flow (``policy.flow`` or :func:`flow_of`) instead of branching on ``on_policy``.
 
 - :data:`REPLAY` (off-policy: DQN, SAC, TD3): rows join a replay buffer and are sampled many times; the
-  coordinator meters collectors by an allowance of env steps ahead of the learner (``collect_per_train``).
+  coordinator meters collectors by an allowance of env steps ahead of the learner
+  (``parallel.commander.max_env_steps_per_update``).
 - :data:`SEGMENTS` (synchronous on-policy: PPO): each policy version gets one segment of ``n_sample`` env
   steps, split between the collectors; the learner trains on it once, as a whole, publishes the next version
   at once, and the collectors wait for it. Rows are never reused.
 
-A new flow (the asynchronous V-trace rollouts) is one more subclass and one more entry in :data:`FLOWS`.
+A new flow (the asynchronous V-trace rollouts) is one more subclass here, chosen by :func:`flow_of`, and one
+metering class for its coordinator side (``parallel_rl.coordinator.metering.METERING``, keyed by ``name``).
 Nothing here imports torch: the coordinator (a control plane) asks the same objects.
 """
 from __future__ import annotations
@@ -211,7 +213,6 @@ def train_from_buffer(learner, buffer, learn: Mapping, envstep: int) -> None:
 
 REPLAY = ReplayFlow()
 SEGMENTS = SegmentFlow()
-FLOWS: Dict[str, DataFlow] = {flow.name: flow for flow in (REPLAY, SEGMENTS)}
 
 
 def flow_of(policy_cfg: Mapping) -> DataFlow:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from ..collector.stats import SequenceSummaryStats
 from ..envs.env_manager import EnvManager
 from ..registry import Registry, import_modules
 
@@ -171,7 +172,8 @@ class InteractionSerialEvaluator(ISerialEvaluator):
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
         self.eval_count += 1
         returns = monitor.returns()
-        mean = float(np.mean(returns)) if returns else float("nan")
+        ret, length = SequenceSummaryStats.from_sequence(returns), SequenceSummaryStats.from_sequence(monitor.lengths())
+        mean = ret.mean
         info = {
             "train_iter": train_iter,
             "envstep": envstep,
@@ -179,13 +181,13 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             "env_steps": env_steps,
             "duration": time.perf_counter() - start,
             "eval_episode_return_mean": mean,
-            "eval_episode_return_std": float(np.std(returns)) if returns else float("nan"),
-            "eval_episode_return_max": float(np.max(returns)) if returns else float("nan"),
-            "eval_episode_return_min": float(np.min(returns)) if returns else float("nan"),
-            "episode_length_mean": float(np.mean(monitor.lengths())) if returns else float("nan"),
-            "episode_length_std": float(np.std(monitor.lengths())) if returns else float("nan"),
-            "episode_length_max": float(np.max(monitor.lengths())) if returns else float("nan"),
-            "episode_length_min": float(np.min(monitor.lengths())) if returns else float("nan"),
+            "eval_episode_return_std": ret.std,
+            "eval_episode_return_max": ret.max,
+            "eval_episode_return_min": ret.min,
+            "episode_length_mean": length.mean,
+            "episode_length_std": length.std,
+            "episode_length_max": length.max,
+            "episode_length_min": length.min,
         }
         episode_info = monitor.get_episode_info()
         if episode_info:
