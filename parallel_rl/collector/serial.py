@@ -239,8 +239,7 @@ class SampleSerialCollector(ISerialCollector):
             if step.episode_ended:
                 done_rows = np.flatnonzero(step.done)
                 stats.episodes += len(done_rows)
-                stats.returns.extend(step.episode_return[done_rows].tolist())
-                stats.lengths.extend(step.episode_length[done_rows].tolist())
+                stats.add_episodes(step.episode_return[done_rows], step.episode_length[done_rows])
         stats.env_steps = steps
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])
@@ -330,8 +329,7 @@ class EpisodeSerialCollector(ISerialCollector):
                 if step.terminated[i] or step.truncated[i]:
                     self._ready.append(concat_columns(self._partial[i]))
                     self._partial[i] = []
-                    stats.returns.append(float(step.episode_return[i]))
-                    stats.lengths.append(int(step.episode_length[i]))
+                    stats.add_episodes(step.episode_return[i], step.episode_length[i])
                     if spread_evenly and n_episode - len(self._ready) < active.sum():
                         active[i] = False  # this env has given its share
                         self._partial[i] = []
