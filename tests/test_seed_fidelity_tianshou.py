@@ -13,6 +13,7 @@ from parallel_rl.compat.collectors import (AsyncCollector, Collector, CollectSta
 from parallel_rl.data.buffer import EpisodeReplayBuffer, NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
+from parallel_rl.errors import ConfigError
 
 from .support import ConstantPolicy, eventually
 
@@ -83,13 +84,47 @@ def test_n_episode_below_env_num_is_not_biased_to_short_episodes(constant_policy
 
 def test_gym_reset_kwargs_apply_to_every_reset_during_collect(constant_policy):
     collector = Collector(constant_policy, marked_envs(2), NaiveReplayBuffer({"replay_buffer_size": 100}))
-    collector.collect(n_step=12, gym_reset_kwargs={"options": {"marker": 7}})  # 4 episodes per env
+    collector.collect(n_step=4)  # the constructor's reset: marker 0; each env is at t=2 of 3
+    collector.reset_buffer()
+    # 6 vector steps: each env ends its first episode, then every episode begun during the call has marker 7
+    stats = collector.collect(n_step=12, gym_reset_kwargs={"options": {"marker": 7}})
     rows = collector.buffer.sample(len(collector.buffer))
-    assert len(rows["obs"]) == 12
-    assert (rows["obs"][:, 1] == 7).all() and (rows["next_obs"][:, 1] == 7).all()
+    assert stats.n_collected_steps == len(rows["obs"]) == 12
+    begun_before = rows["obs"][:, 1] == 0
+    assert begun_before.sum() == 2 and (rows["obs"][begun_before, 0] == 2).all()
+    assert (rows["obs"][~begun_before, 1] == 7).all() and (rows["next_obs"][~begun_before, 1] == 7).all()
+    collector.reset_buffer()
     collector.collect(n_episode=4, gym_reset_kwargs={"options": {"marker": 3}})
     rows = collector.buffer.sample(len(collector.buffer))
-    assert int((rows["obs"][:, 1] == 3).sum()) == 12  # 4 episodes of 3 steps, all begun with the kwargs
+    assert len(rows["obs"]) == 12 and (rows["obs"][:, 1] == 3).all()  # 4 episodes of 3 steps
+    collector.close()
+
+
+def test_gym_reset_kwargs_apply_to_an_episode_that_ended_in_the_call_before(constant_policy):
+    collector = Collector(constant_policy, marked_envs(2), NaiveReplayBuffer({"replay_buffer_size": 100}))
+    collector.collect(n_step=6)  # both envs end their first episode on the last step of this call
+    collector.reset_buffer()
+    collector.collect(n_step=6, gym_reset_kwargs={"options": {"marker": 9}})
+    assert (collector.buffer.sample(6)["obs"][:, 1] == 9).all()
+    collector.close()
+
+
+def test_gym_reset_kwargs_reach_the_envs_of_an_async_collector(constant_policy):
+    with marked_envs(2, vector=lambda fns: gym.vector.AsyncVectorEnv(fns, context="fork")) as env:
+        collector = AsyncCollector(constant_policy, env, NaiveReplayBuffer({"replay_buffer_size": 100}))
+        collector.collect(n_episode=2)  # whole episodes begun by the constructor's reset: marker 0
+        collector.reset_buffer()
+        collector.collect(n_step=20, gym_reset_kwargs={"options": {"marker": 4}})
+        rows = collector.buffer.sample(len(collector.buffer))
+        begun_before = rows["obs"][:, 1] == 0  # only the rest of episodes running when the call began
+        assert (rows["obs"][~begun_before, 1] == 4).all() and (~begun_before).sum() >= 20 - 2 * 3
+        assert (rows["obs"][begun_before, 0] > 0).all()  # no episode with marker 0 began in the call
+
+
+def test_gym_reset_kwargs_on_envs_that_cannot_reset_one_env_say_so(constant_policy):
+    collector = Collector(constant_policy, EnvManager("CartPole-v1", 2))  # CartPole's own vector env
+    with pytest.raises(ConfigError, match="vector_mode='sync'"):
+        collector.collect(n_step=4, gym_reset_kwargs={"options": {"low": -0.01, "high": 0.01}})
     collector.close()
 
 
