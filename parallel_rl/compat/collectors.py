@@ -1,11 +1,12 @@
 """Other libraries' collector surfaces over our one collection loop.
 
-- tianshou: :class:`Collector` (``collect(n_step=... | n_episode=...)`` ->
+- tianshou (1.0): :class:`Collector` (``collect(n_step=... | n_episode=...)`` ->
   :class:`CollectStats`), :class:`AsyncCollector` (steps only the ready envs),
-  :class:`CollectStatsBase`.
+  :class:`CollectStatsBase`; ``preprocess_fn`` through :class:`PreprocessedEnv`,
+  ``exploration_noise`` through :class:`ExplorationMode`.
 - torchrl: :class:`DataCollectorBase` and :class:`SyncDataCollector`
   (iterate over batches of ``frames_per_batch`` frames, ``start()`` to fill a
-  replay buffer in the background, ``update_policy_weights_()``,
+  replay buffer in the background, ``pause()``, ``update_policy_weights_()``,
   ``async_shutdown()``).
 
 Every class here drives :class:`SampleSerialCollector` /
@@ -398,15 +399,23 @@ class DataCollectorBase(abc.ABC):
     @abc.abstractmethod
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]: ...
 
-    def next(self) -> Dict[str, np.ndarray]:
-        """One batch (the iterator's next)."""
+    weight_updater: Optional[PolicyWeightUpdater] = None
+
+    def next(self) -> Optional[Dict[str, np.ndarray]]:
+        """One batch (the iterator's next); ``None`` once ``total_frames`` have been delivered."""
         if self._iterator is None:
             self._iterator = iter(self)
         try:
             return next(self._iterator)
         except StopIteration:
             self._iterator = None
-            raise
+            return None
+
+    def __len__(self) -> int:
+        """The number of batches up to ``total_frames``."""
+        if self.total_frames > 0:
+            return -(self.total_frames // -self.frames_per_batch)
+        raise RuntimeError("a collector without total_frames (total_frames=-1) has no length")
 
     @abc.abstractmethod
     def start(self) -> None: ...
@@ -415,14 +424,18 @@ class DataCollectorBase(abc.ABC):
     def async_shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None: ...
 
     @abc.abstractmethod
-    def shutdown(self) -> None: ...
+    def shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None: ...
 
     @abc.abstractmethod
-    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None: ...
+    def pause(self) -> contextlib.AbstractContextManager: ...
+
+    @abc.abstractmethod
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any) -> None: ...
 
     def init_updater(self, *args: Any, **kwargs: Any) -> None:
-        """Pass arguments to the weight updater's ``init``."""
-        self.weight_updater.init(*args, **kwargs)
+        """Pass arguments to the weight updater's ``init``; without a weight updater, nothing to do."""
+        if self.weight_updater is not None:
+            self.weight_updater.init(*args, **kwargs)
 
     @abc.abstractmethod
     def set_seed(self, seed: int, static_seed: bool = False) -> int: ...
@@ -481,10 +494,12 @@ class SyncDataCollector(DataCollectorBase):
         self.batches = 0
 
     # ---- iteration -------------------------------------------------------------------
-    def _collect(self, n: int) -> Dict[str, np.ndarray]:
-        with self._lock, torch.no_grad():
+    def _collect(self, n: int, push: bool = False) -> Dict[str, np.ndarray]:
+        with self._lock, torch.no_grad():  # a piece is collected and pushed whole: pause() waits for it
             data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs)
-        self.frames += n
+            self.frames += n
+            if push:
+                self.replay_buffer.push(data, cur_collector_envstep=self._core.envstep)
         return data
 
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
@@ -511,7 +526,7 @@ class SyncDataCollector(DataCollectorBase):
         piece = min(self.frames_per_batch, self.env.num_envs)
         try:
             while not self._stop.is_set() and (self.total_frames == -1 or self.frames < self.total_frames):
-                self.replay_buffer.push(self._collect(piece), cur_collector_envstep=self._core.envstep)
+                self._collect(piece, push=True)
                 if self.frames // self.frames_per_batch > self.batches:
                     self.batches += 1
         except BaseException as exc:  # surfaced by async_shutdown
@@ -533,17 +548,30 @@ class SyncDataCollector(DataCollectorBase):
             error, self._error = self._error, None
             raise RuntimeError(f"SyncDataCollector: background collection failed: {error!r}") from error
 
-    def shutdown(self) -> None:
-        """Stop (background collection if any) and close the env."""
-        self.async_shutdown()
+    def shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None:
+        """Stop background collection (if any, within ``timeout``) and close the env (unless ``close_env=False``)."""
+        self.async_shutdown(timeout, close_env)
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Within the block, background collection waits (after the vector step it is in)."""
+        with self._lock:
+            yield
 
     # ---- weights, seeds, state ------------------------------------------------------
-    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any) -> None:
         """Load new weights; every batch started after this returns acts with them.
 
         ``None``: the policy the collector was built with is the one it acts
         with, so it is already current. ``worker_ids`` must be None (one worker).
+        ``policy_weights=``: torchrl's deprecated name of ``policy_or_weights``.
         """
+        if "policy_weights" in kwargs:
+            warnings.warn("update_policy_weights_(policy_weights=...) is deprecated; pass policy_or_weights",
+                          DeprecationWarning, stacklevel=2)
+            policy_or_weights = kwargs.pop("policy_weights")
+        if kwargs:
+            raise TypeError(f"update_policy_weights_ got unexpected keyword arguments {sorted(kwargs)}")
         if worker_ids is not None:
             raise ValueError(f"{worker_ids=}: SyncDataCollector has one worker; pass worker_ids=None")
         with self._lock:
