@@ -104,8 +104,8 @@ def test_gym_reset_kwargs_apply_to_an_episode_that_ended_in_the_call_before(cons
     collector = Collector(constant_policy, marked_envs(2), NaiveReplayBuffer({"replay_buffer_size": 100}))
     collector.collect(n_step=6)  # both envs end their first episode on the last step of this call
     collector.reset_buffer()
-    collector.collect(n_step=6, gym_reset_kwargs={"options": {"marker": 9}})
-    assert (collector.buffer.sample(6)["obs"][:, 1] == 9).all()
+    collector.collect(n_step=12, gym_reset_kwargs={"options": {"marker": 9}})  # 2 more episodes per env
+    assert (collector.buffer.sample(12)["obs"][:, 1] == 9).all()
     collector.close()
 
 
