@@ -192,7 +192,8 @@ def test_collectors_collect_on_while_the_learner_is_paused_and_every_row_is_acco
         # bounded: what did not fit went, oldest first (the paused learner's pending request took a batch at most)
         handed = buffer["sampled"] - before["sampled"]
         assert buffer["size"] <= CAPACITY and handed <= 256
-        assert buffer["dropped_stale"] - before["dropped_stale"] >= buffer["pushed"] - before["pushed"] - CAPACITY - handed
+        dropped, pushed = (buffer[k] - before[k] for k in ("dropped_stale", "pushed"))
+        assert dropped >= pushed - CAPACITY - handed
     finally:
         learner.proc.send_signal(signal.SIGCONT)
 

@@ -30,7 +30,8 @@ from .sequence import EpisodeReplayBuffer, SequenceReplayBuffer
 
 __all__ = [
     "BUFFER_REGISTRY", "AdvancedReplayBuffer", "BufferStats", "Columns", "EpisodeReplayBuffer", "IBuffer",
-    "NaiveReplayBuffer", "RolloutReplayBuffer", "SegmentReplayBuffer", "SequenceReplayBuffer", "buffer_default_config", "columns_len",
+    "NaiveReplayBuffer", "RolloutReplayBuffer", "SegmentReplayBuffer", "SequenceReplayBuffer",
+    "buffer_default_config", "columns_len",
     "create_buffer", "get_buffer_cls",
 ]
 

@@ -48,7 +48,8 @@ class DataFlow:
     new_version_ends_wait = True
     # a learner's batch holds time-ordered env lanes (GAE, V-trace): env ids are made distinct per chunk
     lanes = False
-    # the learner reports what it trained on as ``<name>s``, ``<name>_rows``, ``<name>_staleness_max``
+    # the learner reports what it trained on as ``<name>s``, ``<name>_rows`` (the last batch),
+    # ``<name>_rows_total`` and ``<name>_staleness_max`` (learn info, task result); "": nothing
     learner_stats = ""
 
     @property

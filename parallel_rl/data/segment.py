@@ -20,9 +20,9 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
     within ``max_staleness`` of ``cur_learner_iter`` (``cur_learner_iter - collect_iter <=
     max_staleness``), in push order, once at least ``size`` such rows exist (else None). A row is
     removed after it was handed out ``max_use`` times, and a row older than ``max_staleness`` is
-    removed unused (DI-engine's buffer keys; counted in ``dropped_stale``). PPO runs its ``epoch_per_collect`` epochs over one
-    hand-out; with the defaults (``max_staleness=0``, ``max_use=1``) a learner at iteration T
-    trains only on rows of policy version T, once.
+    removed unused (DI-engine's buffer keys; counted in ``dropped_stale``). PPO runs its
+    ``epoch_per_collect`` epochs over one hand-out; with the defaults (``max_staleness=0``,
+    ``max_use=1``) a learner at iteration T trains only on rows of policy version T, once.
     """
 
     @classmethod

@@ -172,7 +172,7 @@ class DataPipeline:
                  on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False):
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.whole_segments = whole_segments
-        self.lanes = lanes or whole_segments
+        self.lanes = lanes
         self.load_rows = load_rows
         if whole_segments:
             prefetch = 1
@@ -421,7 +421,7 @@ class LearnerSlave(Slave, BaseCommLearner):
         flow = policy.flow
         name = flow.learner_stats
         self.data_stats = {f"{name}s": 0, f"{name}_rows": 0, f"{name}_rows_total": 0,
-                              f"{name}_staleness_max": 0} if name else {}
+                           f"{name}_staleness_max": 0} if name else {}
         batch_size = flow.learner_batch_size(cfg.policy)
         pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
                                 flow.learner_prefetch(lcfg), int(lcfg.chunk_cache_size),
