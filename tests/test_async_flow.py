@@ -22,8 +22,10 @@ def rows(n, version, first=0):
 
 
 def adds_up(buffer):
-    """Every row pushed was handed to the learner once, dropped as stale, quarantined, or is still waiting."""
-    return buffer["pushed"] == buffer["sampled"] + buffer["dropped_stale"] + buffer["rows_quarantined"] + buffer["size"]
+    """Every row pushed was handed to the learner, dropped as stale, quarantined, or is still waiting; and every
+    hand-out removed its row (a row handed out twice would count twice in ``sampled``, once in ``evicted``)."""
+    gone = buffer["sampled"] + buffer["dropped_stale"] + buffer["rows_quarantined"]
+    return buffer["evicted"] == gone and buffer["pushed"] == gone + buffer["size"]
 
 
 # ---- the buffer and the config -------------------------------------------------------------------------------
@@ -230,8 +232,9 @@ def recording_learner(url):
 @pytest.mark.slow
 def test_a_killed_collector_and_a_restarted_learner_train_nothing_twice_or_stale(coordinator_factory, cli, tmp_path):
     """A collector killed mid-rollout and the learner killed (SIGKILL): the other collector collects on with the
-    version it has; a new learner takes over at the newest version (not from 0) and trains on fresh rows only,
-    none twice, none handed to the dead learner; every row pushed is accounted for once."""
+    version it has; a new learner takes over at the newest version (not from 0) and trains on rows within
+    max_staleness only, none twice; the coordinator handed every row out at most once (the dead learner's
+    batches are gone with it), and every row pushed is accounted for."""
     cfg = cartpole_async_config(tmp_path, heartbeat_ttl=3.0)  # the dead learner's task is given to the next soon
     coordinator, server, shared, (doomed, _) = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
@@ -262,6 +265,6 @@ def test_a_killed_collector_and_a_restarted_learner_train_nothing_twice_or_stale
         assert 0 <= at - versions.min() <= cfg.policy.other.replay_buffer.max_staleness
     uids = np.concatenate([u for _, u, _ in learner.batches])
     assert len(np.unique(uids)) == len(uids)  # nothing trained twice
-    # what the new learner got was handed out after the dead one's share: the counts add up to once each
+    # what the new learner got was handed out after the dead one's batches, each row once
     assert adds_up(buffer), buffer
     assert buffer["sampled"] - handed_before >= len(uids)
