@@ -19,7 +19,8 @@ main_config["policy"]["other"] = dict(replay_buffer=dict(type="rollout", max_sta
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=4096,
-        eval_freq=20,
+        # every 5th version (the learner publishes every update)
+        eval_freq=5,
         max_env_step=400_000,
         max_seconds=300.0,
     ),
