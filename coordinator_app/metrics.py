@@ -43,6 +43,8 @@ class CoordinatorCollector:
         yield counter("transitions_pushed", "transitions indexed in the replay buffer", buffer["pushed"])
         yield counter("transitions_sampled", "transitions handed to learners", buffer["sampled"])
         yield counter("transitions_evicted", "transitions evicted from the replay buffer", buffer["evicted"])
+        yield counter("transitions_dropped_stale", "on-policy transitions dropped unused, too old for the learner",
+                      buffer["dropped_stale"])
         yield gauge("buffer_size", "transitions in the replay buffer", buffer["size"])
         yield gauge("buffer_capacity", "replay buffer capacity", buffer["capacity"])
         yield gauge("buffer_chunks", "chunk files referenced by the replay buffer", buffer["chunks"])

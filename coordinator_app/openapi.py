@@ -196,8 +196,8 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                                                "backoff)"}}},
                 "Buffer": {"type": "object", "required": ["name", "size", "capacity", "pushed", "sampled", "evicted"],
                            "properties": {k: {"type": "number"} for k in (
-                               "size", "capacity", "pushed", "sampled", "evicted", "staleness", "chunks",
-                               "chunks_quarantined", "rows_quarantined")}},
+                               "size", "capacity", "pushed", "sampled", "evicted", "dropped_stale", "staleness",
+                               "chunks", "chunks_quarantined", "rows_quarantined")}},
                 "Numbers": {"oneOf": [
                     {"type": "array", "items": {"type": "number"}},
                     {"type": "object", "required": ["dtype", "base64"], "description": "little-endian bytes",

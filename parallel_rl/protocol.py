@@ -389,6 +389,9 @@ class SampleRequest:
     batch_size: int = wire(lo=1, hi=65536, doc="rows per batch (on-policy: the segment's rows)")
     batches: int = wire(lo=1, hi=256, default=1)
     train_iter: int = wire(default=0, doc="the learner's iteration")
+    ahead: int = wire(lo=0, hi=256, default=0, doc="batches the learner holds and has not trained on yet: the "
+                      "answer's first batch is trained at train_iter + ahead (the asynchronous on-policy flow's "
+                      "staleness bound counts from there)")
     wait: float = wire(default=1.0, doc="seconds to wait for enough data (at most 10)")
     encoding: str = wire(default="json", doc="numbers in the answer as JSON lists (json), or packed (base64)")
     priorities: Optional[Dict[str, Any]] = wire(
@@ -407,6 +410,7 @@ class SampleRequest:
             raise ProtocolViolation(f"field 'encoding' must be 'json' or 'base64', got {encoding!r}")
         return cls(worker_id=field(body, "worker_id", str), batch_size=batch_size, batches=batches,
                    train_iter=field(body, "train_iter", int, required=False, default=0),
+                   ahead=_int(cls, body, "ahead"),
                    wait=number_field(body, "wait", 1.0), encoding=encoding,
                    priorities=field(body, "priorities", dict, required=False))
 

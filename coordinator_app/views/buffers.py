@@ -31,6 +31,7 @@ def sample(name: str):
         raise ApiError(404, "not_found", f"no buffer {name!r}")
     ask = SampleRequest.from_json(json_body())
     out = coordinator.sample(ask.worker_id, ask.batch_size, ask.batches, ask.train_iter, priorities=ask.priorities,
-                             wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER))
+                             wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER),
+                             ahead=ask.ahead)
     control = coordinator.flow.control_for(coordinator.membership.get_worker(ask.worker_id))
     return jsonify(SampleAnswer(**out, control=control).to_json())

@@ -77,7 +77,8 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 
 
 def default_buffer_type(policy_cfg: Mapping) -> str:
-    """The replay buffer type a policy's data flow needs: ``segment`` for on-policy, else ``advanced``."""
+    """The replay buffer type a policy's data flow needs: ``advanced`` for replay, ``segment`` for synchronous
+    and ``rollout`` for asynchronous on-policy data."""
     from ..data.flows import flow_of
 
     return flow_of(policy_cfg).default_buffer_type
@@ -91,11 +92,10 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     # the policy type brings its own keys (ppo, sac, ... or a registered one)
     battle = user_cfg.get("env", {}).get("type", "gymnasium") == "pettingzoo"
     defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"), battle=battle)
-    # The replay buffer's keys depend on its type: use that type's defaults.
-    buf_type = (
-        user_cfg.get("policy", {}).get("other", {}).get("replay_buffer", {}).get(
-            "type", default_buffer_type(defaults.policy))
-    )
+    # The replay buffer's keys depend on its type: use that type's defaults (the flow the user picks decides it)
+    user_policy = user_cfg.get("policy", {})
+    buf_type = user_policy.get("other", {}).get("replay_buffer", {}).get(
+        "type", default_buffer_type({**defaults.policy, **user_policy}))
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     validate(cfg)

@@ -333,9 +333,10 @@ class Coordinator:
     # ---- learner data ---------------------------------------------------------------------
     def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,
                priorities: Optional[Dict[str, Any]] = None, wait: float = 1.0,
-               encoding: str = "json", lease: Optional[str] = None) -> Dict[str, Any]:
+               encoding: str = "json", lease: Optional[str] = None, ahead: int = 0) -> Dict[str, Any]:
         """Batches of references for a learner, ``{"chunks", "batches"}`` (numbers as JSON lists, or packed
-        with ``encoding="base64"``); waits up to ``wait`` s for enough data."""
+        with ``encoding="base64"``); waits up to ``wait`` s for enough data. ``ahead``: batches the learner holds
+        untrained (its ``train_iter`` is its progress; the batches are trained later)."""
         worker = self.membership.heartbeat(worker_id, lease)
         if worker.kind != "learner":
             raise ConflictError(f"{worker_id} is a {worker.kind}; only learners sample batches")
@@ -352,7 +353,7 @@ class Coordinator:
             self.train_iter = max(self.train_iter, train_iter)
         if advanced:
             self.flow.notify_progress()
-        return self.flow.metering.sample(self.replay, batch_size, batches, train_iter, wait, encoding)
+        return self.flow.metering.sample(self.replay, batch_size, batches, train_iter, wait, encoding, ahead)
 
     # ---- inspection ---------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

@@ -8,6 +8,8 @@ coordinator and :class:`~.flow_control.FlowControl` ask it instead of branching 
 - :class:`SegmentMetering` (synchronous on-policy): each collector collects its share of
   ``policy.collect.n_sample`` env steps per policy version and round (a new learner task starts a new round);
   the learner gets one batch holding the whole fresh segment.
+- :class:`AsyncMetering` (asynchronous on-policy): collectors are not metered; the learner gets one batch of
+  the newest rows within ``max_staleness`` versions of the iteration it will train them at.
 """
 from __future__ import annotations
 
@@ -45,9 +47,21 @@ class Metering:
         raise NotImplementedError
 
     def sample(self, replay, batch_size: int, batches: int, train_iter: int, wait: float,
-               encoding: str) -> Dict[str, Any]:
-        """The answer to a learner's sample request (waits up to ``wait`` s for enough data)."""
+               encoding: str, ahead: int = 0) -> Dict[str, Any]:
+        """The answer to a learner's sample request (waits up to ``wait`` s for enough data). ``ahead``: batches
+        the learner holds untrained, so the answer's first batch is trained at ``train_iter + ahead``."""
         raise NotImplementedError
+
+    def _wait_for_data(self, replay, ready, wait: float) -> Optional[Dict[str, Any]]:
+        """Wait (a long-poll) up to ``wait`` s until ``ready()`` or the run's end; the answer to send at once
+        instead when every long-poll slot is taken, else None."""
+        if wait > 0 and not ready():
+            with self._flow.long_poll() as slot:
+                if not slot:
+                    return {**EMPTY, "retry_after": LONG_POLL_RETRY_AFTER}
+                replay.wait_for(lambda: ready() or self._progress.system_shutdown_flag,
+                                timeout=max(0.0, min(wait, 10.0)))
+        return None
 
     def members_changed(self) -> bool:
         """Collectors came or went: True when waiting collectors must look again."""
@@ -82,7 +96,7 @@ class ReplayMetering(Metering):
         allowed = self.allowed_env_steps()
         return allowed is None or allowed - self._progress.env_steps >= int(self.cfg.parallel.commander.allowance_grant)
 
-    def sample(self, replay, batch_size, batches, train_iter, wait, encoding):
+    def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
         lcfg, p = self.cfg.parallel.learner, self._progress
         # the learner starts once the random warm-up is in the buffer (RL Zoo's learning_starts)
         min_size = max(batch_size, int(lcfg.min_buffer_size), self.random_collect_size)
@@ -95,11 +109,9 @@ class ReplayMetering(Metering):
                 return max(0, int(ratio * replay.buffer.pushed) - replay.batches_served)
             return batches
 
-        if wait > 0 and allowed() <= 0:
-            with self._flow.long_poll() as slot:
-                if not slot:
-                    return {**EMPTY, "retry_after": LONG_POLL_RETRY_AFTER}
-                replay.wait_for(lambda: allowed() > 0 or p.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0)))
+        refused = self._wait_for_data(replay, lambda: allowed() > 0, wait)
+        if refused:
+            return refused
         n = min(batches, allowed())
         return replay.sample(batch_size, n, train_iter, encoding) if n > 0 else dict(EMPTY)
 
@@ -125,7 +137,7 @@ class SegmentMetering(Metering):
         return (worker is not None and loaded_version == self._progress.policy_version
                 and self.segment_steps_allowed(worker) > self._segment_done(worker)[0])
 
-    def sample(self, replay, batch_size, batches, train_iter, wait, encoding):
+    def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
         """One batch holding every row of the policy versions within ``max_staleness`` of the learner's
         ``train_iter``, once there are at least ``batch_size`` of them."""
         p, buffer = self._progress, replay.buffer
@@ -173,4 +185,26 @@ class SegmentMetering(Metering):
         return min(self.segment_share(), mine + missing)
 
 
-METERING = {"replay": ReplayMetering, "segments": SegmentMetering}
+class AsyncMetering(Metering):
+    """Asynchronous on-policy: collectors collect on with the version they have (no allowance, no shares);
+    the learner gets the newest rows within ``max_staleness`` versions, one batch per request."""
+
+    def control(self, worker):
+        return {"allowed_env_steps": None, "segment_env_steps": None, "segment_round": 0}
+
+    def may_collect(self, worker, loaded_version):
+        return False  # a collector waits only for a first policy: a newer version (or the run's end) wakes it
+
+    def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
+        """One batch of the newest ``batch_size`` rows collected at most ``max_staleness`` versions before the
+        iteration the learner trains it at (``train_iter + ahead``); older rows are dropped, counted. One batch,
+        whatever ``batches`` asks: a second one would be trained an iteration later than the check assumed."""
+        trains_at = train_iter + ahead
+        buffer = replay.buffer
+        refused = self._wait_for_data(replay, lambda: buffer.fresh_count(trains_at) >= batch_size, wait)
+        if refused or self._progress.system_shutdown_flag:
+            return refused or dict(EMPTY)
+        return replay.sample(batch_size, 1, trains_at, encoding)
+
+
+METERING = {"replay": ReplayMetering, "segments": SegmentMetering, "async": AsyncMetering}

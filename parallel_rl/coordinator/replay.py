@@ -247,6 +247,8 @@ class ReplayIndex:
             "pushed": s.pushed,
             "sampled": s.sampled,
             "evicted": s.evicted,
+            # on-policy: rows dropped unused, too many policy versions old (or, async, pushed out of a full buffer)
+            "dropped_stale": s.dropped_stale,
             "staleness": s.mean_staleness if not math.isnan(s.mean_staleness) else 0.0,
             "chunks": chunks,
             "chunks_pending_delete": doomed,

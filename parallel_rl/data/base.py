@@ -23,6 +23,7 @@ class BufferStats:
     sampled: int
     evicted: int
     mean_staleness: float  # mean (learner iter - collect iter) of sampled rows
+    dropped_stale: int = 0  # on-policy buffers: rows dropped unused, too old for the learner
 
 
 class IBuffer(abc.ABC):

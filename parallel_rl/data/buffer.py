@@ -12,7 +12,8 @@ The coordinator uses the same classes with columns ``chunk_id`` and ``row``
 (references into chunk files); ``on_evict`` tells it which rows left.
 
 The types: ``naive`` (uniform, :mod:`.base`), ``advanced`` (prioritized, :mod:`.prioritized`), ``segment``
-(on-policy, :mod:`.segment`), ``sequence`` and ``episode`` (:mod:`.sequence`).
+and ``rollout`` (synchronous and asynchronous on-policy, :mod:`.segment`), ``sequence`` and ``episode``
+(:mod:`.sequence`).
 """
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ from ..registry import Registry, import_modules
 from .base import BufferStats, IBuffer, NaiveReplayBuffer
 from .columns import Columns, columns_len
 from .prioritized import AdvancedReplayBuffer
-from .segment import SegmentReplayBuffer
+from .segment import RolloutReplayBuffer, SegmentReplayBuffer
 from .sequence import EpisodeReplayBuffer, SequenceReplayBuffer
 
 __all__ = [
     "BUFFER_REGISTRY", "AdvancedReplayBuffer", "BufferStats", "Columns", "EpisodeReplayBuffer", "IBuffer",
-    "NaiveReplayBuffer", "SegmentReplayBuffer", "SequenceReplayBuffer", "buffer_default_config", "columns_len",
+    "NaiveReplayBuffer", "RolloutReplayBuffer", "SegmentReplayBuffer", "SequenceReplayBuffer",
+    "buffer_default_config", "columns_len",
     "create_buffer", "get_buffer_cls",
 ]
 
@@ -38,6 +40,7 @@ BUFFER_REGISTRY.register("naive", NaiveReplayBuffer)
 BUFFER_REGISTRY.register("advanced", AdvancedReplayBuffer)
 BUFFER_REGISTRY.register("episode", EpisodeReplayBuffer)
 BUFFER_REGISTRY.register("segment", SegmentReplayBuffer)
+BUFFER_REGISTRY.register("rollout", RolloutReplayBuffer)
 BUFFER_REGISTRY.register("sequence", SequenceReplayBuffer)
 
 

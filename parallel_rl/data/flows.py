@@ -11,10 +11,15 @@ ask the flow (``policy.flow`` or :func:`flow_of`) instead of branching on ``on_p
 - :data:`SEGMENTS` (synchronous on-policy: PPO): each policy version gets one segment of ``n_sample`` env
   steps, split between the collectors; the learner trains on it once, as a whole, publishes the next version
   at once, and the collectors wait for it. Rows are never reused.
+- :data:`ASYNC` (asynchronous on-policy: IMPALA, APPO, or PPO with ``policy.flow="async"``): collectors never
+  wait for a version, they act with the newest one they loaded and every row carries its behaviour
+  policy's ``logp`` and version (``collect_iter``); the learner trains on batches of the newest
+  ``n_sample`` rows within ``max_staleness`` versions, each row once, and publishes every update. Older rows
+  are dropped and counted.
 
-A new flow (the asynchronous V-trace rollouts) is one more subclass here, chosen by :func:`flow_of`, and one
-metering class for its coordinator side (``parallel_rl.coordinator.metering.METERING``, keyed by ``name``).
-Nothing here imports torch: the coordinator (a control plane) asks the same objects.
+A new flow is one more subclass here, chosen by :func:`flow_of`, and one metering class for its coordinator
+side (``parallel_rl.coordinator.metering.METERING``, keyed by ``name``). Nothing here imports torch: the
+coordinator (a control plane) asks the same objects.
 """
 from __future__ import annotations
 
@@ -41,6 +46,11 @@ class DataFlow:
     urgent_chunks = False
     # a new policy version ends a collector's wait for allowance (its first chunk announces the version)
     new_version_ends_wait = True
+    # a learner's batch holds time-ordered env lanes (GAE, V-trace): env ids are made distinct per chunk
+    lanes = False
+    # the learner reports what it trained on as ``<name>s``, ``<name>_rows`` (the last batch),
+    # ``<name>_rows_total`` and ``<name>_staleness_max`` (learn info, task result); "": nothing
+    learner_stats = ""
 
     @property
     def default_buffer_type(self) -> str:
@@ -50,8 +60,9 @@ class DataFlow:
         """What this flow needs of a compiled config; ConfigError naming the key and the value."""
         buf_type = cfg["policy"]["other"]["replay_buffer"]["type"]
         if buf_type not in self.buffer_types:
+            flow = f" (policy.flow={self.name!r})" if "flow" in cfg["policy"] else ""
             raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
-                              f"{'on' if self.on_policy else 'off'}-policy {cfg['policy']['type']!r}: use "
+                              f"{'on' if self.on_policy else 'off'}-policy {cfg['policy']['type']!r}{flow}: use "
                               f"{', '.join(self.buffer_types[:-1])}{' or ' if len(self.buffer_types) > 1 else ''}"
                               f"{self.buffer_types[-1]} (or leave the key out)")
 
@@ -62,6 +73,10 @@ class DataFlow:
     def publish_every(self, learner_cfg: Mapping) -> int:
         """Updates between two published policy versions."""
         raise NotImplementedError
+
+    def learner_prefetch(self, learner_cfg: Mapping) -> int:
+        """Batches a learner's data thread asks for per round trip (and keeps ready)."""
+        return int(learner_cfg["prefetch_batches"])
 
     def train_on_collected(self, learner, buffer, data: Dict[str, Any], learn: Mapping, envstep: int) -> None:
         """The serial pipelines' step after collecting ``data``."""
@@ -134,24 +149,20 @@ class AllowanceMeter(Meter):
         self.unreported = 0
 
 
-class SegmentFlow(DataFlow):
-    """Synchronous on-policy: one segment of ``collect.n_sample`` env steps per policy version, trained on
-    once by the version after it."""
+class OnPolicyFlow(DataFlow):
+    """What both on-policy flows share: rows used once, whole vector steps of one policy version per chunk,
+    ``collect.n_sample`` rows per update, every update published."""
 
-    name = "segments"
     on_policy = True
-    buffer_types = ("segment",)
     state_with_every_checkpoint = True  # a learner that takes over resumes at the version collectors act with
-    whole_segments = True
     drop_extra = False  # every row of a call comes from the policy loaded now
-    urgent_chunks = True
-    new_version_ends_wait = False  # the wait ends with the new version's share of its segment
+    lanes = True
 
     def check_config(self, cfg: Mapping) -> None:
         policy, envs = cfg["policy"], cfg["env"]["collector_env_num"]
         if policy["nstep"] != 1:
-            raise ConfigError(f"policy.nstep must be 1 for the on-policy {policy['type']!r} (GAE does the "
-                              f"multi-step returns), got {policy['nstep']}")
+            raise ConfigError(f"policy.nstep must be 1 for the on-policy {policy['type']!r} (its advantage "
+                              f"estimator, GAE or V-trace, does the multi-step returns), got {policy['nstep']}")
         chunk_size = cfg["parallel"]["collector"]["chunk_size"]
         if chunk_size < envs:
             raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
@@ -161,17 +172,31 @@ class SegmentFlow(DataFlow):
         world_size = cfg["parallel"]["learner"]["world_size"]
         if world_size > 1:
             raise ConfigError(f"parallel.learner.world_size={world_size} needs an off-policy algorithm (dqn, "
-                              f"sac): on-policy segments of {policy['type']!r} are not split across ranks; use "
-                              f"world_size=1")
+                              f"sac): the on-policy {policy['type']!r} trains on env lanes in time order, which "
+                              f"are not split across ranks; use world_size=1")
 
     def learner_batch_size(self, policy_cfg: Mapping) -> int:
         return int(policy_cfg["collect"]["n_sample"])
 
     def publish_every(self, learner_cfg: Mapping) -> int:
-        return 1  # the collectors wait for every version
+        # synchronous collectors wait for every version; asynchronous ones act with the newest, and the staleness
+        # bound counts updates: a version held back would age every row collected meanwhile
+        return 1
 
     def train_on_collected(self, learner, buffer, data, learn, envstep) -> None:
-        learner.train(data, envstep)  # one update on the segment (its epochs), then the rows are dropped
+        learner.train(data, envstep)  # one update on the rows (the policy's epochs), then they are dropped
+
+
+class SegmentFlow(OnPolicyFlow):
+    """Synchronous on-policy: one segment of ``collect.n_sample`` env steps per policy version, trained on
+    once by the version after it."""
+
+    name = "segments"
+    buffer_types = ("segment",)
+    whole_segments = True
+    urgent_chunks = True
+    new_version_ends_wait = False  # the wait ends with the new version's share of its segment
+    learner_stats = "segment"
 
     def collector_meter(self) -> Meter:
         return SegmentMeter()
@@ -211,10 +236,51 @@ def train_from_buffer(learner, buffer, learn: Mapping, envstep: int) -> None:
             buffer.update(learner.priority_info)
 
 
+class AsyncFlow(OnPolicyFlow):
+    """Asynchronous on-policy (IMPALA, APPO): collectors act with the newest version they loaded and never
+    wait for one; the learner trains on the newest ``collect.n_sample`` rows within ``max_staleness`` versions
+    of the iteration it trains them at, each row once, and the rows carry their behaviour policy's ``logp``
+    and version (``collect_iter``) for the off-policy correction."""
+
+    name = "async"
+    buffer_types = ("rollout",)
+    learner_stats = "rollout"
+
+    def learner_prefetch(self, learner_cfg: Mapping) -> int:
+        # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
+        # ahead is one version older by the time it is trained on
+        return 1
+
+    def collector_meter(self) -> Meter:
+        return FreeMeter()
+
+
+class FreeMeter(Meter):
+    """Asynchronous on-policy: no limit once a first policy is loaded (nothing to act with before it); a chunk
+    holds whole vector steps, all of the version it is stamped with."""
+
+    def left(self, control, version, unreported):
+        return 0 if version < 0 else None
+
+    def clip(self, ask, left, room):
+        return min(ask, room)
+
+
 REPLAY = ReplayFlow()
 SEGMENTS = SegmentFlow()
+ASYNC = AsyncFlow()
+# the on-policy flows a policy config picks with its ``flow`` key (``on_policy`` false: replay)
+ON_POLICY_FLOWS = {flow.name: flow for flow in (SEGMENTS, ASYNC)}
 
 
 def flow_of(policy_cfg: Mapping) -> DataFlow:
-    """The flow a policy config asks for (DI-engine's ``on_policy`` key decides between the two flows today)."""
-    return SEGMENTS if policy_cfg.get("on_policy") else REPLAY
+    """The flow a policy config asks for: DI-engine's ``on_policy`` key decides between replay and on-policy
+    data, and an on-policy type's ``flow`` key (``"segments"``, the default, or ``"async"``) between the
+    synchronous and the asynchronous flow."""
+    if not policy_cfg.get("on_policy"):
+        return REPLAY
+    name = policy_cfg.get("flow") or SEGMENTS.name
+    if name not in ON_POLICY_FLOWS:
+        raise ConfigError(f"policy.flow must be {' or '.join(map(repr, ON_POLICY_FLOWS))} for the on-policy "
+                          f"{policy_cfg.get('type')!r}, got {name!r}")
+    return ON_POLICY_FLOWS[name]

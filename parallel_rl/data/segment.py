@@ -1,13 +1,15 @@
-"""On-policy data: whole segments from recent policy versions, handed out and dropped."""
+"""On-policy data, handed out and dropped: whole segments from recent policy versions (synchronous), or the
+newest rollouts within a staleness bound (asynchronous)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, Mapping, Optional
 
 import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from .base import NaiveReplayBuffer
+from .base import BufferStats, NaiveReplayBuffer
 from .columns import Columns
 
 
@@ -18,9 +20,9 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
     within ``max_staleness`` of ``cur_learner_iter`` (``cur_learner_iter - collect_iter <=
     max_staleness``), in push order, once at least ``size`` such rows exist (else None). A row is
     removed after it was handed out ``max_use`` times, and a row older than ``max_staleness`` is
-    removed unused (DI-engine's buffer keys). PPO runs its ``epoch_per_collect`` epochs over one
-    hand-out; with the defaults (``max_staleness=0``, ``max_use=1``) a learner at iteration T
-    trains only on rows of policy version T, once.
+    removed unused (DI-engine's buffer keys; counted in ``dropped_stale``). PPO runs its
+    ``epoch_per_collect`` epochs over one hand-out; with the defaults (``max_staleness=0``,
+    ``max_use=1``) a learner at iteration T trains only on rows of policy version T, once.
     """
 
     @classmethod
@@ -41,6 +43,7 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             raise ConfigError(f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
                               f"{self.cfg.max_use=} {self.cfg.max_staleness=}")
         self._use_count = np.zeros(self.capacity, dtype=np.int64)
+        self.dropped_stale = 0  # rows dropped unused: fell more than max_staleness versions behind
 
     def _on_slots_pushed(self, slots: np.ndarray) -> None:
         self._use_count[slots] = 0
@@ -53,27 +56,92 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
         with self._lock:
             return int(self._fresh(cur_learner_iter).sum())
 
+    def _fresh_slots(self, cur_learner_iter: int) -> np.ndarray:
+        """The stored rows' slots in push order (time order within a chunk), after dropping the stale ones."""
+        stale = np.flatnonzero(self._valid & ~self._fresh(cur_learner_iter))
+        self.dropped_stale += len(stale)
+        self._evict(stale)
+        slots = np.flatnonzero(self._valid)
+        return slots[np.argsort(self._uid[slots], kind="stable")]
+
+    def _hand_out(self, slots: np.ndarray, cur_learner_iter: int) -> Columns:
+        out = self._gather(slots, cur_learner_iter)
+        self._use_count[slots] += 1
+        self._evict(slots[self._use_count[slots] >= self.cfg.max_use])
+        return out
+
     def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]:
         with self._lock:
-            stale = self._valid & ~self._fresh(cur_learner_iter)
-            if stale.any():
-                self._evict(np.flatnonzero(stale))
-            slots = np.flatnonzero(self._valid)
+            slots = self._fresh_slots(cur_learner_iter)
             if len(slots) < size or size <= 0:
                 return None
-            slots = slots[np.argsort(self._uid[slots], kind="stable")]  # push order: time order within a chunk
-            out = self._gather(slots, cur_learner_iter)
-            self._use_count[slots] += 1
-            self._evict(slots[self._use_count[slots] >= self.cfg.max_use])
-            return out
+            return self._hand_out(slots, cur_learner_iter)
+
+    def stats(self) -> BufferStats:
+        with self._lock:
+            return dataclasses.replace(super().stats(), dropped_stale=self.dropped_stale)
 
     def state_dict(self) -> Dict[str, np.ndarray]:
         with self._lock:
             state = super().state_dict()
             state["segment/use_count"] = self._use_count.copy()
+            state["segment/dropped_stale"] = np.array(self.dropped_stale)
             return state
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         with self._lock:
             super().load_state_dict(state)
             self._use_count = np.array(state["segment/use_count"])
+            # snapshots from before stale rows were counted have none
+            self.dropped_stale = int(state.get("segment/dropped_stale", 0))
+
+
+class RolloutReplayBuffer(SegmentReplayBuffer):
+    """Asynchronous on-policy data: the newest rows within ``max_staleness`` versions, each handed out once.
+
+    ``sample(size, cur_learner_iter)`` drops the rows collected more than ``max_staleness`` policy versions
+    before ``cur_learner_iter`` (the iteration the learner will train them at) and returns the newest ``size``
+    of the rest, in push order (time order within a chunk), or None while fewer are stored. A row is handed
+    out once (``max_use`` is 1: the async flow trains on every row at most once). Rows dropped unused are
+    counted in ``dropped_stale``: those that fell behind, and the oldest unused rows a full buffer overwrites
+    when collectors outpace the learner (memory stays bounded by ``replay_buffer_size``).
+
+    Newest first, not oldest first as IMPALA's queue: when collectors outpace the learner, a queue trains on
+    rows that all waited ``max_staleness`` versions; newest first trains on the freshest and lets the surplus
+    (that would be dropped either way) age out.
+    """
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        return EasyDict(
+            type="rollout",
+            # rows waiting for the learner, at most (full: the oldest unused rows are dropped, counted stale)
+            replay_buffer_size=20000,
+            seed=0,
+            # hand a row to the learner at most once
+            max_use=1,
+            # accept rows collected at most this many policy versions (= learner iterations) before the one the
+            # learner trains them at. The pipeline alone accounts for ~3 (two batches held by the learner, one
+            # chunk in flight); the rest is room for a chunk's collection and announcement (flush_interval)
+            max_staleness=8,
+        )
+
+    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, on_evict)
+        if self.cfg.max_use != 1:
+            raise ConfigError(f"policy.other.replay_buffer.max_use must be 1 for a rollout buffer (every row is "
+                              f"trained on at most once), got {self.cfg.max_use}")
+
+    def push(self, data: Mapping[str, np.ndarray], cur_collector_envstep: int = -1) -> np.ndarray:
+        with self._lock:
+            n = len(next(iter(data.values())))
+            overwritten = (self._next + np.arange(min(n, self.capacity))) % self.capacity
+            self.dropped_stale += int(self._valid[overwritten].sum()) + max(0, n - self.capacity)
+            return super().push(data, cur_collector_envstep)
+
+    def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]:
+        with self._lock:
+            slots = self._fresh_slots(cur_learner_iter)
+            if len(slots) < size or size <= 0:
+                return None
+            return self._hand_out(slots[len(slots) - size:], cur_learner_iter)

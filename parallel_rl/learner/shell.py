@@ -159,16 +159,20 @@ class DataPipeline:
 
     With ``whole_segments`` (on-policy) each batch is one whole segment (at least ``batch_size`` rows of
     the policy versions the coordinator accepts for the learner's ``train_iter``), and the next one is
-    asked for only after the learner trained on the last (:meth:`segment_done`): asked for earlier, it
+    asked for only after the learner trained on the last (:meth:`trained`): asked for earlier, it
     would be asked for with the iteration before, by a learner about to be one version further.
+    Otherwise each request says how many batches the learner holds untrained (``ahead``: queued, or
+    handed over and not trained yet), so the coordinator knows the iteration the answer is trained at.
+    With ``lanes`` (on-policy) a batch's env ids are made distinct per chunk.
     """
 
     def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
                  prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
                  whole_segments: bool = False, load_rows: bool = True,
-                 on_damaged: Optional[Callable[[str, str], None]] = None):
+                 on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False):
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.whole_segments = whole_segments
+        self.lanes = lanes
         self.load_rows = load_rows
         if whole_segments:
             prefetch = 1
@@ -182,7 +186,9 @@ class DataPipeline:
         # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once (a
         # segment: at most one chunk per row)
         self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows, on_damaged)
-        self._training = 0  # whole segments handed to the learner and not trained on yet
+        # batches put in the queue (the data thread's count) and trained on (the learner's): the difference is
+        # what the learner holds untrained, counted without a lock (a late read only overstates it)
+        self._put = self._trained = 0
         self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
         self._priorities: List[Dict[str, np.ndarray]] = []
         self._lock = threading.Lock()
@@ -226,17 +232,17 @@ class DataPipeline:
                 return None
             finally:
                 self.wait_seconds += time.monotonic() - start
-        if self.whole_segments:
-            self._training += 1
-        elif self._ready.qsize() <= self.prefetch and not self._room.is_set():
+        if not self.whole_segments and self._ready.qsize() <= self.prefetch and not self._room.is_set():
             self._room.set()
         return batch
 
-    def segment_done(self, train_iter: int) -> None:
-        """The learner trained on the segment it got and is at ``train_iter`` now: ask for the next one."""
+    def trained(self, train_iter: int) -> None:
+        """The learner trained on a batch it got and is at ``train_iter`` now (a whole segment: ask for the
+        next one)."""
         self.train_iter = train_iter
-        self._training -= 1
-        self._room.set()
+        self._trained += 1
+        if self.whole_segments:
+            self._room.set()
 
     def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
         if info is not None:
@@ -254,7 +260,7 @@ class DataPipeline:
         while not self._stop.is_set():
             self._room.clear()
             if self.whole_segments:
-                if self._ready.qsize() == 0 and self._training == 0:
+                if self._put == self._trained:
                     return
             elif self._ready.qsize() <= self.prefetch:
                 return
@@ -268,8 +274,8 @@ class DataPipeline:
             priorities = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
                           for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))} if infos else None
             body = SampleRequest(worker_id=self.worker_id, batch_size=self.batch_size, batches=self.prefetch,
-                                 train_iter=self.train_iter, wait=1.0, encoding="base64",
-                                 priorities=priorities).to_json()
+                                 train_iter=self.train_iter, ahead=min(256, self._put - self._trained),
+                                 wait=1.0, encoding="base64", priorities=priorities).to_json()
             try:
                 answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
                                                                  timeout=self.client.timeout + 1.0))
@@ -292,6 +298,7 @@ class DataPipeline:
             if answer.retry_after:  # every long-poll slot was taken: ask again later, not at once
                 self._stop.wait(min(answer.retry_after, 5.0))
             for batch in self._load(answer.chunks, answer.batches):
+                self._put += 1  # before the learner can take it: the count never falls behind _trained
                 while not self._stop.is_set():
                     try:
                         self._ready.put(batch, timeout=0.5)
@@ -318,7 +325,7 @@ class DataPipeline:
         if rows is None:
             return []
         rows.update((k, np.concatenate(v)[keep]) for k, v in cols.items())
-        if self.whole_segments and "env_id" in rows:
+        if self.lanes and "env_id" in rows:
             # env ids are per collector: rows of one chunk (one collector, time-ordered) get their own ids
             rows["env_id"] = rows["env_id"] + local[keep] * (int(rows["env_id"].max()) + 1)
         ends = np.cumsum([len(r) for r in cols["index"]])
@@ -362,13 +369,13 @@ class LearnerSlave(Slave, BaseCommLearner):
         info["damaged_chunks"] = pipeline.damaged_chunks
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         info["updates_per_second"] = round(rate, 1)
-        info.update(self.segment_stats)
+        info.update(self.data_stats)
         # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
         self.tb.scalars(learner.train_iter, "learner/",
                         **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")})
         self.send_metadata(LearnInfo(train_iter=learner.train_iter, info=info, task_id=task.task_id).to_json())
 
-    segment_stats: Dict[str, int] = {}
+    data_stats: Dict[str, int] = {}
 
     def report_damaged_chunk(self, name: str, reason: str) -> None:
         """Tell the coordinator that chunk ``name`` cannot be read: it drops the chunk from its replay index."""
@@ -408,18 +415,19 @@ class LearnerSlave(Slave, BaseCommLearner):
         start_iter = learner.train_iter
         self.start_training(policy, learner)
         self.send_policy(policy, learner.train_iter)
-        # on-policy: one update per whole segment (the policy runs its epochs over it), every update published
-        # (the collectors wait for it), and what the learner trained on reported: segments, their rows and the
-        # largest staleness (train_iter - the oldest policy version in a segment) it ever saw
+        # on-policy: one update per batch (the policy runs its epochs over it), every update published, and what
+        # the learner trained on reported (flow.learner_stats): batches, their rows and the largest staleness
+        # (train_iter - the oldest policy version in a batch) it ever saw
         flow = policy.flow
-        self.segment_stats = {"segments": 0, "segment_rows": 0, "segment_staleness_max": 0} \
-            if flow.whole_segments else {}
+        name = flow.learner_stats
+        self.data_stats = {f"{name}s": 0, f"{name}_rows": 0, f"{name}_rows_total": 0,
+                           f"{name}_staleness_max": 0} if name else {}
         batch_size = flow.learner_batch_size(cfg.policy)
         pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
-                                int(lcfg.prefetch_batches), int(lcfg.chunk_cache_size),
+                                flow.learner_prefetch(lcfg), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
                                 whole_segments=flow.whole_segments, load_rows=self.loads_rows,
-                                on_damaged=self.report_damaged_chunk).start()
+                                on_damaged=self.report_damaged_chunk, lanes=flow.lanes).start()
         publish_every = flow.publish_every(lcfg)
         self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
                                     if cfg.system.tensorboard else None)
@@ -434,15 +442,13 @@ class LearnerSlave(Slave, BaseCommLearner):
                         if pipeline.error:
                             raise RuntimeError(pipeline.error)
                         continue
-                    if flow.whole_segments:
-                        self._count_segment(batch, learner.train_iter)
+                    if name:
+                        self._count_batch(name, batch, learner.train_iter)
                     self.train_step(learner, batch)
                     pipeline.give_priorities(learner.priority_info)
-                    pipeline.train_iter = learner.train_iter
                     if learner.train_iter % publish_every == 0:
                         self.send_policy(policy, learner.train_iter)
-                    if flow.whole_segments:
-                        pipeline.segment_done(learner.train_iter)
+                    pipeline.trained(learner.train_iter)
                     now = time.monotonic()
                     if now - last_info >= 0.25:
                         self.send_learn_info(task, learner, pipeline,
@@ -459,18 +465,19 @@ class LearnerSlave(Slave, BaseCommLearner):
         elapsed = time.monotonic() - started
         return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
                 "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0,
-                **self.segment_stats}
+                **self.data_stats}
 
-    def _count_segment(self, segment: Dict[str, np.ndarray], train_iter: int) -> None:
+    def _count_batch(self, name: str, batch: Dict[str, np.ndarray], train_iter: int) -> None:
         """What the learner is about to train on, from the rows themselves (each carries its policy version)."""
-        staleness = train_iter - int(segment["collect_iter"].min())
-        stats = self.segment_stats
-        stats["segments"] += 1
-        stats["segment_rows"] = len(segment["collect_iter"])
-        stats["segment_staleness_max"] = max(stats["segment_staleness_max"], staleness)
+        staleness = train_iter - int(batch["collect_iter"].min())
+        stats = self.data_stats
+        stats[f"{name}s"] += 1
+        stats[f"{name}_rows"] = len(batch["collect_iter"])
+        stats[f"{name}_rows_total"] += len(batch["collect_iter"])
+        stats[f"{name}_staleness_max"] = max(stats[f"{name}_staleness_max"], staleness)
         if staleness > int(self.cfg.policy.other.replay_buffer.max_staleness):
-            logger.error("learner %s: a segment %d versions old reached iteration %d (max_staleness %d)",
-                         self.worker_id, staleness, train_iter, self.cfg.policy.other.replay_buffer.max_staleness)
+            logger.error("learner %s: a %s %d versions old reached iteration %d (max_staleness %d)", self.worker_id,
+                         name, staleness, train_iter, self.cfg.policy.other.replay_buffer.max_staleness)
 
 
 register_comm_learner("flask_fs", LearnerSlave)

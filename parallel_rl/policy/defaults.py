@@ -1,9 +1,11 @@
 """Policy defaults, importable without torch (the coordinator never imports torch).
 
 Every policy type brings its own config tree; ``compile_config`` merges the
-tree of the type named by ``policy.type``. ``on_policy`` (DI-engine's key) is
-the data flow the collectors and the coordinator ask for: off-policy data goes
-through the replay buffer, on-policy data is used as whole segments and dropped.
+tree of the type named by ``policy.type``. ``on_policy`` (DI-engine's key) and,
+for an on-policy type, ``flow`` choose the data flow the collectors and the
+coordinator ask for: off-policy data goes through the replay buffer, on-policy
+data is used once, as whole segments (``flow="segments"``) or as the newest
+asynchronous rollouts (``flow="async"``), and dropped.
 """
 from __future__ import annotations
 
@@ -64,6 +66,9 @@ def ppo_default_config() -> EasyDict:
     """PPO (Schulman et al. 2017), DI-engine's key names."""
     return EasyDict(
         **_common("ppo", on_policy=True),
+        # the on-policy data flow (parallel_rl.data.flows): "segments" (synchronous: collectors wait for each
+        # version) or "async" (collectors never wait; rows within max_staleness versions, each trained on once)
+        flow="segments",
         model=dict(
             hidden_size_list=[64, 64],
             encoder=_encoder(),

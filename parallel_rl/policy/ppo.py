@@ -28,7 +28,7 @@ from easydict import EasyDict
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from ..data.flows import SEGMENTS
+from ..data.flows import SEGMENTS, flow_of
 from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
@@ -145,7 +145,10 @@ class ActorCritic(nn.Module):
 
 
 class PPOPolicy(Policy):
-    flow = SEGMENTS  # synchronous on-policy: one segment per policy version, trained on once
+    # synchronous on-policy by default (one segment per policy version, trained on once); policy.flow="async"
+    # makes it asynchronous (the clipped ratio against the behaviour policy's logp bounds the update on rows a
+    # few versions old)
+    flow = SEGMENTS
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -154,6 +157,7 @@ class PPOPolicy(Policy):
     def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
                  device: str = "cpu"):
         self.cfg = cfg
+        self.flow = flow_of(cfg)
         self.spec = action if isinstance(action, ActionSpec) else ActionSpec.discrete(action)
         self.device = device
         if seed is not None:
