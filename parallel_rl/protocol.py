@@ -322,10 +322,11 @@ class MetadataBatch:
     messages: List[Dict[str, Any]] = wire(doc="the messages (objects with a type), applied in order")
     wait_for_allowance: float = wire(default=0.0, doc="a throttled collector: wait up to this many seconds (at "
                                                       "most 10) until it may collect again")
-    policy_version: Optional[int] = wire(default=None, doc="the collector's loaded policy: a newer one ends the wait")
+    policy_version: Optional[int] = wire(default=None, doc="the newest policy the collector knows: a newer one "
+                                                           "ends the wait (left out: only allowance does)")
     loaded_version: Optional[int] = wire(default=None, doc="on-policy: the policy the collector acts with; its "
                                                            "share of the segment counts only when this is the "
-                                                           "current one")
+                                                           "current one, and none before a first policy")
 
     @classmethod
     def from_json(cls, obj: Dict[str, Any]) -> "MetadataBatch":

@@ -1,8 +1,10 @@
-"""The asynchronous on-policy flow (``policy.flow="async"``): collectors never wait for a policy version, the
-learner gets the newest rows within ``max_staleness`` versions, each row once; older rows are dropped and
-counted. PPO runs on it here (the V-trace policies pick it by default)."""
+"""The asynchronous on-policy flow (``policy.flow="async"``): collectors never wait for a policy version, only
+for room in the learner's bounded queue (``parallel.commander.rollout_queue_batches``); the learner gets the
+oldest queued rows within ``max_staleness`` versions, each row once; older rows are dropped and counted. PPO
+runs on it here (the V-trace policies pick it by default)."""
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -29,7 +31,7 @@ def adds_up(buffer):
 
 
 # ---- the buffer and the config -------------------------------------------------------------------------------
-def test_rollout_buffer_hands_out_the_newest_fresh_rows_once_and_counts_what_it_drops():
+def test_rollout_buffer_hands_out_the_oldest_fresh_rows_once_and_counts_what_it_drops():
     evicted = []
     buffer = RolloutReplayBuffer({"replay_buffer_size": 16, "max_staleness": 2},
                                  on_evict=lambda r: evicted.append(r["row"].tolist()))
@@ -39,8 +41,8 @@ def test_rollout_buffer_hands_out_the_newest_fresh_rows_once_and_counts_what_it_
     assert buffer.fresh_count(3) == 8 and buffer.sample(9, cur_learner_iter=3) is None  # too few fresh rows
     assert evicted == [[0, 1, 2, 3]] and buffer.stats().dropped_stale == 4  # version 0 is 3 behind iteration 3
     batch = buffer.sample(6, cur_learner_iter=3)
-    assert batch["row"].tolist() == [12, 13, 20, 21, 22, 23]  # the newest 6, in push order
-    assert buffer.sample(2, cur_learner_iter=3)["row"].tolist() == [10, 11]  # each row once (max_use 1)
+    assert batch["row"].tolist() == [10, 11, 12, 13, 20, 21]  # the oldest 6 (a queue), in push order
+    assert buffer.sample(2, cur_learner_iter=3)["row"].tolist() == [22, 23]  # each row once (max_use 1)
     assert buffer.sample(1, cur_learner_iter=3) is None and buffer.count() == 0
     # collectors outpacing the learner: a full buffer pushes out its oldest unused rows, counted stale too
     buffer.push(rows(12, version=3, first=100))
@@ -114,7 +116,7 @@ def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinat
                                                                        tmp_path):
     """Chunks of policy versions 0..5 (4 rows each, their obs say the version); the learner at iteration 5,
     holding one batch untrained (``ahead`` 1), trains the next one at 6: only versions 4 and 5 are within
-    max_staleness=2, newest first; versions 0..3 are dropped and counted, and no row is handed out twice."""
+    max_staleness=2, oldest first; versions 0..3 are dropped and counted, and no row is handed out twice."""
     coordinator, server = coordinator_factory(cfg=async_toy_config(tmp_path, max_staleness=2), token=TOKEN)
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
@@ -131,10 +133,10 @@ def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinat
         return [[answer["chunks"][i] for i in b["chunk"]] for b in answer["batches"]], answer["batches"]
 
     chunks, batches = sample(5, 1)
-    assert chunks == [["v5"] * 4]  # one batch whatever `batches` asks, the newest rows
-    assert sample(5, 1, batch_size=8)[0] == []  # 4 fresh rows left (version 4), too few for 8
+    assert chunks == [["v4"] * 4]  # one batch whatever `batches` asks, the oldest fresh rows
+    assert sample(5, 1, batch_size=8)[0] == []  # 4 fresh rows left (version 5), too few for 8
     chunks, more = sample(5, 1)
-    assert chunks == [["v4"] * 4]
+    assert chunks == [["v5"] * 4]
     assert sample(3, 0)[0] == []  # versions 1..3 would be fresh at iteration 3, but they were dropped at 6
     uids = [u for b in batches + more for u in b["uid"]]
     assert len(uids) == len(set(uids)) == 8
@@ -142,6 +144,60 @@ def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinat
     assert (buffer["type"], buffer["sampled"], buffer["dropped_stale"], buffer["size"]) == ("rollout", 8, 16, 0)
     assert adds_up(buffer)
     assert buffer["staleness"] == 1.5  # both batches trained at iteration 6: version 5 one behind, version 4 two
+
+
+def test_collectors_share_the_room_in_the_learners_queue_and_wait_for_room_not_for_versions(
+        coordinator_factory, slaves, tmp_path):  # noqa: F811
+    """The queue holds rollout_queue_batches (2) * n_sample (8) = 16 rows: each collector's allowance is its share
+    of the room (rounded up to whole vector steps of 2 envs), computed from the rows queued, so a collector that
+    leaves holds none back. A throttled collector is not woken by a new version, only by room: the learner
+    taking batches."""
+    cfg = async_toy_config(tmp_path)
+    cfg.policy.collect.n_sample = 8
+    coordinator, server = coordinator_factory(cfg=cfg, token=TOKEN)
+    a = slaves("collector", server.url)
+    assert a.got_task.wait(10)
+    learner = slaves("learner", server.url, run=False)
+    learner.announce_policy(0)
+
+    def room(slave, **body):
+        control = slave.coordinator.post(f"/api/v1/workers/{slave.worker_id}/metadata",
+                                         {"messages": [], **body}, timeout=12)["control"]
+        return control["allowed_env_steps"] - control["env_steps"]
+
+    assert room(a) == 16  # alone: the whole queue
+    b = slaves("collector", server.url)
+    assert b.got_task.wait(10)
+    assert room(a) == room(b) == 8  # two: half each
+    a.write_chunk(a.received[0].task_id, "a-1", n=11)
+    assert room(a) == 4  # 5 rows of room: 2.5 each, rounded up to a vector step
+    b.write_chunk(b.received[0].task_id, "b-1", n=5)
+    assert room(a) == room(b) == 0
+    result = {}
+
+    def wait():
+        started = time.monotonic()
+        result["room"] = room(a, wait_for_allowance=8.0, loaded_version=0)
+        result["waited"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    learner.announce_policy(1)  # no room yet: the waiter waits on
+
+    def take(train_iter):
+        answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
+            "worker_id": learner.worker_id, "batch_size": 8, "batches": 1, "train_iter": train_iter, "ahead": 1,
+            "wait": 0.0})
+        return sum(len(batch["uid"]) for batch in answer["batches"])
+
+    assert take(0) == 8  # 8 rows of room: one batch still queued, the learner is not short of data
+    assert take(1) == 8  # 16: the waiter wakes
+    waiter.join(10)
+    assert result["room"] == 8 and result["waited"] < 4.0  # woken by the room, not by version 1 or the 8 s timeout
+    for ev in b.finish.values():  # its scripted task ends, then it leaves
+        ev.set()
+    b.close()
+    eventually(lambda: room(a) == 16, message="the collector that left holding no room back")
 
 
 # ---- real clusters on CartPole ---------------------------------------------------------------------------------
@@ -171,31 +227,54 @@ def start_cluster(coordinator_factory, cli, tmp_path, cfg, collectors=("collecto
     return coordinator, server, shared, procs
 
 
+def heartbeats(api, kind, count):
+    """Wait until every active worker of ``kind`` has been heard from ``count`` more times: a window of real
+    events (each collector's heartbeats and requests), not a sleep."""
+    last, heard = {}, {}
+
+    def heard_enough():
+        for w in get(api, "/workers")["workers"]:
+            if w["kind"] == kind and w["state"] in ("idle", "busy"):
+                since = w["seconds_since_heartbeat"]
+                heard[w["worker_id"]] = heard.get(w["worker_id"], 0) + (since < last.get(w["worker_id"], since))
+                last[w["worker_id"]] = since
+        return heard and min(heard.values()) >= count
+
+    eventually(heard_enough, timeout=30, message=f"{count} heartbeats of every {kind}")
+
+
 @pytest.mark.slow
-def test_collectors_collect_on_while_the_learner_is_paused_and_every_row_is_accounted_for(
+def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing_is_dropped(
         coordinator_factory, cli, tmp_path):
-    """Two collectors and a learner: while the learner is stopped (SIGSTOP) the collectors keep collecting
-    with the version they have (the synchronous flow would wait for the next one), the buffer stays within
-    its capacity by dropping the oldest rows (counted stale); the learner then trains on to its budget on
-    rows within max_staleness, and pushed = trained + dropped as stale + still waiting."""
-    cfg = cartpole_async_config(tmp_path, max_train_iter=6)
-    coordinator, server, shared, _ = start_cluster(coordinator_factory, cli, tmp_path, cfg)
+    """Two collectors and a learner at the default queue (2 batches of 256 rows): while the learner is stopped
+    (SIGSTOP) the collectors fill the queue and then wait for room (without the bound they outran it and most
+    rows aged out unused): rows pushed stay within those handed to the learner (or dropped) + the queue + one
+    collect call per collector. The learner then trains on to its budget, the collectors never waiting for a
+    version; at most 5 % of the rows are dropped as stale, and pushed = trained + dropped + still waiting."""
+    cfg = cartpole_async_config(tmp_path, max_train_iter=8)
+    queue = cfg.parallel.commander.rollout_queue_batches * 256
+    coordinator, server, shared, procs = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
     learner = cli("learner", "learner", "--coordinator", server.url, "--shared-dir", shared,
                   env={"PARALLEL_RL_TOKEN": TOKEN})
     eventually(lambda: get(api, "/cluster")["train_iter"] >= 2, timeout=90, message="the learner trained twice")
     learner.proc.send_signal(signal.SIGSTOP)
-    try:
-        paused, before = get(api, "/cluster"), get(api, "/buffers")["buffers"][0]
-        eventually(lambda: get(api, "/buffers")["buffers"][0]["pushed"] >= before["pushed"] + 2 * CAPACITY,
-                   timeout=60, message="the collectors collecting on while the learner is paused")
-        assert get(api, "/cluster")["train_iter"] == paused["train_iter"]
+    before = get(api, "/buffers")["buffers"][0]
+
+    def within_bound(dropped=None):
+        """Rows pushed <= rows gone from the queue (handed out, quarantined, dropped: ``dropped`` of them, all
+        of them by default) + the queue + one collect call (n_sample rows) per collector."""
         buffer = get(api, "/buffers")["buffers"][0]
-        # bounded: what did not fit went, oldest first (the paused learner's pending request took a batch at most)
-        handed = buffer["sampled"] - before["sampled"]
-        assert buffer["size"] <= CAPACITY and handed <= 256
-        dropped, pushed = (buffer[k] - before[k] for k in ("dropped_stale", "pushed"))
-        assert dropped >= pushed - CAPACITY - handed
+        gone = buffer["sampled"] + buffer["rows_quarantined"] + (buffer["dropped_stale"] if dropped is None else dropped)
+        assert buffer["pushed"] <= gone + queue + len(procs) * 256, buffer
+        return buffer
+
+    try:
+        # no version comes out while the learner is stopped, so no row ages: none may be dropped meanwhile
+        eventually(lambda: within_bound(before["dropped_stale"])["size"] >= queue, timeout=60,
+                   message="the collectors filling the queue")
+        heartbeats(api, "collector", 10)  # the collectors, throttled, stay within the bound meanwhile
+        within_bound(before["dropped_stale"])
     finally:
         learner.proc.send_signal(signal.SIGCONT)
 
@@ -204,11 +283,12 @@ def test_collectors_collect_on_while_the_learner_is_paused_and_every_row_is_acco
         return next((t["result"] for t in tasks if t["state"] in ("finished", "cancelled") and t["result"]), None)
 
     result = eventually(learner_result, timeout=120, message="the learner's task ended at the budget")
-    assert result["train_iter"] >= 6 and result["rollouts"] == result["updates"] == result["train_iter"]
+    assert result["train_iter"] >= 8 and result["rollouts"] == result["updates"] == result["train_iter"]
     assert 1 <= result["rollout_staleness_max"] <= cfg.policy.other.replay_buffer.max_staleness
     assert result["rollout_rows_total"] == 256 * result["rollouts"]
-    buffer = get(api, "/buffers")["buffers"][0]
+    buffer = within_bound()
     assert buffer["type"] == "rollout" and adds_up(buffer), buffer
+    assert buffer["dropped_stale"] <= 0.05 * buffer["pushed"], buffer
     # handed out in whole batches: those trained on, and at most the one the learner held when it stopped
     assert buffer["sampled"] % 256 == 0 and 0 <= buffer["sampled"] - result["rollout_rows_total"] <= 2 * 256
     assert 0 < buffer["staleness"] <= cfg.policy.other.replay_buffer.max_staleness
@@ -232,9 +312,10 @@ def recording_learner(url):
 @pytest.mark.slow
 def test_a_killed_collector_and_a_restarted_learner_train_nothing_twice_or_stale(coordinator_factory, cli, tmp_path):
     """A collector killed mid-rollout and the learner killed (SIGKILL): the other collector collects on with the
-    version it has; a new learner takes over at the newest version (not from 0) and trains on rows within
-    max_staleness only, none twice; the coordinator handed every row out at most once (the dead learner's
-    batches are gone with it), and every row pushed is accounted for."""
+    version it has until the learner's queue is full (the dead collector holds no room back); a new learner
+    takes over at the newest version (not from 0) and trains on rows within max_staleness only, none twice,
+    more of them than the queue holds (the survivor collects on as room frees); the coordinator handed every
+    row out at most once (the dead learner's batches are gone with it), and every row pushed is accounted for."""
     cfg = cartpole_async_config(tmp_path, heartbeat_ttl=3.0)  # the dead learner's task is given to the next soon
     coordinator, server, shared, (doomed, _) = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
@@ -245,14 +326,16 @@ def test_a_killed_collector_and_a_restarted_learner_train_nothing_twice_or_stale
     first.proc.send_signal(signal.SIGKILL)
     first.wait(10)
     killed_at = get(api, "/cluster")
-    eventually(lambda: get(api, "/cluster")["env_steps"] >= killed_at["env_steps"] + CAPACITY, timeout=60,
-               message="the surviving collector collecting on without a learner")
+    queue = cfg.parallel.commander.rollout_queue_batches * 256
+    eventually(lambda: get(api, "/buffers")["buffers"][0]["size"] >= queue, timeout=60,
+               message="the surviving collector filling the queue without a learner")
     handed_before = get(api, "/buffers")["buffers"][0]["sampled"]
 
     learner = recording_learner(server.url)
     learner.start()
     threading.Thread(target=learner.run, daemon=True).start()
     try:
+        # 4 batches are more than the queue held: the survivor collected on as the new learner made room
         eventually(lambda: len(learner.batches) >= 4, timeout=90, message="the new learner trained 4 batches")
         buffer = get(api, "/buffers")["buffers"][0]
     finally:

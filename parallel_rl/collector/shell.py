@@ -59,7 +59,8 @@ class CollectorSlave(Slave, BaseCommCollector):
         else:
             self.collector = ClusterCollector(cfg, self.storage, seed=seed)
         # the policy's data flow meters this collector (parallel_rl.data.flows): off-policy by the cluster's
-        # allowance, on-policy by its share of the current version's segment
+        # allowance, synchronous on-policy by its share of the current version's segment, asynchronous by its
+        # share of the room in the learner's queue
         self.flow = self.collector.policy.flow
         self.meter = self.flow.collector_meter()
 
@@ -184,9 +185,11 @@ class CollectorSlave(Slave, BaseCommCollector):
             try:
                 # a version announced but not loadable yet (not visible on the shared disk) must not end
                 # the next wait at once: ask to be woken by a newer one only
-                known = max(self.collector.policy_version, int(self.control.get("policy_version", -1)))
-                body = MetadataBatch(messages=[], wait_for_allowance=1.0, policy_version=known, loaded_version=(
-                    self.collector.policy_version if self.flow.whole_segments else None)).to_json()
+                loaded = self.collector.policy_version
+                known = max(loaded, int(self.control.get("policy_version", -1)))
+                body = MetadataBatch(messages=[], wait_for_allowance=1.0,
+                                     policy_version=known if self.meter.woken_by_versions(loaded) else None,
+                                     loaded_version=loaded if self.flow.on_policy else None).to_json()
                 answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
                                                timeout=self.coordinator.timeout + 1.0)
             except ParallelRLError as exc:

@@ -74,7 +74,7 @@ class Coordinator:
                                      end_task=self._end_task, kick=self.kick,
                                      over=lambda: self.reason if self.system_shutdown_flag else None)
         self.flow = FlowControl(cfg, self.workers, self._lock, progress=self,
-                                epsilon=lambda env_steps: self.commander.epsilon(env_steps))
+                                epsilon=lambda env_steps: self.commander.epsilon(env_steps), replay=self.replay)
         self.snapshots = Snapshots(self)
         self._wake = threading.Event()
         self._closing = threading.Event()

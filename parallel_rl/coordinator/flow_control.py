@@ -6,6 +6,8 @@ How collectors are metered and how a learner's sample request is answered is the
 - **Allowance** (off-policy, :class:`ReplayMetering`): collectors collect up to ``max(warmup, random_collect_size) +
   max_env_steps_per_update * train_iter`` env steps; a throttled collector's metadata request waits
   (:meth:`FlowControl.wait_for_allowance`) until the learner advanced or a newer policy is out.
+- **Queue** (asynchronous on-policy, :class:`AsyncMetering`): the same allowance, counted in rows the learner has
+  not taken yet: at most ``rollout_queue_batches * n_sample``, shared among the active collectors.
 - **Segments** (on-policy, :class:`SegmentMetering`): each collector collects its share of ``policy.collect.n_sample`` env steps per
   policy version and round (a new learner task starts a new round), no more than the segment still misses.
 - **Long-polls**: at most ``long_poll_slots`` requests wait at once (each holds a server thread); the rest
@@ -48,14 +50,14 @@ class Progress(Protocol):
 
 class FlowControl:
     def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress: Progress,
-                 epsilon: Callable[[int], float]):
+                 epsilon: Callable[[int], float], replay):
         self.cfg = cfg
         self._workers = workers
         self._lock = lock  # the coordinator's: segment counts change with the counters they are read against
         self._progress = progress
         self._epsilon = epsilon
         # how the policy's data flow meters collectors and answers sample requests
-        self.metering: Metering = METERING[flow_of(cfg.policy).name](cfg, workers, lock, progress, self)
+        self.metering: Metering = METERING[flow_of(cfg.policy).name](cfg, workers, lock, progress, self, replay)
         # notified when the learner advances (collectors waiting for their allowance wake up)
         self._advanced = threading.Condition()
         # long-polls each hold a server thread: at most long_poll_slots wait at once (the server has that

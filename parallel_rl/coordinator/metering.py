@@ -8,8 +8,12 @@ coordinator and :class:`~.flow_control.FlowControl` ask it instead of branching 
 - :class:`SegmentMetering` (synchronous on-policy): each collector collects its share of
   ``policy.collect.n_sample`` env steps per policy version and round (a new learner task starts a new round);
   the learner gets one batch holding the whole fresh segment.
-- :class:`AsyncMetering` (asynchronous on-policy): collectors are not metered; the learner gets one batch of
-  the newest rows within ``max_staleness`` versions of the iteration it will train them at.
+- :class:`AsyncMetering` (asynchronous on-policy): collectors may fill the learner's queue up to
+  ``rollout_queue_batches * n_sample`` rows, never waiting for a version; the learner gets one batch of the
+  oldest queued rows within ``max_staleness`` versions of the iteration it will train them at.
+
+Both allowances (replay, async) are one mechanism, :class:`AllowanceMetering`: the control block's
+``allowed_env_steps``, which collectors count against, and a wake-up once ``allowance_grant`` more are allowed.
 """
 from __future__ import annotations
 
@@ -29,12 +33,14 @@ LONG_POLL_RETRY_AFTER = 1.0
 class Metering:
     """The base: what every flow's metering answers (the off-policy defaults where one fits both)."""
 
-    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress, flow_control):
+    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress, flow_control,
+                 replay):
         self.cfg = cfg
         self._workers = workers
         self._lock = lock  # the coordinator's: counts change with the counters they are read against
         self._progress = progress
         self._flow = flow_control  # its long-poll slots
+        self._replay = replay  # the replay index the learner samples
         # off-policy warm-up with random actions (only off-policy types have the key)
         self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)
 
@@ -74,27 +80,39 @@ class Metering:
         """``worker`` announced ``steps`` env steps made with policy ``version`` (under the coordinator's lock)."""
 
 
-class ReplayMetering(Metering):
-    """Off-policy: an allowance of env steps ahead of the learner; batches sampled from the replay index."""
+class AllowanceMetering(Metering):
+    """Collectors may collect up to ``allowed_env_steps`` env steps in all (the cluster's count, ``env_steps``);
+    collectors that outrun the learner only steal its CPU and collect data it never trains on. A collector
+    past it waits until at least :meth:`grant` more are allowed."""
 
-    def allowed_env_steps(self) -> Optional[float]:
-        """How far collectors may run ahead of the learner (None: no limit): collectors that outrun the learner
-        only steal its CPU and fill the buffer with data it never trains on."""
+    def allowed_env_steps(self, worker: Optional[Worker]) -> Optional[float]:
+        """The env steps ``worker`` may have been collected by the cluster, at most (None: no limit)."""
+        raise NotImplementedError
+
+    def grant(self) -> int:
+        # a waiting collector is woken for allowance_grant steps, not for every few (a round trip per tiny chunk)
+        return int(self.cfg.parallel.commander.allowance_grant)
+
+    def control(self, worker):
+        allowed = self.allowed_env_steps(worker)
+        return {"allowed_env_steps": None if allowed is None else int(allowed), "segment_env_steps": None,
+                "segment_round": 0}
+
+    def may_collect(self, worker, loaded_version):
+        allowed = self.allowed_env_steps(worker)
+        return allowed is None or allowed - self._progress.env_steps >= self.grant()
+
+
+class ReplayMetering(AllowanceMetering):
+    """Off-policy: an allowance of env steps ahead of the learner's updates; batches sampled from the replay
+    index."""
+
+    def allowed_env_steps(self, worker=None):
         ratio = float(self.cfg.parallel.commander.max_env_steps_per_update)
         if ratio <= 0:
             return None
         warmup = max(float(self.cfg.parallel.commander.warmup_env_steps), float(self.random_collect_size))
         return warmup + ratio * self._progress.train_iter
-
-    def control(self, worker):
-        allowed = self.allowed_env_steps()
-        return {"allowed_env_steps": None if allowed is None else int(allowed), "segment_env_steps": None,
-                "segment_round": 0}
-
-    def may_collect(self, worker, loaded_version):
-        # a waiting collector is woken for allowance_grant steps, not for every few (a round trip per tiny chunk)
-        allowed = self.allowed_env_steps()
-        return allowed is None or allowed - self._progress.env_steps >= int(self.cfg.parallel.commander.allowance_grant)
 
     def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
         lcfg, p = self.cfg.parallel.learner, self._progress
@@ -185,26 +203,65 @@ class SegmentMetering(Metering):
         return min(self.segment_share(), mine + missing)
 
 
-class AsyncMetering(Metering):
-    """Asynchronous on-policy: collectors collect on with the version they have (no allowance, no shares);
-    the learner gets the newest rows within ``max_staleness`` versions, one batch per request."""
+class AsyncMetering(AllowanceMetering):
+    """Asynchronous on-policy: a bounded queue between collectors and learner (IMPALA's actor queue). Collectors
+    never wait for a version, only for room: rows collected and not yet taken by the learner are at most
+    ``rollout_queue_batches * n_sample`` (plus what collectors had under way); the learner gets the oldest
+    queued rows within ``max_staleness`` versions, one batch per request."""
 
-    def control(self, worker):
-        return {"allowed_env_steps": None, "segment_env_steps": None, "segment_round": 0}
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._trains_at = 0  # the iteration the learner trains its last batch at (its requests say)
+        n_sample = int(self.cfg.policy.collect.n_sample)
+        self.capacity = int(self.cfg.parallel.commander.rollout_queue_batches) * n_sample  # 0: no limit
+        # a waiting collector is woken for allowance_grant steps, or as soon as the learner is short of a batch
+        # (the room is then more than capacity - n_sample): a larger grant would never wake it
+        self._grant = max(1, min(int(self.cfg.parallel.commander.allowance_grant), self.capacity - n_sample + 1))
+
+    def grant(self) -> int:
+        return self._grant
+
+    def queued(self) -> int:
+        """Rows waiting for the learner that it may still train on (stale rows are dropped, not trained)."""
+        trains_at = max(self._trains_at, self._progress.train_iter)
+        return self._replay.buffer.fresh_count(trains_at)
+
+    def allowed_env_steps(self, worker):
+        """The cluster's env steps plus ``worker``'s share of the room left in the queue: the room divided among
+        the active collectors, rounded up to whole vector steps (the chunks' unit). The share is computed anew
+        for every control block from the rows queued, so nothing is reserved for a collector: one that leaves
+        or dies holds no room back, and with 16 collectors a freed batch is not collected 16 times over."""
+        if self.capacity <= 0:
+            return None
+        room = self.capacity - self.queued()
+        if room <= 0:
+            return self._progress.env_steps + room
+        collectors = max(1, sum(1 for _ in self._workers.list("collector", active_only=True)))
+        envs = int(self.cfg.env.collector_env_num)
+        return self._progress.env_steps + math.ceil(room / collectors / envs) * envs
 
     def may_collect(self, worker, loaded_version):
-        return False  # a collector waits only for a first policy: a newer version (or the run's end) wakes it
+        # nothing to act with before a first policy: a newer version (or the run's end) wakes the collector
+        acting = loaded_version is None or loaded_version >= 0
+        return acting and self.capacity > 0 and self.capacity - self.queued() >= self._grant
 
     def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
-        """One batch of the newest ``batch_size`` rows collected at most ``max_staleness`` versions before the
+        """One batch of the oldest ``batch_size`` rows collected at most ``max_staleness`` versions before the
         iteration the learner trains it at (``train_iter + ahead``); older rows are dropped, counted. One batch,
-        whatever ``batches`` asks: a second one would be trained an iteration later than the check assumed."""
+        whatever ``batches`` asks: a second one would be trained an iteration later than the check assumed.
+        Rows taken (or dropped) make room in the queue: waiting collectors look again."""
         trains_at = train_iter + ahead
+        self._trains_at = max(self._trains_at, trains_at)
         buffer = replay.buffer
         refused = self._wait_for_data(replay, lambda: buffer.fresh_count(trains_at) >= batch_size, wait)
         if refused or self._progress.system_shutdown_flag:
             return refused or dict(EMPTY)
-        return replay.sample(batch_size, 1, trains_at, encoding)
+        answer = replay.sample(batch_size, 1, trains_at, encoding)
+        self._flow.notify_progress()
+        return answer
+
+    def members_changed(self) -> bool:
+        return self.capacity > 0  # a collector that leaves raises the others' shares of the room
 
 
 METERING = {"replay": ReplayMetering, "segments": SegmentMetering, "async": AsyncMetering}

@@ -13,9 +13,10 @@ ask the flow (``policy.flow`` or :func:`flow_of`) instead of branching on ``on_p
   at once, and the collectors wait for it. Rows are never reused.
 - :data:`ASYNC` (asynchronous on-policy: IMPALA, APPO, or PPO with ``policy.flow="async"``): collectors never
   wait for a version, they act with the newest one they loaded and every row carries its behaviour
-  policy's ``logp`` and version (``collect_iter``); the learner trains on batches of the newest
-  ``n_sample`` rows within ``max_staleness`` versions, each row once, and publishes every update. Older rows
-  are dropped and counted.
+  policy's ``logp`` and version (``collect_iter``); they wait only for room in a bounded queue
+  (``parallel.commander.rollout_queue_batches``, the replay allowance counted in rows the learner has not
+  taken). The learner trains on batches of the oldest queued ``n_sample`` rows within ``max_staleness``
+  versions, each row once, and publishes every update. Older rows are dropped and counted.
 
 A new flow is one more subclass here, chosen by :func:`flow_of`, and one metering class for its coordinator
 side (``parallel_rl.coordinator.metering.METERING``, keyed by ``name``). Nothing here imports torch: the
@@ -107,6 +108,11 @@ class Meter:
 
     def on_control(self) -> None:
         """A new control block arrived: it counts everything sent before it."""
+
+    def woken_by_versions(self, version: int) -> bool:
+        """Whether a newer policy version should answer this collector's wait for allowance (acting with
+        ``version``)."""
+        return True
 
 
 class ReplayFlow(DataFlow):
@@ -238,13 +244,17 @@ def train_from_buffer(learner, buffer, learn: Mapping, envstep: int) -> None:
 
 class AsyncFlow(OnPolicyFlow):
     """Asynchronous on-policy (IMPALA, APPO): collectors act with the newest version they loaded and never
-    wait for one; the learner trains on the newest ``collect.n_sample`` rows within ``max_staleness`` versions
-    of the iteration it trains them at, each row once, and the rows carry their behaviour policy's ``logp``
-    and version (``collect_iter``) for the off-policy correction."""
+    wait for one, only for room in the learner's bounded queue; the learner trains on the oldest
+    ``collect.n_sample`` queued rows within ``max_staleness`` versions of the iteration it trains them at, each
+    row once, and the rows carry their behaviour policy's ``logp`` and version (``collect_iter``) for the
+    off-policy correction."""
 
     name = "async"
     buffer_types = ("rollout",)
     learner_stats = "rollout"
+    # only room in the queue ends a wait: the learner publishes every update, and a version that let every
+    # collector collect a batch past the queue would undo the bound
+    new_version_ends_wait = False
 
     def learner_prefetch(self, learner_cfg: Mapping) -> int:
         # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
@@ -252,18 +262,23 @@ class AsyncFlow(OnPolicyFlow):
         return 1
 
     def collector_meter(self) -> Meter:
-        return FreeMeter()
+        return QueueMeter()
 
 
-class FreeMeter(Meter):
-    """Asynchronous on-policy: no limit once a first policy is loaded (nothing to act with before it); a chunk
-    holds whole vector steps, all of the version it is stamped with."""
+class QueueMeter(AllowanceMeter):
+    """Asynchronous on-policy: the allowance is this collector's share of the room left in the learner's queue
+    (the coordinator's ``allowed_env_steps``; None: no limit), and nothing before a first policy is loaded
+    (nothing to act with). A chunk holds whole vector steps, all of the version it is stamped with."""
 
     def left(self, control, version, unreported):
-        return 0 if version < 0 else None
+        return 0 if version < 0 else super().left(control, version, unreported)
 
-    def clip(self, ask, left, room):
-        return min(ask, room)
+    clip = SegmentMeter.clip  # whole vector steps, no more than the share left (rounded up to a vector step)
+
+    def woken_by_versions(self, version):
+        # waiting for room, a collector picks the newest version up when it gets room: waking it for each of
+        # them (every update) would only cost a round trip. Before its first one, a version is what it waits for
+        return version < 0
 
 
 REPLAY = ReplayFlow()

@@ -97,18 +97,19 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
 
 
 class RolloutReplayBuffer(SegmentReplayBuffer):
-    """Asynchronous on-policy data: the newest rows within ``max_staleness`` versions, each handed out once.
+    """Asynchronous on-policy data: a queue of rows, each handed out once, oldest first, within ``max_staleness``.
 
     ``sample(size, cur_learner_iter)`` drops the rows collected more than ``max_staleness`` policy versions
-    before ``cur_learner_iter`` (the iteration the learner will train them at) and returns the newest ``size``
+    before ``cur_learner_iter`` (the iteration the learner will train them at) and returns the oldest ``size``
     of the rest, in push order (time order within a chunk), or None while fewer are stored. A row is handed
     out once (``max_use`` is 1: the async flow trains on every row at most once). Rows dropped unused are
     counted in ``dropped_stale``: those that fell behind, and the oldest unused rows a full buffer overwrites
-    when collectors outpace the learner (memory stays bounded by ``replay_buffer_size``).
+    (memory stays bounded by ``replay_buffer_size``).
 
-    Newest first, not oldest first as IMPALA's queue: when collectors outpace the learner, a queue trains on
-    rows that all waited ``max_staleness`` versions; newest first trains on the freshest and lets the surplus
-    (that would be dropped either way) age out.
+    Oldest first, as IMPALA's queue: the coordinator bounds the rows waiting (``rollout_queue_batches``), so a
+    row waits about that many updates and none need age out; newest first would leave the rows a batch did
+    not take standing behind every newer one until they are dropped (with a queue of two batches, one in
+    nine).
     """
 
     @classmethod
@@ -122,7 +123,8 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
             max_use=1,
             # accept rows collected at most this many policy versions (= learner iterations) before the one the
             # learner trains them at. The pipeline alone accounts for ~3 (two batches held by the learner, one
-            # chunk in flight); the rest is room for a chunk's collection and announcement (flush_interval)
+            # chunk in flight), the queue (parallel.commander.rollout_queue_batches) for ~2; the rest is room for
+            # a chunk's collection and announcement (flush_interval)
             max_staleness=8,
         )
 
@@ -144,4 +146,4 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
             slots = self._fresh_slots(cur_learner_iter)
             if len(slots) < size or size <= 0:
                 return None
-            return self._hand_out(slots[len(slots) - size:], cur_learner_iter)
+            return self._hand_out(slots[:size], cur_learner_iter)
