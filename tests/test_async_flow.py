@@ -73,6 +73,10 @@ def test_the_flow_key_picks_the_asynchronous_flow_for_an_on_policy_type():
         compile_config({"policy": {"type": "dqn", "flow": "async"}})  # replay has one flow
     with pytest.raises(ConfigError, match="policy.nstep must be 1"):
         compile_config({"policy": {"type": "ppo", "flow": "async", "nstep": 3}})
+    assert cfg.parallel.commander.rollout_queue_batches == 2
+    with pytest.raises(ConfigError, match=r"rollout_queue_batches must be a whole number of learner batches >= 0 "
+                                          r"\(2: .*got -1"):
+        compile_config({"policy": {"type": "ppo", "flow": "async"}, "parallel": {"commander": {"rollout_queue_batches": -1}}})
     with pytest.raises(ConfigError, match="world_size=2 needs an off-policy algorithm"):
         compile_config({"policy": {"type": "ppo", "flow": "async"}, "parallel": {"learner": {"world_size": 2}}})
 

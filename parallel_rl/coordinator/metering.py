@@ -211,7 +211,7 @@ class AsyncMetering(AllowanceMetering):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._trains_at = 0  # the iteration the learner trains its last batch at (its requests say)
+        self._trains_at = 0  # the iteration the learner trains its newest batch at (its last request says)
         n_sample = int(self.cfg.policy.collect.n_sample)
         self.capacity = int(self.cfg.parallel.commander.rollout_queue_batches) * n_sample  # 0: no limit
         # a waiting collector is woken for allowance_grant steps, or as soon as the learner is short of a batch
@@ -251,7 +251,7 @@ class AsyncMetering(AllowanceMetering):
         whatever ``batches`` asks: a second one would be trained an iteration later than the check assumed.
         Rows taken (or dropped) make room in the queue: waiting collectors look again."""
         trains_at = train_iter + ahead
-        self._trains_at = max(self._trains_at, trains_at)
+        self._trains_at = trains_at
         buffer = replay.buffer
         refused = self._wait_for_data(replay, lambda: buffer.fresh_count(trains_at) >= batch_size, wait)
         if refused or self._progress.system_shutdown_flag:

@@ -256,6 +256,14 @@ class AsyncFlow(OnPolicyFlow):
     # collector collect a batch past the queue would undo the bound
     new_version_ends_wait = False
 
+    def check_config(self, cfg: Mapping) -> None:
+        super().check_config(cfg)
+        batches = cfg["parallel"]["commander"]["rollout_queue_batches"]
+        if not isinstance(batches, int) or isinstance(batches, bool) or batches < 0:
+            raise ConfigError(f"parallel.commander.rollout_queue_batches must be a whole number of learner batches "
+                              f">= 0 (2: collectors stay two batches ahead of the learner; 0: no limit), got "
+                              f"{batches!r}")
+
     def learner_prefetch(self, learner_cfg: Mapping) -> int:
         # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
         # ahead is one version older by the time it is trained on

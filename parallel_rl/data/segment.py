@@ -1,5 +1,5 @@
 """On-policy data, handed out and dropped: whole segments from recent policy versions (synchronous), or the
-newest rollouts within a staleness bound (asynchronous)."""
+queued rollouts within a staleness bound, oldest first (asynchronous)."""
 from __future__ import annotations
 
 import dataclasses
