@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from easydict import EasyDict
 
-from ..data.flows import SEGMENTS
 from .defaults import appo_default_config
 from .impala import IMPALAPolicy
 from .ppo import PPOPolicy
 
 
 class APPOPolicy(IMPALAPolicy):
-    flow = SEGMENTS  # TODO(lead): ASYNC once flows.py has it
     policy_loss = PPOPolicy.policy_loss  # the clipped surrogate, on IMPALA's V-trace targets
 
     @classmethod
