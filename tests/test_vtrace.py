@@ -126,6 +126,25 @@ def test_truncation_weights_must_be_positive():
 
 @pytest.mark.parametrize("policy_type", ["impala", "appo"])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_exported_acting_module_gives_the_greedy_actions(policy_type, env_id):
+    import torch
+
+    from parallel_rl.after.acting import acting_module
+    from parallel_rl.envs import EnvManager
+    from parallel_rl.policy import create_policy
+
+    cfg = compile_config({"env": {"env_id": env_id}, "policy": {"type": policy_type, "model": {"obs_norm": True}}})
+    with EnvManager(env_id, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+    policy.model.obs_rms.update(np.random.default_rng(0).normal(1.0, 2.0, (64, env.obs_dim)))
+    obs = np.random.default_rng(1).normal(0.0, 3.0, (1000, env.obs_dim)).astype(np.float32)
+    with torch.no_grad():
+        acted = acting_module(policy)(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(acted.reshape(policy.forward_eval(obs).shape), policy.forward_eval(obs), atol=1e-5)
+
+
+@pytest.mark.parametrize("policy_type", ["impala", "appo"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_serial_pipeline_trains_impala_and_appo_with_finite_losses(tmp_path, policy_type, env_id):
     """A few updates through the serial pipeline, Discrete and Box actions: it runs and the losses it logs are
     finite."""
