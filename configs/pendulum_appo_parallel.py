@@ -10,7 +10,8 @@ import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_appo.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_appo.py"))["main_config"])
 main_config["exp_name"] = "pendulum_appo_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

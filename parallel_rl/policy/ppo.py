@@ -17,6 +17,9 @@ evaluators act with the checkpoint's frozen statistics; the learner normalizes a
 statistics its collectors used, then adds the segment's raw observations to them), reward scaling
 (``learn.reward_norm``), learning-rate annealing (``learn.lr_anneal_env_steps``), value clipping
 (``learn.value_clip``) and orthogonal initialisation (``model.orthogonal_init``).
+
+IMPALA and APPO (:mod:`.impala`, :mod:`.appo`) are this policy with other learning targets (V-trace,
+:meth:`PPOPolicy.learning_targets`) and, for IMPALA, another policy loss (:meth:`PPOPolicy.policy_loss`).
 """
 from __future__ import annotations
 
