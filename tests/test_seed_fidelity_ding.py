@@ -1,0 +1,189 @@
+"""Code written for DI-engine's ``ding.worker`` runs here unchanged: written from DI-engine's documented signatures
+and behaviour (constructors' keywords, the ``_env`` / ``_policy`` resets, collect's defaults and argument order,
+BaseLearner's parallel entry and properties, and a policy written in DI-engine's style)."""
+import inspect
+import logging
+
+import numpy as np
+import pytest
+from easydict import EasyDict
+
+from parallel_rl.data import BUFFER_REGISTRY, create_buffer
+from parallel_rl.envs import EnvManager
+from parallel_rl.envs.multiagent import BattleEnvManager
+from parallel_rl.policy.bots import create_bot
+from parallel_rl.worker import (BaseLearner, BattleEpisodeSerialCollector, BattleInteractionSerialEvaluator,
+                                BattleSampleSerialCollector, EpisodeSerialCollector, InteractionSerialEvaluator,
+                                MetricSerialEvaluator, SampleSerialCollector, create_learner, create_serial_collector,
+                                create_serial_evaluator)
+
+from .support import ConstantPolicy
+from .test_learner import FakeLearnMode, learner_cfg
+
+
+class RecordingWriter:
+    """What DI-engine hands its workers as ``tb_logger``: a SummaryWriter's ``add_scalar(tag, value, step)``."""
+
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, float(value), int(step)))
+
+    def tags(self, prefix):
+        return {(t, s) for t, _, s in self.scalars if t.startswith(prefix)}
+
+
+def counting(n=4):
+    return EnvManager("parallel_rl/Counting-v0", n, seed=0, env_kwargs={"episode_length": 5})
+
+
+def countdown(n=2):
+    return BattleEnvManager.from_cfg(EasyDict(env_id="parallel_rl.envs.toy_battle:countdown_env"), n, seed=0)
+
+
+# ---- (1) the serial pipeline's keywords: tb_logger, exp_name, instance_name ---------------------------------
+@pytest.mark.parametrize("kind", ["sample", "episode"])
+def test_create_serial_collector_takes_the_pipeline_keywords_and_writes_to_tb_logger(kind):
+    writer = RecordingWriter()
+    collector = create_serial_collector(EasyDict(type=kind, n_sample=8, n_episode=4), env=counting(),
+                                        policy=ConstantPolicy(1), tb_logger=writer, exp_name="exp",
+                                        instance_name="my_collector")
+    collector.collect(train_iter=3)
+    assert ("my_collector_iter/envstep_count", 3) in writer.tags("my_collector_iter/")
+    assert any(t == "my_collector_step/envstep_count" for t, _ in writer.tags("my_collector_step/"))
+    collector.close()
+
+
+def test_battle_collectors_take_the_pipeline_keywords():
+    first = create_bot("first_legal")
+    for cls in (BattleSampleSerialCollector, BattleEpisodeSerialCollector):
+        writer = RecordingWriter()
+        collector = cls(EasyDict(trained_players=[0], n_sample=4, n_episode=2), countdown(), [first, first],
+                        tb_logger=writer, exp_name="exp", instance_name="battle")
+        collector.collect(train_iter=5)
+        assert ("battle_iter/envstep_count", 5) in writer.tags("battle_iter/")
+        collector.close()
+
+
+def test_interaction_evaluator_reads_stop_value_and_n_episode_from_cfg_and_writes_to_tb_logger():
+    writer = RecordingWriter()
+    cfg = EasyDict(type="interaction", eval_freq=1, n_episode=4, stop_value=5.0)
+    evaluator = create_serial_evaluator(cfg, env=counting(2), policy=ConstantPolicy(1), tb_logger=writer,
+                                        exp_name="exp", instance_name="my_eval")
+    stop, info = evaluator.eval(train_iter=2, envstep=10)
+    assert stop and info["episodes"] == 4  # Counting-v0 pays 1 per step with action 1: return 5 >= 5
+    assert ("my_eval_iter/eval_episode_return_mean", 2) in writer.tags("my_eval_iter/")
+    assert ("my_eval_step/eval_episode_return_mean", 10) in writer.tags("my_eval_step/")
+    strict = InteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=5.5), counting(2), ConstantPolicy(1))
+    assert strict.eval()[0] is False
+
+
+def test_battle_evaluator_takes_the_pipeline_keywords_and_cfg_values():
+    first = create_bot("first_legal")
+    evaluator = BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=0.0), countdown(), first,
+                                                 {"first_legal": first}, tb_logger=RecordingWriter(),
+                                                 exp_name="exp", instance_name="battle_eval")
+    stop, info = evaluator.eval()
+    assert stop and info["results"]["first_legal"]["first"]["games"] == 2
+
+
+def test_create_learner_takes_the_pipeline_keywords(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    writer = RecordingWriter()
+    learner = create_learner(learner_cfg(log_show_after_iter=1), FakeLearnMode(), tb_logger=writer,
+                             exp_name="my_exp", instance_name="my_learner")
+    assert (learner.exp_name, learner.instance_name, learner.tb_logger) == ("my_exp", "my_learner", writer)
+    learner.train({"x": np.ones(2)})
+    assert any(t == "my_learner_iter/loss" for t, _ in writer.tags("my_learner_iter/"))
+    learner.save_checkpoint()  # DI-engine: under ./<exp_name>/ckpt
+    assert list((tmp_path / "my_exp" / "ckpt").iterdir())
+    # DI-engine's positional order: cfg, policy, tb_logger, dist_info, exp_name, instance_name
+    other = BaseLearner(learner_cfg(), FakeLearnMode(), writer, (0, 1), "e2", "l2")
+    assert (other.tb_logger, other.rank, other.world_size, other.exp_name, other.instance_name) == (
+        writer, 0, 1, "e2", "l2")
+
+
+@pytest.mark.parametrize("kind", BUFFER_REGISTRY.names())
+def test_create_buffer_and_the_buffers_take_the_pipeline_keywords(kind):
+    cfg = EasyDict(type=kind, replay_buffer_size=16)
+    buffer = create_buffer(cfg, tb_logger=RecordingWriter(), exp_name="exp", instance_name="my_buffer")
+    assert buffer.count() == 0
+    positional = BUFFER_REGISTRY.get(kind)(cfg, RecordingWriter(), "exp", "my_buffer")
+    assert positional.replay_buffer_size == 16
+
+
+# ---- (2) resets with DI-engine's keyword names, collect's defaults and argument order --------------------
+def _serial_workers():
+    first = create_bot("first_legal")
+    yield SampleSerialCollector(None, counting(), ConstantPolicy(1)), counting, lambda: ConstantPolicy(0)
+    yield EpisodeSerialCollector(None, counting(), ConstantPolicy(1)), counting, lambda: ConstantPolicy(0)
+    yield BattleSampleSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
+    yield BattleEpisodeSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
+    yield (InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=1.0), counting(), ConstantPolicy(1)),
+           counting, lambda: ConstantPolicy(0))
+    yield (BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=1.0), countdown(), first,
+                                            {"first_legal": first}), countdown, lambda: first)
+
+
+def test_every_serial_collector_and_evaluator_resets_with_di_engines_keywords():
+    for worker, make_env, make_policy in _serial_workers():
+        name = type(worker).__name__
+        for method, keywords in (("reset_env", ["_env"]), ("reset_policy", ["_policy"]),
+                                 ("reset", ["_policy", "_env"])):
+            params = list(inspect.signature(getattr(worker, method)).parameters.values())
+            assert [p.name for p in params[: len(keywords)]] == keywords, f"{name}.{method}"
+            assert all(p.default is None for p in params[: len(keywords)]), f"{name}.{method}"
+        worker.reset_env(_env=make_env())
+        worker.reset_policy(_policy=make_policy())
+        worker.reset(_policy=make_policy(), _env=make_env())
+        worker.close()
+    params = inspect.signature(MetricSerialEvaluator.reset).parameters
+    assert list(params)[1:3] == ["_policy", "_env"]
+
+
+def test_episode_collector_collects_cfg_n_episode_by_default():
+    collector = EpisodeSerialCollector(EasyDict(n_episode=4), counting(), ConstantPolicy(1))
+    assert len(collector.collect()) == 4
+    with pytest.raises(ValueError, match="n_episode"):
+        EpisodeSerialCollector(None, counting(), ConstantPolicy(1)).collect()
+
+
+def test_battle_sample_collector_takes_di_engines_argument_order_and_cfg_default():
+    first = create_bot("first_legal")
+    collector = BattleSampleSerialCollector(EasyDict(n_sample=3), countdown(), [first, first])
+    # DI-engine: collect(n_sample=None, train_iter=0, drop_extra=True, policy_kwargs=None)
+    names = list(inspect.signature(collector.collect).parameters)
+    assert names[:4] == ["n_sample", "train_iter", "drop_extra", "policy_kwargs"]
+    assert len(collector.collect()[0]["obs"]) == 3
+    everything = collector.collect(3, 0, False, None)[0]
+    assert len(everything["obs"]) >= 3
+    episodes = BattleEpisodeSerialCollector(EasyDict(n_episode=2), countdown(), [first, first])
+    assert len(episodes.collect()[0]) == 2
+
+
+# ---- (3) BaseLearner: the parallel entry and the documented properties --------------------------------------
+def test_learner_start_runs_cfg_train_iterations_without_arguments():
+    cfg = learner_cfg()
+    cfg.train_iterations = 3
+    learner = BaseLearner(cfg, FakeLearnMode())
+    learner.setup_dataloader(lambda: {"x": np.ones(2)})
+    learner.start()
+    assert learner.train_iter == 3
+    assert learner.learn_info["learner_step"] == 3 and learner.learn_info["learner_done"] is True
+    assert "priority_info" in learner.learn_info
+
+
+def test_learner_save_checkpoint_takes_ckpt_name_and_the_documented_properties(tmp_path, caplog):
+    learner = BaseLearner(learner_cfg(), FakeLearnMode(), exp_dir=str(tmp_path))
+    learner.train({"x": np.array([1.0, 3.0])})
+    learner.save_checkpoint(ckpt_name="best.pt")
+    assert (tmp_path / "ckpt" / "best.pt").exists()
+    assert learner.last_iter.val == 1  # DI-engine's CountVar
+    assert learner.log_buffer["scalar"]["loss"] == 2.0
+    assert set(learner.log_buffer) >= {"scalar", "scalars", "histogram"}
+    assert isinstance(learner.logger, logging.Logger)
+    learner.monitor.loss = 2.0  # DI-engine's hooks set the learner's variables on its monitor
+    with caplog.at_level(logging.INFO):
+        learner.info("hello from a hook")
+    assert "hello from a hook" in caplog.text
