@@ -187,3 +187,143 @@ def test_learner_save_checkpoint_takes_ckpt_name_and_the_documented_properties(t
     with caplog.at_level(logging.INFO):
         learner.info("hello from a hook")
     assert "hello from a hook" in caplog.text
+
+
+# ---- (4) DI-engine's policy contract: a policy written in DI-engine's style drives our collector and learner ---
+class DingStyleDQN:
+    """A small DQN written the way DI-engine's policies are: modes are namedtuples of functions; the collect
+    mode acts on ``{env_id: obs}``, builds transitions and n-step samples itself; the learn mode takes a
+    list of sample dicts and returns its scalars with the samples' ``priority``."""
+
+    def __init__(self, obs_dim=4, action_num=2, nstep=3, gamma=0.99, lr=1e-3, n_sample=32, seed=0):
+        import torch
+
+        torch.manual_seed(seed)
+        self._nstep, self._gamma, self._n_sample = nstep, gamma, n_sample
+        self._model = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
+                                          torch.nn.Linear(64, action_num))
+        self._target = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
+                                           torch.nn.Linear(64, action_num))
+        self._target.load_state_dict(self._model.state_dict())
+        self._optimizer = torch.optim.Adam(self._model.parameters(), lr=lr)
+        self._action_num = action_num
+        self._rng = np.random.default_rng(seed)
+        self._updates = 0
+        self.reset_calls = []
+        self.seen_keys = set()
+
+    # ---- DI-engine's mode namedtuples ---------------------------------------------------------
+    @property
+    def collect_mode(self):
+        from collections import namedtuple
+
+        fields = ["forward", "process_transition", "get_train_sample", "reset", "get_attribute",
+                  "set_attribute", "state_dict", "load_state_dict"]
+        return namedtuple("collect_function", fields)(
+            self._forward_collect, self._process_transition, self._get_train_sample, self._reset_collect,
+            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+
+    @property
+    def learn_mode(self):
+        from collections import namedtuple
+
+        fields = ["forward", "reset", "info", "monitor_vars", "get_attribute", "set_attribute", "state_dict",
+                  "load_state_dict"]
+        return namedtuple("learn_function", fields)(
+            self._forward_learn, lambda data_id=None: None, lambda: "DingStyleDQN", self._monitor_vars,
+            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+
+    def _get_attribute(self, name):
+        return {"n_sample": self._n_sample, "unroll_len": 1, "cfg": EasyDict(traj_len_inf=False)}[name]
+
+    # ---- collect mode ---------------------------------------------------------------------------
+    def _forward_collect(self, data, eps):
+        import torch
+
+        env_ids = list(data.keys())
+        obs = torch.stack([torch.as_tensor(np.asarray(data[i]), dtype=torch.float32) for i in env_ids])
+        with torch.no_grad():
+            logit = self._model(obs)
+        action = logit.argmax(dim=-1)
+        explore = torch.as_tensor(self._rng.random(len(env_ids)) < eps)
+        action = torch.where(explore, torch.as_tensor(self._rng.integers(0, self._action_num, len(env_ids))), action)
+        return {i: {"logit": logit[k], "action": action[k]} for k, i in enumerate(env_ids)}
+
+    def _process_transition(self, obs, policy_output, timestep):
+        return {"obs": obs, "next_obs": timestep.obs, "action": policy_output["action"],
+                "reward": timestep.reward, "done": timestep.done}
+
+    def _get_train_sample(self, data):
+        import torch
+
+        samples = []
+        for t in range(len(data)):
+            window = data[t:t + self._nstep]
+            reward = sum(self._gamma ** k * float(w["reward"][0]) for k, w in enumerate(window))
+            samples.append({"obs": data[t]["obs"], "action": data[t]["action"], "next_obs": window[-1]["next_obs"],
+                            "done": window[-1]["done"], "reward": torch.tensor(reward, dtype=torch.float32),
+                            "discount": torch.tensor(self._gamma ** len(window), dtype=torch.float32)})
+        return samples
+
+    def _reset_collect(self, data_id=None):
+        self.reset_calls.append(data_id)
+
+    # ---- learn mode ---------------------------------------------------------------------------
+    def _forward_learn(self, data):
+        import torch
+
+        self.seen_keys |= set(data[0])
+        batch = {k: torch.stack([d[k] for d in data]) for k in data[0]}
+        q = self._model(batch["obs"].float()).gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target = batch["reward"] + batch["discount"] * (1 - batch["done"].float()) * \
+                self._target(batch["next_obs"].float()).max(dim=1).values
+        td = target - q
+        loss = (batch["IS"].float() * td.pow(2)).mean()
+        self._optimizer.zero_grad()
+        loss.backward()
+        self._optimizer.step()
+        self._updates += 1
+        if self._updates % 50 == 0:
+            self._target.load_state_dict(self._model.state_dict())
+        return {"cur_lr": 1e-3, "total_loss": loss.item(), "q_value": q.mean().item(),
+                "priority": td.abs().detach().numpy().tolist()}
+
+    def _monitor_vars(self):
+        return ["cur_lr", "total_loss", "q_value"]
+
+    def _state_dict(self):
+        return {"model": self._model.state_dict()}
+
+    def _load_state_dict(self, state):
+        self._model.load_state_dict(state["model"])
+
+
+def test_a_policy_written_in_di_engines_style_trains_through_our_collector_and_learner():
+    from parallel_rl.data import AdvancedReplayBuffer
+
+    policy = DingStyleDQN(n_sample=32)
+    env = EnvManager("CartPole-v1", 4, seed=0)
+    # DI-engine's serial entry: the modes go in as they are; n_sample comes from the policy
+    collector = create_serial_collector(EasyDict(type="sample"), env=env, policy=policy.collect_mode)
+    learner = create_learner(learner_cfg(), policy.learn_mode)
+    buffer = AdvancedReplayBuffer(EasyDict(replay_buffer_size=4000, alpha=0.6, beta=0.4))
+    losses = []
+    while learner.train_iter < 300:
+        data = collector.collect(train_iter=learner.train_iter, policy_kwargs={"eps": 0.3})
+        assert len(data["obs"]) == 32 and data["obs"].shape[1:] == (4,)
+        buffer.push(data, cur_collector_envstep=collector.envstep)
+        for _ in range(3):
+            learner.train(buffer.sample(32, learner.train_iter), collector.envstep)
+            assert learner.priority_info["priority"].shape == (32,)
+            buffer.update(learner.priority_info)  # DI-engine's serial entry feeds the priorities back
+            losses.append(learner.learn_info["total_loss"])
+    assert np.all(np.isfinite(losses))
+    assert {"replay_buffer_idx", "replay_unique_id", "IS"} <= policy.seen_keys
+    weights = buffer.sample(256, learner.train_iter)["weight"]
+    assert weights.std() > 0  # the priorities came back: samples are no longer equally likely
+    assert any(ids is not None and len(ids) == 1 for ids in policy.reset_calls)  # episode ends reset the env
+    # the discount column the policy's own n-step samples carry: gamma^k for k <= nstep
+    gaps = np.abs(data["discount"][:, None] - 0.99 ** np.arange(1, 4)[None, :]).min(axis=1)
+    assert gaps.max() < 1e-5
+    env.close()

@@ -59,6 +59,14 @@ def split_policy_output(out):
     return out, None
 
 
+def collect_mode(policy):
+    """The policy as the loop drives it: a DI-engine collect mode (it builds its own samples with
+    ``process_transition`` / ``get_train_sample``) through its adapter, anything else as it is."""
+    from ..compat.ding_policy import as_collect_mode  # compat adapts the loops; imported when used
+
+    return as_collect_mode(policy)
+
+
 def concat_columns(pieces: List[Columns]) -> Columns:
     if not pieces:
         return {}
@@ -102,7 +110,7 @@ class ISerialCollector(abc.ABC):
         self.cfg = cfg
         self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         self._gamma = discount_factor
-        self._policy = policy
+        self._policy = collect_mode(policy)
         self._env: Optional[EnvManager] = None
         self.envstep = 0
         self.last_stats = CollectStats()
@@ -164,7 +172,7 @@ class ISerialCollector(abc.ABC):
 
     def reset_policy(self, _policy=None) -> None:
         if _policy is not None:
-            self._policy = _policy
+            self._policy = collect_mode(_policy)
 
     def reset(self, _policy=None, _env: Optional[EnvManager] = None) -> None:
         """New policy and/or env (DI-engine's keyword names); the env is reset either way."""
@@ -204,6 +212,10 @@ class SampleSerialCollector(ISerialCollector):
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
         n_sample = n_sample if n_sample is not None else (cfg or {}).get("n_sample")
+        if n_sample is None:  # DI-engine reads it from the policy
+            from ..compat.ding_policy import get_attribute
+
+            n_sample = get_attribute(policy, "n_sample")
         if n_sample is not None and n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
         self._nstep = nstep
@@ -214,9 +226,20 @@ class SampleSerialCollector(ISerialCollector):
         if _env is not None:
             self._env = _env
         self._env.reset(**(gym_reset_kwargs or {}))
-        self._builder = NStepBuilder(self._nstep, self._gamma)
+        self._builder = self._new_builder()
         self._ready: Columns = {}
         self._restart_ready()
+
+    def _new_builder(self):
+        """Our n-step rows, or the samples a policy builds itself (a DI-engine collect mode's adapter)."""
+        make = getattr(self._policy, "sample_builder", None)
+        return make(self._env.num_envs, self.default_n_sample) if make else NStepBuilder(self._nstep, self._gamma)
+
+    def reset_policy(self, _policy=None) -> None:
+        had_own = not isinstance(getattr(self, "_builder", None), NStepBuilder)
+        super().reset_policy(_policy)
+        if _policy is not None and (had_own or hasattr(self._policy, "sample_builder")):
+            self._builder = self._new_builder()  # the rows are built the new policy's way
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
         if self._nstep != 1:
@@ -255,11 +278,10 @@ class SampleSerialCollector(ISerialCollector):
         else:
             forward = self._policy.forward
         env, builder, act = self._env, self._builder, self._act
-        # at most n-1 rows per env are incomplete, so this many valid steps suffice
         missing = n_sample - columns_len(self._ready)
-        need = missing + (self._nstep - 1) * env.num_envs - builder.pending if missing > 0 else 0
+        enough = builder.enough_after(missing, env.num_envs) if missing > 0 else (lambda steps: True)
         steps = 0
-        while steps < need:
+        while not enough(steps):
             obs, action, step, extra = act(forward, policy_kwargs)
             builder.add(obs, action, step, extra)
             steps += step.n_valid

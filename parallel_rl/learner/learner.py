@@ -177,7 +177,7 @@ class BaseLearner:
         names the run and, without an ``exp_dir``, is where checkpoints go (``./<exp_name>/ckpt``, as in
         DI-engine). With neither, checkpoints are not written (a warning says so)."""
         self.cfg = cfg
-        self._policy = policy
+        self.policy = policy
         self.tb_logger = tb_logger
         self.instance_name = instance_name
         self.exp_dir = exp_dir if exp_dir is not None else exp_name
@@ -199,6 +199,14 @@ class BaseLearner:
     @property
     def policy(self):
         return self._policy
+
+    @policy.setter
+    def policy(self, policy) -> None:
+        """A learn mode; DI-engine's (one with ``monitor_vars``) is driven through its adapter, which hands it
+        the batch as DI-engine's list of sample dicts."""
+        from ..compat.ding_policy import as_learn_mode  # compat adapts the loops; imported when used
+
+        self._policy = as_learn_mode(policy) if policy is not None else None
 
     @property
     def exp_name(self) -> str:
