@@ -189,6 +189,20 @@ def test_learner_save_checkpoint_takes_ckpt_name_and_the_documented_properties(t
     assert "hello from a hook" in caplog.text
 
 
+class TaggedLearnMode(FakeLearnMode):
+    def forward(self, batch):
+        return {"loss": 1.0, "[histogram]q": batch["x"], "[scalars]lr": {"actor": 0.1}}
+
+
+def test_learner_log_buffer_sorts_tagged_values_as_di_engine_does():
+    learner = BaseLearner(learner_cfg(), TaggedLearnMode())
+    learner.train({"x": np.arange(3.0)})
+    buffer = learner.log_buffer
+    assert buffer["scalar"] == {"loss": 1.0, "train_iter": 1, "envstep": -1}
+    assert buffer["scalars"] == {"lr": {"actor": 0.1}}
+    np.testing.assert_array_equal(buffer["histogram"]["q"], np.arange(3.0))
+
+
 # ---- (4) DI-engine's policy contract: a policy written in DI-engine's style drives our collector and learner ---
 class DingStyleDQN:
     """A small DQN written the way DI-engine's policies are: modes are namedtuples of functions; the collect

@@ -194,7 +194,8 @@ class DingLearnMode:
 
 def as_collect_mode(mode: Any) -> Any:
     """A DI-engine collect mode wrapped in :class:`DingCollectMode`; anything else as it is."""
-    if hasattr(mode, "process_transition") and hasattr(mode, "get_train_sample") and not hasattr(mode, "sample_builder"):
+    builds_samples = hasattr(mode, "process_transition") and hasattr(mode, "get_train_sample")
+    if builds_samples and not hasattr(mode, "sample_builder"):
         return DingCollectMode(mode)
     return mode
 

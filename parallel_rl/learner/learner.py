@@ -268,8 +268,9 @@ class BaseLearner:
         DI-engine's keys beside them: ``learner_step`` (iterations trained), ``priority_info``,
         ``learner_done`` (a :meth:`start` ran to its end)."""
         if self._learn_info is None:
-            self._learn_info = {k: (float(v) if getattr(v, "ndim", 0) == 0 and not isinstance(v, (int, float)) else v)
-                                for k, v in self._raw_info.items()}
+            # 0-d tensors / numpy scalars become floats; anything else (arrays, dicts of [scalars]) stays
+            self._learn_info = {k: (float(v) if getattr(v, "ndim", None) == 0 and not isinstance(v, (int, float))
+                                    else v) for k, v in self._raw_info.items()}
         self._learn_info.update(learner_step=self.train_iter, priority_info=self.priority_info,
                                 learner_done=self.learner_done)
         return self._learn_info
