@@ -341,3 +341,56 @@ def test_a_policy_written_in_di_engines_style_trains_through_our_collector_and_l
     gaps = np.abs(data["discount"][:, None] - 0.99 ** np.arange(1, 4)[None, :]).min(axis=1)
     assert gaps.max() < 1e-5
     env.close()
+
+
+def _with_eval_mode(policy):
+    """DingStyleDQN's eval mode: greedy actions on ``{env_id: obs}``, as DI-engine's ``_forward_eval``."""
+    from collections import namedtuple
+
+    def forward_eval(data):
+        return policy._forward_collect(data, eps=0.0)
+
+    resets = []
+    mode = namedtuple("eval_function", ["forward", "reset", "get_attribute", "set_attribute", "state_dict",
+                                        "load_state_dict"])(
+        forward_eval, resets.append, policy._get_attribute, setattr, policy._state_dict, policy._load_state_dict)
+    return mode, resets
+
+
+def test_di_engines_serial_entry_wiring_runs_unchanged(tmp_path, monkeypatch):
+    """The construction and loop of DI-engine's ``serial_pipeline``, line for line in its calls."""
+    from parallel_rl.data import create_buffer
+
+    monkeypatch.chdir(tmp_path)
+    cfg = EasyDict(exp_name="cartpole_dqn", policy=EasyDict(
+        learn=EasyDict(learner=learner_cfg(), update_per_collect=2),
+        collect=EasyDict(collector=EasyDict(type="sample")),
+        eval=EasyDict(evaluator=EasyDict(type="interaction", eval_freq=20, n_episode=2, stop_value=1e9)),
+        other=EasyDict(replay_buffer=EasyDict(type="advanced", replay_buffer_size=2000))))
+    policy = DingStyleDQN(n_sample=16)
+    eval_mode, eval_resets = _with_eval_mode(policy)
+    tb_logger = RecordingWriter()
+    learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode, tb_logger, exp_name=cfg.exp_name)
+    collector = create_serial_collector(cfg.policy.collect.collector, env=EnvManager("CartPole-v1", 2, seed=0),
+                                        policy=policy.collect_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    evaluator = create_serial_evaluator(cfg.policy.eval.evaluator, env=EnvManager("CartPole-v1", 2, seed=1),
+                                        policy=eval_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    replay_buffer = create_buffer(cfg.policy.other.replay_buffer, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    evaluations = 0
+    while learner.train_iter < 60:
+        if evaluator.should_eval(learner.train_iter):
+            stop, eval_info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
+            evaluations += 1
+            assert not stop and eval_info["episodes"] == 2
+        new_data = collector.collect(train_iter=learner.train_iter, policy_kwargs={"eps": 0.5})
+        replay_buffer.push(new_data, cur_collector_envstep=collector.envstep)
+        for _ in range(cfg.policy.learn.update_per_collect):
+            train_data = replay_buffer.sample(16, learner.train_iter)
+            if train_data is None:
+                break
+            learner.train(train_data, collector.envstep)
+            replay_buffer.update(learner.priority_info)
+    assert evaluations == 3  # train_iter 0, 20, 40
+    assert (tmp_path / "cartpole_dqn" / "ckpt" / "ckpt_best.pt").exists()  # eval's new best, via save_checkpoint
+    assert tb_logger.tags("evaluator_iter/") and tb_logger.tags("collector_iter/")
+    assert None in eval_resets and any(ids is not None for ids in eval_resets)  # DI-engine resets the eval policy

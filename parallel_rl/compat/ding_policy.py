@@ -14,9 +14,13 @@ started afresh). :class:`DingLearnMode` hands a learn mode the sampled columns a
 dicts (``replay_buffer_idx``, ``replay_unique_id`` and the importance weight ``IS`` included), so
 :class:`~parallel_rl.learner.learner.BaseLearner` takes the priorities back for the buffer.
 
-The collector and the learner wrap such modes themselves (:func:`as_collect_mode`, :func:`as_learn_mode`):
-a collect mode is DI-engine's when it has ``process_transition`` and ``get_train_sample``, a learn mode when
-it has ``monitor_vars`` (members every DI-engine mode has and ours do not).
+An eval mode (``forward({env_id: obs})``, ``reset``) acts in :class:`~parallel_rl.evaluator.serial.
+InteractionSerialEvaluator` through :class:`DingEvalMode`.
+
+The collector, the evaluator and the learner wrap such modes themselves (:func:`as_collect_mode`,
+:func:`as_eval_mode`, :func:`as_learn_mode`): a collect mode is DI-engine's when it has
+``process_transition`` and ``get_train_sample``, an eval mode when it has ``get_attribute``, a learn mode
+when it has ``monitor_vars`` (members DI-engine's modes have and ours do not).
 """
 from __future__ import annotations
 
@@ -124,9 +128,10 @@ class DingSampleBuilder:
         return columns
 
 
-class DingCollectMode:
-    """A DI-engine collect mode as our collector's policy: ``forward(obs_batch)`` returns actions, and the
-    mode's own outputs wait for :class:`DingSampleBuilder` (built through :meth:`sample_builder`)."""
+class DingEvalMode:
+    """A DI-engine mode as a policy our loops act with: ``forward(obs_batch)`` asks the mode with
+    ``{env_id: obs}`` and returns the stacked actions; ``reset(env_ids=None)`` is the mode's (the evaluator
+    calls it as DI-engine's does: all envs before an evaluation, one env after its episode ends)."""
 
     def __init__(self, mode: Any):
         self.mode = mode
@@ -136,6 +141,17 @@ class DingCollectMode:
         out = self.mode.forward({i: obs[i] for i in range(len(obs))}, **policy_kwargs)
         self._outputs = out
         return np.stack([_array(out[i]["action"]) for i in range(len(obs))])
+
+    def reset(self, env_ids: Optional[List[int]] = None) -> None:
+        self.mode.reset(env_ids)
+
+    def __getattr__(self, name: str) -> Any:  # state_dict, load_state_dict, get_attribute, ...
+        return getattr(self.mode, name)
+
+
+class DingCollectMode(DingEvalMode):
+    """A DI-engine collect mode as our collector's policy: actions as :class:`DingEvalMode` gives them, and
+    the mode's own outputs wait for :class:`DingSampleBuilder` (built through :meth:`sample_builder`)."""
 
     def take_outputs(self) -> Optional[Dict[int, Any]]:
         """The outputs of the last ``forward`` (None if the step since was not this mode's: random collection)."""
@@ -159,12 +175,6 @@ class DingCollectMode:
 
     def get_train_sample(self, transitions: List[dict]) -> List[dict]:
         return self.mode.get_train_sample(transitions)
-
-    def reset(self, env_ids: Optional[List[int]] = None) -> None:
-        self.mode.reset(env_ids)
-
-    def __getattr__(self, name: str) -> Any:  # state_dict, load_state_dict, get_attribute, ...
-        return getattr(self.mode, name)
 
 
 class DingLearnMode:
@@ -197,6 +207,14 @@ def as_collect_mode(mode: Any) -> Any:
     builds_samples = hasattr(mode, "process_transition") and hasattr(mode, "get_train_sample")
     if builds_samples and not hasattr(mode, "sample_builder"):
         return DingCollectMode(mode)
+    return mode
+
+
+def as_eval_mode(mode: Any) -> Any:
+    """A DI-engine mode (it has ``get_attribute``, as every DI-engine mode does) wrapped in
+    :class:`DingEvalMode`; anything else as it is."""
+    if hasattr(mode, "get_attribute") and not isinstance(mode, DingEvalMode):
+        return DingEvalMode(mode)
     return mode
 
 

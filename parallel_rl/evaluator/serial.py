@@ -99,6 +99,13 @@ class ISerialEvaluator(abc.ABC):
         add_scalars(self.tb_logger, f"{self.instance_name}_step/", envstep, values)
 
     @staticmethod
+    def _eval_mode(policy: Any) -> Any:
+        """A DI-engine eval mode (``forward({env_id: obs})``) through its adapter; anything else as it is."""
+        from ..compat.ding_policy import as_eval_mode  # compat adapts the loops; imported when used
+
+        return as_eval_mode(policy)
+
+    @staticmethod
     def _from_cfg(value: Any, cfg: Any, key: str, argument: str) -> Any:
         """An argument, or the cfg's ``key`` when it is None (DI-engine reads stop_value / n_episode from cfg)."""
         value = value if value is not None else cfg.get(key)
@@ -138,7 +145,7 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         self.env = env
-        self._policy = policy
+        self._policy = self._eval_mode(policy)
         self.stop_value = float(self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value"))
         self.n_episode = int(self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode"))
         self._seed = seed
@@ -148,7 +155,7 @@ class InteractionSerialEvaluator(ISerialEvaluator):
 
     def reset_policy(self, _policy=None) -> None:
         if _policy is not None:
-            self._policy = _policy
+            self._policy = self._eval_mode(_policy)
 
     def reset_env(self, _env: Optional[EnvManager] = None) -> None:
         """Take ``_env`` (if given); the next :meth:`eval` resets it."""
@@ -186,6 +193,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         start = time.perf_counter()
         env_steps = 0
         self.env.reset(seed=self._seed + 7919 * self.eval_count)
+        reset_policy = getattr(self._policy, "reset", None)  # DI-engine's contract: a policy with state is told
+        if reset_policy is not None:
+            reset_policy()
         deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
         while not monitor.is_finished():
             if time.perf_counter() > deadline:
@@ -197,6 +207,8 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             for env_id in np.flatnonzero(step.terminated | step.truncated):
                 monitor.update_info(int(env_id), self.env.env_info(int(env_id)))
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
+                if reset_policy is not None:
+                    reset_policy([int(env_id)])
         self.eval_count += 1
         returns = monitor.returns()
         ret, length = SequenceSummaryStats.from_sequence(returns), SequenceSummaryStats.from_sequence(monitor.lengths())
