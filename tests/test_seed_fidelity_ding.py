@@ -99,7 +99,7 @@ def test_create_learner_takes_the_pipeline_keywords(tmp_path, monkeypatch):
     learner.save_checkpoint()  # DI-engine: under ./<exp_name>/ckpt
     assert list((tmp_path / "my_exp" / "ckpt").iterdir())
     # DI-engine's positional order: cfg, policy, tb_logger, dist_info, exp_name, instance_name
-    other = BaseLearner(learner_cfg(), FakeLearnMode(), writer, (0, 1), "e2", "l2")
+    other = create_learner(learner_cfg(), FakeLearnMode(), writer, (0, 1), "e2", "l2")
     assert (other.tb_logger, other.rank, other.world_size, other.exp_name, other.instance_name) == (
         writer, 0, 1, "e2", "l2")
 

@@ -364,6 +364,7 @@ class BaseLearner:
 LEARNER_REGISTRY.register("base", BaseLearner)
 
 
-def create_learner(cfg: EasyDict, policy, **kwargs: Any) -> BaseLearner:
-    """Build the learner named by ``cfg.type`` (``base`` or a registered one)."""
-    return LEARNER_REGISTRY.build(cfg.get("type", "base"), cfg, policy, **kwargs)
+def create_learner(cfg: EasyDict, *args: Any, **kwargs: Any) -> BaseLearner:
+    """Build the learner named by ``cfg.type`` (``base`` or a registered one); the other arguments go to its
+    constructor (``policy``, ``tb_logger``, ``dist_info``, ``exp_name``, ``instance_name``, ``exp_dir``)."""
+    return LEARNER_REGISTRY.build(cfg.get("type", "base"), cfg, *args, **kwargs)
