@@ -8,6 +8,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
+PYTEST_WORKERS ?= 4
 
 .PHONY: run serial test test-fast browser docker kubectl bench clean
 
@@ -25,7 +27,7 @@ serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
 test: $(STAMP) browser docker kubectl
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
 browser:
@@ -48,7 +50,7 @@ kubectl:
 
 # skip the long end-to-end tests and the Docker one (CI runs everything)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not docker" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not slow and not docker" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/serial_cartpole.py

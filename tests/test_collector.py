@@ -22,7 +22,7 @@ def test_episode_boundaries_and_stats(toy_env, constant_policy):
     collector = SampleSerialCollector(None, toy_env, constant_policy, nstep=1)
     data = collector.collect(n_sample=40)  # 2 full episodes of 5 steps in each of 4 envs
     stats = collector.last_stats
-    assert stats.episodes == 8 and stats.returns == [5.0] * 8 and stats.lengths == [5] * 8
+    assert stats.episodes == 8 and stats.returns.tolist() == [5.0] * 8 and stats.lengths.tolist() == [5] * 8
     assert int(data["done"].sum()) == 8
     # 10 transitions per env, 2 auto-reset steps without transitions -> 12 vector steps
     assert collector.envstep == 40

@@ -27,7 +27,7 @@ def test_n_step_collects_into_the_buffer_and_reports_tianshou_stats(toy_env, con
     stats = collector.collect(n_step=40)  # 2 episodes of 5 steps in each of 4 envs
     assert isinstance(stats, CollectStats)
     assert stats.n_collected_steps == 40 and stats.n_collected_episodes == 8
-    assert stats.returns == [5.0] * 8 and stats.lens == [5] * 8
+    assert stats.returns.tolist() == [5.0] * 8 and stats.lens.tolist() == [5] * 8
     assert stats.returns_stat.mean == 5.0 and stats.returns_stat.std == 0.0
     assert stats.lens_stat.max == 5 and stats.lens_stat.min == 5
     assert stats.collect_time > 0 and stats.collect_speed > 0
@@ -73,7 +73,7 @@ def test_a_single_gym_env_is_wrapped(constant_policy):
     collector = Collector(constant_policy, CountingEnv(episode_length=3))
     assert collector.env.num_envs == 1
     stats = collector.collect(n_episode=2)
-    assert stats.lens == [3, 3] and stats.returns == [3.0, 3.0]
+    assert stats.lens.tolist() == [3, 3] and stats.returns.tolist() == [3.0, 3.0]
     collector.close()
 
 

@@ -89,3 +89,14 @@ def test_a_launcher_killed_outright_leaves_no_worker_behind(cli, tmp_path, toy_c
     run.wait(10)
     # the fork server sees the launcher gone and exits; its workers get SIGTERM with it (PR_SET_PDEATHSIG)
     assert eventually(lambda: not [pid for pid in everything if alive(pid)], timeout=20, message="no process left")
+
+
+def test_a_long_tmpdir_does_not_stop_the_fork_server(cli, tmp_path, toy_config):
+    """multiprocessing puts the fork server's socket under TMPDIR, and an AF_UNIX path holds 107 bytes: with a
+    long TMPDIR (a job's scratch dir) `run` failed with "AF_UNIX path too long" before it started a worker."""
+    long_tmp = tmp_path / ("t" * 100)
+    long_tmp.mkdir()
+    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}",
+              env={"TMPDIR": str(long_tmp)})
+    assert run.wait(120) == 0, run.output()[-3000:]
+    assert re.search(r"^solved: eval return", run.output(), re.M)

@@ -206,8 +206,7 @@ class _BattleCollector:
         for result in step.results:
             seat = int(self._seat_of_player0[result.env_id])
             stats.episodes += 1
-            stats.returns.append(result.returns[seat])
-            stats.lengths.append(result.length)
+            stats.add_episodes([result.returns[seat]], [result.length])
             stats.outcomes.append(result.outcome(seat))
             stats.seats.append(seat)
             self._seat_of_player0[result.env_id] = 1 - seat  # swap sides for the next game

@@ -288,8 +288,7 @@ class SampleSerialCollector(ISerialCollector):
             if step.episode_ended:
                 done_rows = np.flatnonzero(step.done)
                 stats.episodes += len(done_rows)
-                stats.returns.extend(step.episode_return[done_rows].tolist())
-                stats.lengths.extend(step.episode_length[done_rows].tolist())
+                stats.add_episodes(step.episode_return[done_rows], step.episode_length[done_rows])
         stats.env_steps = steps
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])
@@ -348,8 +347,9 @@ class EpisodeSerialCollector(ISerialCollector):
         By default the first episodes to finish are returned (short episodes
         come first) and the rest are kept for the next call. ``spread_evenly``
         (tianshou's unbiased rule): the first ``n_episode - num_envs`` episodes
-        come from any env, the last ``num_envs`` one from each env; an env
-        stops contributing once it has given its share. Call ``reset_env``
+        come from any env, the last ``num_envs`` one from each env (fewer
+        episodes than envs: one from each of the first ``n_episode`` envs); an
+        env stops contributing once it has given its share. Call ``reset_env``
         afterwards: the other envs' partial episodes are left mid-way. ``n_episode=None``: ``cfg.n_episode``.
         """
         n_episode = n_episode if n_episode is not None else (self.cfg or {}).get("n_episode")
@@ -363,6 +363,8 @@ class EpisodeSerialCollector(ISerialCollector):
         start = time.perf_counter()
         env = self._env
         active = np.ones(env.num_envs, dtype=bool)  # envs whose steps still count
+        if spread_evenly:  # never more envs running than episodes missing: exactly n_episode, from the first envs
+            active[max(0, n_episode - len(self._ready)):] = False
         while len(self._ready) < n_episode:
             obs, action, step, extra = self._act(self._policy.forward, policy_kwargs)
             stats.env_steps += step.n_valid
@@ -387,8 +389,7 @@ class EpisodeSerialCollector(ISerialCollector):
                 if step.terminated[i] or step.truncated[i]:
                     self._ready.append(concat_columns(self._partial[i]))
                     self._partial[i] = []
-                    stats.returns.append(float(step.episode_return[i]))
-                    stats.lengths.append(int(step.episode_length[i]))
+                    stats.add_episodes(step.episode_return[i], step.episode_length[i])
                     if spread_evenly and n_episode - len(self._ready) < active.sum():
                         active[i] = False  # this env has given its share
                         self._partial[i] = []

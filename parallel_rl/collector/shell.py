@@ -234,7 +234,7 @@ class CollectorSlave(Slave, BaseCommCollector):
                 have += len(data["action"])
                 pieces.append(data)
                 chunk_steps += stats.env_steps
-                chunk_returns += stats.returns
+                chunk_returns += stats.returns.tolist()
                 chunk_outcomes += getattr(stats, "outcomes", [])
                 if time.monotonic() - started >= ccfg.flush_interval:
                     break

@@ -1,11 +1,12 @@
 """Other libraries' collector surfaces over our one collection loop.
 
-- tianshou: :class:`Collector` (``collect(n_step=... | n_episode=...)`` ->
+- tianshou (1.0): :class:`Collector` (``collect(n_step=... | n_episode=...)`` ->
   :class:`CollectStats`), :class:`AsyncCollector` (steps only the ready envs),
-  :class:`CollectStatsBase`.
+  :class:`CollectStatsBase`; ``preprocess_fn`` through :class:`PreprocessedEnv`,
+  ``exploration_noise`` through :class:`ExplorationMode`.
 - torchrl: :class:`DataCollectorBase` and :class:`SyncDataCollector`
   (iterate over batches of ``frames_per_batch`` frames, ``start()`` to fill a
-  replay buffer in the background, ``update_policy_weights_()``,
+  replay buffer in the background, ``pause()``, ``update_policy_weights_()``,
   ``async_shutdown()``).
 
 Every class here drives :class:`SampleSerialCollector` /
@@ -17,16 +18,19 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import logging
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import gymnasium as gym
 import numpy as np
 import torch
+from easydict import EasyDict
 
 from ..data.buffer import EpisodeReplayBuffer, IBuffer, NaiveReplayBuffer
-from ..envs.env_manager import EnvManager
+from ..envs.env_manager import EnvManager, EnvStep
 from ..errors import ConfigError
 from ..collector.serial import (
     CollectStats,
@@ -36,6 +40,7 @@ from ..collector.serial import (
     SampleSerialCollector,
     SequenceSummaryStats,
     concat_columns,
+    split_policy_output,
 )
 
 logger = logging.getLogger(__name__)
@@ -61,20 +66,117 @@ def as_policy_mode(policy: Any) -> Any:
     return policy
 
 
-class Collector:
-    """tianshou-style collector: ``collect(n_step=N)`` or ``collect(n_episode=K)`` into ``buffer``.
+class ExplorationMode:
+    """A collect mode whose actions pass through tianshou's ``policy.exploration_noise(act, batch)`` while
+    ``enabled``; ``batch.obs`` is what the policy saw. A policy without ``exploration_noise`` (ours explore in
+    their collect mode) keeps its actions, as tianshou's base policy does."""
 
-    ``policy``: one of our policies (its ``collect_mode`` is used) or any
-    object with ``forward(obs, **kwargs) -> actions``; ``env``: an
-    :class:`EnvManager`, a gymnasium ``VectorEnv`` or a single ``gym.Env``
-    (wrapped as a 1-env vector env); ``buffer``: one of our buffers (default:
-    a ``NaiveReplayBuffer`` of 10,000 transitions). ``policy_kwargs`` go to
-    every ``forward`` call (e.g. ``{"eps": 0.1}`` for DQN); ``nstep`` /
-    ``discount_factor`` shape the transitions as in the serial pipeline
-    (tianshou stores 1-step transitions: the default).
+    def __init__(self, mode: Any, policy: Any, enabled: bool):
+        self.mode, self.policy, self.enabled = mode, policy, enabled
+
+    def forward(self, obs: np.ndarray, **kwargs: Any) -> Any:
+        out = self.mode.forward(obs, **kwargs)
+        noise = getattr(self.policy, "exploration_noise", None)
+        if not self.enabled or noise is None:
+            return out
+        act, extra = split_policy_output(out)
+        act = np.asarray(noise(np.asarray(act), EasyDict(obs=obs)))
+        return act if extra is None else {"action": act, **extra}
+
+    def __getattr__(self, name: str) -> Any:  # state_dict, load_state_dict, ... of the mode
+        return getattr(self.mode, name)
+
+
+class PreprocessedEnv:
+    """An env manager whose observations and rewards pass through tianshou's ``preprocess_fn``.
+
+    A reset calls ``preprocess_fn(obs=, info=, env_id=)``; a step, on the rows that are transitions,
+    ``preprocess_fn(obs_next=, rew=, done=, info=, policy=, env_id=, act=)`` (``info`` and ``policy`` are
+    empty dicts: the hot path keeps neither). The returned dict's ``obs`` / ``obs_next`` / ``rew`` (others
+    are ignored) replace the env's: the policy acts on and the buffer stores the processed values, and
+    episode returns add up processed rewards (tianshou reads them from its buffer). Everything else is the
+    wrapped :class:`EnvManager`'s.
     """
 
-    # n_step: exactly n_step transitions (the surplus waits for the next call); n_episode: unbiased, envs reset after
+    def __init__(self, env: EnvManager, preprocess_fn: Callable[..., Any]):
+        self.manager, self.preprocess_fn = env, preprocess_fn
+        self._obs: Optional[np.ndarray] = None
+        self._returns = np.zeros(env.num_envs, dtype=np.float64)
+        self._sent: Optional[np.ndarray] = None  # step_ready: each env's last action, full width
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.manager, name)
+
+    @property
+    def obs(self) -> np.ndarray:
+        if self._obs is None:
+            raise RuntimeError(f"EnvManager({self.manager.env_id}): call reset() before reading obs")
+        return self._obs
+
+    def _reset_obs(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
+        out = self.preprocess_fn(obs=obs, info={}, env_id=env_id) or {}
+        return np.asarray(out.get("obs", obs), dtype=np.float32)
+
+    def reset(self, **kwargs: Any) -> np.ndarray:
+        self._obs = self._reset_obs(self.manager.reset(**kwargs), np.arange(self.manager.num_envs))
+        self._returns[:] = 0.0
+        return self._obs
+
+    def reset_done(self) -> np.ndarray:
+        ids = self.manager.reset_done()
+        if ids.size:
+            self._obs[ids] = self._reset_obs(self.manager.obs[ids], ids)
+        return ids
+
+    def step(self, actions: np.ndarray) -> EnvStep:
+        return self._processed(self.manager.step(actions), np.asarray(actions))
+
+    def step_ready(self, actions: np.ndarray, env_ids: np.ndarray, *args: Any, **kwargs: Any) -> EnvStep:
+        actions = np.asarray(actions)
+        if self._sent is None:
+            self._sent = np.zeros((self.manager.num_envs,) + actions.shape[1:], dtype=actions.dtype)
+        self._sent[np.asarray(env_ids)] = actions
+        return self._processed(self.manager.step_ready(actions, env_ids, *args, **kwargs), self._sent)
+
+    def _processed(self, step: EnvStep, act: np.ndarray) -> EnvStep:
+        rows = np.flatnonzero(step.valid)
+        obs_next, reward = step.obs.copy(), step.reward.copy()
+        if rows.size:
+            out = self.preprocess_fn(obs_next=step.obs[rows], rew=step.reward[rows], done=step.done[rows], info={},
+                                     policy={}, env_id=rows, act=act[rows]) or {}
+            obs_next[rows] = out.get("obs_next", obs_next[rows])
+            reward[rows] = out.get("rew", reward[rows])
+        current = self._obs.copy()
+        current[rows] = obs_next[rows]
+        stepped = np.ones(len(step.valid), dtype=bool) if step.ready is None else step.ready
+        fresh = stepped & ~step.valid  # auto-reset by gymnasium: the row is a first observation
+        if step.reset is not None:
+            fresh |= step.reset  # reset by the manager (reset_kwargs) after its last step
+        if fresh.any():
+            ids = np.flatnonzero(fresh)
+            current[ids] = self._reset_obs(self.manager.obs[ids], ids)
+        self._obs = current
+        self._returns[rows] += reward[rows]
+        done = step.done
+        episode_return = np.where(done, self._returns, np.nan) if step.episode_ended else step.episode_return
+        self._returns[done] = 0.0
+        return dataclasses.replace(step, obs=obs_next, reward=reward.astype(np.float32), episode_return=episode_return)
+
+
+class Collector:
+    """tianshou's ``Collector(policy, env, buffer=None, preprocess_fn=None, exploration_noise=False)``.
+
+    ``collect(n_step=N)`` or ``collect(n_episode=K)`` into ``buffer``, returning :class:`CollectStats`.
+    ``policy``: one of our policies (its ``collect_mode`` is used) or any object with ``forward(obs,
+    **kwargs) -> actions`` (and, for ``exploration_noise=True``, tianshou's ``exploration_noise(act,
+    batch)``); ``env``: an :class:`EnvManager`, a gymnasium ``VectorEnv`` or a single ``gym.Env`` (wrapped
+    as a 1-env vector env); ``buffer``: one of our buffers (default: a ``NaiveReplayBuffer`` of 10,000
+    transitions); ``preprocess_fn``: see :class:`PreprocessedEnv`. ``policy_kwargs`` go to every
+    ``forward`` call (e.g. ``{"eps": 0.1}`` for DQN); ``nstep`` / ``discount_factor`` shape the transitions
+    as in the serial pipeline (tianshou stores 1-step transitions: the default).
+    """
+
+    # n_episode: tianshou's unbiased rule and a reset of the envs afterwards (AsyncCollector: neither)
     _exact = True
 
     def __init__(
@@ -82,26 +184,38 @@ class Collector:
         policy: Any,
         env: Union[EnvManager, gym.Env, "gym.vector.VectorEnv"],
         buffer: Optional[IBuffer] = None,
+        preprocess_fn: Optional[Callable[..., Any]] = None,
         exploration_noise: bool = False,
         *,
         policy_kwargs: Optional[dict] = None,
         nstep: int = 1,
         discount_factor: float = 0.99,
     ):
-        self.env = as_env_manager(env)
+        self._manager = as_env_manager(env)
+        self.env = self._manager if preprocess_fn is None else PreprocessedEnv(self._manager, preprocess_fn)
         self.policy = policy
-        self.exploration_noise = exploration_noise
+        self.preprocess_fn = preprocess_fn
         self.policy_kwargs = dict(policy_kwargs or {})
         self.buffer = buffer if buffer is not None else NaiveReplayBuffer({"replay_buffer_size": 10_000})
-        mode = as_policy_mode(policy)
-        self._steps = SampleSerialCollector(None, self.env, mode, nstep=nstep, discount_factor=discount_factor)
-        self._episodes = EpisodeSerialCollector(None, self.env, mode, discount_factor=discount_factor)
+        self._mode = ExplorationMode(as_policy_mode(policy), policy, exploration_noise)
+        self._steps = SampleSerialCollector(None, self.env, self._mode, nstep=nstep, discount_factor=discount_factor)
+        self._episodes = EpisodeSerialCollector(None, self.env, self._mode, discount_factor=discount_factor)
         self._active = self._steps  # whose partial state matches the env's
         self._random = RandomPolicy(self.env.action_space)
         self.reset_stat()
 
+    @property
+    def exploration_noise(self) -> bool:
+        return self._mode.enabled
+
+    @exploration_noise.setter
+    def exploration_noise(self, value: bool) -> None:
+        self._mode.enabled = value
+
     # ---- tianshou's resets -------------------------------------------------------
-    def reset(self, reset_buffer: bool = True, reset_stats: bool = True, gym_reset_kwargs: Optional[dict] = None) -> None:
+    def reset(self, reset_buffer: bool = True, gym_reset_kwargs: Optional[dict] = None, *,
+              reset_stats: bool = True) -> None:
+        """Reset the envs (``gym_reset_kwargs`` go to gymnasium's ``reset``), the stats and, if asked, the buffer."""
         self.reset_env(gym_reset_kwargs)
         if reset_buffer:
             self.reset_buffer()
@@ -129,9 +243,9 @@ class Collector:
         self.env.close()
 
     # ---- collecting ----------------------------------------------------------------
-    def _use(self, core) -> None:
+    def _use(self, core, gym_reset_kwargs: Optional[dict]) -> None:
         if self._active is not core:  # the other core left the env mid-way: start clean
-            core.reset_env()
+            core.reset_env(gym_reset_kwargs=gym_reset_kwargs)
             self._active = core
 
     def collect(
@@ -143,14 +257,19 @@ class Collector:
         no_grad: bool = True,
         gym_reset_kwargs: Optional[dict] = None,
     ) -> CollectStats:
-        """Collect ``n_step`` transitions or ``n_episode`` whole episodes into ``self.buffer``.
+        """Collect at least ``n_step`` transitions or exactly ``n_episode`` whole episodes into ``self.buffer``.
 
-        Exactly one of ``n_step`` / ``n_episode``. ``n_episode`` is unbiased
+        Exactly one of ``n_step`` / ``n_episode``. ``n_step`` steps every env
+        until at least ``n_step`` transitions are made and stores them all (up
+        to ``env_num - 1`` more, as tianshou). ``n_episode`` is unbiased
         (tianshou's rule): the first ``n_episode - env_num`` episodes come from
-        any env, the last ``env_num`` one from each env, and the envs are
-        reset afterwards. ``random=True`` acts by sampling the action space.
-        ``gym_reset_kwargs``: reset the envs with them before collecting.
-        ``render`` is not supported (our env manager renders nothing).
+        any env, the last ``env_num`` one from each env (fewer episodes than
+        envs: one from each of the first ``n_episode`` envs), and the envs are
+        reset afterwards. The stats count what this call stored: its
+        transitions, and the episodes that ended in it. ``random=True`` acts by
+        sampling the action space. ``gym_reset_kwargs`` go to every reset made
+        during the call (each env whose episode ends is reset with them at
+        once). ``render`` is not supported (our env manager renders nothing).
         """
         if (n_step is None) == (n_episode is None):
             raise ValueError(f"give exactly one of n_step and n_episode, got {n_step=} and {n_episode=}")
@@ -160,31 +279,39 @@ class Collector:
             raise ValueError(f"{n_episode=} must be > 0")
         if render is not None:
             raise ValueError(f"{render=}: rendering is not supported by parallel_rl's env manager; pass render=None")
+        if gym_reset_kwargs is not None and not self._manager.can_reset_subset:
+            raise ConfigError(f"gym_reset_kwargs={gym_reset_kwargs} need per-env resets, which "
+                              f"{self._manager.vector_mode} envs cannot do; build the env with vector_mode='sync'")
         core = self._steps if n_step is not None else self._episodes
-        self._use(core)
-        if gym_reset_kwargs is not None:
-            core.reset_env(gym_reset_kwargs=gym_reset_kwargs)
         mode = core._policy
         if random:
             core.reset_policy(self._random)
+        self._manager.reset_kwargs = gym_reset_kwargs
         try:
+            self._use(core, gym_reset_kwargs)
+            self.env.reset_done()  # an episode that ended in an earlier call: its reset is made in this one
             with torch.no_grad() if no_grad else contextlib.nullcontext():
                 if n_step is not None:
-                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, drop_extra=self._exact)
+                    data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, drop_extra=False)
                     self.buffer.push(data, cur_collector_envstep=core.envstep)
                 else:
                     episodes = core.collect(n_episode=n_episode, policy_kwargs=self.policy_kwargs,
                                             spread_evenly=self._exact, drop_extra=self._exact)
                     pushed = episodes if isinstance(self.buffer, EpisodeReplayBuffer) else concat_columns(episodes)
                     self.buffer.push(pushed, cur_collector_envstep=core.envstep)
-                    if self._exact:
-                        core.reset_env()  # tianshou resets after episodic collection: no env starts mid-episode
+                    if self._exact:  # tianshou resets after episodic collection: no env starts mid-episode
+                        core.reset_env(gym_reset_kwargs=gym_reset_kwargs)
         finally:
+            self._manager.reset_kwargs = None
             core.reset_policy(mode)
-        stats = core.last_stats
-        self.collect_step += stats.env_steps
-        self.collect_episode += stats.episodes
-        self.collect_time += stats.duration
+        done = core.last_stats
+        stats = CollectStats(n_collected_episodes=len(done.lens), returns=done.returns, returns_stat=done.returns_stat,
+                             lens=done.lens, lens_stat=done.lens_stat, transitions=done.transitions)
+        stats.n_collected_steps = done.transitions  # what this call stored
+        stats.duration = done.duration
+        self.collect_step += stats.n_collected_steps
+        self.collect_episode += stats.n_collected_episodes
+        self.collect_time += stats.collect_time
         return stats
 
 
@@ -204,7 +331,8 @@ class AsyncCollector(Collector):
     still stepping finish in the next call. ``collect(n_episode=K)`` likewise
     returns every episode finished when the K-th one is (K or more; short
     ones first, not tianshou's unbiased rule of :class:`Collector`) and does
-    not reset the envs afterwards.
+    not reset the envs afterwards; it stores and counts whole episodes (an
+    episode still running is stored and counted by the call in which it ends).
     """
 
     _exact = False
@@ -214,6 +342,7 @@ class AsyncCollector(Collector):
         policy: Any,
         env: Union[EnvManager, "gym.vector.AsyncVectorEnv"],
         buffer: Optional[IBuffer] = None,
+        preprocess_fn: Optional[Callable[..., Any]] = None,
         exploration_noise: bool = False,
         *,
         wait_num: int = 1,
@@ -225,8 +354,8 @@ class AsyncCollector(Collector):
         if not manager.can_step_subset:
             raise ConfigError(f"AsyncCollector needs envs in worker processes (EnvManager(..., vector_mode='async') or a "
                               f"gymnasium AsyncVectorEnv), got {manager.vector_mode!r}; use Collector for this env")
-        super().__init__(policy, manager, buffer, exploration_noise, policy_kwargs=policy_kwargs, nstep=1,
-                         discount_factor=discount_factor)
+        super().__init__(policy, manager, buffer, preprocess_fn, exploration_noise, policy_kwargs=policy_kwargs,
+                         nstep=1, discount_factor=discount_factor)
         self.wait_num, self.timeout = wait_num, timeout
         for core in (self._steps, self._episodes):
             core.step_ready_envs(wait_num, timeout)
@@ -238,17 +367,18 @@ class AsyncCollector(Collector):
 class PolicyWeightUpdater:
     """Loads weights into the collector's acting policy (torchrl's local weight updater).
 
-    ``init(**kwargs)`` is what ``init_updater`` forwards to; ``weights``: a
-    state dict, or an object with ``state_dict()`` (a policy, a mode, a module).
+    ``init(*args, **kwargs)`` is what ``init_updater`` forwards to (kept in
+    ``init_args`` / ``init_kwargs``: this updater needs nothing); ``weights``:
+    a state dict, or an object with ``state_dict()`` (a policy, a mode, a module).
     """
 
     def __init__(self, policy_mode: Any):
         self.policy_mode = policy_mode
+        self.init_args: tuple = ()
         self.init_kwargs: Dict[str, Any] = {}
 
     def init(self, *args: Any, **kwargs: Any) -> None:
-        if args:
-            raise TypeError(f"PolicyWeightUpdater.init takes keyword arguments only, got {args=}")
+        self.init_args = args
         self.init_kwargs.update(kwargs)
 
     def __call__(self, weights: Any) -> None:
@@ -269,15 +399,23 @@ class DataCollectorBase(abc.ABC):
     @abc.abstractmethod
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]: ...
 
-    def next(self) -> Dict[str, np.ndarray]:
-        """One batch (the iterator's next)."""
+    weight_updater: Optional[PolicyWeightUpdater] = None
+
+    def next(self) -> Optional[Dict[str, np.ndarray]]:
+        """One batch (the iterator's next); ``None`` once ``total_frames`` have been delivered."""
         if self._iterator is None:
             self._iterator = iter(self)
         try:
             return next(self._iterator)
         except StopIteration:
             self._iterator = None
-            raise
+            return None
+
+    def __len__(self) -> int:
+        """The number of batches up to ``total_frames``."""
+        if self.total_frames > 0:
+            return -(self.total_frames // -self.frames_per_batch)
+        raise RuntimeError("a collector without total_frames (total_frames=-1) has no length")
 
     @abc.abstractmethod
     def start(self) -> None: ...
@@ -286,14 +424,18 @@ class DataCollectorBase(abc.ABC):
     def async_shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None: ...
 
     @abc.abstractmethod
-    def shutdown(self) -> None: ...
+    def shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None: ...
 
     @abc.abstractmethod
-    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None: ...
+    def pause(self) -> contextlib.AbstractContextManager: ...
+
+    @abc.abstractmethod
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any) -> None: ...
 
     def init_updater(self, *args: Any, **kwargs: Any) -> None:
-        """Pass arguments to the weight updater's ``init``."""
-        self.weight_updater.init(*args, **kwargs)
+        """Pass arguments to the weight updater's ``init``; without a weight updater, nothing to do."""
+        if self.weight_updater is not None:
+            self.weight_updater.init(*args, **kwargs)
 
     @abc.abstractmethod
     def set_seed(self, seed: int, static_seed: bool = False) -> int: ...
@@ -352,10 +494,12 @@ class SyncDataCollector(DataCollectorBase):
         self.batches = 0
 
     # ---- iteration -------------------------------------------------------------------
-    def _collect(self, n: int) -> Dict[str, np.ndarray]:
-        with self._lock, torch.no_grad():
+    def _collect(self, n: int, push: bool = False) -> Dict[str, np.ndarray]:
+        with self._lock, torch.no_grad():  # a piece is collected and pushed whole: pause() waits for it
             data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs)
-        self.frames += n
+            self.frames += n
+            if push:
+                self.replay_buffer.push(data, cur_collector_envstep=self._core.envstep)
         return data
 
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
@@ -382,7 +526,7 @@ class SyncDataCollector(DataCollectorBase):
         piece = min(self.frames_per_batch, self.env.num_envs)
         try:
             while not self._stop.is_set() and (self.total_frames == -1 or self.frames < self.total_frames):
-                self.replay_buffer.push(self._collect(piece), cur_collector_envstep=self._core.envstep)
+                self._collect(piece, push=True)
                 if self.frames // self.frames_per_batch > self.batches:
                     self.batches += 1
         except BaseException as exc:  # surfaced by async_shutdown
@@ -404,17 +548,30 @@ class SyncDataCollector(DataCollectorBase):
             error, self._error = self._error, None
             raise RuntimeError(f"SyncDataCollector: background collection failed: {error!r}") from error
 
-    def shutdown(self) -> None:
-        """Stop (background collection if any) and close the env."""
-        self.async_shutdown()
+    def shutdown(self, timeout: Optional[float] = None, close_env: bool = True) -> None:
+        """Stop background collection (if any, within ``timeout``) and close the env (unless ``close_env=False``)."""
+        self.async_shutdown(timeout, close_env)
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Within the block, background collection waits (after the vector step it is in)."""
+        with self._lock:
+            yield
 
     # ---- weights, seeds, state ------------------------------------------------------
-    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any) -> None:
         """Load new weights; every batch started after this returns acts with them.
 
         ``None``: the policy the collector was built with is the one it acts
         with, so it is already current. ``worker_ids`` must be None (one worker).
+        ``policy_weights=``: torchrl's deprecated name of ``policy_or_weights``.
         """
+        if "policy_weights" in kwargs:
+            warnings.warn("update_policy_weights_(policy_weights=...) is deprecated; pass policy_or_weights",
+                          DeprecationWarning, stacklevel=2)
+            policy_or_weights = kwargs.pop("policy_weights")
+        if kwargs:
+            raise TypeError(f"update_policy_weights_ got unexpected keyword arguments {sorted(kwargs)}")
         if worker_ids is not None:
             raise ValueError(f"{worker_ids=}: SyncDataCollector has one worker; pass worker_ids=None")
         with self._lock:

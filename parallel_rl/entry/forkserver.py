@@ -27,6 +27,7 @@ import os
 import runpy
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Dict, List, Optional
 
@@ -60,7 +61,31 @@ def start() -> None:
     # (/proc/PID/environ): how to find every process of a run
     os.environ[PARENT_ENV] = str(os.getpid())
     _forkserver()
+    _short_socket_dir()
     forkserver.ensure_running()
+
+
+# an AF_UNIX socket path (the fork server's listener) holds at most 107 bytes on Linux
+SUN_PATH_MAX = 107
+
+
+def _short_socket_dir() -> None:
+    """multiprocessing puts the fork server's socket in its temp dir under ``TMPDIR``; a long ``TMPDIR`` (a
+    test's own, a job's scratch) made ``run`` fail with "AF_UNIX path too long". Python 3.12 falls back to
+    /tmp then; on 3.11 do the same: create multiprocessing's temp dir (removed at exit as usual) under the
+    first short writable system dir."""
+    from multiprocessing import util
+
+    # pymp-XXXXXXXX/listener-XXXXXXXX after the base: 41 bytes
+    if len(tempfile.gettempdir()) + 41 <= SUN_PATH_MAX:
+        return
+    saved = tempfile.tempdir
+    try:
+        tempfile.tempdir = next((d for d in ("/tmp", "/var/tmp", "/usr/tmp")
+                                 if os.path.isdir(d) and os.access(d, os.W_OK)), saved)
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def stop(timeout: float = 5.0) -> None:

@@ -52,6 +52,9 @@ class EnvStep:
     # step_ready only: envs whose step finished in this call (the others are still stepping or idle;
     # their rows are not valid). None: every env stepped.
     ready: Optional[np.ndarray] = None
+    # with EnvManager.reset_kwargs set: envs reset right after this step (their EnvManager.obs row is the first
+    # observation of a new episode, their next step a real transition). None: no env was reset.
+    reset: Optional[np.ndarray] = None
 
     @property
     def done(self) -> np.ndarray:
@@ -164,6 +167,10 @@ class EnvManager:
         # keep_info=True keeps the last step's gymnasium info dict in ``info`` (off: the hot path skips it)
         self.keep_info = False
         self.info: dict = {}
+        # reset_kwargs (gymnasium's reset keywords, seed / options): an env whose episode ends is reset at once
+        # with them (tianshou's gym_reset_kwargs, applied to every reset during collect) instead of by
+        # gymnasium's auto-reset on its next step, which passes no keywords. None: gymnasium's auto-reset
+        self.reset_kwargs: Optional[dict] = None
 
     @property
     def action_space(self) -> gym.Space:
@@ -236,7 +243,62 @@ class EnvManager:
             episode_return, episode_length = self._no_returns, self._no_lengths
         self._needs_reset = done
         self._obs = obs
-        return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended, n_valid)
+        step = EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended, n_valid)
+        if ended and self.reset_kwargs is not None:
+            self._reset_ended(step)
+        return step
+
+    # ---- resetting the envs whose episode ended, with reset_kwargs --------------------------------
+    @property
+    def can_reset_subset(self) -> bool:
+        """Whether ``reset_kwargs`` work: the vector env resets single envs (gymnasium's ``SyncVectorEnv``, or
+        an ``AsyncVectorEnv`` with shared memory; an env's own vector implementation, e.g. CartPole's, does not)."""
+        if self._subset_env is not None:
+            return bool(self._subset_env.shared_memory)  # without it gymnasium's worker auto-resets once more
+        return isinstance(getattr(self._env, "unwrapped", self._env), gym.vector.SyncVectorEnv)
+
+    def reset_done(self) -> np.ndarray:
+        """Reset now, with ``reset_kwargs``, the idle envs whose episode has ended (gymnasium would auto-reset
+        them, without keywords, at their next step); returns their ids. Call it before acting on ``obs``."""
+        ended = self._needs_reset & ~self._pending
+        if self.reset_kwargs is None or not ended.any():
+            return np.zeros(0, dtype=np.int64)
+        self._reset_envs(ended)
+        return np.flatnonzero(ended)
+
+    def _reset_ended(self, step: EnvStep) -> None:
+        """Reset the envs whose episode ended in ``step`` with ``reset_kwargs``; mark them in ``step.reset``."""
+        step.reset = step.terminated | step.truncated
+        self._reset_envs(step.reset)
+
+    def _reset_envs(self, ended: np.ndarray) -> None:
+        if not self.can_reset_subset:
+            raise ConfigError(f"EnvManager({self.env_id}): reset_kwargs need per-env resets, which "
+                              f"{type(self._env).__name__} cannot do; use vector_mode='sync' or 'async'")
+        kwargs = dict(self.reset_kwargs)
+        seed, options = kwargs.pop("seed", None), dict(kwargs.pop("options", None) or {})
+        if kwargs:
+            raise ValueError(f"reset_kwargs {sorted(kwargs)}: gymnasium's reset takes seed and options only")
+        ids = np.flatnonzero(ended)
+        obs = self._obs.copy()  # step.obs keeps the final observations
+        if self._subset_env is not None:  # one pipe per env, as step_ready: other envs may still be stepping
+            seeds = seed + np.arange(self.num_envs) if isinstance(seed, (int, np.integer)) else [seed] * self.num_envs
+            pipes = self._subset_env.parent_pipes
+            for i in ids.tolist():
+                pipes[i].send(("reset", {"seed": None if seeds[i] is None else int(seeds[i]), "options": options}))
+            for i in ids.tolist():
+                _result, success = pipes[i].recv()
+                if not success:
+                    _index, exctype, value, _trace = self._subset_env.error_queue.get(timeout=self.step_timeout)
+                    raise RuntimeError(f"EnvManager({self.env_id}): env {i} raised {exctype.__name__} in reset: {value}")
+                obs[i] = self._subset_env.observations[i]
+        else:
+            new_obs, _ = self._env.reset(seed=seed, options={**options, "reset_mask": ended})
+            obs[ids] = np.asarray(new_obs, dtype=np.float32)[ids]
+        self._obs = obs
+        self._needs_reset = self._needs_reset & ~ended
+        self._returns[ids] = 0.0
+        self._lengths[ids] = 0
 
     # ---- stepping a subset of envs (AsyncVectorEnv only) ------------------------------------------
     @property
@@ -340,8 +402,11 @@ class EnvManager:
         episode_length = np.where(done, self._lengths, 0)
         self._needs_reset = np.where(ready_mask, done, self._needs_reset)
         self._obs = obs
-        return EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended,
+        step = EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended,
                        int(valid.sum()), ready_mask)
+        if ended and self.reset_kwargs is not None:
+            self._reset_ended(step)
+        return step
 
     def _drain(self) -> None:
         """Receive (and drop) the results of steps still running from :meth:`step_ready`."""
