@@ -37,8 +37,9 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             max_staleness=0,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        super().__init__(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if self.cfg.max_use < 1 or self.cfg.max_staleness < 0:
             raise ConfigError(f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
                               f"{self.cfg.max_use=} {self.cfg.max_staleness=}")
