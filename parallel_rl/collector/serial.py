@@ -62,7 +62,7 @@ def split_policy_output(out):
 def collect_mode(policy):
     """The policy as the loop drives it: a DI-engine collect mode (it builds its own samples with
     ``process_transition`` / ``get_train_sample``) through its adapter, anything else as it is."""
-    from ..compat.ding_policy import as_collect_mode  # compat adapts the loops; imported when used
+    from ..policy.ding_modes import as_collect_mode  # imported when a DI-engine mode is used
 
     return as_collect_mode(policy)
 
@@ -213,7 +213,7 @@ class SampleSerialCollector(ISerialCollector):
             raise ValueError(f"{nstep=} must be > 0")
         n_sample = n_sample if n_sample is not None else (cfg or {}).get("n_sample")
         if n_sample is None:  # DI-engine reads it from the policy
-            from ..compat.ding_policy import get_attribute
+            from ..policy.ding_modes import get_attribute
 
             n_sample = get_attribute(policy, "n_sample")
         if n_sample is not None and n_sample <= 0:

@@ -101,7 +101,7 @@ class ISerialEvaluator(abc.ABC):
     @staticmethod
     def _eval_mode(policy: Any) -> Any:
         """A DI-engine eval mode (``forward({env_id: obs})``) through its adapter; anything else as it is."""
-        from ..compat.ding_policy import as_eval_mode  # compat adapts the loops; imported when used
+        from ..policy.ding_modes import as_eval_mode  # imported when a DI-engine mode is used
 
         return as_eval_mode(policy)
 

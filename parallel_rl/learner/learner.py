@@ -204,7 +204,7 @@ class BaseLearner:
     def policy(self, policy) -> None:
         """A learn mode; DI-engine's (one with ``monitor_vars``) is driven through its adapter, which hands it
         the batch as DI-engine's list of sample dicts."""
-        from ..compat.ding_policy import as_learn_mode  # compat adapts the loops; imported when used
+        from ..policy.ding_modes import as_learn_mode  # imported when a DI-engine mode is used
 
         self._policy = as_learn_mode(policy) if policy is not None else None
 
