@@ -125,6 +125,8 @@ class _BattleCollector:
         self._env: Optional[BattleEnvManager] = None
         self.envstep = 0
         self.last_stats = BattleCollectStats()
+        # wall seconds ever spent in the players' forwards and in the env's step (a worker's time breakdown)
+        self.policy_seconds = self.env_seconds = 0.0
         self.reset_policy(policy)
         self.trained_players = list(cfg.trained_players)
         bad = [p for p in self.trained_players if p not in (0, 1)]
@@ -188,6 +190,7 @@ class _BattleCollector:
         env = self._env
         player_of_row = (env.seat != self._seat_of_player0).astype(np.int64)
         actions = np.zeros(env.num_envs, dtype=np.int64)
+        start = time.perf_counter()
         for p, player in enumerate(self._players):
             rows = np.flatnonzero(player_of_row == p)
             if len(rows):
@@ -196,7 +199,10 @@ class _BattleCollector:
                                                       [env.games[i] for i in rows], policy_kwargs if trained else None)
                 if trained and extra:
                     self._keep_extra(rows, env.seat[rows], extra)
+        acted = time.perf_counter()
         step = env.step(actions)
+        self.policy_seconds += acted - start
+        self.env_seconds += time.perf_counter() - acted
         stats.env_steps += env.num_envs
         owners = [self.player_of(t.env_id, t.seat) for t in step.transitions]
         if self._extra:

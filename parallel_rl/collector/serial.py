@@ -114,6 +114,8 @@ class ISerialCollector(abc.ABC):
         self._env: Optional[EnvManager] = None
         self.envstep = 0
         self.last_stats = CollectStats()
+        # wall seconds ever spent in the policy's forward and in the env's step (a worker's time breakdown)
+        self.policy_seconds = self.env_seconds = 0.0
         self.reset_env(env)
 
     @abc.abstractmethod
@@ -123,8 +125,13 @@ class ISerialCollector(abc.ABC):
     def _act(self, forward, policy_kwargs: dict):
         """Act on every env's observation and step them all: ``(obs, action, EnvStep, extra columns)``."""
         obs = self._env.obs
+        start = time.perf_counter()
         action, extra = split_policy_output(forward(obs, **policy_kwargs))
-        return obs, action, self._env.step(action), extra
+        acted = time.perf_counter()
+        step = self._env.step(action)
+        self.policy_seconds += acted - start
+        self.env_seconds += time.perf_counter() - acted
+        return obs, action, step, extra
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
         """From now on step only the envs that are ready (tianshou's asynchronous collection).
@@ -154,13 +161,17 @@ class ISerialCollector(abc.ABC):
         """Act on the ready envs only and step them; the rows of the envs whose step came back are valid."""
         env, ids = self._env, self._ready_ids
         obs = env.obs[ids]
+        start = time.perf_counter()
         action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        self.policy_seconds += time.perf_counter() - start
         columns = {"obs": obs, "action": np.asarray(action), **{"x:" + k: np.asarray(v) for k, v in (extra or {}).items()}}
         if self._sent is None:  # what each env was last sent, full width (rows of stepping envs are kept)
             self._sent = {k: np.zeros((env.num_envs,) + v.shape[1:], dtype=v.dtype) for k, v in columns.items()}
         for key, value in columns.items():
             self._sent[key][ids] = value
+        start = time.perf_counter()
         step = env.step_ready(columns["action"], ids, *self._ready_wait)
+        self.env_seconds += time.perf_counter() - start
         self._ready_ids = np.flatnonzero(step.ready)
         sent = {k: v.copy() for k, v in self._sent.items()}  # rows of this step, as the envs were sent them
         extra = {k[2:]: v for k, v in sent.items() if k.startswith("x:")} if extra is not None else None
