@@ -100,7 +100,7 @@ def breakdowns(url):
 
 def test_cluster_reports_where_time_goes_and_status_names_the_bottleneck(cli, tmp_path, toy_config):  # noqa: F811
     run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--set", "env.step_latency_ms=2")
-    found = eventually(lambda: breakdowns(url), timeout=25, interval=0.2, message="breakdowns of 3 workers")
+    found = eventually(lambda: breakdowns(url), timeout=90, interval=0.2, message="breakdowns of 3 workers")
     for worker_id, b in found.items():
         phases = b["phases"]
         assert set(phases) == (COLLECTOR_PHASES if worker_id.startswith("collector") else LEARNER_PHASES)
@@ -118,7 +118,7 @@ def test_cluster_reports_where_time_goes_and_status_names_the_bottleneck(cli, tm
 
 def test_dashboard_shows_a_stacked_time_bar_per_worker(cli, tmp_path, toy_config):  # noqa: F811
     run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000")
-    eventually(lambda: breakdowns(url), timeout=25, interval=0.2, message="breakdowns of 3 workers")
+    eventually(lambda: breakdowns(url), timeout=90, interval=0.2, message="breakdowns of 3 workers")
     browser = chrome()
     try:
         browser.set_page_load_timeout(30)
