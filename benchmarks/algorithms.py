@@ -6,7 +6,8 @@ Each (algorithm, env, pipeline) runs its shipped config as a fresh `parallel-rl`
 (torch's import counted, as a user sees it) and reads the final summary line. The baseline measured
 in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algorithm the service
 shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
-env steps; Pendulum PPO >= -400 (reported only).
+env steps; Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
+-250, serial and cluster (reported).
 """
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ CASES = {
     "sac-pendulum-serial": ("serial", "configs/pendulum_sac.py"),
     "sac-pendulum-cluster": ("run", "configs/pendulum_sac_parallel.py"),
     "ppo-pendulum-serial": ("serial", "configs/pendulum_ppo.py"),
+    "appo-cartpole-serial": ("serial", "configs/cartpole_appo.py"),
+    "appo-cartpole-cluster": ("run", "configs/cartpole_appo_parallel.py"),
+    "impala-cartpole-serial": ("serial", "configs/cartpole_impala.py"),
+    "impala-cartpole-cluster": ("run", "configs/cartpole_impala_parallel.py"),
+    "appo-pendulum-serial": ("serial", "configs/pendulum_appo.py"),
+    "appo-pendulum-cluster": ("run", "configs/pendulum_appo_parallel.py"),
 }
 
 

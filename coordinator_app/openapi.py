@@ -175,7 +175,19 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                "ranks": {"type": "array", "items": _ref("LearnerRank"),
                                          "description": "learners: the data-parallel ranks of a LearnerAggregator "
                                                         "(parallel.learner.world_size > 1; empty with one rank)"},
-                               "storage": _ref("StorageHealth")}},
+                               "storage": _ref("StorageHealth"),
+                               "time_breakdown": {
+                                   "type": "object", "nullable": True,
+                                   "description": "where the worker's time went since it was set up (its last "
+                                                  "heartbeat's TimeBreakdown): each phase's seconds and fraction of "
+                                                  "wall_seconds; `other` is the rest of its main loop's time; "
+                                                  "`background` phases run beside the main loop",
+                                   "properties": {"wall_seconds": {"type": "number"},
+                                                  "phases": {"type": "object", "additionalProperties": _ref("Phase")},
+                                                  "background": {"type": "object",
+                                                                 "additionalProperties": _ref("Phase")}}}}},
+                "Phase": {"type": "object", "required": ["seconds", "fraction"], "properties": {
+                    "seconds": {"type": "number"}, "fraction": {"type": "number", "description": "of wall_seconds"}}},
                 "LearnerRank": {"type": "object", "required": ["rank", "pid", "state"], "properties": {
                     "rank": {"type": "integer"}, "pid": {"type": "integer", "nullable": True,
                                                          "description": "on its own host; null for a rank started "
@@ -234,6 +246,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
                     "resumed_from": {"type": "integer", "nullable": True,
                                      "description": "the saved state this coordinator resumed (its sequence "
                                                     "number), null when it started fresh"},
+                    "bottleneck": {"type": "string",
+                                   "description": "which side holds the other up and what to do, in one line, "
+                                                  "from the active workers' time breakdowns (docs/scaling.md)"},
                     "storage": {"type": "object", "required": ["healthy", "error", "since", "workers"],
                                 "description": "the shared store's health: unhealthy while any active worker (or "
                                                "the coordinator's own snapshots) reports it failing",
@@ -329,14 +344,17 @@ def openapi_document(version: str) -> Dict[str, Any]:
                 "summary": "worker traffic: renew the lease (needs the worker's lease token in "
                            "X-Parallel-RL-Lease)", "security": AUTH,
                 "description": "optional body, a Heartbeat {\"problems\": [str], \"tasks\": [str], \"ranks\": "
-                               "[LearnerRank], \"storage\": StorageReport}: what went wrong in the "
+                               "[LearnerRank], \"storage\": StorageReport, \"time_breakdown\": TimeBreakdown}: "
+                               "what went wrong in the "
                                "worker's threads (shown under the worker's `problems`), and the ids of the tasks "
                                "it holds (queued, running, or with an end report not yet delivered; after a "
                                "coordinator restart a saved running task it no longer holds is failed and issued "
                                "again, and one this coordinator never issued comes back in the control block's "
                                "`cancel_tasks`); a LearnerAggregator adds its ranks (shown under the learner's "
                                "`ranks`); `storage`, a StorageHealth: the shared store as the worker sees it (shown "
-                               "under the worker's `storage` and in `/cluster`)",
+                               "under the worker's `storage` and in `/cluster`); `time_breakdown`: where its "
+                               "time went since it was set up (shown under the worker's `time_breakdown`, and "
+                               "the cluster's `bottleneck`)",
                 "parameters": [_path_param("worker_id")],
                 "responses": {"200": _json(_ref("Control"), "control block"), **_errors("401", "403", "404")}}},
             "/workers/{worker_id}/metadata": {"post": {

@@ -76,7 +76,8 @@ def test_the_flow_key_picks_the_asynchronous_flow_for_an_on_policy_type():
     assert cfg.parallel.commander.rollout_queue_batches == 2
     with pytest.raises(ConfigError, match=r"rollout_queue_batches must be a whole number of learner batches >= 0 "
                                           r"\(2: .*got -1"):
-        compile_config({"policy": {"type": "ppo", "flow": "async"}, "parallel": {"commander": {"rollout_queue_batches": -1}}})
+        compile_config({"policy": {"type": "ppo", "flow": "async"},
+                        "parallel": {"commander": {"rollout_queue_batches": -1}}})
     with pytest.raises(ConfigError, match="world_size=2 needs an off-policy algorithm"):
         compile_config({"policy": {"type": "ppo", "flow": "async"}, "parallel": {"learner": {"world_size": 2}}})
 
@@ -269,7 +270,8 @@ def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing
         """Rows pushed <= rows gone from the queue (handed out, quarantined, dropped: ``dropped`` of them, all
         of them by default) + the queue + one collect call (n_sample rows) per collector."""
         buffer = get(api, "/buffers")["buffers"][0]
-        gone = buffer["sampled"] + buffer["rows_quarantined"] + (buffer["dropped_stale"] if dropped is None else dropped)
+        dropped = buffer["dropped_stale"] if dropped is None else dropped
+        gone = buffer["sampled"] + buffer["rows_quarantined"] + dropped
         assert buffer["pushed"] <= gone + queue + len(procs) * 256, buffer
         return buffer
 

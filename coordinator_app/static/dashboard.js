@@ -86,6 +86,47 @@ function renderWorkers(workers) {
     [fmt(w.policy_version)], [w.address]]);
 }
 
+// where each worker's time goes (its heartbeats' time breakdown): a stacked bar per worker, a segment per phase
+const PHASE_COLORS = {
+  env_step: "#2e90fa", policy_forward: "#7a5af8", chunk_write: "#f79009", policy_load: "#ee46bc",
+  evaluate: "#12b76a", waiting: "#d0d5dd", waiting_for_data: "#d0d5dd", train: "#175cd3", publishing: "#f04438",
+  other: "#98a2b3"};
+const ACTIVE = new Set(["connecting", "idle", "busy", "leaving"]);
+
+function renderBreakdown(workers, bottleneck) {
+  $("bottleneck").textContent = bottleneck ? `· bottleneck: ${bottleneck}` : "";
+  const box = $("time-breakdown"), phases = new Set();
+  box.replaceChildren();
+  for (const w of workers) {
+    const b = w.time_breakdown;
+    if (!b || !ACTIVE.has(w.state)) continue;
+    const row = box.appendChild(document.createElement("div"));
+    row.className = "time-row";
+    row.dataset.workerId = w.worker_id;
+    row.appendChild(document.createElement("span")).textContent = w.worker_id;
+    const bar = row.appendChild(document.createElement("div"));
+    bar.className = "time-bar";
+    for (const [phase, p] of Object.entries(b.phases)) {
+      if (!(p.fraction > 0)) continue;
+      const seg = bar.appendChild(document.createElement("span"));
+      seg.className = "phase";
+      seg.dataset.phase = phase;
+      seg.style.width = `${(100 * p.fraction).toFixed(2)}%`;
+      seg.style.background = PHASE_COLORS[phase] || "#667085";
+      seg.title = `${phase}: ${fmt(p.seconds)} s (${(100 * p.fraction).toFixed(0)}%)`;
+      phases.add(phase);
+    }
+    row.appendChild(document.createElement("span")).textContent = `${fmt(b.wall_seconds, 0)} s`;
+  }
+  const legend = $("time-legend");
+  legend.replaceChildren();
+  for (const phase of phases) {
+    const item = legend.appendChild(document.createElement("span"));
+    item.appendChild(document.createElement("i")).style.background = PHASE_COLORS[phase] || "#667085";
+    item.appendChild(document.createTextNode(phase.replaceAll("_", " ")));
+  }
+}
+
 function renderTasks(tasks) {
   renderRows("tasks", tasks.slice().reverse(), "taskId", (t) => [
     [t.task_id], [t.kind], [t.state, `state-${t.state}`], [t.worker_id || "–"], [t.attempts],
@@ -155,7 +196,9 @@ async function refresh() {
     const [c, collectors, learners, tasks, history] = await Promise.all([
       get("/cluster"), get("/collectors"), get("/learners"), get("/tasks?limit=1000"), get("/cluster/history")]);
     renderSummary(c);
-    renderWorkers([...learners.learners, ...collectors.collectors]);
+    const workers = [...learners.learners, ...collectors.collectors];
+    renderWorkers(workers);
+    renderBreakdown(workers, c.bottleneck);
     renderTasks(tasks.tasks.slice(-20));
     renderCharts(history);
     await renderLeague();

@@ -69,7 +69,8 @@ def heartbeat(worker_id: str):
     beat = Heartbeat.from_json(request.get_json(silent=True) if request.content_length else None)
     worker = coordinator.membership.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems,
                                               beat.tasks, ranks=beat.ranks,
-                                              storage=beat.storage.to_json() if beat.storage else None)
+                                              storage=beat.storage.to_json() if beat.storage else None,
+                                              time_breakdown=beat.time_breakdown)
     return jsonify(coordinator.flow.control_for(worker))
 
 

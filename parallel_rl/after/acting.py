@@ -72,8 +72,9 @@ class TD3Acting(_Acting):
         return self.to_env(self.actor(obs.flatten(1)))
 
 
+# IMPALA and APPO act with PPO's actor-critic
 ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "ppo": PPOActing, "sac": SACActing,
-                                                  "td3": TD3Acting}
+                                                  "td3": TD3Acting, "impala": PPOActing, "appo": PPOActing}
 
 
 def acting_module(policy) -> nn.Module:

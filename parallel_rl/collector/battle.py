@@ -42,7 +42,7 @@ from easydict import EasyDict
 
 from ..envs.multiagent import BattleEnvManager, Transition
 from .serial import (COLLECTOR_REGISTRY, CollectStats, Columns, NStepBuilder, columns_len, concat_columns,
-                        slice_columns)
+                     log_collect, slice_columns)
 
 
 @dataclass
@@ -111,8 +111,12 @@ class _BattleCollector:
     TYPE = ""
 
     def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Sequence[Any],
-                 discount_factor: float = 0.99, nstep: int = 1):
+                 discount_factor: float = 0.99, nstep: int = 1, tb_logger=None,
+                 exp_name: str = "default_experiment", instance_name: str = "collector"):
+        """``collect()`` without a count collects ``cfg.n_sample`` / ``cfg.n_episode``; ``tb_logger``,
+        ``exp_name``, ``instance_name``: DI-engine's keywords, as for the single-agent collectors."""
         cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
         self.cfg = cfg
@@ -121,6 +125,8 @@ class _BattleCollector:
         self._env: Optional[BattleEnvManager] = None
         self.envstep = 0
         self.last_stats = BattleCollectStats()
+        # wall seconds ever spent in the players' forwards and in the env's step (a worker's time breakdown)
+        self.policy_seconds = self.env_seconds = 0.0
         self.reset_policy(policy)
         self.trained_players = list(cfg.trained_players)
         bad = [p for p in self.trained_players if p not in (0, 1)]
@@ -129,17 +135,17 @@ class _BattleCollector:
         self.reset_env(env)
 
     # ---- DI-engine's lifecycle ------------------------------------------------------------------
-    def reset_policy(self, policy: Optional[Sequence[Any]] = None) -> None:
+    def reset_policy(self, _policy: Optional[Sequence[Any]] = None) -> None:
         """New players (a list of two); keeps the games and their seats."""
-        if policy is not None:
-            if len(policy) != 2:
-                raise ValueError(f"battle collectors need exactly 2 players, got {len(policy)}")
-            self._players = list(policy)
+        if _policy is not None:
+            if len(_policy) != 2:
+                raise ValueError(f"battle collectors need exactly 2 players, got {len(_policy)}")
+            self._players = list(_policy)
 
-    def reset_env(self, env: Optional[BattleEnvManager] = None) -> None:
-        """Take ``env`` (if given) and start new games everywhere; player 0 starts in seat ``i % 2``."""
-        if env is not None:
-            self._env = env
+    def reset_env(self, _env: Optional[BattleEnvManager] = None) -> None:
+        """Take ``_env`` (if given) and start new games everywhere; player 0 starts in seat ``i % 2``."""
+        if _env is not None:
+            self._env = _env
         self._env.reset()
         n = self._env.num_envs
         self._seat_of_player0 = np.arange(n, dtype=np.int64) % 2
@@ -172,11 +178,19 @@ class _BattleCollector:
     def player_of(self, env_id: int, seat: int) -> int:
         return 0 if seat == self._seat_of_player0[env_id] else 1
 
+    def _default(self, count: Any, key: str) -> Any:
+        """``count``, or the cfg's ``key`` when it is None (DI-engine's collect without a count)."""
+        count = count if count is not None else self.cfg.get(key)
+        if count is None:
+            raise ValueError(f"collect() without {key} needs a collector whose cfg sets {key}; pass collect({key}=N)")
+        return count
+
     def _step(self, policy_kwargs: Optional[dict], stats: BattleCollectStats):
         """One move in every game; returns the env's :class:`BattleStep` with each row's player."""
         env = self._env
         player_of_row = (env.seat != self._seat_of_player0).astype(np.int64)
         actions = np.zeros(env.num_envs, dtype=np.int64)
+        start = time.perf_counter()
         for p, player in enumerate(self._players):
             rows = np.flatnonzero(player_of_row == p)
             if len(rows):
@@ -185,7 +199,10 @@ class _BattleCollector:
                                                       [env.games[i] for i in rows], policy_kwargs if trained else None)
                 if trained and extra:
                     self._keep_extra(rows, env.seat[rows], extra)
+        acted = time.perf_counter()
         step = env.step(actions)
+        self.policy_seconds += acted - start
+        self.env_seconds += time.perf_counter() - acted
         stats.env_steps += env.num_envs
         owners = [self.player_of(t.env_id, t.seat) for t in step.transitions]
         if self._extra:
@@ -213,14 +230,15 @@ class BattleSampleSerialCollector(_BattleCollector):
         self._ready: List[Columns] = [{}, {}]
         self._unbuilt = [0, 0]
 
-    def collect(self, n_sample: Union[int, Sequence[int]], train_iter: int = 0,
-                policy_kwargs: Optional[dict] = None, drop_extra: bool = True) -> List[Columns]:
+    def collect(self, n_sample: Union[int, Sequence[int], None] = None, train_iter: int = 0, drop_extra: bool = True,
+                policy_kwargs: Optional[dict] = None) -> List[Columns]:
         """Exactly ``n_sample`` rows for each trained player (``{}`` for the others); ``n_sample`` may also be
         one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players).
 
         ``drop_extra=False`` (on-policy pipelines, as for :class:`SampleSerialCollector`): every row completed
         by now is returned (at least ``n_sample`` per trained player), none kept for a call that may act
-        with a newer policy."""
+        with a newer policy. DI-engine's argument order; ``n_sample=None``: ``cfg.n_sample``."""
+        n_sample = self._default(n_sample, "n_sample")
         if not self.trained_players:
             raise ValueError(f"{self.trained_players=}: name at least one player whose rows to collect")
         if isinstance(n_sample, int):
@@ -259,6 +277,7 @@ class BattleSampleSerialCollector(_BattleCollector):
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
         self.last_stats = stats
+        log_collect(self, stats, train_iter)
         return out
 
 
@@ -271,9 +290,11 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         self._partial: List[List[List[Transition]]] = [[[], []] for _ in range(n)]
         self._ready: List[Tuple[int, List[List[Transition]]]] = []  # finished games: (game, rows per player)
 
-    def collect(self, n_episode: int, train_iter: int = 0, policy_kwargs: Optional[dict] = None
+    def collect(self, n_episode: Optional[int] = None, train_iter: int = 0, policy_kwargs: Optional[dict] = None
                 ) -> List[List[Columns]]:
-        """The rows of exactly ``n_episode`` finished games, per player (one column dict per game)."""
+        """The rows of exactly ``n_episode`` finished games (None: ``cfg.n_episode``), per player (one column
+        dict per game)."""
+        n_episode = self._default(n_episode, "n_episode")
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
         stats = BattleCollectStats()
@@ -294,6 +315,7 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
         self.last_stats = stats
+        log_collect(self, stats, train_iter)
         return out
 
 

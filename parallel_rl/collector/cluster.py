@@ -54,6 +54,10 @@ class ClusterCollector(BaseParallelCollector):
     def envstep(self) -> int:
         return self.collector.envstep
 
+    def phase_seconds(self) -> Dict[str, float]:
+        """Wall seconds ever spent stepping the envs and in the policy's forward (a worker's time breakdown)."""
+        return {"env_step": self.collector.env_seconds, "policy_forward": self.collector.policy_seconds}
+
     def get_policy_update_info(self) -> Optional[int]:
         """The newest policy version on the shared disk, if newer than ours.
 

@@ -36,6 +36,12 @@ class NStepBuilder:
         self.steps = {f: [] for f in self.FIELDS}
         self.pending = 0
 
+    def enough_after(self, missing: int, lanes: int):
+        """Whether ``steps`` more valid steps make ``missing`` rows certain: at most ``n - 1`` rows per lane are
+        incomplete, so ``missing + (n - 1) * lanes - pending`` steps suffice."""
+        need = missing + (self.n - 1) * lanes - self.pending
+        return lambda steps: steps >= need
+
     def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
         s = self.steps
         if extra is not None:  # on-policy columns (logp, value, ...), kept as "x:<name>"

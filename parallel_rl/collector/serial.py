@@ -35,6 +35,7 @@ from ..data.columns import Columns, columns_len  # noqa: F401 (re-exported)
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
 from ..registry import Registry, import_modules
+from ..tblog import add_scalars
 from .nstep import NStepBuilder, action_column  # noqa: F401 (action_column: re-exported)
 from .stats import CollectStats, CollectStatsBase, SequenceSummaryStats  # noqa: F401 (re-exported)
 
@@ -58,6 +59,14 @@ def split_policy_output(out):
     return out, None
 
 
+def collect_mode(policy):
+    """The policy as the loop drives it: a DI-engine collect mode (it builds its own samples with
+    ``process_transition`` / ``get_train_sample``) through its adapter, anything else as it is."""
+    from ..policy.ding_modes import as_collect_mode  # imported when a DI-engine mode is used
+
+    return as_collect_mode(policy)
+
+
 def concat_columns(pieces: List[Columns]) -> Columns:
     if not pieces:
         return {}
@@ -70,19 +79,43 @@ def slice_columns(cols: Columns, start: int, stop: Optional[int] = None) -> Colu
     return {k: v[start:stop] for k, v in cols.items()}
 
 
+def log_collect(collector, stats: CollectStats, train_iter: int) -> None:
+    """A collect call's numbers to the collector's ``tb_logger`` under DI-engine's tags:
+    ``<instance_name>_iter/<name>`` at ``train_iter`` and ``<instance_name>_step/<name>`` at its ``envstep``."""
+    if collector.tb_logger is None:
+        return
+    values = {"envstep_count": stats.env_steps, "episode_count": stats.episodes,
+              "train_sample_count": stats.transitions, "avg_envstep_per_sec": stats.speed,
+              "total_envstep_count": collector.envstep}
+    if len(stats.returns):
+        summary = SequenceSummaryStats.from_sequence(stats.returns)
+        values.update(reward_mean=summary.mean, reward_std=summary.std, reward_max=summary.max,
+                      reward_min=summary.min, avg_envstep_per_episode=float(np.mean(stats.lengths)))
+    add_scalars(collector.tb_logger, f"{collector.instance_name}_iter/", train_iter, values)
+    add_scalars(collector.tb_logger, f"{collector.instance_name}_step/", collector.envstep, values)
+
+
 class ISerialCollector(abc.ABC):
     @classmethod
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sample")
 
-    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float):
-        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions."""
+    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float,
+                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "collector"):
+        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions.
+
+        ``tb_logger`` (DI-engine's keyword: anything with ``add_scalar(tag, value, step)``) gets every collect
+        call's numbers (:func:`log_collect`); None writes nothing. ``exp_name`` and ``instance_name`` name
+        the run and this collector (the tags' prefix)."""
         self.cfg = cfg
+        self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         self._gamma = discount_factor
-        self._policy = policy
+        self._policy = collect_mode(policy)
         self._env: Optional[EnvManager] = None
         self.envstep = 0
         self.last_stats = CollectStats()
+        # wall seconds ever spent in the policy's forward and in the env's step (a worker's time breakdown)
+        self.policy_seconds = self.env_seconds = 0.0
         self.reset_env(env)
 
     @abc.abstractmethod
@@ -92,8 +125,13 @@ class ISerialCollector(abc.ABC):
     def _act(self, forward, policy_kwargs: dict):
         """Act on every env's observation and step them all: ``(obs, action, EnvStep, extra columns)``."""
         obs = self._env.obs
+        start = time.perf_counter()
         action, extra = split_policy_output(forward(obs, **policy_kwargs))
-        return obs, action, self._env.step(action), extra
+        acted = time.perf_counter()
+        step = self._env.step(action)
+        self.policy_seconds += acted - start
+        self.env_seconds += time.perf_counter() - acted
+        return obs, action, step, extra
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
         """From now on step only the envs that are ready (tianshou's asynchronous collection).
@@ -123,25 +161,29 @@ class ISerialCollector(abc.ABC):
         """Act on the ready envs only and step them; the rows of the envs whose step came back are valid."""
         env, ids = self._env, self._ready_ids
         obs = env.obs[ids]
+        start = time.perf_counter()
         action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        self.policy_seconds += time.perf_counter() - start
         columns = {"obs": obs, "action": np.asarray(action), **{"x:" + k: np.asarray(v) for k, v in (extra or {}).items()}}
         if self._sent is None:  # what each env was last sent, full width (rows of stepping envs are kept)
             self._sent = {k: np.zeros((env.num_envs,) + v.shape[1:], dtype=v.dtype) for k, v in columns.items()}
         for key, value in columns.items():
             self._sent[key][ids] = value
+        start = time.perf_counter()
         step = env.step_ready(columns["action"], ids, *self._ready_wait)
+        self.env_seconds += time.perf_counter() - start
         self._ready_ids = np.flatnonzero(step.ready)
         sent = {k: v.copy() for k, v in self._sent.items()}  # rows of this step, as the envs were sent them
         extra = {k[2:]: v for k, v in sent.items() if k.startswith("x:")} if extra is not None else None
         return sent["obs"], sent["action"], step, extra
 
     @abc.abstractmethod
-    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
-        """Take ``env`` (if given) and reset it; ``gym_reset_kwargs`` go to its ``reset``."""
+    def reset_env(self, _env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
+        """Take ``_env`` (if given) and reset it; ``gym_reset_kwargs`` go to its ``reset``."""
 
-    def reset_policy(self, policy=None) -> None:
-        if policy is not None:
-            self._policy = policy
+    def reset_policy(self, _policy=None) -> None:
+        if _policy is not None:
+            self._policy = collect_mode(_policy)
 
     def reset(self, _policy=None, _env: Optional[EnvManager] = None) -> None:
         """New policy and/or env (DI-engine's keyword names); the env is reset either way."""
@@ -172,24 +214,43 @@ class SampleSerialCollector(ISerialCollector):
         nstep: int = 1,
         discount_factor: float = 0.99,
         n_sample: Optional[int] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "collector",
     ):
-        """``n_sample``: what ``collect()`` collects when called without one (else ``cfg.n_sample``, if set)."""
+        """``n_sample``: what ``collect()`` collects when called without one (else ``cfg.n_sample``, if set);
+        ``tb_logger``, ``exp_name``, ``instance_name``: DI-engine's, see :class:`ISerialCollector`."""
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
         n_sample = n_sample if n_sample is not None else (cfg or {}).get("n_sample")
+        if n_sample is None:  # DI-engine reads it from the policy
+            from ..policy.ding_modes import get_attribute
+
+            n_sample = get_attribute(policy, "n_sample")
         if n_sample is not None and n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
         self._nstep = nstep
         self.default_n_sample = n_sample
-        super().__init__(cfg, env, policy, discount_factor)
+        super().__init__(cfg, env, policy, discount_factor, tb_logger, exp_name, instance_name)
 
-    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
-        if env is not None:
-            self._env = env
+    def reset_env(self, _env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
+        if _env is not None:
+            self._env = _env
         self._env.reset(**(gym_reset_kwargs or {}))
-        self._builder = NStepBuilder(self._nstep, self._gamma)
+        self._builder = self._new_builder()
         self._ready: Columns = {}
         self._restart_ready()
+
+    def _new_builder(self):
+        """Our n-step rows, or the samples a policy builds itself (a DI-engine collect mode's adapter)."""
+        make = getattr(self._policy, "sample_builder", None)
+        return make(self._env.num_envs, self.default_n_sample) if make else NStepBuilder(self._nstep, self._gamma)
+
+    def reset_policy(self, _policy=None) -> None:
+        had_own = not isinstance(getattr(self, "_builder", None), NStepBuilder)
+        super().reset_policy(_policy)
+        if _policy is not None and (had_own or hasattr(self._policy, "sample_builder")):
+            self._builder = self._new_builder()  # the rows are built the new policy's way
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
         if self._nstep != 1:
@@ -228,11 +289,10 @@ class SampleSerialCollector(ISerialCollector):
         else:
             forward = self._policy.forward
         env, builder, act = self._env, self._builder, self._act
-        # at most n-1 rows per env are incomplete, so this many valid steps suffice
         missing = n_sample - columns_len(self._ready)
-        need = missing + (self._nstep - 1) * env.num_envs - builder.pending if missing > 0 else 0
+        enough = builder.enough_after(missing, env.num_envs) if missing > 0 else (lambda steps: True)
         steps = 0
-        while steps < need:
+        while not enough(steps):
             obs, action, step, extra = act(forward, policy_kwargs)
             builder.add(obs, action, step, extra)
             steps += step.n_valid
@@ -253,6 +313,7 @@ class SampleSerialCollector(ISerialCollector):
         stats.duration = time.perf_counter() - start
         if record_random_collect or not random_collect:
             self.last_stats = stats
+            log_collect(self, stats, train_iter)
         return data
 
     def discard_surplus(self) -> int:
@@ -269,12 +330,15 @@ class EpisodeSerialCollector(ISerialCollector):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="episode")
 
-    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float = 0.99):
-        super().__init__(cfg, env, policy, discount_factor)
+    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float = 0.99,
+                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "collector"):
+        """``collect()`` without ``n_episode`` collects ``cfg.n_episode``; the DI-engine keywords: see
+        :class:`ISerialCollector`."""
+        super().__init__(cfg, env, policy, discount_factor, tb_logger, exp_name, instance_name)
 
-    def reset_env(self, env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
-        if env is not None:
-            self._env = env
+    def reset_env(self, _env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
+        if _env is not None:
+            self._env = _env
         self._env.reset(**(gym_reset_kwargs or {}))
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
@@ -282,7 +346,7 @@ class EpisodeSerialCollector(ISerialCollector):
 
     def collect(
         self,
-        n_episode: int,
+        n_episode: Optional[int] = None,
         train_iter: int = 0,
         policy_kwargs: Optional[dict] = None,
         spread_evenly: bool = False,
@@ -297,8 +361,12 @@ class EpisodeSerialCollector(ISerialCollector):
         come from any env, the last ``num_envs`` one from each env (fewer
         episodes than envs: one from each of the first ``n_episode`` envs); an
         env stops contributing once it has given its share. Call ``reset_env``
-        afterwards: the other envs' partial episodes are left mid-way.
+        afterwards: the other envs' partial episodes are left mid-way. ``n_episode=None``: ``cfg.n_episode``.
         """
+        n_episode = n_episode if n_episode is not None else (self.cfg or {}).get("n_episode")
+        if n_episode is None:
+            raise ValueError("collect() without n_episode needs a collector whose cfg sets n_episode; "
+                             "pass collect(n_episode=K)")
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
         policy_kwargs = policy_kwargs or {}
@@ -343,6 +411,7 @@ class EpisodeSerialCollector(ISerialCollector):
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start
         self.last_stats = stats
+        log_collect(self, stats, train_iter)
         return episodes
 
 

@@ -21,12 +21,13 @@ from easydict import EasyDict
 from ..envs.multiagent import is_battle_env
 from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
-from ..protocol import Chunk, Games, MetadataBatch
+from ..protocol import Chunk, Games, MetadataBatch, TimeBreakdown
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from .serial import concat_columns
 from .cluster import ClusterCollector
 from ..slave.comm import BaseCommCollector, register_comm_collector
+from ..slave.phases import PhaseClock
 from ..transport import ApiError
 from ..slave.slave import Slave, SlaveTask
 
@@ -63,6 +64,8 @@ class CollectorSlave(Slave, BaseCommCollector):
         # share of the room in the learner's queue
         self.flow = self.collector.policy.flow
         self.meter = self.flow.collector_meter()
+        # where the time goes beside env steps and forwards (those the collector counts): see time_breakdown
+        self.clock = PhaseClock(("chunk_write", "policy_load", "waiting", "evaluate"))
 
         def tb_dir(role: str) -> Optional[str]:
             return self.storage.local_dir("tensorboard", role, fallback=experiment_dir(cfg)) \
@@ -91,6 +94,10 @@ class CollectorSlave(Slave, BaseCommCollector):
                 raise ApiError(400, "bad_request", f"evaluator task needs policy_version, got {task.spec!r}")
         else:
             raise ApiError(400, "bad_request", f"a collector runs collector and evaluator tasks, not {task.kind!r}")
+
+    def time_breakdown(self) -> Optional[TimeBreakdown]:
+        collector = self.collector  # the heartbeat thread reads it; teardown may clear it meanwhile
+        return None if collector is None else self.clock.breakdown(**collector.phase_seconds())
 
     # ---- BaseCommCollector ------------------------------------------------------------------
     @property
@@ -124,11 +131,12 @@ class CollectorSlave(Slave, BaseCommCollector):
     def refresh_policy(self) -> None:
         """Load the newest policy seen on the disk or announced (the newest loadable one before it when it is
         damaged)."""
-        self.newer_policy_out()
-        for wanted in sorted({self._disk_version, int(self.control.get("policy_version", -1))}, reverse=True):
-            if self.collector.update_policy(wanted):  # False unless newer and on the disk
-                logger.debug("collector %s: policy version %d", self.worker_id, wanted)
-                return
+        with self.clock.timing("policy_load"):
+            self.newer_policy_out()
+            for wanted in sorted({self._disk_version, int(self.control.get("policy_version", -1))}, reverse=True):
+                if self.collector.update_policy(wanted):  # False unless newer and on the disk
+                    logger.debug("collector %s: policy version %d", self.worker_id, wanted)
+                    return
 
     # ---- tasks ----------------------------------------------------------------------------
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
@@ -137,7 +145,8 @@ class CollectorSlave(Slave, BaseCommCollector):
         return self._collect(task)
 
     def _evaluate(self, task: SlaveTask) -> Dict[str, Any]:
-        result = self.collector.evaluate(task.spec["policy_version"], int(task.spec.get("n_episode", 1)))
+        with self.clock.timing("evaluate"):
+            result = self.collector.evaluate(task.spec["policy_version"], int(task.spec.get("n_episode", 1)))
         self.tb_eval.scalars(result["policy_version"], "evaluator/", eval_return=result["eval_episode_return_mean"],
                              episode_length=result["episode_length_mean"])
         self.tb_eval.flush()
@@ -181,23 +190,30 @@ class CollectorSlave(Slave, BaseCommCollector):
             self.refresh_policy()
             if self._fresh_policy() and self.flow.new_version_ends_wait:
                 return
-            self.outbox.flush(timeout=2.0)
-            try:
-                # a version announced but not loadable yet (not visible on the shared disk) must not end
-                # the next wait at once: ask to be woken by a newer one only
-                loaded = self.collector.policy_version
-                known = max(loaded, int(self.control.get("policy_version", -1)))
-                body = MetadataBatch(messages=[], wait_for_allowance=1.0,
-                                     policy_version=known if self.meter.woken_by_versions(loaded) else None,
-                                     loaded_version=loaded if self.flow.on_policy else None).to_json()
-                answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
-                                               timeout=self.coordinator.timeout + 1.0)
-            except ParallelRLError as exc:
-                logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
-                return
-            self.on_control(answer["control"])
-            if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
-                task.stop.wait(min(float(answer["retry_after"]), 5.0))
+            with self.clock.timing("waiting"):
+                if not self._long_poll_allowance(task):
+                    return
+
+    def _long_poll_allowance(self, task: SlaveTask) -> bool:
+        """Send what we have and ask the coordinator to answer once we may collect again; False when it failed."""
+        self.outbox.flush(timeout=2.0)
+        try:
+            # a version announced but not loadable yet (not visible on the shared disk) must not end
+            # the next wait at once: ask to be woken by a newer one only
+            loaded = self.collector.policy_version
+            known = max(loaded, int(self.control.get("policy_version", -1)))
+            body = MetadataBatch(messages=[], wait_for_allowance=1.0,
+                                 policy_version=known if self.meter.woken_by_versions(loaded) else None,
+                                 loaded_version=loaded if self.flow.on_policy else None).to_json()
+            answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
+                                           timeout=self.coordinator.timeout + 1.0)
+        except ParallelRLError as exc:
+            logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
+            return False
+        self.on_control(answer["control"])
+        if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
+            task.stop.wait(min(float(answer["retry_after"]), 5.0))
+        return True
 
     def _next_chunk_name(self) -> str:
         self._seq += 1
@@ -249,9 +265,10 @@ class CollectorSlave(Slave, BaseCommCollector):
                 if not self.flow.new_version_ends_wait and not task.stop.is_set():
                     continue  # a newer policy came between the wait and the chunk: wait for its share
                 break
-            data = concat_columns(pieces)
-            name = self._next_chunk_name()
-            self.send_stepdata(name, data)
+            with self.clock.timing("chunk_write"):
+                data = concat_columns(pieces)
+                name = self._next_chunk_name()
+                self.send_stepdata(name, data)
             # the first chunk of a new policy version leaves at once: it tells the coordinator the policy is in use
             self.send_metadata(Chunk(chunk=name, size=int(len(data["action"])), policy_version=version,
                                      env_steps=chunk_steps, episode_returns=chunk_returns,

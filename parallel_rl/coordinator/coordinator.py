@@ -20,6 +20,7 @@ from easydict import EasyDict
 from ..errors import ConflictError, ParallelRLError, ProtocolViolation, RemoteError
 from ..protocol import MAX_COUNTER
 from ..storage import SharedStorage, StorageHealth
+from .bottleneck import bottleneck
 from .commander import create_parallel_commander
 from .commander_api import Commander, CommanderHandle
 from .flow_control import FlowControl
@@ -378,6 +379,8 @@ class Coordinator:
             "state_saved_at": self.snapshots.saved_at,
             "resumed_from": self.snapshots.resumed_from,
             "storage": self.storage_summary(),
+            "bottleneck": bottleneck((w.kind, w.time_breakdown) for w in self.workers.list(active_only=True)
+                                     if w.time_breakdown is not None),
             "exp_name": self.cfg.exp_name,
             "env_id": self.cfg.env.env_id,
         }

@@ -24,6 +24,7 @@ from easydict import EasyDict
 
 from ..errors import (ConflictError, NotFoundError, ParallelRLError, PeerUnavailableError, ProtocolError,
                       ProtocolViolation, RemoteError, RequestRefused, UnreachableError)
+from ..protocol import TimeBreakdown
 from ..transport import TOKEN_ENV, HttpClient, slave_proof
 from ..storage import SharedStorage
 from .tasks import TaskState, TaskTable
@@ -158,7 +159,7 @@ class Membership:
 
     def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
                   tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None,
-                  storage: Optional[Dict[str, Any]] = None) -> Worker:
+                  storage: Optional[Dict[str, Any]] = None, time_breakdown: Optional[TimeBreakdown] = None) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
 
         ``tasks``: the ids of the tasks the worker holds (queued, running, or with an end report not yet
@@ -168,7 +169,9 @@ class Membership:
         coordinator never issued (issued after the snapshot) is cancelled through the control block.
 
         ``storage``: the worker's report on the shared store (checked by ``check_health_report``): shown under
-        the worker and in the cluster summary; a healthy one ends the worker's backoff."""
+        the worker and in the cluster summary; a healthy one ends the worker's backoff.
+
+        ``time_breakdown``: where the worker's time went (shown under the worker; the summary's bottleneck)."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
             removed = self.workers.with_lease(worker_id, lease)
@@ -188,6 +191,8 @@ class Membership:
             self._reconcile_tasks(worker, set(tasks))
         if storage is not None:
             self.storage_report(worker, storage)
+        if time_breakdown is not None:
+            worker.time_breakdown = time_breakdown
         return worker
 
     def storage_report(self, worker: Worker, report: Dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
+from ..protocol import TimeBreakdown
 from ..transport import ApiError, HttpClient
 from ..storage import StorageHealth
 
@@ -79,6 +80,8 @@ class Worker:
     ranks: List[Dict[str, Any]] = field(default_factory=list)
     # the shared store as this worker sees it (its reports), and the backoff after tasks it failed on the store
     storage: StorageHealth = field(default_factory=lambda: StorageHealth(name=None), repr=False)
+    # where its time went since it was set up, as its last heartbeat said (None before the first report)
+    time_breakdown: Optional[TimeBreakdown] = field(default=None, repr=False)
 
     # SHA-256 of ``lease`` (hex): what a call's lease is checked against, and all a snapshot keeps of it (a worker
     # restored from a snapshot has the digest only: its token stays with the slave)
@@ -121,6 +124,7 @@ class Worker:
             "tasks_done": self.tasks_done,
             "problems": list(self.problems),
             "storage": self.storage.to_dict(),
+            "time_breakdown": self.time_breakdown.view() if self.time_breakdown is not None else None,
         }
         if self.kind == "collector":
             out["env_steps"] = self.env_steps

@@ -6,7 +6,7 @@ import abc
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 from easydict import EasyDict
@@ -39,8 +39,13 @@ class IBuffer(abc.ABC):
     @abc.abstractmethod
     def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]: ...
 
-    def _setup(self, cfg: Optional[Mapping], on_evict: Optional[Callable]) -> None:
-        """What every buffer's constructor does first: config over defaults, capacity, lock, rng."""
+    def _setup(self, cfg: Optional[Mapping], on_evict: Optional[Callable], tb_logger: Any = None,
+               exp_name: str = "default_experiment", instance_name: str = "buffer") -> None:
+        """What every buffer's constructor does first: config over defaults, capacity, lock, rng.
+
+        ``tb_logger``, ``exp_name``, ``instance_name``: DI-engine's constructor arguments, kept as attributes
+        (the buffer writes nothing to ``tb_logger``: its numbers are in :meth:`stats`)."""
+        self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
         self.capacity = int(self.cfg.replay_buffer_size)
         if self.capacity <= 0:
@@ -119,8 +124,9 @@ class NaiveReplayBuffer(IBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="naive", replay_buffer_size=20000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        self._setup(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        self._setup(cfg, on_evict, tb_logger, exp_name, instance_name)
         self._columns: Columns = {}
         self._uid = np.full(self.capacity, -1, dtype=np.int64)
         self._valid = np.zeros(self.capacity, dtype=bool)

@@ -17,7 +17,7 @@ and ``rollout`` (synchronous and asynchronous on-policy, :mod:`.segment`), ``seq
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from easydict import EasyDict
 
@@ -54,7 +54,9 @@ def get_buffer_cls(cfg: Mapping) -> type:
     return BUFFER_REGISTRY.get(cfg.get("type", "advanced"))
 
 
-def create_buffer(cfg: Mapping, on_evict: Optional[Callable[[Columns], None]] = None) -> IBuffer:
-    """Build the buffer named by ``cfg.type`` (``naive``, ``advanced``, ``episode`` or a registered one)."""
-    return get_buffer_cls(cfg)(cfg, on_evict=on_evict)
+def create_buffer(cfg: Mapping, *args: Any, on_evict: Optional[Callable[[Columns], None]] = None,
+                  **kwargs: Any) -> IBuffer:
+    """Build the buffer named by ``cfg.type`` (``naive``, ``advanced``, ``episode`` or a registered one);
+    ``args`` / ``kwargs`` go to its constructor (DI-engine's ``tb_logger``, ``exp_name``, ``instance_name``)."""
+    return get_buffer_cls(cfg)(cfg, *args, on_evict=on_evict, **kwargs)
 

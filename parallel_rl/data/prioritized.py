@@ -93,8 +93,9 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             max_staleness=0,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        super().__init__(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if not 0.0 <= self.cfg.alpha <= 1.0 or self.cfg.beta < 0:
             raise ConfigError(f"replay buffer needs 0 <= alpha <= 1 and beta >= 0, got {self.cfg.alpha=} {self.cfg.beta=}")
         self._tree = _SumTree(self.capacity)

@@ -37,8 +37,9 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             max_staleness=0,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        super().__init__(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if self.cfg.max_use < 1 or self.cfg.max_staleness < 0:
             raise ConfigError(f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
                               f"{self.cfg.max_use=} {self.cfg.max_staleness=}")
@@ -128,8 +129,9 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
             max_staleness=8,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        super().__init__(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if self.cfg.max_use != 1:
             raise ConfigError(f"policy.other.replay_buffer.max_use must be 1 for a rollout buffer (every row is "
                               f"trained on at most once), got {self.cfg.max_use}")

@@ -27,8 +27,9 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sequence", replay_buffer_size=20000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        super().__init__(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         self._episode = np.full(self.capacity, -1, dtype=np.int64)
         self._episodes_begun = 0  # episode ids handed out
         self._open = False  # the last pushed row's episode has not ended
@@ -132,8 +133,9 @@ class EpisodeReplayBuffer(IBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="episode", replay_buffer_size=1000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, on_evict: Optional[Callable[[Columns], None]] = None):
-        self._setup(cfg, on_evict)
+    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+        self._setup(cfg, on_evict, tb_logger, exp_name, instance_name)
         self._episodes: List[Columns] = []
         self._next = 0
         self.pushed = self.sampled = self.evicted = 0

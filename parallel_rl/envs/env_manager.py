@@ -17,6 +17,7 @@ through the vector env's own pipes and waits on them with
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from easydict import EasyDict
 
 from ..errors import ConfigError
 from ..registry import import_modules
+from .latency import LatencyWrapper
 from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,9 @@ class EnvManager:
             pettingzoo_api="auto",
             # pettingzoo: "required" (the game must give action masks) | "none" (every action always legal)
             action_mask="required",
+            # > 0: every step and reset of each sub-env takes this many ms of wall time, asleep (a simulator on
+            # another machine; see parallel_rl.envs.latency for how it adds up in sync and async vector envs)
+            step_latency_ms=0.0,
         )
 
     def __init__(
@@ -99,6 +104,7 @@ class EnvManager:
         seed: Optional[int] = None,
         vector_mode: str = "auto",
         env_kwargs: Optional[dict] = None,
+        step_latency_ms: float = 0.0,
     ):
         if num_envs <= 0:
             raise ConfigError(f"{num_envs=} must be > 0")
@@ -108,11 +114,19 @@ class EnvManager:
             spec = gym.spec(env_id)
         except gym.error.Error as exc:
             raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
+        wrappers = None
+        if step_latency_ms:  # each sub-env wrapped: a vector entry point steps them all in one call, unwrappable
+            if vector_mode == "vector_entry_point":
+                raise ConfigError(f"env.step_latency_ms={step_latency_ms} wraps each sub-env: use env.vector_mode "
+                                  "sync (latencies add up) or async (they overlap), not vector_entry_point")
+            wrappers = [functools.partial(LatencyWrapper, latency_ms=step_latency_ms)]
+            vector_mode = "sync" if vector_mode == "auto" else vector_mode
         if vector_mode == "auto":
             vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"
         self.env_id = env_id
         self._seed = seed
-        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, **(env_kwargs or {})))
+        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers,
+                                 **(env_kwargs or {})))
         self.vector_mode = vector_mode
 
     @classmethod
@@ -180,7 +194,8 @@ class EnvManager:
     @classmethod
     def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None) -> "EnvManager":
         import_env_modules(env_cfg.import_names)
-        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=env_cfg.vector_mode, env_kwargs=env_cfg.env_kwargs)
+        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=env_cfg.vector_mode, env_kwargs=env_cfg.env_kwargs,
+                   step_latency_ms=float(env_cfg.get("step_latency_ms", 0.0) or 0.0))
 
     @property
     def obs_dim(self) -> int:

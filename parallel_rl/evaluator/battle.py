@@ -54,9 +54,15 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         )
 
     def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Any, opponents: Mapping[str, Any],
-                 stop_value: float, n_evaluator_episode: int, seed: int = 0):
-        """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player."""
+                 stop_value: Optional[float] = None, n_evaluator_episode: Optional[int] = None, seed: int = 0,
+                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "evaluator"):
+        """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player.
+        ``stop_value`` / ``n_evaluator_episode`` default to ``cfg.stop_value`` / ``cfg.n_episode``; ``tb_logger``
+        gets each opponent's win rate (DI-engine's keywords)."""
         self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        self._name(tb_logger, exp_name, instance_name)
+        stop_value = self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value")
+        n_evaluator_episode = self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode")
         if not opponents:
             raise ValueError(f"the battle evaluator needs at least one opponent, got {dict(opponents)}")
         if n_evaluator_episode < env.num_envs:
@@ -171,4 +177,5 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
             self.best_return = score
             if save_ckpt_fn is not None:
                 save_ckpt_fn("ckpt_best.pt")
+        self._log({**info, **{f"win_rate_{name}": rate for name, rate in win_rate.items()}}, train_iter, envstep)
         return stop_flag, info

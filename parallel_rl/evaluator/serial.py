@@ -14,6 +14,7 @@ from easydict import EasyDict
 from ..collector.stats import SequenceSummaryStats
 from ..envs.env_manager import EnvManager
 from ..registry import Registry, import_modules
+from ..tblog import add_scalars
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,33 @@ class ISerialEvaluator(abc.ABC):
     @abc.abstractmethod
     def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1): ...
 
+    def _name(self, tb_logger, exp_name: str, instance_name: str) -> None:
+        """DI-engine's constructor keywords: where results go (``tb_logger``: anything with
+        ``add_scalar(tag, value, step)``; None writes nothing) and what this evaluator is called."""
+        self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
+
+    def _log(self, info: Dict[str, Any], train_iter: int, envstep: int) -> None:
+        """An evaluation's numbers under DI-engine's tags: ``<instance_name>_iter/<name>`` at ``train_iter``,
+        ``<instance_name>_step/<name>`` at ``envstep``."""
+        values = {k: v for k, v in info.items() if k not in ("train_iter", "envstep")}
+        add_scalars(self.tb_logger, f"{self.instance_name}_iter/", train_iter, values)
+        add_scalars(self.tb_logger, f"{self.instance_name}_step/", envstep, values)
+
+    @staticmethod
+    def _eval_mode(policy: Any) -> Any:
+        """A DI-engine eval mode (``forward({env_id: obs})``) through its adapter; anything else as it is."""
+        from ..policy.ding_modes import as_eval_mode  # imported when a DI-engine mode is used
+
+        return as_eval_mode(policy)
+
+    @staticmethod
+    def _from_cfg(value: Any, cfg: Any, key: str, argument: str) -> Any:
+        """An argument, or the cfg's ``key`` when it is None (DI-engine reads stop_value / n_episode from cfg)."""
+        value = value if value is not None else cfg.get(key)
+        if value is None:
+            raise ValueError(f"the evaluator needs {argument}=... or cfg.{key}")
+        return value
+
 
 class InteractionSerialEvaluator(ISerialEvaluator):
     @classmethod
@@ -104,16 +132,22 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         cfg: EasyDict,
         env: EnvManager,
         policy,
-        stop_value: float,
-        n_evaluator_episode: int,
+        stop_value: Optional[float] = None,
+        n_evaluator_episode: Optional[int] = None,
         seed: int = 0,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "evaluator",
     ):
-        """``policy``: a policy mode whose ``forward(obs)`` returns greedy actions."""
-        self.cfg = cfg
+        """``policy``: a policy mode whose ``forward(obs)`` returns greedy actions. ``stop_value`` and
+        ``n_evaluator_episode`` default to ``cfg.stop_value`` and ``cfg.n_episode`` (DI-engine's keys);
+        ``tb_logger`` gets every evaluation's numbers."""
+        self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
+        self._name(tb_logger, exp_name, instance_name)
         self.env = env
-        self._policy = policy
-        self.stop_value = float(stop_value)
-        self.n_episode = n_evaluator_episode
+        self._policy = self._eval_mode(policy)
+        self.stop_value = float(self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value"))
+        self.n_episode = int(self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode"))
         self._seed = seed
         self._last_eval_iter: Optional[int] = None
         self.eval_count = 0
@@ -121,7 +155,7 @@ class InteractionSerialEvaluator(ISerialEvaluator):
 
     def reset_policy(self, _policy=None) -> None:
         if _policy is not None:
-            self._policy = _policy
+            self._policy = self._eval_mode(_policy)
 
     def reset_env(self, _env: Optional[EnvManager] = None) -> None:
         """Take ``_env`` (if given); the next :meth:`eval` resets it."""
@@ -159,6 +193,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         start = time.perf_counter()
         env_steps = 0
         self.env.reset(seed=self._seed + 7919 * self.eval_count)
+        reset_policy = getattr(self._policy, "reset", None)  # DI-engine's contract: a policy with state is told
+        if reset_policy is not None:
+            reset_policy()
         deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
         while not monitor.is_finished():
             if time.perf_counter() > deadline:
@@ -170,6 +207,8 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             for env_id in np.flatnonzero(step.terminated | step.truncated):
                 monitor.update_info(int(env_id), self.env.env_info(int(env_id)))
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
+                if reset_policy is not None:
+                    reset_policy([int(env_id)])
         self.eval_count += 1
         returns = monitor.returns()
         ret, length = SequenceSummaryStats.from_sequence(returns), SequenceSummaryStats.from_sequence(monitor.lengths())
@@ -197,6 +236,7 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             if save_ckpt_fn is not None:
                 save_ckpt_fn("ckpt_best.pt")
         stop_flag = bool(returns) and len(returns) == n_episode and mean >= self.stop_value
+        self._log(info, train_iter, envstep)
         return stop_flag, info
 
     def close(self) -> None:
@@ -239,9 +279,12 @@ class MetricSerialEvaluator(ISerialEvaluator):
             type="metric",
         )
 
-    def __init__(self, cfg: Optional[EasyDict], env: Tuple[Any, IMetric], policy, **kwargs: Any):
-        """``policy``: a mode or module with ``forward(inputs)``; ``env``: ``(data loader, metric)``."""
+    def __init__(self, cfg: Optional[EasyDict], env: Tuple[Any, IMetric], policy, tb_logger=None,
+                 exp_name: str = "default_experiment", instance_name: str = "evaluator", **kwargs: Any):
+        """``policy``: a mode or module with ``forward(inputs)``; ``env``: ``(data loader, metric)``;
+        ``tb_logger`` gets a metric that is a number, or a dict's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
+        self._name(tb_logger, exp_name, instance_name)
         self._policy = policy
         self.reset_env(env)
         self.eval_count = 0
@@ -288,6 +331,7 @@ class MetricSerialEvaluator(ISerialEvaluator):
             if save_ckpt_fn is not None:
                 save_ckpt_fn("ckpt_best.pt")
         stop_flag = self.cfg.stop_value is not None and bool(self.metric.gt(result, self.cfg.stop_value))
+        self._log(result if isinstance(result, dict) else {"metric": result}, train_iter, envstep)
         return stop_flag, result
 
     def close(self) -> None:

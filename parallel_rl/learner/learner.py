@@ -16,13 +16,15 @@ import abc
 import logging
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional
+import types
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
 from ..registry import Registry
+from ..tblog import add_scalars
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +82,12 @@ class LogShowHook(LearnerHook):
 
     def __call__(self, learner: "BaseLearner") -> None:
         if self.freq > 0 and learner.train_iter % self.freq == 0:
-            info = " ".join(f"{k}={v:.4g}" for k, v in learner.learn_info.items() if isinstance(v, (int, float)))
+            scalars = learner.log_buffer["scalar"]
+            info = " ".join(f"{k}={v:.4g}" for k, v in scalars.items() if isinstance(v, (int, float)))
             logger.info("%s: iter %d %s", learner.instance_name, learner.train_iter, info)
+            values = {k: v for k, v in scalars.items() if k not in ("train_iter", "envstep")}
+            add_scalars(learner.tb_logger, f"{learner.instance_name}_iter/", learner.train_iter, values)
+            add_scalars(learner.tb_logger, f"{learner.instance_name}_step/", learner.collector_envstep, values)
 
 
 def register_learner_hook(name: str, hook_cls: type) -> None:
@@ -141,6 +147,14 @@ def add_learner_hook(hooks: Dict[str, List[LearnerHook]], hook: LearnerHook) -> 
     hooks[hook.position] = merge_hooks(hooks, {hook.position: [hook]})[hook.position]
 
 
+class IterCount(int):
+    """The iterations trained, as an int that also answers DI-engine's ``CountVar.val``."""
+
+    @property
+    def val(self) -> int:
+        return int(self)
+
+
 class BaseLearner:
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -154,12 +168,20 @@ class BaseLearner:
             ),
         )
 
-    def __init__(self, cfg: EasyDict, policy, exp_dir: Optional[str] = None, instance_name: str = "learner"):
-        """``policy``: a policy's ``learn_mode`` (``forward(batch) -> info``, ``state_dict``, ``load_state_dict``)."""
+    def __init__(self, cfg: EasyDict, policy=None, tb_logger=None, dist_info: Optional[Tuple[int, int]] = None,
+                 exp_name: Optional[str] = None, instance_name: str = "learner", exp_dir: Optional[str] = None):
+        """``policy``: a policy's ``learn_mode`` (``forward(batch) -> info``, ``state_dict``, ``load_state_dict``).
+
+        DI-engine's arguments, in its order: ``tb_logger`` (anything with ``add_scalar(tag, value, step)``)
+        gets the scalars the ``log_show`` hook logs; ``dist_info`` is ``(rank, world_size)``; ``exp_name``
+        names the run and, without an ``exp_dir``, is where checkpoints go (``./<exp_name>/ckpt``, as in
+        DI-engine). With neither, checkpoints are not written (a warning says so)."""
         self.cfg = cfg
-        self._policy = policy
+        self.policy = policy
+        self.tb_logger = tb_logger
         self.instance_name = instance_name
-        self.exp_dir = exp_dir
+        self.exp_dir = exp_dir if exp_dir is not None else exp_name
+        self._exp_name = exp_name
         self.train_iter = 0
         self._raw_info: Dict[str, Any] = {}
         self._learn_info: Optional[Dict[str, float]] = {}
@@ -167,7 +189,9 @@ class BaseLearner:
         self._hooks = build_learner_hook_by_cfg(cfg.hook)
         self._last_time = time.perf_counter()
         self.collector_envstep = 0  # the newest envstep passed to train()
-        self.rank, self.world_size = 0, 1  # one process; DI-engine's distributed names
+        self.rank, self.world_size = dist_info if dist_info is not None else (0, 1)  # DI-engine's distributed names
+        self.learner_done = False  # a start() ran to its end (DI-engine's learn_info key)
+        self.monitor = types.SimpleNamespace()  # where DI-engine's hooks put the learner's variables
         self.ckpt_name: Optional[str] = None  # the checkpoint last saved or loaded
         self._warned_no_exp_dir = False
         self._data_source: Optional[Any] = None
@@ -175,6 +199,32 @@ class BaseLearner:
     @property
     def policy(self):
         return self._policy
+
+    @policy.setter
+    def policy(self, policy) -> None:
+        """A learn mode; DI-engine's (one with ``monitor_vars``) is driven through its adapter, which hands it
+        the batch as DI-engine's list of sample dicts."""
+        from ..policy.ding_modes import as_learn_mode  # imported when a DI-engine mode is used
+
+        self._policy = as_learn_mode(policy) if policy is not None else None
+
+    @property
+    def exp_name(self) -> str:
+        """The run's name: ``exp_name`` as given, else the exp_dir's last part, else DI-engine's default."""
+        if self._exp_name is not None:
+            return self._exp_name
+        return os.path.basename(os.path.normpath(self.exp_dir)) if self.exp_dir else "default_experiment"
+
+    @property
+    def logger(self) -> logging.Logger:
+        return logger
+
+    def info(self, s: str) -> None:
+        """Log ``s`` as this learner (DI-engine's helper for hooks)."""
+        logger.info("%s: %s", self.instance_name, s)
+
+    def debug(self, s: str) -> None:
+        logger.debug("%s: %s", self.instance_name, s)
 
     def register_hook(self, hook: LearnerHook) -> None:
         add_learner_hook(self._hooks, hook)
@@ -187,9 +237,9 @@ class BaseLearner:
             hook(self)
 
     @property
-    def last_iter(self) -> int:
-        """Iterations trained so far (DI-engine's ``last_iter.val``)."""
-        return self.train_iter
+    def last_iter(self) -> IterCount:
+        """Iterations trained so far: an int, and DI-engine's ``last_iter.val``."""
+        return IterCount(self.train_iter)
 
     def train(self, data: Mapping[str, np.ndarray], envstep: int = -1,
               policy_kwargs: Optional[dict] = None) -> Dict[str, float]:
@@ -213,12 +263,28 @@ class BaseLearner:
         return log
 
     @property
-    def learn_info(self) -> Dict[str, float]:
-        """The last update's scalars as floats (whatever the policy reports: names are its own)."""
+    def learn_info(self) -> Dict[str, Any]:
+        """The last update's scalars as floats (whatever the policy reports: names are its own), with
+        DI-engine's keys beside them: ``learner_step`` (iterations trained), ``priority_info``,
+        ``learner_done`` (a :meth:`start` ran to its end)."""
         if self._learn_info is None:
-            self._learn_info = {k: (float(v) if getattr(v, "ndim", 0) == 0 and not isinstance(v, (int, float)) else v)
-                                for k, v in self._raw_info.items()}
+            # 0-d tensors / numpy scalars become floats; anything else (arrays, dicts of [scalars]) stays
+            self._learn_info = {k: (float(v) if getattr(v, "ndim", None) == 0 and not isinstance(v, (int, float))
+                                    else v) for k, v in self._raw_info.items()}
+        self._learn_info.update(learner_step=self.train_iter, priority_info=self.priority_info,
+                                learner_done=self.learner_done)
         return self._learn_info
+
+    @property
+    def log_buffer(self) -> Dict[str, Dict[str, Any]]:
+        """DI-engine's ``log_buffer``: the last update's values by kind. A policy's ``[scalars]<name>`` and
+        ``[histogram]<name>`` keys go to ``scalars`` / ``histogram`` under ``<name>``, the rest to ``scalar``."""
+        buffer: Dict[str, Dict[str, Any]] = {"scalar": {}, "scalars": {}, "histogram": {}}
+        info = self.learn_info
+        for key in self._raw_info:
+            kind = next((k for k in ("scalars", "histogram") if key.startswith(f"[{k}]")), None)
+            buffer[kind or "scalar"][key.split("]", 1)[1] if kind else key] = info[key]
+        return buffer
 
     # ---- checkpoints -------------------------------------------------------------
     @property
@@ -227,11 +293,13 @@ class BaseLearner:
             raise ConfigError(f"{self.instance_name}: no exp_dir, cannot save checkpoints")
         return os.path.join(self.exp_dir, "ckpt")
 
-    def save_checkpoint(self, name: str = "ckpt_latest.pt") -> Optional[str]:
-        """Write the full learning state under ``<exp_dir>/ckpt/`` (atomic).
+    def save_checkpoint(self, ckpt_name: Optional[str] = None) -> Optional[str]:
+        """Write the full learning state under ``<exp_dir>/ckpt/`` as ``ckpt_name`` (None: ``ckpt_latest.pt``),
+        atomically.
 
         Without an exp_dir nothing is written and None is returned, with a warning (once) that says so.
         """
+        name = ckpt_name or "ckpt_latest.pt"
         if self.exp_dir is None:
             if not self._warned_no_exp_dir:
                 self._warned_no_exp_dir = True
@@ -258,32 +326,45 @@ class BaseLearner:
 
     # ---- DI-engine's parallel entry: a data source, then start() ------------------------------
     def setup_dataloader(self, data_source: Any) -> None:
-        """Where :meth:`start` takes batches: an iterable of batches or a callable returning one."""
+        """Where :meth:`start` takes batches: an iterable of batches or a callable returning one (DI-engine's
+        learner takes no argument: its comm helper sets ``get_data``; here the source is passed in)."""
         self._data_source = data_source
 
-    def start(self, max_iterations: int) -> None:
-        """``before_run`` hooks, ``max_iterations`` updates on batches from the data source, ``after_run`` hooks."""
+    def start(self, max_iterations: Optional[int] = None) -> None:
+        """``before_run`` hooks, updates on batches from the data source, ``after_run`` hooks (DI-engine's
+        parallel entry). ``max_iterations=None``: ``cfg.train_iterations`` (DI-engine's key; default 1e9).
+        The run also ends when an iterable source is exhausted or :meth:`close` is called (from a hook)."""
         if self._data_source is None:
             raise RuntimeError(f"{self.instance_name}: call setup_dataloader(...) before start()")
+        if max_iterations is None:
+            max_iterations = int(self.cfg.get("train_iterations", int(1e9)))
         if max_iterations <= 0:
             raise ValueError(f"{max_iterations=} must be > 0")
         source = self._data_source
         batches = None if callable(source) else iter(source)
+        self.learner_done = False
         self.call_hook("before_run")
         try:
             for _ in range(max_iterations):
-                self.train(source() if batches is None else next(batches))
+                if self._data_source is None:  # closed
+                    break
+                batch = source() if batches is None else next(batches, None)
+                if batch is None:
+                    break
+                self.train(batch)
+            self.learner_done = True
         finally:
             self.call_hook("after_run")
 
     def close(self) -> None:
-        """Drop the data source (the learner holds nothing else that needs closing)."""
+        """Drop the data source, which ends a running :meth:`start` (the learner holds nothing else to close)."""
         self._data_source = None
 
 
 LEARNER_REGISTRY.register("base", BaseLearner)
 
 
-def create_learner(cfg: EasyDict, policy, **kwargs: Any) -> BaseLearner:
-    """Build the learner named by ``cfg.type`` (``base`` or a registered one)."""
-    return LEARNER_REGISTRY.build(cfg.get("type", "base"), cfg, policy, **kwargs)
+def create_learner(cfg: EasyDict, *args: Any, **kwargs: Any) -> BaseLearner:
+    """Build the learner named by ``cfg.type`` (``base`` or a registered one); the other arguments go to its
+    constructor (``policy``, ``tb_logger``, ``dist_info``, ``exp_name``, ``instance_name``, ``exp_dir``)."""
+    return LEARNER_REGISTRY.build(cfg.get("type", "base"), cfg, *args, **kwargs)

@@ -23,12 +23,13 @@ from easydict import EasyDict
 from ..envs.fit import env_spaces
 from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..policy import create_policy
-from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleAnswer, SampleRequest
+from ..protocol import ChunkDamaged, LearnInfo, Policy, SampleAnswer, SampleRequest, TimeBreakdown
 from ..runtime import experiment_dir, guarded_thread
 from ..storage import SharedStorage
 from ..tblog import TensorBoardLogger
 from .learner import create_learner
 from ..slave.comm import BaseCommLearner, register_comm_learner
+from ..slave.phases import PhaseClock
 from ..transport import ApiError, HttpClient, pack_array, unpack_array
 from ..slave.slave import Slave, SlaveTask
 
@@ -169,8 +170,11 @@ class DataPipeline:
     def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
                  prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
                  whole_segments: bool = False, load_rows: bool = True,
-                 on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False):
+                 on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False,
+                 clock: Optional[PhaseClock] = None):
+        """``clock``: where the thread's time goes (background phases sample_request and reading_rows)."""
         self.client, self.worker_id, self.storage = client, worker_id, storage
+        self.clock = clock or PhaseClock((), background=("sample_request", "reading_rows"))
         self.whole_segments = whole_segments
         self.lanes = lanes
         self.load_rows = load_rows
@@ -277,8 +281,9 @@ class DataPipeline:
                                  train_iter=self.train_iter, ahead=min(256, self._put - self._trained),
                                  wait=1.0, encoding="base64", priorities=priorities).to_json()
             try:
-                answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
-                                                                 timeout=self.client.timeout + 1.0))
+                with self.clock.timing("sample_request", background=True):
+                    answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
+                                                                     timeout=self.client.timeout + 1.0))
                 failures = retries = 0
             except ParallelRLError as exc:
                 # an unreachable coordinator (restarting) is waited for: the slave's heartbeat gives up after
@@ -297,7 +302,9 @@ class DataPipeline:
                 self.on_control(answer.control)
             if answer.retry_after:  # every long-poll slot was taken: ask again later, not at once
                 self._stop.wait(min(answer.retry_after, 5.0))
-            for batch in self._load(answer.chunks, answer.batches):
+            with self.clock.timing("reading_rows", background=True):
+                batches = self._load(answer.chunks, answer.batches)
+            for batch in batches:
                 self._put += 1  # before the learner can take it: the count never falls behind _trained
                 while not self._stop.is_set():
                     try:
@@ -346,9 +353,17 @@ class LearnerSlave(Slave, BaseCommLearner):
             if self._running:
                 raise ApiError(409, "conflict", f"already running {sorted(self._running)}")
 
+    clock: Optional[PhaseClock] = None  # where the time goes (see time_breakdown); made once, at the first setup
+
     def setup(self, cfg: EasyDict) -> None:
         obs_shape, self.action_spec = env_spaces(cfg.env, cfg.policy.type)
         self.obs_dim = int(np.prod(obs_shape))
+        if self.clock is None:
+            self.clock = PhaseClock(("waiting_for_data", "train", "publishing"),
+                                    background=("sample_request", "reading_rows"))
+
+    def time_breakdown(self) -> Optional[TimeBreakdown]:
+        return None if self.clock is None else self.clock.breakdown()
 
     # ---- the learner's outputs --------------------------------------------------------------
     def send_policy(self, policy, train_iter: int, final: bool = False) -> None:
@@ -357,11 +372,12 @@ class LearnerSlave(Slave, BaseCommLearner):
         On-policy the full state goes with every checkpoint, first: a learner that takes over resumes at
         the newest version the collectors act with (an older one would never get a segment)."""
         lcfg = self.cfg.parallel.learner
-        if final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0:
-            self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
-        self.storage.save_policy(train_iter, policy.model_state_dict())
-        self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
-        self.send_metadata(Policy(version=train_iter).to_json(), urgent=True)
+        with self.clock.timing("publishing"):
+            if final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0:
+                self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
+            self.storage.save_policy(train_iter, policy.model_state_dict())
+            self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
+            self.send_metadata(Policy(version=train_iter).to_json(), urgent=True)
 
     def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline, rate: float = 0.0) -> None:
         info = {k: v for k, v in learner.learn_info.items() if isinstance(v, (int, float))}
@@ -427,7 +443,7 @@ class LearnerSlave(Slave, BaseCommLearner):
                                 flow.learner_prefetch(lcfg), int(lcfg.chunk_cache_size),
                                 int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
                                 whole_segments=flow.whole_segments, load_rows=self.loads_rows,
-                                on_damaged=self.report_damaged_chunk, lanes=flow.lanes).start()
+                                on_damaged=self.report_damaged_chunk, lanes=flow.lanes, clock=self.clock).start()
         publish_every = flow.publish_every(lcfg)
         self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
                                     if cfg.system.tensorboard else None)
@@ -437,14 +453,16 @@ class LearnerSlave(Slave, BaseCommLearner):
         try:
             try:
                 while not task.stop.is_set():
-                    batch = self.get_data(pipeline, timeout=0.25)
+                    with self.clock.timing("waiting_for_data"):
+                        batch = self.get_data(pipeline, timeout=0.25)
                     if batch is None:
                         if pipeline.error:
                             raise RuntimeError(pipeline.error)
                         continue
                     if name:
                         self._count_batch(name, batch, learner.train_iter)
-                    self.train_step(learner, batch)
+                    with self.clock.timing("train"):
+                        self.train_step(learner, batch)
                     pipeline.give_priorities(learner.priority_info)
                     if learner.train_iter % publish_every == 0:
                         self.send_policy(policy, learner.train_iter)

@@ -17,6 +17,8 @@ _POLICIES = {
     "ppo": "parallel_rl.policy.ppo:PPOPolicy",
     "sac": "parallel_rl.policy.sac:SACPolicy",
     "td3": "parallel_rl.policy.td3:TD3Policy",
+    "impala": "parallel_rl.policy.impala:IMPALAPolicy",
+    "appo": "parallel_rl.policy.appo:APPOPolicy",
 }
 _LAZY = {"DQNPolicy": "parallel_rl.policy.dqn", "QNetwork": "parallel_rl.policy.dqn"}
 

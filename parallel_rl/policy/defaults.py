@@ -62,25 +62,31 @@ def dqn_default_config() -> EasyDict:
     )
 
 
+def _actor_critic() -> dict:
+    """The model keys of PPO's actor-critic (``policy/ppo.py``), which IMPALA and APPO share."""
+    return dict(
+        hidden_size_list=[64, 64],
+        encoder=_encoder(),
+        # Box actions: log std is a learned parameter, independent of the observation
+        init_log_std=-0.5,
+        # normalize observations by running mean/std (gymnasium's NormalizeObservation), clipped to
+        # +-obs_clip; the statistics live in the model, so every checkpoint carries them
+        obs_norm=False,
+        obs_clip=10.0,
+        # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
+        orthogonal_init=False,
+    )
+
+
 def ppo_default_config() -> EasyDict:
     """PPO (Schulman et al. 2017), DI-engine's key names."""
     return EasyDict(
         **_common("ppo", on_policy=True),
         # the on-policy data flow (parallel_rl.data.flows): "segments" (synchronous: collectors wait for each
-        # version) or "async" (collectors never wait; rows within max_staleness versions, each trained on once)
+        # version) or "async" (collectors never wait for a version, only for room in the learner's queue; rows
+        # within max_staleness versions, each trained on once)
         flow="segments",
-        model=dict(
-            hidden_size_list=[64, 64],
-            encoder=_encoder(),
-            # Box actions: log std is a learned parameter, independent of the observation
-            init_log_std=-0.5,
-            # normalize observations by running mean/std (gymnasium's NormalizeObservation), clipped to
-            # +-obs_clip; the statistics live in the model, so every checkpoint carries them
-            obs_norm=False,
-            obs_clip=10.0,
-            # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
-            orthogonal_init=False,
-        ),
+        model=_actor_critic(),
         discount_factor=0.99,
         nstep=1,
         learn=dict(
@@ -107,6 +113,67 @@ def ppo_default_config() -> EasyDict:
             lr_anneal_env_steps=0,
         ),
         collect=dict(n_sample=512),
+        eval=dict(),
+        other=dict(),
+    )
+
+
+def _vtrace_learn() -> dict:
+    """The learn keys IMPALA and APPO share (PPO's minibatch loop and normalisation, V-trace's truncation)."""
+    return dict(
+        # V-trace's truncation of the importance weights pi/mu: rho_bar in the targets' TD errors and the
+        # policy-gradient advantage, c_bar in the traces (Espeholt et al. 2018; 1.0 in the paper, Sample
+        # Factory and RLlib)
+        rho_bar=1.0,
+        c_bar=1.0,
+        value_weight=0.5,
+        adv_norm=False,
+        # unused; kept so a shared pipeline may read it
+        update_per_collect=1,
+        reward_norm=False,
+        reward_clip=10.0,
+        lr_anneal_env_steps=0,
+    )
+
+
+def impala_default_config() -> EasyDict:
+    """IMPALA (Espeholt et al. 2018): V-trace actor-critic. RLlib's IMPALA defaults (lr 5e-4, vf_loss_coeff
+    0.5, entropy_coeff 0.01, grad_clip 40, one SGD pass over each train batch of 500 env steps as one
+    minibatch, V-trace clip thresholds 1.0); the actor-critic is PPO's."""
+    learn = _vtrace_learn()
+    learn.update(epoch_per_collect=1, batch_size=500, learning_rate=5e-4, entropy_weight=0.01, max_grad_norm=40.0)
+    return EasyDict(
+        **_common("impala", on_policy=True),
+        # the data flow (parallel_rl.data.flows): asynchronous rollouts, each row trained on with its behaviour
+        # policy's logp
+        flow="async",
+        model=_actor_critic(),
+        discount_factor=0.99,
+        nstep=1,
+        learn=learn,
+        collect=dict(n_sample=500),
+        eval=dict(),
+        other=dict(),
+    )
+
+
+def appo_default_config() -> EasyDict:
+    """APPO: PPO's clipped surrogate on V-trace targets. Sample Factory's defaults (learning_rate 1e-4,
+    ppo_clip_ratio 0.1, value_loss_coeff 0.5, exploration_loss_coeff 0.003, max_grad_norm 4, one epoch of
+    one 1,024-row minibatch, normalized advantages, vtrace_rho = vtrace_c = 1)."""
+    learn = _vtrace_learn()
+    learn.update(epoch_per_collect=1, batch_size=1024, learning_rate=1e-4, clip_ratio=0.1, entropy_weight=0.003,
+                 max_grad_norm=4.0, adv_norm=True,
+                 # clip the value loss around the collected value like the policy ratio (PPO's key)
+                 value_clip=False)
+    return EasyDict(
+        **_common("appo", on_policy=True),
+        flow="async",  # see impala_default_config
+        model=_actor_critic(),
+        discount_factor=0.99,
+        nstep=1,
+        learn=learn,
+        collect=dict(n_sample=1024),
         eval=dict(),
         other=dict(),
     )
@@ -168,6 +235,7 @@ def td3_default_config() -> EasyDict:
 
 
 POLICY_DEFAULTS = {"dqn": dqn_default_config, "ppo": ppo_default_config, "sac": sac_default_config,
-                   "td3": td3_default_config}
+                   "td3": td3_default_config, "impala": impala_default_config, "appo": appo_default_config}
 # which action spaces each policy type trains on
-POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",), "td3": ("box",)}
+POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",), "td3": ("box",),
+                        "impala": ("discrete", "box"), "appo": ("discrete", "box")}

@@ -17,10 +17,13 @@ evaluators act with the checkpoint's frozen statistics; the learner normalizes a
 statistics its collectors used, then adds the segment's raw observations to them), reward scaling
 (``learn.reward_norm``), learning-rate annealing (``learn.lr_anneal_env_steps``), value clipping
 (``learn.value_clip``) and orthogonal initialisation (``model.orthogonal_init``).
+
+IMPALA and APPO (:mod:`.impala`, :mod:`.appo`) are this policy with other learning targets (V-trace,
+:meth:`PPOPolicy.learning_targets`) and, for IMPALA, another policy loss (:meth:`PPOPolicy.policy_loss`).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -47,6 +50,31 @@ def lane_order(env_id: np.ndarray, end: np.ndarray):
     return order, continues
 
 
+def lane_backward_sum(x: np.ndarray, factor: np.ndarray, env_id: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``y_t = x_t + factor_t * y_{t+1}`` backwards along each env lane, cut where an episode ended (``end``) and
+    at each lane's last row: the recursion of GAE and of V-trace.
+
+    The rows are laid out as a (time, lane) grid, so the loop runs over the longest lane's steps with all
+    lanes at once (IMPALA's [T, B] layout) rather than over every row."""
+    order, continues = lane_order(env_id, end)
+    sorted_env = env_id[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_env[1:] != sorted_env[:-1]
+    lane = np.cumsum(first) - 1
+    step = np.arange(len(order)) - np.flatnonzero(first)[lane]
+    grid_x = np.zeros((int(step.max(initial=-1)) + 1, int(lane.max(initial=-1)) + 1))
+    grid_f = np.zeros_like(grid_x)  # 0 past a lane's end and where its rows do not continue
+    grid_x[step, lane] = x[order]
+    grid_f[step, lane] = np.where(continues, factor[order], 0.0)
+    running = np.zeros(grid_x.shape[1])
+    for t in range(len(grid_x) - 1, -1, -1):
+        running = grid_x[t] + grid_f[t] * running
+        grid_x[t] = running
+    out = np.empty(len(order), dtype=np.float64)
+    out[order] = grid_x[step, lane]
+    return out
+
+
 def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray,
                    end: np.ndarray, env_id: np.ndarray, gamma: float, gae_lambda: float) -> np.ndarray:
     """GAE(lambda) over a segment of rows, time-ordered within each ``env_id``.
@@ -56,19 +84,9 @@ def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray
     ``A_t = delta_t + gamma * lambda * A_{t+1}`` stops where the episode ended (``end``: terminated or
     truncated) and at each env's last row in the segment.
     """
-    n = len(reward)
     delta = reward + gamma * (1.0 - terminated.astype(np.float64)) * next_value - value
-    advantage = np.zeros(n, dtype=np.float64)
-    order, continues = lane_order(env_id, end)
-    decay = gamma * gae_lambda
-    running = 0.0
-    sorted_delta = delta[order]
-    out = np.empty(n, dtype=np.float64)
-    for i in range(n - 1, -1, -1):
-        running = sorted_delta[i] + (decay * running if continues[i] else 0.0)
-        out[i] = running
-    advantage[order] = out
-    return advantage.astype(np.float32)
+    decay = np.full(len(reward), gamma * gae_lambda)
+    return lane_backward_sum(delta, decay, env_id, end).astype(np.float32)
 
 
 def discounted_returns(reward: np.ndarray, end: np.ndarray, env_id: np.ndarray, gamma: float) -> np.ndarray:
@@ -144,11 +162,24 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
 
+class LearnBatch(NamedTuple):
+    """One segment as :meth:`PPOPolicy.forward_learn` trains on it."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    old_logp: torch.Tensor  # the behaviour policy's, recorded by the collector
+    old_value: torch.Tensor  # the collector's critic's
+    action_mask: Optional[torch.Tensor]
+    reward: np.ndarray  # scaled (learn.reward_norm) or as collected
+
+
 class PPOPolicy(Policy):
     # synchronous on-policy by default (one segment per policy version, trained on once); policy.flow="async"
     # makes it asynchronous (the clipped ratio against the behaviour policy's logp bounds the update on rows a
     # few versions old)
     flow = SEGMENTS
+    # learning targets computed again before every epoch (V-trace: with the policy and critic as they are then)
+    retarget_every_epoch = False
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -228,12 +259,19 @@ class PPOPolicy(Policy):
         return np.clip(reward / scale, -learn.reward_clip, learn.reward_clip)
 
     @torch.no_grad()
-    def advantages(self, segment: Dict[str, np.ndarray]) -> np.ndarray:
-        """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now)."""
+    def advantages(self, segment: Dict[str, np.ndarray], reward: Optional[np.ndarray] = None) -> np.ndarray:
+        """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now);
+        ``reward``: the segment's rewards already scaled (:meth:`scaled_reward`, which must run once per segment)."""
         next_value = self.model.value(self._obs(segment["next_obs"])).cpu().numpy().astype(np.float64)
-        return gae_advantages(self.scaled_reward(segment), segment["value"].astype(np.float64),
-                              next_value, segment["done"], segment["end"], segment["env_id"],
-                              self.cfg.discount_factor, self.cfg.learn.gae_lambda)
+        return gae_advantages(self.scaled_reward(segment) if reward is None else reward,
+                              segment["value"].astype(np.float64), next_value, segment["done"], segment["end"],
+                              segment["env_id"], self.cfg.discount_factor, self.cfg.learn.gae_lambda)
+
+    def learning_targets(self, segment: Dict[str, np.ndarray], batch: "LearnBatch"):
+        """(advantages, value targets) as tensors: GAE(lambda) and the lambda-return. Computed once per segment
+        (``retarget_every_epoch`` False): the collector's values do not change between epochs."""
+        advantage = torch.as_tensor(self.advantages(segment, batch.reward)).to(self.device)
+        return advantage, advantage + batch.old_value
 
     def log_prob(self, obs: np.ndarray, action: np.ndarray) -> torch.Tensor:
         """log pi(action | obs) under the current policy (no grad)."""
@@ -246,6 +284,47 @@ class PPOPolicy(Policy):
             return to_tensor(action, self.device, torch.long)
         return to_tensor(action, self.device).reshape(len(action), -1)
 
+    def policy_loss(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor):
+        """The clipped surrogate objective (as a loss), and the fraction of rows whose ratio the clip cut."""
+        clip = self.cfg.learn.clip_ratio
+        ratio = torch.exp(logp - old_logp)
+        surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+        return -surrogate.mean(), clip_fraction
+
+    def minibatch_loss(self, batch: "LearnBatch", idx: torch.Tensor, adv: torch.Tensor,
+                       value_target: torch.Tensor):
+        """The loss of the rows ``idx`` (policy loss + value_weight * value loss - entropy_weight * entropy) and
+        its parts: loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction."""
+        learn = self.cfg.learn
+        if learn.adv_norm:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        dist = self.model.dist(batch.obs[idx], None if batch.action_mask is None else batch.action_mask[idx])
+        logp = self.model.log_prob(dist, batch.action[idx])
+        old_logp = batch.old_logp[idx]
+        policy_loss, clip_fraction = self.policy_loss(logp, old_logp, adv)
+        value = self.model.value(batch.obs[idx])
+        value_loss = (value - value_target).pow(2)
+        if learn.get("value_clip", False):
+            old_value = batch.old_value[idx]
+            value_clipped = old_value + (value - old_value).clamp(-learn.clip_ratio, learn.clip_ratio)
+            value_loss = torch.max(value_loss, (value_clipped - value_target).pow(2))
+        value_loss = 0.5 * value_loss.mean()
+        entropy = self.model.entropy(dist).mean()
+        loss = policy_loss + learn.value_weight * value_loss - learn.entropy_weight * entropy
+        with torch.no_grad():
+            approx_kl = (old_logp - logp).mean()
+        return loss, torch.stack([loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction]).detach()
+
+    def learn_batch(self, segment: Dict[str, np.ndarray]) -> "LearnBatch":
+        """The segment as the learner's tensors (observations normalized with the collectors' statistics) and
+        its rewards scaled once (:meth:`scaled_reward` updates the return statistics)."""
+        return LearnBatch(self._obs(segment["obs"]), self._action(segment["action"]),
+                          to_tensor(segment["logp"], self.device), to_tensor(segment["value"], self.device),
+                          self._mask(segment["action_mask"]) if "action_mask" in segment else None,
+                          self.scaled_reward(segment))
+
     def forward_learn(self, segment: Dict[str, np.ndarray]) -> Dict:
         """``epoch_per_collect`` epochs of minibatch updates on one segment of on-policy rows.
 
@@ -253,50 +332,26 @@ class PPOPolicy(Policy):
         learn = self.cfg.learn
         if learn.get("lr_anneal_env_steps", 0) > 0:  # linear to 0 over the configured env steps
             self.optimizer.lr = learn.learning_rate * max(0.0, 1.0 - self.env_steps_trained / learn.lr_anneal_env_steps)
-        advantage = torch.as_tensor(self.advantages(segment)).to(self.device)
-        obs = self._obs(segment["obs"])
-        action = self._action(segment["action"])
-        old_logp = to_tensor(segment["logp"], self.device)
-        old_value = to_tensor(segment["value"], self.device)
-        action_mask = self._mask(segment["action_mask"]) if "action_mask" in segment else None
-        value_target = advantage + old_value  # the lambda-return
-        n = len(advantage)
+        batch = self.learn_batch(segment)
+        n = len(batch.old_logp)
         batch_size = min(int(learn.batch_size), n)
-        stats = []
+        stats, targets = [], None
         for _epoch in range(int(learn.epoch_per_collect)):
+            if targets is None or self.retarget_every_epoch:
+                advantage, value_target = targets = self.learning_targets(segment, batch)
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n - batch_size + 1, batch_size):
                 idx = perm[start:start + batch_size]
-                adv = advantage[idx]
-                if learn.adv_norm:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                dist = self.model.dist(obs[idx], None if action_mask is None else action_mask[idx])
-                logp = self.model.log_prob(dist, action[idx])
-                ratio = torch.exp(logp - old_logp[idx])
-                clipped_ratio = ratio.clamp(1.0 - learn.clip_ratio, 1.0 + learn.clip_ratio)
-                surrogate = torch.min(ratio * adv, clipped_ratio * adv)
-                policy_loss = -surrogate.mean()
-                value = self.model.value(obs[idx])
-                value_loss = (value - value_target[idx]).pow(2)
-                if learn.value_clip:
-                    value_clipped = old_value[idx] + (value - old_value[idx]).clamp(-learn.clip_ratio,
-                                                                                    learn.clip_ratio)
-                    value_loss = torch.max(value_loss, (value_clipped - value_target[idx]).pow(2))
-                value_loss = 0.5 * value_loss.mean()
-                entropy = self.model.entropy(dist).mean()
-                loss = policy_loss + learn.value_weight * value_loss - learn.entropy_weight * entropy
+                loss, parts = self.minibatch_loss(batch, idx, advantage[idx], value_target[idx])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()  # averaged over the learner ranks, clipped to max_grad_norm
                 self.learn_steps += 1
-                with torch.no_grad():
-                    approx_kl = (old_logp[idx] - logp).mean()
-                    clip_fraction = ((ratio - 1.0).abs() > learn.clip_ratio).float().mean()
-                    stats.append(torch.stack([loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction]))
+                stats.append(parts)
         self.env_steps_trained += n
         if self.model.obs_rms is not None:  # the next version acts (and its segment trains) with these
             self.model.obs_rms.update(np.asarray(segment["obs"]).reshape(n, -1))
-        mean = torch.stack(stats).mean(0).detach() if stats else torch.zeros(6)
+        mean = torch.stack(stats).mean(0) if stats else torch.zeros(6)
         names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         info = dict(zip(names, mean.unbind()))
         info["updates"] = len(stats)

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
-from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport
+from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport, TimeBreakdown
 from ..transport import HttpClient
 from .mail import Outbox, SlaveTask
 
@@ -145,7 +145,12 @@ class CoordinatorLink:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
         health = self.storage_health()
         return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
-                         storage=None if health is None else StorageReport.from_json(health)).to_json()
+                         storage=None if health is None else StorageReport.from_json(health),
+                         time_breakdown=self.time_breakdown()).to_json()
+
+    def time_breakdown(self) -> Optional[TimeBreakdown]:
+        """Where this slave's time went since it was set up (None before; the shells count it)."""
+        return None
 
     def held_task_ids(self) -> List[str]:
         """Tasks this slave holds: queued, running, or with an end report not yet delivered. Read in the order

@@ -1,0 +1,41 @@
+"""CartPole-v1 APPO, serial pipeline: ``parallel-rl serial -c configs/cartpole_appo.py``.
+
+APPO (``policy/appo.py``): PPO's clipped surrogate on V-trace advantages, value targets v_s. The defaults
+(``policy/defaults.py``) are Sample Factory's, made for large asynchronous batches; CartPole in one process
+learns faster with PPO's CartPole settings (``cartpole_ppo.py``: clip 0.2, learning rate 1e-3, 128-row
+minibatches) and fewer epochs: the learner's policy moves during the epochs over one segment, and V-trace's
+truncated importance weights (rho_bar = c_bar = 1, the paper's, Sample Factory's and RLlib's) correct for it.
+"""
+main_config = dict(
+    exp_name="cartpole_appo",
+    seed=0,
+    env=dict(
+        env_id="CartPole-v1",
+        collector_env_num=8,
+        evaluator_env_num=8,
+        n_evaluator_episode=8,
+        stop_value=195,
+    ),
+    policy=dict(
+        type="appo",
+        cuda=False,
+        model=dict(hidden_size_list=[64, 64]),
+        discount_factor=0.99,
+        learn=dict(
+            epoch_per_collect=4,
+            batch_size=128,
+            learning_rate=1e-3,
+            clip_ratio=0.2,
+            value_weight=0.5,
+            entropy_weight=0.0,
+            adv_norm=True,
+            max_grad_norm=0.5,
+            rho_bar=1.0,
+            c_bar=1.0,
+        ),
+        # one segment per update: 8 envs x 64 steps
+        collect=dict(n_sample=512),
+        eval=dict(evaluator=dict(eval_freq=2)),
+    ),
+    serial=dict(max_env_step=200_000),
+)

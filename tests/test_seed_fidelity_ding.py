@@ -1,0 +1,396 @@
+"""Code written for DI-engine's ``ding.worker`` runs here unchanged: written from DI-engine's documented signatures
+and behaviour (constructors' keywords, the ``_env`` / ``_policy`` resets, collect's defaults and argument order,
+BaseLearner's parallel entry and properties, and a policy written in DI-engine's style)."""
+import inspect
+import logging
+
+import numpy as np
+import pytest
+from easydict import EasyDict
+
+from parallel_rl.data import BUFFER_REGISTRY, create_buffer
+from parallel_rl.envs import EnvManager
+from parallel_rl.envs.multiagent import BattleEnvManager
+from parallel_rl.policy.bots import create_bot
+from parallel_rl.worker import (BaseLearner, BattleEpisodeSerialCollector, BattleInteractionSerialEvaluator,
+                                BattleSampleSerialCollector, EpisodeSerialCollector, InteractionSerialEvaluator,
+                                MetricSerialEvaluator, SampleSerialCollector, create_learner, create_serial_collector,
+                                create_serial_evaluator)
+
+from .support import ConstantPolicy
+from .test_learner import FakeLearnMode, learner_cfg
+
+
+class RecordingWriter:
+    """What DI-engine hands its workers as ``tb_logger``: a SummaryWriter's ``add_scalar(tag, value, step)``."""
+
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, float(value), int(step)))
+
+    def tags(self, prefix):
+        return {(t, s) for t, _, s in self.scalars if t.startswith(prefix)}
+
+
+def counting(n=4):
+    return EnvManager("parallel_rl/Counting-v0", n, seed=0, env_kwargs={"episode_length": 5})
+
+
+def countdown(n=2):
+    return BattleEnvManager.from_cfg(EasyDict(env_id="parallel_rl.envs.toy_battle:countdown_env"), n, seed=0)
+
+
+# ---- (1) the serial pipeline's keywords: tb_logger, exp_name, instance_name ---------------------------------
+@pytest.mark.parametrize("kind", ["sample", "episode"])
+def test_create_serial_collector_takes_the_pipeline_keywords_and_writes_to_tb_logger(kind):
+    writer = RecordingWriter()
+    collector = create_serial_collector(EasyDict(type=kind, n_sample=8, n_episode=4), env=counting(),
+                                        policy=ConstantPolicy(1), tb_logger=writer, exp_name="exp",
+                                        instance_name="my_collector")
+    collector.collect(train_iter=3)
+    assert ("my_collector_iter/envstep_count", 3) in writer.tags("my_collector_iter/")
+    assert any(t == "my_collector_step/envstep_count" for t, _ in writer.tags("my_collector_step/"))
+    collector.close()
+
+
+def test_battle_collectors_take_the_pipeline_keywords():
+    first = create_bot("first_legal")
+    for cls in (BattleSampleSerialCollector, BattleEpisodeSerialCollector):
+        writer = RecordingWriter()
+        collector = cls(EasyDict(trained_players=[0], n_sample=4, n_episode=2), countdown(), [first, first],
+                        tb_logger=writer, exp_name="exp", instance_name="battle")
+        collector.collect(train_iter=5)
+        assert ("battle_iter/envstep_count", 5) in writer.tags("battle_iter/")
+        collector.close()
+
+
+def test_interaction_evaluator_reads_stop_value_and_n_episode_from_cfg_and_writes_to_tb_logger():
+    writer = RecordingWriter()
+    cfg = EasyDict(type="interaction", eval_freq=1, n_episode=4, stop_value=5.0)
+    evaluator = create_serial_evaluator(cfg, env=counting(2), policy=ConstantPolicy(1), tb_logger=writer,
+                                        exp_name="exp", instance_name="my_eval")
+    stop, info = evaluator.eval(train_iter=2, envstep=10)
+    assert stop and info["episodes"] == 4  # Counting-v0 pays 1 per step with action 1: return 5 >= 5
+    assert ("my_eval_iter/eval_episode_return_mean", 2) in writer.tags("my_eval_iter/")
+    assert ("my_eval_step/eval_episode_return_mean", 10) in writer.tags("my_eval_step/")
+    strict = InteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=5.5), counting(2), ConstantPolicy(1))
+    assert strict.eval()[0] is False
+
+
+def test_battle_evaluator_takes_the_pipeline_keywords_and_cfg_values():
+    first = create_bot("first_legal")
+    evaluator = BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=0.0), countdown(), first,
+                                                 {"first_legal": first}, tb_logger=RecordingWriter(),
+                                                 exp_name="exp", instance_name="battle_eval")
+    stop, info = evaluator.eval()
+    assert stop and info["results"]["first_legal"]["first"]["games"] == 2
+
+
+def test_create_learner_takes_the_pipeline_keywords(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    writer = RecordingWriter()
+    learner = create_learner(learner_cfg(log_show_after_iter=1), FakeLearnMode(), tb_logger=writer,
+                             exp_name="my_exp", instance_name="my_learner")
+    assert (learner.exp_name, learner.instance_name, learner.tb_logger) == ("my_exp", "my_learner", writer)
+    learner.train({"x": np.ones(2)})
+    assert any(t == "my_learner_iter/loss" for t, _ in writer.tags("my_learner_iter/"))
+    learner.save_checkpoint()  # DI-engine: under ./<exp_name>/ckpt
+    assert list((tmp_path / "my_exp" / "ckpt").iterdir())
+    # DI-engine's positional order: cfg, policy, tb_logger, dist_info, exp_name, instance_name
+    other = create_learner(learner_cfg(), FakeLearnMode(), writer, (0, 1), "e2", "l2")
+    assert (other.tb_logger, other.rank, other.world_size, other.exp_name, other.instance_name) == (
+        writer, 0, 1, "e2", "l2")
+
+
+@pytest.mark.parametrize("kind", BUFFER_REGISTRY.names())
+def test_create_buffer_and_the_buffers_take_the_pipeline_keywords(kind):
+    cfg = EasyDict(type=kind, replay_buffer_size=16)
+    buffer = create_buffer(cfg, tb_logger=RecordingWriter(), exp_name="exp", instance_name="my_buffer")
+    assert buffer.count() == 0
+    positional = BUFFER_REGISTRY.get(kind)(cfg, RecordingWriter(), "exp", "my_buffer")
+    assert positional.replay_buffer_size == 16
+
+
+# ---- (2) resets with DI-engine's keyword names, collect's defaults and argument order --------------------
+def _serial_workers():
+    first = create_bot("first_legal")
+    yield SampleSerialCollector(None, counting(), ConstantPolicy(1)), counting, lambda: ConstantPolicy(0)
+    yield EpisodeSerialCollector(None, counting(), ConstantPolicy(1)), counting, lambda: ConstantPolicy(0)
+    yield BattleSampleSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
+    yield BattleEpisodeSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
+    yield (InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=1.0), counting(), ConstantPolicy(1)),
+           counting, lambda: ConstantPolicy(0))
+    yield (BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=1.0), countdown(), first,
+                                            {"first_legal": first}), countdown, lambda: first)
+
+
+def test_every_serial_collector_and_evaluator_resets_with_di_engines_keywords():
+    for worker, make_env, make_policy in _serial_workers():
+        name = type(worker).__name__
+        for method, keywords in (("reset_env", ["_env"]), ("reset_policy", ["_policy"]),
+                                 ("reset", ["_policy", "_env"])):
+            params = list(inspect.signature(getattr(worker, method)).parameters.values())
+            assert [p.name for p in params[: len(keywords)]] == keywords, f"{name}.{method}"
+            assert all(p.default is None for p in params[: len(keywords)]), f"{name}.{method}"
+        worker.reset_env(_env=make_env())
+        worker.reset_policy(_policy=make_policy())
+        worker.reset(_policy=make_policy(), _env=make_env())
+        worker.close()
+    params = inspect.signature(MetricSerialEvaluator.reset).parameters
+    assert list(params)[1:3] == ["_policy", "_env"]
+
+
+def test_episode_collector_collects_cfg_n_episode_by_default():
+    collector = EpisodeSerialCollector(EasyDict(n_episode=4), counting(), ConstantPolicy(1))
+    assert len(collector.collect()) == 4
+    with pytest.raises(ValueError, match="n_episode"):
+        EpisodeSerialCollector(None, counting(), ConstantPolicy(1)).collect()
+
+
+def test_battle_sample_collector_takes_di_engines_argument_order_and_cfg_default():
+    first = create_bot("first_legal")
+    collector = BattleSampleSerialCollector(EasyDict(n_sample=3), countdown(), [first, first])
+    # DI-engine: collect(n_sample=None, train_iter=0, drop_extra=True, policy_kwargs=None)
+    names = list(inspect.signature(collector.collect).parameters)
+    assert names[:4] == ["n_sample", "train_iter", "drop_extra", "policy_kwargs"]
+    assert len(collector.collect()[0]["obs"]) == 3
+    everything = collector.collect(3, 0, False, None)[0]
+    assert len(everything["obs"]) >= 3
+    episodes = BattleEpisodeSerialCollector(EasyDict(n_episode=2), countdown(), [first, first])
+    assert len(episodes.collect()[0]) == 2
+
+
+# ---- (3) BaseLearner: the parallel entry and the documented properties --------------------------------------
+def test_learner_start_runs_cfg_train_iterations_without_arguments():
+    cfg = learner_cfg()
+    cfg.train_iterations = 3
+    learner = BaseLearner(cfg, FakeLearnMode())
+    learner.setup_dataloader(lambda: {"x": np.ones(2)})
+    learner.start()
+    assert learner.train_iter == 3
+    assert learner.learn_info["learner_step"] == 3 and learner.learn_info["learner_done"] is True
+    assert "priority_info" in learner.learn_info
+
+
+def test_learner_save_checkpoint_takes_ckpt_name_and_the_documented_properties(tmp_path, caplog):
+    learner = BaseLearner(learner_cfg(), FakeLearnMode(), exp_dir=str(tmp_path))
+    learner.train({"x": np.array([1.0, 3.0])})
+    learner.save_checkpoint(ckpt_name="best.pt")
+    assert (tmp_path / "ckpt" / "best.pt").exists()
+    assert learner.last_iter.val == 1  # DI-engine's CountVar
+    assert learner.log_buffer["scalar"]["loss"] == 2.0
+    assert set(learner.log_buffer) >= {"scalar", "scalars", "histogram"}
+    assert isinstance(learner.logger, logging.Logger)
+    learner.monitor.loss = 2.0  # DI-engine's hooks set the learner's variables on its monitor
+    with caplog.at_level(logging.INFO):
+        learner.info("hello from a hook")
+    assert "hello from a hook" in caplog.text
+
+
+class TaggedLearnMode(FakeLearnMode):
+    def forward(self, batch):
+        return {"loss": 1.0, "[histogram]q": batch["x"], "[scalars]lr": {"actor": 0.1}}
+
+
+def test_learner_log_buffer_sorts_tagged_values_as_di_engine_does():
+    learner = BaseLearner(learner_cfg(), TaggedLearnMode())
+    learner.train({"x": np.arange(3.0)})
+    buffer = learner.log_buffer
+    assert buffer["scalar"] == {"loss": 1.0, "train_iter": 1, "envstep": -1}
+    assert buffer["scalars"] == {"lr": {"actor": 0.1}}
+    np.testing.assert_array_equal(buffer["histogram"]["q"], np.arange(3.0))
+
+
+# ---- (4) DI-engine's policy contract: a policy written in DI-engine's style drives our collector and learner ---
+class DingStyleDQN:
+    """A small DQN written the way DI-engine's policies are: modes are namedtuples of functions; the collect
+    mode acts on ``{env_id: obs}``, builds transitions and n-step samples itself; the learn mode takes a
+    list of sample dicts and returns its scalars with the samples' ``priority``."""
+
+    def __init__(self, obs_dim=4, action_num=2, nstep=3, gamma=0.99, lr=1e-3, n_sample=32, seed=0):
+        import torch
+
+        torch.manual_seed(seed)
+        self._nstep, self._gamma, self._n_sample = nstep, gamma, n_sample
+        self._model = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
+                                          torch.nn.Linear(64, action_num))
+        self._target = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
+                                           torch.nn.Linear(64, action_num))
+        self._target.load_state_dict(self._model.state_dict())
+        self._optimizer = torch.optim.Adam(self._model.parameters(), lr=lr)
+        self._action_num = action_num
+        self._rng = np.random.default_rng(seed)
+        self._updates = 0
+        self.reset_calls = []
+        self.seen_keys = set()
+
+    # ---- DI-engine's mode namedtuples ---------------------------------------------------------
+    @property
+    def collect_mode(self):
+        from collections import namedtuple
+
+        fields = ["forward", "process_transition", "get_train_sample", "reset", "get_attribute",
+                  "set_attribute", "state_dict", "load_state_dict"]
+        return namedtuple("collect_function", fields)(
+            self._forward_collect, self._process_transition, self._get_train_sample, self._reset_collect,
+            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+
+    @property
+    def learn_mode(self):
+        from collections import namedtuple
+
+        fields = ["forward", "reset", "info", "monitor_vars", "get_attribute", "set_attribute", "state_dict",
+                  "load_state_dict"]
+        return namedtuple("learn_function", fields)(
+            self._forward_learn, lambda data_id=None: None, lambda: "DingStyleDQN", self._monitor_vars,
+            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+
+    def _get_attribute(self, name):
+        return {"n_sample": self._n_sample, "unroll_len": 1, "cfg": EasyDict(traj_len_inf=False)}[name]
+
+    # ---- collect mode ---------------------------------------------------------------------------
+    def _forward_collect(self, data, eps):
+        import torch
+
+        env_ids = list(data.keys())
+        obs = torch.stack([torch.as_tensor(np.asarray(data[i]), dtype=torch.float32) for i in env_ids])
+        with torch.no_grad():
+            logit = self._model(obs)
+        action = logit.argmax(dim=-1)
+        explore = torch.as_tensor(self._rng.random(len(env_ids)) < eps)
+        action = torch.where(explore, torch.as_tensor(self._rng.integers(0, self._action_num, len(env_ids))), action)
+        return {i: {"logit": logit[k], "action": action[k]} for k, i in enumerate(env_ids)}
+
+    def _process_transition(self, obs, policy_output, timestep):
+        return {"obs": obs, "next_obs": timestep.obs, "action": policy_output["action"],
+                "reward": timestep.reward, "done": timestep.done}
+
+    def _get_train_sample(self, data):
+        import torch
+
+        samples = []
+        for t in range(len(data)):
+            window = data[t:t + self._nstep]
+            reward = sum(self._gamma ** k * float(w["reward"][0]) for k, w in enumerate(window))
+            samples.append({"obs": data[t]["obs"], "action": data[t]["action"], "next_obs": window[-1]["next_obs"],
+                            "done": window[-1]["done"], "reward": torch.tensor(reward, dtype=torch.float32),
+                            "discount": torch.tensor(self._gamma ** len(window), dtype=torch.float32)})
+        return samples
+
+    def _reset_collect(self, data_id=None):
+        self.reset_calls.append(data_id)
+
+    # ---- learn mode ---------------------------------------------------------------------------
+    def _forward_learn(self, data):
+        import torch
+
+        self.seen_keys |= set(data[0])
+        batch = {k: torch.stack([d[k] for d in data]) for k in data[0]}
+        q = self._model(batch["obs"].float()).gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target = batch["reward"] + batch["discount"] * (1 - batch["done"].float()) * \
+                self._target(batch["next_obs"].float()).max(dim=1).values
+        td = target - q
+        loss = (batch["IS"].float() * td.pow(2)).mean()
+        self._optimizer.zero_grad()
+        loss.backward()
+        self._optimizer.step()
+        self._updates += 1
+        if self._updates % 50 == 0:
+            self._target.load_state_dict(self._model.state_dict())
+        return {"cur_lr": 1e-3, "total_loss": loss.item(), "q_value": q.mean().item(),
+                "priority": td.abs().detach().numpy().tolist()}
+
+    def _monitor_vars(self):
+        return ["cur_lr", "total_loss", "q_value"]
+
+    def _state_dict(self):
+        return {"model": self._model.state_dict()}
+
+    def _load_state_dict(self, state):
+        self._model.load_state_dict(state["model"])
+
+
+def test_a_policy_written_in_di_engines_style_trains_through_our_collector_and_learner():
+    from parallel_rl.data import AdvancedReplayBuffer
+
+    policy = DingStyleDQN(n_sample=32)
+    env = EnvManager("CartPole-v1", 4, seed=0)
+    # DI-engine's serial entry: the modes go in as they are; n_sample comes from the policy
+    collector = create_serial_collector(EasyDict(type="sample"), env=env, policy=policy.collect_mode)
+    learner = create_learner(learner_cfg(), policy.learn_mode)
+    buffer = AdvancedReplayBuffer(EasyDict(replay_buffer_size=4000, alpha=0.6, beta=0.4))
+    losses = []
+    while learner.train_iter < 300:
+        data = collector.collect(train_iter=learner.train_iter, policy_kwargs={"eps": 0.3})
+        assert len(data["obs"]) == 32 and data["obs"].shape[1:] == (4,)
+        buffer.push(data, cur_collector_envstep=collector.envstep)
+        for _ in range(3):
+            learner.train(buffer.sample(32, learner.train_iter), collector.envstep)
+            assert learner.priority_info["priority"].shape == (32,)
+            buffer.update(learner.priority_info)  # DI-engine's serial entry feeds the priorities back
+            losses.append(learner.learn_info["total_loss"])
+    assert np.all(np.isfinite(losses))
+    assert {"replay_buffer_idx", "replay_unique_id", "IS"} <= policy.seen_keys
+    weights = buffer.sample(256, learner.train_iter)["weight"]
+    assert weights.std() > 0  # the priorities came back: samples are no longer equally likely
+    assert any(ids is not None and len(ids) == 1 for ids in policy.reset_calls)  # episode ends reset the env
+    # the discount column the policy's own n-step samples carry: gamma^k for k <= nstep
+    gaps = np.abs(data["discount"][:, None] - 0.99 ** np.arange(1, 4)[None, :]).min(axis=1)
+    assert gaps.max() < 1e-5
+    env.close()
+
+
+def _with_eval_mode(policy):
+    """DingStyleDQN's eval mode: greedy actions on ``{env_id: obs}``, as DI-engine's ``_forward_eval``."""
+    from collections import namedtuple
+
+    def forward_eval(data):
+        return policy._forward_collect(data, eps=0.0)
+
+    resets = []
+    mode = namedtuple("eval_function", ["forward", "reset", "get_attribute", "set_attribute", "state_dict",
+                                        "load_state_dict"])(
+        forward_eval, resets.append, policy._get_attribute, setattr, policy._state_dict, policy._load_state_dict)
+    return mode, resets
+
+
+def test_di_engines_serial_entry_wiring_runs_unchanged(tmp_path, monkeypatch):
+    """The construction and loop of DI-engine's ``serial_pipeline``, line for line in its calls."""
+    from parallel_rl.data import create_buffer
+
+    monkeypatch.chdir(tmp_path)
+    cfg = EasyDict(exp_name="cartpole_dqn", policy=EasyDict(
+        learn=EasyDict(learner=learner_cfg(), update_per_collect=2),
+        collect=EasyDict(collector=EasyDict(type="sample")),
+        eval=EasyDict(evaluator=EasyDict(type="interaction", eval_freq=20, n_episode=2, stop_value=1e9)),
+        other=EasyDict(replay_buffer=EasyDict(type="advanced", replay_buffer_size=2000))))
+    policy = DingStyleDQN(n_sample=16)
+    eval_mode, eval_resets = _with_eval_mode(policy)
+    tb_logger = RecordingWriter()
+    learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode, tb_logger, exp_name=cfg.exp_name)
+    collector = create_serial_collector(cfg.policy.collect.collector, env=EnvManager("CartPole-v1", 2, seed=0),
+                                        policy=policy.collect_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    evaluator = create_serial_evaluator(cfg.policy.eval.evaluator, env=EnvManager("CartPole-v1", 2, seed=1),
+                                        policy=eval_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    replay_buffer = create_buffer(cfg.policy.other.replay_buffer, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    evaluations = 0
+    while learner.train_iter < 60:
+        if evaluator.should_eval(learner.train_iter):
+            stop, eval_info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
+            evaluations += 1
+            assert not stop and eval_info["episodes"] == 2
+        new_data = collector.collect(train_iter=learner.train_iter, policy_kwargs={"eps": 0.5})
+        replay_buffer.push(new_data, cur_collector_envstep=collector.envstep)
+        for _ in range(cfg.policy.learn.update_per_collect):
+            train_data = replay_buffer.sample(16, learner.train_iter)
+            if train_data is None:
+                break
+            learner.train(train_data, collector.envstep)
+            replay_buffer.update(learner.priority_info)
+    assert evaluations == 3  # train_iter 0, 20, 40
+    assert (tmp_path / "cartpole_dqn" / "ckpt" / "ckpt_best.pt").exists()  # eval's new best, via save_checkpoint
+    assert tb_logger.tags("evaluator_iter/") and tb_logger.tags("collector_iter/")
+    assert None in eval_resets and any(ids is not None for ids in eval_resets)  # DI-engine resets the eval policy
