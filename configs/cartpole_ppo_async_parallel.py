@@ -3,7 +3,7 @@
 The algorithm settings are those of ``cartpole_ppo.py``; ``policy.flow="async"`` picks the asynchronous
 on-policy flow (docs/protocol.md): the collectors never wait for a policy version, they act with the newest
 one they loaded, and wait only for room in the learner's queue (``parallel.commander.rollout_queue_batches``,
-2 batches by default); the learner trains on the oldest queued ``n_sample`` rows within ``max_staleness``
+3 batches by default); the learner trains on the oldest queued ``n_sample`` rows within ``max_staleness``
 versions of the iteration it trains them at, each row once, and publishes every update. PPO's clipped ratio against the
 behaviour policy's ``logp`` (recorded with every row) bounds the update on rows a few versions old; rows
 older than ``max_staleness`` are dropped and counted (``dropped_stale`` in ``GET /api/v1/buffers``).

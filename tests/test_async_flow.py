@@ -73,9 +73,9 @@ def test_the_flow_key_picks_the_asynchronous_flow_for_an_on_policy_type():
         compile_config({"policy": {"type": "dqn", "flow": "async"}})  # replay has one flow
     with pytest.raises(ConfigError, match="policy.nstep must be 1"):
         compile_config({"policy": {"type": "ppo", "flow": "async", "nstep": 3}})
-    assert cfg.parallel.commander.rollout_queue_batches == 2
+    assert cfg.parallel.commander.rollout_queue_batches == 3
     with pytest.raises(ConfigError, match=r"rollout_queue_batches must be a whole number of learner batches >= 0 "
-                                          r"\(2: .*got -1"):
+                                          r"\(3: .*got -1"):
         compile_config({"policy": {"type": "ppo", "flow": "async"},
                         "parallel": {"commander": {"rollout_queue_batches": -1}}})
     with pytest.raises(ConfigError, match="world_size=2 needs an off-policy algorithm"):
@@ -159,6 +159,7 @@ def test_collectors_share_the_room_in_the_learners_queue_and_wait_for_room_not_f
     taking batches."""
     cfg = async_toy_config(tmp_path)
     cfg.policy.collect.n_sample = 8
+    cfg.parallel.commander.rollout_queue_batches = 2
     coordinator, server = coordinator_factory(cfg=cfg, token=TOKEN)
     a = slaves("collector", server.url)
     assert a.got_task.wait(10)
@@ -251,7 +252,7 @@ def heartbeats(api, kind, count):
 @pytest.mark.slow
 def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing_is_dropped(
         coordinator_factory, cli, tmp_path):
-    """Two collectors and a learner at the default queue (2 batches of 256 rows): while the learner is stopped
+    """Two collectors and a learner at the default queue (3 batches of 256 rows): while the learner is stopped
     (SIGSTOP) the collectors fill the queue and then wait for room (without the bound they outran it and most
     rows aged out unused): rows pushed stay within those handed to the learner (or dropped) + the queue + one
     collect call per collector. The learner then trains on to its budget, the collectors never waiting for a

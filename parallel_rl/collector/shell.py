@@ -174,7 +174,9 @@ class CollectorSlave(Slave, BaseCommCollector):
 
     def on_control(self, control: Dict[str, Any]) -> None:
         super().on_control(control)
-        if self.collector is not None:
+        # the block counts our chunks only if their messages all reached the coordinator: one answering a
+        # heartbeat while a chunk's message waits in the outbox would let us collect that chunk's steps again
+        if self.collector is not None and self.outbox is not None and self.outbox.empty():
             self.meter.on_control()
 
     def _fresh_policy(self) -> bool:

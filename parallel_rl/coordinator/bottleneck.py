@@ -68,8 +68,9 @@ def bottleneck(breakdowns: Iterable[Tuple[str, TimeBreakdown]]) -> str:
     learner_wait, collector_wait = learner.get("waiting_for_data", 0.0), collectors.get("waiting", 0.0)
     if learner_wait >= WAIT_LIMIT and collector_wait >= WAIT_LIMIT:
         return (f"the data flow (the learner waits for data {learner_wait:.0%}, collectors wait {collector_wait:.0%}) "
-                f"— neither side is busy: the allowance (parallel.commander.max_env_steps_per_update) or the "
-                f"on-policy hand-over of each version holds both")
+                f"— neither side is busy: the allowance (parallel.commander.max_env_steps_per_update), the "
+                f"asynchronous flow's queue (parallel.commander.rollout_queue_batches) or the on-policy "
+                f"hand-over of each version holds both")
     if learner_wait >= WAIT_LIMIT:
         phase = _busiest(collectors, "waiting")
         return (f"collectors (the learner waits for data {learner_wait:.0%}; collectors: {LABELS.get(phase, phase)} "

@@ -261,7 +261,7 @@ class AsyncFlow(OnPolicyFlow):
         batches = cfg["parallel"]["commander"]["rollout_queue_batches"]
         if not isinstance(batches, int) or isinstance(batches, bool) or batches < 0:
             raise ConfigError(f"parallel.commander.rollout_queue_batches must be a whole number of learner batches "
-                              f">= 0 (2: collectors stay two batches ahead of the learner; 0: no limit), got "
+                              f">= 0 (3: collectors stay three batches ahead of the learner; 0: no limit), got "
                               f"{batches!r}")
 
     def learner_prefetch(self, learner_cfg: Mapping) -> int:

@@ -124,7 +124,7 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
             max_use=1,
             # accept rows collected at most this many policy versions (= learner iterations) before the one the
             # learner trains them at. The pipeline alone accounts for ~3 (two batches held by the learner, one
-            # chunk in flight), the queue (parallel.commander.rollout_queue_batches) for ~2; the rest is room for
+            # chunk in flight), the queue (parallel.commander.rollout_queue_batches) for ~3; the rest is room for
             # a chunk's collection and announcement (flush_interval)
             max_staleness=8,
         )

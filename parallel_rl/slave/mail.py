@@ -200,6 +200,11 @@ class Outbox:
             self._cond.wait(backoff)  # bounded backoff before the retry (woken early by close)
         return True
 
+    def empty(self) -> bool:
+        """Nothing queued and nothing in flight: every message put so far reached the coordinator."""
+        with self._cond:
+            return not self._messages and not self._batch
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Send everything queued now; True when the outbox emptied within ``timeout``."""
         with self._cond:
