@@ -10,12 +10,17 @@ to the stop value (a few seconds). Measured, median of --repeats:
   bare-vec  gymnasium's vector env with the same number of envs, one batched forward per step
             (both bare loops play --bare-episodes, 100: their rate per env step is what is compared, and the
             one-env loop would take minutes for 1,000 episodes of 500 steps)
-  video     recording the first episode as MP4 (`eval --video`), as a share of the evaluation's wall time
-Target: eval >= 0.8x bare env steps/s; video <= 5 % of the evaluation's wall time.
+  video     the wall time of the `eval` command (parallel_rl.cli.main, in this process: without the
+            interpreter's start and imports, which would only dilute the share) with `--video DIR` (one
+            episode) and without, the same checkpoint, episodes and seed, interleaved; the video's share is
+            (with - without) / with, of the medians
+Target: eval >= 0.8x bare env steps/s; video <= 5 % of `eval --video`'s wall time.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import subprocess
@@ -115,17 +120,37 @@ def main() -> None:
         print(f"eval / bare     = {median['eval'] / median['bare']:.2f}x (target >= 0.8x)")
         print(f"eval / bare-vec = {median['eval'] / median['bare-vec']:.2f}x")
         try:
-            from parallel_rl.envs.video import record_episodes
+            import imageio_ffmpeg  # noqa: F401
         except ImportError:
             return
-        video = []
-        for r in range(args.repeats):
-            start = time.perf_counter()
-            record_episodes(cfg.env, policy.eval_mode.forward, os.path.join(tmp, "videos"), 1, seed=r)
-            video.append(time.perf_counter() - start)
-        share = statistics.median(video) / (statistics.median(eval_seconds) + statistics.median(video))
-        print(f"video of 1 episode: {statistics.median(video):.2f}s = {100 * share:.1f}% of `eval --video` wall "
-              f"time (target <= 5%)")
+        video_share(checkpoint.source, args.episodes, args.repeats, tmp)
+
+
+def eval_wall(argv: list) -> float:
+    """Seconds of one `parallel-rl eval` (its output swallowed)."""
+    from parallel_rl.cli import main as cli
+
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = cli(argv)
+    if code != 0:
+        raise SystemExit(f"parallel-rl {' '.join(argv)} exited {code}")
+    return time.perf_counter() - start
+
+
+def video_share(checkpoint: str, episodes: int, repeats: int, tmp: str) -> None:
+    """`eval` with and without `--video`, interleaved; medians and the video's share of the wall time."""
+    argv = ["eval", "-c", CONFIG, "--checkpoint", checkpoint, "--episodes", str(episodes), "--seed", "0"]
+    walls = {"without": [], "with": []}
+    video = ["--video", os.path.join(tmp, "videos")]
+    for r in range(repeats):  # which goes first alternates: a drift in the box's load hits both alike
+        for name in (("without", "with") if r % 2 == 0 else ("with", "without")):
+            walls[name].append(eval_wall(argv + (video if name == "with" else [])))
+    without, with_video = (statistics.median(walls[k]) for k in ("without", "with"))
+    share = (with_video - without) / with_video
+    print(f"eval {without:.2f}s, eval --video {with_video:.2f}s (medians of {repeats}; all: "
+          f"{', '.join(f'{a:.2f}/{b:.2f}' for a, b in zip(walls['without'], walls['with']))})")
+    print(f"video of 1 episode: {100 * share:.1f}% of `eval --video` wall time (target <= 5%)")
 
 
 if __name__ == "__main__":
