@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 from typing import Any, Callable, Dict, List, Optional
 
@@ -119,6 +120,9 @@ def _record_in_child(sender, env_cfg: EasyDict, act, directory: str, count: int,
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent ends us
     torch.set_num_threads(1)  # the parent's intra-op threads are not in a fork; one thread never needs them
+    # the evaluation keeps its core: the recording (~0.9 s of CPU for a 400-frame CartPole episode) and its ffmpeg
+    # (as much again, several threads; it inherits this) take what is left, with the evaluation's time to finish
+    os.nice(10)
     try:
         sender.send((True, record_episodes(env_cfg, act, directory, count, seed)))
     except ConfigError as exc:
