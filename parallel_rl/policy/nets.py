@@ -102,7 +102,7 @@ def encoder_layers(in_dim: int, encoder: Optional[Dict[str, Any]], activation=nn
     if kind in PUBLISHED_CONVS:
         convs, fc = PUBLISHED_CONVS[kind]
         conv = ConvEncoder(shape, [(c, k, s, 0) for c, k, s in convs], encoder.get("layout", "auto"), nn.ReLU,
-                           int(encoder.get("fc", fc)))
+                           fc if encoder.get("fc") is None else int(encoder["fc"]))
         return [conv], conv.out_dim
     channels = list(encoder.get("channels") or [])
     kernel_size = int(encoder.get("kernel_size", 3))
