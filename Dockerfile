@@ -37,12 +37,13 @@ RUN if [ -n "$EXTRA_CA_CERTS" ]; then \
       pip install --index-url "$TORCH_INDEX_URL" -c constraints.txt torch==2.13.0; \
     fi
 
-# the dependencies (setup.cfg's list, pinned by constraints.txt) in a layer of their own: it stays cached while
-# only the project's code changes
+# the dependencies (setup.cfg's list and its [video] extra, so that eval --video and the cluster's record_every
+# work in the image; pinned by constraints.txt) in a layer of their own: it stays cached while only the project's
+# code changes
 COPY setup.cfg ./
 RUN if [ -n "$EXTRA_CA_CERTS" ]; then export PIP_CERT=/build/ca.pem; fi \
  && python -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); \
-print(c['options']['install_requires'])" > requirements.txt \
+print(c['options']['install_requires'] + c['options.extras_require']['video'])" > requirements.txt \
  && pip install -c constraints.txt -r requirements.txt
 
 # ---- project: the package alone under /opt/app (a code change rebuilds and ships only this small layer) ---

@@ -35,6 +35,8 @@ CASES = {
     "impala-cartpole-cluster": ("run", "configs/cartpole_impala_parallel.py"),
     "appo-pendulum-serial": ("serial", "configs/pendulum_appo.py"),
     "appo-pendulum-cluster": ("run", "configs/pendulum_appo_parallel.py"),
+    "impala-pendulum-serial": ("serial", "configs/pendulum_impala.py"),
+    "impala-pendulum-cluster": ("run", "configs/pendulum_impala_parallel.py"),
 }
 
 

@@ -23,9 +23,8 @@ the ceiling (1000 / latency_ms per collector): on a loaded box a sleeping collec
 collector alone was seen to wake later than several (7.2 ms per 5 ms step against 6.1 ms with two, at load
 average ~20), which flatters the ratio to N x one.
 
-The issue's other figures (APPO vs synchronous PPO wall to eval 195 with 16 latency-bound collectors, the APPO
-learner's busy fraction when collectors outpace it) go in :func:`appo_rows`, once
-``configs/cartpole_appo_parallel.py`` lands.
+Then (unless ``--skip-appo``) the issue's APPO figures, :func:`appo_rows`: APPO vs synchronous PPO wall to
+eval 195 with 16 latency-bound collectors, and the APPO learner's busy fraction and stale-drop fraction.
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ import argparse
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +43,7 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPO_CONFIG = os.path.join(ROOT, "configs", "cartpole_appo_parallel.py")
+PPO_CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo_parallel.py")
 
 
 def start_run(tmp: str, config: str, collectors: int, *settings: str) -> tuple:
@@ -99,13 +100,18 @@ def busy_collectors(url: str) -> int:
     return sum(w["state"] == "busy" for w in requests.get(url + "/collectors", timeout=10).json()["collectors"])
 
 
-def measure(n: int, args: argparse.Namespace) -> Dict:
-    """Env steps/s of a cluster with ``n`` latency-bound collectors flat out, over a window after warm-up."""
+# DQN flat out: without the replay ratio the coordinator's allowance never stops a collector
+FLAT_OUT = ("parallel.commander.max_env_steps_per_update=0",)
+# a run that does not end by itself: measured over a window
+ENDLESS = ("parallel.commander.eval_freq=100000000", "env.stop_value=100000", "parallel.commander.max_seconds=100000")
+
+
+def measure(n: int, args: argparse.Namespace, config: str = "configs/cartpole_dqn_parallel.py",
+            settings: tuple = FLAT_OUT) -> Dict:
+    """Env steps/s of a cluster with ``n`` latency-bound collectors, over a window after warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_run(tmp, "configs/cartpole_dqn_parallel.py", n, f"env.step_latency_ms={args.latency_ms}",
-                              f"env.collector_env_num={args.envs}", "parallel.commander.max_env_steps_per_update=0",
-                              "parallel.commander.eval_freq=100000000", "env.stop_value=100000",
-                              "parallel.commander.max_seconds=100000")
+        proc, url = start_run(tmp, config, n, f"env.step_latency_ms={args.latency_ms}",
+                              f"env.collector_env_num={args.envs}", *settings, *ENDLESS)
         try:
             deadline = time.monotonic() + 120
             while busy_collectors(url) < n:
@@ -116,13 +122,32 @@ def measure(n: int, args: argparse.Namespace) -> Dict:
             first = snapshot(url)
             time.sleep(args.seconds)
             last = snapshot(url)
+            buffers = requests.get(url + "/buffers", timeout=10).json()["buffers"]
         finally:
             stop(proc)
     collectors, learner = window_shares(first, last, "collector"), window_shares(first, last, "learner")
+    pushed = sum(b["pushed"] for b in buffers)
     return {"n": n, "steps": (last["env_steps"] - first["env_steps"]) / (last["t"] - first["t"]),
             "env_step": collectors.get("env_step"), "waiting": collectors.get("waiting"),
             "learner_busy": 1.0 - learner["waiting_for_data"] if learner else None,
+            "dropped": sum(b.get("dropped_stale") or 0 for b in buffers) / pushed if pushed else None,
             "bottleneck": last["bottleneck"], "load": os.getloadavg()[0]}
+
+
+def wall_to_solve(config: str, n: int, args: argparse.Namespace, seed: int) -> Optional[float]:
+    """Seconds from `parallel-rl run`'s start to its exit after ``solved`` (None: it stopped unsolved)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.monotonic()
+        proc, _url = start_run(tmp, config, n, f"env.step_latency_ms={args.latency_ms}",
+                               f"env.collector_env_num={args.envs}", f"seed={seed}",
+                               f"parallel.commander.max_seconds={args.max_seconds}")
+        try:
+            proc.wait(args.max_seconds + 120)
+        finally:
+            stop(proc) if proc.poll() is None else None
+        wall = time.monotonic() - start
+        solved = re.search(r"^solved: eval return", open(os.path.join(tmp, "run.log")).read(), re.M)
+    return wall if solved else None
 
 
 def percent(x: Optional[float]) -> str:
@@ -130,22 +155,32 @@ def percent(x: Optional[float]) -> str:
 
 
 def appo_rows(args: argparse.Namespace) -> None:
-    """THE LEAD'S PLACE for the issue's APPO figures, once ``configs/cartpole_appo_parallel.py`` lands:
+    """The issue's APPO figures, with ``--appo-collectors`` (16) latency-bound collectors on CartPole:
 
-    - APPO vs synchronous PPO, CartPole, 16 latency-bound collectors, wall to eval 195 (target <= 0.5x):
-      ``start_run(tmp, config, 16, f"env.step_latency_ms={args.latency_ms}")`` for the APPO config and
-      ``configs/cartpole_ppo_parallel.py``, each until the run prints ``solved: eval return`` (or
-      ``parallel.commander.max_seconds``), timed from the start.
-    - the APPO learner's busy fraction when collectors outpace it (target >= 0.9): in a run with many
-      collectors, ``window_shares(first, last, "learner")`` over a window after warm-up, as :func:`measure` does;
-      busy = 1 - the ``waiting_for_data`` share.
-    """
-    if not os.path.exists(APPO_CONFIG):
-        print(f"APPO vs sync PPO wall to 195, APPO learner busy fraction: to be measured "
-              f"({os.path.relpath(APPO_CONFIG, ROOT)} is not in this tree yet)")
-        return
-    print("APPO vs sync PPO wall to 195, APPO learner busy fraction: not written yet (benchmarks/async.py, "
-          "appo_rows(): its docstring says how)")
+    - wall from the command's start to eval >= 195, APPO (asynchronous flow) vs PPO (synchronous segments:
+      collectors wait for every version), same env, latency and collectors, per seed (target APPO <= 0.5x);
+    - over a window of an APPO run that does not stop, the learner's busy fraction (1 - its share of waiting
+      for data; target >= 0.9) and the fraction of pushed rows dropped as too stale (target <= 5 %)."""
+    n = args.appo_collectors
+    print(f"\nCartPole to eval 195, {n} latency-bound collectors ({args.latency_ms:g} ms per env step), "
+          f"wall from the command's start:", flush=True)
+    ratios = []
+    for seed in range(args.appo_seeds):
+        appo = wall_to_solve(APPO_CONFIG, n, args, seed)
+        ppo = wall_to_solve(PPO_CONFIG, n, args, seed)
+        ratio = appo / ppo if appo and ppo else None
+        ratios.append(ratio) if ratio else None
+        print(f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s'}  sync PPO "
+              f"{'-' if ppo is None else f'{ppo:.1f} s'}  ratio {'-' if ratio is None else f'{ratio:.2f}'}  "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if ratios:
+        print(f"  APPO / sync PPO wall, median over {len(ratios)} solved seeds: {statistics.median(ratios):.2f} "
+              f"(target <= 0.5)", flush=True)
+    r = measure(n, args, APPO_CONFIG, ())
+    print(f"APPO, {n} collectors, a {args.seconds:g} s window: {r['steps']:.0f} env steps/s, learner busy "
+          f"{percent(r['learner_busy'])} (target >= 90%), rows dropped as too stale {percent(r['dropped'])} "
+          f"(target <= 5%), collectors waiting {percent(r['waiting'])}, load {r['load']:.1f}; {r['bottleneck']}",
+          flush=True)
 
 
 def main() -> None:
@@ -156,6 +191,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after every collector is busy")
     parser.add_argument("--skip-appo", action="store_true")
+    parser.add_argument("--appo-collectors", type=int, default=16)
+    parser.add_argument("--appo-seeds", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=300.0, help="a run to 195 gives up after this")
     args = parser.parse_args()
     counts = sorted(set(args.collectors) | {1})
     ceiling = 1000.0 / args.latency_ms

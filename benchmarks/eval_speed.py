@@ -10,13 +10,20 @@ to the stop value (a few seconds). Measured, median of --repeats:
   bare-vec  gymnasium's vector env with the same number of envs, one batched forward per step
             (both bare loops play --bare-episodes, 100: their rate per env step is what is compared, and the
             one-env loop would take minutes for 1,000 episodes of 500 steps)
-  video     recording the first episode as MP4 (`eval --video`), as a share of the evaluation's wall time
-Target: eval >= 0.8x bare env steps/s; video <= 5 % of the evaluation's wall time.
+  video     the wall time of the `eval` command (parallel_rl.cli.main, in this process: without the
+            interpreter's start and imports, which would only dilute the share) with `--video DIR` (one
+            episode) and without, the same checkpoint, episodes and seed, interleaved; the video's share is
+            (with - without) / with, of the medians (and the median of each back-to-back pair's share)
+Target: eval >= 0.8x bare env steps/s; video <= 5 % of `eval --video`'s wall time.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -115,18 +122,53 @@ def main() -> None:
         print(f"eval / bare     = {median['eval'] / median['bare']:.2f}x (target >= 0.8x)")
         print(f"eval / bare-vec = {median['eval'] / median['bare-vec']:.2f}x")
         try:
-            from parallel_rl.envs.video import record_episodes
+            import imageio_ffmpeg  # noqa: F401
         except ImportError:
             return
-        video = []
-        for r in range(args.repeats):
-            start = time.perf_counter()
-            record_episodes(cfg.env, policy.eval_mode.forward, os.path.join(tmp, "videos"), 1, seed=r)
-            video.append(time.perf_counter() - start)
-        share = statistics.median(video) / (statistics.median(eval_seconds) + statistics.median(video))
-        print(f"video of 1 episode: {statistics.median(video):.2f}s = {100 * share:.1f}% of `eval --video` wall "
-              f"time (target <= 5%)")
+        video_share(checkpoint.source, args.episodes, args.repeats, tmp)
 
+
+def eval_wall(argv: list) -> dict:
+    """One `parallel-rl eval --json`: its wall seconds, its evaluation's (the JSON's), and the CPU seconds of this
+    process's children while it ran (the recording process and its ffmpeg)."""
+    from parallel_rl.cli import main as cli
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    start, cpu = time.perf_counter(), children_cpu()
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = cli(["--json", *argv])
+    if code != 0:
+        raise SystemExit(f"parallel-rl {' '.join(argv)} exited {code}")
+    return {"wall": time.perf_counter() - start, "evaluation": json.loads(out.getvalue())["seconds"],
+            "recorder_cpu": children_cpu() - cpu}
+
+
+def video_share(checkpoint: str, episodes: int, repeats: int, tmp: str) -> None:
+    """`eval` with and without `--video`, interleaved; medians and the video's share of the wall time."""
+    def command(n: int, video: bool) -> list:
+        return (["eval", "-c", CONFIG, "--checkpoint", checkpoint, "--episodes", str(n), "--seed", "0"]
+                + (["--video", os.path.join(tmp, "videos")] if video else []))
+
+    for video in (False, True):  # the command's first imports (the CLI, imageio-ffmpeg) go untimed
+        eval_wall(command(10, video))
+    runs = {False: [], True: []}
+    for r in range(repeats):  # which goes first alternates: a drift in the box's load hits both alike
+        for video in ((False, True) if r % 2 == 0 else (True, False)):
+            runs[video].append(eval_wall(command(episodes, video)))
+    without, with_video = ({key: statistics.median(run[key] for run in runs[video]) for key in runs[video][0]}
+                           for video in (False, True))
+    share = (with_video["wall"] - without["wall"]) / with_video["wall"]
+    pairs = ", ".join(f"{a['wall']:.2f}/{b['wall']:.2f}" for a, b in zip(runs[False], runs[True]))
+    print(f"eval {without['wall']:.2f}s, eval --video {with_video['wall']:.2f}s (medians of {repeats}; all: {pairs})")
+    print(f"  of which the evaluation {without['evaluation']:.2f}s / {with_video['evaluation']:.2f}s; the recording "
+          f"process and its ffmpeg used {with_video['recorder_cpu']:.2f}s of CPU beside it")
+    # each pair ran back to back: the median of the pairs' shares sheds a load spike that hit one run of a pair
+    paired = statistics.median((b["wall"] - a["wall"]) / b["wall"] for a, b in zip(runs[False], runs[True]))
+    print(f"video of 1 episode: {100 * share:.1f}% of `eval --video` wall time (target <= 5%); the median of the "
+          f"pairs' shares {100 * paired:.1f}%")
 
 if __name__ == "__main__":
     main()

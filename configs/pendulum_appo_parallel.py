@@ -1,10 +1,10 @@
 """Pendulum-v1 APPO on a local cluster: ``parallel-rl run -c configs/pendulum_appo_parallel.py``.
 
-The algorithm settings are those of ``pendulum_appo.py``; this file adds the cluster's. The data flow is the one
-the policy type asks for (``policy.flow``): until the asynchronous flow is in, APPO runs on PPO's
-synchronous segments (every version published, the collectors split one segment of
-``policy.collect.n_sample`` env steps per version, each segment trained on once), with V-trace correcting
-for the learner's policy moving during its epochs over a segment. The buffer is the flow's default.
+The algorithm settings are those of ``pendulum_appo.py``; this file adds the cluster's. The data flow is the type's default,
+the asynchronous one (``policy.flow="async"``): collectors never wait for a policy version, the learner trains
+on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions, and V-trace corrects for the
+lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
+synchronous segments instead). The buffer is the flow's default (rollout).
 """
 import copy
 import os

@@ -62,6 +62,34 @@ def test_eval_records_videos(runs, tmp_path):
     assert meta["size"] == (600, 400) and frames >= 8  # CartPole's 600x400 frames, one per step and the last
 
 
+def test_eval_video_is_the_evaluated_episode(runs, tmp_path):
+    """The recording runs beside the evaluation, in its own process: its MP4s are still the evaluation's first
+    episodes (sync vector envs: env i starts from seed + i, as the recording's episode i does)."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    out = run_cli("eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "3", "--seed", "5", "--video",
+                  str(tmp_path / "v"), "--video-episodes", "3", "--set", "env.vector_mode=sync", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    lengths = []
+    for path in result["videos"]:
+        reader = imageio_ffmpeg.read_frames(path)
+        assert next(reader)["size"] == (600, 400)
+        lengths.append(sum(1 for _ in reader) - 1)  # a frame per step and one of the last state
+    # CartPole pays 1 a step: three returns are three lengths, fixed by their mean, min and max
+    assert (sum(lengths) / 3, min(lengths), max(lengths)) == pytest.approx(
+        (result["return_mean"], result["return_min"], result["return_max"])), (lengths, result)
+
+
+def test_a_failed_recording_is_one_line_and_exit_2(runs, tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    out = run_cli("eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "2", "--video", str(not_a_dir))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("parallel-rl eval: error: --video: ") and str(not_a_dir) in out.stderr
+
+
 @pytest.mark.parametrize("case", ["no checkpoint", "unreadable file", "wrong env", "wrong algorithm",
                                   "bad episodes"])
 def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, case):

@@ -5,7 +5,6 @@ import argparse
 import json
 import logging
 import os
-import time
 
 from ..errors import ConfigError
 
@@ -99,8 +98,7 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..commands import render_table
     from ..envs.multiagent import is_battle_env
-    from .evaluate import battle_rows, evaluate_battle, evaluate_policy, summary_rows
-    from ..envs.video import record_episodes
+    from .evaluate import BackgroundRecording, battle_rows, evaluate_battle, evaluate_policy, summary_rows
 
     if args.episodes <= 0 or args.video_episodes < 0:
         raise ConfigError(f"--episodes must be > 0 and --video-episodes >= 0, got {args.episodes}, "
@@ -114,12 +112,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     battle = is_battle_env(cfg.env)
     if battle and args.video:
         raise ConfigError("--video records single-agent envs only; drop it for a two-player game")
-    info = (evaluate_battle if battle else evaluate_policy)(cfg, policy, args.episodes, args.seed)
-    videos, video_seconds = [], 0.0
-    if args.video and args.video_episodes:
-        start = time.perf_counter()
-        videos = record_episodes(cfg.env, policy.eval_mode.forward, args.video, args.video_episodes, args.seed)
-        video_seconds = time.perf_counter() - start
+    videos = []
+    if args.video and args.video_episodes:  # recorded beside the evaluation, not after it
+        with BackgroundRecording(cfg.env, policy.eval_mode.forward, args.video, args.video_episodes,
+                                 args.seed) as recording:
+            info = evaluate_policy(cfg, policy, args.episodes, args.seed)
+            videos = recording.result()
+    else:
+        info = (evaluate_battle if battle else evaluate_policy)(cfg, policy, args.episodes, args.seed)
     out = {"checkpoint": checkpoint.source, "env_id": cfg.env.env_id, "policy": cfg.policy.type,
            "episodes": info["episodes"], "length_mean": info["episode_length_mean"],
            "env_steps": info["env_steps"], "seconds": round(info["duration"], 3),
@@ -129,7 +129,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         out.update(return_mean=info["eval_episode_return_mean"], return_std=info["eval_episode_return_std"],
                    return_min=info["eval_episode_return_min"], return_max=info["eval_episode_return_max"],
-                   videos=[v["path"] for v in videos], video_seconds=round(video_seconds, 3))
+                   videos=[v["path"] for v in videos],
+                   video_seconds=round(sum(v["seconds"] for v in videos), 3))  # the recording's own time
     if getattr(args, "json", False):
         print(json.dumps(out, indent=2))
         return 0

@@ -18,6 +18,7 @@ through the vector env's own pipes and waits on them with
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -63,9 +64,34 @@ class EnvStep:
         return self.terminated | self.truncated
 
 
+# env packages whose import alone registers nothing with gymnasium >= 1.0 (which dropped plugin entry points):
+# the module and function that register their envs. MinAtar 1.0.15: ``MinAtar/<Game>-v0`` (full action set) and
+# ``-v1`` (minimal action set) for Asterix, Breakout, Freeway, Seaquest, SpaceInvaders. (``ale_py`` registers
+# its ``ALE/...`` ids on import, so it needs no entry.)
+ENV_REGISTRARS = {"minatar": ("minatar.gym", "register_envs", "MinAtar/Breakout-v1")}
+
+
 def import_env_modules(names: Iterable[str]) -> None:
-    """Import user modules that register envs with gymnasium (``env.import_names``)."""
+    """Import user modules that register envs with gymnasium (``env.import_names``), then run the register
+    call of the packages in :data:`ENV_REGISTRARS` (once: gymnasium warns about every id registered twice)."""
+    names = list(names or [])
     import_modules(names, "env.import_names")
+    for name in names:
+        if name in ENV_REGISTRARS:
+            module, function, probe_id = ENV_REGISTRARS[name]
+            if probe_id not in gym.registry:
+                getattr(importlib.import_module(module), function)()
+
+
+# observation dtypes kept as the env gives them (frames, boards: 1 byte a value from env to chunk to learner,
+# where the networks convert them on the device: parallel_rl.policy.nets.obs_float); any other dtype becomes float32
+COMPACT_OBS_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
+
+
+def as_obs(obs) -> np.ndarray:
+    """A batch of observations as the rows store them: uint8 and bool as they are, anything else float32."""
+    obs = np.asarray(obs)
+    return obs if obs.dtype in COMPACT_OBS_DTYPES else obs.astype(np.float32, copy=False)
 
 
 class EnvManager:
@@ -113,7 +139,9 @@ class EnvManager:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as exc:
-            raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc}") from exc
+            raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc} (envs of another "
+                              "package: name it in env.import_names, e.g. [\"minatar\"] for MinAtar/Breakout-v1, "
+                              "[\"ale_py\"] for ALE/Pong-v5)") from exc
         wrappers = None
         if step_latency_ms:  # each sub-env wrapped: a vector entry point steps them all in one call, unwrappable
             if vector_mode == "vector_entry_point":
@@ -218,7 +246,7 @@ class EnvManager:
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._needs_reset[:] = False
-        self._obs = np.asarray(obs, dtype=np.float32)
+        self._obs = as_obs(obs)
         return self._obs
 
     def step(self, actions: np.ndarray) -> EnvStep:
@@ -230,7 +258,7 @@ class EnvManager:
         obs, reward, terminated, truncated, info = self._env.step(actions)
         if self.keep_info:
             self.info = info
-        obs = np.asarray(obs, dtype=np.float32)
+        obs = as_obs(obs)
         reward = np.asarray(reward, dtype=np.float32)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
@@ -309,7 +337,7 @@ class EnvManager:
                 obs[i] = self._subset_env.observations[i]
         else:
             new_obs, _ = self._env.reset(seed=seed, options={**options, "reset_mask": ended})
-            obs[ids] = np.asarray(new_obs, dtype=np.float32)[ids]
+            obs[ids] = as_obs(new_obs)[ids]
         self._obs = obs
         self._needs_reset = self._needs_reset & ~ended
         self._returns[ids] = 0.0

@@ -33,15 +33,17 @@ def _off_policy() -> dict:
 
 
 def _encoder() -> dict:
-    return dict(type="mlp", shape=[], channels=[32, 64], kernel_size=3)
+    """``policy.model.encoder`` (policy/nets.py): mlp | conv (``channels``, ``kernel_size``) | minatar | nature
+    (``layout`` hwc / chw / auto, ``fc``: the width of their ReLU layer, null: the published 128 / 512)."""
+    return dict(type="mlp", shape=[], channels=[32, 64], kernel_size=3, layout="auto", fc=None)
 
 
 def dqn_default_config() -> EasyDict:
     return EasyDict(
         **_common("dqn", on_policy=False),
         **_off_policy(),
-        # encoder: what reads the observation before hidden_size_list (policy/nets.py): mlp, or conv over
-        # (H, W, C) boards/images with shape=[H, W, C], channels=[...], kernel_size (odd)
+        # encoder: what reads the observation before hidden_size_list (policy/nets.py): mlp, conv over (H, W, C)
+        # boards with shape=[H, W, C], channels=[...], kernel_size (odd), or the minatar / nature conv stacks
         model=dict(hidden_size_list=[128, 128, 64], dueling=True, encoder=_encoder()),
         discount_factor=0.99,
         nstep=3,

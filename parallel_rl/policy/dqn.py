@@ -20,7 +20,7 @@ from torch import nn
 from ..errors import ConfigError
 from .base import Policy, PolicyMode  # noqa: F401 (PolicyMode re-exported)
 from .defaults import dqn_default_config
-from .nets import body, cpu_state_dict, to_tensor
+from .nets import body, cpu_state_dict, obs_float, to_tensor
 from .optim import Adam
 
 
@@ -52,7 +52,7 @@ class QNetwork(nn.Module):
             self.head = nn.Linear(last, action_num)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.encoder(obs)
+        x = self.encoder(obs_float(obs))
         if self.dueling:
             advantage = self.advantage(x)
             return self.value(x) + advantage - advantage.mean(dim=-1, keepdim=True)

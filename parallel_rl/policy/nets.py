@@ -1,13 +1,24 @@
-"""Small building blocks shared by the policies: encoders (MLP, or a conv stack over board/image observations)
+"""Small building blocks shared by the policies: encoders (MLP, or conv stacks over board/image observations)
 with an MLP on top, state dicts on the CPU.
 
 ``policy.model.encoder`` picks what reads the observation before the hidden layers
-(``hidden_size_list``): ``type="mlp"`` (the flattened observation goes straight
-to them) or ``type="conv"``: ``shape`` is the observation's shape with channels
-last, (H, W, C) as PettingZoo's boards (Connect Four: ``[6, 7, 2]``) and
-images come; ``channels`` are the conv layers' output channels, each with a
-``kernel_size`` x ``kernel_size`` kernel (odd: the board keeps its size) and
-the policy's activation. Observations travel flat; the conv stack reshapes them.
+(``hidden_size_list``); every encoder is built here, by :func:`encoder_layers`:
+
+- ``type="mlp"`` (default): the flattened observation goes straight to the hidden layers.
+- ``type="conv"``: ``channels`` conv layers, each ``kernel_size`` x ``kernel_size`` (odd, padded: the board
+  keeps its size), stride 1, with the policy's activation (PettingZoo boards: Connect Four ``[6, 7, 2]``).
+- ``type="minatar"``: MinAtar's network (Young & Tian 2019): one 16-filter 3x3 conv, stride 1, no padding,
+  ReLU, then a ReLU layer of ``fc`` (128) units.
+- ``type="nature"``: the Nature CNN (Mnih et al. 2015): 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1
+  (ReLU, no padding), then a ReLU layer of ``fc`` (512) units (84x84 frames: 3136 conv features).
+
+``shape`` is the observation's shape (3 axes, what the env gives: ``[10, 10, 4]`` for MinAtar Breakout,
+``[4, 84, 84]`` for ALE's frame stacks). ``layout`` says where its channels are: ``"hwc"`` (channels last),
+``"chw"`` (channels first) or ``"auto"`` (the default: channels first when the first axis is shorter than the
+last, e.g. 4x84x84, else last, e.g. 10x10x4); ``conv`` reads (H, W, C) only, as it always has. Observations travel flat, in their own dtype; the encoder reshapes them to (N, C, H, W), the one
+place where the layout is handled. uint8 is scaled by 1/255 and bool read as 0/1 before any layer
+(:func:`obs_float`, at the front of every model's forward). With ``minatar`` and ``nature`` the hidden layers
+may be empty (``hidden_size_list=[]``): the head sits on the encoder's ``fc`` layer, as published.
 """
 from __future__ import annotations
 
@@ -19,25 +30,64 @@ from torch import nn
 
 from ..errors import ConfigError
 
-ENCODER_TYPES = ("mlp", "conv")
+ENCODER_TYPES = ("mlp", "conv", "minatar", "nature")
+LAYOUTS = ("auto", "hwc", "chw")
+# the published conv stacks: (out channels, kernel, stride) per layer, no padding; and their fc width
+PUBLISHED_CONVS = {
+    "minatar": ([(16, 3, 1)], 128),
+    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),
+}
 
 
-class ChannelsLastConv(nn.Module):
-    """Conv layers over flat observations of shape (H, W, C); returns their output flattened."""
+def channels_first(shape: Sequence[int], layout: str) -> bool:
+    """Whether observations of ``shape`` (3 axes) hold their channels on the first axis (``layout``: hwc | chw |
+    auto: first when the first axis is shorter than the last, 4x84x84, else last, 10x10x4)."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"policy.model.encoder.layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout == "chw" or (layout == "auto" and shape[0] < shape[-1])
 
-    def __init__(self, shape: Sequence[int], channels: Sequence[int], kernel_size: int, activation=nn.ReLU):
+
+class ConvEncoder(nn.Module):
+    """Conv layers over flat observations of ``shape`` (channels first or last), then an optional ReLU ``fc``
+    layer; returns the features flattened. ``layers``: (out channels, kernel, stride, padding) per conv."""
+
+    def __init__(self, shape: Sequence[int], layers: Sequence[Tuple[int, int, int, int]], layout: str = "hwc",
+                 activation=nn.ReLU, fc: int = 0):
         super().__init__()
         self.shape = tuple(int(s) for s in shape)
-        layers, last = [], self.shape[-1]
-        for size in channels:
-            layers += [nn.Conv2d(last, int(size), kernel_size, padding=kernel_size // 2), activation()]
-            last = int(size)
-        self.net = nn.Sequential(*layers)
-        self.out_dim = last * self.shape[0] * self.shape[1]
+        self.channels_first = channels_first(self.shape, layout)
+        chw = self.shape if self.channels_first else (self.shape[2], self.shape[0], self.shape[1])
+        convs, last = [], chw[0]
+        for out, kernel, stride, padding in layers:
+            convs += [nn.Conv2d(last, int(out), int(kernel), int(stride), int(padding)), activation()]
+            last = int(out)
+        self.net = nn.Sequential(*convs)
+        with torch.no_grad():
+            conv_dim = int(self.net(torch.zeros(1, *chw)).numel())
+        self.fc = nn.Sequential(nn.Linear(conv_dim, int(fc)), nn.ReLU()) if fc else None
+        self.out_dim = int(fc) if fc else conv_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.reshape(-1, *self.shape).permute(0, 3, 1, 2)  # (N, C, H, W)
-        return self.net(x).flatten(1)
+        x = obs.reshape(-1, *self.shape)
+        if not self.channels_first:
+            x = x.permute(0, 3, 1, 2)  # (N, H, W, C) -> (N, C, H, W)
+        x = self.net(x).flatten(1)
+        return x if self.fc is None else self.fc(x)
+
+
+class ChannelsLastConv(ConvEncoder):
+    """The ``conv`` encoder: ``channels`` same-size conv layers (stride 1, padded) over (H, W, C) boards."""
+
+    def __init__(self, shape: Sequence[int], channels: Sequence[int], kernel_size: int, activation=nn.ReLU):
+        super().__init__(shape, [(int(c), kernel_size, 1, kernel_size // 2) for c in channels], "hwc", activation)
+
+
+def _encoder_shape(encoder: Dict[str, Any], in_dim: int) -> List[int]:
+    shape = list(encoder.get("shape") or [])
+    if len(shape) != 3 or int(np.prod(shape)) != in_dim:
+        raise ConfigError(f"policy.model.encoder.shape must be the observation's 3-axis shape (H, W, C) or "
+                          f"(C, H, W) holding its {in_dim} values, got {shape=}")
+    return shape
 
 
 def encoder_layers(in_dim: int, encoder: Optional[Dict[str, Any]], activation=nn.ReLU) -> Tuple[List[nn.Module], int]:
@@ -48,11 +98,14 @@ def encoder_layers(in_dim: int, encoder: Optional[Dict[str, Any]], activation=nn
         raise ConfigError(f"policy.model.encoder.type must be one of {ENCODER_TYPES}, got {kind!r}")
     if kind == "mlp":
         return [], in_dim
-    shape, channels = list(encoder.get("shape") or []), list(encoder.get("channels") or [])
+    shape = _encoder_shape(encoder, in_dim)
+    if kind in PUBLISHED_CONVS:
+        convs, fc = PUBLISHED_CONVS[kind]
+        conv = ConvEncoder(shape, [(c, k, s, 0) for c, k, s in convs], encoder.get("layout", "auto"), nn.ReLU,
+                           fc if encoder.get("fc") is None else int(encoder["fc"]))
+        return [conv], conv.out_dim
+    channels = list(encoder.get("channels") or [])
     kernel_size = int(encoder.get("kernel_size", 3))
-    if len(shape) != 3 or int(np.prod(shape)) != in_dim:
-        raise ConfigError(f"policy.model.encoder.shape must be the observation's (H, W, C) shape holding its "
-                          f"{in_dim} values, got {shape=}")
     if not channels or min(int(c) for c in channels) <= 0:
         raise ConfigError(f"policy.model.encoder.channels must list > 0 output channels per conv layer, got {channels=}")
     if kernel_size <= 0 or kernel_size % 2 == 0:
@@ -65,10 +118,11 @@ def encoder_layers(in_dim: int, encoder: Optional[Dict[str, Any]], activation=nn
 def body(in_dim: int, hidden_size_list: Sequence[int], key: str, activation=nn.ReLU,
          encoder: Optional[Dict[str, Any]] = None) -> Tuple[List[nn.Module], int]:
     """The encoder's layers, then ``hidden...`` with ``activation`` after each; and the last layer's size."""
-    if not hidden_size_list:
-        raise ConfigError(f"{key} must not be empty, got {hidden_size_list!r}")
+    if not hidden_size_list and (encoder or {}).get("type") not in PUBLISHED_CONVS:
+        raise ConfigError(f"{key} must not be empty (only the minatar and nature encoders end in a layer of their "
+                          f"own), got {hidden_size_list!r}")
     layers, last = encoder_layers(in_dim, encoder, activation)
-    for size in hidden_size_list:
+    for size in hidden_size_list or []:
         layers += [nn.Linear(last, int(size)), activation()]
         last = int(size)
     return layers, last
@@ -85,6 +139,15 @@ def mlp(in_dim: int, hidden_size_list: Sequence[int], out_dim: int, key: str, ac
 def cpu_state_dict(module: nn.Module) -> Dict[str, torch.Tensor]:
     """A module's state dict with CPU tensors (what goes to the shared disk, whatever the device)."""
     return {k: v.detach().to("cpu", copy=True) if v.device.type != "cpu" else v for k, v in module.state_dict().items()}
+
+
+def obs_float(obs: torch.Tensor) -> torch.Tensor:
+    """Observations as the networks read them, converted where they already are (the learner's device): uint8
+    frames scaled by 1/255, bool boards as 0/1, float as it is. Rows and chunks keep uint8/bool (1 byte a value);
+    every model's forward starts here, so a batch is converted once per forward, on the device."""
+    if obs.dtype == torch.uint8:
+        return obs.float().mul_(1.0 / 255.0)
+    return obs if obs.is_floating_point() else obs.float()
 
 
 def to_tensor(array, device: str, dtype=torch.float32) -> torch.Tensor:

@@ -35,7 +35,7 @@ from ..data.flows import SEGMENTS, flow_of
 from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
-from .nets import RunningMeanStd, cpu_state_dict, mlp, to_tensor
+from .nets import RunningMeanStd, cpu_state_dict, mlp, obs_float, to_tensor
 from .optim import Adam
 
 
@@ -141,7 +141,7 @@ class ActorCritic(nn.Module):
 
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
         """The action distribution; a boolean ``mask`` (Discrete only) gives illegal actions probability 0."""
-        out = self.actor(obs)
+        out = self.actor(obs_float(obs))
         if self.spec.kind == "discrete":
             if mask is not None:
                 out = out.masked_fill(~mask, ILLEGAL_LOGIT)
@@ -159,7 +159,7 @@ class ActorCritic(nn.Module):
         return ent if self.spec.kind == "discrete" else ent.sum(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(obs_float(obs)).squeeze(-1)
 
 
 class LearnBatch(NamedTuple):
@@ -204,12 +204,13 @@ class PPOPolicy(Policy):
         self.env_steps_trained = 0  # rows of all segments trained on (learning-rate annealing)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        """Observations as the networks see them: flat float32, normalized by the model's running
-        statistics when ``model.obs_norm`` is on."""
+        """Observations on the device, flat, in their own dtype (uint8/bool stay 1 byte a value: the model's
+        forward converts them, :func:`.nets.obs_float`); with ``model.obs_norm`` float32 normalized by the
+        model's running statistics (of the raw values, as ``update`` gathers them)."""
+        if self.model.obs_rms is None:
+            return to_tensor(obs, self.device, None).flatten(1)
         x = to_tensor(obs, self.device).flatten(1)
-        if self.model.obs_rms is not None:
-            x = self.model.obs_rms.normalize(x, float(self.cfg.model.get("obs_clip", 10.0)))
-        return x
+        return self.model.obs_rms.normalize(x, float(self.cfg.model.get("obs_clip", 10.0)))
 
     # ---- acting ----------------------------------------------------------------
     def _mask(self, mask: Optional[np.ndarray]) -> Optional[torch.Tensor]:
