@@ -258,6 +258,9 @@ def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing
     collect call per collector. The learner then trains on to its budget, the collectors never waiting for a
     version; at most 5 % of the rows are dropped as stale, and pushed = trained + dropped + still waiting."""
     cfg = cartpole_async_config(tmp_path, max_train_iter=8)
+    # the learner stays stopped longer than the 1 s (cartpole_async_config) a handed-out chunk's file is kept:
+    # deleted then, the rows the stopped learner held would come back damaged, quarantined (not this test's point)
+    cfg.parallel.coordinator.chunk_grace_seconds = 300.0
     queue = cfg.parallel.commander.rollout_queue_batches * 256
     coordinator, server, shared, procs = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
