@@ -10,7 +10,7 @@ import torch
 from parallel_rl.data.buffer import NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
-from parallel_rl.compat.collectors import DataCollectorBase, SyncDataCollector
+from parallel_rl.compat.torchrl import DataCollectorBase, SyncDataCollector
 
 from .support import ConstantPolicy, eventually
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from parallel_rl.compat.collectors import (AsyncCollector, Collector, CollectStats, CollectStatsBase,
-                                           SequenceSummaryStats, SyncDataCollector)
+                                           SequenceSummaryStats)
+from parallel_rl.compat.torchrl import SyncDataCollector
 from parallel_rl.data.buffer import EpisodeReplayBuffer, NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.envs.toy import CountingEnv
