@@ -146,7 +146,8 @@ def wall_to_solve(config: str, n: int, args: argparse.Namespace, seed: int) -> O
         try:
             proc.wait(args.max_seconds + 120)
         finally:
-            stop(proc) if proc.poll() is None else None
+            if proc.poll() is None:
+                stop(proc)
         wall = time.monotonic() - start
         solved = re.search(r"^solved: eval return", open(os.path.join(tmp, "run.log")).read(), re.M)
     return wall if solved else None
@@ -172,7 +173,8 @@ def appo_rows(args: argparse.Namespace) -> None:
         appo = wall_to_solve(APPO_CONFIG, n, args, seed)
         ppo = wall_to_solve(PPO_CONFIG, n, args, seed)
         ratio = appo / ppo if appo and ppo else None
-        ratios.append(ratio) if ratio else None
+        if ratio:
+            ratios.append(ratio)
         print(f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s'}  sync PPO "
               f"{'-' if ppo is None else f'{ppo:.1f} s'}  ratio {'-' if ratio is None else f'{ratio:.2f}'}  "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
