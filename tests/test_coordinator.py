@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from parallel_rl.errors import RemoteError
-from parallel_rl.transport import HttpClient, pack_array, unpack_array
+from parallel_rl.transport import ApiError, HttpClient, pack_array, unpack_array
 from parallel_rl.slave.slave import Slave, SlaveTask
 from tests.support import eventually
 
@@ -473,3 +473,33 @@ def test_let_go_while_registering_is_a_normal_end(coordinator_factory):
         assert slave.stopping and slave.fatal_error is None
     finally:
         slave.close()
+
+
+def test_a_busy_worker_s_refusal_puts_the_task_back_without_using_an_attempt(coordinator_factory, slaves):
+    """A slave that answers 409 (still ending a task it was told to stop) is asked again after a back-off, and
+    the same task runs on it with one attempt: busy refusals used to fail the task each time, and a learner's
+    three attempts went in milliseconds (the run ended as failed)."""
+    class BusyAtFirst(ScriptedSlave):
+        refusals = []
+
+        def validate_task(self, task):
+            if len(self.refusals) < 2:
+                self.refusals.append(task.task_id)
+                raise ApiError(409, "conflict", "already running ['learner-old']")
+
+    coordinator, server = coordinator_factory()
+    learner = BusyAtFirst("learner", server.url)
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        assert learner.got_task.wait(20)
+        task = learner.received[0]
+        assert BusyAtFirst.refusals == [task.task_id, task.task_id]
+        body = api(server, f"/tasks/{task.task_id}").json()
+        assert body["state"] == "running" and body["attempts"] == 1 and body["worker_id"] == learner.worker_id
+        assert not api(server, "/tasks?state=failed").json()["tasks"]
+        assert api(server, "/cluster").json()["state"] == "running"
+    finally:
+        learner.finish.setdefault(learner.received[0].task_id if learner.received else "-", threading.Event()).set()
+        learner.request_stop()
+        learner.close()
