@@ -182,7 +182,7 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
 def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chunk(tmp_path, caplog):
     """A chunk file holding fewer rows than were indexed (the coordinator's check by size cannot tell every
     crafted file): the rows past its end are dropped, not read from the slot's previous chunk."""
-    from parallel_rl.learner.shell import RowStore
+    from parallel_rl.learner.pipeline import RowStore
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(str(tmp_path))
@@ -199,7 +199,7 @@ def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chu
 
 
 def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
-    from parallel_rl.learner.shell import DataPipeline
+    from parallel_rl.learner.pipeline import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)

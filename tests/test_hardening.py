@@ -72,7 +72,7 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator
     """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
     the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
     tests/test_reliability_data.py)."""
-    from parallel_rl.learner.shell import DataPipeline
+    from parallel_rl.learner.pipeline import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)

@@ -14,7 +14,8 @@ import gymnasium as gym
 import numpy as np
 from easydict import EasyDict
 
-from .env_manager import EnvManager, import_env_modules
+from .env_manager import EnvManager
+from .registrars import import_env_modules
 from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
