@@ -8,9 +8,11 @@ last window (their heartbeats' ``waiting``: for allowance or a policy version), 
   ``world_size`` N the last N, as far as one is left) and the coordinator and the collectors share the others:
   a learner sharing its core with busy collectors trains ~15 % slower, and collectors that wait anyway lose
   nothing by having fewer cores.
-- they wait less (they are env-bound or CPU-bound, however busy the learner is): every process may use every
-  CPU. Confined to one of two cores, 32 latency-bound collectors and the coordinator saturated it (0.61 of N x
+- they wait less than a quarter of their time (:data:`SHARE_BELOW`: they are env-bound or CPU-bound, however
+  busy the learner is): every process may use every CPU. Confined to one of two cores, 32 latency-bound collectors and the coordinator saturated it (0.61 of N x
   one collector's env steps) while the learner's core idled.
+- in between, the placement stays as it is: APPO's collectors, held by its bounded queue about half their time,
+  would otherwise be moved every window.
 
 Nothing is pinned before training runs (the processes import torch in parallel on every CPU first); once it runs
 the learner gets its CPUs until a window shows the collectors busy.
@@ -23,7 +25,8 @@ from typing import Dict, Iterable, Optional, Set
 from ..coordinator.bottleneck import WAIT_LIMIT
 from ..protocol import TimeBreakdown
 
-WINDOW = 3.0  # seconds of the learner's time a decision looks at (heartbeats come every second)
+WINDOW = 3.0  # seconds of the collectors' time a decision looks at (heartbeats come every second)
+SHARE_BELOW = 0.25  # collectors waiting less than this share of their time may use every CPU
 
 
 class CpuPlacement:
@@ -66,7 +69,12 @@ class CpuPlacement:
         waiting = self.collectors_waiting(collectors)
         if waiting is None and self.current is not None:
             return None
-        wanted = self.shared if waiting is not None and waiting < WAIT_LIMIT else self.dedicated
+        if waiting is None or waiting >= WAIT_LIMIT:
+            wanted = self.dedicated
+        elif waiting < SHARE_BELOW:
+            wanted = self.shared
+        else:
+            return None
         if wanted is self.current:
             return None
         self.current = wanted
