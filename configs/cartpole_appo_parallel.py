@@ -1,10 +1,11 @@
 """CartPole-v1 APPO on a local cluster: ``parallel-rl run -c configs/cartpole_appo_parallel.py``.
 
-The algorithm settings are those of ``cartpole_appo.py`` but for the passes over each batch (below); this file adds
-the cluster's. The data flow is the type's default, the asynchronous one (``policy.flow="async"``): collectors never wait for a policy version, the learner trains
-on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions, and V-trace corrects for the
-lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
-synchronous segments instead). The buffer is the flow's default (rollout).
+The algorithm settings are those of ``cartpole_appo.py`` but for the passes over each batch (below); this file
+adds the cluster's. The data flow is the type's default, the asynchronous one (``policy.flow="async"``):
+collectors never wait for a policy version, the learner trains on the newest ``policy.collect.n_sample`` rows
+within ``max_staleness`` versions, and V-trace corrects for the lag between the behaviour policy that collected a
+row and the learner's (``flow="segments"`` runs it on PPO's synchronous segments instead). The buffer is the
+flow's default (rollout).
 """
 import copy
 import os

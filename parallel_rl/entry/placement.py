@@ -9,8 +9,9 @@ last window (their heartbeats' ``waiting``: for allowance or a policy version), 
   a learner sharing its core with busy collectors trains ~15 % slower, and collectors that wait anyway lose
   nothing by having fewer cores.
 - they wait less than a quarter of their time (:data:`SHARE_BELOW`: they are env-bound or CPU-bound, however
-  busy the learner is): every process may use every CPU. Confined to one of two cores, 32 latency-bound collectors and the coordinator saturated it (0.61 of N x
-  one collector's env steps) while the learner's core idled.
+  busy the learner is): every process may use every CPU. Confined to one of two cores, 32 latency-bound
+  collectors and the coordinator saturated it (0.61 of N x one collector's env steps) while the learner's core
+  idled.
 - in between, the placement stays as it is: APPO's collectors, held by its bounded queue about half their time,
   would otherwise be moved every window.
 
