@@ -1,11 +1,10 @@
 """CartPole-v1 APPO on a local cluster: ``parallel-rl run -c configs/cartpole_appo_parallel.py``.
 
-The algorithm settings are those of ``cartpole_appo.py`` but for the passes over each batch (below); this file
-adds the cluster's. The data flow is the type's default, the asynchronous one (``policy.flow="async"``):
-collectors never wait for a policy version, the learner trains on the newest ``policy.collect.n_sample`` rows
-within ``max_staleness`` versions, and V-trace corrects for the lag between the behaviour policy that collected a
-row and the learner's (``flow="segments"`` runs it on PPO's synchronous segments instead). The buffer is the
-flow's default (rollout).
+The algorithm settings are those of ``cartpole_appo.py``; this file adds the cluster's. The data flow is the type's default,
+the asynchronous one (``policy.flow="async"``): collectors never wait for a policy version, the learner trains
+on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions, and V-trace corrects for the
+lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
+synchronous segments instead). The buffer is the flow's default (rollout).
 """
 import copy
 import os
@@ -15,11 +14,6 @@ main_config = copy.deepcopy(
     runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_appo.py"))["main_config"])
 main_config["exp_name"] = "cartpole_appo_parallel"
 del main_config["serial"]
-# PPO's 10 passes over each batch, not the serial config's 4: in the cluster the learner has a process of its own and,
-# fed by many collectors of a slow env, waits for data most of its time, so passes cost no wall time while they
-# make each env step count more (16 collectors of a 5 ms env: solved at policy version 15 with 10 passes, 49 with
-# 4); the clipped ratio and V-trace's truncated weights keep the passes on a batch from going too far
-main_config["policy"]["learn"]["epoch_per_collect"] = 10
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=4096,
