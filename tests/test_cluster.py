@@ -127,16 +127,29 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
     children = worker_pids(run.pid)
     assert sorted(role_of(pid) for pid in children) == ["collector", "collector", "learner"]
     # once training runs, the learner has the last CPU to itself; the others share the rest
+    run.wait_line(r"launcher: training runs: the learner pinned to CPUs")
     cpus = sorted(os.sched_getaffinity(0))
-    eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="training")
     for pid in children + [run.pid]:
         expected = cpus[-1:] if role_of(pid) == "learner" else cpus[:-1]
-        eventually(lambda pid=pid, expected=expected: sorted(os.sched_getaffinity(pid)) == expected, timeout=5,
-                   message=f"{role_of(pid) or 'launcher'} pinned to {expected}")
+        assert sorted(os.sched_getaffinity(pid)) == expected, f"{role_of(pid) or 'launcher'} pinned to {expected}"
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
     assert "interrupted (SIGINT)" in run.output()
     assert not [pid for pid in children if alive(pid)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="CPU placement needs 2 CPUs")
+def test_busy_collectors_may_use_every_cpu(cli, tmp_path, toy_config):
+    # no replay ratio and a latency-bound env: the collectors never wait for the learner, they wait for their
+    # envs; confined to the learner's leftover CPUs they would collect less
+    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--set",
+                         "parallel.commander.max_env_steps_per_update=0", "--set", "env.step_latency_ms=2")
+    run.wait_line(r"launcher: the collectors wait \d+% of their time: every process on CPUs", timeout=90)
+    cpus = sorted(os.sched_getaffinity(0))
+    pids = worker_pids(run.pid)
+    assert sorted(role_of(pid) for pid in pids) == ["collector", "collector", "learner"]
+    for pid in pids + [run.pid]:
+        assert sorted(os.sched_getaffinity(pid)) == cpus, f"{role_of(pid) or 'launcher'} may use every CPU"
 
 
 def learner_pid(run) -> int:

@@ -1,5 +1,6 @@
 """A latency-bound env, and where each worker's time goes: its heartbeats' breakdown, `GET /api/v1/workers`,
 the bottleneck line of `parallel-rl status`, the dashboard's stacked bars in a real Chromium."""
+import os
 import re
 import time
 
@@ -9,6 +10,7 @@ import requests
 
 from parallel_rl.config import compile_config
 from parallel_rl.coordinator.bottleneck import bottleneck
+from parallel_rl.entry.placement import CpuPlacement
 from parallel_rl.envs import EnvManager
 from parallel_rl.errors import ConfigError, ProtocolViolation
 from parallel_rl.protocol import Heartbeat, TimeBreakdown
@@ -42,6 +44,19 @@ def test_latency_overlaps_in_an_async_vector_env():
     with EnvManager("CartPole-v1", 4, seed=0, vector_mode="async", step_latency_ms=50) as env:
         wall, _ = timed_steps(env, 5)
     assert 5 * 0.050 <= wall < 0.6 * 5 * 4 * 0.050  # in turn it would take 1 s
+
+
+def test_evaluators_can_step_their_envs_at_once_while_collectors_step_theirs_in_turn():
+    cfg = compile_config({"env": {"env_id": "CartPole-v1", "step_latency_ms": 50, "evaluator_vector_mode": "async"}})
+    with EnvManager.from_cfg(cfg.env, 4, seed=0) as collector_env:
+        assert collector_env.vector_mode == "sync"
+    with EnvManager.from_cfg(cfg.env, 4, seed=0, evaluator=True) as evaluator_env:
+        assert evaluator_env.vector_mode == "async"
+        wall, _ = timed_steps(evaluator_env, 5)
+    assert wall < 0.6 * 5 * 4 * 0.050  # in turn it would take 1 s
+    plain = compile_config({"env": {"env_id": "CartPole-v1", "step_latency_ms": 50}})
+    with EnvManager.from_cfg(plain.env, 2, seed=0, evaluator=True) as evaluator_env:
+        assert evaluator_env.vector_mode == "sync"  # by default as the collectors' (env.vector_mode)
 
 
 @pytest.mark.parametrize("settings, text", [
@@ -139,3 +154,26 @@ def test_dashboard_shows_a_stacked_time_bar_per_worker(cli, tmp_path, toy_config
     finally:
         browser.quit()
     assert requests.get(url + "/cluster", timeout=5).json()["bottleneck"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="CPU placement needs 2 CPUs")
+def test_the_learner_gets_a_cpu_to_itself_only_while_the_collectors_wait_for_it():
+    placement = CpuPlacement(learner_cpus=1)
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def window(waiting):  # two collectors, 10 s more wall each, ``waiting`` of it waiting
+        window.wall += 10
+        window.waited += 10 * waiting
+        return [(f"collector-{i}", breakdown(window.wall, waiting=window.waited, env_step=window.wall - window.waited))
+                for i in (1, 2)]
+    window.wall = window.waited = 0.0
+
+    first = placement.decide(window(0.0))  # training has begun: no window yet
+    assert (sorted(first["learner"]), sorted(first["collector"])) == (cpus[-1:], cpus[:-1])
+    assert placement.decide(window(0.8)) is None  # throttled collectors: the learner keeps its CPU
+    shared = placement.decide(window(0.1))  # env-bound collectors: every process on every CPU
+    assert sorted(shared["learner"]) == sorted(shared["collector"]) == cpus
+    assert "the collectors wait 10% of their time: every process on CPUs" in placement.reason
+    assert placement.decide(window(0.4)) is None  # in between: as it is (no flapping)
+    assert sorted(placement.decide(window(0.7))["learner"]) == cpus[-1:]
+    assert placement.decide(window(0.4)) is None

@@ -292,14 +292,18 @@ class SampleSerialCollector(ISerialCollector):
         missing = n_sample - columns_len(self._ready)
         enough = builder.enough_after(missing, env.num_envs) if missing > 0 else (lambda steps: True)
         steps = 0
+        ended_returns, ended_lengths = [], []  # summarised once per call, not once per vector step
         while not enough(steps):
             obs, action, step, extra = act(forward, policy_kwargs)
             builder.add(obs, action, step, extra)
             steps += step.n_valid
             if step.episode_ended:
                 done_rows = np.flatnonzero(step.done)
-                stats.episodes += len(done_rows)
-                stats.add_episodes(step.episode_return[done_rows], step.episode_length[done_rows])
+                ended_returns.append(step.episode_return[done_rows])
+                ended_lengths.append(step.episode_length[done_rows])
+        if ended_returns:
+            stats.add_episodes(np.concatenate(ended_returns), np.concatenate(ended_lengths))
+            stats.episodes += len(stats.returns)
         stats.env_steps = steps
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])

@@ -96,8 +96,9 @@ def parallel_default_config() -> EasyDict:
         ),
         learner=dict(
             # under `parallel-rl run` with >= 2 CPUs, once training runs: the learner gets the last CPU to
-            # itself, the coordinator and collectors share the others (the learner is the bottleneck;
-            # sharing cores with them costs it ~15% of its updates on a 2-core machine)
+            # itself, the coordinator and collectors share the others, while the collectors wait for the
+            # learner (sharing cores with them costs it ~15% of its updates on a 2-core machine); busy
+            # collectors may use every CPU (parallel_rl/entry/placement.py)
             dedicated_cpu=True,
             # publish a policy checkpoint every N iterations. Each one costs a save here, a load in every
             # collector and a cut in every collector's chunk; on CartPole 50 (~0.1 s) trains ~10% faster

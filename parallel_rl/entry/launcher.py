@@ -38,6 +38,7 @@ from ..progress import ProgressReporter
 from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
 from ..storage import SharedStorage, lock_shared_dir
 from . import forkserver
+from .placement import WINDOW as placement_window, CpuPlacement
 
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
@@ -110,31 +111,25 @@ class LocalCluster:
         self.restarts = {"learner": 0, "collector": 0}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
         self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
-        self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once pinned
+        self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
 
     @property
     def url(self) -> str:
         return self.server.url
 
-    def _pin_cpus(self) -> bool:
-        """Once training runs: the learner gets the last CPU to itself, everyone else shares the others.
-
-        Done after start-up, not at spawn: the processes import torch in parallel on every CPU first."""
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if len(cpus) < 2:
-            return True
-        # data-parallel learner ranks (parallel.learner.world_size) get a CPU each, as far as one CPU is left
-        # for the others; ranks the learner starts later inherit its CPUs
-        n = max(1, min(int(self.cfg.parallel.learner.world_size), len(cpus) - 1))
-        learner, others = set(cpus[-n:]), set(cpus[:-n])
-        self._pinned_cpus = {"learner": learner, "collector": others}
-        pin_process(os.getpid(), others)
+    def _place(self, placement: CpuPlacement) -> None:
+        """Pin this process and every child to the CPUs their role gets now, if the collectors' last window changed
+        them (:mod:`.placement`)."""
+        cpus = placement.decide((w.worker_id, w.time_breakdown) for w in self.coordinator.workers.list(
+            "collector", active_only=True) if w.time_breakdown is not None)
+        if cpus is None:
+            return
+        self._pinned_cpus = cpus
+        pin_process(os.getpid(), cpus["collector"])
         for child in self.children:
             if child.proc.poll() is None:
-                pin_process(child.proc.pid, self._pinned_cpus[child.role])
-        logger.info("launcher: learner pinned to CPUs %s, coordinator and collectors to %s", sorted(learner),
-                    sorted(others))
-        return True
+                pin_process(child.proc.pid, cpus[child.role])
+        logger.info("launcher: %s", placement.reason)
 
     def _new_name(self, role: str) -> str:
         with self._names_lock:
@@ -218,13 +213,16 @@ class LocalCluster:
                 self._spawn("collector")
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
-        pinned = not self.cfg.parallel.learner.dedicated_cpu
-        start_iter = self.coordinator.train_iter  # a resumed run pins once its own learner trains, not at once
+        placement = CpuPlacement(self.cfg.parallel.learner.world_size)
+        place = bool(self.cfg.parallel.learner.dedicated_cpu) and placement.possible
+        next_placement = 0.0
+        start_iter = self.coordinator.train_iter  # a resumed run places once its own learner trains, not at once
         try:
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
                 self.coordinator.done_event.wait(self.next_restart_in())
-                if not pinned and self.coordinator.train_iter > start_iter:
-                    pinned = self._pin_cpus()
+                if place and self.coordinator.train_iter > start_iter and time.monotonic() >= next_placement:
+                    next_placement = time.monotonic() + placement_window
+                    self._place(placement)
                 failure = self._supervise()
                 if failure:
                     self.coordinator.finish(CoordinatorState.FAILED, failure)

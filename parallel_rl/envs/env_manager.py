@@ -90,6 +90,10 @@ class EnvManager:
             stop_value=195.0,
             # auto | vector_entry_point | sync | async
             vector_mode="auto",
+            # the evaluators' envs (None: vector_mode). async steps an evaluation's envs at once, each in its own
+            # process: for envs that wait (a remote simulator, step_latency_ms), an evaluation then takes its
+            # longest episode's steps x the latency instead of evaluator_env_num x that
+            evaluator_vector_mode=None,
             # kwargs for gymnasium.make (open dict)
             env_kwargs={},
             # modules to import so that their envs register with gymnasium
@@ -200,10 +204,13 @@ class EnvManager:
         return self._env.action_space
 
     @classmethod
-    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None) -> "EnvManager":
+    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None,
+                 evaluator: bool = False) -> "EnvManager":
+        """``num_envs`` copies of the config's env; ``evaluator``: an evaluator's (``env.evaluator_vector_mode``)."""
         import_env_modules(env_cfg.import_names)
-        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=env_cfg.vector_mode, env_kwargs=env_cfg.env_kwargs,
-                   step_latency_ms=float(env_cfg.get("step_latency_ms", 0.0) or 0.0))
+        mode = env_cfg.get("evaluator_vector_mode") if evaluator else None
+        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=mode or env_cfg.vector_mode,
+                   env_kwargs=env_cfg.env_kwargs, step_latency_ms=float(env_cfg.get("step_latency_ms", 0.0) or 0.0))
 
     @property
     def obs_dim(self) -> int:

@@ -11,6 +11,7 @@ never less. In a vector env the latencies add up as the vector env steps its sub
 (``env.vector_mode`` auto or sync) steps them one after another, so one vector step takes ``num_envs × L``
 (a client calling its simulators in turn); ``AsyncVectorEnv`` (``env.vector_mode="async"``) steps each in its
 own process, so they overlap and a vector step takes about ``L`` (at the cost of a process per sub-env).
+``env.evaluator_vector_mode`` picks the evaluators' mode apart from the collectors'.
 """
 from __future__ import annotations
 
