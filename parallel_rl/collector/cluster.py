@@ -124,7 +124,8 @@ class ClusterCollector(BaseParallelCollector):
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
         policy loaded now (the surplus is not kept for a call that may act with a newer policy)."""
         data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect)
+                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect,
+                                      keep_extra=True)
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
@@ -137,8 +138,8 @@ class ClusterCollector(BaseParallelCollector):
             env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000)
             self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
             self._evaluator = InteractionSerialEvaluator(
-                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
-                self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
+                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, stop_value=self.cfg.env.stop_value,
+                n_evaluator_episode=self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
         version, state = self._load_for_eval(version)
         self.load_checkpoint(self._eval_policy, version, state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
