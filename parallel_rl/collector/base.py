@@ -6,14 +6,41 @@ drives one of these: it asks for newer policies, collects, writes step data and 
 from __future__ import annotations
 
 import abc
+import logging
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+from easydict import EasyDict
 
 from .serial import CollectStats
 
+logger = logging.getLogger(__name__)
+
 
 class BaseParallelCollector(abc.ABC):
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        """The configuration a cluster collector reads, with its defaults: the whole run config (``env``,
+        ``policy``, ``parallel.collector``), as :func:`parallel_rl.config.assembly.default_config` builds it."""
+        from ..config.assembly import default_config
+
+        return default_config()
+
+    # ---- DI-engine's helpers ----------------------------------------------------------------------
+    def info(self, s: str) -> None:
+        """Log ``s`` as this collector."""
+        logger.info("%s: %s", type(self).__name__, s)
+
+    def debug(self, s: str) -> None:
+        logger.debug("%s: %s", type(self).__name__, s)
+
+    def error(self, s: str) -> None:
+        logger.error("%s: %s", type(self).__name__, s)
+
+    @abc.abstractmethod
+    def get_finish_info(self) -> Dict[str, Any]:
+        """What the last collection did, under DI-engine's keys."""
+
     @property
     @abc.abstractmethod
     def envstep(self) -> int:

@@ -54,6 +54,28 @@ class ClusterCollector(BaseParallelCollector):
     def envstep(self) -> int:
         return self.collector.envstep
 
+    @property
+    def env_manager(self):
+        """DI-engine's name for the collection envs (``env``); assigning one makes the collector step it."""
+        return self.env
+
+    @env_manager.setter
+    def env_manager(self, _env_manager) -> None:
+        self.env = _env_manager
+        self.collector.reset_env(_env_manager)
+
+    def get_finish_info(self) -> Dict[str, Any]:
+        """The last collection under DI-engine's keys (``train_iter`` is the policy version that collected)."""
+        stats = self.collector.last_stats
+        returns = np.asarray(stats.returns, dtype=np.float64)
+        return {"finished_task": True, "eval_flag": False, "step_count": stats.env_steps,
+                "train_iter": self.policy_version, "real_episode_count": stats.episodes,
+                "avg_time_per_step": stats.duration / max(stats.env_steps, 1),
+                "avg_step_per_episode": float(np.mean(stats.lengths)) if stats.episodes else 0.0,
+                "reward_mean": float(returns.mean()) if len(returns) else 0.0,
+                "reward_std": float(returns.std()) if len(returns) else 0.0,
+                "each_reward": returns.tolist(), "collector_done": False}
+
     def phase_seconds(self) -> Dict[str, float]:
         """Wall seconds ever spent stepping the envs and in the policy's forward (a worker's time breakdown)."""
         return {"env_step": self.collector.env_seconds, "policy_forward": self.collector.policy_seconds}

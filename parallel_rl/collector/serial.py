@@ -452,11 +452,13 @@ def create_serial_collector(cfg: EasyDict, *args, **kwargs) -> ISerialCollector:
     return get_serial_collector_cls(cfg)(cfg, *args, **kwargs)
 
 
-def to_tensor_transitions(data, device: str = "cpu"):
+def to_tensor_transitions(data, shallow_copy_next_obs: bool = True, *, device: str = "cpu"):
     """Transitions as torch tensors (DI-engine's ``to_tensor_transitions``): a dict of numpy columns gives a
-    dict of tensors (no copy on the CPU), a list of them (episodes) a list."""
+    dict of tensors (no copy on the CPU), a list of them (episodes) a list. ``shallow_copy_next_obs`` (DI-engine
+    shares each transition's ``next_obs`` with the next one's ``obs``) has nothing to do here: columns share
+    no rows."""
     from ..policy.nets import to_tensor
 
     if isinstance(data, (list, tuple)):
-        return [to_tensor_transitions(d, device) for d in data]
+        return [to_tensor_transitions(d, device=device) for d in data]
     return {k: to_tensor(v, device, None) for k, v in data.items()}

@@ -55,6 +55,14 @@ def _delegate(part: str, name: str) -> property:
 
 
 class Coordinator:
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        """The configuration a coordinator reads, with its defaults: the whole run config (``parallel.coordinator``
+        is its own section), as :func:`parallel_rl.config.assembly.default_config` builds it."""
+        from ..config.assembly import default_config
+
+        return default_config()
+
     def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
         self.cfg = cfg
@@ -117,9 +125,21 @@ class Coordinator:
     wait_for_allowance = _delegate("flow", "wait_for_allowance")
     long_polls_refused = _delegate("flow", "long_polls_refused")
     _notify_progress = _delegate("flow", "notify_progress")
-    state_dict = _delegate("snapshots", "state_dict")
-    load_state_dict = _delegate("snapshots", "load_state_dict")
     save_state = _delegate("snapshots", "save_state")
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What a restarted coordinator needs (:meth:`Snapshots.state_dict`; DI-engine's name)."""
+        return self.snapshots.state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.snapshots.load_state_dict(state_dict)
+
+    def info(self, s: str) -> None:
+        """Log ``s`` as the coordinator (DI-engine's helper)."""
+        logger.info("coordinator: %s", s)
+
+    def error(self, s: str) -> None:
+        logger.error("coordinator: %s", s)
     resume = _delegate("snapshots", "resume")
     resumed_from = _delegate("snapshots", "resumed_from")
 
