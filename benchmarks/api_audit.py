@@ -204,10 +204,6 @@ BEHAVIOUR: Dict[str, str] = {
                                             "(data, info) tuple; games finished beyond them come with the next call",
     "BattleInteractionSerialEvaluator.eval": "info holds each opponent's results by side and win rate, not "
                                              "DI-engine's per-player episode infos",
-    "ZerglingParallelCollector.policy": "our Policy (every mode); assigning one does not change what the running "
-                                        "collector acts with: update_policy(version) loads weights",
-    "MarineParallelCollector.policy": "our Policy (every mode); assigning one does not change what the running "
-                                      "collector acts with: update_policy(version) loads weights",
 }
 
 

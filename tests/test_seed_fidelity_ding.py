@@ -621,6 +621,14 @@ def test_parallel_collector_finish_info_env_manager_and_comm_names(tmp_path, cap
         assert collector.env_manager.num_envs == 3
         collector.collect(6, eps=0.0)
         assert collector.get_finish_info()["step_count"] == 6  # two steps of the new 3 envs
+        for action in (0, 1):  # DI-engine's policy setter: the collector acts with the new policy
+
+            class Fixed:
+                collect_mode, flow = ConstantPolicy(action), collector.policy.flow
+
+            collector.policy = Fixed()
+            data, _ = collector.collect(6, eps=0.0)
+            assert data["action"].tolist() == [action] * 6
         with caplog.at_level(logging.INFO):
             collector.info("collecting")
         assert "collecting" in caplog.text
@@ -637,3 +645,26 @@ def test_learner_aggregator_merges_learn_info_by_mean():
     from parallel_rl.worker import LearnerAggregator
 
     assert LearnerAggregator.merge_info([{"loss": 1.0, "q": 2.0}, {"loss": 3.0, "q": 4.0}]) == {"loss": 2.0, "q": 3.0}
+
+
+def test_marine_collector_policy_setter_plays_the_new_policy_against_the_current_opponent(tmp_path):
+    from parallel_rl.compat.ding import MarineParallelCollector
+    from parallel_rl.config import compile_config
+    from parallel_rl.storage import SharedStorage
+
+    cfg = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                                  "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4},
+                          "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1}})
+    collector = MarineParallelCollector(cfg, SharedStorage(str(tmp_path / "shared")), seed=0)
+    try:
+        collector.set_opponent("first_legal")
+        player = ConstantPolicy(0)  # "take 1": always legal
+
+        class Fixed:
+            collect_mode, flow = player, collector.policy.flow
+
+        collector.policy = Fixed()
+        data, _ = collector.collect(6, eps=0.0)
+        assert player.calls and data["action"].tolist() == [0] * 6 and collector.opponent == "first_legal"
+    finally:
+        collector.close()

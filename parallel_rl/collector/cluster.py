@@ -55,6 +55,21 @@ class ClusterCollector(BaseParallelCollector):
         return self.collector.envstep
 
     @property
+    def policy(self):
+        """The policy collecting (one of ours, every mode)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, _policy) -> None:
+        """DI-engine's setter: the collector acts with ``_policy`` from the next collect on."""
+        self._policy = _policy
+        if getattr(self, "collector", None) is not None:  # _build sets the policy before it builds the collector
+            self._act_with_policy()
+
+    def _act_with_policy(self) -> None:
+        self.collector.reset_policy(self._policy.collect_mode)
+
+    @property
     def env_manager(self):
         """DI-engine's name for the collection envs (``env``); assigning one makes the collector step it."""
         return self.env

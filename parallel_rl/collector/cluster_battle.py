@@ -50,6 +50,11 @@ class BattleClusterCollector(ClusterCollector):
             nstep=cfg.policy.nstep)
         self.opponent = SELF
 
+    def _act_with_policy(self) -> None:
+        """A new training policy plays the current opponent (new games)."""
+        opponent, self.opponent = self.opponent, None
+        self.set_opponent(opponent)
+
     def _bot(self, name: str) -> Any:
         if name not in self._bots:
             self._bots[name] = create_bot(name, seed=self._seed + 50_000 + len(self._bots),
