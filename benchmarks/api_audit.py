@@ -262,8 +262,6 @@ WHY: Dict[str, str] = {
     "BaseParallelCollector.start": _START,
     "ZerglingParallelCollector.start": _START,
     "MarineParallelCollector.start": _START,
-    "BaseParallelCollector.policy": "on the concrete collectors: the abstract base holds no policy",
-    "BaseParallelCollector.env_manager": "on the concrete collectors: the abstract base holds no envs",
     "create_parallel_collector": "the collector slave builds a ZerglingParallelCollector or, for a two-player game, "
                                  "a MarineParallelCollector when its first task arrives",
     **BEHAVIOUR,

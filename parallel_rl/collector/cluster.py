@@ -54,30 +54,12 @@ class ClusterCollector(BaseParallelCollector):
     def envstep(self) -> int:
         return self.collector.envstep
 
-    @property
-    def policy(self):
-        """The policy collecting (one of ours, every mode)."""
-        return self._policy
-
-    @policy.setter
-    def policy(self, _policy) -> None:
-        """DI-engine's setter: the collector acts with ``_policy`` from the next collect on."""
-        self._policy = _policy
-        if getattr(self, "collector", None) is not None:  # _build sets the policy before it builds the collector
-            self._act_with_policy()
-
     def _act_with_policy(self) -> None:
-        self.collector.reset_policy(self._policy.collect_mode)
+        if getattr(self, "collector", None) is not None:  # _build sets the policy before it builds the collector
+            self.collector.reset_policy(self.policy.collect_mode)
 
-    @property
-    def env_manager(self):
-        """DI-engine's name for the collection envs (``env``); assigning one makes the collector step it."""
-        return self.env
-
-    @env_manager.setter
-    def env_manager(self, _env_manager) -> None:
-        self.env = _env_manager
-        self.collector.reset_env(_env_manager)
+    def _step_env(self) -> None:
+        self.collector.reset_env(self.env)
 
     def get_finish_info(self) -> Dict[str, Any]:
         """The last collection under DI-engine's keys (``train_iter`` is the policy version that collected)."""

@@ -52,6 +52,8 @@ class BattleClusterCollector(ClusterCollector):
 
     def _act_with_policy(self) -> None:
         """A new training policy plays the current opponent (new games)."""
+        if getattr(self, "collector", None) is None:  # _build sets the policy before it builds the collector
+            return
         opponent, self.opponent = self.opponent, None
         self.set_opponent(opponent)
 
