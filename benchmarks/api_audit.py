@@ -221,7 +221,6 @@ _START = ("the collector slave's task loop drives collect / send_stepdata per ta
           "to start")
 _COMM_INIT = ("built from keyword arguments (coordinator_url, host, port, token, shared_dir, ...): "
               "create_comm_collector(cfg) / create_comm_learner(cfg) build one from a cfg")
-_STORAGE = "takes the SharedStorage its chunks go to (and a seed) besides the run's cfg"
 WHY: Dict[str, str] = {
     "BattleInteractionSerialEvaluator.__init__": "one policy against named opponents (opponents, 4th), not a list "
                                                  "of two policies; env needed at construction (games per side are "
@@ -229,8 +228,6 @@ WHY: Dict[str, str] = {
     "BaseLearner.__init__": "exp_name=None: without exp_name or exp_dir no checkpoint is written (DI-engine writes "
                             "./default_experiment/ckpt into the working directory); learner.exp_name still answers "
                             "'default_experiment'",
-    "Coordinator.__init__": "(cfg, storage, token=None, commander=None): the coordinator indexes chunks on a shared "
-                            "store and authenticates workers",
     **{f"Coordinator.deal_with_{n}": _COORDINATOR for n in (
         "collector_send_data", "collector_judge_finish", "collector_finish_task", "learner_get_data",
         "learner_send_info", "learner_judge_finish", "learner_finish_task")},
@@ -256,9 +253,6 @@ WHY: Dict[str, str] = {
     "FlaskFileSystemLearner.load_data_fn": "chunks are .npz files read through parallel_rl/storage (never "
                                            "unpickled): there is no per-file loader to replace",
     **{f"LearnerAggregator.deal_with_{n}": _RANKS for n in ("get_resource", "learner_start", "get_data", "learn")},
-    "BaseParallelCollector.__init__": "the abstract base takes nothing; the concrete collectors " + _STORAGE,
-    "ZerglingParallelCollector.__init__": _STORAGE,
-    "MarineParallelCollector.__init__": _STORAGE,
     "BaseParallelCollector.start": _START,
     "ZerglingParallelCollector.start": _START,
     "MarineParallelCollector.start": _START,

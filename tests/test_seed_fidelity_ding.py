@@ -3,6 +3,7 @@ and behaviour (constructors' keywords, the ``_env`` / ``_policy`` resets, collec
 BaseLearner's parallel entry and properties, and a policy written in DI-engine's style)."""
 import inspect
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -668,3 +669,20 @@ def test_marine_collector_policy_setter_plays_the_new_policy_against_the_current
         assert player.calls and data["action"].tolist() == [0] * 6 and collector.opponent == "first_legal"
     finally:
         collector.close()
+
+
+def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
+    # DI-engine: Coordinator(cfg), ZerglingParallelCollector(cfg); the shared store is the run's
+    from parallel_rl.compat.ding import ZerglingParallelCollector
+    from parallel_rl.coordinator import Coordinator
+    from tests.support import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    coordinator = Coordinator(cfg)
+    collector = ZerglingParallelCollector(cfg)
+    try:
+        assert os.path.samefile(coordinator.storage.root, tmp_path / "exp" / "shared")
+        assert collector.storage.root == coordinator.storage.root and collector.cfg is cfg
+    finally:
+        collector.close()
+        coordinator.close(notify_workers=False)

@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 class BaseParallelCollector(abc.ABC):
+    def __init__(self, cfg: EasyDict):
+        self.cfg = cfg
+
     @classmethod
     def default_config(cls) -> EasyDict:
         """The configuration a cluster collector reads, with its defaults: the whole run config (``env``,

@@ -30,9 +30,13 @@ _SETTLED_NS = 50_000_000
 
 
 class ClusterCollector(BaseParallelCollector):
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
-        self.cfg = cfg
-        self.storage = storage
+    def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, seed: int = 0):
+        """``storage``: where chunks go and policies come from (None: the run's shared store, as the slave opens
+        it from ``parallel.shared_dir`` or ``<exp_name>/shared``)."""
+        from ..runtime import run_storage
+
+        super().__init__(cfg)
+        self.storage = storage if storage is not None else run_storage(cfg)
         self._build(seed)
         self.policy_version = -1
         self._policy_dir_stamp: Optional[int] = None

@@ -63,10 +63,14 @@ class Coordinator:
 
         return default_config()
 
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None,
+    def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
+        """``storage``: the shared store it indexes (None: the run's, at ``parallel.shared_dir`` or
+        ``<exp_name>/shared``, as ``parallel-rl coordinator`` opens it)."""
+        from ..runtime import run_storage
+
         self.cfg = cfg
-        self.storage = storage
+        self.storage = storage if storage is not None else run_storage(cfg)
         self.storage.health.name = "coordinator"  # its own snapshots; the workers report theirs
         self.token = token
         self.tasks = TaskTable()
