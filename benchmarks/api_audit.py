@@ -217,6 +217,8 @@ _COORDINATOR = ("workers' messages are typed dataclasses (parallel_rl.protocol) 
                 "stores chunk references, never rows, so there is no data to send or get through it")
 _RANKS = ("the aggregator is rank 0 of a torch.distributed process group that trains together; there are no "
           "learner slaves it relays resources, tasks and data to")
+_DEFAULTS = ("the defaults of what it reads are the run config's (parallel_rl.config.assembly.default_config(), "
+             "a layer above the coordinator and the collectors)")
 _START = ("the collector slave's task loop drives collect / send_stepdata per task: there is no loop of its own "
           "to start")
 _COMM_INIT = ("built from keyword arguments (coordinator_url, host, port, token, shared_dir, ...): "
@@ -253,6 +255,10 @@ WHY: Dict[str, str] = {
     "FlaskFileSystemLearner.load_data_fn": "chunks are .npz files read through parallel_rl/storage (never "
                                            "unpickled): there is no per-file loader to replace",
     **{f"LearnerAggregator.deal_with_{n}": _RANKS for n in ("get_resource", "learner_start", "get_data", "learn")},
+    "Coordinator.default_config": _DEFAULTS,
+    "BaseParallelCollector.default_config": _DEFAULTS,
+    "ZerglingParallelCollector.default_config": _DEFAULTS,
+    "MarineParallelCollector.default_config": _DEFAULTS,
     "BaseParallelCollector.start": _START,
     "ZerglingParallelCollector.start": _START,
     "MarineParallelCollector.start": _START,

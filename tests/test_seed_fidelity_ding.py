@@ -591,12 +591,11 @@ def test_to_tensor_transitions_takes_shallow_copy_next_obs():
         assert tuple(tensors["obs"].shape) == (2, 3) and tensors["obs"].device.type == "cpu"
 
 
-def test_coordinator_state_dict_load_state_dict_info_and_default_config(tmp_path, caplog):
+def test_coordinator_state_dict_load_state_dict_and_info(tmp_path, caplog):
     from parallel_rl.coordinator import Coordinator
     from parallel_rl.storage import SharedStorage
     from tests.support import toy_cluster_config
 
-    assert "coordinator" in Coordinator.default_config().parallel
     coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage(str(tmp_path / "shared")), "token")
     coordinator.load_state_dict(state_dict=coordinator.state_dict())
     with caplog.at_level(logging.INFO, logger="parallel_rl.coordinator.coordinator"):
@@ -612,7 +611,6 @@ def test_parallel_collector_finish_info_env_manager_and_comm_names(tmp_path, cap
     from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
-    assert "collector" in ZerglingParallelCollector.default_config().parallel
     collector = ZerglingParallelCollector(cfg, SharedStorage(str(tmp_path / "shared")), seed=0)
     try:
         collector.collect(8, eps=0.0)

@@ -21,14 +21,6 @@ class BaseParallelCollector(abc.ABC):
     def __init__(self, cfg: EasyDict):
         self.cfg = cfg
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        """The configuration a cluster collector reads, with its defaults: the whole run config (``env``,
-        ``policy``, ``parallel.collector``), as :func:`parallel_rl.config.assembly.default_config` builds it."""
-        from ..config.assembly import default_config
-
-        return default_config()
-
     # ---- DI-engine's helpers ----------------------------------------------------------------------
     def info(self, s: str) -> None:
         """Log ``s`` as this collector."""

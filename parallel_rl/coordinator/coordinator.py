@@ -55,14 +55,6 @@ def _delegate(part: str, name: str) -> property:
 
 
 class Coordinator:
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        """The configuration a coordinator reads, with its defaults: the whole run config (``parallel.coordinator``
-        is its own section), as :func:`parallel_rl.config.assembly.default_config` builds it."""
-        from ..config.assembly import default_config
-
-        return default_config()
-
     def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
         """``storage``: the shared store it indexes (None: the run's, at ``parallel.shared_dir`` or
