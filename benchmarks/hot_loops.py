@@ -71,7 +71,8 @@ def collector_rates(cfg, seconds: float, nstep: int) -> tuple[float, float]:
 
     bare = timed(bare_step, seconds) * 8
     collector = SampleSerialCollector(None, env, policy.collect_mode, nstep=nstep)
-    lib = timed(lambda: collector.collect(64, policy_kwargs={"eps": eps}), seconds) * 64
+    # keep_extra: every transition made is returned (by this call or the next), as the bare loop keeps them all
+    lib = timed(lambda: collector.collect(64, policy_kwargs={"eps": eps}, keep_extra=True), seconds) * 64
     env.close()
     raw.close()
     return bare, lib

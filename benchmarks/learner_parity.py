@@ -66,8 +66,8 @@ def final_return(shared: str, episodes: int) -> tuple:
     env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=123)
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
     policy.load_model_state_dict(storage.load_policy(version))
-    evaluator = InteractionSerialEvaluator(cfg.policy.eval.evaluator, env, policy.eval_mode, cfg.env.stop_value,
-                                           episodes, seed=1000)
+    evaluator = InteractionSerialEvaluator(cfg.policy.eval.evaluator, env, policy.eval_mode,
+                                           stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=1000)
     try:
         _, info = evaluator.eval()
     finally:

@@ -58,12 +58,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     from .coordinator import Coordinator
     from .transport import token_from_env
-    from .runtime import freeze_startup_objects, on_signals, outcome_exit_code, setup_process, shared_root
-    from .storage import SharedStorage, lock_shared_dir
+    from .runtime import freeze_startup_objects, on_signals, outcome_exit_code, run_storage, setup_process
+    from .storage import lock_shared_dir
 
     cfg = _load_checked(args)
     setup_process(cfg, need_torch=False)
-    storage = SharedStorage(shared_root(cfg, args.shared_dir), cfg.parallel.storage_options)  # fails fast
+    storage = run_storage(cfg, args.shared_dir)  # fails fast
     token = token_from_env()
     if not token:  # made up here, it would have to be printed for the workers, and printed tokens end up in logs
         raise ConfigError("set PARALLEL_RL_TOKEN (the cluster token) before starting the coordinator, e.g. "

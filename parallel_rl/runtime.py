@@ -76,6 +76,13 @@ def shared_root(cfg, override: str | None = None) -> str:
     return override or cfg.parallel.shared_dir or os.path.join(experiment_dir(cfg), "shared")
 
 
+def run_storage(cfg, override: str | None = None):
+    """The run's :class:`~parallel_rl.storage.SharedStorage`: at :func:`shared_root`, with the config's options."""
+    from .storage import SharedStorage
+
+    return SharedStorage(shared_root(cfg, override), cfg.parallel.storage_options)
+
+
 def outcome_exit_code(outcome: str, stop_value: float) -> int:
     """The CLI's exit code for how training ended ("solved", "stopped" on a budget, anything else a failure).
 

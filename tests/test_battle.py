@@ -208,7 +208,7 @@ def test_sample_collector_nstep_rows_exact():
     first = create_bot("first_legal")
     collector = BattleSampleSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5),
                                             [first, first], discount_factor=0.9, nstep=2)
-    data = collector.collect(n_sample=2)
+    data = collector.collect(n_sample=2, keep_extra=True)
     seat0, seat1 = data  # game 1: player 0 sits in seat 0
     # obs = [counter / 5, moves / 100]
     np.testing.assert_allclose(seat0["obs"], [[1.0, 0.0], [0.6, 0.02]])
@@ -226,7 +226,7 @@ def test_sample_collector_nstep_rows_exact():
     # nstep - 1 of a game's moves are in open windows): player 1's 3rd move is its first of game 2 (move 6, in
     # seat 0), handed out when it is to move again after move 7
     assert collector.envstep == 7
-    # the surplus row of player 0 (its last move, a 1-step window: the game ended) comes first next time
+    # keep_extra=True: the surplus row of player 0 (its last move, a 1-step window: the game ended) comes first next time
     more = collector.collect(n_sample=1)
     np.testing.assert_allclose(more[0]["obs"], [[0.2, 0.04]])
     np.testing.assert_allclose(more[0]["reward"], [1.0])

@@ -7,13 +7,13 @@ from parallel_rl.worker import EpisodeSerialCollector, SampleSerialCollector, cr
 
 def test_sample_collector_returns_exactly_n_sample(toy_env, constant_policy):
     collector = SampleSerialCollector(None, toy_env, constant_policy, nstep=1)
-    data = collector.collect(n_sample=7, train_iter=3, policy_kwargs={"eps": 0.5})
+    data = collector.collect(n_sample=7, train_iter=3, policy_kwargs={"eps": 0.5}, keep_extra=True)
     assert len(data["action"]) == 7
     assert collector.envstep == 8  # two vector steps of 4 envs
     assert collector.last_stats.env_steps == 8 and collector.last_stats.transitions == 7
     assert np.all(data["collect_iter"] == 3)
     assert constant_policy.calls[0] == {"eps": 0.5}
-    # the surplus row is served first next time, without stepping
+    # keep_extra=True: the surplus row is served first next time, without stepping
     data = collector.collect(n_sample=1)
     assert len(data["action"]) == 1 and collector.envstep == 8
 
@@ -62,10 +62,10 @@ def test_truncation_does_not_set_done():
 
 def test_episode_collector_exact_episodes(toy_env, constant_policy):
     collector = EpisodeSerialCollector(None, toy_env, constant_policy)
-    episodes = collector.collect(n_episode=3)
+    episodes = collector.collect(n_episode=3, drop_extra=True, keep_extra=True)
     assert len(episodes) == 3
     assert all(len(e["action"]) == 5 and e["done"][-1] and not e["done"][:-1].any() for e in episodes)
-    # the 4th episode finished in the same step; it is returned next without stepping
+    # the 4th episode finished in the same step; keep_extra=True: it is returned next without stepping
     before = collector.envstep
     assert len(collector.collect(n_episode=1)) == 1 and collector.envstep == before
 

@@ -26,7 +26,7 @@ def make_evaluator(action, stop_value, eval_freq=10):
     env = EnvManager("parallel_rl/Counting-v0", 3, env_kwargs={"episode_length": 4})
     cfg = Evaluator.default_config()
     cfg.eval_freq = eval_freq
-    return InteractionSerialEvaluator(cfg, env, ConstantPolicy(action), stop_value, n_evaluator_episode=5)
+    return InteractionSerialEvaluator(cfg, env, ConstantPolicy(action), stop_value=stop_value, n_evaluator_episode=5)
 
 
 def test_eval_mean_return_and_stop_flag():

@@ -3,6 +3,7 @@ and behaviour (constructors' keywords, the ``_env`` / ``_policy`` resets, collec
 BaseLearner's parallel entry and properties, and a policy written in DI-engine's style)."""
 import inspect
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -394,3 +395,292 @@ def test_di_engines_serial_entry_wiring_runs_unchanged(tmp_path, monkeypatch):
     assert (tmp_path / "cartpole_dqn" / "ckpt" / "ckpt_best.pt").exists()  # eval's new best, via save_checkpoint
     assert tb_logger.tags("evaluator_iter/") and tb_logger.tags("collector_iter/")
     assert None in eval_resets and any(ids is not None for ids in eval_resets)  # DI-engine resets the eval policy
+
+
+# ---- (2) the strict audit's fixes (benchmarks/api_audit.py): DI-engine's signatures and behaviour -----------
+def test_sample_collector_drop_extra_drops_the_surplus_as_di_engine_does():
+    # DI-engine: `if drop_extra: return return_data[:n_sample] else: return return_data`; nothing is carried
+    collector = SampleSerialCollector(None, counting(4), ConstantPolicy(1))
+    assert len(collector.collect(n_sample=7)["obs"]) == 7 and collector.envstep == 8  # two steps of 4 envs
+    assert len(collector.collect(n_sample=1)["obs"]) == 1 and collector.envstep == 12  # the surplus row is gone
+    assert len(collector.collect(n_sample=7, drop_extra=False)["obs"]) == 8  # everything collected
+    collector.close()
+
+
+def test_battle_sample_collector_drop_extra_drops_the_surplus():
+    first = create_bot("first_legal")
+    collector = BattleSampleSerialCollector(None, countdown(2), [first, first])
+    assert len(collector.collect(n_sample=4)[0]["obs"]) == 4
+    before = collector.envstep
+    collector.collect(n_sample=1)  # the row completed beyond 4 was dropped: this one needs new moves
+    assert collector.envstep > before
+    collector.close()
+
+
+def test_episode_collector_returns_every_episode_finished_by_the_last_step():
+    # DI-engine's loop handles every env of the step that makes collected_episode >= n_episode, then breaks
+    collector = EpisodeSerialCollector(None, counting(4), ConstantPolicy(1))
+    episodes = collector.collect(n_episode=3)  # all 4 envs end their 5-step episode in the same step
+    assert len(episodes) == 4 and collector.envstep == 20
+    collector.close()
+
+
+def test_collectors_and_evaluators_take_tb_logger_as_their_fourth_argument():
+    # DI-engine: (cfg, env=None, policy=None, tb_logger=None, exp_name='default_experiment', instance_name=...)
+    first = create_bot("first_legal")
+    for cls, env, policy, count in [(SampleSerialCollector, counting(), ConstantPolicy(1), 4),
+                                    (EpisodeSerialCollector, counting(), ConstantPolicy(1), 4),
+                                    (BattleSampleSerialCollector, countdown(), [first, first], 2),
+                                    (BattleEpisodeSerialCollector, countdown(), [first, first], 2)]:
+        writer = RecordingWriter()
+        collector = cls(None, env, policy, writer, "exp", "mine")
+        collector.collect(count, 5)
+        assert ("mine_iter/envstep_count", 5) in writer.tags("mine_iter/"), cls.__name__
+        collector.close()
+    writer = RecordingWriter()
+    evaluator = InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=5.0), counting(), ConstantPolicy(1),
+                                           writer, "exp", "my_eval")
+    evaluator.eval(train_iter=2)
+    assert writer.tags("my_eval_iter/") and evaluator.instance_name == "my_eval"
+    evaluator.close()
+
+
+def test_collectors_and_evaluators_take_env_and_policy_later():
+    # DI-engine's env=None / policy=None: given later through reset_env / reset_policy
+    collector = SampleSerialCollector(EasyDict(n_sample=4))
+    with pytest.raises(RuntimeError, match="reset_env"):
+        collector.collect()
+    collector.reset_env(counting())
+    collector.reset_policy(ConstantPolicy(1))
+    assert len(collector.collect()["obs"]) == 4
+    collector.close()
+    episodes = EpisodeSerialCollector(EasyDict(n_episode=4), policy=ConstantPolicy(1))
+    episodes.reset_env(counting())
+    assert len(episodes.collect()) == 4
+    episodes.close()
+    first = create_bot("first_legal")
+    battle = BattleSampleSerialCollector(EasyDict(n_sample=2))
+    battle.reset(_policy=[first, first], _env=countdown())
+    assert len(battle.collect()[0]["obs"]) == 2
+    battle.close()
+    evaluator = InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=5.0))
+    with pytest.raises(RuntimeError, match="reset_env"):
+        evaluator.eval()
+    evaluator.reset(_policy=ConstantPolicy(1), _env=counting())
+    stop, info = evaluator.eval()
+    assert stop and info["eval_episode_return_mean"] == 5.0
+    evaluator.close()
+
+
+def test_after_iter_hooks_see_train_iter_before_the_update_is_counted(tmp_path):
+    # DI-engine's train: before_iter hooks, the update, after_iter hooks, then self._last_iter.add(1)
+    seen = []
+
+    class Watch:
+        name, priority = "watch", 50
+
+        def __init__(self, position):
+            self.position = position
+
+        def __call__(self, learner):
+            seen.append((self.position, learner.train_iter, learner.last_iter.val))
+
+    learner = BaseLearner(learner_cfg(save_ckpt_after_iter=1), FakeLearnMode(), exp_dir=str(tmp_path))
+    learner.register_hook(Watch("before_iter"))
+    learner.register_hook(Watch("after_iter"))
+    learner.train({"x": np.ones(1)})
+    learner.train({"x": np.ones(1)})
+    assert seen == [("before_iter", 0, 0), ("after_iter", 0, 0), ("before_iter", 1, 1), ("after_iter", 1, 1)]
+    assert learner.train_iter == 2
+    # ours: iteration_<N>.pt holds N updates and resumes at N
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == ["iteration_1.pt", "iteration_2.pt"]
+    other = BaseLearner(learner_cfg(load_ckpt_before_run=str(tmp_path / "ckpt" / "iteration_2.pt")), FakeLearnMode())
+    other.call_hook(name="before_run")
+    assert other.train_iter == 2
+
+
+def test_learner_log_buffer_is_settable_and_setup_dataloader_takes_get_data():
+    learner = BaseLearner(EasyDict({**learner_cfg(), "batch_size": 3, "train_iterations": 2}), FakeLearnMode())
+    learner.log_buffer = {"scalar": {"mine": 1.0}, "scalars": {}, "histogram": {}}  # a hook's own values
+    assert learner.log_buffer["scalar"] == {"mine": 1.0}
+    asked = []
+
+    def get_data(batch_size):  # what DI-engine's comm helper sets on the learner
+        asked.append(batch_size)
+        return {"x": np.ones(batch_size)}
+
+    learner.get_data = get_data
+    learner.setup_dataloader()
+    learner.start()
+    assert asked == [3, 3] and learner.train_iter == 2
+    assert "mine" not in learner.log_buffer["scalar"]  # a new update's values
+    with pytest.raises(ValueError, match="get_data"):
+        BaseLearner(learner_cfg(), FakeLearnMode()).setup_dataloader()
+
+
+def test_learner_hook_helpers_take_di_engines_parameter_names():
+    from parallel_rl.learner.learner import SaveCkptHook
+    from parallel_rl.worker import build_learner_hook_by_cfg, merge_hooks, register_learner_hook
+
+    register_learner_hook(name="save_ckpt_again", hook_type=SaveCkptHook)
+    hooks = build_learner_hook_by_cfg(cfg={"save_ckpt_again_after_iter": 3})
+    assert [h.name for h in hooks["after_iter"]] == ["save_ckpt_again"]
+    merged = merge_hooks(hooks1=hooks, hooks2=build_learner_hook_by_cfg(cfg={"log_show_after_iter": 5}))
+    assert [h.name for h in merged["after_iter"]] == ["save_ckpt_again", "log_show"]
+
+
+def test_buffers_take_di_engines_parameter_names_beta_setter_and_episode_len(tmp_path):
+    from parallel_rl.data import AdvancedReplayBuffer, EpisodeReplayBuffer, NaiveReplayBuffer
+
+    naive = NaiveReplayBuffer(EasyDict(replay_buffer_size=8))
+    naive.push({"obs": np.arange(4.0)}, 0)
+    naive.save_data(file_name=str(tmp_path / "buffer.npz"))
+    other = NaiveReplayBuffer(EasyDict(replay_buffer_size=8))
+    other.load_data(file_name=str(tmp_path / "buffer.npz"))
+    assert other.count() == 4
+    other.load_state_dict(_state_dict=naive.state_dict())
+    advanced = AdvancedReplayBuffer(EasyDict(replay_buffer_size=8, beta=0.4))
+    advanced.beta = 0.7
+    assert advanced.beta == pytest.approx(0.7)
+    advanced.push({"obs": np.arange(4.0)}, 0)
+    copy = AdvancedReplayBuffer(EasyDict(replay_buffer_size=8))
+    copy.load_state_dict(advanced.state_dict(), deepcopy=True)
+    assert copy.count() == 4
+    episodes = EpisodeReplayBuffer(EasyDict(replay_buffer_size=4))
+    episodes.push([{"obs": np.arange(3.0)}, {"obs": np.arange(5.0)}], 0)
+    assert episodes.episode_len == [3, 5]
+
+
+def test_vector_eval_monitor_has_di_engines_reward_and_video_methods():
+    from parallel_rl.worker import VectorEvalMonitor
+
+    monitor = VectorEvalMonitor(env_num=2, n_episode=4)
+    frames = {0: np.zeros((4, 6, 3)), 1: np.ones((4, 6, 3))}
+    monitor.update_video(frames)
+    monitor.update_video({0: np.zeros((4, 6, 3))})
+    for env_id, reward in [(0, 1.0), (1, 3.0), (0, 2.0), (1, 4.0)]:
+        monitor.update_reward(env_id, reward)
+    assert monitor.get_episode_return() == [1.0, 2.0, 3.0, 4.0] and monitor.get_latest_reward(1) == 4.0
+    assert monitor.get_current_episode() == 4 and monitor.is_finished()
+    video = monitor.get_video()  # (N, T, C, H, W): the episodes with frames, worst first, padded to the longest
+    assert video.shape == (2, 2, 3, 4, 6) and video[1].max() == 1.0
+
+
+def test_serial_commander_policy_setter_changes_the_exploration_schedule():
+    from parallel_rl.config import compile_config
+    from parallel_rl.worker import BaseSerialCommander
+
+    class Collector:
+        envstep = 0
+
+    class Learner:
+        train_iter = 0
+
+    commander = BaseSerialCommander(None, Learner(), Collector(), None, None)
+    assert commander.step() == {}
+    commander.policy = compile_config({}).policy  # DQN's eps schedule
+    assert "eps" in commander.step()
+
+
+def test_to_tensor_transitions_takes_shallow_copy_next_obs():
+    from parallel_rl.worker import to_tensor_transitions
+
+    columns = {"obs": np.ones((2, 3), np.float32)}
+    for tensors in (to_tensor_transitions(columns, shallow_copy_next_obs=False), to_tensor_transitions(columns, True)):
+        assert tuple(tensors["obs"].shape) == (2, 3) and tensors["obs"].device.type == "cpu"
+
+
+def test_coordinator_state_dict_load_state_dict_and_info(tmp_path, caplog):
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.storage import SharedStorage
+    from tests.support import toy_cluster_config
+
+    coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage(str(tmp_path / "shared")), "token")
+    coordinator.load_state_dict(state_dict=coordinator.state_dict())
+    with caplog.at_level(logging.INFO, logger="parallel_rl.coordinator.coordinator"):
+        coordinator.info("hello")
+        coordinator.error("trouble")
+    assert "coordinator: hello" in caplog.text and "coordinator: trouble" in caplog.text
+    coordinator.close(notify_workers=False)
+
+
+def test_parallel_collector_finish_info_env_manager_and_comm_names(tmp_path, caplog):
+    from parallel_rl.compat.ding import FlaskFileSystemCollector, ZerglingParallelCollector
+    from parallel_rl.storage import SharedStorage
+    from tests.support import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    collector = ZerglingParallelCollector(cfg, SharedStorage(str(tmp_path / "shared")), seed=0)
+    try:
+        collector.collect(8, eps=0.0)
+        info = collector.get_finish_info()
+        assert info["step_count"] >= 8 and info["train_iter"] == collector.policy_version
+        collector.env_manager = EnvManager("parallel_rl/Counting-v0", 3, seed=1, env_kwargs={"episode_length": 5})
+        assert collector.env_manager.num_envs == 3
+        collector.collect(6, eps=0.0)
+        assert collector.get_finish_info()["step_count"] == 6  # two steps of the new 3 envs
+        for action in (0, 1):  # DI-engine's policy setter: the collector acts with the new policy
+
+            class Fixed:
+                collect_mode, flow = ConstantPolicy(action), collector.policy.flow
+
+            collector.policy = Fixed()
+            data, _ = collector.collect(6, eps=0.0)
+            assert data["action"].tolist() == [action] * 6
+        with caplog.at_level(logging.INFO):
+            collector.info("collecting")
+        assert "collecting" in caplog.text
+        slave = FlaskFileSystemCollector(token="t", shared_dir=str(tmp_path / "shared"))
+        slave.collector = collector  # what the slave's setup builds
+        path = slave.send_stepdata(path="chunk-1", stepdata={"obs": np.zeros((2, 1), np.float32)})
+        assert path.endswith(".npz") and "chunk-1" in path
+        slave.send_metadata(metadata={"type": "noop"})  # not connected: nothing to send it to
+    finally:
+        collector.close()
+
+
+def test_learner_aggregator_merges_learn_info_by_mean():
+    from parallel_rl.worker import LearnerAggregator
+
+    assert LearnerAggregator.merge_info([{"loss": 1.0, "q": 2.0}, {"loss": 3.0, "q": 4.0}]) == {"loss": 2.0, "q": 3.0}
+
+
+def test_marine_collector_policy_setter_plays_the_new_policy_against_the_current_opponent(tmp_path):
+    from parallel_rl.compat.ding import MarineParallelCollector
+    from parallel_rl.config import compile_config
+    from parallel_rl.storage import SharedStorage
+
+    cfg = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                                  "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4},
+                          "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1}})
+    collector = MarineParallelCollector(cfg, SharedStorage(str(tmp_path / "shared")), seed=0)
+    try:
+        collector.set_opponent("first_legal")
+        player = ConstantPolicy(0)  # "take 1": always legal
+
+        class Fixed:
+            collect_mode, flow = player, collector.policy.flow
+
+        collector.policy = Fixed()
+        data, _ = collector.collect(6, eps=0.0)
+        assert player.calls and data["action"].tolist() == [0] * 6 and collector.opponent == "first_legal"
+    finally:
+        collector.close()
+
+
+def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
+    # DI-engine: Coordinator(cfg), ZerglingParallelCollector(cfg); the shared store is the run's
+    from parallel_rl.compat.ding import ZerglingParallelCollector
+    from parallel_rl.coordinator import Coordinator
+    from tests.support import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    coordinator = Coordinator(cfg)
+    collector = ZerglingParallelCollector(cfg)
+    try:
+        assert os.path.samefile(coordinator.storage.root, tmp_path / "exp" / "shared")
+        assert collector.storage.root == coordinator.storage.root and collector.cfg is cfg
+    finally:
+        collector.close()
+        coordinator.close(notify_workers=False)

@@ -272,3 +272,12 @@ def test_pause_stops_background_collection_until_the_block_ends(toy_env, constan
             assert collector.frames == frames
     eventually(lambda: collector.frames > frames, message="collection resumed after pause()")
     collector.async_shutdown(timeout=10)
+
+
+def test_iterator_and_the_collector_attributes_torchrl_documents(toy_env, constant_policy):
+    collector = SyncDataCollector(toy_env, constant_policy, frames_per_batch=4, total_frames=8)
+    assert [len(batch["obs"]) for batch in collector.iterator()] == [4, 4]
+    assert collector.requested_frames_per_batch == collector.frames_per_batch == 4
+    assert (collector.trust_policy, collector.compiled_policy, collector.cudagraphed_policy, collector.verbose) == (
+        True, False, False, False)
+    collector.shutdown()

@@ -26,7 +26,7 @@ def evaluate_policy(cfg: EasyDict, policy, episodes: int, seed: int,
     num_envs = max(1, min(int(cfg.env.evaluator_env_num), episodes))
     env = env or EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluator=True)
     evaluator = InteractionSerialEvaluator(EasyDict(eval_freq=1, max_seconds=0.0), env, policy.eval_mode,
-                                           cfg.env.stop_value, episodes, seed=seed)
+                                           stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=seed)
     try:
         _, info = evaluator.eval(n_episode=episodes)
     finally:

@@ -6,14 +6,65 @@ drives one of these: it asks for newer policies, collects, writes step data and 
 from __future__ import annotations
 
 import abc
+import logging
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+from easydict import EasyDict
 
 from .serial import CollectStats
 
+logger = logging.getLogger(__name__)
+
 
 class BaseParallelCollector(abc.ABC):
+    def __init__(self, cfg: EasyDict):
+        self.cfg = cfg
+
+    # ---- DI-engine's helpers ----------------------------------------------------------------------
+    def info(self, s: str) -> None:
+        """Log ``s`` as this collector."""
+        logger.info("%s: %s", type(self).__name__, s)
+
+    def debug(self, s: str) -> None:
+        logger.debug("%s: %s", type(self).__name__, s)
+
+    def error(self, s: str) -> None:
+        logger.error("%s: %s", type(self).__name__, s)
+
+    @property
+    def policy(self) -> Any:
+        """The policy collecting (one of ours, every mode)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, _policy: Any) -> None:
+        """DI-engine's setter: the collector acts with ``_policy`` from the next collect on."""
+        self._policy = _policy
+        self._act_with_policy()
+
+    @property
+    def env_manager(self) -> Any:
+        """DI-engine's name for the collection envs (``env``); assigning one makes the collector step it."""
+        return self.env
+
+    @env_manager.setter
+    def env_manager(self, _env_manager: Any) -> None:
+        self.env = _env_manager
+        self._step_env()
+
+    @abc.abstractmethod
+    def _act_with_policy(self) -> None:
+        """Collect with ``self.policy`` from now on."""
+
+    @abc.abstractmethod
+    def _step_env(self) -> None:
+        """Collect on ``self.env`` from now on."""
+
+    @abc.abstractmethod
+    def get_finish_info(self) -> Dict[str, Any]:
+        """What the last collection did, under DI-engine's keys."""
+
     @property
     @abc.abstractmethod
     def envstep(self) -> int:

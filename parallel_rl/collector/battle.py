@@ -110,11 +110,12 @@ class _BattleCollector:
 
     TYPE = ""
 
-    def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Sequence[Any],
-                 discount_factor: float = 0.99, nstep: int = 1, tb_logger=None,
-                 exp_name: str = "default_experiment", instance_name: str = "collector"):
-        """``collect()`` without a count collects ``cfg.n_sample`` / ``cfg.n_episode``; ``tb_logger``,
-        ``exp_name``, ``instance_name``: DI-engine's keywords, as for the single-agent collectors."""
+    def __init__(self, cfg: Optional[EasyDict], env: Optional[BattleEnvManager] = None,
+                 policy: Optional[Sequence[Any]] = None, tb_logger=None, exp_name: str = "default_experiment",
+                 instance_name: str = "collector", *, discount_factor: float = 0.99, nstep: int = 1):
+        """DI-engine's arguments in its order (``env`` and ``policy`` may come later through ``reset_env`` /
+        ``reset_policy``), then ours by keyword. ``collect()`` without a count collects ``cfg.n_sample`` /
+        ``cfg.n_episode``; ``tb_logger``, ``exp_name``, ``instance_name``: as for the single-agent collectors."""
         cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
         self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         if nstep <= 0:
@@ -127,12 +128,14 @@ class _BattleCollector:
         self.last_stats = BattleCollectStats()
         # wall seconds ever spent in the players' forwards and in the env's step (a worker's time breakdown)
         self.policy_seconds = self.env_seconds = 0.0
+        self._players: List[Any] = []
         self.reset_policy(policy)
         self.trained_players = list(cfg.trained_players)
         bad = [p for p in self.trained_players if p not in (0, 1)]
         if bad:
             raise ValueError(f"trained_players must be player indices 0 or 1, got {self.trained_players}")
-        self.reset_env(env)
+        if env is not None:
+            self.reset_env(env)
 
     # ---- DI-engine's lifecycle ------------------------------------------------------------------
     def reset_policy(self, _policy: Optional[Sequence[Any]] = None) -> None:
@@ -146,6 +149,8 @@ class _BattleCollector:
         """Take ``_env`` (if given) and start new games everywhere; player 0 starts in seat ``i % 2``."""
         if _env is not None:
             self._env = _env
+        if self._env is None:
+            return  # nothing to reset until an env is given
         self._env.reset()
         n = self._env.num_envs
         self._seat_of_player0 = np.arange(n, dtype=np.int64) % 2
@@ -183,6 +188,9 @@ class _BattleCollector:
         count = count if count is not None else self.cfg.get(key)
         if count is None:
             raise ValueError(f"collect() without {key} needs a collector whose cfg sets {key}; pass collect({key}=N)")
+        if self._env is None or not self._players:
+            raise RuntimeError(f"{self.instance_name}: collect() needs an env and two players: pass them to the "
+                               f"constructor or to reset_env(env) / reset_policy([player0, player1]) first")
         return count
 
     def _step(self, policy_kwargs: Optional[dict], stats: BattleCollectStats):
@@ -231,13 +239,14 @@ class BattleSampleSerialCollector(_BattleCollector):
         self._unbuilt = [0, 0]
 
     def collect(self, n_sample: Union[int, Sequence[int], None] = None, train_iter: int = 0, drop_extra: bool = True,
-                policy_kwargs: Optional[dict] = None) -> List[Columns]:
+                policy_kwargs: Optional[dict] = None, *, keep_extra: bool = False) -> List[Columns]:
         """Exactly ``n_sample`` rows for each trained player (``{}`` for the others); ``n_sample`` may also be
         one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players).
 
-        ``drop_extra=False`` (on-policy pipelines, as for :class:`SampleSerialCollector`): every row completed
-        by now is returned (at least ``n_sample`` per trained player), none kept for a call that may act
-        with a newer policy. DI-engine's argument order; ``n_sample=None``: ``cfg.n_sample``."""
+        ``drop_extra=True``: rows completed beyond that are dropped (``keep_extra=True``, ours: returned first by
+        the next call), as for :class:`SampleSerialCollector`; ``drop_extra=False`` (on-policy pipelines): every
+        row completed by now is returned (at least ``n_sample`` per trained player), none kept for a call that
+        may act with a newer policy. DI-engine's argument order; ``n_sample=None``: ``cfg.n_sample``."""
         n_sample = self._default(n_sample, "n_sample")
         if not self.trained_players:
             raise ValueError(f"{self.trained_players=}: name at least one player whose rows to collect")
@@ -272,7 +281,7 @@ class BattleSampleSerialCollector(_BattleCollector):
                 self._unbuilt[p] = sum(lane.pending for lane in self._lanes[p])
             take = wanted[p] if drop_extra else columns_len(self._ready[p])
             out[p] = slice_columns(self._ready[p], 0, take)
-            self._ready[p] = slice_columns(self._ready[p], take)
+            self._ready[p] = slice_columns(self._ready[p], take) if keep_extra else {}
         stats.transitions = sum(columns_len(c) for c in out)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start

@@ -30,9 +30,13 @@ _SETTLED_NS = 50_000_000
 
 
 class ClusterCollector(BaseParallelCollector):
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, seed: int = 0):
-        self.cfg = cfg
-        self.storage = storage
+    def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, seed: int = 0):
+        """``storage``: where chunks go and policies come from (None: the run's shared store, as the slave opens
+        it from ``parallel.shared_dir`` or ``<exp_name>/shared``)."""
+        from ..runtime import run_storage
+
+        super().__init__(cfg)
+        self.storage = storage if storage is not None else run_storage(cfg)
         self._build(seed)
         self.policy_version = -1
         self._policy_dir_stamp: Optional[int] = None
@@ -53,6 +57,25 @@ class ClusterCollector(BaseParallelCollector):
     @property
     def envstep(self) -> int:
         return self.collector.envstep
+
+    def _act_with_policy(self) -> None:
+        if getattr(self, "collector", None) is not None:  # _build sets the policy before it builds the collector
+            self.collector.reset_policy(self.policy.collect_mode)
+
+    def _step_env(self) -> None:
+        self.collector.reset_env(self.env)
+
+    def get_finish_info(self) -> Dict[str, Any]:
+        """The last collection under DI-engine's keys (``train_iter`` is the policy version that collected)."""
+        stats = self.collector.last_stats
+        returns = np.asarray(stats.returns, dtype=np.float64)
+        return {"finished_task": True, "eval_flag": False, "step_count": stats.env_steps,
+                "train_iter": self.policy_version, "real_episode_count": stats.episodes,
+                "avg_time_per_step": stats.duration / max(stats.env_steps, 1),
+                "avg_step_per_episode": float(np.mean(stats.lengths)) if stats.episodes else 0.0,
+                "reward_mean": float(returns.mean()) if len(returns) else 0.0,
+                "reward_std": float(returns.std()) if len(returns) else 0.0,
+                "each_reward": returns.tolist(), "collector_done": False}
 
     def phase_seconds(self) -> Dict[str, float]:
         """Wall seconds ever spent stepping the envs and in the policy's forward (a worker's time breakdown)."""
@@ -124,7 +147,8 @@ class ClusterCollector(BaseParallelCollector):
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
         policy loaded now (the surplus is not kept for a call that may act with a newer policy)."""
         data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect)
+                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect,
+                                      keep_extra=True)
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
@@ -138,8 +162,8 @@ class ClusterCollector(BaseParallelCollector):
                                      evaluator=True)
             self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
             self._evaluator = InteractionSerialEvaluator(
-                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,
-                self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
+                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, stop_value=self.cfg.env.stop_value,
+                n_evaluator_episode=self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
         version, state = self._load_for_eval(version)
         self.load_checkpoint(self._eval_policy, version, state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))

@@ -46,8 +46,16 @@ class BattleClusterCollector(ClusterCollector):
         self._bots: Dict[str, Any] = {}
         self.collector = BattleSampleSerialCollector(
             {**cfg.policy.collect.collector, "trained_players": [0, 1]}, self.env,
-            [self.policy.collect_mode, self.policy.collect_mode], cfg.policy.discount_factor, cfg.policy.nstep)
+            [self.policy.collect_mode, self.policy.collect_mode], discount_factor=cfg.policy.discount_factor,
+            nstep=cfg.policy.nstep)
         self.opponent = SELF
+
+    def _act_with_policy(self) -> None:
+        """A new training policy plays the current opponent (new games)."""
+        if getattr(self, "collector", None) is None:  # _build sets the policy before it builds the collector
+            return
+        opponent, self.opponent = self.opponent, None
+        self.set_opponent(opponent)
 
     def _bot(self, name: str) -> Any:
         if name not in self._bots:
@@ -89,7 +97,8 @@ class BattleClusterCollector(ClusterCollector):
         (a two-player game's random warm-up is a bot in the league)."""
         trained = self.collector.trained_players
         share = [-(-n_sample // len(trained)), n_sample // len(trained)] if len(trained) == 2 else [n_sample, 0]
-        per_player = self.collector.collect(share, train_iter=self.policy_version, policy_kwargs={"eps": eps})
+        per_player = self.collector.collect(share, train_iter=self.policy_version, policy_kwargs={"eps": eps},
+                                            keep_extra=True)
         data = concat_columns([per_player[p] for p in trained if per_player[p]])
         return data, self.collector.last_stats
 

@@ -100,9 +100,10 @@ class ISerialCollector(abc.ABC):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sample")
 
-    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float,
+    def __init__(self, cfg: Optional[EasyDict], env: Optional[EnvManager], policy, discount_factor: float,
                  tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "collector"):
-        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions.
+        """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions. ``env`` and
+        ``policy`` may come later, through ``reset_env`` / ``reset_policy`` (DI-engine's ``None`` defaults).
 
         ``tb_logger`` (DI-engine's keyword: anything with ``add_scalar(tag, value, step)``) gets every collect
         call's numbers (:func:`log_collect`); None writes nothing. ``exp_name`` and ``instance_name`` name
@@ -110,13 +111,19 @@ class ISerialCollector(abc.ABC):
         self.cfg = cfg
         self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         self._gamma = discount_factor
-        self._policy = collect_mode(policy)
+        self._policy = collect_mode(policy) if policy is not None else None
         self._env: Optional[EnvManager] = None
         self.envstep = 0
         self.last_stats = CollectStats()
         # wall seconds ever spent in the policy's forward and in the env's step (a worker's time breakdown)
         self.policy_seconds = self.env_seconds = 0.0
-        self.reset_env(env)
+        if env is not None:
+            self.reset_env(env)
+
+    def _check_ready(self) -> None:
+        if self._env is None or self._policy is None:
+            raise RuntimeError(f"{self.instance_name}: collect() needs an env and a policy: pass them to the "
+                               f"constructor or to reset_env(env) / reset_policy(policy) first")
 
     @abc.abstractmethod
     def collect(self, *args, **kwargs): ...
@@ -209,17 +216,19 @@ class SampleSerialCollector(ISerialCollector):
     def __init__(
         self,
         cfg: Optional[EasyDict],
-        env: EnvManager,
-        policy,
-        nstep: int = 1,
-        discount_factor: float = 0.99,
-        n_sample: Optional[int] = None,
+        env: Optional[EnvManager] = None,
+        policy=None,
         tb_logger=None,
         exp_name: str = "default_experiment",
         instance_name: str = "collector",
+        *,
+        nstep: int = 1,
+        discount_factor: float = 0.99,
+        n_sample: Optional[int] = None,
     ):
-        """``n_sample``: what ``collect()`` collects when called without one (else ``cfg.n_sample``, if set);
-        ``tb_logger``, ``exp_name``, ``instance_name``: DI-engine's, see :class:`ISerialCollector`."""
+        """DI-engine's arguments in its order, then ours by keyword: ``n_sample``, what ``collect()`` collects
+        when called without one (else ``cfg.n_sample``, if set); ``tb_logger``, ``exp_name``,
+        ``instance_name``: see :class:`ISerialCollector`."""
         if nstep <= 0:
             raise ValueError(f"{nstep=} must be > 0")
         n_sample = n_sample if n_sample is not None else (cfg or {}).get("n_sample")
@@ -236,6 +245,8 @@ class SampleSerialCollector(ISerialCollector):
     def reset_env(self, _env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
         if _env is not None:
             self._env = _env
+        if self._env is None:
+            return  # nothing to reset until an env is given
         self._env.reset(**(gym_reset_kwargs or {}))
         self._builder = self._new_builder()
         self._ready: Columns = {}
@@ -249,7 +260,7 @@ class SampleSerialCollector(ISerialCollector):
     def reset_policy(self, _policy=None) -> None:
         had_own = not isinstance(getattr(self, "_builder", None), NStepBuilder)
         super().reset_policy(_policy)
-        if _policy is not None and (had_own or hasattr(self._policy, "sample_builder")):
+        if _policy is not None and self._env is not None and (had_own or hasattr(self._policy, "sample_builder")):
             self._builder = self._new_builder()  # the rows are built the new policy's way
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
@@ -259,13 +270,14 @@ class SampleSerialCollector(ISerialCollector):
 
     def collect(self, n_sample: Optional[int] = None, train_iter: int = 0, drop_extra: bool = True,
                 random_collect: bool = False, record_random_collect: bool = True,
-                policy_kwargs: Optional[dict] = None, level_seeds: None = None) -> Columns:
+                policy_kwargs: Optional[dict] = None, level_seeds: None = None, *, keep_extra: bool = False) -> Columns:
         """Run the envs until ``n_sample`` transitions are ready; return exactly that many (DI-engine's arguments).
 
         ``n_sample=None``: the collector's configured ``n_sample``. ``drop_extra=True``: transitions
-        completed beyond ``n_sample`` are not returned now but by the next call (DI-engine drops
-        them); ``drop_extra=False`` returns them now (up to ``num_envs - 1`` more rows), so every row
-        comes from this call's policy (on-policy collectors, whose next call may act with a new one).
+        completed beyond ``n_sample`` are dropped, as DI-engine's are (``keep_extra=True``, ours: they are
+        returned first by the next call instead, so no env step is wasted); ``drop_extra=False`` returns
+        them now (up to ``num_envs - 1`` more rows), so every row comes from this call's policy (on-policy
+        collectors, whose next call may act with a new one).
         ``random_collect=True`` acts by sampling the env's action space (``policy_kwargs`` unused);
         with ``record_random_collect=False`` such a call's episodes are not recorded in
         ``last_stats`` (its env steps still count in ``envstep``). ``level_seeds`` (procgen level
@@ -281,6 +293,7 @@ class SampleSerialCollector(ISerialCollector):
                                  "(or cfg.n_sample); pass collect(n_sample=N)")
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
+        self._check_ready()
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
@@ -308,7 +321,7 @@ class SampleSerialCollector(ISerialCollector):
         built = builder.build(train_iter) if missing > 0 else {}
         data = concat_columns([c for c in (self._ready, built) if c])
         if drop_extra:
-            self._ready = slice_columns(data, n_sample)
+            self._ready = slice_columns(data, n_sample) if keep_extra else {}
             data = slice_columns(data, 0, n_sample)
         else:
             self._ready = {}
@@ -321,7 +334,7 @@ class SampleSerialCollector(ISerialCollector):
         return data
 
     def discard_surplus(self) -> int:
-        """Drop the transitions completed beyond the last ``n_sample`` (e.g. made by weights since replaced)."""
+        """Drop the transitions kept by the last ``collect(keep_extra=True)`` (e.g. made by weights since replaced)."""
         dropped = columns_len(self._ready)
         self._ready = {}
         return dropped
@@ -334,15 +347,18 @@ class EpisodeSerialCollector(ISerialCollector):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="episode")
 
-    def __init__(self, cfg: Optional[EasyDict], env: EnvManager, policy, discount_factor: float = 0.99,
-                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "collector"):
-        """``collect()`` without ``n_episode`` collects ``cfg.n_episode``; the DI-engine keywords: see
-        :class:`ISerialCollector`."""
+    def __init__(self, cfg: Optional[EasyDict], env: Optional[EnvManager] = None, policy=None, tb_logger=None,
+                 exp_name: str = "default_experiment", instance_name: str = "collector", *,
+                 discount_factor: float = 0.99):
+        """DI-engine's arguments in its order, then ours by keyword; ``collect()`` without ``n_episode``
+        collects ``cfg.n_episode``; the DI-engine keywords: see :class:`ISerialCollector`."""
         super().__init__(cfg, env, policy, discount_factor, tb_logger, exp_name, instance_name)
 
     def reset_env(self, _env: Optional[EnvManager] = None, gym_reset_kwargs: Optional[dict] = None) -> None:
         if _env is not None:
             self._env = _env
+        if self._env is None:
+            return  # nothing to reset until an env is given
         self._env.reset(**(gym_reset_kwargs or {}))
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
@@ -354,10 +370,13 @@ class EpisodeSerialCollector(ISerialCollector):
         train_iter: int = 0,
         policy_kwargs: Optional[dict] = None,
         spread_evenly: bool = False,
-        drop_extra: bool = True,
+        drop_extra: bool = False,
+        *,
+        keep_extra: bool = False,
     ) -> List[Columns]:
-        """Return exactly ``n_episode`` finished episodes (``drop_extra=False``: every episode finished by now;
-        with ``True`` the extra ones are returned by the next call).
+        """Return the episodes finished by the step that completes ``n_episode`` (DI-engine's rule: at least
+        ``n_episode``, more when several envs finish in that step). Ours: ``drop_extra=True`` returns exactly
+        ``n_episode`` and drops the others (``keep_extra=True``: they are returned first by the next call).
 
         By default the first episodes to finish are returned (short episodes
         come first) and the rest are kept for the next call. ``spread_evenly``
@@ -373,6 +392,7 @@ class EpisodeSerialCollector(ISerialCollector):
                              "pass collect(n_episode=K)")
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
+        self._check_ready()
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
@@ -409,7 +429,7 @@ class EpisodeSerialCollector(ISerialCollector):
                         active[i] = False  # this env has given its share
                         self._partial[i] = []
         cut = n_episode if drop_extra else len(self._ready)
-        episodes, self._ready = self._ready[:cut], self._ready[cut:]
+        episodes, self._ready = self._ready[:cut], (self._ready[cut:] if keep_extra else [])
         stats.episodes = len(episodes)
         stats.transitions = sum(columns_len(e) for e in episodes)
         self.envstep += stats.env_steps
@@ -430,16 +450,19 @@ def get_serial_collector_cls(cfg: EasyDict) -> type:
     return COLLECTOR_REGISTRY.get(cfg.get("type", "sample"))
 
 
-def create_serial_collector(cfg: EasyDict, env: EnvManager, policy, **kwargs) -> ISerialCollector:
-    """Build the collector named by ``cfg.type`` (``sample``, ``episode`` or a registered one)."""
-    return get_serial_collector_cls(cfg)(cfg, env, policy, **kwargs)
+def create_serial_collector(cfg: EasyDict, *args, **kwargs) -> ISerialCollector:
+    """Build the collector named by ``cfg.type`` (``sample``, ``episode`` or a registered one); ``kwargs`` (``env``,
+    ``policy``, ``tb_logger``, ...) go to its constructor (DI-engine's call)."""
+    return get_serial_collector_cls(cfg)(cfg, *args, **kwargs)
 
 
-def to_tensor_transitions(data, device: str = "cpu"):
+def to_tensor_transitions(data, shallow_copy_next_obs: bool = True, *, device: str = "cpu"):
     """Transitions as torch tensors (DI-engine's ``to_tensor_transitions``): a dict of numpy columns gives a
-    dict of tensors (no copy on the CPU), a list of them (episodes) a list."""
+    dict of tensors (no copy on the CPU), a list of them (episodes) a list. ``shallow_copy_next_obs`` (DI-engine
+    shares each transition's ``next_obs`` with the next one's ``obs``) has nothing to do here: columns share
+    no rows."""
     from ..policy.nets import to_tensor
 
     if isinstance(data, (list, tuple)):
-        return [to_tensor_transitions(d, device) for d in data]
+        return [to_tensor_transitions(d, device=device) for d in data]
     return {k: to_tensor(v, device, None) for k, v in data.items()}

@@ -109,9 +109,10 @@ class CollectorSlave(Slave, BaseCommCollector):
         every path comes from the storage module)."""
         return self.collector.get_policy_update_info()
 
-    def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
-        """Write a chunk atomically to the shared disk; returns its path."""
-        return self.collector.send_stepdata(name, data)
+    def send_stepdata(self, path: str, stepdata: Dict[str, np.ndarray]) -> str:
+        """Write ``stepdata`` atomically as chunk ``path`` under the shared store's data directory (DI-engine's
+        arguments); returns the file's full path."""
+        return self.collector.send_stepdata(path, stepdata)
 
     # ---- policy -------------------------------------------------------------------------
     def newer_policy_out(self) -> bool:

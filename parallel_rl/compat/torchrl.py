@@ -63,6 +63,13 @@ class DataCollectorBase(abc.ABC):
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]: ...
 
     weight_updater: Optional[PolicyWeightUpdater] = None
+    # torchrl's attributes: batches hold exactly what was asked (requested_frames_per_batch is frames_per_batch,
+    # set by the constructor); the policy is called as given, never compiled or wrapped in CUDA graphs
+    trust_policy, compiled_policy, cudagraphed_policy, verbose = True, False, False, False
+
+    def iterator(self) -> Iterator[Dict[str, np.ndarray]]:
+        """torchrl's name for ``iter(collector)``."""
+        return iter(self)
 
     def next(self) -> Optional[Dict[str, np.ndarray]]:
         """One batch (the iterator's next); ``None`` once ``total_frames`` have been delivered."""
@@ -141,7 +148,7 @@ class SyncDataCollector(DataCollectorBase):
         env = create_env_fn if isinstance(create_env_fn, (EnvManager, gym.Env, gym.vector.VectorEnv)) else create_env_fn()
         self.env = as_env_manager(env)
         self.policy = policy
-        self.frames_per_batch = frames_per_batch
+        self.frames_per_batch = self.requested_frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.replay_buffer = replay_buffer
         self.policy_kwargs = dict(policy_kwargs or {})
@@ -159,7 +166,9 @@ class SyncDataCollector(DataCollectorBase):
     # ---- iteration -------------------------------------------------------------------
     def _collect(self, n: int, push: bool = False) -> Dict[str, np.ndarray]:
         with self._lock, torch.no_grad():  # a piece is collected and pushed whole: pause() waits for it
-            data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs)
+            # keep_extra: a batch's surplus starts the next batch (no env step is wasted)
+            data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs,
+                                      keep_extra=True)
             self.frames += n
             if push:
                 self.replay_buffer.push(data, cur_collector_envstep=self._core.envstep)

@@ -55,10 +55,14 @@ def _delegate(part: str, name: str) -> property:
 
 
 class Coordinator:
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str] = None,
+    def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
+        """``storage``: the shared store it indexes (None: the run's, at ``parallel.shared_dir`` or
+        ``<exp_name>/shared``, as ``parallel-rl coordinator`` opens it)."""
+        from ..runtime import run_storage
+
         self.cfg = cfg
-        self.storage = storage
+        self.storage = storage if storage is not None else run_storage(cfg)
         self.storage.health.name = "coordinator"  # its own snapshots; the workers report theirs
         self.token = token
         self.tasks = TaskTable()
@@ -117,9 +121,21 @@ class Coordinator:
     wait_for_allowance = _delegate("flow", "wait_for_allowance")
     long_polls_refused = _delegate("flow", "long_polls_refused")
     _notify_progress = _delegate("flow", "notify_progress")
-    state_dict = _delegate("snapshots", "state_dict")
-    load_state_dict = _delegate("snapshots", "load_state_dict")
     save_state = _delegate("snapshots", "save_state")
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What a restarted coordinator needs (:meth:`Snapshots.state_dict`; DI-engine's name)."""
+        return self.snapshots.state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.snapshots.load_state_dict(state_dict)
+
+    def info(self, s: str) -> None:
+        """Log ``s`` as the coordinator (DI-engine's helper)."""
+        logger.info("coordinator: %s", s)
+
+    def error(self, s: str) -> None:
+        logger.error("coordinator: %s", s)
     resume = _delegate("snapshots", "resume")
     resumed_from = _delegate("snapshots", "resumed_from")
 

@@ -101,19 +101,19 @@ class IBuffer(abc.ABC):
     def state_dict(self) -> Dict[str, np.ndarray]: ...
 
     @abc.abstractmethod
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None: ...
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None: ...
 
     def __len__(self) -> int:
         return self.count()
 
-    def save_data(self, path: str) -> None:
-        """Write the buffer to ``path`` (``.npz``; loads without pickle)."""
+    def save_data(self, file_name: str) -> None:
+        """Write the buffer to ``file_name`` (``.npz``; loads without pickle)."""
         from ..storage import atomic_save_npz
 
-        atomic_save_npz(path, self.state_dict())
+        atomic_save_npz(file_name, self.state_dict())
 
-    def load_data(self, path: str) -> None:
-        with np.load(path, allow_pickle=False) as npz:
+    def load_data(self, file_name: str) -> None:
+        with np.load(file_name, allow_pickle=False) as npz:
             self.load_state_dict({k: npz[k] for k in npz.files})
 
 
@@ -282,18 +282,18 @@ class NaiveReplayBuffer(IBuffer):
             )
             return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
         with self._lock:
-            if len(state["meta/uid"]) != self.capacity:
+            if len(_state_dict["meta/uid"]) != self.capacity:
                 raise ValueError(
-                    f"state has capacity {len(state['meta/uid'])}, buffer has {self.capacity}"
+                    f"state has capacity {len(_state_dict['meta/uid'])}, buffer has {self.capacity}"
                 )
-            self._columns = {k[4:]: np.array(v) for k, v in state.items() if k.startswith("col/")}
-            self._uid = np.array(state["meta/uid"])
-            self._valid = np.array(state["meta/valid"])
-            self._push_time = np.array(state["meta/push_time"])
-            self._collect_iter = np.array(state["meta/collect_iter"])
+            self._columns = {k[4:]: np.array(v) for k, v in _state_dict.items() if k.startswith("col/")}
+            self._uid = np.array(_state_dict["meta/uid"])
+            self._valid = np.array(_state_dict["meta/valid"])
+            self._push_time = np.array(_state_dict["meta/push_time"])
+            self._collect_iter = np.array(_state_dict["meta/collect_iter"])
             self._next, self._count, self.pushed, self.sampled, self.evicted = (
-                int(x) for x in state["counters"]
+                int(x) for x in _state_dict["counters"]
             )
-            self._staleness_sum = float(state["staleness_sum"])
+            self._staleness_sum = float(_state_dict["staleness_sum"])

@@ -110,6 +110,14 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
         frac = min(1.0, self._sample_calls / self.cfg.anneal_step)
         return float(self.cfg.beta + (1.0 - self.cfg.beta) * frac)
 
+    @beta.setter
+    def beta(self, beta: float) -> None:
+        """DI-engine's setter: ``beta`` from now on; annealing (``anneal_step``) restarts from it."""
+        if beta < 0:
+            raise ValueError(f"{beta=} must be >= 0")
+        with self._lock:
+            self.cfg.beta, self._sample_calls = float(beta), 0
+
     def _on_slots_pushed(self, slots: np.ndarray) -> None:
         self._use_count[slots] = 0
         self._tree.update(slots, np.full(len(slots), self._max_priority ** self.cfg.alpha))
@@ -176,11 +184,12 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             state["prio/scalars"] = np.array([self._max_priority, self._sample_calls], dtype=np.float64)
             return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray], deepcopy: bool = False) -> None:
+        """``deepcopy`` is DI-engine's; the arrays are always copied here."""
         with self._lock:
-            super().load_state_dict(state)
-            self._tree.leaves[: self.capacity] = state["prio/leaves"]
+            super().load_state_dict(_state_dict)
+            self._tree.leaves[: self.capacity] = _state_dict["prio/leaves"]
             self._tree.rebuild()
-            self._use_count = np.array(state["prio/use_count"])
-            self._max_priority = float(state["prio/scalars"][0])
-            self._sample_calls = int(state["prio/scalars"][1])
+            self._use_count = np.array(_state_dict["prio/use_count"])
+            self._max_priority = float(_state_dict["prio/scalars"][0])
+            self._sample_calls = int(_state_dict["prio/scalars"][1])

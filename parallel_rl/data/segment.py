@@ -89,12 +89,12 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             state["segment/dropped_stale"] = np.array(self.dropped_stale)
             return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
         with self._lock:
-            super().load_state_dict(state)
-            self._use_count = np.array(state["segment/use_count"])
+            super().load_state_dict(_state_dict)
+            self._use_count = np.array(_state_dict["segment/use_count"])
             # snapshots from before stale rows were counted have none
-            self.dropped_stale = int(state.get("segment/dropped_stale", 0))
+            self.dropped_stale = int(_state_dict.get("segment/dropped_stale", 0))
 
 
 class RolloutReplayBuffer(SegmentReplayBuffer):

@@ -119,11 +119,11 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
             state["sequence/scalars"] = np.array([self._episodes_begun, self._open], dtype=np.int64)
             return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
         with self._lock:
-            super().load_state_dict(state)
-            self._episode = np.array(state["sequence/episode"])
-            self._episodes_begun, self._open = int(state["sequence/scalars"][0]), bool(state["sequence/scalars"][1])
+            super().load_state_dict(_state_dict)
+            self._episode = np.array(_state_dict["sequence/episode"])
+            self._episodes_begun, self._open = int(_state_dict["sequence/scalars"][0]), bool(_state_dict["sequence/scalars"][1])
 
 
 class EpisodeReplayBuffer(IBuffer):
@@ -176,6 +176,12 @@ class EpisodeReplayBuffer(IBuffer):
     def count(self) -> int:
         return len(self._episodes)
 
+    @property
+    def episode_len(self) -> List[int]:
+        """DI-engine's: the length of every stored episode."""
+        with self._lock:
+            return [len(next(iter(e.values()))) if e else 0 for e in self._episodes]
+
     def clear(self) -> None:
         with self._lock:
             self.evicted += len(self._episodes)
@@ -195,12 +201,12 @@ class EpisodeReplayBuffer(IBuffer):
                     state[f"col/{name}"] = np.concatenate([e[name] for e in self._episodes])
             return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+    def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
         with self._lock:
-            self._next, self.pushed, self.sampled, self.evicted = (int(x) for x in state["counters"])
-            bounds = np.cumsum(np.concatenate([[0], state["lengths"]]))
-            names = [k[4:] for k in state if k.startswith("col/")]
+            self._next, self.pushed, self.sampled, self.evicted = (int(x) for x in _state_dict["counters"])
+            bounds = np.cumsum(np.concatenate([[0], _state_dict["lengths"]]))
+            names = [k[4:] for k in _state_dict if k.startswith("col/")]
             self._episodes = [
-                {name: np.array(state[f"col/{name}"][a:b]) for name in names}
+                {name: np.array(_state_dict[f"col/{name}"][a:b]) for name in names}
                 for a, b in zip(bounds[:-1], bounds[1:])
             ]

@@ -34,9 +34,19 @@ class BaseSerialCommander:
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._learner, self._collector = learner, collector
         self._evaluator, self._replay_buffer = evaluator, replay_buffer
-        policy_cfg = getattr(policy, "cfg", policy)
-        self._epsilon = exploration_schedule(policy_cfg) if policy_cfg is not None else None
+        self.policy = policy
         self.info: Dict[str, Any] = {}
+
+    @property
+    def policy(self) -> Any:
+        return self._policy
+
+    @policy.setter
+    def policy(self, _policy: Any) -> None:
+        """DI-engine's setter: the exploration schedule follows the new policy (or config; None: no settings)."""
+        self._policy = _policy
+        policy_cfg = getattr(_policy, "cfg", _policy)
+        self._epsilon = exploration_schedule(policy_cfg) if policy_cfg is not None else None
 
     def step(self) -> Dict[str, Any]:
         """The collect settings for the next ``collect`` call (``policy_kwargs``)."""

@@ -35,8 +35,8 @@ from easydict import EasyDict
 from ..coordinator import Coordinator, CoordinatorState
 from ..transport import TOKEN_ENV, new_token
 from ..progress import ProgressReporter
-from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, shared_root, signal_exit_code
-from ..storage import SharedStorage, lock_shared_dir
+from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage, signal_exit_code
+from ..storage import lock_shared_dir
 from . import forkserver
 from .placement import WINDOW as placement_window, CpuPlacement
 
@@ -80,7 +80,7 @@ class LocalCluster:
         self.config_path, self.overrides = config_path, list(overrides or [])
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
-        self.storage = SharedStorage(resume or shared_root(cfg, shared_dir), cfg.parallel.storage_options)
+        self.storage = run_storage(cfg, resume or shared_dir)
         # held until this process ends: another run on the directory fails instead of wiping it under us
         self.dir_lock = lock_shared_dir(self.storage, "parallel-rl run --resume" if resume else "parallel-rl run")
         self.coordinator = Coordinator(cfg, self.storage, self.token)

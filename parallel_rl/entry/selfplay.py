@@ -66,8 +66,8 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
             for i, name in enumerate(dict.fromkeys(list(cfg.league.bots) + list(cfg.policy.eval.evaluator.opponents)))}
     snapshots: Dict[str, dict] = {}
     collector = BattleSampleSerialCollector(cfg.policy.collect.collector, collector_env,
-                                            [policy.collect_mode, policy.collect_mode], cfg.policy.discount_factor,
-                                            cfg.policy.nstep)
+                                            [policy.collect_mode, policy.collect_mode],
+                                            discount_factor=cfg.policy.discount_factor, nstep=cfg.policy.nstep)
     evaluator = BattleInteractionSerialEvaluator(
         cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
         {name: bots[name] for name in cfg.policy.eval.evaluator.opponents},
@@ -121,7 +121,8 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                 collector.reset_env()
                 opponent = chosen
             columns = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                        policy_kwargs=commander.step(), drop_extra=policy.flow.drop_extra)
+                                        policy_kwargs=commander.step(), drop_extra=policy.flow.drop_extra,
+                                        keep_extra=True)
             stats = collector.last_stats
             games += stats.episodes
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)

@@ -67,7 +67,7 @@ def warm_up(policy_cfg: EasyDict, collector, buffer) -> None:
     if size <= 0:
         return
     logger.info("serial: collecting %d transitions with random actions before training", size)
-    data = collector.collect(size, train_iter=0, random_collect=True, record_random_collect=False)
+    data = collector.collect(size, train_iter=0, random_collect=True, record_random_collect=False, keep_extra=True)
     buffer.push(data, cur_collector_envstep=collector.envstep)
 
 
@@ -93,13 +93,13 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
     collector = create_serial_collector(
-        cfg.policy.collect.collector, collector_env, policy.collect_mode,
+        cfg.policy.collect.collector, env=collector_env, policy=policy.collect_mode,
         **({"nstep": cfg.policy.nstep} if cfg.policy.collect.collector.type == "sample" else {}),
         discount_factor=cfg.policy.discount_factor,
     )
     evaluator = InteractionSerialEvaluator(
         cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
-        cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
+        stop_value=cfg.env.stop_value, n_evaluator_episode=cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
@@ -132,7 +132,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
             if reason:
                 break
             data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                     policy_kwargs=commander.step())
+                                     policy_kwargs=commander.step(), drop_extra=True, keep_extra=True)
             policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
     finally:

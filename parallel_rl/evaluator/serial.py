@@ -36,6 +36,7 @@ class VectorEvalMonitor:
         self._returns: List[List[float]] = [[] for _ in range(env_num)]
         self._lengths: List[List[int]] = [[] for _ in range(env_num)]
         self._info: List[List[dict]] = [[] for _ in range(env_num)]
+        self._video: List[List[List[np.ndarray]]] = [[[] for _ in range(q)] for q in self.quota]  # frames
 
     def wants(self, env_id: int) -> bool:
         return len(self._returns[env_id]) < self.quota[env_id]
@@ -67,6 +68,39 @@ class VectorEvalMonitor:
 
     def lengths(self) -> List[int]:
         return [n for env in self._lengths for n in env]
+
+    # ---- DI-engine's names ----------------------------------------------------------------------
+    def update_reward(self, env_id: int, reward: Any) -> None:
+        """An ended episode's return (DI-engine's call; its length is not known here: 0)."""
+        self.update(env_id, float(reward), 0)
+
+    def get_episode_return(self) -> List[float]:
+        return self.returns()
+
+    def get_latest_reward(self, env_id: int) -> float:
+        return self._returns[env_id][-1]
+
+    def get_current_episode(self) -> int:
+        """Episodes kept so far."""
+        return sum(len(r) for r in self._returns)
+
+    def update_video(self, imgs: Dict[int, np.ndarray]) -> None:
+        """One frame (H, W, C) per env, ``{env_id: frame}``, added to the episode that env is running."""
+        for env_id, img in imgs.items():
+            if self.wants(env_id):
+                self._video[env_id][len(self._returns[env_id])].append(np.asarray(img))
+
+    def get_video(self) -> np.ndarray:
+        """DI-engine's ``(N, T, C, H, W)``: the worst, median and best episodes' frames (shorter ones padded
+        with their last frame)."""
+        videos = [np.transpose(np.stack(v), (0, 3, 1, 2)) for env in self._video for v in env if v]
+        if not videos:
+            raise ValueError("no frames: call update_video(...) during the episodes first")
+        order = np.argsort(self.returns()[:len(videos)])
+        n = len(order)  # worst, median(s), best, as DI-engine picks them
+        chosen = [videos[order[i]] for i in (range(n) if n <= 3 else (0, n // 2 - 1, n // 2, n - 1))]
+        length = max(len(v) for v in chosen)
+        return np.stack([np.concatenate([v, np.repeat(v[-1:], length - len(v), 0)]) for v in chosen])
 
 
 class ISerialEvaluator(abc.ABC):
@@ -130,22 +164,24 @@ class InteractionSerialEvaluator(ISerialEvaluator):
     def __init__(
         self,
         cfg: EasyDict,
-        env: EnvManager,
-        policy,
-        stop_value: Optional[float] = None,
-        n_evaluator_episode: Optional[int] = None,
-        seed: int = 0,
+        env: Optional[EnvManager] = None,
+        policy=None,
         tb_logger=None,
         exp_name: str = "default_experiment",
         instance_name: str = "evaluator",
+        *,
+        stop_value: Optional[float] = None,
+        n_evaluator_episode: Optional[int] = None,
+        seed: int = 0,
     ):
-        """``policy``: a policy mode whose ``forward(obs)`` returns greedy actions. ``stop_value`` and
-        ``n_evaluator_episode`` default to ``cfg.stop_value`` and ``cfg.n_episode`` (DI-engine's keys);
-        ``tb_logger`` gets every evaluation's numbers."""
+        """DI-engine's arguments in its order (``env`` and ``policy`` may come later through ``reset_env`` /
+        ``reset_policy``), then ours by keyword. ``policy``: a policy mode whose ``forward(obs)`` returns
+        greedy actions. ``stop_value`` and ``n_evaluator_episode`` default to ``cfg.stop_value`` and
+        ``cfg.n_episode`` (DI-engine's keys); ``tb_logger`` gets every evaluation's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         self.env = env
-        self._policy = self._eval_mode(policy)
+        self._policy = self._eval_mode(policy) if policy is not None else None
         self.stop_value = float(self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value"))
         self.n_episode = int(self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode"))
         self._seed = seed
@@ -186,6 +222,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         """
         if force_render:
             raise ValueError(f"{force_render=}: rendering is not supported by parallel_rl's env manager")
+        if self.env is None or self._policy is None:
+            raise RuntimeError(f"{self.instance_name}: eval() needs an env and a policy: pass them to the "
+                               f"constructor or to reset_env(env) / reset_policy(policy) first")
         policy_kwargs = policy_kwargs or {}
         n_episode = n_episode or self.n_episode
         monitor = VectorEvalMonitor(self.env.num_envs, n_episode)
@@ -279,13 +318,16 @@ class MetricSerialEvaluator(ISerialEvaluator):
             type="metric",
         )
 
-    def __init__(self, cfg: Optional[EasyDict], env: Tuple[Any, IMetric], policy, tb_logger=None,
-                 exp_name: str = "default_experiment", instance_name: str = "evaluator", **kwargs: Any):
+    def __init__(self, cfg: Optional[EasyDict], env: Optional[Tuple[Any, IMetric]] = None, policy=None,
+                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "evaluator",
+                 **kwargs: Any):
         """``policy``: a mode or module with ``forward(inputs)``; ``env``: ``(data loader, metric)``;
         ``tb_logger`` gets a metric that is a number, or a dict's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         self._policy = policy
+        self.dataloader: Any = None
+        self.metric: Optional[IMetric] = None
         self.reset_env(env)
         self.eval_count = 0
         self.best_result: Any = None
@@ -314,6 +356,10 @@ class MetricSerialEvaluator(ISerialEvaluator):
              envstep: int = -1) -> Tuple[bool, Any]:
         """Score the policy on the whole data loader; returns ``(stop_flag, mean metric)``."""
         import torch
+
+        if self.metric is None or self._policy is None:
+            raise RuntimeError(f"{self.instance_name}: eval() needs (data loader, metric) and a policy: pass them "
+                               f"to the constructor or to reset_env((loader, metric)) / reset_policy(policy) first")
 
         start = time.perf_counter()
         results = []

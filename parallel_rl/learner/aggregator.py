@@ -185,9 +185,14 @@ class GroupStep:
         if gathered is None:
             return None
         if info_names:
-            total = torch.stack([g[longest:] for g in gathered]).mean(dim=0)
-            self.merged_info = dict(zip(info_names, total.tolist()))
+            self.merged_info = mean_learn_info([dict(zip(info_names, g[longest:].tolist())) for g in gathered])
         return np.concatenate([g[:e - s].numpy() for g, (s, e) in zip(gathered, bounds)]).astype(np.float32)
+
+
+def mean_learn_info(info: List[Dict[str, float]]) -> Dict[str, float]:
+    """The ranks' learn info as one (DI-engine's ``LearnerAggregator.merge_info``): the mean of each number.
+    Priorities are not merged here: each rank's go back to their own rows."""
+    return {k: float(np.mean([i[k] for i in info])) for k in info[0]} if info else {}
 
 
 def wait_for_any_exit(procs: List[subprocess.Popen], timeout: float) -> None:
@@ -214,6 +219,8 @@ def _spaces(cfg: EasyDict):
 
 class LearnerAggregator(LearnerSlave):
     """The learner worker the coordinator sees; with ``world_size`` N > 1, rank 0 of N learner ranks."""
+
+    merge_info = staticmethod(mean_learn_info)  # DI-engine's name for what merges the ranks' learn info
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

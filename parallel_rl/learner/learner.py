@@ -56,9 +56,11 @@ class SaveCkptHook(LearnerHook):
         self.freq = int(freq)
 
     def __call__(self, learner: "BaseLearner") -> None:
-        if self.position.endswith("_iter") and (self.freq <= 0 or learner.train_iter % self.freq != 0):
+        # N updates made: iteration_<N>.pt, resumed at N (after_iter hooks run before train_iter counts the update)
+        updates = learner._updates_made()
+        if self.position.endswith("_iter") and (self.freq <= 0 or updates % self.freq != 0):
             return
-        learner.save_checkpoint(f"iteration_{learner.train_iter}.pt")
+        learner.save_checkpoint(f"iteration_{updates}.pt")
 
 
 class LoadCkptHook(LearnerHook):
@@ -90,9 +92,9 @@ class LogShowHook(LearnerHook):
             add_scalars(learner.tb_logger, f"{learner.instance_name}_step/", learner.collector_envstep, values)
 
 
-def register_learner_hook(name: str, hook_cls: type) -> None:
-    """Make ``<name>_<position>`` config keys build ``hook_cls``."""
-    HOOK_REGISTRY.register(name, hook_cls)
+def register_learner_hook(name: str, hook_type: type) -> None:
+    """Make ``<name>_<position>`` config keys build ``hook_type`` (a :class:`LearnerHook` class)."""
+    HOOK_REGISTRY.register(name, hook_type)
 
 
 register_learner_hook("save_ckpt", SaveCkptHook)
@@ -100,7 +102,7 @@ register_learner_hook("load_ckpt", LoadCkptHook)
 register_learner_hook("log_show", LogShowHook)
 
 
-def build_learner_hook_by_cfg(hook_cfg: Any) -> Dict[str, List[LearnerHook]]:
+def build_learner_hook_by_cfg(cfg: Any) -> Dict[str, List[LearnerHook]]:
     """Hooks from a config, in either of DI-engine's forms.
 
     Short form: ``{'save_ckpt_after_iter': 1000, 'load_ckpt_before_run': 'path', ...}``.
@@ -109,7 +111,7 @@ def build_learner_hook_by_cfg(hook_cfg: Any) -> Dict[str, List[LearnerHook]]:
     as the value of a short-form key.
     """
     hooks: Dict[str, List[LearnerHook]] = {p: [] for p in POSITIONS}
-    items = [(None, h) for h in hook_cfg] if isinstance(hook_cfg, (list, tuple)) else list(hook_cfg.items())
+    items = [(None, h) for h in cfg] if isinstance(cfg, (list, tuple)) else list(cfg.items())
     for key, value in items:
         if isinstance(value, Mapping):  # the full form
             unknown = set(value) - {"name", "type", "priority", "position", "ext_args"}
@@ -137,9 +139,10 @@ def build_learner_hook_by_cfg(hook_cfg: Any) -> Dict[str, List[LearnerHook]]:
 _BUILTIN_PRIORITY = {"load_ckpt": 20, "save_ckpt": 50, "log_show": 80}
 
 
-def merge_hooks(a: Mapping[str, List[LearnerHook]], b: Mapping[str, List[LearnerHook]]) -> Dict[str, List[LearnerHook]]:
-    """Union of two hook tables, each position sorted by priority (stable: ``a`` before ``b`` on ties)."""
-    return {p: sorted(list(a.get(p, [])) + list(b.get(p, [])), key=lambda h: h.priority) for p in POSITIONS}
+def merge_hooks(hooks1: Mapping[str, List[LearnerHook]],
+                hooks2: Mapping[str, List[LearnerHook]]) -> Dict[str, List[LearnerHook]]:
+    """Union of two hook tables, each position sorted by priority (stable: ``hooks1`` first on ties)."""
+    return {p: sorted(list(hooks1.get(p, [])) + list(hooks2.get(p, [])), key=lambda h: h.priority) for p in POSITIONS}
 
 
 def add_learner_hook(hooks: Dict[str, List[LearnerHook]], hook: LearnerHook) -> None:
@@ -182,7 +185,9 @@ class BaseLearner:
         self.instance_name = instance_name
         self.exp_dir = exp_dir if exp_dir is not None else exp_name
         self._exp_name = exp_name
-        self.train_iter = 0
+        self.train_iter = 0  # DI-engine's count: an after_iter hook sees the updates made before its own
+        self._updating = False  # between an update and the end of its after_iter hooks
+        self._log_buffer: Optional[Dict[str, Dict[str, Any]]] = None  # set through the log_buffer setter
         self._raw_info: Dict[str, Any] = {}
         self._learn_info: Optional[Dict[str, float]] = {}
         self.priority_info: Optional[Dict[str, np.ndarray]] = None
@@ -232,8 +237,9 @@ class BaseLearner:
     def hooks(self, position: str) -> List[LearnerHook]:
         return list(self._hooks[position])
 
-    def call_hook(self, position: str) -> None:
-        for hook in self._hooks[position]:
+    def call_hook(self, name: str) -> None:
+        """Run the hooks at position ``name`` (DI-engine's argument name)."""
+        for hook in self._hooks[name]:
             hook(self)
 
     @property
@@ -253,14 +259,22 @@ class BaseLearner:
             self.priority_info = {"index": data["index"], "uid": data["uid"], "priority": priority}
         else:
             self.priority_info = None
-        self.train_iter += 1
-        log["train_iter"] = self.train_iter
+        log["train_iter"] = self.train_iter + 1
         log["envstep"] = envstep
         # scalars may be 0-d tensors on the training device: they become floats only when read
         # (learn_info), so an update never waits for the device to hand a number to the host
-        self._raw_info, self._learn_info = log, None
-        self.call_hook("after_iter")
+        self._raw_info, self._learn_info, self._log_buffer = log, None, None
+        self._updating = True
+        try:
+            self.call_hook("after_iter")
+        finally:
+            self._updating = False
+        self.train_iter += 1  # as DI-engine's last_iter.add(1): after the after_iter hooks
         return log
+
+    def _updates_made(self) -> int:
+        """Updates made so far, an update whose after_iter hooks are running included (what a checkpoint holds)."""
+        return self.train_iter + 1 if self._updating else self.train_iter
 
     @property
     def learn_info(self) -> Dict[str, Any]:
@@ -278,13 +292,20 @@ class BaseLearner:
     @property
     def log_buffer(self) -> Dict[str, Dict[str, Any]]:
         """DI-engine's ``log_buffer``: the last update's values by kind. A policy's ``[scalars]<name>`` and
-        ``[histogram]<name>`` keys go to ``scalars`` / ``histogram`` under ``<name>``, the rest to ``scalar``."""
+        ``[histogram]<name>`` keys go to ``scalars`` / ``histogram`` under ``<name>``, the rest to ``scalar``.
+        What a hook sets (DI-engine's setter) is returned until the next update."""
+        if self._log_buffer is not None:
+            return self._log_buffer
         buffer: Dict[str, Dict[str, Any]] = {"scalar": {}, "scalars": {}, "histogram": {}}
         info = self.learn_info
         for key in self._raw_info:
             kind = next((k for k in ("scalars", "histogram") if key.startswith(f"[{k}]")), None)
             buffer[kind or "scalar"][key.split("]", 1)[1] if kind else key] = info[key]
         return buffer
+
+    @log_buffer.setter
+    def log_buffer(self, _log_buffer: Dict[str, Dict[str, Any]]) -> None:
+        self._log_buffer = _log_buffer
 
     # ---- checkpoints -------------------------------------------------------------
     @property
@@ -311,7 +332,7 @@ class BaseLearner:
 
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = os.path.join(self.ckpt_dir, name)
-        torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self.train_iter})
+        torch_save_atomic(path, {"policy": self._policy.state_dict(), "train_iter": self._updates_made()})
         self.ckpt_name = name
         return path
 
@@ -325,10 +346,26 @@ class BaseLearner:
         logger.info("%s: resumed from %s at iter %d", self.instance_name, path, self.train_iter)
 
     # ---- DI-engine's parallel entry: a data source, then start() ------------------------------
-    def setup_dataloader(self, data_source: Any) -> None:
-        """Where :meth:`start` takes batches: an iterable of batches or a callable returning one (DI-engine's
-        learner takes no argument: its comm helper sets ``get_data``; here the source is passed in)."""
+    def setup_dataloader(self, data_source: Any = None) -> None:
+        """Where :meth:`start` takes batches: an iterable of batches or a callable returning one.
+
+        Without an argument (DI-engine's call), batches come from ``self.get_data(batch_size)``, which a comm
+        helper sets as in DI-engine; ``batch_size`` is the policy's ``get_attribute('batch_size')`` or
+        ``cfg.batch_size``."""
+        if data_source is None:
+            data_source = self._get_data_source()
         self._data_source = data_source
+
+    def _get_data_source(self):
+        get_data = getattr(self, "get_data", None)
+        from ..policy.ding_modes import get_attribute
+
+        batch_size = get_attribute(self._policy, "batch_size", self.cfg.get("batch_size"))
+        if not callable(get_data) or batch_size is None:
+            raise ValueError(f"{self.instance_name}: setup_dataloader() without a data source needs learner.get_data "
+                             f"(a callable taking batch_size, as DI-engine's comm helper sets) and a batch size "
+                             f"(policy get_attribute('batch_size') or cfg.batch_size); got {get_data=}, {batch_size=}")
+        return lambda: get_data(batch_size)
 
     def start(self, max_iterations: Optional[int] = None) -> None:
         """``before_run`` hooks, updates on batches from the data source, ``after_run`` hooks (DI-engine's

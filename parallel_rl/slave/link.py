@@ -78,9 +78,9 @@ class CoordinatorLink:
                                      f"{first.get('message')}")
         return answer["control"]
 
-    def send_metadata(self, message: dict, urgent: bool = False) -> None:
+    def send_metadata(self, metadata: dict, urgent: bool = False) -> None:
         if self.outbox is not None:
-            self.outbox.put(message, urgent=urgent)
+            self.outbox.put(metadata, urgent=urgent)
 
     def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
                    storage: Optional[Dict[str, Any]] = None) -> None:
