@@ -158,3 +158,24 @@ def test_minatar_dqn_config_trains_in_the_cluster(cli, tmp_path):
     run.wait_line(r"eval of policy ([1-9]\d+): mean return -?\d", timeout=150)
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(60) == 130, run.output()[-3000:]
+
+
+ALE_ENV = {"env_id": "ALE/Pong-v5", "import_names": ["ale_py"]}
+
+
+def test_every_role_reads_the_spaces_of_the_same_ale_env():
+    """The learner's spaces (env_spaces) are those of the collectors' and evaluators' envs: ALE's 4x84x84 stacks,
+    not gym.make's 210x160x3 frames; so a collector loads the learner's checkpoint."""
+    from parallel_rl.envs.fit import env_spaces
+
+    cfg = compile_config({"env": {**ALE_ENV, "eval_env_kwargs": {"reward_clipping": False}},
+                          "policy": {"type": "dqn", "model": {"hidden_size_list": [],
+                                                              "encoder": {"type": "nature", "shape": [4, 84, 84]}}}})
+    obs_shape, spec = env_spaces(cfg.env, "dqn")
+    assert obs_shape == (4, 84, 84) and spec.n == 6
+    learner = create_policy(cfg.policy, int(np.prod(obs_shape)), spec, seed=0, device="cpu")
+    for evaluating in (False, True):
+        with EnvManager.from_cfg(cfg.env, 1, seed=0, evaluating=evaluating) as env:
+            assert env.obs_shape == obs_shape and env.action_spec.n == spec.n
+            collector = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=1, device="cpu")
+            collector.load_model_state_dict(learner.model_state_dict())

@@ -87,7 +87,7 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
     check_env_fits(cfg)
     set_torch_threads(cfg.system.torch_num_threads)
     checkpoint = find_checkpoint(cfg, args.checkpoint, args.run)
-    env = spaces_env(cfg, num_envs, seed)
+    env = spaces_env(cfg, num_envs, seed, evaluating=True)
     try:
         return cfg, checkpoint, env, build_policy(cfg, checkpoint, env)
     except BaseException:

@@ -134,7 +134,8 @@ class ClusterCollector(BaseParallelCollector):
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""
         if self._evaluator is None:
-            env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000)
+            env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000,
+                                      evaluating=True)
             self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
             self._evaluator = InteractionSerialEvaluator(
                 self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, self.cfg.env.stop_value,

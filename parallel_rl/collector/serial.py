@@ -297,7 +297,7 @@ class SampleSerialCollector(ISerialCollector):
             builder.add(obs, action, step, extra)
             steps += step.n_valid
             if step.episode_ended:
-                done_rows = np.flatnonzero(step.done)
+                done_rows = np.flatnonzero(step.episode_length > 0)  # not a lost life (EnvManager.life_loss)
                 stats.episodes += len(done_rows)
                 stats.add_episodes(step.episode_return[done_rows], step.episode_length[done_rows])
         stats.env_steps = steps

@@ -74,6 +74,15 @@ def as_obs(obs) -> np.ndarray:
     return obs if obs.dtype in COMPACT_OBS_DTYPES else obs.astype(np.float32, copy=False)
 
 
+def _frame_stack(vector_env: "gym.vector.VectorEnv") -> int:
+    """Frames stacked on the first observation axis: ALE's vector env's ``stack_num`` (grey frames), else 0."""
+    base = getattr(vector_env, "unwrapped", vector_env)
+    space = vector_env.single_observation_space
+    if type(base).__module__.startswith("ale_py") and len(space.shape) == 3 and space.shape[0] > 1:
+        return int(space.shape[0])
+    return 0
+
+
 class EnvManager:
     """``num_envs`` copies of one gymnasium env (Box observations; Discrete or Box actions, see :mod:`.spaces`)."""
 
@@ -90,8 +99,12 @@ class EnvManager:
             stop_value=195.0,
             # auto | vector_entry_point | sync | async
             vector_mode="auto",
-            # kwargs for gymnasium.make (open dict)
+            # kwargs for gymnasium.make_vec (open dict): for ALE ids those of ale_py's AtariVectorEnv (frameskip,
+            # stack_num, noop_max, reward_clipping, life_loss_info, ...)
             env_kwargs={},
+            # evaluators' envs: these go over env_kwargs (open dict; Atari: reward_clipping=False and
+            # life_loss_info=False, so evaluations report whole-game returns)
+            eval_env_kwargs={},
             # modules to import so that their envs register with gymnasium
             import_names=[],
             # pettingzoo: which factory of a module to use (auto | aec | parallel)
@@ -136,6 +149,7 @@ class EnvManager:
         self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers,
                                  **(env_kwargs or {})))
         self.vector_mode = vector_mode
+        self.life_loss = bool((env_kwargs or {}).get("life_loss_info")) and vector_mode == "vector_entry_point"
 
     @classmethod
     def from_env(cls, env: "gym.Env | gym.vector.VectorEnv", seed: Optional[int] = None) -> "EnvManager":
@@ -183,6 +197,13 @@ class EnvManager:
         base = getattr(vector_env, "unwrapped", vector_env)
         self._subset_env = (base if isinstance(base, gym.vector.AsyncVectorEnv)
                             and base.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP else None)
+        # ALE's vector env with life_loss_info=True ("episodic life", Mnih et al. 2015): a lost life is
+        # ``terminated`` (no bootstrap across it) but the game goes on, no reset; the episode (its return and
+        # length, the next step's validity) ends with the game: at lives == 0, or at truncation
+        self.life_loss = False
+        # frames stacked on the observation's first axis (ALE's vector env: 4); 0 when not a frame stack.
+        # Chunks then hold each frame once (parallel_rl.data.frames)
+        self.frame_stack = _frame_stack(vector_env)
         # the longest step_ready / reset / close waits for a sub-env's step (seconds)
         self.step_timeout = 60.0
         self.closed = False
@@ -199,11 +220,27 @@ class EnvManager:
         """The batched action space (``sample()`` draws one action per env)."""
         return self._env.action_space
 
+    @property
+    def single_action_space(self) -> gym.Space:
+        return self._env.single_action_space
+
     @classmethod
-    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None) -> "EnvManager":
+    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None, evaluating: bool = False,
+                 spaces_only: bool = False) -> "EnvManager":
+        """The envs every role steps, made one way (the spaces of :func:`parallel_rl.envs.fit.env_spaces` too).
+
+        ``evaluating``: ``env.eval_env_kwargs`` go over ``env.env_kwargs`` (Atari: whole games, rewards unclipped).
+        ``spaces_only``: made to read the spaces (in this process, no latency; the sub-envs are the same)."""
         import_env_modules(env_cfg.import_names)
-        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=env_cfg.vector_mode, env_kwargs=env_cfg.env_kwargs,
-                   step_latency_ms=float(env_cfg.get("step_latency_ms", 0.0) or 0.0))
+        kwargs = dict(env_cfg.env_kwargs or {})
+        if evaluating:
+            kwargs.update(env_cfg.get("eval_env_kwargs") or {})
+        vector_mode = env_cfg.vector_mode
+        latency = float(env_cfg.get("step_latency_ms", 0.0) or 0.0)
+        if spaces_only:
+            vector_mode, latency = ("sync" if vector_mode == "async" else vector_mode), 0.0
+        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=vector_mode, env_kwargs=kwargs,
+                   step_latency_ms=latency)
 
     @property
     def obs_dim(self) -> int:
@@ -242,6 +279,7 @@ class EnvManager:
         reward = np.asarray(reward, dtype=np.float32)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
+        game_on = terminated & ~truncated & (np.asarray(info["lives"]) > 0) if self.life_loss else None
         resetting = self._needs_reset
         if resetting.any():  # rows auto-reset in this step carry no transition
             valid = ~resetting
@@ -258,6 +296,8 @@ class EnvManager:
             self._lengths += 1
         self._returns += reward
         done = terminated | truncated
+        if game_on is not None and game_on.any():  # a life lost: terminated for the learner, the game goes on
+            done = done & ~game_on
         ended = bool(done.any())
         if ended:
             episode_return = np.where(done, self._returns, np.nan)
