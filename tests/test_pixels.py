@@ -179,3 +179,53 @@ def test_every_role_reads_the_spaces_of_the_same_ale_env():
             assert env.obs_shape == obs_shape and env.action_spec.n == spec.n
             collector = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=1, device="cpu")
             collector.load_model_state_dict(learner.model_state_dict())
+
+
+PIXEL_CONFIGS = sorted(p for pattern in ("configs/minatar_*.py", "configs/pong_*.py", "configs/breakout_*.py")
+                       for p in __import__("glob").glob(pattern))
+
+
+@pytest.mark.parametrize("path", PIXEL_CONFIGS)
+def test_pixel_configs_build_their_policy_on_their_env(path):
+    """Every MinAtar and Atari config's encoder shape fits its env's observations (4 MinAtar games x DQN/PPO
+    derive from the Breakout ones, Atari Breakout from Pong)."""
+    from parallel_rl.config import load_config
+
+    cfg = load_config(path, [])
+    with EnvManager.from_cfg(cfg.env, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        obs = env.reset()
+        out = policy.collect_mode.forward(obs, **({"eps": 0.0} if cfg.policy.type == "dqn" else {}))
+        action = out["action"] if isinstance(out, dict) else out
+        assert np.asarray(action).shape == (1,)
+
+
+def test_atari_training_envs_play_whole_games_past_lost_lives_and_evaluators_see_raw_returns():
+    """With life_loss_info a lost life is ``terminated`` (no bootstrap) but the game goes on: the next step is a real
+    transition and the episode (return, length) is the whole game. Evaluators' envs (eval_env_kwargs) end only at
+    game over, with unclipped rewards."""
+    from parallel_rl.config import load_config
+
+    cfg = load_config("configs/breakout_dqn.py", [])
+    rng = np.random.default_rng(0)
+    with EnvManager.from_cfg(cfg.env, 2, seed=0) as env:
+        env.reset()
+        lives_lost = games = 0
+        game_over = np.zeros(2, dtype=bool)
+        while games < 2:
+            step = env.step(rng.integers(0, 4, 2))
+            assert (step.valid == ~game_over).all()  # only a game over resets the env: a lost life drops no step
+            game_over = step.episode_length > 0
+            lost = step.terminated & (step.episode_length == 0)
+            lives_lost += int(lost.sum())
+            ended = step.episode_length > 0
+            games += int(ended.sum())
+            assert not np.isnan(step.episode_return[ended]).any()
+        assert lives_lost >= 4 * games - 2  # Breakout: 5 lives a game, 4 lost before the game ends
+    with EnvManager.from_cfg(cfg.env, 1, seed=0, evaluating=True) as env:
+        env.reset()
+        while True:
+            step = env.step(rng.integers(0, 4, 1))
+            if step.terminated[0]:
+                assert step.episode_length[0] > 0  # the game, not a life
+                break
