@@ -229,3 +229,27 @@ def test_atari_training_envs_play_whole_games_past_lost_lives_and_evaluators_see
             if step.terminated[0]:
                 assert step.episode_length[0] > 0  # the game, not a life
                 break
+
+
+# a Pong cluster in seconds: one collector of 4 envs, evaluations of 100 agent steps (400 frames), small chunks
+PONG_TINY = ["--collectors", "1", "--set", "env.collector_env_num=4", "--set", "env.evaluator_env_num=1",
+             "--set", "env.n_evaluator_episode=1", "--set", "env.eval_env_kwargs.max_num_frames_per_episode=400",
+             "--set", "parallel.commander.collector_task_env_steps=1024"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, extra", [
+    ("configs/pong_dqn_parallel.py", ["--set", "policy.random_collect_size=500", "--set", "parallel.commander.eval_freq=100",
+                                      "--set", "parallel.collector.chunk_size=64"]),
+    ("configs/pong_ppo_parallel.py", ["--set", "policy.collect.n_sample=256", "--set", "policy.learn.batch_size=64",
+                                      "--set", "parallel.commander.eval_freq=2", "--set", "parallel.collector.chunk_size=256"]),
+])
+def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
+    """ALE's frame stacks end to end: packed chunks, a learner whose checkpoints the collectors and evaluators load
+    (the same spaces), whole-game evaluations; the run stops at its env step budget (exit 3: stop value not met)."""
+    run, _url = start_run(cli, tmp_path, config, *PONG_TINY, *extra, "--set", "parallel.commander.max_env_step=2000")
+    assert run.wait(240) == 3, run.output()[-3000:]
+    assert re.search(r"eval of policy [1-9]\d*: mean return -?\d", run.output())
+    found = re.search(r"^stopped: env step budget 2000 used up; .* policy_version=(\d+)", run.output(), re.M)
+    assert found and int(found.group(1)) >= 2, run.output()[-3000:]
+    assert "Traceback" not in run.output()

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from ..data.frames import pack_frames
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError, StorageError, StorageFaultError
 from ..policy import create_policy
@@ -128,8 +129,8 @@ class ClusterCollector(BaseParallelCollector):
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
-        """Write a chunk atomically to the shared disk; returns its path."""
-        return self.storage.write_chunk(name, data)
+        """Write a chunk atomically to the shared disk (frame stacks packed: each frame once); returns its path."""
+        return self.storage.write_chunk(name, pack_frames(data) if self.env.frame_stack else data)
 
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""

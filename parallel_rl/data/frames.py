@@ -1,0 +1,89 @@
+"""Frame stacks stored as single frames, rebuilt on read (DESIGN.md: "frame stacks are stored as single frames
+and rebuilt on read").
+
+A row of a frame-stacked env (ALE's 4x84x84 stacks) carries ``obs`` and ``next_obs``: 2 x 4 frames, of which
+consecutive rows of a lane share all but one. A chunk of such rows is written *packed*:
+
+- ``frame_pool`` (m, 84, 84) uint8: every distinct frame the chunk's rows need, once (a chunk-level column: its
+  length is not the rows');
+- ``obs_frames``, ``next_obs_frames`` (n, k): for each row, the pool indices of its stacks' k frames, oldest first.
+
+The pool is built from the stacks' contents (equal frames are one entry, compared byte for byte), so what is
+rebuilt is exactly what the env gave, with no knowledge of lanes or episodes needed: the stack at an episode's
+start (ALE pads it with blank frames) and a row whose history began in the previous chunk of its lane rebuild
+like any other, because every chunk holds every frame its own rows refer to. The price of that is each lane's
+k - 1 older frames at the start of each chunk (and an episode's first frames): with 8 lanes, stacks of 4 and
+320-row chunks, ~8 % over one frame a transition. n-step rows (``next_obs`` n steps on) need nothing else.
+
+Chunks of envs that are not frame stacks (``EnvManager.frame_stack == 0``) are written as they were.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import numpy as np
+
+from ..storage.formats import POOL_COLUMN
+from .columns import Columns
+
+POOL = POOL_COLUMN  # the chunk's distinct frames (a chunk-level column: not one entry per row)
+STACKS = ("obs", "next_obs")  # stacked columns; a packed chunk holds "<name>_frames" instead
+SUFFIX = "_frames"
+
+
+def is_packed(columns: Mapping[str, np.ndarray]) -> bool:
+    """Whether a chunk's columns are packed (its frame pool is there)."""
+    return POOL in columns
+
+
+def is_packed_rows(rows: Mapping[str, np.ndarray]) -> bool:
+    """Whether rows gathered from packed chunks still need their stacks rebuilt."""
+    return STACKS[0] + SUFFIX in rows
+
+
+def pack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
+    """``columns`` with ``obs`` / ``next_obs`` frame stacks (n, k, H, W) replaced by pool indices and the pool."""
+    index: Dict[bytes, int] = {}
+    pool = []
+    out = {k: v for k, v in columns.items() if k not in STACKS}
+    for name in STACKS:
+        stacks = np.ascontiguousarray(columns[name])
+        n, k = stacks.shape[:2]
+        refs = np.empty(n * k, dtype=np.int64)
+        for i, frame in enumerate(stacks.reshape(n * k, -1)):
+            key = frame.tobytes()  # the frame's bytes: equal frames (and only they) share an entry
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(pool)
+                pool.append(frame)
+            refs[i] = j
+        out[name + SUFFIX] = refs.reshape(n, k)
+    frame_shape = columns[STACKS[0]].shape[2:]
+    dtype = np.uint16 if len(pool) <= np.iinfo(np.uint16).max else np.int32
+    for name in STACKS:
+        out[name + SUFFIX] = out[name + SUFFIX].astype(dtype)
+    out[POOL] = np.stack(pool).reshape((len(pool),) + frame_shape)
+    return out
+
+
+def unpack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
+    """A packed chunk's columns as rows again: ``obs`` and ``next_obs`` stacks rebuilt from its pool."""
+    rows = {k: v for k, v in columns.items() if k != POOL}
+    return rebuild_stacks(rows, [columns[POOL]], np.zeros(len(rows[STACKS[0] + SUFFIX]), dtype=np.int64))
+
+
+def rebuild_stacks(rows: Columns, pools, owner: np.ndarray) -> Columns:
+    """Rows gathered from packed chunks, ``obs`` and ``next_obs`` rebuilt: row i's indices point into
+    ``pools[owner[i]]`` (its chunk's pool); the index columns are dropped."""
+    out = {k: v for k, v in rows.items() if k not in {name + SUFFIX for name in STACKS}}
+    chunks = np.unique(owner)
+    for name in STACKS:
+        refs = rows[name + SUFFIX]
+        frame = pools[int(chunks[0])].shape[1:] if len(chunks) else ()
+        dtype = pools[int(chunks[0])].dtype if len(chunks) else np.uint8
+        stacks = np.empty(refs.shape + frame, dtype=dtype)
+        for c in chunks.tolist():
+            mine = owner == c
+            stacks[mine] = pools[c][refs[mine]]
+        out[name] = stacks
+    return out
