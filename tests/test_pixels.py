@@ -253,3 +253,27 @@ def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
     found = re.search(r"^stopped: env step budget 2000 used up; .* policy_version=(\d+)", run.output(), re.M)
     assert found and int(found.group(1)) >= 2, run.output()[-3000:]
     assert "Traceback" not in run.output()
+
+
+@pytest.mark.parametrize("config", ["configs/pong_ppo.py", "configs/minatar_breakout_dqn.py"])
+def test_exported_pixel_policies_take_the_envs_own_observations(config, tmp_path):
+    """An exported pixel policy takes uint8 frames (bool boards) as the env gives them and acts as the policy does
+    (scaling by 1/255 inside, once), in TorchScript and ONNX."""
+    import parallel_rl
+    from parallel_rl.after.acting import acting_module
+    from parallel_rl.after.export import export_acting
+    from parallel_rl.config import load_config
+
+    cfg = load_config(config, [])
+    with EnvManager.from_cfg(cfg.env, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        shape, dtype, kind = env.obs_shape, env.obs_dtype, env.action_spec.kind
+    rng = np.random.default_rng(0)
+    obs = (rng.integers(0, 256, (64, *shape)) if dtype == np.uint8 else rng.random((64, *shape)) < 0.3).astype(dtype)
+    expected = policy.eval_mode.forward(obs)
+    for fmt in ("torchscript", "onnx"):
+        path = export_acting(acting_module(policy), shape, kind, fmt, str(tmp_path / f"p.{fmt}"), dtype.name)
+        agent = parallel_rl.load_policy(path if fmt == "torchscript" else path)
+        assert agent.obs_dtype == dtype
+        assert np.array_equal(agent.act(obs), expected), fmt
+        assert np.array_equal(agent.act(obs[0]), expected[0])

@@ -243,6 +243,12 @@ class EnvManager:
                    step_latency_ms=latency)
 
     @property
+    def obs_dtype(self) -> np.dtype:
+        """The dtype of the observations this manager hands out (:func:`as_obs`: uint8 and bool kept, else float32)."""
+        dtype = np.dtype(self._env.single_observation_space.dtype)
+        return dtype if dtype in COMPACT_OBS_DTYPES else np.dtype(np.float32)
+
+    @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
 
