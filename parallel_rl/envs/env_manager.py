@@ -337,7 +337,7 @@ class EnvManager:
 
     def _reset_ended(self, step: EnvStep) -> None:
         """Reset the envs whose episode ended in ``step`` with ``reset_kwargs``; mark them in ``step.reset``."""
-        step.reset = step.terminated | step.truncated
+        step.reset = step.episode_length > 0  # episodes that ended (a lost life does not reset the game)
         self._reset_envs(step.reset)
 
     def _reset_envs(self, ended: np.ndarray) -> None:
