@@ -98,7 +98,7 @@ def test_packing_keeps_every_frame_once_and_non_stacked_envs_as_they_were(tmp_pa
     rows = {"obs": obs, "next_obs": np.stack([frames[t + 1:t + 5] for t in range(6)]),
             "action": np.arange(6), "done": np.zeros(6, bool)}
     packed = pack_frames(rows)
-    assert len(packed[POOL]) == 10 and packed["obs_frames"].dtype == np.uint16
+    assert len(packed[POOL]) == 10 and packed["obs_frames"].dtype == np.int32
     back = unpack_frames(packed)
     assert all(np.array_equal(back[k], rows[k]) for k in rows)
     collector, storage = collector_for(tmp_path, "configs/minatar_breakout_dqn_parallel.py", collector_env_num=2)

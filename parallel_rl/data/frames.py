@@ -6,7 +6,7 @@ consecutive rows of a lane share all but one. A chunk of such rows is written *p
 
 - ``frame_pool`` (m, 84, 84) uint8: every distinct frame the chunk's rows need, once (a chunk-level column: its
   length is not the rows');
-- ``obs_frames``, ``next_obs_frames`` (n, k): for each row, the pool indices of its stacks' k frames, oldest first.
+- ``obs_frames``, ``next_obs_frames`` (n, k) int32: for each row, the pool indices of its stacks' k frames, oldest first.
 
 The pool is built from the stacks' contents (equal frames are one entry, compared byte for byte), so what is
 rebuilt is exactly what the env gave, with no knowledge of lanes or episodes needed: the stack at an episode's
@@ -49,7 +49,7 @@ def pack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
     for name in STACKS:
         stacks = np.ascontiguousarray(columns[name])
         n, k = stacks.shape[:2]
-        refs = np.empty(n * k, dtype=np.int64)
+        refs = np.empty(n * k, dtype=np.int32)  # one dtype whatever the pool's size: every chunk alike
         for i, frame in enumerate(stacks.reshape(n * k, -1)):
             key = frame.tobytes()  # the frame's bytes: equal frames (and only they) share an entry
             j = index.get(key)
@@ -59,9 +59,6 @@ def pack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
             refs[i] = j
         out[name + SUFFIX] = refs.reshape(n, k)
     frame_shape = columns[STACKS[0]].shape[2:]
-    dtype = np.uint16 if len(pool) <= np.iinfo(np.uint16).max else np.int32
-    for name in STACKS:
-        out[name + SUFFIX] = out[name + SUFFIX].astype(dtype)
     out[POOL] = np.stack(pool).reshape((len(pool),) + frame_shape)
     return out
 
