@@ -14,9 +14,9 @@ gamma 0.99, 3-step targets, target network copied every 500 updates, batch 32, a
 transitions, epsilon 1.0 -> 0.05 over the first 1M env steps, one update per 10 env steps, 20k random steps
 first. Differences: tianshou does not clip gradients either, and starts from a random policy for 20k
 steps as here. Not measured on this box (a Nature-CNN update takes ~63 ms on one CPU thread): Atari scores
-need the GPU; ``configs/pong_dqn_parallel.py`` runs it as a cluster. Memory: the serial pipeline's in-memory replay
-holds obs and next_obs stacks (56 KB a transition: ~5.6 GB when 100k are stored); the cluster's chunks hold each
-frame once (~7.3 KB a transition, ``parallel_rl.data.frames``).
+need the GPU; ``configs/pong_dqn_parallel.py`` runs it as a cluster. Memory: the serial replay and the cluster's
+chunks keep each frame once (``parallel_rl.data.frames``): ~1.1 GB of frames for the 100k transitions, not the
+5.6 GB of obs and next_obs stacks.
 """
 main_config = dict(
     exp_name="pong_dqn",

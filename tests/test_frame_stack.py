@@ -122,3 +122,36 @@ def test_pong_chunks_cost_at_most_8_5_kb_a_transition(tmp_path, config):
     finally:
         collector.close()
     assert storage.chunks.size("c1-0000000") / len(data["action"]) <= 8500
+
+
+def test_serial_replay_stores_frames_once_and_rebuilds_the_envs_stacks():
+    """The serial pipeline's in-memory replay (store_frames_once): about one frame a transition, samples equal
+    to the rows pushed (across pushes, lost lives and game overs), and rows whose frames the ring lapped leave."""
+    from parallel_rl.collector.serial import SampleSerialCollector
+    from parallel_rl.config import load_config
+    from parallel_rl.data import create_buffer
+    from parallel_rl.envs.env_manager import EnvManager
+
+    cfg = load_config("configs/breakout_dqn.py", [])
+    env = EnvManager.from_cfg(cfg.env, 3, seed=0)
+    collector = SampleSerialCollector(None, env, None, nstep=3, discount_factor=0.99)
+    buffer = create_buffer({"type": "naive", "replay_buffer_size": 300})
+    buffer.store_frames_once()
+    pushed = []
+    try:
+        for _ in range(60):  # 1,800 rows through a 300-row replay: it wraps, and so does its frame ring
+            data = collector.collect(30, random_collect=True)
+            buffer.push(data)
+            pushed.append(data)
+    finally:
+        collector.close()
+    rows = {k: np.concatenate([p[k] for p in pushed]) for k in pushed[0]}
+    state = buffer.state_dict()
+    assert len(state["frames/data"]) <= 2.5 * 300  # frames held: the ring's, not 2 x 4 a row
+    assert int(state["frames/next_id"]) > len(state["frames/data"])  # it wrapped
+    assert buffer.count() >= 270  # rows evicted early because the ring lapped their frames: few
+    for _ in range(10):
+        batch = buffer.sample(32)
+        for i, uid in enumerate(batch["uid"]):
+            for key in ("obs", "next_obs", "action", "reward", "done"):
+                assert np.array_equal(batch[key][i], rows[key][uid]), key

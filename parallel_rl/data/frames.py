@@ -16,6 +16,8 @@ k - 1 older frames at the start of each chunk (and an episode's first frames): w
 320-row chunks, ~8 % over one frame a transition. n-step rows (``next_obs`` n steps on) need nothing else.
 
 Chunks of envs that are not frame stacks (``EnvManager.frame_stack == 0``) are written as they were.
+
+The serial pipeline's in-memory replay keeps frames once too, across pushes: :class:`FrameRing`.
 """
 from __future__ import annotations
 
@@ -84,3 +86,71 @@ def rebuild_stacks(rows: Columns, pools, owner: np.ndarray) -> Columns:
             stacks[mine] = pools[c][refs[mine]]
         out[name] = stacks
     return out
+
+
+class FrameRing:
+    """The frames of an in-memory replay (the serial pipeline's), each stored once: a ring of ``size`` frames
+    with ids that only grow (the frame of id i sits at ``i % size``).
+
+    :meth:`pack` swaps a batch's ``obs`` / ``next_obs`` stacks for frame ids, adding the frames not seen in
+    the last ``recent`` frames (the stacks of consecutive steps share all but one frame; a lane's history spans
+    a few pushes). Frames are matched by hash, then compared byte for byte (exact). A row whose frames the ring
+    has lapped (``floor``) cannot be rebuilt: the buffer evicts such rows before writing over their frames."""
+
+    def __init__(self, size: int, recent: int = 4096):
+        self.size, self.recent = int(size), int(recent)
+        self.frames: np.ndarray = np.zeros(0)
+        self.next_id = 0
+        self._seen: Dict[int, int] = {}  # hash of a frame's bytes -> its newest id
+
+    @property
+    def floor(self) -> int:
+        """The oldest frame id still stored."""
+        return max(0, self.next_id - self.size)
+
+    def pack(self, columns: Mapping[str, np.ndarray]) -> Columns:
+        """``columns`` with the stacks replaced by frame ids (``<name>_frames``, int64) and ``frame_floor`` (each
+        row's oldest frame id); the new frames are in the ring when it returns."""
+        first = np.asarray(columns[STACKS[0]])
+        if not self.frames.size:
+            self.frames = np.zeros((self.size,) + first.shape[2:], dtype=first.dtype)
+        out = {k: v for k, v in columns.items() if k not in STACKS}
+        for name in STACKS:
+            stacks = np.ascontiguousarray(columns[name])
+            n, k = stacks.shape[:2]
+            ids = np.empty(n * k, dtype=np.int64)
+            for i, frame in enumerate(stacks.reshape((n * k,) + stacks.shape[2:])):
+                ids[i] = self._id_of(frame)
+            out[name + SUFFIX] = ids.reshape(n, k)
+        out["frame_floor"] = np.minimum(out["obs" + SUFFIX].min(axis=1), out["next_obs" + SUFFIX].min(axis=1))
+        if len(self._seen) > 2 * self.recent:  # forget frames older than the window (they may be stored again)
+            oldest = self.next_id - self.recent
+            self._seen = {h: i for h, i in self._seen.items() if i >= oldest}
+        return out
+
+    def _id_of(self, frame: np.ndarray) -> int:
+        key = hash(frame.tobytes())
+        found = self._seen.get(key)
+        if (found is not None and found >= max(self.floor, self.next_id - self.recent)
+                and np.array_equal(self.frames[found % self.size], frame)):
+            return found
+        new = self.next_id
+        self.frames[new % self.size] = frame
+        self.next_id += 1
+        self._seen[key] = new
+        return new
+
+    def rebuild(self, rows: Columns) -> Columns:
+        """Sampled rows with ``obs`` / ``next_obs`` stacks rebuilt from their frame ids."""
+        out = {k: v for k, v in rows.items() if k != "frame_floor" and k not in {s + SUFFIX for s in STACKS}}
+        for name in STACKS:
+            out[name] = self.frames[rows[name + SUFFIX] % self.size]
+        return out
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        return {"frames/data": self.frames.copy(), "frames/next_id": np.array(self.next_id)}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        self.frames = np.array(state["frames/data"])
+        self.next_id = int(state["frames/next_id"])
+        self._seen = {}

@@ -102,6 +102,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
         cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
+    if collector_env.frame_stack and hasattr(buffer, "store_frames_once"):  # ALE's stacks: each frame once
+        buffer.store_frames_once()
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
     learn = cfg.policy.learn
