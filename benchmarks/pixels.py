@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/pixels.py --curve -c configs/minatar_breakout_dqn_parallel.py --seeds 0 1 2 \
         [--max-env-step 1000000] [--collectors 1] [--out benchmarks/results] [--target 9]
 
-- chunk: bytes per transition of the chunks a Pong collector writes (DQN's parallel config: 10 envs, stacks of
-  4, 320-row chunks; frames stored once, ``parallel_rl.data.frames``). Target <= 8,500 (1.2 frames).
+- chunk: bytes per transition of the chunks a Pong collector writes (DQN's parallel config with 8 envs: stacks
+  of 4, 3-step rows, 640-row chunks; frames stored once, ``parallel_rl.data.frames``). Target <= 8,500 (1.2 frames).
 - collector: env steps/s of a ClusterCollector on Pong (pong_dqn_parallel.py, 8 envs, the Nature CNN acting,
   epsilon 0.05), with and without writing its chunks, vs a bare loop of the same vector env (ALE's
   AtariVectorEnv, same preprocessing) and the same CNN forward, writing obs/next_obs rows to numpy arrays.

@@ -2,8 +2,9 @@
 
 The algorithm and env settings are ``pong_dqn.py``'s (tianshou's Atari DQN); this file adds the cluster's: one
 update per 10 env steps (collectors wait for the learner past ``random_collect_size + 10 * train_iter`` env
-steps), chunks of 320 rows (each 84x84 frame stored once: ``parallel_rl.data.frames``), an evaluation every
-50,000 updates.
+steps), chunks of 640 rows (each 84x84 frame stored once, ``parallel_rl.data.frames``: a chunk also holds each
+lane's k - 1 older frames and the n - 1 frames its last rows look ahead, ~40 frames for 10 lanes, 6 % of 640
+rows), an evaluation every 50,000 updates.
 """
 import copy
 import os
@@ -21,7 +22,7 @@ main_config["parallel"] = dict(
         allowance_grant=64,
         max_env_step=10_000_000,
     ),
-    collector=dict(chunk_size=320, flush_interval=0.5),
-    # the cache holds chunk_cache_size x chunk_size rows of single frames (7 KB a row)
-    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=0.1, chunk_cache_size=256),
+    collector=dict(chunk_size=640, flush_interval=0.5),
+    # the cache holds chunk_cache_size x chunk_size rows of single frames (~7.5 KB a row)
+    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=0.1, chunk_cache_size=128),
 )
