@@ -44,11 +44,11 @@ class EnvStep:
 
     obs: np.ndarray  # observation after the step (the final one where the episode ended)
     reward: np.ndarray  # float32
-    terminated: np.ndarray  # bool
+    terminated: np.ndarray  # bool; with EnvManager.life_loss also a lost life (the game goes on)
     truncated: np.ndarray  # bool
     valid: np.ndarray  # bool; False where the env was auto-reset (obs is its first obs)
     episode_return: np.ndarray  # float64; the return of episodes that ended this step, else nan
-    episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0
+    episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0 (> 0: ended)
     episode_ended: bool = False  # any episode ended in this step
     n_valid: int = 0  # number of real transitions in this step
     # step_ready only: envs whose step finished in this call (the others are still stepping or idle;
