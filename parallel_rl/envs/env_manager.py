@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
 from typing import Any, Optional
 
@@ -31,56 +30,12 @@ from easydict import EasyDict
 from ..errors import ConfigError
 from .latency import LatencyWrapper
 from .registrars import import_env_modules
+from .steps import COMPACT_OBS_DTYPES, EnvStep, as_obs, frame_stack_of  # noqa: F401 (EnvStep: re-exported)
 from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
 
 VECTOR_MODES = ("auto", "vector_entry_point", "sync", "async")
-
-
-@dataclass
-class EnvStep:
-    """One step of all envs. Row i is a real transition only where ``valid[i]``."""
-
-    obs: np.ndarray  # observation after the step (the final one where the episode ended)
-    reward: np.ndarray  # float32
-    terminated: np.ndarray  # bool; with EnvManager.life_loss also a lost life (the game goes on)
-    truncated: np.ndarray  # bool
-    valid: np.ndarray  # bool; False where the env was auto-reset (obs is its first obs)
-    episode_return: np.ndarray  # float64; the return of episodes that ended this step, else nan
-    episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0 (> 0: ended)
-    episode_ended: bool = False  # any episode ended in this step
-    n_valid: int = 0  # number of real transitions in this step
-    # step_ready only: envs whose step finished in this call (the others are still stepping or idle;
-    # their rows are not valid). None: every env stepped.
-    ready: Optional[np.ndarray] = None
-    # with EnvManager.reset_kwargs set: envs reset right after this step (their EnvManager.obs row is the first
-    # observation of a new episode, their next step a real transition). None: no env was reset.
-    reset: Optional[np.ndarray] = None
-
-    @property
-    def done(self) -> np.ndarray:
-        return self.terminated | self.truncated
-
-
-# observation dtypes kept as the env gives them (frames, boards: 1 byte a value from env to chunk to learner,
-# where the networks convert them on the device: parallel_rl.policy.nets.obs_float); any other dtype becomes float32
-COMPACT_OBS_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
-
-
-def as_obs(obs) -> np.ndarray:
-    """A batch of observations as the rows store them: uint8 and bool as they are, anything else float32."""
-    obs = np.asarray(obs)
-    return obs if obs.dtype in COMPACT_OBS_DTYPES else obs.astype(np.float32, copy=False)
-
-
-def _frame_stack(vector_env: "gym.vector.VectorEnv") -> int:
-    """Frames stacked on the first observation axis: ALE's vector env's ``stack_num`` (grey frames), else 0."""
-    base = getattr(vector_env, "unwrapped", vector_env)
-    space = vector_env.single_observation_space
-    if type(base).__module__.startswith("ale_py") and len(space.shape) == 3 and space.shape[0] > 1:
-        return int(space.shape[0])
-    return 0
 
 
 class EnvManager:
@@ -203,7 +158,10 @@ class EnvManager:
         self.life_loss = False
         # frames stacked on the observation's first axis (ALE's vector env: 4); 0 when not a frame stack.
         # Chunks then hold each frame once (parallel_rl.data.frames)
-        self.frame_stack = _frame_stack(vector_env)
+        self.frame_stack = frame_stack_of(vector_env)
+        # the dtype of the observations handed out (as_obs: uint8 and bool kept, anything else float32)
+        obs_dtype = np.dtype(vector_env.single_observation_space.dtype)
+        self.obs_dtype = obs_dtype if obs_dtype in COMPACT_OBS_DTYPES else np.dtype(np.float32)
         # the longest step_ready / reset / close waits for a sub-env's step (seconds)
         self.step_timeout = 60.0
         self.closed = False
@@ -219,10 +177,6 @@ class EnvManager:
     def action_space(self) -> gym.Space:
         """The batched action space (``sample()`` draws one action per env)."""
         return self._env.action_space
-
-    @property
-    def single_action_space(self) -> gym.Space:
-        return self._env.single_action_space
 
     @classmethod
     def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None, evaluating: bool = False,
@@ -241,12 +195,6 @@ class EnvManager:
             vector_mode, latency = ("sync" if vector_mode == "async" else vector_mode), 0.0
         return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=vector_mode, env_kwargs=kwargs,
                    step_latency_ms=latency)
-
-    @property
-    def obs_dtype(self) -> np.dtype:
-        """The dtype of the observations this manager hands out (:func:`as_obs`: uint8 and bool kept, else float32)."""
-        dtype = np.dtype(self._env.single_observation_space.dtype)
-        return dtype if dtype in COMPACT_OBS_DTYPES else np.dtype(np.float32)
 
     @property
     def obs_dim(self) -> int:

@@ -47,7 +47,9 @@ def env_spaces(env_cfg, policy_type: Optional[str] = None) -> tuple:
         raise ConfigError(f"env.env_id {env_cfg.env_id!r} cannot be made: {exc}") from exc
     try:
         if policy_type is not None:
-            check_policy_fits(policy_type, env.action_spec, env_cfg.env_id, env.single_action_space)
+            spec = env.action_spec
+            space = gym.spaces.Discrete(spec.n) if spec.kind == "discrete" else gym.spaces.Box(spec.low, spec.high)
+            check_policy_fits(policy_type, spec, env_cfg.env_id, space)
         return env.obs_shape, env.action_spec
     finally:
         env.close()
