@@ -158,3 +158,122 @@ def test_minatar_dqn_config_trains_in_the_cluster(cli, tmp_path):
     run.wait_line(r"eval of policy ([1-9]\d+): mean return -?\d", timeout=150)
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(60) == 130, run.output()[-3000:]
+
+
+ALE_ENV = {"env_id": "ALE/Pong-v5", "import_names": ["ale_py"]}
+
+
+def test_every_role_reads_the_spaces_of_the_same_ale_env():
+    """The learner's spaces (env_spaces) are those of the collectors' and evaluators' envs: ALE's 4x84x84 stacks,
+    not gym.make's 210x160x3 frames; so a collector loads the learner's checkpoint."""
+    from parallel_rl.envs.fit import env_spaces
+
+    cfg = compile_config({"env": {**ALE_ENV, "eval_env_kwargs": {"reward_clipping": False}},
+                          "policy": {"type": "dqn", "model": {"hidden_size_list": [],
+                                                              "encoder": {"type": "nature", "shape": [4, 84, 84]}}}})
+    obs_shape, spec = env_spaces(cfg.env, "dqn")
+    assert obs_shape == (4, 84, 84) and spec.n == 6
+    learner = create_policy(cfg.policy, int(np.prod(obs_shape)), spec, seed=0, device="cpu")
+    for evaluating in (False, True):
+        with EnvManager.from_cfg(cfg.env, 1, seed=0, evaluating=evaluating) as env:
+            assert env.obs_shape == obs_shape and env.action_spec.n == spec.n
+            collector = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=1, device="cpu")
+            collector.load_model_state_dict(learner.model_state_dict())
+
+
+PIXEL_CONFIGS = sorted(p for pattern in ("configs/minatar_*.py", "configs/pong_*.py", "configs/breakout_*.py")
+                       for p in __import__("glob").glob(pattern))
+
+
+@pytest.mark.parametrize("path", PIXEL_CONFIGS)
+def test_pixel_configs_build_their_policy_on_their_env(path):
+    """Every MinAtar and Atari config's encoder shape fits its env's observations (4 MinAtar games x DQN/PPO
+    derive from the Breakout ones, Atari Breakout from Pong)."""
+    from parallel_rl.config import load_config
+
+    cfg = load_config(path, [])
+    with EnvManager.from_cfg(cfg.env, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        obs = env.reset()
+        out = policy.collect_mode.forward(obs, **({"eps": 0.0} if cfg.policy.type == "dqn" else {}))
+        action = out["action"] if isinstance(out, dict) else out
+        assert np.asarray(action).shape == (1,)
+
+
+def test_atari_training_envs_play_whole_games_past_lost_lives_and_evaluators_see_raw_returns():
+    """With life_loss_info a lost life is ``terminated`` (no bootstrap) but the game goes on: the next step is a real
+    transition and the episode (return, length) is the whole game. Evaluators' envs (eval_env_kwargs) end only at
+    game over, with unclipped rewards."""
+    from parallel_rl.config import load_config
+
+    cfg = load_config("configs/breakout_dqn.py", [])
+    rng = np.random.default_rng(0)
+    with EnvManager.from_cfg(cfg.env, 2, seed=0) as env:
+        env.reset()
+        lives_lost = games = 0
+        game_over = np.zeros(2, dtype=bool)
+        while games < 2:
+            step = env.step(rng.integers(0, 4, 2))
+            assert (step.valid == ~game_over).all()  # only a game over resets the env: a lost life drops no step
+            game_over = step.episode_length > 0
+            lost = step.terminated & (step.episode_length == 0)
+            lives_lost += int(lost.sum())
+            ended = step.episode_length > 0
+            games += int(ended.sum())
+            assert not np.isnan(step.episode_return[ended]).any()
+        assert lives_lost >= 4 * games - 2  # Breakout: 5 lives a game, 4 lost before the game ends
+    with EnvManager.from_cfg(cfg.env, 1, seed=0, evaluating=True) as env:
+        env.reset()
+        while True:
+            step = env.step(rng.integers(0, 4, 1))
+            if step.terminated[0]:
+                assert step.episode_length[0] > 0  # the game, not a life
+                break
+
+
+# a Pong cluster in seconds: one collector of 4 envs, evaluations of 100 agent steps (400 frames), small chunks
+PONG_TINY = ["--collectors", "1", "--set", "env.collector_env_num=4", "--set", "env.evaluator_env_num=1",
+             "--set", "env.n_evaluator_episode=1", "--set", "env.eval_env_kwargs.max_num_frames_per_episode=400",
+             "--set", "parallel.commander.collector_task_env_steps=1024"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, extra", [
+    ("configs/pong_dqn_parallel.py", ["--set", "policy.random_collect_size=500", "--set", "parallel.commander.eval_freq=100",
+                                      "--set", "parallel.collector.chunk_size=64"]),
+    ("configs/pong_ppo_parallel.py", ["--set", "policy.collect.n_sample=256", "--set", "policy.learn.batch_size=64",
+                                      "--set", "parallel.commander.eval_freq=2", "--set", "parallel.collector.chunk_size=256"]),
+])
+def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
+    """ALE's frame stacks end to end: packed chunks, a learner whose checkpoints the collectors and evaluators load
+    (the same spaces), whole-game evaluations; the run stops at its env step budget (exit 3: stop value not met)."""
+    run, _url = start_run(cli, tmp_path, config, *PONG_TINY, *extra, "--set", "parallel.commander.max_env_step=2000")
+    assert run.wait(240) == 3, run.output()[-3000:]
+    assert re.search(r"eval of policy [1-9]\d*: mean return -?\d", run.output())
+    found = re.search(r"^stopped: env step budget 2000 used up; .* policy_version=(\d+)", run.output(), re.M)
+    assert found and int(found.group(1)) >= 2, run.output()[-3000:]
+    assert "Traceback" not in run.output()
+
+
+@pytest.mark.parametrize("config", ["configs/pong_ppo.py", "configs/minatar_breakout_dqn.py"])
+def test_exported_pixel_policies_take_the_envs_own_observations(config, tmp_path):
+    """An exported pixel policy takes uint8 frames (bool boards) as the env gives them and acts as the policy does
+    (scaling by 1/255 inside, once), in TorchScript and ONNX."""
+    import parallel_rl
+    from parallel_rl.after.acting import acting_module
+    from parallel_rl.after.export import export_acting
+    from parallel_rl.config import load_config
+
+    cfg = load_config(config, [])
+    with EnvManager.from_cfg(cfg.env, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+        shape, dtype, kind = env.obs_shape, env.obs_dtype, env.action_spec.kind
+    rng = np.random.default_rng(0)
+    obs = (rng.integers(0, 256, (64, *shape)) if dtype == np.uint8 else rng.random((64, *shape)) < 0.3).astype(dtype)
+    expected = policy.eval_mode.forward(obs)
+    for fmt in ("torchscript", "onnx"):
+        path = export_acting(acting_module(policy), shape, kind, fmt, str(tmp_path / f"p.{fmt}"), dtype.name)
+        agent = parallel_rl.load_policy(path if fmt == "torchscript" else path)
+        assert agent.obs_dtype == dtype
+        assert np.array_equal(agent.act(obs), expected), fmt
+        assert np.array_equal(agent.act(obs[0]), expected[0])

@@ -50,12 +50,12 @@ def test_evaluators_can_step_their_envs_at_once_while_collectors_step_theirs_in_
     cfg = compile_config({"env": {"env_id": "CartPole-v1", "step_latency_ms": 50, "evaluator_vector_mode": "async"}})
     with EnvManager.from_cfg(cfg.env, 4, seed=0) as collector_env:
         assert collector_env.vector_mode == "sync"
-    with EnvManager.from_cfg(cfg.env, 4, seed=0, evaluator=True) as evaluator_env:
+    with EnvManager.from_cfg(cfg.env, 4, seed=0, evaluating=True) as evaluator_env:
         assert evaluator_env.vector_mode == "async"
         wall, _ = timed_steps(evaluator_env, 5)
     assert wall < 0.6 * 5 * 4 * 0.050  # in turn it would take 1 s
     plain = compile_config({"env": {"env_id": "CartPole-v1", "step_latency_ms": 50}})
-    with EnvManager.from_cfg(plain.env, 2, seed=0, evaluator=True) as evaluator_env:
+    with EnvManager.from_cfg(plain.env, 2, seed=0, evaluating=True) as evaluator_env:
         assert evaluator_env.vector_mode == "sync"  # by default as the collectors' (env.vector_mode)
 
 

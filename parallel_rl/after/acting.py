@@ -1,5 +1,8 @@
 """The acting part of a policy as one ``nn.Module``: a batch of observations in, greedy actions out.
 
+Observations come in the env's dtype (float32, or uint8 frames and bool boards, which the networks convert as
+in training: :func:`parallel_rl.policy.nets.obs_float`).
+
 It holds the policy's own networks (not copies) and does what its ``forward_eval`` does without an action
 mask: flatten, normalise with the checkpoint's running statistics (PPO's ``model.obs_norm``), the network,
 then argmax (Discrete) or the squashed mean scaled to the action bounds (Box). ``export`` traces it to
@@ -12,6 +15,8 @@ from typing import Any, Callable, Dict, Tuple
 import numpy as np
 import torch
 from torch import nn
+
+from ..policy.nets import obs_float
 
 
 class _Acting(nn.Module):
@@ -47,9 +52,9 @@ class PPOActing(_Acting):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.flatten(1)
-        if self.obs_rms is not None:
-            x = self.obs_rms.normalize(x, self.obs_clip)
-        out = self.actor(x)
+        if self.obs_rms is not None:  # statistics of the raw values, as the policy keeps them
+            x = self.obs_rms.normalize(x.float(), self.obs_clip)
+        out = self.actor(obs_float(x))  # as ActorCritic's forward: uint8 scaled, bool as 0/1
         return out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out))
 
 
@@ -91,18 +96,20 @@ def acting_module(policy) -> nn.Module:
 class Agent:
     """A trained policy that acts: ``act(obs)`` takes one observation (returns one action) or a batch.
 
-    Runs any callable from a float32 batch to actions: the acting module, a TorchScript file or an ONNX
-    Runtime session (:func:`parallel_rl.load_policy` picks)."""
+    Runs any callable from a batch of the env's observations (``obs_dtype``: float32, or uint8 frames and bool
+    boards as the env gives them) to actions: the acting module, a TorchScript file or an ONNX Runtime session
+    (:func:`parallel_rl.load_policy` picks)."""
 
     def __init__(self, forward: Callable[[np.ndarray], np.ndarray], obs_shape: Tuple[int, ...], action_kind: str,
-                 source: str = ""):
+                 source: str = "", obs_dtype: str = "float32"):
         self._forward = forward
         self.obs_shape = tuple(int(s) for s in obs_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
         self.action_kind = action_kind
         self.source = source
 
     def act(self, obs) -> np.ndarray:
-        obs = np.asarray(obs, dtype=np.float32)
+        obs = np.asarray(obs, dtype=self.obs_dtype)
         single = obs.shape == self.obs_shape
         if not single and obs.shape[1:] != self.obs_shape:
             raise ValueError(f"act(obs): expected an observation of shape {self.obs_shape} or a batch "

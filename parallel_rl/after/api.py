@@ -122,11 +122,11 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
                           "policies need the game's action mask; evaluate them with parallel-rl eval")
     env = spaces_env(cfg)
     try:
-        obs_shape, kind = env.obs_shape, env.action_spec.kind
+        obs_shape, kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
         policy = build_policy(cfg, checkpoint, env)
     finally:
         env.close()
-    return Agent(torch_forward(acting_module(policy)), obs_shape, kind, checkpoint.source)
+    return Agent(torch_forward(acting_module(policy)), obs_shape, kind, checkpoint.source, obs_dtype)
 
 
 def _config_for(path: str, config: Union[str, Mapping[str, Any]]):
@@ -167,4 +167,4 @@ def _load_exported(path: str):
         import torch
 
         forward = torch_forward(torch.jit.load(path, map_location="cpu"))
-    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path)
+    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path, meta.get("obs_dtype", "float32"))

@@ -120,14 +120,16 @@ def policy_state(checkpoint: Checkpoint) -> Tuple[Dict[str, Any], bool]:
     return state, False
 
 
-def spaces_env(cfg: EasyDict, num_envs: int = 1, seed: Optional[int] = None):
+def spaces_env(cfg: EasyDict, num_envs: int = 1, seed: Optional[int] = None, evaluating: bool = False):
     """``num_envs`` copies of the config's env (a two-player game's env manager for one): what tells a policy
-    its observation and action spaces."""
+    its observation and action spaces. ``evaluating``: made as the evaluator makes it (``env.eval_env_kwargs``)."""
     from ..envs.env_manager import EnvManager
     from ..envs.multiagent import BattleEnvManager, is_battle_env
 
-    manager = BattleEnvManager if is_battle_env(cfg.env) else EnvManager
-    return manager.from_cfg(cfg.env, num_envs, seed=cfg.seed if seed is None else seed)
+    seed = cfg.seed if seed is None else seed
+    if is_battle_env(cfg.env):
+        return BattleEnvManager.from_cfg(cfg.env, num_envs, seed=seed)
+    return EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluating=evaluating)
 
 
 def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):

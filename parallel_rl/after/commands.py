@@ -87,7 +87,7 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
     check_env_fits(cfg)
     set_torch_threads(cfg.system.torch_num_threads)
     checkpoint = find_checkpoint(cfg, args.checkpoint, args.run)
-    env = spaces_env(cfg, num_envs, seed)
+    env = spaces_env(cfg, num_envs, seed, evaluating=True)
     try:
         return cfg, checkpoint, env, build_policy(cfg, checkpoint, env)
     except BaseException:
@@ -154,10 +154,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         if cfg.env.type == "pettingzoo":  # the acting module knows no action masks: it would play illegal moves
             raise ConfigError("export: two-player games (env.type='pettingzoo') are not exported yet: their "
                               "policies need the game's action mask")
-        obs_shape, kind = env.obs_shape, env.action_spec.kind
+        obs_shape, kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
     finally:
         env.close()
-    path = export_acting(acting_module(policy), obs_shape, kind, args.format, args.output)
+    path = export_acting(acting_module(policy), obs_shape, kind, args.format, args.output, obs_dtype.name)
     print(f"export: {checkpoint.source} -> {path} ({args.format}, obs {tuple(obs_shape)} -> {kind} actions)")
     return 0
 

@@ -24,7 +24,7 @@ def evaluate_policy(cfg: EasyDict, policy, episodes: int, seed: int,
     """Play ``episodes`` episodes with ``policy``'s eval mode; the evaluator's info (returns, lengths, steps,
     duration). ``env`` (closed here) defaults to ``env.evaluator_env_num`` fresh copies of the config's env."""
     num_envs = max(1, min(int(cfg.env.evaluator_env_num), episodes))
-    env = env or EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluator=True)
+    env = env or EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluating=True)
     evaluator = InteractionSerialEvaluator(EasyDict(eval_freq=1, max_seconds=0.0), env, policy.eval_mode,
                                            stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=seed)
     try:

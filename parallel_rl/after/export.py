@@ -1,8 +1,9 @@
 """``parallel-rl export``: the acting module (observation normalisation included) as one standalone file.
 
 TorchScript (``torch.jit.trace``: ``torch.jit.load(path)(obs)`` needs only torch) or ONNX (opset 17, a
-dynamic batch axis; runs in ONNX Runtime). Both carry ``obs_shape`` and ``action_kind`` as metadata, so
-:func:`parallel_rl.load_policy` can run them without the config."""
+dynamic batch axis; runs in ONNX Runtime). Both carry ``obs_shape``, ``obs_dtype`` and ``action_kind`` as
+metadata, so :func:`parallel_rl.load_policy` can run them without the config. A pixel policy takes the env's own
+observations: uint8 frames (scaled by 1/255 inside, as in training) or bool boards, not float32."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import logging
 import os
 from typing import Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -22,12 +24,16 @@ META_KEY = "parallel_rl"  # TorchScript extra file / ONNX metadata key holding t
 ONNX_OPSET = 17
 
 
-def export_acting(module: nn.Module, obs_shape: Tuple[int, ...], action_kind: str, fmt: str, path: str) -> str:
-    """Write ``module`` (batch of float32 observations -> actions) to ``path`` in ``fmt``; returns the path."""
+def export_acting(module: nn.Module, obs_shape: Tuple[int, ...], action_kind: str, fmt: str, path: str,
+                  obs_dtype: str = "float32") -> str:
+    """Write ``module`` (batch of ``obs_dtype`` observations, the env's: float32, uint8 or bool -> actions) to
+    ``path`` in ``fmt``; returns the path."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    meta = json.dumps({"obs_shape": list(obs_shape), "action_kind": action_kind, "format": fmt})
-    example = torch.zeros((2, *obs_shape), dtype=torch.float32)
+    obs_dtype = np.dtype(obs_dtype).name
+    meta = json.dumps({"obs_shape": list(obs_shape), "obs_dtype": obs_dtype, "action_kind": action_kind,
+                       "format": fmt})
+    example = torch.from_numpy(np.zeros((2, *obs_shape), dtype=obs_dtype))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":

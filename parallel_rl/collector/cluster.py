@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from ..data.frames import pack_frames
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError, StorageError, StorageFaultError
 from ..policy import create_policy
@@ -152,14 +153,14 @@ class ClusterCollector(BaseParallelCollector):
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
-        """Write a chunk atomically to the shared disk; returns its path."""
-        return self.storage.write_chunk(name, data)
+        """Write a chunk atomically to the shared disk (frame stacks packed: each frame once); returns its path."""
+        return self.storage.write_chunk(name, pack_frames(data) if self.env.frame_stack else data)
 
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""
         if self._evaluator is None:
             env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000,
-                                     evaluator=True)
+                                      evaluating=True)
             self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
             self._evaluator = InteractionSerialEvaluator(
                 self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, stop_value=self.cfg.env.stop_value,

@@ -311,7 +311,7 @@ class SampleSerialCollector(ISerialCollector):
             builder.add(obs, action, step, extra)
             steps += step.n_valid
             if step.episode_ended:
-                done_rows = np.flatnonzero(step.done)
+                done_rows = np.flatnonzero(step.episode_length > 0)  # not a lost life (EnvManager.life_loss)
                 ended_returns.append(step.episode_return[done_rows])
                 ended_lengths.append(step.episode_length[done_rows])
         if ended_returns:

@@ -25,7 +25,8 @@ import torch
 from easydict import EasyDict
 
 from ..data.buffer import EpisodeReplayBuffer, IBuffer, NaiveReplayBuffer
-from ..envs.env_manager import EnvManager, EnvStep
+from ..envs.env_manager import EnvManager
+from ..envs.steps import EnvStep
 from ..errors import ConfigError
 from ..collector.serial import (
     CollectStats,

@@ -138,6 +138,19 @@ class NaiveReplayBuffer(IBuffer):
         self.sampled = 0
         self.evicted = 0
         self._staleness_sum = 0.0
+        self._frames = None  # a FrameRing once store_frames_once() was called
+
+    def store_frames_once(self, extra: float = 0.5) -> None:
+        """Keep frame stacks (``obs`` / ``next_obs`` of shape (n, k, H, W): ALE's) as single frames, rebuilt
+        on sample (:class:`parallel_rl.data.frames.FrameRing` of ``capacity * (1 + extra)`` frames plus a
+        margin of up to 8,192): ~1 frame a transition instead of 2k. Call it before the first push."""
+        from .frames import FrameRing
+
+        with self._lock:
+            if self._columns:
+                raise RuntimeError("store_frames_once() must come before the first push")
+            size = int(self.capacity * (1 + extra)) + min(8192, self.capacity)
+            self._frames = FrameRing(size, recent=min(4096, size // 4))
 
     # ---- storage ---------------------------------------------------------------
     def _ensure_columns(self, data: Mapping[str, np.ndarray]) -> None:
@@ -176,6 +189,13 @@ class NaiveReplayBuffer(IBuffer):
             raise ValueError(f"push: columns have different lengths {sorted(lengths)}")
         n = lengths.pop()
         with self._lock:
+            if self._frames is not None:
+                data = self._frames.pack(data)
+                if (data["frame_floor"] < self._frames.floor).any():
+                    raise ValueError(f"push: {n} rows bring more new frames than the replay's frame ring holds "
+                                     f"({self._frames.size}); push fewer rows at a time")
+                if self._columns:  # rows whose frames the ring has written over cannot be rebuilt: gone
+                    self._evict(np.flatnonzero(self._valid & (self._columns["frame_floor"] < self._frames.floor)))
             self._ensure_columns(data)
             dropped: Optional[Columns] = None
             if n > self.capacity:  # only the newest rows fit
@@ -207,6 +227,8 @@ class NaiveReplayBuffer(IBuffer):
 
     def _gather(self, slots: np.ndarray, cur_learner_iter: int) -> Columns:
         out = {name: col[slots] for name, col in self._columns.items()}
+        if self._frames is not None:
+            out = self._frames.rebuild(out)
         out["index"] = out["replay_buffer_idx"] = slots  # DI-engine's key, the same array
         out["uid"] = out["replay_unique_id"] = self._uid[slots]
         self.sampled += len(slots)
@@ -280,6 +302,8 @@ class NaiveReplayBuffer(IBuffer):
                     "staleness_sum": np.array(self._staleness_sum),
                 }
             )
+            if self._frames is not None:
+                state.update(self._frames.state_dict())
             return state
 
     def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
@@ -297,3 +321,5 @@ class NaiveReplayBuffer(IBuffer):
                 int(x) for x in _state_dict["counters"]
             )
             self._staleness_sum = float(_state_dict["staleness_sum"])
+            if self._frames is not None and "frames/data" in _state_dict:
+                self._frames.load_state_dict(_state_dict)

@@ -89,7 +89,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     start = time.perf_counter()
     exp_dir = prepare_run(cfg)
     collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
-    evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, evaluator=True)
+    evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, evaluating=True)
     policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
     collector = create_serial_collector(
@@ -102,6 +102,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
         stop_value=cfg.env.stop_value, n_evaluator_episode=cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
+    if collector_env.frame_stack and hasattr(buffer, "store_frames_once"):  # ALE's stacks: each frame once
+        buffer.store_frames_once()
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
     learn = cfg.policy.learn

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
 from typing import Any, Optional
 
@@ -31,47 +30,12 @@ from easydict import EasyDict
 from ..errors import ConfigError
 from .latency import LatencyWrapper
 from .registrars import import_env_modules
+from .steps import COMPACT_OBS_DTYPES, EnvStep, as_obs, frame_stack_of  # noqa: F401 (EnvStep: re-exported)
 from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
 
 VECTOR_MODES = ("auto", "vector_entry_point", "sync", "async")
-
-
-@dataclass
-class EnvStep:
-    """One step of all envs. Row i is a real transition only where ``valid[i]``."""
-
-    obs: np.ndarray  # observation after the step (the final one where the episode ended)
-    reward: np.ndarray  # float32
-    terminated: np.ndarray  # bool
-    truncated: np.ndarray  # bool
-    valid: np.ndarray  # bool; False where the env was auto-reset (obs is its first obs)
-    episode_return: np.ndarray  # float64; the return of episodes that ended this step, else nan
-    episode_length: np.ndarray  # int64; the length of episodes that ended this step, else 0
-    episode_ended: bool = False  # any episode ended in this step
-    n_valid: int = 0  # number of real transitions in this step
-    # step_ready only: envs whose step finished in this call (the others are still stepping or idle;
-    # their rows are not valid). None: every env stepped.
-    ready: Optional[np.ndarray] = None
-    # with EnvManager.reset_kwargs set: envs reset right after this step (their EnvManager.obs row is the first
-    # observation of a new episode, their next step a real transition). None: no env was reset.
-    reset: Optional[np.ndarray] = None
-
-    @property
-    def done(self) -> np.ndarray:
-        return self.terminated | self.truncated
-
-
-# observation dtypes kept as the env gives them (frames, boards: 1 byte a value from env to chunk to learner,
-# where the networks convert them on the device: parallel_rl.policy.nets.obs_float); any other dtype becomes float32
-COMPACT_OBS_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
-
-
-def as_obs(obs) -> np.ndarray:
-    """A batch of observations as the rows store them: uint8 and bool as they are, anything else float32."""
-    obs = np.asarray(obs)
-    return obs if obs.dtype in COMPACT_OBS_DTYPES else obs.astype(np.float32, copy=False)
 
 
 class EnvManager:
@@ -94,8 +58,12 @@ class EnvManager:
             # process: for envs that wait (a remote simulator, step_latency_ms), an evaluation then takes its
             # longest episode's steps x the latency instead of evaluator_env_num x that
             evaluator_vector_mode=None,
-            # kwargs for gymnasium.make (open dict)
+            # kwargs for gymnasium.make_vec (open dict): for ALE ids those of ale_py's AtariVectorEnv (frameskip,
+            # stack_num, noop_max, reward_clipping, life_loss_info, ...)
             env_kwargs={},
+            # evaluators' envs: these go over env_kwargs (open dict; Atari: reward_clipping=False and
+            # life_loss_info=False, so evaluations report whole-game returns)
+            eval_env_kwargs={},
             # modules to import so that their envs register with gymnasium
             import_names=[],
             # pettingzoo: which factory of a module to use (auto | aec | parallel)
@@ -140,6 +108,7 @@ class EnvManager:
         self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers,
                                  **(env_kwargs or {})))
         self.vector_mode = vector_mode
+        self.life_loss = bool((env_kwargs or {}).get("life_loss_info")) and vector_mode == "vector_entry_point"
 
     @classmethod
     def from_env(cls, env: "gym.Env | gym.vector.VectorEnv", seed: Optional[int] = None) -> "EnvManager":
@@ -187,6 +156,16 @@ class EnvManager:
         base = getattr(vector_env, "unwrapped", vector_env)
         self._subset_env = (base if isinstance(base, gym.vector.AsyncVectorEnv)
                             and base.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP else None)
+        # ALE's vector env with life_loss_info=True ("episodic life", Mnih et al. 2015): a lost life is
+        # ``terminated`` (no bootstrap across it) but the game goes on, no reset; the episode (its return and
+        # length, the next step's validity) ends with the game: at lives == 0, or at truncation
+        self.life_loss = False
+        # frames stacked on the observation's first axis (ALE's vector env: 4); 0 when not a frame stack.
+        # Chunks then hold each frame once (parallel_rl.data.frames)
+        self.frame_stack = frame_stack_of(vector_env)
+        # the dtype of the observations handed out (as_obs: uint8 and bool kept, anything else float32)
+        obs_dtype = np.dtype(vector_env.single_observation_space.dtype)
+        self.obs_dtype = obs_dtype if obs_dtype in COMPACT_OBS_DTYPES else np.dtype(np.float32)
         # the longest step_ready / reset / close waits for a sub-env's step (seconds)
         self.step_timeout = 60.0
         self.closed = False
@@ -204,13 +183,24 @@ class EnvManager:
         return self._env.action_space
 
     @classmethod
-    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None,
-                 evaluator: bool = False) -> "EnvManager":
-        """``num_envs`` copies of the config's env; ``evaluator``: an evaluator's (``env.evaluator_vector_mode``)."""
+    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None, evaluating: bool = False,
+                 spaces_only: bool = False) -> "EnvManager":
+        """The envs every role steps, made one way (the spaces of :func:`parallel_rl.envs.fit.env_spaces` too).
+
+        ``evaluating``: an evaluator's envs: ``env.eval_env_kwargs`` go over ``env.env_kwargs`` (Atari: whole
+        games, rewards unclipped) and ``env.evaluator_vector_mode`` (when set) over ``env.vector_mode``.
+        ``spaces_only``: made to read the spaces (in this process, no latency; the sub-envs are the same)."""
         import_env_modules(env_cfg.import_names)
-        mode = env_cfg.get("evaluator_vector_mode") if evaluator else None
-        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=mode or env_cfg.vector_mode,
-                   env_kwargs=env_cfg.env_kwargs, step_latency_ms=float(env_cfg.get("step_latency_ms", 0.0) or 0.0))
+        kwargs = dict(env_cfg.env_kwargs or {})
+        vector_mode = env_cfg.vector_mode
+        if evaluating:
+            kwargs.update(env_cfg.get("eval_env_kwargs") or {})
+            vector_mode = env_cfg.get("evaluator_vector_mode") or vector_mode
+        latency = float(env_cfg.get("step_latency_ms", 0.0) or 0.0)
+        if spaces_only:
+            vector_mode, latency = ("sync" if vector_mode == "async" else vector_mode), 0.0
+        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=vector_mode, env_kwargs=kwargs,
+                   step_latency_ms=latency)
 
     @property
     def obs_dim(self) -> int:
@@ -249,6 +239,7 @@ class EnvManager:
         reward = np.asarray(reward, dtype=np.float32)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
+        game_on = terminated & ~truncated & (np.asarray(info["lives"]) > 0) if self.life_loss else None
         resetting = self._needs_reset
         if resetting.any():  # rows auto-reset in this step carry no transition
             valid = ~resetting
@@ -265,6 +256,8 @@ class EnvManager:
             self._lengths += 1
         self._returns += reward
         done = terminated | truncated
+        if game_on is not None and game_on.any():  # a life lost: terminated for the learner, the game goes on
+            done = done & ~game_on
         ended = bool(done.any())
         if ended:
             episode_return = np.where(done, self._returns, np.nan)
@@ -298,7 +291,7 @@ class EnvManager:
 
     def _reset_ended(self, step: EnvStep) -> None:
         """Reset the envs whose episode ended in ``step`` with ``reset_kwargs``; mark them in ``step.reset``."""
-        step.reset = step.terminated | step.truncated
+        step.reset = step.episode_length > 0  # episodes that ended (a lost life does not reset the game)
         self._reset_envs(step.reset)
 
     def _reset_envs(self, ended: np.ndarray) -> None:

@@ -1,6 +1,10 @@
 """Whether the configured env and algorithm fit: the env's spaces (made once, then closed) against the
 policy type's action spaces, checked before any process starts and again by each learner.
 
+One source of truth for spaces: the env is made the way every role makes it (:meth:`EnvManager.from_cfg`,
+one copy), so the learner's network reads what the collectors' envs give. A plain ``gym.make`` would not:
+``ALE/Pong-v5`` gives 210x160x3 frames there and 4x84x84 stacks through ALE's own vector env.
+
 Above :mod:`.spaces` (what a space is), :mod:`.env_manager` and :mod:`.multiagent` (how envs are made)."""
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ import gymnasium as gym
 
 from ..errors import ConfigError
 from ..policy.defaults import POLICY_ACTION_SPACES
-from .registrars import import_env_modules
+from .env_manager import EnvManager
 from .multiagent import battle_env_spaces, is_battle_env
-from .spaces import ActionSpec, action_spec, algorithms_for, check_observation_space
+from .registrars import import_env_modules
+from .spaces import ActionSpec, algorithms_for
 
 
 def check_policy_fits(policy_type: str, spec: ActionSpec, env_id: str, space: gym.Space) -> None:
@@ -36,16 +41,16 @@ def env_spaces(env_cfg, policy_type: Optional[str] = None) -> tuple:
         if policy_type is not None:
             check_policy_fits(policy_type, spec, env_cfg.env_id, f"Discrete({spec.n})")
         return obs_shape, spec
-    try:
-        env = gym.make(env_cfg.env_id, **(env_cfg.env_kwargs or {}))
+    try:  # in this process, without latency: the spaces are those of the sub-envs the roles step
+        env = EnvManager.from_cfg(env_cfg, 1, spaces_only=True)
     except gym.error.Error as exc:
         raise ConfigError(f"env.env_id {env_cfg.env_id!r} cannot be made: {exc}") from exc
     try:
-        obs_shape = check_observation_space(env.observation_space, env_cfg.env_id)
-        spec = action_spec(env.action_space, env_cfg.env_id)
         if policy_type is not None:
-            check_policy_fits(policy_type, spec, env_cfg.env_id, env.action_space)
-        return obs_shape, spec
+            spec = env.action_spec
+            space = gym.spaces.Discrete(spec.n) if spec.kind == "discrete" else gym.spaces.Box(spec.low, spec.high)
+            check_policy_fits(policy_type, spec, env_cfg.env_id, space)
+        return env.obs_shape, env.action_spec
     finally:
         env.close()
 

@@ -277,6 +277,8 @@ class BattleEnvManager:
     ``mask[i]`` its legal actions.
     """
 
+    frame_stack = 0  # boards, not frame stacks: chunks hold the rows as they are (EnvManager.frame_stack)
+
     def __init__(self, games: List[TwoPlayerGame], seed: Optional[int] = None):
         if not games:
             raise ConfigError(f"BattleEnvManager needs at least one game, got {len(games)}")

@@ -243,7 +243,7 @@ class InteractionSerialEvaluator(ISerialEvaluator):
                 break
             step = self.env.step(self._policy.forward(self.env.obs, **policy_kwargs))
             env_steps += int(step.valid.sum())
-            for env_id in np.flatnonzero(step.terminated | step.truncated):
+            for env_id in np.flatnonzero(step.episode_length > 0):  # whole episodes (not a lost life)
                 monitor.update_info(int(env_id), self.env.env_info(int(env_id)))
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
                 if reset_policy is not None:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from ..data.frames import POOL, is_packed_rows, rebuild_stacks
 from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
 from ..protocol import SampleAnswer, SampleRequest
 from ..runtime import guarded_thread
@@ -35,6 +36,10 @@ class RowStore:
     is copied once into slot ``s`` (rows ``s*slot_rows ...``) of preallocated
     column arrays; the least recently used chunk's slot is reused.
 
+    A packed chunk (a frame-stacked env's: :mod:`parallel_rl.data.frames`) keeps its frame pool beside its
+    slot, as the file holds it; :meth:`gather` rebuilds the rows' stacks from it, so the cache holds single
+    frames too.
+
     A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than a
     slot, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's, it
     is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
@@ -52,6 +57,7 @@ class RowStore:
         self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
         self._free = list(range(slots - 1, -1, -1))
         self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
+        self._pools: List[Optional[np.ndarray]] = [None] * slots  # packed chunks' frame pools, by slot
         self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
 
     def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
@@ -80,6 +86,7 @@ class RowStore:
         if problem:
             self._damaged(name, problem)
             return -1
+        pool = cols.pop(POOL, None)
         n = len(next(iter(cols.values())))
         if not self._columns:
             self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
@@ -89,21 +96,24 @@ class RowStore:
         for k, v in cols.items():
             self._columns[k][base:base + n] = v
         self._rows_in[slot] = n
+        self._pools[slot] = pool
         self._lru[name] = slot
         return slot
 
     def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
         """Why the columns of chunk ``name`` cannot go into a slot (None when they can)."""
-        lengths = {len(v) for v in cols.values()}
+        lengths = {len(v) for k, v in cols.items() if k != POOL}
         if len(lengths) != 1:
             return f"chunk {name!r}: columns of different or no lengths {sorted(lengths)}"
         n = lengths.pop()
         if n > self.slot_rows:
             return f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}"
         if self._columns:
-            if set(cols) != set(self._columns):
+            if set(cols) - {POOL} != set(self._columns):
                 return f"chunk {name!r} has columns {sorted(cols)}, the chunks before it {sorted(self._columns)}"
             for k, v in cols.items():
+                if k == POOL:
+                    continue
                 have = self._columns[k]
                 if v.shape[1:] != have.shape[1:] or not np.can_cast(v.dtype, have.dtype, "same_kind"):
                     return (f"chunk {name!r}: column {k!r} is {v.dtype}{list(v.shape[1:])}, the chunks before it "
@@ -140,7 +150,10 @@ class RowStore:
         pos = (slots * self.slot_rows + rows)[keep]
         if len(pos) == 0:
             return None, keep
-        return {k: v[pos] for k, v in self._columns.items()}, keep
+        out = {k: v[pos] for k, v in self._columns.items()}
+        if is_packed_rows(out):
+            out = rebuild_stacks(out, self._pools, slots[keep])
+        return out, keep
 
 
 class DataPipeline:

@@ -140,20 +140,23 @@ class DQNPolicy(Policy):
         discount = to_tensor(batch["discount"], device)
         weight = to_tensor(batch["weight"], device) if "weight" in batch else None
 
-        # One forward pass of the online network over obs and next_obs together.
+        # Double DQN: one forward pass of the online network over obs and next_obs together; single DQN needs
+        # no online values of next_obs (a third less forward work: it matters for conv networks)
         n = obs.shape[0]
-        online_q = self.model(torch.cat([obs, next_obs]))
+        double = self.cfg.learn.double
+        online_q = self.model(torch.cat([obs, next_obs]) if double else obs)
         q_value = online_q[:n].gather(1, action.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             target_q = self.target_network(next_obs)
-            next_online_q = online_q[n:]
+            next_online_q = online_q[n:] if double else None
             if "next_action_mask" in batch:  # two-player games: the best *legal* next action
                 illegal = ~to_tensor(batch["next_action_mask"], device, torch.bool)
                 # rows whose game ended have no legal action; their (1 - done) zeroes next_q anyway
                 illegal &= ~illegal.all(dim=1, keepdim=True)
                 target_q = target_q.masked_fill(illegal, -torch.inf)
-                next_online_q = next_online_q.masked_fill(illegal, -torch.inf)
-            if self.cfg.learn.double:
+                if double:
+                    next_online_q = next_online_q.masked_fill(illegal, -torch.inf)
+            if double:
                 next_action = next_online_q.argmax(dim=1, keepdim=True)
             else:
                 next_action = target_q.argmax(dim=1, keepdim=True)

@@ -16,6 +16,8 @@ import numpy as np
 from ..errors import StorageError
 from .backends import LocalBackend, atomic_write
 
+# a packed chunk's frame pool (parallel_rl.data.frames.POOL), the one column whose length is not the rows'
+POOL_COLUMN = "frame_pool"
 # the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
 NPY_MAX_HEADER = 10000
 # errors of the store that say the thing at a chunk's name is not a file: retrying cannot help, so the chunk is
@@ -96,15 +98,18 @@ def npz_layout(path: str, source: Any) -> tuple:
     """``(rows, bytes, bytes per row)`` of the ``.npz`` at ``path``, read from ``source`` (a local path or the
     object's bytes already fetched): its rows and row size from its column headers (no data is read), and its
     size. StorageError when it is not a chunk whose columns all have the same length and a plain dtype."""
-    lengths, row_bytes = set(), 0
+    lengths, row_bytes, pooled = set(), 0, False
     try:
         nbytes = os.stat(source).st_size if isinstance(source, str) else len(source.getbuffer())
         with zipfile.ZipFile(source) as archive:
             for member in archive.infolist():
                 with archive.open(member) as f:
                     rows, per_row = _npy_layout(_npy_header(f))  # the header only, never the data
-                    lengths.add(rows)
-                    row_bytes += per_row
+                if member.filename == POOL_COLUMN + ".npy":  # a chunk-level column (parallel_rl.data.frames): any length
+                    pooled = True
+                    continue
+                lengths.add(rows)
+                row_bytes += per_row
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -115,7 +120,8 @@ def npz_layout(path: str, source: Any) -> tuple:
         raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
     if len(lengths) != 1 or min(lengths) < 0:
         raise StorageError(f"{path}: columns of different or no lengths {sorted(lengths)}; not a chunk")
-    return lengths.pop(), nbytes, row_bytes
+    # a packed chunk's size is not fixed bytes plus bytes per row (its pool varies): no row size to count by
+    return lengths.pop(), nbytes, 0 if pooled else row_bytes
 
 
 def torch_save_atomic(path: str, state: Mapping, backend=LocalBackend) -> None:
