@@ -120,8 +120,9 @@ class ISerialCollector(abc.ABC):
         if env is not None:
             self.reset_env(env)
 
-    def _check_ready(self) -> None:
-        if self._env is None or self._policy is None:
+    def _check_ready(self, random_collect: bool = False) -> None:
+        """An env always; a policy unless the actions are random (warm-up needs none)."""
+        if self._env is None or (self._policy is None and not random_collect):
             raise RuntimeError(f"{self.instance_name}: collect() needs an env and a policy: pass them to the "
                                f"constructor or to reset_env(env) / reset_policy(policy) first")
 
@@ -293,7 +294,7 @@ class SampleSerialCollector(ISerialCollector):
                                  "(or cfg.n_sample); pass collect(n_sample=N)")
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
-        self._check_ready()
+        self._check_ready(random_collect)
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
@@ -392,7 +393,7 @@ class EpisodeSerialCollector(ISerialCollector):
                              "pass collect(n_episode=K)")
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
-        self._check_ready()
+        self._check_ready(random_collect)
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
