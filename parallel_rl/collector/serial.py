@@ -393,7 +393,7 @@ class EpisodeSerialCollector(ISerialCollector):
                              "pass collect(n_episode=K)")
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
-        self._check_ready(random_collect)
+        self._check_ready()
         policy_kwargs = policy_kwargs or {}
         stats = CollectStats()
         start = time.perf_counter()
