@@ -8,18 +8,20 @@ loop, in one process and deterministic per seed, with the cluster's differences 
   that far ahead of ``max_env_steps_per_update * train_iter``, and epsilon, which follows env steps, with them);
 - ``--publish N``: the collectors act with a copy of the policy refreshed every N updates (publish_every); the
   serial collector acts with the learner's policy itself, refreshed every update_per_collect (4);
-- ``--prefetch N``: batches sampled N at a time and trained over the next N updates (prefetch_batches);
+- ``--prefetch N``: batches sampled N at a time and trained over the next N updates, their new priorities given to
+  the (prioritized) buffer with the next round's request (prefetch_batches; serial: after every update);
 - ``--min-buffer N``: no update before the buffer holds N rows (min_buffer_size).
 
 Prints the iterations to solve per seed (evaluated every ``--eval-freq`` updates, as the cluster's eval_freq
 counts policy versions). Iterations, not seconds: the number does not depend on the load of the box.
 
-Measured (seeds 10-49, 40 runs per row; mean / median iterations, runs over 800): the serial loop 548 / 500, 0;
-with the cluster's settings (--ahead 1000 --publish 50 --prefetch 16) 673 / 575, 6 (two never solved in 1500):
-the cluster's 544-736 against serial's 400-500. --publish 10 with the rest: 593, 2. No one setting alone costs
-much (seeds 0-9: --publish 50 480, --prefetch 16 450, --ahead 1000 580 against 470): the acting policy's lag
-(up to publish_every updates; the serial collector's is under update_per_collect) adds to the other delays
-between an action and the update that learns from it, and the sum gives a tail of runs that plateau.
+Measured 2026-11-25 (seeds 10-29, 20 runs per row: mean / median iterations, runs over 800): the serial loop
+520 / 500, 0; the cluster's settings (--ahead 1000 --publish 50 --prefetch 16) 620 / 600, 1 (the cluster measured
+544-736 against serial's 400-500). Each delay alone costs a little (--ahead 1000 565, --prefetch 16 555), any two
+about as much as all three (--ahead 1000 with --prefetch 16: 605, with --publish 50: 630), and none removed
+recovers serial's count: --publish 10 615; without the head start the lag costs more (--publish 50 --prefetch 16:
+680, 5 runs over 800; with --ahead 256: 685, 4), the head start's rows standing in for the ones still on their way.
+The cluster's extra updates are the price of acting and learning a few dozen updates apart, not one bug.
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def iterations_to_solve(raw: dict, seed: int, args: argparse.Namespace) -> int:
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     eps, learn = exploration_schedule(cfg.policy), cfg.policy.learn
     batches: collections.deque = collections.deque()
+    priorities: list = []  # of batches trained, not yet given to the buffer
     try:
         if args.ahead:
             buffer.push(collector.collect(args.ahead, train_iter=0, policy_kwargs={"eps": eps(0)}), collector.envstep)
@@ -76,9 +79,14 @@ def iterations_to_solve(raw: dict, seed: int, args: argparse.Namespace) -> int:
             if buffer.count() < max(args.min_buffer, learn.batch_size):
                 continue
             for _ in range(learn.update_per_collect):
-                if not batches:
+                if not batches:  # the priorities of the batches trained since the last round go with the request
+                    for info in priorities:
+                        buffer.update(info)
+                    priorities.clear()
                     batches.extend(buffer.sample(learn.batch_size, learner.train_iter) for _ in range(args.prefetch))
                 learner.train(batches.popleft(), collector.envstep)
+                if learner.priority_info is not None:
+                    priorities.append(learner.priority_info)
                 if args.publish and learner.train_iter % args.publish == 0:
                     actor.load_model_state_dict(policy.model_state_dict())
         return args.max_iter
