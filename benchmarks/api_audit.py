@@ -211,10 +211,6 @@ BEHAVIOUR: Dict[str, str] = {
 # reports any difference without a reason here as "undocumented").
 _HANDLERS = ("the coordinator and the slaves exchange typed messages (parallel_rl.protocol) over their REST "
              "API; a task is Slave.execute and report_end, not DI-engine's per-step deal_with_* handlers")
-_COORDINATOR = ("workers' messages are typed dataclasses (parallel_rl.protocol) applied by "
-                "parallel_rl.coordinator.messages; what a run does with them is the Commander protocol's "
-                "(parallel_rl.coordinator.commander_api: step, on_task_finished, on_task_failed); the coordinator "
-                "stores chunk references, never rows, so there is no data to send or get through it")
 _RANKS = ("the aggregator is rank 0 of a torch.distributed process group that trains together; there are no "
           "learner slaves it relays resources, tasks and data to")
 _DEFAULTS = ("the defaults of what it reads are the run config's (parallel_rl.config.assembly.default_config(), "
@@ -230,13 +226,6 @@ WHY: Dict[str, str] = {
     "BaseLearner.__init__": "exp_name=None: without exp_name or exp_dir no checkpoint is written (DI-engine writes "
                             "./default_experiment/ckpt into the working directory); learner.exp_name still answers "
                             "'default_experiment'",
-    **{f"Coordinator.deal_with_{n}": _COORDINATOR for n in (
-        "collector_send_data", "collector_judge_finish", "collector_finish_task", "learner_get_data",
-        "learner_send_info", "learner_judge_finish", "learner_finish_task")},
-    "Coordinator.deal_with_increase_collector": "increase_collector(address): the caller names the collector "
-                                                "(POST /api/v1/collectors); no resource manager to ask for one",
-    "Coordinator.deal_with_decrease_collector": "decrease_collector(worker_id): the caller names the collector "
-                                                "(DELETE /api/v1/collectors/<id>)",
     "BaseCommCollector.__init__": _COMM_INIT,
     "BaseCommLearner.__init__": _COMM_INIT,
     "FlaskFileSystemLearner.__init__": _COMM_INIT,

@@ -18,7 +18,7 @@ from parallel_rl.worker import (BaseLearner, BattleEpisodeSerialCollector, Battl
                                 MetricSerialEvaluator, SampleSerialCollector, create_learner, create_serial_collector,
                                 create_serial_evaluator)
 
-from .support import ConstantPolicy
+from .support import ConstantPolicy, eventually
 from .test_learner import FakeLearnMode, learner_cfg
 
 
@@ -684,3 +684,74 @@ def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
     finally:
         collector.close()
         coordinator.close(notify_workers=False)
+
+
+# ---- DI-engine's coordinator callbacks (Coordinator.deal_with_*), called as its comm layer calls them --------------
+from .test_coordinator import api, slaves  # noqa: E402,F401  (the scripted slaves on the real slave shell)
+
+
+def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_task(coordinator_factory, slaves,  # noqa: F811
+                                                                                    caplog):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task_id = collector.received[0].task_id  # its spec: 64 env steps
+    for name, n in (("d-1", 8), ("d-2", 56)):
+        collector.storage.write_chunk(name, {"obs": np.zeros((n, 1), np.float32), "action": np.zeros(n, np.int64)})
+    meta = {"policy_version": -1, "episode_returns": [1.0]}
+    coordinator.deal_with_collector_send_data(task_id, "default", "d-1", {**meta, "size": 8, "env_steps": 8})
+    assert api(server, "/buffers").json()["buffers"][0]["size"] == 8
+    assert api(server, f"/tasks/{task_id}").json()["progress"] == {"env_steps": 8, "chunks": 1}
+    assert coordinator.deal_with_collector_judge_finish(task_id, {}) is False
+    coordinator.deal_with_collector_send_data(task_id, "default", "d-2", {**meta, "size": 56, "env_steps": 56})
+    assert coordinator.deal_with_collector_judge_finish(task_id, {}) is True
+    with caplog.at_level(logging.ERROR):  # DI-engine logs and drops what an unknown task sends
+        coordinator.deal_with_collector_send_data("no-such-task", "default", "d-1", {**meta, "size": 8})
+        assert coordinator.deal_with_collector_judge_finish("no-such-task", {}) is False
+        coordinator.deal_with_collector_send_data(task_id, "default", "d-3", {**meta, "size": 8, "env_steps": 8})  # no file
+    assert "no-such-task" in caplog.text and "d-3" in caplog.text
+    assert api(server, "/buffers").json()["buffers"][0]["size"] == 64
+    coordinator.deal_with_collector_finish_task(task_id, {"step_count": 64})
+    body = api(server, f"/tasks/{task_id}").json()
+    assert body["state"] == "finished" and body["result"]["step_count"] == 64
+
+
+def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(coordinator_factory,
+                                                                                      slaves):  # noqa: F811
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    collector = slaves("collector", server.url)
+    learner = slaves("learner", server.url)
+    assert collector.got_task.wait(5) and learner.got_task.wait(5)
+    learner_task = learner.received[0].task_id
+    assert coordinator.deal_with_learner_get_data(learner_task, "default", 4, 1) is None  # no data yet
+    collector.write_chunk(collector.received[0].task_id, "c-1", n=8, version=-1)
+    data = coordinator.deal_with_learner_get_data(learner_task, "default", 4, 1)
+    assert len(data) == 4 and {d["data_id"] for d in data} == {"c-1"} and {d["row"] for d in data} <= set(range(8))
+    priority = {"replay_buffer_idx": [d["replay_buffer_idx"] for d in data],
+                "replay_unique_id": [d["replay_unique_id"] for d in data], "priority": [5.0] * 4}
+    coordinator.deal_with_learner_send_info(learner_task, "default", {
+        "learner_step": 3, "priority_info": priority, "learner_info": {"loss": 0.5}})
+    assert api(server, "/cluster").json()["train_iter"] == 3 and coordinator.learn_info == {"loss": 0.5}
+    with pytest.raises(ValueError):  # the priorities went into the replay index, which checks them
+        coordinator.deal_with_learner_send_info(learner_task, "default", {
+            "learner_step": 4, "priority_info": {**priority, "priority": [float("nan")] * 4}})
+    assert coordinator.deal_with_learner_judge_finish(learner_task, {}) is False
+    with pytest.raises(RuntimeError, match="learner task"):  # DI-engine raises for an unknown learner task
+        coordinator.deal_with_learner_get_data(collector.received[0].task_id, "default", 4, 1)
+    coordinator.deal_with_learner_finish_task(learner_task, {"train_iter": 3})
+    assert api(server, f"/tasks/{learner_task}").json()["state"] == "finished"
+    coordinator.finish("solved", "test over")
+    assert coordinator.deal_with_collector_judge_finish(collector.received[0].task_id, {}) is True
+
+
+def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(coordinator_factory,
+                                                                                 slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    first = slaves("collector", server.url)
+    assert first.got_task.wait(5)
+    second = slaves("collector", server.url, run=False)
+    coordinator.deal_with_increase_collector()  # DI-engine: after a collector joined
+    eventually(lambda: len(api(server, "/tasks?kind=collector").json()["tasks"]) >= 2, timeout=5)
+    coordinator.decrease_collector(first.worker_id)
+    coordinator.deal_with_decrease_collector()
+    assert second.worker_id in {w["worker_id"] for w in api(server, "/collectors").json()["collectors"]}
