@@ -904,3 +904,20 @@ def test_a_comm_collector_written_against_di_engines_base_keeps_its_cfg():
     collector = MyCollector(EasyDict(host="127.0.0.1"))
     assert collector.start() == "127.0.0.1" and collector.send_stepdata(stepdata=[1, 2]) == 2
     assert MyLearner(EasyDict(port=1)).start() == 1 and MyLearner(EasyDict(port=1)).get_data(batch_size=3) == [None] * 3
+
+
+def test_coordinator_and_parallel_collectors_default_config_is_their_section_of_the_run_config(tmp_path):
+    # DI-engine: cls.default_config() -> the class's own config; ours is its section of the run config
+    from parallel_rl.config import compile_config, default_config
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.worker import BaseParallelCollector, MarineParallelCollector, ZerglingParallelCollector
+
+    run = default_config()
+    assert Coordinator.default_config() == run.parallel.coordinator and "heartbeat_ttl" in Coordinator.default_config()
+    for cls in (BaseParallelCollector, ZerglingParallelCollector, MarineParallelCollector):
+        assert cls.default_config() == run.parallel.collector and "chunk_size" in cls.default_config()
+    changed = Coordinator.default_config()
+    changed.heartbeat_ttl = 1.0  # a copy: the next caller gets the defaults again
+    assert Coordinator.default_config().heartbeat_ttl == run.parallel.coordinator.heartbeat_ttl
+    cfg = compile_config({"parallel": {"coordinator": Coordinator.default_config()}})
+    assert cfg.parallel.coordinator == run.parallel.coordinator
