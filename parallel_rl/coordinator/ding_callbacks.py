@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from easydict import EasyDict
 
@@ -41,8 +41,16 @@ _CHUNK_KEYS = ("size", "policy_version", "env_steps", "episode_returns")
 class DingCallbacks:
     """Mixed into :class:`~parallel_rl.coordinator.Coordinator` (which supplies ``tasks``, ``messages``, ...)."""
 
+    # what the coordinator supplies
     tasks: Any
     messages: Any
+    replay: Any
+    flow: Any
+    system_shutdown_flag: bool
+    get_worker: Callable[[str], Any]
+    kick: Callable[[], None]
+    info: Callable[[str], None]
+    error: Callable[[str], None]
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -58,15 +66,15 @@ class DingCallbacks:
         why = f"{kind.value} task({task_id}) is not a running {kind.value} task of this coordinator"
         if kind == TaskKind.LEARNER:
             raise RuntimeError(f"invalid learner task_id({task_id}): {why}; use the id of a running learner task")
-        self.error(why)  # type: ignore[attr-defined]
+        self.error(why)
         return None
 
     def _send_as_worker(self, task: Task, message: Dict[str, Any]) -> bool:
         """Check and apply ``message`` as the task's worker sent it; False (logged) when it is refused."""
-        worker = self.get_worker(task.worker_id)  # type: ignore[attr-defined]
+        worker = self.get_worker(task.worker_id)
         refused = self.messages.check_and_apply(worker, [message])
         for r in refused:
-            self.error(f"{message['type']} message for task({task.task_id}) refused: {r['message']}")  # type: ignore[attr-defined]
+            self.error(f"{message['type']} message for task({task.task_id}) refused: {r['message']}")
         return not refused
 
     def deal_with_collector_send_data(self, task_id: str, buffer_id: str, data_id: str, data: dict) -> None:
@@ -75,14 +83,14 @@ class DingCallbacks:
             message = {"type": "chunk", "task_id": task_id, "chunk": data_id,
                        **{k: data[k] for k in _CHUNK_KEYS if k in data}}
             if self._send_as_worker(task, message):
-                self.info(f"collector task({task_id}) send data({data_id})")  # type: ignore[attr-defined]
+                self.info(f"collector task({task_id}) send data({data_id})")
 
     def deal_with_collector_judge_finish(self, task_id: str, data: dict) -> bool:
         task = self._ding_task(task_id, TaskKind.COLLECTOR)
         if task is None:
             return False
         target = task.spec.get("env_steps", math.inf)
-        return bool(self.system_shutdown_flag or task.progress.get("env_steps", 0) >= target)  # type: ignore[attr-defined]
+        return bool(self.system_shutdown_flag or task.progress.get("env_steps", 0) >= target)
 
     def deal_with_collector_finish_task(self, task_id: str, finished_task: dict) -> None:
         task = self._ding_task(task_id, TaskKind.COLLECTOR)
@@ -94,7 +102,7 @@ class DingCallbacks:
         """One batch of ``batch_size`` references (``data_id``: the chunk, ``row`` in it; ``replay_buffer_idx``,
         ``replay_unique_id``, ``IS`` as DI-engine's buffers name them), or None while there is not enough data."""
         self._ding_task(task_id, TaskKind.LEARNER)
-        answer = self.flow.metering.sample(self.replay, batch_size, 1, cur_learner_iter, 0.0, "json")  # type: ignore[attr-defined]
+        answer = self.flow.metering.sample(self.replay, batch_size, 1, cur_learner_iter, 0.0, "json")
         if not answer.get("batches"):
             return None
         names, batch = answer["chunks"], answer["batches"][0]
@@ -108,7 +116,7 @@ class DingCallbacks:
         task = self._ding_task(task_id, TaskKind.LEARNER)
         priority = info.get("priority_info")
         if priority:
-            self.replay.update_priorities(priority["replay_buffer_idx"], priority["replay_unique_id"],  # type: ignore[attr-defined]
+            self.replay.update_priorities(priority["replay_buffer_idx"], priority["replay_unique_id"],
                                           priority["priority"])
         numbers = info.get("learner_info", info)
         numbers = {k: v for k, v in numbers.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -118,7 +126,7 @@ class DingCallbacks:
 
     def deal_with_learner_judge_finish(self, task_id: str, info: dict) -> bool:
         self._ding_task(task_id, TaskKind.LEARNER)
-        return bool(self.system_shutdown_flag)  # type: ignore[attr-defined]
+        return bool(self.system_shutdown_flag)
 
     def deal_with_learner_finish_task(self, task_id: str, finished_task: dict) -> None:
         task = self._ding_task(task_id, TaskKind.LEARNER)
@@ -126,8 +134,8 @@ class DingCallbacks:
 
     def deal_with_increase_collector(self) -> None:
         """A collector was added (``increase_collector(address)``): the commander feeds it at its next step."""
-        self.kick()  # type: ignore[attr-defined]
+        self.kick()
 
     def deal_with_decrease_collector(self) -> None:
         """A collector was removed (``decrease_collector(worker_id)``): its task is issued again elsewhere."""
-        self.kick()  # type: ignore[attr-defined]
+        self.kick()
