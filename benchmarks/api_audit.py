@@ -209,20 +209,13 @@ BEHAVIOUR: Dict[str, str] = {
 
 # Why each remaining member differs in its signature or is absent (every one a deliberate choice; the audit
 # reports any difference without a reason here as "undocumented").
-_HANDLERS = ("the coordinator and the slaves exchange typed messages (parallel_rl.protocol) over their REST "
-             "API; a task is Slave.execute and report_end, not DI-engine's per-step deal_with_* handlers")
-_COORDINATOR = ("workers' messages are typed dataclasses (parallel_rl.protocol) applied by "
-                "parallel_rl.coordinator.messages; what a run does with them is the Commander protocol's "
-                "(parallel_rl.coordinator.commander_api: step, on_task_finished, on_task_failed); the coordinator "
-                "stores chunk references, never rows, so there is no data to send or get through it")
-_RANKS = ("the aggregator is rank 0 of a torch.distributed process group that trains together; there are no "
-          "learner slaves it relays resources, tasks and data to")
-_DEFAULTS = ("the defaults of what it reads are the run config's (parallel_rl.config.assembly.default_config(), "
-             "a layer above the coordinator and the collectors)")
+_PULLS = ("our learner task pulls its data: it samples references from the coordinator and reads the chunks itself "
+          "(get_data / the data pipeline), then trains; no coordinator pushes a data demand's answer to it")
+_RANKS = ("the aggregator is rank 0 of a torch.distributed process group: every rank samples and reads its share of "
+          "the batch and they train together; there are no learner slaves it splits data among and relays learn "
+          "calls to")
 _START = ("the collector slave's task loop drives collect / send_stepdata per task: there is no loop of its own "
           "to start")
-_COMM_INIT = ("built from keyword arguments (coordinator_url, host, port, token, shared_dir, ...): "
-              "create_comm_collector(cfg) / create_comm_learner(cfg) build one from a cfg")
 WHY: Dict[str, str] = {
     "BattleInteractionSerialEvaluator.__init__": "one policy against named opponents (opponents, 4th), not a list "
                                                  "of two policies; env needed at construction (games per side are "
@@ -230,22 +223,8 @@ WHY: Dict[str, str] = {
     "BaseLearner.__init__": "exp_name=None: without exp_name or exp_dir no checkpoint is written (DI-engine writes "
                             "./default_experiment/ckpt into the working directory); learner.exp_name still answers "
                             "'default_experiment'",
-    **{f"Coordinator.deal_with_{n}": _COORDINATOR for n in (
-        "collector_send_data", "collector_judge_finish", "collector_finish_task", "learner_get_data",
-        "learner_send_info", "learner_judge_finish", "learner_finish_task")},
-    "Coordinator.deal_with_increase_collector": "increase_collector(address): the caller names the collector "
-                                                "(POST /api/v1/collectors); no resource manager to ask for one",
-    "Coordinator.deal_with_decrease_collector": "decrease_collector(worker_id): the caller names the collector "
-                                                "(DELETE /api/v1/collectors/<id>)",
-    "BaseCommCollector.__init__": _COMM_INIT,
-    "BaseCommLearner.__init__": _COMM_INIT,
-    "FlaskFileSystemLearner.__init__": _COMM_INIT,
-    "BaseCommCollector.send_stepdata": "(*args): the abstract base leaves them to the implementation; "
-                                       "FlaskFileSystemCollector's are DI-engine's (path, stepdata)",
-    **{f"FlaskFileSystemCollector.deal_with_{n}": _HANDLERS for n in (
-        "resource", "collector_start", "collector_data", "collector_close")},
-    **{f"FlaskFileSystemLearner.deal_with_{n}": _HANDLERS for n in (
-        "resource", "learner_start", "get_data", "learner_learn", "learner_close")},
+    "FlaskFileSystemLearner.deal_with_get_data": _PULLS,
+    "FlaskFileSystemLearner.deal_with_learner_learn": _PULLS,
     "FlaskFileSystemLearner.send_policy": "send_policy(policy, train_iter, final=False): a checkpoint versioned by "
                                           "train_iter on the shared store, not a state_dict sent over HTTP",
     "FlaskFileSystemLearner.get_data": "get_data(pipeline, timeout): a batch assembled from the chunk references "
@@ -254,16 +233,10 @@ WHY: Dict[str, str] = {
                                               "priorities and the sampling rate go in one metadata message",
     "FlaskFileSystemLearner.load_data_fn": "chunks are .npz files read through parallel_rl/storage (never "
                                            "unpickled): there is no per-file loader to replace",
-    **{f"LearnerAggregator.deal_with_{n}": _RANKS for n in ("get_resource", "learner_start", "get_data", "learn")},
-    "Coordinator.default_config": _DEFAULTS,
-    "BaseParallelCollector.default_config": _DEFAULTS,
-    "ZerglingParallelCollector.default_config": _DEFAULTS,
-    "MarineParallelCollector.default_config": _DEFAULTS,
+    **{f"LearnerAggregator.deal_with_{n}": _RANKS for n in ("get_data", "learn")},
     "BaseParallelCollector.start": _START,
     "ZerglingParallelCollector.start": _START,
     "MarineParallelCollector.start": _START,
-    "create_parallel_collector": "the collector slave builds a ZerglingParallelCollector or, for a two-player game, "
-                                 "a MarineParallelCollector when its first task arrives",
     **BEHAVIOUR,
 }
 

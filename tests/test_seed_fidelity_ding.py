@@ -18,7 +18,7 @@ from parallel_rl.worker import (BaseLearner, BattleEpisodeSerialCollector, Battl
                                 MetricSerialEvaluator, SampleSerialCollector, create_learner, create_serial_collector,
                                 create_serial_evaluator)
 
-from .support import ConstantPolicy
+from .support import ConstantPolicy, eventually
 from .test_learner import FakeLearnMode, learner_cfg
 
 
@@ -684,3 +684,240 @@ def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
     finally:
         collector.close()
         coordinator.close(notify_workers=False)
+
+
+# ---- DI-engine's coordinator callbacks (Coordinator.deal_with_*), called as its comm layer calls them --------------
+from .test_coordinator import api, slaves  # noqa: E402,F401  (the scripted slaves on the real slave shell)
+
+
+def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_task(coordinator_factory, slaves,  # noqa: F811
+                                                                                    caplog):
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    task_id = collector.received[0].task_id  # its spec: 64 env steps
+    for name, n in (("d-1", 8), ("d-2", 56)):
+        collector.storage.write_chunk(name, {"obs": np.zeros((n, 1), np.float32), "action": np.zeros(n, np.int64)})
+    meta = {"policy_version": -1, "episode_returns": [1.0]}
+    coordinator.deal_with_collector_send_data(task_id, "default", "d-1", {**meta, "size": 8, "env_steps": 8})
+    assert api(server, "/buffers").json()["buffers"][0]["size"] == 8
+    assert api(server, f"/tasks/{task_id}").json()["progress"] == {"env_steps": 8, "chunks": 1}
+    assert coordinator.deal_with_collector_judge_finish(task_id, {}) is False
+    coordinator.deal_with_collector_send_data(task_id, "default", "d-2", {**meta, "size": 56, "env_steps": 56})
+    assert coordinator.deal_with_collector_judge_finish(task_id, {}) is True
+    with caplog.at_level(logging.ERROR):  # DI-engine logs and drops what an unknown task sends
+        coordinator.deal_with_collector_send_data("no-such-task", "default", "d-1", {**meta, "size": 8})
+        assert coordinator.deal_with_collector_judge_finish("no-such-task", {}) is False
+        coordinator.deal_with_collector_send_data(task_id, "default", "d-3", {**meta, "size": 8, "env_steps": 8})  # no file
+    assert "no-such-task" in caplog.text and "d-3" in caplog.text
+    assert api(server, "/buffers").json()["buffers"][0]["size"] == 64
+    coordinator.deal_with_collector_finish_task(task_id, {"step_count": 64})
+    body = api(server, f"/tasks/{task_id}").json()
+    assert body["state"] == "finished" and body["result"]["step_count"] == 64
+
+
+def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(coordinator_factory,
+                                                                                      slaves):  # noqa: F811
+    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    collector = slaves("collector", server.url)
+    learner = slaves("learner", server.url)
+    assert collector.got_task.wait(5) and learner.got_task.wait(5)
+    learner_task = learner.received[0].task_id
+    assert coordinator.deal_with_learner_get_data(learner_task, "default", 4, 1) is None  # no data yet
+    collector.write_chunk(collector.received[0].task_id, "c-1", n=8, version=-1)
+    data = coordinator.deal_with_learner_get_data(learner_task, "default", 4, 1)
+    assert len(data) == 4 and {d["data_id"] for d in data} == {"c-1"} and {d["row"] for d in data} <= set(range(8))
+    priority = {"replay_buffer_idx": [d["replay_buffer_idx"] for d in data],
+                "replay_unique_id": [d["replay_unique_id"] for d in data], "priority": [5.0] * 4}
+    coordinator.deal_with_learner_send_info(learner_task, "default", {
+        "learner_step": 3, "priority_info": priority, "learner_info": {"loss": 0.5}})
+    assert api(server, "/cluster").json()["train_iter"] == 3 and coordinator.learn_info == {"loss": 0.5}
+    with pytest.raises(ValueError):  # the priorities went into the replay index, which checks them
+        coordinator.deal_with_learner_send_info(learner_task, "default", {
+            "learner_step": 4, "priority_info": {**priority, "priority": [float("nan")] * 4}})
+    assert coordinator.deal_with_learner_judge_finish(learner_task, {}) is False
+    with pytest.raises(RuntimeError, match="learner task"):  # DI-engine raises for an unknown learner task
+        coordinator.deal_with_learner_get_data(collector.received[0].task_id, "default", 4, 1)
+    coordinator.deal_with_learner_finish_task(learner_task, {"train_iter": 3})
+    assert api(server, f"/tasks/{learner_task}").json()["state"] == "finished"
+    coordinator.finish("solved", "test over")
+    assert coordinator.deal_with_collector_judge_finish(collector.received[0].task_id, {}) is True
+
+
+def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(coordinator_factory,
+                                                                                 slaves):  # noqa: F811
+    coordinator, server = coordinator_factory()
+    first = slaves("collector", server.url)
+    assert first.got_task.wait(5)
+    second = slaves("collector", server.url, run=False)
+    coordinator.deal_with_increase_collector()  # DI-engine: after a collector joined
+    eventually(lambda: len(api(server, "/tasks?kind=collector").json()["tasks"]) >= 2, timeout=5)
+    coordinator.decrease_collector(first.worker_id)
+    coordinator.deal_with_decrease_collector()
+    assert second.worker_id in {w["worker_id"] for w in api(server, "/collectors").json()["collectors"]}
+
+
+# ---- DI-engine's slave callbacks (FlaskFileSystemCollector / FlaskFileSystemLearner / LearnerAggregator) ----------
+def _comm_cfg(server):
+    """A comm cfg as DI-engine's builds it (type and import_names pick the class), with our slave's keywords."""
+    return EasyDict({"type": "flask_fs", "import_names": [], "host": "127.0.0.1", "port": 0,
+                     "coordinator_url": server.url, "token": "test-token", "request_timeout": 2.0, "max_retries": 1})
+
+
+def _within(fn, timeout=60.0):
+    """``fn()`` in a thread, with a deadline (DI-engine's deal_with_collector_data waits for data)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn).result(timeout=timeout)
+
+
+def test_flask_fs_collector_callbacks_start_hand_over_data_and_close(coordinator_factory):
+    import threading
+
+    from parallel_rl.compat.ding import FlaskFileSystemCollector
+
+    coordinator, server = coordinator_factory()
+    slave = FlaskFileSystemCollector(_comm_cfg(server)).start()
+    threading.Thread(target=slave.run, daemon=True).start()
+    try:
+        resource = slave.deal_with_resource()
+        assert resource["cpu"] >= 1 and resource["gpu"] >= 0
+        seen = [_within(slave.deal_with_collector_data) for _ in range(2)]  # what went to the coordinator
+        chunk = next(m for m in seen if m["type"] == "chunk")
+        assert chunk["size"] > 0 and slave.storage.read_chunk(chunk["chunk"])["obs"].shape[0] == chunk["size"]
+        slave.deal_with_collector_start({"task_id": "ding-task-1", "env_steps": 8})
+        while True:  # the task runs in the worker loop, after the coordinator's
+            message = _within(slave.deal_with_collector_data)
+            if message.get("task_id") == "ding-task-1":
+                break
+        with pytest.raises(Exception, match="env_steps"):  # the slave checks it as an assigned task
+            slave.deal_with_collector_start({"task_id": "ding-task-2"})
+        info = slave.deal_with_collector_close()
+        assert info["step_count"] > 0 and "train_iter" in info  # the finish info of its last task
+    finally:
+        slave.close()
+
+
+def test_flask_fs_learner_callbacks_take_a_cfg_report_resources_and_close_the_running_task(coordinator_factory):
+    import threading
+
+    from parallel_rl.compat.ding import FlaskFileSystemLearner
+
+    coordinator, server = coordinator_factory()
+    learner = FlaskFileSystemLearner(_comm_cfg(server)).start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        assert learner.deal_with_resource()["cpu"] >= 1
+        running = eventually(lambda: learner.health()["running"], timeout=30, message="a learner task")
+        with pytest.raises(Exception, match="already running"):  # one learner task at a time, as DI-engine's
+            learner.deal_with_learner_start({"task_id": "ding-learn-1"})
+        learner.deal_with_learner_close()
+        eventually(lambda: api_task_state(server, running[0]) in ("finished", "cancelled"), timeout=30,
+                   message="the learner task wrapped up")
+    finally:
+        learner.close()
+
+
+def api_task_state(server, task_id):
+    return api(server, f"/tasks/{task_id}").json()["state"]
+
+
+def test_learner_aggregator_callbacks_take_a_cfg_report_resources_and_queue_a_task(tmp_path):
+    from parallel_rl.worker import LearnerAggregator
+
+    aggregator = LearnerAggregator({"type": "flask_fs", "token": "t", "shared_dir": str(tmp_path / "shared")})
+    try:
+        resource = aggregator.deal_with_get_resource()
+        assert resource["world_size"] == 1 and resource["ranks"] == [] and resource["cpu"] >= 1
+        aggregator.deal_with_learner_start({"task_id": "ding-learn-1", "resume": False})
+        task = aggregator.inbox.get(timeout=5)
+        assert (task.task_id, task.kind, task.spec) == ("ding-learn-1", "learner", {"resume": False})
+        with pytest.raises(ValueError, match="task_id"):
+            aggregator.deal_with_learner_start({"resume": False})
+    finally:
+        aggregator.close()
+
+
+def test_create_parallel_collector_builds_zergling_or_marine_by_the_env(tmp_path):
+    from parallel_rl.config import compile_config
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.worker import MarineParallelCollector, ZerglingParallelCollector, create_parallel_collector
+    from tests.support import toy_cluster_config
+
+    cfg = toy_cluster_config(tmp_path)
+    battle = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                                     "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4},
+                             "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1}})
+    for config, cls in ((cfg, ZerglingParallelCollector), (battle, MarineParallelCollector)):
+        collector = create_parallel_collector(config) if config is cfg else create_parallel_collector(
+            config, SharedStorage(str(tmp_path / "battle")))
+        try:
+            assert type(collector) is cls and collector.cfg is config
+        finally:
+            collector.close()
+
+
+def test_a_comm_collector_written_against_di_engines_base_keeps_its_cfg():
+    from parallel_rl.worker import BaseCommCollector, BaseCommLearner
+
+    class MyCollector(BaseCommCollector):  # as DI-engine's docs write one: __init__(cfg) -> super().__init__(cfg)
+        def __init__(self, cfg):
+            super().__init__(cfg)
+
+        def get_policy_update_info(self, path):
+            return None
+
+        def send_metadata(self, metadata):
+            pass
+
+        def send_stepdata(self, stepdata):
+            return len(stepdata)
+
+        def start(self):
+            self._end_flag = False
+            return self._cfg.host
+
+        def close(self):
+            self._end_flag = True
+
+        @property
+        def collector_uid(self):
+            return "mine"
+
+    class MyLearner(BaseCommLearner):
+        def send_policy(self, state_dict):
+            pass
+
+        def get_data(self, batch_size):
+            return [None] * batch_size
+
+        def send_learn_info(self, learn_info):
+            pass
+
+        def start(self):
+            return self._cfg.port
+
+        def close(self):
+            pass
+
+    collector = MyCollector(EasyDict(host="127.0.0.1"))
+    assert collector.start() == "127.0.0.1" and collector.send_stepdata(stepdata=[1, 2]) == 2
+    assert MyLearner(EasyDict(port=1)).start() == 1 and MyLearner(EasyDict(port=1)).get_data(batch_size=3) == [None] * 3
+
+
+def test_coordinator_and_parallel_collectors_default_config_is_their_section_of_the_run_config(tmp_path):
+    # DI-engine: cls.default_config() -> the class's own config; ours is its section of the run config
+    from parallel_rl.config import compile_config, default_config
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.worker import BaseParallelCollector, MarineParallelCollector, ZerglingParallelCollector
+
+    run = default_config()
+    assert Coordinator.default_config() == run.parallel.coordinator and "heartbeat_ttl" in Coordinator.default_config()
+    for cls in (BaseParallelCollector, ZerglingParallelCollector, MarineParallelCollector):
+        assert cls.default_config() == run.parallel.collector and "chunk_size" in cls.default_config()
+    changed = Coordinator.default_config()
+    changed.heartbeat_ttl = 1.0  # a copy: the next caller gets the defaults again
+    assert Coordinator.default_config().heartbeat_ttl == run.parallel.coordinator.heartbeat_ttl
+    cfg = compile_config({"parallel": {"coordinator": Coordinator.default_config()}})
+    assert cfg.parallel.coordinator == run.parallel.coordinator

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from ..runtime import parallel_default_config
 from .serial import CollectStats
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,12 @@ logger = logging.getLogger(__name__)
 class BaseParallelCollector(abc.ABC):
     def __init__(self, cfg: EasyDict):
         self.cfg = cfg
+
+    @classmethod
+    def default_config(cls) -> EasyDict:
+        """The cluster collector's own section of the run config, ``parallel.collector``, with its defaults (as
+        DI-engine's ``config``; it reads ``env`` and ``policy`` too, whose defaults come from their components)."""
+        return parallel_default_config().collector
 
     # ---- DI-engine's helpers ----------------------------------------------------------------------
     def info(self, s: str) -> None:

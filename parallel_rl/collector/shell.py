@@ -18,13 +18,13 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from ..envs.multiagent import is_battle_env
 from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
 from ..protocol import Chunk, Games, MetadataBatch, TimeBreakdown
 from ..runtime import experiment_dir
 from ..tblog import TensorBoardLogger
 from .serial import concat_columns
+from .build import create_parallel_collector
 from .cluster import ClusterCollector
 from ..slave.comm import BaseCommCollector, register_comm_collector
 from ..slave.phases import PhaseClock
@@ -53,12 +53,8 @@ class CollectorSlave(Slave, BaseCommCollector):
         if self.collector is not None:
             return
         seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
-        if is_battle_env(cfg.env):  # a two-player game: the training player against the task's opponent
-            from .cluster_battle import BattleClusterCollector
-
-            self.collector = BattleClusterCollector(cfg, self.storage, seed=seed)
-        else:
-            self.collector = ClusterCollector(cfg, self.storage, seed=seed)
+        # a two-player game: the training player against the task's opponent (BattleClusterCollector)
+        self.collector = create_parallel_collector(cfg, self.storage, seed=seed)
         # the policy's data flow meters this collector (parallel_rl.data.flows): off-policy by the cluster's
         # allowance, synchronous on-policy by its share of the current version's segment, asynchronous by its
         # share of the room in the learner's queue

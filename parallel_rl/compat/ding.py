@@ -5,14 +5,13 @@ users know. Our own code uses the descriptive names; importable from here and fr
 |------------------------------|---------------------------------------------------------|
 | ``ZerglingParallelCollector``| :class:`parallel_rl.collector.cluster.ClusterCollector` |
 | ``MarineParallelCollector``  | :class:`parallel_rl.collector.cluster_battle.BattleClusterCollector` |
-| ``FlaskFileSystemCollector`` | :class:`parallel_rl.collector.shell.CollectorSlave`     |
-| ``FlaskFileSystemLearner``   | :class:`parallel_rl.learner.shell.LearnerSlave`         |
+| ``FlaskFileSystemCollector`` | :class:`parallel_rl.collector.shell.CollectorSlave`, with DI-engine's ``deal_with_*`` (:mod:`.ding_parallel`) |
+| ``FlaskFileSystemLearner``   | :class:`parallel_rl.learner.shell.LearnerSlave`, the same |
+| ``LearnerAggregator``        | :class:`parallel_rl.learner.aggregator.LearnerAggregator`, the same |
 """
 from ..collector.cluster import ClusterCollector as ZerglingParallelCollector
 from ..collector.cluster_battle import BattleClusterCollector as MarineParallelCollector
-from ..collector.shell import CollectorSlave as FlaskFileSystemCollector
-from ..learner.aggregator import LearnerAggregator
-from ..learner.shell import LearnerSlave as FlaskFileSystemLearner
+from .ding_parallel import FlaskFileSystemCollector, FlaskFileSystemLearner, LearnerAggregator
 
 __all__ = ["FlaskFileSystemCollector", "FlaskFileSystemLearner", "LearnerAggregator", "MarineParallelCollector",
            "ZerglingParallelCollector"]

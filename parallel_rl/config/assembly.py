@@ -34,9 +34,8 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
     from ..data.buffer import buffer_default_config
     from ..envs.env_manager import EnvManager
-    from .cluster import parallel_default_config
     from ..policy.defaults import POLICY_DEFAULTS
-    from ..runtime import system_default_config
+    from ..runtime import parallel_default_config, system_default_config
     from ..collector.serial import SampleSerialCollector
     from ..evaluator.serial import InteractionSerialEvaluator
     from ..learner.learner import BaseLearner

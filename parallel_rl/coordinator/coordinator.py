@@ -23,6 +23,7 @@ from ..storage import SharedStorage, StorageHealth
 from .bottleneck import bottleneck
 from .commander import create_parallel_commander
 from .commander_api import Commander, CommanderHandle
+from .ding_callbacks import DingCallbacks
 from .flow_control import FlowControl
 from .membership import Membership
 from .messages import MessageTable
@@ -54,7 +55,7 @@ def _delegate(part: str, name: str) -> property:
     return property(lambda self: getattr(getattr(self, part), name), doc=f"``self.{part}.{name}``")
 
 
-class Coordinator:
+class Coordinator(DingCallbacks):
     def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
         """``storage``: the shared store it indexes (None: the run's, at ``parallel.shared_dir`` or

@@ -17,6 +17,12 @@ COMM_LEARNER_REGISTRY = Registry("comm_learner")
 class BaseCommCollector(abc.ABC):
     """A collector's link to the coordinator and the shared store (DI-engine's interface)."""
 
+    def __init__(self, cfg: Any) -> None:
+        """What DI-engine's base keeps for a subclass written against it (``self._cfg``: its comm config;
+        ``self._end_flag``: True until started). Our slaves build themselves from keywords (Slave) instead."""
+        self._cfg = cfg
+        self._end_flag = True
+
     @abc.abstractmethod
     def get_policy_update_info(self, path: Optional[str] = None) -> Any:
         """What tells the collector a newer policy is out (ours: the newest version on the shared disk)."""
@@ -26,8 +32,9 @@ class BaseCommCollector(abc.ABC):
         """Queue one small control message for the coordinator."""
 
     @abc.abstractmethod
-    def send_stepdata(self, *args: Any) -> Any:
-        """Put step data on the shared store (ours: ``send_stepdata(name, columns) -> path``)."""
+    def send_stepdata(self, stepdata: Any, *args: Any) -> Any:
+        """Put step data on the shared store (DI-engine's abstract signature; ``FlaskFileSystemCollector``'s is
+        ``send_stepdata(path, stepdata) -> path``)."""
 
     @abc.abstractmethod
     def start(self) -> Any: ...
@@ -43,6 +50,12 @@ class BaseCommCollector(abc.ABC):
 
 class BaseCommLearner(abc.ABC):
     """A learner's link to the coordinator and the shared store (DI-engine's interface)."""
+
+    def __init__(self, cfg: Any) -> None:
+        """What DI-engine's base keeps for a subclass written against it (``self._cfg``: its comm config;
+        ``self._end_flag``: True until started). Our slaves build themselves from keywords (Slave) instead."""
+        self._cfg = cfg
+        self._end_flag = True
 
     @abc.abstractmethod
     def send_policy(self, *args: Any, **kwargs: Any) -> None:

@@ -34,6 +34,7 @@ from ..learner.learner import (
     register_learner_hook,
 )
 from ..collector.base import BaseParallelCollector
+from ..collector.build import create_parallel_collector
 
 # DI-engine's comm and cluster names (parallel_rl.compat): lazily, because they import the slaves' HTTP stack
 _COMM = ("BaseCommCollector", "BaseCommLearner", "NaiveCollector", "create_comm_collector", "create_comm_learner",
@@ -56,7 +57,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BaseParallelCollector", *_COMM, *_CLUSTER, "BattleCollectStats",
+__all__ = ["BaseParallelCollector", "create_parallel_collector", *_COMM, *_CLUSTER, "BattleCollectStats",
     "BattleEpisodeSerialCollector",
     "BattleInteractionSerialEvaluator", "BattleSampleSerialCollector",
     "COLLECTOR_REGISTRY", "CollectStats", "EpisodeSerialCollector", "ISerialCollector",
