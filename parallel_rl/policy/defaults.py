@@ -77,8 +77,9 @@ def _actor_critic() -> dict:
         obs_clip=10.0,
         # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
         orthogonal_init=False,
-        # memory (policy/nets.py): null, or dict(type="lstm" | "gru", hidden_size=H): a core after the encoder,
-        # shared by actor and critic; the collectors carry its state per env lane and store it with every row
+        # memory (policy/nets.py): null, or dict(type="lstm" | "gru", hidden_size=H[, shared=False]): a core after
+        # the encoder, one LSTM for the actor and one for the critic (shared=True: one for both); the collectors
+        # carry its state per env lane and store it with every row
         recurrent=None,
     )
 

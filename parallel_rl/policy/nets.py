@@ -149,9 +149,13 @@ class RecurrentCore(nn.Module):
     """The encoder's layers, then one LSTM or GRU layer: what reads observations in a recurrent model.
 
     Time-major: :meth:`unroll` takes (T, B, D) observations, each sequence's starting state and where episodes
-    begin inside the sequences (the state is zeroed before such a step); :meth:`step` is one step of B lanes."""
+    begin inside the sequences (the state is zeroed before such a step); :meth:`step` is one step of B lanes.
+    ``copies`` > 1 runs that many LSTMs side by side over the encoder's output (an actor's and a critic's, as
+    sb3-contrib's RecurrentPPO does by default): features and state are theirs concatenated, ``copies * H``
+    wide, copy i's in ``[i * H, (i + 1) * H)``."""
 
-    def __init__(self, in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Dict[str, Any], activation=nn.ReLU):
+    def __init__(self, in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Dict[str, Any], activation=nn.ReLU,
+                 copies: int = 1):
         super().__init__()
         kind, hidden = recurrent.get("type", "lstm"), int(recurrent.get("hidden_size", 0) or 0)
         if kind not in RECURRENT_TYPES or hidden <= 0:
@@ -159,13 +163,14 @@ class RecurrentCore(nn.Module):
                               f"or null, got {dict(recurrent)!r}")
         layers, last = encoder_layers(in_dim, encoder, activation)
         self.encoder = nn.Sequential(*layers)
-        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(last, hidden)
+        self.rnns = nn.ModuleList((nn.LSTM if kind == "lstm" else nn.GRU)(last, hidden) for _ in range(copies))
         self.state_keys = ("hidden_h", "hidden_c") if kind == "lstm" else ("hidden_h",)
-        self.out_dim = hidden
+        self.hidden_size = hidden
+        self.out_dim = hidden * copies
 
     def initial_state(self, n: int) -> Dict[str, np.ndarray]:
         """The state of ``n`` lanes at their episodes' start: zeros."""
-        return {k: np.zeros((n, self.out_dim), dtype=np.float32) for k in self.state_keys}
+        return {k: np.zeros((n, self.out_dim), dtype=np.float32) for k in self.state_keys}  # copies * H wide
 
     def state_tensors(self, state: Dict[str, np.ndarray], device) -> State:
         return tuple(torch.as_tensor(state[k], dtype=torch.float32, device=device) for k in self.state_keys)
@@ -174,10 +179,16 @@ class RecurrentCore(nn.Module):
         return {k: s.detach().cpu().numpy() for k, s in zip(self.state_keys, state)}
 
     def _rnn(self, x: torch.Tensor, state: State) -> Tuple[torch.Tensor, State]:
-        """``x`` (T, B, F) from ``state`` (each (B, H)) with nothing reset."""
-        out, new = self.rnn(x, tuple(s.unsqueeze(0) for s in state) if len(state) > 1 else state[0].unsqueeze(0))
-        new = new if isinstance(new, tuple) else (new,)
-        return out, tuple(s.squeeze(0) for s in new)
+        """``x`` (T, B, F) from ``state`` (each (B, copies * H)) with nothing reset."""
+        outs, news = [], []
+        for i, rnn in enumerate(self.rnns):
+            own = tuple(s[:, i * self.hidden_size:(i + 1) * self.hidden_size].unsqueeze(0) for s in state)
+            out, new = rnn(x, own if len(own) > 1 else own[0])
+            outs.append(out)
+            news.append(new if isinstance(new, tuple) else (new,))
+        if len(self.rnns) == 1:
+            return outs[0], tuple(s.squeeze(0) for s in news[0])
+        return torch.cat(outs, -1), tuple(torch.cat([n[k] for n in news], -1).squeeze(0) for k in range(len(state)))
 
     def step(self, obs: torch.Tensor, state: State) -> Tuple[torch.Tensor, State]:
         """One step of B lanes: (B, D) observations -> (B, H) features and the next state."""
@@ -200,9 +211,9 @@ class RecurrentCore(nn.Module):
 
 
 def recurrent_core(in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Optional[Dict[str, Any]],
-                   activation=nn.ReLU) -> Optional[RecurrentCore]:
+                   activation=nn.ReLU, copies: int = 1) -> Optional[RecurrentCore]:
     """The core ``policy.model.recurrent`` asks for over the encoder ``encoder``; None without one."""
-    return RecurrentCore(in_dim, encoder, recurrent, activation) if recurrent else None
+    return RecurrentCore(in_dim, encoder, recurrent, activation, copies) if recurrent else None
 
 
 def cpu_state_dict(module: nn.Module) -> Dict[str, torch.Tensor]:

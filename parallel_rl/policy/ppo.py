@@ -120,9 +120,10 @@ ILLEGAL_LOGIT = -1e9
 class ActorCritic(nn.Module):
     """Separate actor and critic networks (``policy.model.encoder``, then an MLP) over flattened observations.
 
-    With ``recurrent`` (``policy.model.recurrent``) the encoder and an LSTM/GRU ``core`` come first, shared, and
-    the actor's and critic's MLPs read the core's features: ``dist`` and ``value`` then take features, not
-    observations (:meth:`PPOPolicy.forward_collect` steps the core, the learner unrolls it over sequences)."""
+    With ``recurrent`` (``policy.model.recurrent``) the encoder and an LSTM/GRU ``core`` come first (an LSTM for
+    the actor and one for the critic, or one for both with ``recurrent.shared``), and the actor's and critic's
+    MLPs read the core's features: ``dist`` and ``value`` then take features, not observations
+    (:meth:`PPOPolicy.forward_collect` steps the core, the learner unrolls it over sequences)."""
 
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
                  encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
@@ -130,8 +131,14 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.spec = spec
         key = "policy.model.hidden_size_list"
-        self.core = recurrent_core(obs_dim, encoder, recurrent, nn.Tanh)
-        head_in, encoder = (self.core.out_dim, None) if self.core is not None else (obs_dim, encoder)
+        # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
+        self.split = None  # a recurrent core's features: the actor reads [:split], the critic [split:]
+        self.core = recurrent_core(obs_dim, encoder, recurrent, nn.Tanh,
+                                   1 if (recurrent or {}).get("shared", False) else 2)
+        head_in = obs_dim
+        if self.core is not None:
+            encoder, head_in = None, self.core.hidden_size
+            self.split = 0 if len(self.core.rnns) == 1 else head_in
         self.actor = mlp(head_in, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
         self.critic = mlp(head_in, hidden_size_list, 1, key, nn.Tanh, encoder)
         if orthogonal_init:
@@ -149,7 +156,7 @@ class ActorCritic(nn.Module):
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
         """The action distribution of observations (the core's features with a recurrent core); a boolean
         ``mask`` (Discrete only) gives illegal actions probability 0."""
-        out = self.actor(obs_float(obs))
+        out = self.actor(obs_float(obs) if not self.split else obs[..., :self.split])
         if self.spec.kind == "discrete":
             if mask is not None:
                 out = out.masked_fill(~mask, ILLEGAL_LOGIT)
@@ -167,7 +174,7 @@ class ActorCritic(nn.Module):
         return ent if self.spec.kind == "discrete" else ent.sum(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs_float(obs)).squeeze(-1)
+        return self.critic(obs_float(obs) if not self.split else obs[..., self.split:]).squeeze(-1)
 
 
 class LearnBatch(NamedTuple):
