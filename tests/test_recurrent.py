@@ -2,6 +2,12 @@
 recurrent PPO end to end on CartPole with its velocities masked."""
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +18,11 @@ from parallel_rl.envs.env_manager import EnvManager
 from parallel_rl.evaluator.serial import InteractionSerialEvaluator
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.base import PolicyMode
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LSTM = os.path.join(REPO, "configs", "cartpole_novel_ppo_lstm.py")
+# the shipped config, smaller: a 16-unit LSTM, 2 epochs a segment
+SMALL = ("--set", "policy.model.recurrent.hidden_size=16", "--set", "policy.learn.epoch_per_collect=2")
 
 
 def recurrent_cfg(kind: str = "lstm", unroll_len: int = 8, **env):
@@ -168,3 +179,44 @@ def test_an_exported_recurrent_policy_carries_its_state_like_the_eval_mode(tmp_p
     np.testing.assert_array_equal(np.array([agent.act(step) for step in obs]), np.array(expected))
     agent.reset()
     np.testing.assert_array_equal(agent.act(obs[0]), expected[0])
+
+
+def run_cli(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def test_masked_cartpole_zeroes_the_velocities_only():
+    cfg = recurrent_cfg(mask_velocity=True)
+    env = EnvManager.from_cfg(cfg.env, 4, seed=0)
+    plain = EnvManager("CartPole-v1", 4, seed=0, vector_mode="sync")  # as the masked one is built
+    try:
+        masked, full = env.reset(), plain.reset()
+        for _ in range(5):
+            step, plain_step = env.step(np.ones(4, dtype=np.int64)), plain.step(np.ones(4, dtype=np.int64))
+        assert np.all(step.obs[:, [1, 3]] == 0) and np.all(np.abs(plain_step.obs[:, [1, 3]]) > 0)
+        np.testing.assert_allclose(step.obs[:, [0, 2]], plain_step.obs[:, [0, 2]])
+        np.testing.assert_allclose(masked[:, [0, 2]], full[:, [0, 2]])
+    finally:
+        env.close()
+        plain.close()
+
+
+def test_recurrent_ppo_trains_serially_on_masked_cartpole_and_its_checkpoint_evaluates(tmp_path):
+    exp = str(tmp_path / "exp")
+    done = run_cli("serial", "-c", LSTM, "--set", f"exp_name={exp}", "--set", "serial.max_env_step=2048", *SMALL)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]  # the budget ran out
+    assert re.search(r"train_iter=([89]|\d\d)", done.stdout), done.stdout[-500:]
+    out = run_cli("--json", "eval", "-c", LSTM, "--run", exp, "--episodes", "8", *SMALL)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["episodes"] == 8 and result["policy"] == "ppo" and 8 <= result["return_mean"] <= 500
+
+
+def test_recurrent_ppo_trains_on_a_cluster(cli, tmp_path):
+    run = cli("run", "run", "-c", os.path.join(REPO, "configs", "cartpole_novel_ppo_lstm_parallel.py"),
+              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "parallel.commander.max_env_step=2048", *SMALL)
+    assert run.wait(240) in (0, 3), run.output()[-3000:]
+    found = re.search(r"env_steps=(\d+) train_iter=(\d+)", run.output())
+    assert found and int(found.group(1)) >= 2048 and int(found.group(2)) >= 6, run.output()[-2000:]
