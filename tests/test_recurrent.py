@@ -150,6 +150,9 @@ def test_the_learners_rerun_over_sequences_reproduces_the_collectors_logp_and_va
             np.testing.assert_allclose(policy.model.value(x).numpy(), segment["value"][idx.numpy()], atol=1e-5)
             seen[idx.numpy()] = True
     assert seen.sum() >= len(seen) - 4 * 5  # whole minibatches of 4 sequences: at most 3 sequences left out
+    with torch.no_grad():  # every row at once (V-trace's targets: IMPALA, APPO)
+        logp = policy.model.log_prob(policy.model.dist(policy.row_features(batch)), batch.action)
+    np.testing.assert_allclose(logp.numpy(), segment["logp"], atol=1e-5)
 
 
 def test_an_exported_recurrent_policy_carries_its_state_like_the_eval_mode(tmp_path):
