@@ -22,7 +22,7 @@ main_config["parallel"] = dict(
         # one iteration is one segment of 256 rows: evaluate every 8th policy version (on a collector)
         eval_freq=8,
         max_env_step=100_000,
-        max_seconds=900.0,
+        max_seconds=1800.0,
     ),
     collector=dict(chunk_size=256, flush_interval=0.05),
 )
