@@ -344,7 +344,11 @@ class PPOPolicy(Policy):
         return advantage, advantage + batch.old_value
 
     def log_prob(self, obs: np.ndarray, action: np.ndarray) -> torch.Tensor:
-        """log pi(action | obs) under the current policy (no grad)."""
+        """log pi(action | obs) under the current policy (no grad); feed-forward only (a recurrent policy's rows
+        need their state: :meth:`minibatches`, :meth:`row_features`)."""
+        if self.model.core is not None:
+            raise ValueError("log_prob(obs, action) needs a feed-forward policy; with policy.model.recurrent use "
+                             "row_features(learn_batch(segment)) and model.log_prob")
         with torch.no_grad():
             dist = self.model.dist(self._obs(obs))
             return self.model.log_prob(dist, self._action(action))
