@@ -122,7 +122,7 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
     import torch
 
     from parallel_rl.learner.aggregator import GroupStep, Op
-    from parallel_rl.learner.shell import RowStore
+    from parallel_rl.learner.pipeline import RowStore
     from parallel_rl.policy import create_policy
     from parallel_rl.policy.distributed import destroy_group, join_group, open_store
     from parallel_rl.learner.learner import create_learner

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from parallel_rl.errors import RemoteError
-from parallel_rl.transport import HttpClient, pack_array, unpack_array
+from parallel_rl.transport import ApiError, HttpClient, pack_array, unpack_array
 from parallel_rl.slave.slave import Slave, SlaveTask
 from tests.support import eventually
 
@@ -182,7 +182,7 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
 def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chunk(tmp_path, caplog):
     """A chunk file holding fewer rows than were indexed (the coordinator's check by size cannot tell every
     crafted file): the rows past its end are dropped, not read from the slot's previous chunk."""
-    from parallel_rl.learner.shell import RowStore
+    from parallel_rl.learner.pipeline import RowStore
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(str(tmp_path))
@@ -199,7 +199,7 @@ def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chu
 
 
 def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
-    from parallel_rl.learner.shell import DataPipeline
+    from parallel_rl.learner.pipeline import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
@@ -473,3 +473,33 @@ def test_let_go_while_registering_is_a_normal_end(coordinator_factory):
         assert slave.stopping and slave.fatal_error is None
     finally:
         slave.close()
+
+
+def test_a_busy_worker_s_refusal_puts_the_task_back_without_using_an_attempt(coordinator_factory, slaves):
+    """A slave that answers 409 (still ending a task it was told to stop) is asked again after a back-off, and
+    the same task runs on it with one attempt: busy refusals used to fail the task each time, and a learner's
+    three attempts went in milliseconds (the run ended as failed)."""
+    class BusyAtFirst(ScriptedSlave):
+        refusals = []
+
+        def validate_task(self, task):
+            if len(self.refusals) < 2:
+                self.refusals.append(task.task_id)
+                raise ApiError(409, "conflict", "already running ['learner-old']")
+
+    coordinator, server = coordinator_factory()
+    learner = BusyAtFirst("learner", server.url)
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        assert learner.got_task.wait(20)
+        task = learner.received[0]
+        assert BusyAtFirst.refusals == [task.task_id, task.task_id]
+        body = api(server, f"/tasks/{task.task_id}").json()
+        assert body["state"] == "running" and body["attempts"] == 1 and body["worker_id"] == learner.worker_id
+        assert not api(server, "/tasks?state=failed").json()["tasks"]
+        assert api(server, "/cluster").json()["state"] == "running"
+    finally:
+        learner.finish.setdefault(learner.received[0].task_id if learner.received else "-", threading.Event()).set()
+        learner.request_stop()
+        learner.close()

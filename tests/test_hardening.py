@@ -72,7 +72,7 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator
     """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
     the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
     tests/test_reliability_data.py)."""
-    from parallel_rl.learner.shell import DataPipeline
+    from parallel_rl.learner.pipeline import DataPipeline
 
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
@@ -324,14 +324,15 @@ def test_a_retried_assignment_runs_the_task_once(coordinator_factory, slaves):  
 
 
 class PickySlave(ScriptedSlave):
-    """Refuses its first task (409), as a slave busy with something else would; takes the next."""
+    """Refuses its first task (400: it cannot run it); takes the next. (A 409, busy ending an earlier task, puts
+    the task back instead: tests/test_coordinator.py)"""
 
     refused = 0
 
     def validate_task(self, task):
         if not self.refused:
             self.refused += 1
-            raise ApiError(409, "conflict", "busy right now")
+            raise ApiError(400, "bad_request", "cannot run this one")
 
 
 def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factory):
@@ -342,7 +343,7 @@ def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factor
     try:
         assert picky.got_task.wait(10)
         failed = [t for t in coordinator.tasks.list() if t.state.value == "failed"]
-        assert len(failed) == 1 and "busy right now" in failed[0].error
+        assert len(failed) == 1 and "cannot run this one" in failed[0].error
         assert coordinator.get_worker(picky.worker_id).state.value == "busy"
         # the same worker, never marked lost (not a new registration after a loss)
         assert [w.worker_id for w in coordinator.workers.list()] == [picky.worker_id]

@@ -1,5 +1,6 @@
-"""The floor plan, checked: no import circle among the modules of parallel_rl and coordinator_app, and no import
-from a lower layer to a higher one (LAYERS, below).
+"""The floor plan, checked: no import circle among the modules of parallel_rl and coordinator_app, no import
+from a lower layer to a higher one (LAYERS, below), and the size bars of #22: no module over MAX_MODULE_LINES
+lines, no class over MAX_CLASS_METHODS methods.
 
 Every import counts: at a module's top, inside a function (a lazy import is a dependency all the same) and under
 ``TYPE_CHECKING`` (so is a type). Modules are read with ``ast``, never imported; relative imports are resolved.
@@ -54,6 +55,11 @@ KNOWN_UPWARD: Set[Tuple[str, str]] = {
     # the package, which otherwise holds __version__ only; the facade is what the issue asks for
     ("parallel_rl", "parallel_rl.after.api"),
 }
+
+
+# the size bars (#22): past them a module or class holds more than one thing; split it along a seam
+MAX_MODULE_LINES = 500
+MAX_CLASS_METHODS = 25  # functions defined directly in the class body (properties and class methods included)
 
 
 def find_modules(root: Path, packages: Iterable[str]) -> Dict[str, Tuple[Path, bool]]:
@@ -166,6 +172,22 @@ def upward_imports(graph: Dict[str, Dict[str, int]], layers: Sequence[Tuple[str,
             if depth[room(other)] < depth[room(module)]}
 
 
+def oversized(root: Path, packages: Iterable[str]) -> List[str]:
+    """Modules over MAX_MODULE_LINES lines and classes over MAX_CLASS_METHODS methods, each said with its size."""
+    found = []
+    for name, (path, _) in sorted(find_modules(root, packages).items()):
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"module {name}: {lines} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+                if methods > MAX_CLASS_METHODS:
+                    found.append(f"class {name}.{node.name} (line {node.lineno}): {methods} methods")
+    return found
+
+
 @pytest.fixture(scope="module")
 def graph() -> Dict[str, Dict[str, int]]:
     return import_graph(ROOT, PACKAGES)
@@ -196,6 +218,28 @@ def test_no_import_from_a_lower_layer_to_a_higher_one(graph):
                          f"{module} (line {graph[module][other]}) -> {other}" for module, other in new))
     gone = sorted(KNOWN_UPWARD - found)
     assert not gone, f"these imports are gone: remove them from KNOWN_UPWARD in tests/test_layers.py: {gone}"
+
+
+def test_no_module_or_class_over_the_size_bars():
+    found = oversized(ROOT, PACKAGES)
+    assert not found, (f"over the bars of #22 ({MAX_MODULE_LINES} lines a module, {MAX_CLASS_METHODS} methods a "
+                       "class): split each along a seam (a cohesive piece into a module or part of its own):\n"
+                       + "\n".join(found))
+
+
+def test_the_size_check_finds_long_modules_and_classes_with_many_methods(tmp_path):
+    package = tmp_path / "parallel_rl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (package / "fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    methods = "".join(f"    def m{i}(self):\n        pass\n" for i in range(MAX_CLASS_METHODS))
+    (package / "wide.py").write_text(f"class Fits:\n{methods}\nclass Wide:\n{methods}    async def more(self):\n"
+                                     "        pass\n\n    def nested(self):\n        def inner():\n"
+                                     "            pass\n")
+    assert oversized(tmp_path, ["parallel_rl"]) == [
+        f"module parallel_rl.long: {MAX_MODULE_LINES + 1} lines",
+        f"class parallel_rl.wide.Wide (line {MAX_CLASS_METHODS * 2 + 3}): {MAX_CLASS_METHODS + 2} methods"]
 
 
 def test_the_check_finds_circles_lazy_imports_and_upward_imports(tmp_path):

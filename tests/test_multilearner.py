@@ -148,7 +148,7 @@ def test_two_gloo_ranks_match_one_process_on_the_whole_batch(two_ranks):
 def test_group_step_gives_rank_0_the_priorities_and_learn_info_of_the_whole_batch(two_ranks):
     """Two ranks, each reading its half of every batch from chunk files: rank 0 gets every row's priority
     and the ranks' mean learn info, as one learner trained on the whole batch reports them."""
-    from parallel_rl.learner.shell import RowStore
+    from parallel_rl.learner.pipeline import RowStore
     from parallel_rl.storage import SharedStorage
 
     got, root = two_ranks

@@ -12,7 +12,8 @@ import torch
 
 from parallel_rl.collector.serial import SampleSerialCollector
 from parallel_rl.config import compile_config
-from parallel_rl.envs.env_manager import EnvManager, import_env_modules
+from parallel_rl.envs.env_manager import EnvManager
+from parallel_rl.envs.registrars import import_env_modules
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.nets import ConvEncoder, encoder_layers

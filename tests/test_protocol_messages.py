@@ -1,4 +1,4 @@
-"""The protocol's dataclasses (parallel_rl/protocol.py) and the coordinator's message table, without sockets."""
+"""The protocol's dataclasses (parallel_rl/protocol/) and the coordinator's message table, without sockets."""
 import os
 import re
 

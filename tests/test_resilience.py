@@ -124,3 +124,40 @@ def test_run_resumed_after_ctrl_c_continues_training(cli, tmp_path):
     final = re.search(r"env_steps=(\d+) train_iter=(\d+)", again.output().rsplit("stopped:", 1)[1])
     # the budget is train iterations: the learner may use it up on the resumed buffer before new env steps arrive
     assert int(final.group(1)) >= int(stopped.group(1)) and int(final.group(2)) >= budget
+
+
+def test_a_learner_silent_past_its_lease_registers_again_once_its_task_ended_and_trains_on(cli, tmp_path):
+    """The learner stopped (SIGSTOP) past its lease: the coordinator marks it lost and fails its task. Resumed, it
+    hears it was forgotten, stops its old task and registers again; the coordinator hands the replacement task to
+    it at once. It used to register again while its old task still wound down (saving its state), refuse the
+    replacement as "already running" three times within milliseconds, and the run ended as failed."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    shared = str(tmp_path / "shared")
+    port = str(free_port())
+    url = f"http://127.0.0.1:{port}"
+    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port, "--shared-dir", shared,
+                      "--set", "env.stop_value=1000", "--set", "parallel.commander.max_seconds=300",
+                      "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    coordinator.wait_line(r"^REST API: ")
+    learner = cli("learner", "learner", "--coordinator", url, "--shared-dir", shared, env=ENV)
+    cli("collector", "collector", "--coordinator", url, "--shared-dir", shared, env=ENV)
+    eventually(lambda: get(url, "/cluster")["train_iter"] > 30, timeout=90, message="training")
+    first = get(url, "/learners")["learners"][0]["worker_id"]
+    learner.proc.send_signal(signal.SIGSTOP)
+    try:
+        eventually(lambda: get(url, "/learners")["learners"][0]["state"] == "lost", timeout=30,
+                   message="the stopped learner marked lost")
+        before = get(url, "/cluster")["train_iter"]
+    finally:
+        learner.proc.send_signal(signal.SIGCONT)
+
+    def back():
+        return [w for w in get(url, "/learners")["learners"] if w["worker_id"] != first and w["state"] == "busy"]
+
+    eventually(back, timeout=60, message="the learner registered again and busy")
+    eventually(lambda: get(url, "/cluster")["train_iter"] > before + 30, timeout=90, message="training on")
+    assert get(url, "/cluster")["state"] == "running"
+    refused = [t for t in get(url, "/tasks?kind=learner")["tasks"] if "refused" in (t["error"] or "")]
+    assert not refused, refused
+    assert learner.proc.poll() is None

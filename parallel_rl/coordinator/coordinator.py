@@ -257,6 +257,9 @@ class Coordinator:
             # the slave is alive and answered: it refused this task. Fail the task, keep the worker,
             # unless it refuses every task (then it is of no use, and retrying would spin)
             worker.refusals += 1
+            if exc.status == 409:  # busy: still ending a task it was told to stop. Not this task's fault
+                self._busy_refusal(task, worker, exc)
+                return False
             logger.error("coordinator: %s at %s refused %s: %s", worker.worker_id, worker.address, task.task_id, exc)
             self._end_task(task.task_id, TaskState.FAILED, error=f"{worker.worker_id} refused it: {exc}")
             if worker.refusals >= MAX_REFUSALS:
@@ -270,6 +273,26 @@ class Coordinator:
         worker.refusals = 0
         logger.debug("coordinator: %s -> %s %s", task.task_id, worker.worker_id, task.spec)
         return True
+
+    def _busy_refusal(self, task: Task, worker: Worker, exc: RemoteError) -> None:
+        """The worker is still ending an earlier task: the task goes back to pending (no attempt used up) and
+        the worker backs off (0.5 s doubling) before it is asked again; lost after ``MAX_REFUSALS`` in a row.
+        Failing the task instead used up a learner's attempts within milliseconds and ended the run."""
+        wcfg = self.cfg.parallel.worker
+        with self._lock:
+            self.tasks.requeue(task)
+            if worker.eval_task == task.task_id:
+                worker.eval_task = None
+            if worker.current_task == task.task_id:
+                worker.current_task = None
+                if worker.state == WorkerState.BUSY:
+                    worker.state = WorkerState.IDLE
+            delay = worker.back_off(wcfg.failure_backoff, wcfg.failure_max_backoff)
+        logger.warning("coordinator: %s at %s is busy (%s); %s waits, asking again in %.1fs", worker.worker_id,
+                       worker.address, exc, task.task_id, delay)
+        if worker.refusals >= MAX_REFUSALS:
+            self.membership.mark_lost(worker, f"refused {worker.refusals} tasks in a row, the last: {exc}")
+        self.kick()
 
     def _end_task(self, task_id: str, state: TaskState, result: Optional[dict] = None,
                   error: Optional[str] = None, store_fault: bool = False) -> Optional[Task]:

@@ -121,6 +121,14 @@ class TaskTable:
             task.started_at = time.time()
             task.attempts += 1
 
+    def requeue(self, task: Task) -> None:
+        """Undo :meth:`start`: the worker was busy (still ending an earlier task), the task waits for the next."""
+        with self._lock:
+            task.state = TaskState.PENDING
+            task.worker_id = None
+            task.started_at = None
+            task.attempts -= 1
+
     def end(self, task_id: str, state: TaskState, result: Optional[dict] = None,
             error: Optional[str] = None) -> Optional[Task]:
         """Move a task to a final state; returns it, or None when unknown or already final."""

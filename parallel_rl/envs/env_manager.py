@@ -17,20 +17,19 @@ through the vector env's own pipes and waits on them with
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_pipes
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from ..registry import import_modules
 from .masked import sub_env_wrappers
+from .registrars import import_env_modules
 from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
@@ -61,25 +60,6 @@ class EnvStep:
     @property
     def done(self) -> np.ndarray:
         return self.terminated | self.truncated
-
-
-# env packages whose import alone registers nothing with gymnasium >= 1.0 (which dropped plugin entry points):
-# the module and function that register their envs. MinAtar 1.0.15: ``MinAtar/<Game>-v0`` (full action set) and
-# ``-v1`` (minimal action set) for Asterix, Breakout, Freeway, Seaquest, SpaceInvaders. (``ale_py`` registers
-# its ``ALE/...`` ids on import, so it needs no entry.)
-ENV_REGISTRARS = {"minatar": ("minatar.gym", "register_envs", "MinAtar/Breakout-v1")}
-
-
-def import_env_modules(names: Iterable[str]) -> None:
-    """Import user modules that register envs with gymnasium (``env.import_names``), then run the register
-    call of the packages in :data:`ENV_REGISTRARS` (once: gymnasium warns about every id registered twice)."""
-    names = list(names or [])
-    import_modules(names, "env.import_names")
-    for name in names:
-        if name in ENV_REGISTRARS:
-            module, function, probe_id = ENV_REGISTRARS[name]
-            if probe_id not in gym.registry:
-                getattr(importlib.import_module(module), function)()
 
 
 # observation dtypes kept as the env gives them (frames, boards: 1 byte a value from env to chunk to learner,

@@ -10,7 +10,7 @@ import gymnasium as gym
 
 from ..errors import ConfigError
 from ..policy.defaults import POLICY_ACTION_SPACES
-from .env_manager import import_env_modules
+from .registrars import import_env_modules
 from .multiagent import battle_env_spaces, is_battle_env
 from .spaces import ActionSpec, action_spec, algorithms_for, check_observation_space
 

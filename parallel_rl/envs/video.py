@@ -15,8 +15,9 @@ import numpy as np
 from easydict import EasyDict
 
 from ..collector.memory import LaneMemory, strip_state
-from .env_manager import EnvManager, import_env_modules
+from .env_manager import EnvManager
 from .masked import mask_wrapper
+from .registrars import import_env_modules
 from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)

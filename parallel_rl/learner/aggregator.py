@@ -46,7 +46,8 @@ from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast
                                   group_secret, join_group, open_store)
 from ..storage import SharedStorage
 from .learner import create_learner
-from .shell import LearnerSlave, RowStore
+from .pipeline import RowStore
+from .shell import LearnerSlave
 from ..slave.slave import SlaveTask
 
 logger = logging.getLogger(__name__)

@@ -28,6 +28,9 @@ __all__ = ["REREGISTER_SECONDS", "CoordinatorLink", "Outbox", "Slave", "SlaveTas
 
 logger = logging.getLogger(__name__)
 
+# how long a slave let go (or forgotten) waits for its stopped tasks to end before it forgets its worker id
+RELEASE_TASK_SECONDS = 10.0
+
 
 def default_advertise(host: str, port: int) -> str:
     """The URL others reach us at: bound to all interfaces (a container), our host name's address."""
@@ -220,13 +223,17 @@ class Slave(CoordinatorLink):
 
     def _release(self, reason: str) -> None:
         running = self._stop_running_tasks()
-        if reason != "re-register":
-            # let the running tasks report how they ended before we forget our worker id
-            with self._tasks_changed:
-                self._tasks_changed.wait_for(lambda: not any(t.task_id in self._running for t in running),
-                                             timeout=5.0)
-            if self.outbox is not None:
-                self.outbox.flush(timeout=2.0)
+        # let the running tasks end (and, unless the coordinator forgot us, report how) before we forget our
+        # worker id: registering again while a task still wound down (a learner saving its last checkpoint)
+        # got the coordinator's replacement refused as "already running" three times within milliseconds, and
+        # that ended the run
+        with self._tasks_changed:
+            if not self._tasks_changed.wait_for(lambda: not any(t.task_id in self._running for t in running),
+                                                timeout=RELEASE_TASK_SECONDS):
+                logger.warning("%s: tasks %s still running %gs after being stopped", self.kind,
+                               sorted(t.task_id for t in running), RELEASE_TASK_SECONDS)
+        if reason != "re-register" and self.outbox is not None:
+            self.outbox.flush(timeout=2.0)
         with self._lock:
             self.worker_id = None
         self.connected.clear()

@@ -1,0 +1,330 @@
+"""The learner's data side in the cluster: :class:`DataPipeline` keeps the next batches ready in a background
+thread. One request to the coordinator returns references for several batches (and carries the priorities of the
+batches just trained on); :class:`RowStore` reads their rows from chunk files (cached in fixed slots) while the
+learner trains on the current batch.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
+from ..protocol import SampleAnswer, SampleRequest
+from ..runtime import guarded_thread
+from ..slave.phases import PhaseClock
+from ..storage import SharedStorage
+from ..transport import HttpClient, pack_array, unpack_array
+
+logger = logging.getLogger(__name__)
+
+# damaged chunks a RowStore remembers (never read again; the coordinator drops them from its index)
+MAX_DAMAGED_REMEMBERED = 4096
+
+
+class RowStore:
+    """Chunk rows kept in memory in fixed slots, so a batch is gathered with one index per column.
+
+    A batch of 64 rows may touch 64 chunks; indexing each chunk's columns
+    separately costs hundreds of small numpy calls. Here every loaded chunk
+    is copied once into slot ``s`` (rows ``s*slot_rows ...``) of preallocated
+    column arrays; the least recently used chunk's slot is reused.
+
+    A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than a
+    slot, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's, it
+    is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
+    it from its index), and never read again. A fault of the store (StorageFaultError) is no damage: it
+    raises, the file may be fine.
+    """
+
+    def __init__(self, storage: SharedStorage, slots: int, slot_rows: int,
+                 on_damaged: Optional[Callable[[str, str], None]] = None):
+        self.storage, self.slots, self.slot_rows = storage, slots, slot_rows
+        self.on_damaged = on_damaged
+        self.damaged: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # name -> reason
+        self.damaged_count = 0  # chunks found damaged (the dict above forgets the oldest past a bound)
+        self._columns: Dict[str, np.ndarray] = {}
+        self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._free = list(range(slots - 1, -1, -1))
+        self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
+        self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
+
+    def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
+        """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone or
+        damaged."""
+        slot = self._lru.get(name)
+        if slot is not None:
+            self._lru.move_to_end(name)
+            return slot
+        if name in self.damaged:
+            return -1
+        if name in fetched:
+            cols = fetched[name]
+        else:
+            try:
+                cols = self.storage.read_chunk(name)
+            except FileNotFoundError:
+                cols = None
+            except StorageFaultError:  # the store failed, not the file
+                raise
+            except StorageError as exc:
+                cols = exc
+        if cols is None:
+            return -1  # evicted and deleted since it was sampled
+        problem = str(cols) if isinstance(cols, StorageError) else self._unfit(name, cols)
+        if problem:
+            self._damaged(name, problem)
+            return -1
+        n = len(next(iter(cols.values())))
+        if not self._columns:
+            self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
+                             for k, v in cols.items()}
+        slot = self._free.pop() if self._free else self._lru.popitem(last=False)[1]
+        base = slot * self.slot_rows
+        for k, v in cols.items():
+            self._columns[k][base:base + n] = v
+        self._rows_in[slot] = n
+        self._lru[name] = slot
+        return slot
+
+    def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
+        """Why the columns of chunk ``name`` cannot go into a slot (None when they can)."""
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) != 1:
+            return f"chunk {name!r}: columns of different or no lengths {sorted(lengths)}"
+        n = lengths.pop()
+        if n > self.slot_rows:
+            return f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}"
+        if self._columns:
+            if set(cols) != set(self._columns):
+                return f"chunk {name!r} has columns {sorted(cols)}, the chunks before it {sorted(self._columns)}"
+            for k, v in cols.items():
+                have = self._columns[k]
+                if v.shape[1:] != have.shape[1:] or not np.can_cast(v.dtype, have.dtype, "same_kind"):
+                    return (f"chunk {name!r}: column {k!r} is {v.dtype}{list(v.shape[1:])}, the chunks before it "
+                            f"{have.dtype}{list(have.shape[1:])}")
+        return None
+
+    def _damaged(self, name: str, reason: str) -> None:
+        self.damaged[name] = reason
+        self.damaged_count += 1
+        while len(self.damaged) > MAX_DAMAGED_REMEMBERED:
+            self.damaged.popitem(last=False)
+        logger.error("learner: chunk %r is damaged, its rows are dropped: %s", name, reason)
+        if self.on_damaged is not None:
+            self.on_damaged(name, reason)
+
+    def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
+        """Columns of rows ``rows`` of chunks ``chunks[local]``; and the mask of rows kept: a row whose chunk
+        file was gone or damaged, or past the end of its file (a file that holds fewer rows than were indexed),
+        is not read; the slot it would point into holds another chunk's rows."""
+        if len(chunks) > self.slots:  # loading one would evict another this call still reads
+            raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
+        # on an object store every read waits a round trip: fetch the misses together
+        fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
+        by_chunk = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)
+        slots = by_chunk[local]
+        keep = rows < np.where(slots >= 0, self._rows_in[slots], 0)
+        short = (slots >= 0) & ~keep
+        if short.any():
+            for i in set(local[short].tolist()):
+                if chunks[i] not in self._short:
+                    self._short.add(chunks[i])
+                    logger.warning("chunk %r holds %d rows, rows up to %d were asked of it: those past its end "
+                                   "are dropped", chunks[i], self._rows_in[by_chunk[i]], rows[local == i].max())
+        pos = (slots * self.slot_rows + rows)[keep]
+        if len(pos) == 0:
+            return None, keep
+        return {k: v[pos] for k, v in self._columns.items()}, keep
+
+
+class DataPipeline:
+    """Prefetches batches for a learner in a background thread.
+
+    With ``whole_segments`` (on-policy) each batch is one whole segment (at least ``batch_size`` rows of
+    the policy versions the coordinator accepts for the learner's ``train_iter``), and the next one is
+    asked for only after the learner trained on the last (:meth:`trained`): asked for earlier, it
+    would be asked for with the iteration before, by a learner about to be one version further.
+    Otherwise each request says how many batches the learner holds untrained (``ahead``: queued, or
+    handed over and not trained yet), so the coordinator knows the iteration the answer is trained at.
+    With ``lanes`` (on-policy) a batch's env ids are made distinct per chunk.
+    """
+
+    def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
+                 prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
+                 whole_segments: bool = False, load_rows: bool = True,
+                 on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False,
+                 clock: Optional[PhaseClock] = None):
+        """``clock``: where the thread's time goes (background phases sample_request and reading_rows)."""
+        self.client, self.worker_id, self.storage = client, worker_id, storage
+        self.clock = clock or PhaseClock((), background=("sample_request", "reading_rows"))
+        self.whole_segments = whole_segments
+        self.lanes = lanes
+        self.load_rows = load_rows
+        if whole_segments:
+            prefetch = 1
+        self.batch_size, self.prefetch = batch_size, prefetch
+        self.buffer = buffer
+        self.on_control = on_control
+        self.train_iter = 0
+        self.error: Optional[str] = None
+        self.missing_rows = 0
+        self.wait_seconds = 0.0
+        # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once (a
+        # segment: at most one chunk per row)
+        self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows, on_damaged)
+        # batches put in the queue (the data thread's count) and trained on (the learner's): the difference is
+        # what the learner holds untrained, counted without a lock (a late read only overstates it)
+        self._put = self._trained = 0
+        self._ready: "queue.Queue[Dict[str, np.ndarray]]" = queue.Queue(maxsize=2 * prefetch)
+        self._priorities: List[Dict[str, np.ndarray]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._room = threading.Event()  # set by get() when a whole round of batches fits in the queue
+        # ESTALE on NFS, a bug: the thread ends with ``error`` set and the learner's task fails with it (a dead
+        # data thread must never leave the learner waiting forever); a damaged chunk only loses its rows
+        self._thread = guarded_thread(self._loop, "learner-data", self._died)
+
+    def _died(self, reason: str) -> None:
+        self.error = reason
+
+    @property
+    def damaged_chunks(self) -> int:
+        """Chunks found damaged (their rows dropped, counted in ``missing_rows``)."""
+        return self._rows.damaged_count
+
+    def start(self) -> "DataPipeline":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._room.set()
+        while True:  # empty the queue: a put blocked on a full queue returns at once
+            try:
+                self._ready.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(5.0)
+
+    def get(self, timeout: float) -> Optional[Dict[str, np.ndarray]]:
+        """The next batch; time spent waiting is added to ``wait_seconds`` (a starved learner shows here)."""
+        try:
+            batch = self._ready.get_nowait()
+        except queue.Empty:
+            start = time.monotonic()
+            try:
+                batch = self._ready.get(timeout=timeout)
+            except queue.Empty:
+                return None
+            finally:
+                self.wait_seconds += time.monotonic() - start
+        if not self.whole_segments and self._ready.qsize() <= self.prefetch and not self._room.is_set():
+            self._room.set()
+        return batch
+
+    def trained(self, train_iter: int) -> None:
+        """The learner trained on a batch it got and is at ``train_iter`` now (a whole segment: ask for the
+        next one)."""
+        self.train_iter = train_iter
+        self._trained += 1
+        if self.whole_segments:
+            self._room.set()
+
+    def give_priorities(self, info: Optional[Dict[str, np.ndarray]]) -> None:
+        if info is not None:
+            with self._lock:
+                self._priorities.append(info)
+
+    def _take_priorities(self) -> List[Dict[str, np.ndarray]]:
+        with self._lock:
+            infos, self._priorities = self._priorities, []
+        return infos
+
+    def _wait_for_room(self) -> None:
+        """Until a whole round of batches fits: the thread wakes once per round, not once per batch
+        (every wake-up takes the GIL from the training thread)."""
+        while not self._stop.is_set():
+            self._room.clear()
+            if self.whole_segments:
+                if self._put == self._trained:
+                    return
+            elif self._ready.qsize() <= self.prefetch:
+                return
+            self._room.wait(0.5)
+
+    def _loop(self) -> None:
+        failures = retries = 0
+        while not self._stop.is_set():
+            self._wait_for_room()
+            infos = self._take_priorities()
+            priorities = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
+                          for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))} if infos else None
+            body = SampleRequest(worker_id=self.worker_id, batch_size=self.batch_size, batches=self.prefetch,
+                                 train_iter=self.train_iter, ahead=min(256, self._put - self._trained),
+                                 wait=1.0, encoding="base64", priorities=priorities).to_json()
+            try:
+                with self.clock.timing("sample_request", background=True):
+                    answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
+                                                                     timeout=self.client.timeout + 1.0))
+                failures = retries = 0
+            except ParallelRLError as exc:
+                # an unreachable coordinator (restarting) is waited for: the slave's heartbeat gives up after
+                # 3 x TTL; a coordinator that answers with refusals fails the task after 5 of them
+                failures += 1 if not isinstance(exc, PeerUnavailableError) else 0
+                retries += 1
+                with self._lock:  # they go with the next attempt
+                    self._priorities[:0] = infos
+                if failures > 5:
+                    self.error = f"sampling from the coordinator failed {failures} times: {exc}"
+                    logger.error("learner: %s", self.error)
+                    return
+                self._stop.wait(min(1.0, 0.1 * 2 ** retries))  # bounded backoff
+                continue
+            if self.on_control is not None and answer.control:
+                self.on_control(answer.control)
+            if answer.retry_after:  # every long-poll slot was taken: ask again later, not at once
+                self._stop.wait(min(answer.retry_after, 5.0))
+            with self.clock.timing("reading_rows", background=True):
+                batches = self._load(answer.chunks, answer.batches)
+            for batch in batches:
+                self._put += 1  # before the learner can take it: the count never falls behind _trained
+                while not self._stop.is_set():
+                    try:
+                        self._ready.put(batch, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+
+    def _load(self, chunks: List[str], refs: List[Dict[str, Any]]) -> List[Dict[str, np.ndarray]]:
+        """The rows of a round of batches, gathered at once (one index per column), split into batches.
+
+        Rows whose chunk file is gone or damaged, or past its end, are dropped (counted in ``missing_rows``)."""
+        if not refs:
+            return []
+        cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
+            ("chunk", np.int64), ("row", np.int64), ("index", np.int64), ("uid", np.int64), ("weight", np.float32))}
+        local = np.concatenate(cols.pop("chunk"))
+        if not self.load_rows:  # references only: each learner rank reads its own share of the rows
+            flat = {k: np.concatenate(v) for k, v in cols.items()}
+            flat["chunk"] = np.asarray(chunks, dtype=str)[local]
+            parts = {k: np.split(v, np.cumsum([len(r) for r in cols["index"]])[:-1]) for k, v in flat.items()}
+            return [{k: p[i] for k, p in parts.items()} for i in range(len(refs))]
+        rows, keep = self._rows.gather(chunks, local, np.concatenate(cols.pop("row")))
+        self.missing_rows += int(len(keep) - keep.sum())
+        if rows is None:
+            return []
+        rows.update((k, np.concatenate(v)[keep]) for k, v in cols.items())
+        if self.lanes and "env_id" in rows:
+            # env ids are per collector: rows of one chunk (one collector, time-ordered) get their own ids
+            rows["env_id"] = rows["env_id"] + local[keep] * (int(rows["env_id"].max()) + 1)
+        ends = np.cumsum([len(r) for r in cols["index"]])
+        cuts = np.cumsum(keep)[ends[:-1] - 1]  # kept rows before each batch boundary
+        parts = {k: np.split(v, cuts) for k, v in rows.items()}
+        return [batch for batch in ({k: p[i] for k, p in parts.items()} for i in range(len(refs)))
+                if len(batch["index"])]
