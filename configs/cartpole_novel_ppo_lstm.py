@@ -7,7 +7,8 @@
 ``n_steps`` 32 = 256 rows a segment, ``batch_size`` 256, ``n_epochs`` 20, ``gamma`` 0.98, ``gae_lambda`` 0.8,
 ``ent_coef`` 0, ``learning_rate: lin_0.001`` (``lr_anneal_env_steps`` over the 1e5 steps), ``clip_range: lin_0.2``
 (here a constant 0.2: the clip is not annealed), and the policy's defaults: an LSTM of 256 units, ``net_arch``
-64-64 tanh heads, orthogonal init, ``vf_coef`` 0.5, ``max_grad_norm`` 0.5, normalized advantages. One difference:
+64-64 tanh heads, orthogonal init, ``vf_coef`` 0.5 (SB3's loss adds ``vf_coef * mse``, ours ``value_weight * 0.5 *
+mse``: ``value_weight`` 1.0), ``max_grad_norm`` 0.5, normalized advantages. One difference:
 one LSTM, shared by actor and critic (RecurrentPPO gives the critic its own). Each lane's 32 rows are one
 sequence (``unroll_len`` 32), re-run from the LSTM state the collector stored with its first row. RL Zoo's
 result: 500.0 +- 0 at 1e5 steps (``benchmark.md``).
@@ -35,7 +36,7 @@ main_config = dict(
             learning_rate=1e-3,
             lr_anneal_env_steps=100_000,
             clip_ratio=0.2,
-            value_weight=0.5,
+            value_weight=1.0,
             entropy_weight=0.0,
             value_clip=False,
             adv_norm=True,
