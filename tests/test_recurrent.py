@@ -223,3 +223,28 @@ def test_recurrent_ppo_trains_on_a_cluster(cli, tmp_path):
     assert run.wait(240) in (0, 3), run.output()[-3000:]
     found = re.search(r"env_steps=(\d+) train_iter=(\d+)", run.output())
     assert found and int(found.group(1)) >= 2048 and int(found.group(2)) >= 6, run.output()[-2000:]
+
+
+@pytest.mark.parametrize("encoder", [dict(type="mlp"), dict(type="minatar", shape=[10, 10, 4])])
+def test_the_cores_unroll_equals_stepping_with_the_state_zeroed_at_episode_starts(encoder):
+    """Over any encoder: unroll (one LSTM call per stretch without restarts) = one step at a time, zeroing the state
+    of the lanes whose episode starts."""
+    from parallel_rl.policy.nets import recurrent_core
+
+    torch.manual_seed(0)
+    core = recurrent_core(400, encoder, dict(type="lstm", hidden_size=6), copies=2)
+    T, B = 9, 5
+    obs = torch.rand(T, B, 400)
+    starts = torch.rand(T, B) < 0.2
+    state = tuple(torch.randn(B, 12) for _ in range(2))
+    with torch.no_grad():
+        out, final = core.unroll(obs, state, starts)
+        s, steps = state, []
+        for t in range(T):
+            s = tuple(x * (~starts[t]).float().unsqueeze(-1) for x in s)
+            y, s = core.step(obs[t], s)
+            steps.append(y)
+    assert starts[1:].any() and out.shape == (T, B, 12)
+    torch.testing.assert_close(out, torch.stack(steps), atol=1e-5, rtol=1e-5)
+    for a, b in zip(final, s):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
