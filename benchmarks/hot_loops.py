@@ -11,6 +11,11 @@
 - SAC / TD3 learners (HalfCheetah's shapes: 17 observations, 6 actions, 256x256 networks, batch 256,
   uniform replay): buffer.sample + BaseLearner.train vs a bare loop of the same update written inline
   with torch.optim.Adam on the same networks (``--only sac td3`` runs just these). Target >= 0.9.
+- ppo_lstm: recurrent PPO's learner on sequences (configs/cartpole_novel_ppo_lstm.py's model and update:
+  an actor LSTM and a critic LSTM of 256, 64-64 heads, one 256-row segment of 8 masked-CartPole lanes cut into
+  sequences of 32, 20 epochs) through BaseLearner.train vs a bare torch loop of the same update: GAE, then per
+  epoch the two LSTMs unrolled over the sequences from their stored states (zeroed where an episode starts),
+  the clipped loss, Adam with grad clipping (``--only ppo_lstm``). Target >= 0.85.
 Target: library >= 85% of bare.
 """
 from __future__ import annotations
@@ -209,11 +214,93 @@ def actor_critic_rates(kind: str, seconds: float, device: str = "cpu") -> tuple[
     return bare, lib
 
 
+def ppo_lstm_rates(seconds: float) -> tuple[float, float]:
+    """Recurrent PPO updates/s on a collected segment: the library's learner vs the same update by hand."""
+    import runpy
+
+    from parallel_rl.policy import create_policy
+
+    def rate(fn) -> float:  # calls/s; a call is a whole segment's epochs, so a short warm-up
+        fn()
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            fn()
+            n += 1
+        return n / (time.perf_counter() - start)
+
+    user = runpy.run_path("configs/cartpole_novel_ppo_lstm.py")["main_config"]
+    user["policy"]["learn"]["learner"] = {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}
+    cfg = compile_config(user)
+    learn, gamma = cfg.policy.learn, cfg.policy.discount_factor
+    env = EnvManager.from_cfg(cfg.env, 8, seed=0)
+    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
+    segment = SampleSerialCollector(None, env, policy.collect_mode, nstep=1).collect(n_sample=256)
+    learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode)
+    epochs = int(learn.epoch_per_collect)
+    lib = rate(lambda: learner.train(segment)) * epochs
+
+    # by hand: the segment as (T, lanes) grids (8 lanes x 32 steps), sequences = lanes
+    hidden, T = 256, 32
+    order = np.lexsort((np.arange(len(segment["env_id"])), segment["env_id"]))
+    grid = {k: torch.from_numpy(v[order][: 8 * T].reshape(8, T, *v.shape[1:]).swapaxes(0, 1).copy())
+            for k, v in segment.items() if k in ("obs", "action", "reward", "done", "end", "logp", "value",
+                                                   "hidden_h", "hidden_c", "next_obs")}
+    lstms = torch.nn.ModuleList(torch.nn.LSTM(4, hidden) for _ in range(2))
+    heads = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(hidden, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                                    torch.nn.Tanh(), torch.nn.Linear(64, out)) for out in (2, 1))
+    params = list(lstms.parameters()) + list(heads.parameters())
+    opt = torch.optim.Adam(params, lr=1e-3)
+    starts = torch.zeros(T, 8, dtype=torch.bool)
+    starts[1:] = grid["end"][:-1]
+    cuts = [0] + (torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist() + [T]
+
+    def unroll(i, x, h, c):
+        outs = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            keep = (~starts[a]).float().unsqueeze(-1)
+            out, (h, c) = lstms[i](x[a:b], ((h * keep).unsqueeze(0), (c * keep).unsqueeze(0)))
+            h, c = h[0], c[0]
+            outs.append(out)
+        return torch.cat(outs)
+
+    def bare_update():
+        with torch.no_grad():  # GAE over the grid (the value after the last step: the critic's, as the library)
+            value = grid["value"].double()
+            adv, running = torch.zeros_like(value), torch.zeros(8, dtype=torch.float64)
+            next_value = torch.cat([value[1:], value[-1:]])
+            for t in range(T - 1, -1, -1):
+                cont = (~grid["end"][t]).double()
+                delta = grid["reward"][t] + gamma * (1 - grid["done"][t].double()) * next_value[t] - value[t]
+                running = delta + gamma * learn.gae_lambda * cont * running
+                adv[t] = running
+            target = (adv + value).float()
+            adv = adv.float()
+        h0, c0 = grid["hidden_h"][0], grid["hidden_c"][0]
+        for _ in range(epochs):
+            a_feat = unroll(0, grid["obs"], h0[:, :hidden], c0[:, :hidden])
+            v_feat = unroll(1, grid["obs"], h0[:, hidden:], c0[:, hidden:])
+            dist = torch.distributions.Categorical(logits=heads[0](a_feat), validate_args=False)
+            logp = dist.log_prob(grid["action"])
+            ratio = torch.exp(logp - grid["logp"])
+            norm = (adv - adv.mean()) / (adv.std() + 1e-8)
+            pg = -torch.min(ratio * norm, ratio.clamp(0.8, 1.2) * norm).mean()
+            v_loss = 0.5 * (heads[1](v_feat).squeeze(-1) - target).pow(2).mean()
+            loss = pg + 0.5 * v_loss - 0.0 * dist.entropy().mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+
+    bare = rate(bare_update) * epochs
+    env.close()
+    return bare, lib
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3"),
-                        default=("collector", "learner", "sac", "td3"))
+    parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3", "ppo_lstm"),
+                        default=("collector", "learner", "sac", "td3", "ppo_lstm"))
     parser.add_argument("--device", default="cpu", help="sac/td3: where both loops train (cuda on a GPU machine)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -230,6 +317,10 @@ def main() -> None:
     for kind in ("naive", "advanced") if "learner" in args.only else ():
         bare, lib = learner_rates(cfg, args.seconds, kind)
         print(f"learner updates/s ({kind:8s}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
+    if "ppo_lstm" in args.only:
+        bare, lib = ppo_lstm_rates(args.seconds)
+        print(f"ppo_lstm learner updates/s (2 LSTMs of 256, 8 sequences of 32): library {lib:7.1f}  bare {bare:7.1f}  "
+              f"ratio {lib / bare:.2f}")
 
 
 if __name__ == "__main__":

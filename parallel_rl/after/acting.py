@@ -7,10 +7,15 @@ It holds the policy's own networks (not copies) and does what its ``forward_eval
 mask: flatten, normalise with the checkpoint's running statistics (PPO's ``model.obs_norm``), the network,
 then argmax (Discrete) or the squashed mean scaled to the action bounds (Box). ``export`` traces it to
 TorchScript or ONNX, :class:`Agent` runs it; tests hold it equal to ``forward_eval``.
+
+A policy with memory (``policy.model.recurrent``) acts with its recurrent state: its module takes
+``(obs, hidden_h[, hidden_c])`` (each state (N, H) float32, zeros at an episode's start) and returns
+``(action, next hidden_h[, next hidden_c])``; ``state_sizes`` names the state's parts and their widths.
+:class:`Agent` carries that state between ``act`` calls (``reset()`` starts new episodes).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -58,6 +63,28 @@ class PPOActing(_Acting):
         return out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out))
 
 
+class PPORecurrentActing(PPOActing):
+    """PPO's acting module over a recurrent core: ``(obs, *state) -> (action, *next state)``."""
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.core = policy.model.core
+        self.split = policy.model.split  # the actor reads the first `split` features (0: all)
+        self.state_sizes = {k: self.core.out_dim for k in self.core.state_keys}
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        x = obs.flatten(1)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x, self.obs_clip)
+        features, after = self.core.step(x, state)
+        out = self.actor(features[..., :self.split] if self.split else features)
+        return (out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out)), *after)
+
+
+def ppo_acting(policy) -> nn.Module:
+    return PPOActing(policy) if policy.model.core is None else PPORecurrentActing(policy)
+
+
 class SACActing(_Acting):
     def __init__(self, policy):
         super().__init__(policy.spec, policy.action_scale.cpu(), policy.action_bias.cpu())
@@ -78,8 +105,8 @@ class TD3Acting(_Acting):
 
 
 # IMPALA and APPO act with PPO's actor-critic
-ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "ppo": PPOActing, "sac": SACActing,
-                                                  "td3": TD3Acting, "impala": PPOActing, "appo": PPOActing}
+ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "ppo": ppo_acting, "sac": SACActing,
+                                                  "td3": TD3Acting, "impala": ppo_acting, "appo": ppo_acting}
 
 
 def acting_module(policy) -> nn.Module:
@@ -98,15 +125,24 @@ class Agent:
 
     Runs any callable from a batch of the env's observations (``obs_dtype``: float32, or uint8 frames and bool
     boards as the env gives them) to actions: the acting module, a TorchScript file or an ONNX Runtime session
-    (:func:`parallel_rl.load_policy` picks)."""
+    (:func:`parallel_rl.load_policy` picks). A policy with memory (``state_sizes``: its state's parts and
+    widths) is called ``forward(obs, *state) -> (actions, *state)``: the agent keeps the state from one ``act``
+    to the next (each row of a batch is one episode's lane); :meth:`reset` starts new episodes (call it whenever
+    an episode ends; a batch of another size starts over too)."""
 
-    def __init__(self, forward: Callable[[np.ndarray], np.ndarray], obs_shape: Tuple[int, ...], action_kind: str,
-                 source: str = "", obs_dtype: str = "float32"):
+    def __init__(self, forward: Callable[..., Any], obs_shape: Tuple[int, ...], action_kind: str,
+                 source: str = "", obs_dtype: str = "float32", state_sizes: Optional[Dict[str, int]] = None):
         self._forward = forward
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
         self.action_kind = action_kind
         self.source = source
+        self.state_sizes = dict(state_sizes or {})
+        self.state: Optional[Tuple[np.ndarray, ...]] = None
+
+    def reset(self) -> None:
+        """Forget the recurrent state: the next ``act`` starts new episodes (no-op without memory)."""
+        self.state = None
 
     def act(self, obs) -> np.ndarray:
         obs = np.asarray(obs, dtype=self.obs_dtype)
@@ -114,18 +150,27 @@ class Agent:
         if not single and obs.shape[1:] != self.obs_shape:
             raise ValueError(f"act(obs): expected an observation of shape {self.obs_shape} or a batch "
                              f"(N, {', '.join(map(str, self.obs_shape))}), got {obs.shape}")
-        actions = self._forward(obs[None] if single else obs)
+        batch = obs[None] if single else obs
+        if not self.state_sizes:
+            actions = self._forward(batch)
+        else:
+            if self.state is None or len(self.state[0]) != len(batch):
+                self.state = tuple(np.zeros((len(batch), n), dtype=np.float32) for n in self.state_sizes.values())
+            actions, *state = self._forward(batch, *self.state)
+            self.state = tuple(np.asarray(s, dtype=np.float32) for s in state)
         return actions[0] if single else actions
 
     def __repr__(self) -> str:
         return f"Agent({self.source!r}, obs_shape={self.obs_shape}, actions={self.action_kind})"
 
 
-def torch_forward(module: Callable) -> Callable[[np.ndarray], np.ndarray]:
-    """A numpy batch -> numpy actions wrapper of a torch module (no grad)."""
+def torch_forward(module: Callable) -> Callable[..., Any]:
+    """A numpy batch -> numpy actions wrapper of a torch module (no grad); with a recurrent state
+    ``(obs, *state) -> (actions, *state)``, all numpy."""
 
-    def forward(obs: np.ndarray) -> np.ndarray:
+    def forward(obs: np.ndarray, *state: np.ndarray):
         with torch.no_grad():
-            return module(torch.from_numpy(obs)).numpy()
+            out = module(torch.from_numpy(obs), *(torch.from_numpy(s) for s in state))
+        return out.numpy() if isinstance(out, torch.Tensor) else tuple(o.numpy() for o in out)
 
     return forward

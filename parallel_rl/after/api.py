@@ -126,7 +126,9 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
         policy = build_policy(cfg, checkpoint, env)
     finally:
         env.close()
-    return Agent(torch_forward(acting_module(policy)), obs_shape, kind, checkpoint.source, obs_dtype)
+    module = acting_module(policy)
+    return Agent(torch_forward(module), obs_shape, kind, checkpoint.source, obs_dtype,
+                 getattr(module, "state_sizes", None))
 
 
 def _config_for(path: str, config: Union[str, Mapping[str, Any]]):
@@ -160,11 +162,14 @@ def _load_exported(path: str):
         except ImportError:
             raise ConfigError("running an .onnx policy needs onnxruntime: pip install onnxruntime") from None
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = ["obs", *meta.get("state", {})]
 
-        def forward(obs):
-            return session.run(None, {"obs": obs})[0]
+        def forward(obs, *state):
+            out = session.run(None, dict(zip(names, (obs, *state))))
+            return tuple(out) if state else out[0]
     else:
         import torch
 
         forward = torch_forward(torch.jit.load(path, map_location="cpu"))
-    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path, meta.get("obs_dtype", "float32"))
+    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path, meta.get("obs_dtype", "float32"),
+                 meta.get("state"))

@@ -114,7 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError("--video records single-agent envs only; drop it for a two-player game")
     videos = []
     if args.video and args.video_episodes:  # recorded beside the evaluation, not after it
-        with BackgroundRecording(cfg.env, policy.eval_mode.forward, args.video, args.video_episodes,
+        with BackgroundRecording(cfg.env, policy.eval_mode, args.video, args.video_episodes,
                                  args.seed) as recording:
             info = evaluate_policy(cfg, policy, args.episodes, args.seed)
             videos = recording.result()

@@ -3,7 +3,11 @@
 TorchScript (``torch.jit.trace``: ``torch.jit.load(path)(obs)`` needs only torch) or ONNX (opset 17, a
 dynamic batch axis; runs in ONNX Runtime). Both carry ``obs_shape``, ``obs_dtype`` and ``action_kind`` as
 metadata, so :func:`parallel_rl.load_policy` can run them without the config. A pixel policy takes the env's own
-observations: uint8 frames (scaled by 1/255 inside, as in training) or bool boards, not float32."""
+observations: uint8 frames (scaled by 1/255 inside, as in training) or bool boards, not float32.
+
+A policy with memory exports as ``(obs, hidden_h[, hidden_c]) -> (action, next_hidden_h[, next_hidden_c])``
+(ONNX input and output names as written; each state (N, H) float32, zeros at an episode's start, fed back
+every step); its metadata's ``state`` gives the parts and their H."""
 from __future__ import annotations
 
 import json
@@ -31,27 +35,30 @@ def export_acting(module: nn.Module, obs_shape: Tuple[int, ...], action_kind: st
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     obs_dtype = np.dtype(obs_dtype).name
+    state = dict(getattr(module, "state_sizes", None) or {})
     meta = json.dumps({"obs_shape": list(obs_shape), "obs_dtype": obs_dtype, "action_kind": action_kind,
-                       "format": fmt})
-    example = torch.from_numpy(np.zeros((2, *obs_shape), dtype=obs_dtype))
+                       "format": fmt, **({"state": state} if state else {})})
+    example = (torch.from_numpy(np.zeros((2, *obs_shape), dtype=obs_dtype)),
+               *(torch.zeros((2, n), dtype=torch.float32) for n in state.values()))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":
             traced = torch.jit.trace(module, example, check_trace=False)
             torch.jit.save(traced, path, _extra_files={META_KEY: meta})
         else:
-            _export_onnx(module, example, path, meta)
+            _export_onnx(module, example, path, meta, list(state))
     return path
 
 
-def _export_onnx(module: nn.Module, example: torch.Tensor, path: str, meta: str) -> None:
+def _export_onnx(module: nn.Module, example: tuple, path: str, meta: str, state: list) -> None:
     try:
         import onnx
     except ImportError:
         raise ConfigError("--format onnx needs the onnx package: pip install 'parallel_rl[export]' "
                           "(onnx, onnxscript; onnxruntime to run the file)") from None
-    torch.onnx.export(module, (example,), path, input_names=["obs"], output_names=["action"],
-                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=ONNX_OPSET,
+    inputs, outputs = ["obs", *state], ["action", *(f"next_{k}" for k in state)]
+    torch.onnx.export(module, example, path, input_names=inputs, output_names=outputs,
+                      dynamic_axes={name: {0: "batch"} for name in inputs + outputs}, opset_version=ONNX_OPSET,
                       dynamo=False)
     model = onnx.load(path)
     entry = model.metadata_props.add()

@@ -173,7 +173,7 @@ class ClusterCollector(BaseParallelCollector):
         if record_every > 0 and (self._evaluator.eval_count - 1) % record_every == 0:
             from ..envs.video import record_to_store
 
-            info["video"] = record_to_store(self.storage, self.cfg, self._eval_policy.eval_mode.forward, version,
+            info["video"] = record_to_store(self.storage, self.cfg, self._eval_policy.eval_mode, version,
                                             seed=self._seed + self._evaluator.eval_count)
         return info
 

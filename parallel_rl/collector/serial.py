@@ -16,6 +16,10 @@ A policy whose collect mode returns a dict (``{"action": ..., "logp": ...,
 every row, plus ``env_id`` (rows of one env are in time order) and ``end``
 (the episode ended at this step, by termination or truncation).
 
+A policy with memory (a mode with ``initial_state``, :mod:`.memory`) is called with each lane's recurrent
+state and its rows also keep that state (``hidden_h``, ``hidden_c``), carried across calls, zeroed only
+where an episode ends.
+
 Both collectors step every env at once by default. ``step_ready_envs()``
 switches one to stepping only the envs that are ready
 (:meth:`EnvManager.step_ready`, envs in ``AsyncVectorEnv`` worker processes):
@@ -36,6 +40,7 @@ from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
 from ..registry import Registry, import_modules
 from ..tblog import add_scalars
+from .memory import LaneMemory, strip_state
 from .nstep import NStepBuilder, action_column  # noqa: F401 (action_column: re-exported)
 from .stats import CollectStats, CollectStatsBase, SequenceSummaryStats  # noqa: F401 (re-exported)
 
@@ -131,15 +136,28 @@ class ISerialCollector(abc.ABC):
 
     # ---- one step of the envs: every env (default) or the ready ones ----------------------------
     def _act(self, forward, policy_kwargs: dict):
-        """Act on every env's observation and step them all: ``(obs, action, EnvStep, extra columns)``."""
-        obs = self._env.obs
+        """Act on every env's observation and step them all: ``(obs, action, EnvStep, extra columns)``.
+
+        A policy with memory acts with each lane's state, and its rows keep that state as columns."""
+        obs, memory = self._env.obs, self._memory
         start = time.perf_counter()
-        action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        if memory is None:
+            action, extra = split_policy_output(forward(obs, **policy_kwargs))
+        else:
+            out = forward(obs, state=memory.state, **policy_kwargs)
+            action, extra = split_policy_output(strip_state(out))
+            extra = {**(extra or {}), **memory.state}
         acted = time.perf_counter()
         step = self._env.step(action)
         self.policy_seconds += acted - start
         self.env_seconds += time.perf_counter() - acted
+        if memory is not None:
+            memory.advance(out, step)
         return obs, action, step, extra
+
+    def _reset_memory(self) -> None:
+        """The lanes' recurrent state from the start (None for a feed-forward policy): after an env reset."""
+        self._memory = LaneMemory.of(self._policy, self._env.num_envs)
 
     def step_ready_envs(self, wait_num: int = 1, timeout: Optional[float] = None) -> None:
         """From now on step only the envs that are ready (tianshou's asynchronous collection).
@@ -149,6 +167,9 @@ class ISerialCollector(abc.ABC):
         stepping envs has finished; the rest keep stepping. Needs an env manager over an
         ``AsyncVectorEnv`` (``env.vector_mode="async"``).
         """
+        if self._memory is not None:
+            raise ConfigError("stepping only the ready envs is not supported for a policy with memory "
+                              "(policy.model.recurrent); step every env (the default)")
         if not self._env.can_step_subset:
             raise ConfigError(f"stepping only the ready envs needs env.vector_mode='async' (an AsyncVectorEnv), "
                               f"got {self._env.vector_mode!r}")
@@ -192,6 +213,7 @@ class ISerialCollector(abc.ABC):
     def reset_policy(self, _policy=None) -> None:
         if _policy is not None:
             self._policy = collect_mode(_policy)
+            self._reset_memory()
 
     def reset(self, _policy=None, _env: Optional[EnvManager] = None) -> None:
         """New policy and/or env (DI-engine's keyword names); the env is reset either way."""
@@ -249,6 +271,7 @@ class SampleSerialCollector(ISerialCollector):
         if self._env is None:
             return  # nothing to reset until an env is given
         self._env.reset(**(gym_reset_kwargs or {}))
+        self._reset_memory()
         self._builder = self._new_builder()
         self._ready: Columns = {}
         self._restart_ready()
@@ -361,6 +384,7 @@ class EpisodeSerialCollector(ISerialCollector):
         if self._env is None:
             return  # nothing to reset until an env is given
         self._env.reset(**(gym_reset_kwargs or {}))
+        self._reset_memory()
         self._partial: List[List[Columns]] = [[] for _ in range(self._env.num_envs)]
         self._ready: List[Columns] = []
         self._restart_ready()

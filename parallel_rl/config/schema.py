@@ -126,6 +126,9 @@ def validate(cfg: EasyDict) -> None:
     if not 0 <= cfg.env.step_latency_ms < 60_000 or (cfg.env.step_latency_ms and cfg.env.type != "gymnasium"):
         raise ConfigError(f"env.step_latency_ms must be in [0, 60000) ms, and 0 unless env.type='gymnasium', got "
                           f"{cfg.env.step_latency_ms!r} with env.type={cfg.env.type!r}")
+    if cfg.policy.model.get("recurrent") and cfg.env.type != "gymnasium":
+        raise ConfigError("policy.model.recurrent (a policy with memory) needs env.type='gymnasium': the two-player "
+                          "collectors and evaluators carry no recurrent state yet; drop policy.model.recurrent")
     random_size = int(cfg.policy.get("random_collect_size", 0) or 0)
     buffer_size = cfg.policy.other.replay_buffer.get("replay_buffer_size")
     if random_size < 0 or (buffer_size is not None and random_size > buffer_size):

@@ -17,7 +17,6 @@ through the vector env's own pipes and waits on them with
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from multiprocessing.connection import wait as wait_for_pipes
@@ -28,7 +27,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from .latency import LatencyWrapper
+from .masked import sub_env_wrappers
 from .registrars import import_env_modules
 from .steps import COMPACT_OBS_DTYPES, EnvStep, as_obs, frame_stack_of  # noqa: F401 (EnvStep: re-exported)
 from .spaces import action_spec, check_observation_space
@@ -73,6 +72,8 @@ class EnvManager:
             # > 0: every step and reset of each sub-env takes this many ms of wall time, asleep (a simulator on
             # another machine; see parallel_rl.envs.latency for how it adds up in sync and async vector envs)
             step_latency_ms=0.0,
+            # zero the velocity entries (envs/masked.py): true (CartPole, Pendulum) or a list of indices; null: off
+            mask_velocity=None,
         )
 
     def __init__(
@@ -83,6 +84,7 @@ class EnvManager:
         vector_mode: str = "auto",
         env_kwargs: Optional[dict] = None,
         step_latency_ms: float = 0.0,
+        mask_velocity=False,
     ):
         if num_envs <= 0:
             raise ConfigError(f"{num_envs=} must be > 0")
@@ -94,18 +96,12 @@ class EnvManager:
             raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc} (envs of another "
                               "package: name it in env.import_names, e.g. [\"minatar\"] for MinAtar/Breakout-v1, "
                               "[\"ale_py\"] for ALE/Pong-v5)") from exc
-        wrappers = None
-        if step_latency_ms:  # each sub-env wrapped: a vector entry point steps them all in one call, unwrappable
-            if vector_mode == "vector_entry_point":
-                raise ConfigError(f"env.step_latency_ms={step_latency_ms} wraps each sub-env: use env.vector_mode "
-                                  "sync (latencies add up) or async (they overlap), not vector_entry_point")
-            wrappers = [functools.partial(LatencyWrapper, latency_ms=step_latency_ms)]
-            vector_mode = "sync" if vector_mode == "auto" else vector_mode
+        wrappers, vector_mode = sub_env_wrappers(env_id, vector_mode, step_latency_ms, mask_velocity)
         if vector_mode == "auto":
             vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"
         self.env_id = env_id
         self._seed = seed
-        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers,
+        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers or None,
                                  **(env_kwargs or {})))
         self.vector_mode = vector_mode
         self.life_loss = bool((env_kwargs or {}).get("life_loss_info")) and vector_mode == "vector_entry_point"
@@ -200,7 +196,7 @@ class EnvManager:
         if spaces_only:
             vector_mode, latency = ("sync" if vector_mode == "async" else vector_mode), 0.0
         return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=vector_mode, env_kwargs=kwargs,
-                   step_latency_ms=latency)
+                   step_latency_ms=latency, mask_velocity=env_cfg.get("mask_velocity", False))
 
     @property
     def obs_dim(self) -> int:

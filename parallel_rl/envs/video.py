@@ -14,7 +14,9 @@ import gymnasium as gym
 import numpy as np
 from easydict import EasyDict
 
+from ..collector.memory import LaneMemory, strip_state
 from .env_manager import EnvManager
+from .masked import mask_wrapper
 from .registrars import import_env_modules
 from ..errors import ConfigError
 
@@ -47,17 +49,21 @@ def render_env(env_cfg: EasyDict, seed: int) -> gym.Env:
     if "rgb_array" not in (env.metadata.get("render_modes") or []):
         env.close()
         raise ConfigError(f"env {env_cfg.env_id!r} has no rgb_array render mode; drop --video (or record_every)")
+    for wrap in mask_wrapper(env_cfg.env_id, env_cfg.get("mask_velocity", False)):  # the policy sees what it saw
+        env = wrap(env)
     return env
 
 
 def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], path: str, seed: int = 0,
                    max_frames: int = 10_000) -> dict:
-    """Play one episode with ``act`` (a batch of observations -> actions) and write it to ``path`` (MP4).
+    """Play one episode with ``act`` (a batch of observations -> actions, or a policy's eval mode: one with
+    memory carries its state through the episode) and write it to ``path`` (MP4).
     Returns ``{"path", "frames", "return", "seconds"}``."""
     write_frames = ffmpeg_writer()
     single = render_env(env_cfg, seed)
     fps = int(single.metadata.get("render_fps") or 30)
     manager = EnvManager.from_env(single, seed=seed)  # the same observation dtype and action clipping as eval
+    forward, memory = getattr(act, "forward", act), LaneMemory.of(act, 1)
     start = time.perf_counter()
     writer = None
     episode_return, frames = 0.0, 0
@@ -74,7 +80,12 @@ def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], p
                 writer.send(None)  # start the encoder
             writer.send(frame)
             frames += 1
-            step = manager.step(act(manager.obs))
+            if memory is None:
+                step = manager.step(forward(manager.obs))
+            else:
+                out = forward(manager.obs, state=memory.state)
+                step = manager.step(strip_state(out))
+                memory.advance(out, step)
             if step.episode_ended:
                 episode_return = float(step.episode_return[0])
                 writer.send(np.ascontiguousarray(single.render()))  # the last state

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from ..collector.memory import LaneMemory, strip_state
 from ..collector.stats import SequenceSummaryStats
 from ..envs.env_manager import EnvManager
 from ..registry import Registry, import_modules
@@ -235,13 +236,19 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         reset_policy = getattr(self._policy, "reset", None)  # DI-engine's contract: a policy with state is told
         if reset_policy is not None:
             reset_policy()
+        memory = LaneMemory.of(self._policy, self.env.num_envs)
         deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
         while not monitor.is_finished():
             if time.perf_counter() > deadline:
                 logger.warning("evaluator: gave up after %.0fs with %d/%d episodes", self.cfg.max_seconds,
                                len(monitor.returns()), n_episode)
                 break
-            step = self.env.step(self._policy.forward(self.env.obs, **policy_kwargs))
+            if memory is None:
+                step = self.env.step(self._policy.forward(self.env.obs, **policy_kwargs))
+            else:  # a policy with memory: each lane's state in, the next out (zeroed where an episode ended)
+                out = self._policy.forward(self.env.obs, state=memory.state, **policy_kwargs)
+                step = self.env.step(strip_state(out))
+                memory.advance(out, step)
             env_steps += int(step.valid.sum())
             for env_id in np.flatnonzero(step.episode_length > 0):  # whole episodes (not a lost life)
                 monitor.update_info(int(env_id), self.env.env_info(int(env_id)))

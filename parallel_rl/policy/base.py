@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from ..data.flows import REPLAY, DataFlow
 from .nets import cpu_state_dict
@@ -15,6 +15,9 @@ class PolicyMode:
     forward: Callable
     state_dict: Callable
     load_state_dict: Callable
+    # a policy with memory: ``initial_state(n)`` gives n lanes' state at an episode's start (a dict of float32
+    # arrays); collectors and evaluators then carry it (collector/memory.py). None: feed-forward
+    initial_state: Optional[Callable] = None
 
 
 class Policy:
@@ -37,11 +40,17 @@ class Policy:
 
     @property
     def collect_mode(self) -> PolicyMode:
-        return PolicyMode(self.forward_collect, self.model_state_dict, self.load_model_state_dict)
+        return PolicyMode(self.forward_collect, self.model_state_dict, self.load_model_state_dict, self.initial_state)
 
     @property
     def eval_mode(self) -> PolicyMode:
-        return PolicyMode(self.forward_eval, self.model_state_dict, self.load_model_state_dict)
+        return PolicyMode(self.forward_eval, self.model_state_dict, self.load_model_state_dict, self.initial_state)
+
+    def initial_state(self, n: int) -> Optional[Dict]:
+        """``n`` lanes' recurrent state at an episode's start; None: the policy has no memory (feed-forward).
+        A policy with memory takes ``state=`` in ``forward_collect`` / ``forward_eval`` and returns a dict output
+        with the lanes' ``next_state`` (see :mod:`parallel_rl.collector.memory`)."""
+        return None
 
     def model_state_dict(self) -> Dict:
         return {"model": cpu_state_dict(self.model)}

@@ -77,6 +77,10 @@ def _actor_critic() -> dict:
         obs_clip=10.0,
         # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
         orthogonal_init=False,
+        # memory (policy/nets.py): null, or dict(type="lstm" | "gru", hidden_size=H[, shared=False]): a core after
+        # the encoder, one LSTM for the actor and one for the critic (shared=True: one for both); the collectors
+        # carry its state per env lane and store it with every row
+        recurrent=None,
     )
 
 
@@ -113,6 +117,9 @@ def ppo_default_config() -> EasyDict:
             # anneal the learning rate linearly to 0 over this many env steps trained on (0: constant;
             # CleanRL anneals over the whole run)
             lr_anneal_env_steps=0,
+            # with model.recurrent: each lane's rows are cut into sequences of this many steps, the core re-run
+            # over each from its stored starting state; minibatches hold batch_size // unroll_len sequences
+            unroll_len=32,
         ),
         collect=dict(n_sample=512),
         eval=dict(),
@@ -135,6 +142,8 @@ def _vtrace_learn() -> dict:
         reward_norm=False,
         reward_clip=10.0,
         lr_anneal_env_steps=0,
+        # with model.recurrent: the sequences' length (see PPO's)
+        unroll_len=32,
     )
 
 

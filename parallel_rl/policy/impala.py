@@ -45,13 +45,14 @@ class IMPALAPolicy(PPOPolicy):
     def learning_targets(self, segment: Dict[str, np.ndarray], batch: LearnBatch):
         """(V-trace policy-gradient advantages, V-trace value targets ``v_s``) as tensors; V(x) is the critic's
         now, on ``obs`` and ``next_obs``."""
-        dist = self.model.dist(batch.obs, batch.action_mask)
+        x = self.row_features(batch)  # the observations, or a recurrent core's features
+        dist = self.model.dist(x, batch.action_mask)
         target_logp = self.model.log_prob(dist, batch.action)
-        value = self.model.value(batch.obs)
-        next_value = self.model.value(self._obs(segment["next_obs"]))
+        value = self.model.value(x).cpu().numpy()
+        next_value = self.next_values(segment, value)
         learn = self.cfg.learn
-        out = vtrace(segment["logp"], target_logp.cpu().numpy(), batch.reward, value.cpu().numpy(),
-                     next_value.cpu().numpy().astype(np.float64), segment["done"], segment["end"],
+        out = vtrace(segment["logp"], target_logp.cpu().numpy(), batch.reward, value,
+                     next_value.astype(np.float64), segment["done"], segment["end"],
                      segment["env_id"], self.cfg.discount_factor, learn.rho_bar, learn.c_bar)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         return as_tensor(out.pg_advantage), as_tensor(out.vs)

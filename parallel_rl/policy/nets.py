@@ -19,6 +19,11 @@ last, e.g. 4x84x84, else last, e.g. 10x10x4); ``conv`` reads (H, W, C) only, as 
 place where the layout is handled. uint8 is scaled by 1/255 and bool read as 0/1 before any layer
 (:func:`obs_float`, at the front of every model's forward). With ``minatar`` and ``nature`` the hidden layers
 may be empty (``hidden_size_list=[]``): the head sits on the encoder's ``fc`` layer, as published.
+
+``policy.model.recurrent`` (null: none) puts a recurrent core between the encoder and the hidden layers:
+``dict(type="lstm" | "gru", hidden_size=H)`` (:class:`RecurrentCore`). Its state is a dict of float32 arrays,
+one row per env lane: ``hidden_h`` (and ``hidden_c`` for an LSTM), each (lanes, H), zeros at an episode's start
+(:meth:`RecurrentCore.initial_state`); the collectors and evaluators carry it (``collector/memory.py``).
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from torch import nn
 from ..errors import ConfigError
 
 ENCODER_TYPES = ("mlp", "conv", "minatar", "nature")
+RECURRENT_TYPES = ("lstm", "gru")
 LAYOUTS = ("auto", "hwc", "chw")
 # the published conv stacks: (out channels, kernel, stride) per layer, no padding; and their fc width
 PUBLISHED_CONVS = {
@@ -134,6 +140,80 @@ def mlp(in_dim: int, hidden_size_list: Sequence[int], out_dim: int, key: str, ac
     layers, last = body(in_dim, hidden_size_list, key, activation, encoder)
     layers.append(nn.Linear(last, out_dim))
     return nn.Sequential(*layers)
+
+
+State = Tuple[torch.Tensor, ...]  # a recurrent core's state as tensors: (h, c) for an LSTM, (h,) for a GRU
+
+
+class RecurrentCore(nn.Module):
+    """The encoder's layers, then one LSTM or GRU layer: what reads observations in a recurrent model.
+
+    Time-major: :meth:`unroll` takes (T, B, D) observations, each sequence's starting state and where episodes
+    begin inside the sequences (the state is zeroed before such a step); :meth:`step` is one step of B lanes.
+    ``copies`` > 1 runs that many LSTMs side by side over the encoder's output (an actor's and a critic's, as
+    sb3-contrib's RecurrentPPO does by default): features and state are theirs concatenated, ``copies * H``
+    wide, copy i's in ``[i * H, (i + 1) * H)``."""
+
+    def __init__(self, in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Dict[str, Any], activation=nn.ReLU,
+                 copies: int = 1):
+        super().__init__()
+        kind, hidden = recurrent.get("type", "lstm"), int(recurrent.get("hidden_size", 0) or 0)
+        if kind not in RECURRENT_TYPES or hidden <= 0:
+            raise ConfigError(f"policy.model.recurrent must be dict(type=one of {RECURRENT_TYPES}, hidden_size > 0) "
+                              f"or null, got {dict(recurrent)!r}")
+        layers, last = encoder_layers(in_dim, encoder, activation)
+        self.encoder = nn.Sequential(*layers)
+        self.rnns = nn.ModuleList((nn.LSTM if kind == "lstm" else nn.GRU)(last, hidden) for _ in range(copies))
+        self.state_keys = ("hidden_h", "hidden_c") if kind == "lstm" else ("hidden_h",)
+        self.hidden_size = hidden
+        self.out_dim = hidden * copies
+
+    def initial_state(self, n: int) -> Dict[str, np.ndarray]:
+        """The state of ``n`` lanes at their episodes' start: zeros."""
+        return {k: np.zeros((n, self.out_dim), dtype=np.float32) for k in self.state_keys}  # copies * H wide
+
+    def state_tensors(self, state: Dict[str, np.ndarray], device) -> State:
+        return tuple(torch.as_tensor(state[k], dtype=torch.float32, device=device) for k in self.state_keys)
+
+    def state_arrays(self, state: State) -> Dict[str, np.ndarray]:
+        return {k: s.detach().cpu().numpy() for k, s in zip(self.state_keys, state)}
+
+    def _rnn(self, x: torch.Tensor, state: State) -> Tuple[torch.Tensor, State]:
+        """``x`` (T, B, F) from ``state`` (each (B, copies * H)) with nothing reset."""
+        outs, news = [], []
+        for i, rnn in enumerate(self.rnns):
+            own = tuple(s[:, i * self.hidden_size:(i + 1) * self.hidden_size].unsqueeze(0) for s in state)
+            out, new = rnn(x, own if len(own) > 1 else own[0])
+            outs.append(out)
+            news.append(new if isinstance(new, tuple) else (new,))
+        if len(self.rnns) == 1:
+            return outs[0], tuple(s.squeeze(0) for s in news[0])
+        return torch.cat(outs, -1), tuple(torch.cat([n[k] for n in news], -1).squeeze(0) for k in range(len(state)))
+
+    def step(self, obs: torch.Tensor, state: State) -> Tuple[torch.Tensor, State]:
+        """One step of B lanes: (B, D) observations -> (B, H) features and the next state."""
+        out, new = self._rnn(self.encoder(obs).unsqueeze(0), state)
+        return out.squeeze(0), new
+
+    def unroll(self, obs: torch.Tensor, state: State, starts: torch.Tensor) -> Tuple[torch.Tensor, State]:
+        """(T, B, D) observations -> (T, B, H) features and the final state, from ``state`` (each (B, H)); where
+        ``starts[t, b]`` an episode begins, the state is zeroed before step t. The steps between two such rows
+        run as one call of the LSTM (cuDNN's kernel on a GPU), split only where some sequence restarts."""
+        T, B = obs.shape[:2]
+        x = self.encoder(obs.reshape(T * B, *obs.shape[2:])).reshape(T, B, -1)
+        cuts = [0] + (torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist() + [T]
+        outs = []
+        for begin, stop in zip(cuts[:-1], cuts[1:]):
+            keep = (~starts[begin]).unsqueeze(-1).to(x.dtype)
+            out, state = self._rnn(x[begin:stop], tuple(s * keep for s in state))
+            outs.append(out)
+        return torch.cat(outs) if len(outs) > 1 else outs[0], state
+
+
+def recurrent_core(in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Optional[Dict[str, Any]],
+                   activation=nn.ReLU, copies: int = 1) -> Optional[RecurrentCore]:
+    """The core ``policy.model.recurrent`` asks for over the encoder ``encoder``; None without one."""
+    return RecurrentCore(in_dim, encoder, recurrent, activation, copies) if recurrent else None
 
 
 def cpu_state_dict(module: nn.Module) -> Dict[str, torch.Tensor]:

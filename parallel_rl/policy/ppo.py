@@ -35,7 +35,8 @@ from ..data.flows import SEGMENTS, flow_of
 from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
-from .nets import RunningMeanStd, cpu_state_dict, mlp, obs_float, to_tensor
+from .nets import RunningMeanStd, State, cpu_state_dict, mlp, obs_float, recurrent_core, to_tensor
+from .recurrent import Sequences, cut_sequences, unroll_rows
 from .optim import Adam
 
 
@@ -117,16 +118,29 @@ ILLEGAL_LOGIT = -1e9
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic networks (``policy.model.encoder``, then an MLP) over flattened observations."""
+    """Separate actor and critic networks (``policy.model.encoder``, then an MLP) over flattened observations.
+
+    With ``recurrent`` (``policy.model.recurrent``) the encoder and an LSTM/GRU ``core`` come first (an LSTM for
+    the actor and one for the critic, or one for both with ``recurrent.shared``), and the actor's and critic's
+    MLPs read the core's features: ``dist`` and ``value`` then take features, not observations
+    (:meth:`PPOPolicy.forward_collect` steps the core, the learner unrolls it over sequences)."""
 
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
                  encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
-                 orthogonal_init: bool = False):
+                 orthogonal_init: bool = False, recurrent: Optional[dict] = None):
         super().__init__()
         self.spec = spec
         key = "policy.model.hidden_size_list"
-        self.actor = mlp(obs_dim, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
-        self.critic = mlp(obs_dim, hidden_size_list, 1, key, nn.Tanh, encoder)
+        # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
+        self.split = None  # a recurrent core's features: the actor reads [:split], the critic [split:]
+        self.core = recurrent_core(obs_dim, encoder, recurrent, nn.Tanh,
+                                   1 if (recurrent or {}).get("shared", False) else 2)
+        head_in = obs_dim
+        if self.core is not None:
+            encoder, head_in = None, self.core.hidden_size
+            self.split = 0 if len(self.core.rnns) == 1 else head_in
+        self.actor = mlp(head_in, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
+        self.critic = mlp(head_in, hidden_size_list, 1, key, nn.Tanh, encoder)
         if orthogonal_init:
             orthogonal_init_(self.actor, 0.01)
             orthogonal_init_(self.critic, 1.0)
@@ -140,8 +154,9 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
 
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
-        """The action distribution; a boolean ``mask`` (Discrete only) gives illegal actions probability 0."""
-        out = self.actor(obs_float(obs))
+        """The action distribution of observations (the core's features with a recurrent core); a boolean
+        ``mask`` (Discrete only) gives illegal actions probability 0."""
+        out = self.actor(obs_float(obs) if not self.split else obs[..., :self.split])
         if self.spec.kind == "discrete":
             if mask is not None:
                 out = out.masked_fill(~mask, ILLEGAL_LOGIT)
@@ -159,7 +174,7 @@ class ActorCritic(nn.Module):
         return ent if self.spec.kind == "discrete" else ent.sum(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs_float(obs)).squeeze(-1)
+        return self.critic(obs_float(obs) if not self.split else obs[..., self.split:]).squeeze(-1)
 
 
 class LearnBatch(NamedTuple):
@@ -171,6 +186,9 @@ class LearnBatch(NamedTuple):
     old_value: torch.Tensor  # the collector's critic's
     action_mask: Optional[torch.Tensor]
     reward: np.ndarray  # scaled (learn.reward_norm) or as collected
+    # a recurrent core only: the state each row was acted with (the collector's), and the segment's sequences
+    state: Optional[State] = None
+    seqs: Optional[Sequences] = None
 
 
 class PPOPolicy(Policy):
@@ -197,7 +215,7 @@ class PPOPolicy(Policy):
         m = cfg.model
         self.model = ActorCritic(obs_dim, self.spec, m.hidden_size_list, m.get("init_log_std", -0.5),
                                  m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
-                                 m.get("orthogonal_init", False)).to(device)
+                                 m.get("orthogonal_init", False), m.get("recurrent")).to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
@@ -220,15 +238,30 @@ class PPOPolicy(Policy):
             raise ValueError("action masks need a Discrete action space")
         return to_tensor(np.asarray(mask) > 0, self.device, torch.bool)
 
+    def initial_state(self, n: int) -> Optional[Dict[str, np.ndarray]]:
+        core = self.model.core
+        return None if core is None else core.initial_state(n)
+
+    def _features(self, obs: np.ndarray, state: Optional[Dict[str, np.ndarray]]):
+        """What the heads read: the observations (feed-forward), or one step of the core from ``state`` (None:
+        episode starts) and the lanes' next state as arrays."""
+        x, core = self._obs(obs), self.model.core
+        if core is None:
+            return x, None
+        state = core.initial_state(len(obs)) if state is None else state
+        x, after = core.step(x, core.state_tensors(state, self.device))
+        return x, core.state_arrays(after)
+
     @torch.no_grad()
-    def forward_collect(self, obs: np.ndarray, eps: float = 0.0, mask: Optional[np.ndarray] = None
-                        ) -> Dict[str, np.ndarray]:
+    def forward_collect(self, obs: np.ndarray, eps: float = 0.0, mask: Optional[np.ndarray] = None,
+                        state: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
         """Sampled actions with what learning needs later: their ``logp`` and the critic's ``value``.
 
         ``eps`` is accepted for the collectors' common call and unused (PPO explores by sampling). With a
         ``mask`` only legal actions are sampled, and the mask is returned as ``action_mask`` so that
-        learning computes ``logp`` under the same distribution."""
-        x = self._obs(obs)
+        learning computes ``logp`` under the same distribution. A recurrent model acts from ``state`` (the
+        lanes' state; None: zeros) and returns the lanes' ``next_state``."""
+        x, next_state = self._features(obs, state)
         dist = self.model.dist(x, self._mask(mask))
         action = dist.sample()
         out = {"action": action, "logp": self.model.log_prob(dist, action), "value": self.model.value(x)}
@@ -237,15 +270,22 @@ class PPOPolicy(Policy):
             out["action_mask"] = np.asarray(mask, dtype=bool)
         if self.spec.kind == "box":
             out["action"] = out["action"].astype(np.float32).reshape((len(obs),) + self.spec.shape)
+        if next_state is not None:
+            out["next_state"] = next_state
         return out
 
     @torch.no_grad()
-    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
-        """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box)."""
-        dist = self.model.dist(self._obs(obs), self._mask(mask))
+    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None,
+                     state: Optional[Dict[str, np.ndarray]] = None):
+        """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box). A recurrent
+        model acts from ``state`` and returns ``{"action": ..., "next_state": ...}``."""
+        x, next_state = self._features(obs, state)
+        dist = self.model.dist(x, self._mask(mask))
         if self.spec.kind == "discrete":
-            return dist.logits.argmax(-1).cpu().numpy()
-        return dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
+            action = dist.logits.argmax(-1).cpu().numpy()
+        else:
+            action = dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
+        return action if next_state is None else {"action": action, "next_state": next_state}
 
     # ---- learning --------------------------------------------------------------
     def scaled_reward(self, segment: Dict[str, np.ndarray]) -> np.ndarray:
@@ -263,10 +303,39 @@ class PPOPolicy(Policy):
     def advantages(self, segment: Dict[str, np.ndarray], reward: Optional[np.ndarray] = None) -> np.ndarray:
         """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now);
         ``reward``: the segment's rewards already scaled (:meth:`scaled_reward`, which must run once per segment)."""
-        next_value = self.model.value(self._obs(segment["next_obs"])).cpu().numpy().astype(np.float64)
-        return gae_advantages(self.scaled_reward(segment) if reward is None else reward,
-                              segment["value"].astype(np.float64), next_value, segment["done"], segment["end"],
+        value = segment["value"].astype(np.float64)
+        return gae_advantages(self.scaled_reward(segment) if reward is None else reward, value,
+                              self.next_values(segment, value), segment["done"], segment["end"],
                               segment["env_id"], self.cfg.discount_factor, self.cfg.learn.gae_lambda)
+
+    @torch.no_grad()
+    def next_values(self, segment: Dict[str, np.ndarray], value: np.ndarray) -> np.ndarray:
+        """V(next_obs) of every row: the critic's now. With a recurrent core the value of the lane's next row
+        (``value``: per row) where the lane continues, and where it does not (an episode's or the lane's last
+        row) the critic after two core steps from the row's stored state, over ``obs`` then ``next_obs``."""
+        core = self.model.core
+        if core is None:
+            return self.model.value(self._obs(segment["next_obs"])).cpu().numpy().astype(np.float64)
+        order, continues = lane_order(segment["env_id"], segment["end"])
+        out = np.empty(len(order), dtype=np.float64)
+        out[order[:-1][continues[:-1]]] = value[order[1:][continues[:-1]]]
+        last = order[~continues]
+        state = core.state_tensors({k: segment[k][last] for k in core.state_keys}, self.device)
+        _, after = core.step(self._obs(segment["obs"][last]), state)
+        x, _ = core.step(self._obs(segment["next_obs"][last]), after)
+        out[last] = self.model.value(x).cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def row_features(self, batch: "LearnBatch") -> torch.Tensor:
+        """What the heads read for every row of a segment: the observations, or the core unrolled over the
+        segment's sequences (no grad; V-trace's targets)."""
+        if batch.seqs is None:
+            return batch.obs
+        idx, x = unroll_rows(self.model.core, batch.obs, batch.state, batch.seqs)
+        out = x.new_empty((len(batch.obs), x.shape[-1]))
+        out[idx] = x
+        return out
 
     def learning_targets(self, segment: Dict[str, np.ndarray], batch: "LearnBatch"):
         """(advantages, value targets) as tensors: GAE(lambda) and the lambda-return. Computed once per segment
@@ -275,7 +344,11 @@ class PPOPolicy(Policy):
         return advantage, advantage + batch.old_value
 
     def log_prob(self, obs: np.ndarray, action: np.ndarray) -> torch.Tensor:
-        """log pi(action | obs) under the current policy (no grad)."""
+        """log pi(action | obs) under the current policy (no grad); feed-forward only (a recurrent policy's rows
+        need their state: :meth:`minibatches`, :meth:`row_features`)."""
+        if self.model.core is not None:
+            raise ValueError("log_prob(obs, action) needs a feed-forward policy; with policy.model.recurrent use "
+                             "row_features(learn_batch(segment)) and model.log_prob")
         with torch.no_grad():
             dist = self.model.dist(self._obs(obs))
             return self.model.log_prob(dist, self._action(action))
@@ -295,17 +368,19 @@ class PPOPolicy(Policy):
         return -surrogate.mean(), clip_fraction
 
     def minibatch_loss(self, batch: "LearnBatch", idx: torch.Tensor, adv: torch.Tensor,
-                       value_target: torch.Tensor):
+                       value_target: torch.Tensor, x: Optional[torch.Tensor] = None):
         """The loss of the rows ``idx`` (policy loss + value_weight * value loss - entropy_weight * entropy) and
-        its parts: loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction."""
+        its parts: loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction. ``x``: what the heads read
+        for those rows (a recurrent core's features; None: their observations)."""
         learn = self.cfg.learn
         if learn.adv_norm:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        dist = self.model.dist(batch.obs[idx], None if batch.action_mask is None else batch.action_mask[idx])
+        x = batch.obs[idx] if x is None else x
+        dist = self.model.dist(x, None if batch.action_mask is None else batch.action_mask[idx])
         logp = self.model.log_prob(dist, batch.action[idx])
         old_logp = batch.old_logp[idx]
         policy_loss, clip_fraction = self.policy_loss(logp, old_logp, adv)
-        value = self.model.value(batch.obs[idx])
+        value = self.model.value(x)
         value_loss = (value - value_target).pow(2)
         if learn.get("value_clip", False):
             old_value = batch.old_value[idx]
@@ -321,10 +396,33 @@ class PPOPolicy(Policy):
     def learn_batch(self, segment: Dict[str, np.ndarray]) -> "LearnBatch":
         """The segment as the learner's tensors (observations normalized with the collectors' statistics) and
         its rewards scaled once (:meth:`scaled_reward` updates the return statistics)."""
+        core, state, seqs = self.model.core, None, None
+        if core is not None:
+            missing = [k for k in core.state_keys if k not in segment]
+            if missing:
+                raise ValueError(f"a recurrent policy learns from rows that carry the collector's state {missing}; "
+                                 "these rows were collected by a feed-forward policy (policy.model.recurrent differs)")
+            state = core.state_tensors(segment, self.device)
+            seqs = cut_sequences(segment["env_id"], segment["end"], int(self.cfg.learn.unroll_len), self.device)
         return LearnBatch(self._obs(segment["obs"]), self._action(segment["action"]),
                           to_tensor(segment["logp"], self.device), to_tensor(segment["value"], self.device),
                           self._mask(segment["action_mask"]) if "action_mask" in segment else None,
-                          self.scaled_reward(segment))
+                          self.scaled_reward(segment), state, seqs)
+
+    def minibatches(self, batch: "LearnBatch", batch_size: int):
+        """One epoch's minibatches: ``(rows, what the heads read for them or None)``. Feed-forward: ``batch_size``
+        random rows each; recurrent: ``batch_size // unroll_len`` random whole sequences each, the core re-run
+        over them from their stored starting states (the state zeroed where an episode starts inside one)."""
+        if batch.seqs is None:
+            perm = torch.randperm(len(batch.old_logp), device=self.device)
+            for start in range(0, len(perm) - batch_size + 1, batch_size):
+                yield perm[start:start + batch_size], None
+            return
+        n_seq = len(batch.seqs.rows)
+        per = min(n_seq, max(1, batch_size // batch.seqs.rows.shape[1]))
+        perm = torch.randperm(n_seq, device=self.device)
+        for start in range(0, n_seq - per + 1, per):
+            yield unroll_rows(self.model.core, batch.obs, batch.state, batch.seqs, perm[start:start + per])
 
     def forward_learn(self, segment: Dict[str, np.ndarray]) -> Dict:
         """``epoch_per_collect`` epochs of minibatch updates on one segment of on-policy rows.
@@ -340,10 +438,8 @@ class PPOPolicy(Policy):
         for _epoch in range(int(learn.epoch_per_collect)):
             if targets is None or self.retarget_every_epoch:
                 advantage, value_target = targets = self.learning_targets(segment, batch)
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n - batch_size + 1, batch_size):
-                idx = perm[start:start + batch_size]
-                loss, parts = self.minibatch_loss(batch, idx, advantage[idx], value_target[idx])
+            for idx, x in self.minibatches(batch, batch_size):
+                loss, parts = self.minibatch_loss(batch, idx, advantage[idx], value_target[idx], x)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()  # averaged over the learner ranks, clipped to max_grad_norm

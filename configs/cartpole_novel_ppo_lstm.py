@@ -1,0 +1,51 @@
+"""Recurrent PPO (LSTM) on CartPole-v1 with its velocities masked, serial pipeline:
+``parallel-rl serial -c configs/cartpole_novel_ppo_lstm.py``.
+
+``env.mask_velocity=True`` zeroes the cart velocity and the pole's angular velocity (RL Zoo's
+``CartPoleNoVel-v1``): the policy sees positions only and must remember them to act. The settings are RL Zoo's
+``hyperparams/ppo_lstm.yml`` for ``CartPoleNoVel-v1`` (sb3-contrib's RecurrentPPO, ``MlpLstmPolicy``): 8 envs x
+``n_steps`` 32 = 256 rows a segment, ``batch_size`` 256, ``n_epochs`` 20, ``gamma`` 0.98, ``gae_lambda`` 0.8,
+``ent_coef`` 0, ``learning_rate: lin_0.001`` (``lr_anneal_env_steps`` over the 1e5 steps), ``clip_range: lin_0.2``
+(here a constant 0.2: the clip is not annealed), and the policy's defaults: an LSTM of 256 units, ``net_arch``
+64-64 tanh heads, orthogonal init, ``vf_coef`` 0.5 (SB3's loss adds ``vf_coef * mse``, ours ``value_weight * 0.5 *
+mse``: ``value_weight`` 1.0), ``max_grad_norm`` 0.5, normalized advantages. One difference:
+one LSTM, shared by actor and critic (RecurrentPPO gives the critic its own). Each lane's 32 rows are one
+sequence (``unroll_len`` 32), re-run from the LSTM state the collector stored with its first row. RL Zoo's
+result: 500.0 +- 0 at 1e5 steps (``benchmark.md``).
+"""
+main_config = dict(
+    exp_name="cartpole_novel_ppo_lstm",
+    seed=0,
+    env=dict(
+        env_id="CartPole-v1",
+        mask_velocity=True,
+        collector_env_num=8,
+        evaluator_env_num=8,
+        n_evaluator_episode=8,
+        stop_value=500,
+    ),
+    policy=dict(
+        type="ppo",
+        cuda=False,
+        model=dict(hidden_size_list=[64, 64], orthogonal_init=True, recurrent=dict(type="lstm", hidden_size=256)),
+        discount_factor=0.98,
+        learn=dict(
+            epoch_per_collect=20,
+            batch_size=256,
+            unroll_len=32,
+            learning_rate=1e-3,
+            lr_anneal_env_steps=100_000,
+            clip_ratio=0.2,
+            value_weight=1.0,
+            entropy_weight=0.0,
+            value_clip=False,
+            adv_norm=True,
+            max_grad_norm=0.5,
+            gae_lambda=0.8,
+        ),
+        # one segment per update: 8 envs x 32 steps
+        collect=dict(n_sample=256),
+        eval=dict(evaluator=dict(eval_freq=8)),
+    ),
+    serial=dict(max_env_step=100_000),
+)
