@@ -100,7 +100,10 @@ class DQNPolicy(Policy):
 
     def forward_collect(self, obs: np.ndarray, eps: float, mask: Optional[np.ndarray] = None) -> np.ndarray:
         """Epsilon-greedy actions for a batch of observations; with ``mask``, only legal actions."""
-        actions = self.greedy_actions(obs, mask)
+        return self._explore(self.greedy_actions(obs, mask), eps, mask)
+
+    def _explore(self, actions: np.ndarray, eps: float, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """``actions`` with each replaced by a uniformly random (legal) one with probability ``eps``."""
         if eps > 0.0:
             n = len(actions)
             u = self._uniform(2 * n)
