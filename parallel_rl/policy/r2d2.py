@@ -151,6 +151,26 @@ class R2D2Policy(DQNPolicy):
         """One update on a batch of sequences (columns (B, L, ...); ``hidden_*`` (B, H)).
 
         Returns scalar stats and ``priority`` per sequence (numpy)."""
+        loss, q_value, td_error, use = self.sequence_loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()  # averaged over the learner ranks, clipped to max_grad_norm
+        self.learn_steps += 1
+        self._update_target_network()
+        use_f = use.float()
+        abs_td = td_error.detach().abs() * use_f
+        mean = abs_td.sum(0) / use_f.sum(0).clamp(min=1.0)
+        eta = float(self.cfg.learn.priority_eta)
+        return {
+            "loss": loss.detach(),
+            "q_value": (q_value.detach() * use_f).sum() / use_f.sum().clamp(min=1.0),
+            "td_error": mean.mean(),
+            "priority": (eta * abs_td.max(0).values + (1.0 - eta) * mean).cpu().numpy(),
+        }
+
+    def sequence_loss(self, batch: Dict[str, np.ndarray]):
+        """The loss of a batch of sequences, and per trained row (time-major (unroll_len, B)) Q(s, a), the TD error
+        and whether the row has a target. ``obs`` may be a tensor (a test's, asking for its gradient)."""
         cfg, device = self.cfg, self.device
         burnin, unroll, n = int(cfg.burnin_step), int(cfg.learn.unroll_len), int(cfg.nstep)
         obs = to_tensor(batch["obs"], device, None).transpose(0, 1)  # time-major (L, B, ...)
@@ -163,36 +183,18 @@ class R2D2Policy(DQNPolicy):
         starts[1:] = end[:-1]  # an episode begins after an end: the state is zeroed before that row
         state = self.model.core.state_tensors(batch, device)
         with torch.no_grad():  # burn-in: the stored state refreshed by the current weights, no gradient
-            if burnin:
-                _, state_after = self.model.core.unroll(obs[:burnin], state, starts[:burnin])
-            else:
-                state_after = state
+            state_after = self.model.core.unroll(obs[:burnin], state, starts[:burnin])[1] if burnin else state
             target_q, _ = self.target_network.unroll(obs, state, starts)
         q_all, _ = self.model.unroll(obs[burnin:], state_after, starts[burnin:])  # (unroll + n, B, A)
         action = to_tensor(batch["action"], device, torch.long).t()[burnin:burnin + unroll]
         q_value = q_all[:unroll].gather(2, action.unsqueeze(2)).squeeze(2)
         with torch.no_grad():
             td_target, use = self._nstep_targets(batch, q_all.detach(), target_q[burnin:], unroll, n)
-        td_error = td_target - q_value  # (unroll, B)
+        td_error = td_target - q_value
         weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(q_value.shape[1], device=device)
         use_f = use.float()
-        per_row = td_error.pow(2) * use_f
-        loss = (per_row.sum(0) * weight).sum() / use_f.sum().clamp(min=1.0)
-
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.learn_steps += 1
-        self._update_target_network()
-        abs_td = td_error.detach().abs() * use_f
-        mean = abs_td.sum(0) / use_f.sum(0).clamp(min=1.0)
-        eta = float(cfg.learn.priority_eta)
-        return {
-            "loss": loss.detach(),
-            "q_value": (q_value.detach() * use_f).sum() / use_f.sum().clamp(min=1.0),
-            "td_error": mean.mean(),
-            "priority": (eta * abs_td.max(0).values + (1.0 - eta) * mean).cpu().numpy(),
-        }
+        loss = ((td_error.pow(2) * use_f).sum(0) * weight).sum() / use_f.sum().clamp(min=1.0)
+        return loss, q_value, td_error, use
 
     def _nstep_targets(self, batch: Dict[str, np.ndarray], online_q: torch.Tensor, target_q: torch.Tensor,
                        unroll: int, n: int):
