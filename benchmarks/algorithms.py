@@ -7,7 +7,8 @@ Each (algorithm, env, pipeline) runs its shipped config as a fresh `parallel-rl`
 in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algorithm the service
 shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
 env steps; Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
--250, serial and cluster (reported).
+-250, serial and cluster (reported). R2D2 (issue 29): CartPole with its velocities masked, eval >= 400
+within 100k env steps, serial and cluster.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ CASES = {
     "appo-pendulum-cluster": ("run", "configs/pendulum_appo_parallel.py"),
     "impala-pendulum-serial": ("serial", "configs/pendulum_impala.py"),
     "impala-pendulum-cluster": ("run", "configs/pendulum_impala_parallel.py"),
+    "r2d2-cartpole-novel": ("serial", "configs/cartpole_novel_r2d2.py"),
+    "r2d2-cartpole-novel-cluster": ("run", "configs/cartpole_novel_r2d2_parallel.py"),
 }
 
 
