@@ -213,47 +213,50 @@ SEQUENCE_COLUMNS = ("obs", "action", "reward", "done", "end")
 
 
 class SequenceBuilder:
-    """R2D2's replay sequences (Kapturowski et al. 2019), built by the collectors from the rows of each env lane.
+    """R2D2's replay sequences (Kapturowski et al. 2019), built by the collectors from the steps of each env lane.
 
-    Each lane's rows (time order, across collect calls, chunks and episodes) are cut into sequences of
+    Each lane's 1-step rows (time order, across collect calls, chunks and episodes) are cut into sequences of
     ``burnin + unroll + tail`` rows, one every ``unroll`` rows: every row is trained on (in the ``unroll`` part)
     by exactly one sequence, after ``burnin`` rows that only refresh the recurrent state and before ``tail``
     rows (``nstep``) that only give its n-step targets. A sequence is one replay row: its columns are
-    :data:`SEQUENCE_COLUMNS` shaped ``(L, ...)`` and the state its first row was acted with (``hidden_h``,
-    ``hidden_c``: the collector's, see :mod:`parallel_rl.collector.memory`), so a sequence is also the unit of
-    priority, in the serial buffer and in the coordinator's replay index alike. Episodes may begin inside a
-    sequence (the row after an ``end`` row): the learner zeroes the state there, as the collector did. A lane's
-    first sequence begins with ``burnin`` padding rows (an ``end`` each: its first real row starts afresh).
+    :data:`SEQUENCE_COLUMNS` shaped ``(L, ...)`` (``done``: terminated at that row, ``end``: terminated or
+    truncated) and the state its first row was acted with (``hidden_h``, ``hidden_c``: the collector's, see
+    :mod:`parallel_rl.collector.memory`), so a sequence is also the unit of priority, in the serial buffer and
+    in the coordinator's replay index alike. Episodes may begin inside a sequence (the row after an ``end``
+    row): the learner zeroes the state there, as the collector did. A lane's first sequence begins with
+    ``burnin`` padding rows (an ``end`` each: its first real row starts afresh).
 
-    ``rows``: the 1-step row builder the collector would use (:class:`~parallel_rl.collector.nstep.NStepBuilder`
-    with ``nstep=1``, its rows carrying ``env_id``, ``end`` and the state columns); this builder answers the
-    collector's calls (``add``, ``enough_after``, ``build``) in its place, and ``build`` returns sequences.
+    It answers the collector's calls in place of the n-step builder (``add``, ``enough_after``, ``build``);
+    ``build`` returns sequences. Auto-reset steps (not ``valid``) make no row.
     """
 
-    def __init__(self, rows, num_envs: int, burnin: int, unroll: int, tail: int):
+    def __init__(self, num_envs: int, burnin: int, unroll: int, tail: int):
         if burnin < 0 or unroll <= 0 or tail < 0:
             raise ValueError(f"sequences need burnin_step >= 0, unroll_len > 0 and nstep >= 0, got "
                              f"{burnin=} {unroll=} {tail=}")
-        self.rows, self.num_envs = rows, num_envs
+        self.num_envs = num_envs
         self.burnin, self.unroll, self.length = burnin, unroll, burnin + unroll + tail
         self.clear()
 
     def clear(self) -> None:
-        self.rows.clear()
+        self._steps: List[Columns] = []  # the vector steps since the last build, each (E, ...)
         self._held: List[Optional[Columns]] = [None] * self.num_envs  # each lane's rows not yet cut off
-        self._new = np.zeros(self.num_envs, dtype=np.int64)  # each lane's valid steps added since the last build
+        self._new = np.zeros(self.num_envs, dtype=np.int64)  # each lane's valid steps since the last build
 
     def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
-        self.rows.add(obs, action, step, extra)
+        state = {k: v for k, v in (extra or {}).items() if k.startswith("hidden_")}
+        if not state:
+            raise ValueError("R2D2 sequences are cut from rows that carry the collector's state (hidden_h): the "
+                             "policy must have a recurrent core (policy.model.recurrent)")
+        self._steps.append({"obs": obs, "action": np.asarray(action).astype(np.int64), "reward": step.reward,
+                            "done": step.terminated, "end": step.terminated | step.truncated, "valid": step.valid,
+                            **state})
         self._new += np.asarray(step.valid, dtype=bool)
 
-    def _held_len(self) -> np.ndarray:
-        return np.array([self.burnin if h is None else len(h["action"]) for h in self._held], dtype=np.int64)
-
     def enough_after(self, missing: int, lanes: int):
-        """Whether the steps added so far complete ``missing`` sequences (the collector's ``steps`` is not needed:
-        the builder counts each lane's steps itself)."""
-        held = self._held_len()
+        """Whether the steps added so far complete ``missing`` sequences (the collector's count of steps is not
+        needed: the builder counts each lane's own)."""
+        held = np.array([self.burnin if h is None else len(h["action"]) for h in self._held], dtype=np.int64)
 
         def enough(steps: int) -> bool:
             have = held + self._new
@@ -269,31 +272,26 @@ class SequenceBuilder:
 
     def build(self, collect_iter: int) -> Columns:
         """Every sequence complete now, as columns (one row per sequence)."""
-        rows = self.rows.build(collect_iter)
-        self._new[:] = 0
-        if not rows:
+        if not self._steps:
             return {}
-        missing = [k for k in ("env_id", "end", "hidden_h") if k not in rows]
-        if missing:
-            raise ValueError(f"R2D2 sequences are cut from rows that carry {missing}: the policy must have a "
-                             f"recurrent core (policy.model.recurrent)")
-        keep = [k for k in rows if k in SEQUENCE_COLUMNS or k.startswith("hidden_") or k == "collect_iter"]
+        steps = {k: np.array([s[k] for s in self._steps]) for k in self._steps[0]}  # (T, E, ...)
+        self._steps, self._new[:] = [], 0
+        valid = steps.pop("valid").astype(bool)
         pieces = []
         for lane in range(self.num_envs):
-            mine = rows["env_id"] == lane
-            if not mine.any():
-                continue
-            new = {k: rows[k][mine] for k in keep}
+            new = {k: v[valid[:, lane], lane] for k, v in steps.items()}
+            new["reward"] = new["reward"].astype(np.float32)
+            new["collect_iter"] = np.full(len(new["action"]), collect_iter, dtype=np.int64)
             held = self._held[lane]
             if held is None:
-                held = self._pad({k: v[:1] for k, v in new.items()})
-            held = {k: np.concatenate([held[k], new[k]]) for k in keep}
+                held = self._pad(new)
+            held = {k: np.concatenate([held[k], new[k]]) for k in held}
             count = (len(held["action"]) - self.length) // self.unroll + 1
             if count > 0:
                 first = np.arange(count) * self.unroll
                 window = first[:, None] + np.arange(self.length)
                 piece = {k: held[k][window] for k in SEQUENCE_COLUMNS}
-                piece.update({k: held[k][first] for k in keep if k.startswith("hidden_")})
+                piece.update({k: held[k][first] for k in held if k.startswith("hidden_")})
                 piece["collect_iter"] = held["collect_iter"][window[:, -1]]
                 pieces.append(piece)
                 held = {k: v[count * self.unroll:] for k, v in held.items()}

@@ -22,7 +22,6 @@ import torch
 from easydict import EasyDict
 from torch import nn
 
-from ..collector.nstep import NStepBuilder
 from ..data.sequence import SequenceBuilder
 from ..errors import ConfigError
 from .base import PolicyMode
@@ -119,9 +118,8 @@ class R2D2Policy(DQNPolicy):
                                    self.initial_state, self.sample_builder)
 
     def sample_builder(self, num_envs: int, n_sample: Optional[int] = None) -> SequenceBuilder:
-        """The collectors' rows as this policy's replay sequences (n-step returns are the learner's: 1-step rows)."""
-        return SequenceBuilder(NStepBuilder(1, self.cfg.discount_factor), num_envs, int(self.cfg.burnin_step),
-                               int(self.cfg.learn.unroll_len), int(self.cfg.nstep))
+        """The collectors' steps as this policy's replay sequences (the n-step returns are the learner's)."""
+        return SequenceBuilder(num_envs, int(self.cfg.burnin_step), int(self.cfg.learn.unroll_len), int(self.cfg.nstep))
 
     @torch.no_grad()
     def _step(self, obs: np.ndarray, state: Optional[Dict[str, np.ndarray]], mask: Optional[np.ndarray]):
