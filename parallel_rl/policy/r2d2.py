@@ -97,6 +97,10 @@ class R2D2Policy(DQNPolicy):
         if int(cfg.nstep) < 1 or int(cfg.learn.unroll_len) < 1 or int(cfg.burnin_step) < 0:
             raise ConfigError(f"policy.type='r2d2' needs nstep >= 1, learn.unroll_len >= 1 and burnin_step >= 0, got "
                               f"{cfg.nstep=} {cfg.learn.unroll_len=} {cfg.burnin_step=}")
+        buffer_type = cfg.other.get("replay_buffer", {}).get("type", "advanced")
+        if buffer_type not in ("advanced", "naive"):
+            raise ConfigError(f"policy.type='r2d2' stores one sequence per replay row: use policy.other.replay_buffer."
+                              f"type='advanced' (prioritized, the paper's) or 'naive', got {buffer_type!r}")
         m = cfg.model
         args = (obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"), m.get("recurrent"))
         self.model, self.target_network = RecurrentQNetwork(*args), RecurrentQNetwork(*args)
