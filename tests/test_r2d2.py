@@ -55,7 +55,7 @@ def test_value_rescaling_and_its_inverse_are_inverses():
     assert float(value_rescale(torch.tensor(500.0))) == pytest.approx(501 ** 0.5 - 1 + 0.5, rel=1e-6)
 
 
-def test_sequences_have_the_configured_layout_and_each_row_is_trained_once():
+def test_sequences_have_the_configured_layout_and_a_lanes_first_begins_with_padding():
     cfg = r2d2_cfg()
     _, seqs = collect_sequences(cfg, calls=12)
     assert seqs["obs"].shape == (12, LENGTH, 4) and seqs["action"].shape == (12, LENGTH)
