@@ -20,8 +20,7 @@ main_config["parallel"] = dict(
         collector_task_env_steps=4096,
         # evaluations run on collectors, off the learner's CPU
         eval_freq=100,
-        # the serial pipeline's replay ratio: 8 sequences of 20 new rows (160 env steps) per update_per_collect
-        # updates
+        # the serial pipeline's replay ratio: 8 sequences of 20 new rows (160 env steps) per 8 updates
         max_env_steps_per_update=20.0,
         max_env_step=100_000,
         max_seconds=900.0,
