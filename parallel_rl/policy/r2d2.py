@@ -28,7 +28,6 @@ from .base import PolicyMode
 from .defaults import r2d2_default_config
 from .dqn import DQNPolicy
 from .nets import State, body, obs_float, recurrent_core, to_tensor
-from .optim import Adam
 
 
 def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -86,14 +85,6 @@ class R2D2Policy(DQNPolicy):
         return r2d2_default_config()
 
     def __init__(self, cfg: EasyDict, obs_dim: int, action_num, seed: Optional[int] = None, device: str = "cpu"):
-        action_num = getattr(action_num, "n", action_num)
-        if not isinstance(action_num, int) or action_num <= 0:
-            raise ConfigError(f"policy.type='r2d2' needs a Discrete action space, got {action_num=}")
-        self.cfg, self.action_num, self.device = cfg, action_num, device
-        if seed is not None:
-            torch.manual_seed(seed)
-        self._rng = np.random.default_rng(seed)
-        self._pool, self._pool_pos = np.empty(0), 0
         if int(cfg.nstep) < 1 or int(cfg.learn.unroll_len) < 1 or int(cfg.burnin_step) < 0:
             raise ConfigError(f"policy.type='r2d2' needs nstep >= 1, learn.unroll_len >= 1 and burnin_step >= 0, got "
                               f"{cfg.nstep=} {cfg.learn.unroll_len=} {cfg.burnin_step=}")
@@ -101,16 +92,12 @@ class R2D2Policy(DQNPolicy):
         if buffer_type not in ("advanced", "naive"):
             raise ConfigError(f"policy.type='r2d2' stores one sequence per replay row: use policy.other.replay_buffer."
                               f"type='advanced' (prioritized, the paper's) or 'naive', got {buffer_type!r}")
-        m = cfg.model
-        args = (obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"), m.get("recurrent"))
-        self.model, self.target_network = RecurrentQNetwork(*args), RecurrentQNetwork(*args)
-        self.target_network.load_state_dict(self.model.state_dict())
-        self.target_network.requires_grad_(False)
-        self.model.to(device)
-        self.target_network.to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
-                              max_grad_norm=cfg.learn.max_grad_norm or 0.0)
-        self.learn_steps = 0
+        super().__init__(cfg, obs_dim, action_num, seed, device)
+
+    def q_network(self, obs_dim: int) -> RecurrentQNetwork:
+        m = self.cfg.model
+        return RecurrentQNetwork(obs_dim, self.action_num, m.hidden_size_list, m.dueling, m.get("encoder"),
+                                 m.get("recurrent"))
 
     # ---- acting ----------------------------------------------------------------
     def initial_state(self, n: int) -> Dict[str, np.ndarray]:
