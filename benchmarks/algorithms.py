@@ -8,7 +8,8 @@ in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algori
 shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
 env steps; Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
 -250, serial and cluster (reported); recurrent PPO (issue 29) on CartPole / Pendulum with velocities masked:
-500 / -220 within 100k env steps, and feed-forward PPO on the masked CartPole for contrast.
+500 / -220 within 100k env steps, and feed-forward PPO on the masked CartPole for contrast; R2D2 (issue 29):
+CartPole with its velocities masked, eval >= 400 within 100k env steps, serial and cluster.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ CASES = {
     "ppo_lstm-cartpole_novel-cluster": ("run", "configs/cartpole_novel_ppo_lstm_parallel.py"),
     "ppo_lstm-pendulum_novel-serial": ("serial", "configs/pendulum_novel_ppo_lstm.py"),
     "ppo-cartpole_novel-serial": ("serial", "configs/cartpole_novel_ppo.py"),
+    "r2d2-cartpole-novel": ("serial", "configs/cartpole_novel_r2d2.py"),
+    "r2d2-cartpole-novel-cluster": ("run", "configs/cartpole_novel_r2d2_parallel.py"),
 }
 
 

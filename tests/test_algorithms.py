@@ -118,7 +118,7 @@ def test_sac_temperature_moves_toward_target_entropy_and_critic_loss_falls():
         ({"env": {"env_id": "Pendulum-v1"}}, r"policy.type='dqn' does not fit env 'Pendulum-v1'.*Box.*fit: appo, impala, ppo, sac, td3"),
         ({"policy": {"type": "sac"}}, r"policy.type='sac' does not fit env 'CartPole-v1'.*Discrete.*fit: appo, dqn, impala, ppo"),
         ({"env": {"env_id": "parallel_rl/Spaces-v0", "env_kwargs": {"action_space": "multidiscrete"}}},
-         r"'parallel_rl/Spaces-v0' has action space MultiDiscrete.*Discrete \(algorithms: appo, dqn, impala, ppo\)"),
+         r"'parallel_rl/Spaces-v0' has action space MultiDiscrete.*Discrete \(algorithms: appo, dqn, impala, ppo, r2d2\)"),
         ({"policy": {"type": "ppo", "device": "gpu"}}, r"policy.device must be one of"),
         ({"policy": {"type": "ppx"}}, r"unknown policy.type 'ppx'; did you mean 'ppo'"),
         ({"policy": {"type": "ppo", "other": {"eps": {"start": 1.0}}}}, r"unknown config key 'policy.other.eps'"),

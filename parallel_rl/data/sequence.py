@@ -1,5 +1,6 @@
 """Buffers of episodes: contiguous same-episode sequences of rows (:class:`SequenceReplayBuffer`), and whole
-episodes (:class:`EpisodeReplayBuffer`)."""
+episodes (:class:`EpisodeReplayBuffer`); R2D2's replay sequences, built as they are collected
+(:class:`SequenceBuilder`)."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional
@@ -210,3 +211,97 @@ class EpisodeReplayBuffer(IBuffer):
                 {name: np.array(_state_dict[f"col/{name}"][a:b]) for name in names}
                 for a, b in zip(bounds[:-1], bounds[1:])
             ]
+
+
+# the columns of one R2D2 sequence built from a lane's rows (each (L, ...)); the rows' state columns give the
+# sequence's starting state (each (H,)), ``collect_iter`` is its newest row's
+SEQUENCE_COLUMNS = ("obs", "action", "reward", "done", "end")
+
+
+class SequenceBuilder:
+    """R2D2's replay sequences (Kapturowski et al. 2019), built by the collectors from the steps of each env lane.
+
+    Each lane's 1-step rows (time order, across collect calls, chunks and episodes) are cut into sequences of
+    ``burnin + unroll + tail`` rows, one every ``unroll`` rows: every row is trained on (in the ``unroll`` part)
+    by exactly one sequence, after ``burnin`` rows that only refresh the recurrent state and before ``tail``
+    rows (``nstep``) that only give its n-step targets. A sequence is one replay row: its columns are
+    :data:`SEQUENCE_COLUMNS` shaped ``(L, ...)`` (``done``: terminated at that row, ``end``: terminated or
+    truncated) and the state its first row was acted with (``hidden_h``, ``hidden_c``: the collector's, see
+    :mod:`parallel_rl.collector.memory`), so a sequence is also the unit of priority, in the serial buffer and
+    in the coordinator's replay index alike. Episodes may begin inside a sequence (the row after an ``end``
+    row): the learner zeroes the state there, as the collector did. A lane's first sequence begins with
+    ``burnin`` padding rows (an ``end`` each: its first real row starts afresh).
+
+    It answers the collector's calls in place of the n-step builder (``add``, ``enough_after``, ``build``);
+    ``build`` returns sequences. Auto-reset steps (not ``valid``) make no row.
+    """
+
+    def __init__(self, num_envs: int, burnin: int, unroll: int, tail: int):
+        if burnin < 0 or unroll <= 0 or tail < 0:
+            raise ValueError(f"sequences need burnin_step >= 0, unroll_len > 0 and nstep >= 0, got "
+                             f"{burnin=} {unroll=} {tail=}")
+        self.num_envs = num_envs
+        self.burnin, self.unroll, self.length = burnin, unroll, burnin + unroll + tail
+        self.clear()
+
+    def clear(self) -> None:
+        self._steps: List[Columns] = []  # the vector steps since the last build, each (E, ...)
+        self._held: List[Optional[Columns]] = [None] * self.num_envs  # each lane's rows not yet cut off
+        self._new = np.zeros(self.num_envs, dtype=np.int64)  # each lane's valid steps since the last build
+
+    def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
+        state = {k: v for k, v in (extra or {}).items() if k.startswith("hidden_")}
+        if not state:
+            raise ValueError("R2D2 sequences are cut from rows that carry the collector's state (hidden_h): the "
+                             "policy must have a recurrent core (policy.model.recurrent)")
+        self._steps.append({"obs": obs, "action": np.asarray(action).astype(np.int64), "reward": step.reward,
+                            "done": step.terminated, "end": step.terminated | step.truncated, "valid": step.valid,
+                            **state})
+        self._new += np.asarray(step.valid, dtype=bool)
+
+    def enough_after(self, missing: int, lanes: int):
+        """Whether the steps added so far complete ``missing`` sequences (the collector's count of steps is not
+        needed: the builder counts each lane's own)."""
+        held = np.array([self.burnin if h is None else len(h["action"]) for h in self._held], dtype=np.int64)
+
+        def enough(steps: int) -> bool:
+            have = held + self._new
+            return int(np.where(have >= self.length, (have - self.length) // self.unroll + 1, 0).sum()) >= missing
+
+        return enough
+
+    def _pad(self, row: Columns) -> Columns:
+        """``burnin`` rows before a lane's first row: zeros, each an episode's end (the real rows start afresh)."""
+        pad = {k: np.zeros((self.burnin,) + v.shape[1:], dtype=v.dtype) for k, v in row.items()}
+        pad["end"][:] = True
+        return pad
+
+    def build(self, collect_iter: int) -> Columns:
+        """Every sequence complete now, as columns (one row per sequence)."""
+        if not self._steps:
+            return {}
+        steps = {k: np.array([s[k] for s in self._steps]) for k in self._steps[0]}  # (T, E, ...)
+        self._steps, self._new[:] = [], 0
+        valid = steps.pop("valid").astype(bool)
+        pieces = []
+        for lane in range(self.num_envs):
+            new = {k: v[valid[:, lane], lane] for k, v in steps.items()}
+            new["reward"] = new["reward"].astype(np.float32)
+            new["collect_iter"] = np.full(len(new["action"]), collect_iter, dtype=np.int64)
+            held = self._held[lane]
+            if held is None:
+                held = self._pad(new)
+            held = {k: np.concatenate([held[k], new[k]]) for k in held}
+            count = (len(held["action"]) - self.length) // self.unroll + 1
+            if count > 0:
+                first = np.arange(count) * self.unroll
+                window = first[:, None] + np.arange(self.length)
+                piece = {k: held[k][window] for k in SEQUENCE_COLUMNS}
+                piece.update({k: held[k][first] for k in held if k.startswith("hidden_")})
+                piece["collect_iter"] = held["collect_iter"][window[:, -1]]
+                pieces.append(piece)
+                held = {k: v[count * self.unroll:] for k, v in held.items()}
+            self._held[lane] = held
+        if not pieces:
+            return {}
+        return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}

@@ -14,6 +14,7 @@ from .epsilon import epsilon_schedule
 # name -> "module:Class", resolved lazily
 _POLICIES = {
     "dqn": "parallel_rl.policy.dqn:DQNPolicy",
+    "r2d2": "parallel_rl.policy.r2d2:R2D2Policy",
     "ppo": "parallel_rl.policy.ppo:PPOPolicy",
     "sac": "parallel_rl.policy.sac:SACPolicy",
     "td3": "parallel_rl.policy.td3:TD3Policy",

@@ -64,6 +64,31 @@ def dqn_default_config() -> EasyDict:
     )
 
 
+def r2d2_default_config() -> EasyDict:
+    """R2D2 (Kapturowski et al. 2019; policy/r2d2.py): DQN's keys and the paper's, with DI-engine's r2d2 defaults
+    where it has them (discount 0.997, value rescaling, eps decay 10000)."""
+    cfg = dqn_default_config()
+    cfg.update(type="r2d2", discount_factor=0.997, nstep=5,
+               # rows at a sequence's start that only refresh the stored state (no gradient)
+               burnin_step=20)
+    # the core (policy/nets.py, as PPO's policy.model.recurrent) sits between the encoder and hidden_size_list
+    cfg.model.update(hidden_size_list=[64], recurrent=dict(type="lstm", hidden_size=64))
+    cfg.learn.update(
+        # rows trained on per sequence (one sequence every unroll_len rows of a lane; each sequence holds
+        # burnin_step + unroll_len + nstep rows)
+        unroll_len=40,
+        learning_rate=5e-4,
+        target_update_freq=2500,
+        # h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x on the targets (Pohlen et al. 2018)
+        value_rescale=True,
+        # a sequence's priority: eta * max |td| + (1 - eta) * mean |td| over its trained rows
+        priority_eta=0.9,
+    )
+    cfg.collect.n_sample = 8  # sequences per collect call
+    cfg.other.eps.decay = 10000
+    return cfg
+
+
 def _actor_critic() -> dict:
     """The model keys of PPO's actor-critic (``policy/ppo.py``), which IMPALA and APPO share."""
     return dict(
@@ -245,8 +270,10 @@ def td3_default_config() -> EasyDict:
     )
 
 
-POLICY_DEFAULTS = {"dqn": dqn_default_config, "ppo": ppo_default_config, "sac": sac_default_config,
+POLICY_DEFAULTS = {"dqn": dqn_default_config, "r2d2": r2d2_default_config, "ppo": ppo_default_config,
+                   "sac": sac_default_config,
                    "td3": td3_default_config, "impala": impala_default_config, "appo": appo_default_config}
 # which action spaces each policy type trains on
-POLICY_ACTION_SPACES = {"dqn": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",), "td3": ("box",),
+POLICY_ACTION_SPACES = {"dqn": ("discrete",), "r2d2": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",),
+                        "td3": ("box",),
                         "impala": ("discrete", "box"), "appo": ("discrete", "box")}

@@ -69,7 +69,7 @@ class DQNPolicy(Policy):
         """``action_num``: the number of discrete actions, or a discrete ActionSpec."""
         action_num = getattr(action_num, "n", action_num)
         if not isinstance(action_num, int) or action_num <= 0:
-            raise ConfigError(f"policy.type='dqn' needs a Discrete action space, got {action_num=}")
+            raise ConfigError(f"policy.type={cfg.get('type', 'dqn')!r} needs a Discrete action space, got {action_num=}")
         self.cfg = cfg
         self.action_num = action_num
         self.device = device
@@ -78,9 +78,7 @@ class DQNPolicy(Policy):
         self._rng = np.random.default_rng(seed)
         self._pool = np.empty(0)
         self._pool_pos = 0
-        m = cfg.model
-        self.model = QNetwork(obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"))
-        self.target_network = QNetwork(obs_dim, action_num, m.hidden_size_list, m.dueling, m.get("encoder"))
+        self.model, self.target_network = self.q_network(obs_dim), self.q_network(obs_dim)
         self.target_network.load_state_dict(self.model.state_dict())
         self.target_network.requires_grad_(False)
         self.model.to(device)
@@ -88,6 +86,11 @@ class DQNPolicy(Policy):
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
+
+    def q_network(self, obs_dim: int) -> nn.Module:
+        """A Q-network as ``policy.model`` describes it (the online and the target network are two of them)."""
+        m = self.cfg.model
+        return QNetwork(obs_dim, self.action_num, m.hidden_size_list, m.dueling, m.get("encoder"))
 
     # ---- acting ----------------------------------------------------------------
     @torch.no_grad()
@@ -100,7 +103,10 @@ class DQNPolicy(Policy):
 
     def forward_collect(self, obs: np.ndarray, eps: float, mask: Optional[np.ndarray] = None) -> np.ndarray:
         """Epsilon-greedy actions for a batch of observations; with ``mask``, only legal actions."""
-        actions = self.greedy_actions(obs, mask)
+        return self._explore(self.greedy_actions(obs, mask), eps, mask)
+
+    def _explore(self, actions: np.ndarray, eps: float, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """``actions`` with each replaced by a uniformly random (legal) one with probability ``eps``."""
         if eps > 0.0:
             n = len(actions)
             u = self._uniform(2 * n)
