@@ -40,8 +40,9 @@ def collect_sequences(cfg, calls: int, per_call: int = 1, seed: int = 0):
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=seed)
     collector = SampleSerialCollector(None, env, policy.collect_mode, discount_factor=cfg.policy.discount_factor)
     try:
-        # one sequence per call: the lanes' state crosses many collect-call boundaries
-        pieces = [collector.collect(per_call, policy_kwargs={"eps": 0.5}) for _ in range(calls)]
+        # one sequence per call, the surplus kept for the next (as the pipelines collect): the lanes' state crosses
+        # many collect-call boundaries
+        pieces = [collector.collect(per_call, policy_kwargs={"eps": 0.5}, keep_extra=True) for _ in range(calls)]
     finally:
         collector.close()
     return policy, concat_columns(pieces)

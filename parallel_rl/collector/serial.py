@@ -38,9 +38,9 @@ from easydict import EasyDict
 from ..data.columns import Columns, columns_len  # noqa: F401 (re-exported)
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
+from ..policy.memory import LaneMemory, strip_state
 from ..registry import Registry, import_modules
 from ..tblog import add_scalars
-from .memory import LaneMemory, strip_state
 from .nstep import NStepBuilder, action_column  # noqa: F401 (action_column: re-exported)
 from .stats import CollectStats, CollectStatsBase, SequenceSummaryStats  # noqa: F401 (re-exported)
 

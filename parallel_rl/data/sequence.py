@@ -227,7 +227,7 @@ class SequenceBuilder:
     rows (``nstep``) that only give its n-step targets. A sequence is one replay row: its columns are
     :data:`SEQUENCE_COLUMNS` shaped ``(L, ...)`` (``done``: terminated at that row, ``end``: terminated or
     truncated) and the state its first row was acted with (``hidden_h``, ``hidden_c``: the collector's, see
-    :mod:`parallel_rl.collector.memory`), so a sequence is also the unit of priority, in the serial buffer and
+    :mod:`parallel_rl.policy.memory`), so a sequence is also the unit of priority, in the serial buffer and
     in the coordinator's replay index alike. Episodes may begin inside a sequence (the row after an ``end``
     row): the learner zeroes the state there, as the collector did. A lane's first sequence begins with
     ``burnin`` padding rows (an ``end`` each: its first real row starts afresh).

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 from easydict import EasyDict
 
-from ..collector.memory import LaneMemory, strip_state
+from ..policy.memory import LaneMemory, strip_state
 from .env_manager import EnvManager
 from .masked import mask_wrapper
 from .registrars import import_env_modules

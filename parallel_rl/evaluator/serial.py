@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 from easydict import EasyDict
 
-from ..collector.memory import LaneMemory, strip_state
+from ..policy.memory import LaneMemory, strip_state
 from ..collector.stats import SequenceSummaryStats
 from ..envs.env_manager import EnvManager
 from ..registry import Registry, import_modules

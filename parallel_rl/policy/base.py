@@ -16,7 +16,7 @@ class PolicyMode:
     state_dict: Callable
     load_state_dict: Callable
     # a policy with memory: ``initial_state(n)`` gives n lanes' state at an episode's start (a dict of float32
-    # arrays); collectors and evaluators then carry it (collector/memory.py). None: feed-forward
+    # arrays); collectors and evaluators then carry it (policy/memory.py). None: feed-forward
     initial_state: Optional[Callable] = None
 
 
@@ -49,7 +49,7 @@ class Policy:
     def initial_state(self, n: int) -> Optional[Dict]:
         """``n`` lanes' recurrent state at an episode's start; None: the policy has no memory (feed-forward).
         A policy with memory takes ``state=`` in ``forward_collect`` / ``forward_eval`` and returns a dict output
-        with the lanes' ``next_state`` (see :mod:`parallel_rl.collector.memory`)."""
+        with the lanes' ``next_state`` (see :mod:`parallel_rl.policy.memory`)."""
         return None
 
     def model_state_dict(self) -> Dict:

@@ -23,7 +23,7 @@ may be empty (``hidden_size_list=[]``): the head sits on the encoder's ``fc`` la
 ``policy.model.recurrent`` (null: none) puts a recurrent core between the encoder and the hidden layers:
 ``dict(type="lstm" | "gru", hidden_size=H)`` (:class:`RecurrentCore`). Its state is a dict of float32 arrays,
 one row per env lane: ``hidden_h`` (and ``hidden_c`` for an LSTM), each (lanes, H), zeros at an episode's start
-(:meth:`RecurrentCore.initial_state`); the collectors and evaluators carry it (``collector/memory.py``).
+(:meth:`RecurrentCore.initial_state`); the collectors and evaluators carry it (``policy/memory.py``).
 """
 from __future__ import annotations
 

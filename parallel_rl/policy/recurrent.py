@@ -1,7 +1,7 @@
 """Learning with a recurrent core: a segment's rows cut into sequences, and the core re-run over them.
 
 Every row carries the state the collector acted with (``hidden_h``, ``hidden_c``: see
-:mod:`parallel_rl.collector.memory`), so a sequence may start at any row. :func:`cut_sequences` cuts each env
+:mod:`parallel_rl.policy.memory`), so a sequence may start at any row. :func:`cut_sequences` cuts each env
 lane (rows of one ``env_id``, in time order) into sequences of ``unroll_len`` rows from the lane's first row
 (the last one shorter, padded); :func:`unroll_rows` re-runs the core over some of them from their first row's
 stored state, zeroing the state where an episode begins inside a sequence (the row after one whose episode
