@@ -35,9 +35,9 @@ from parallel_rl.policy import DQNPolicy, QNetwork
 from parallel_rl.worker import BaseLearner, SampleSerialCollector
 
 
-def timed(fn, seconds: float) -> float:
-    """Calls per second of fn over about ``seconds`` (after a short warm-up)."""
-    for _ in range(20):
+def timed(fn, seconds: float, warmup: int = 20) -> float:
+    """Calls per second of fn over about ``seconds`` (after ``warmup`` calls)."""
+    for _ in range(warmup):
         fn()
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -220,13 +220,8 @@ def ppo_lstm_rates(seconds: float) -> tuple[float, float]:
 
     from parallel_rl.policy import create_policy
 
-    def rate(fn) -> float:  # calls/s; a call is a whole segment's epochs, so a short warm-up
-        fn()
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            fn()
-            n += 1
-        return n / (time.perf_counter() - start)
+    def rate(fn) -> float:  # calls/s; a call is a whole segment's epochs, so a one-call warm-up
+        return timed(fn, seconds, warmup=1)
 
     user = runpy.run_path("configs/cartpole_novel_ppo_lstm.py")["main_config"]
     user["policy"]["learn"]["learner"] = {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}
