@@ -93,6 +93,8 @@ def _actor_critic() -> dict:
     """The model keys of PPO's actor-critic (``policy/ppo.py``), which IMPALA and APPO share."""
     return dict(
         hidden_size_list=[64, 64],
+        # after each hidden layer of the actor and critic MLPs: "tanh" (CleanRL, SB3's PPO) or "relu"
+        activation="tanh",
         encoder=_encoder(),
         # Box actions: log std is a learned parameter, independent of the observation
         init_log_std=-0.5,
@@ -142,8 +144,13 @@ def ppo_default_config() -> EasyDict:
             # anneal the learning rate linearly to 0 over this many env steps trained on (0: constant;
             # CleanRL anneals over the whole run)
             lr_anneal_env_steps=0,
+            # Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)
+            adam_eps=1e-8,
+            # anneal clip_ratio linearly to 0 over lr_anneal_env_steps too (RL Zoo's clip_range: lin_0.2)
+            clip_anneal=False,
             # with model.recurrent: each lane's rows are cut into sequences of this many steps, the core re-run
-            # over each from its stored starting state; minibatches hold batch_size // unroll_len sequences
+            # over each from its stored starting state; a minibatch holds as many whole sequences as make
+            # batch_size rows on average
             unroll_len=32,
         ),
         collect=dict(n_sample=512),

@@ -113,6 +113,9 @@ def orthogonal_init_(net: nn.Sequential, head_gain: float) -> None:
         nn.init.zeros_(layer.bias)
 
 
+# policy.model.activation: after each hidden layer of the actor's and critic's MLPs (and of an mlp encoder)
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
 # the logit of an illegal action: exp() underflows to 0 in float32, and entropy stays finite (-inf would give nan)
 ILLEGAL_LOGIT = -1e9
 
@@ -127,20 +130,23 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
                  encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
-                 orthogonal_init: bool = False, recurrent: Optional[dict] = None):
+                 orthogonal_init: bool = False, recurrent: Optional[dict] = None, activation: str = "tanh"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        act = ACTIVATIONS[activation]
         self.spec = spec
         key = "policy.model.hidden_size_list"
         # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
         self.split = None  # a recurrent core's features: the actor reads [:split], the critic [split:]
-        self.core = recurrent_core(obs_dim, encoder, recurrent, nn.Tanh,
+        self.core = recurrent_core(obs_dim, encoder, recurrent, act,
                                    1 if (recurrent or {}).get("shared", False) else 2)
         head_in = obs_dim
         if self.core is not None:
             encoder, head_in = None, self.core.hidden_size
             self.split = 0 if len(self.core.rnns) == 1 else head_in
-        self.actor = mlp(head_in, hidden_size_list, spec.dim, key, nn.Tanh, encoder)
-        self.critic = mlp(head_in, hidden_size_list, 1, key, nn.Tanh, encoder)
+        self.actor = mlp(head_in, hidden_size_list, spec.dim, key, act, encoder)
+        self.critic = mlp(head_in, hidden_size_list, 1, key, act, encoder)
         if orthogonal_init:
             orthogonal_init_(self.actor, 0.01)
             orthogonal_init_(self.critic, 1.0)
@@ -215,8 +221,9 @@ class PPOPolicy(Policy):
         m = cfg.model
         self.model = ActorCritic(obs_dim, self.spec, m.hidden_size_list, m.get("init_log_std", -0.5),
                                  m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
-                                 m.get("orthogonal_init", False), m.get("recurrent")).to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
+                                 m.get("orthogonal_init", False), m.get("recurrent"),
+                                 m.get("activation", "tanh")).to(device)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate, eps=cfg.learn.get("adam_eps", 1e-8),
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
         self.env_steps_trained = 0  # rows of all segments trained on (learning-rate annealing)
@@ -358,9 +365,16 @@ class PPOPolicy(Policy):
             return to_tensor(action, self.device, torch.long)
         return to_tensor(action, self.device).reshape(len(action), -1)
 
+    def clip_ratio(self) -> float:
+        """``learn.clip_ratio``, annealed linearly to 0 with the learning rate with ``learn.clip_anneal``."""
+        learn = self.cfg.learn
+        if learn.get("clip_anneal", False) and learn.get("lr_anneal_env_steps", 0) > 0:
+            return learn.clip_ratio * max(0.0, 1.0 - self.env_steps_trained / learn.lr_anneal_env_steps)
+        return learn.clip_ratio
+
     def policy_loss(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor):
         """The clipped surrogate objective (as a loss), and the fraction of rows whose ratio the clip cut."""
-        clip = self.cfg.learn.clip_ratio
+        clip = self.clip_ratio()
         ratio = torch.exp(logp - old_logp)
         surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
         with torch.no_grad():
@@ -411,7 +425,7 @@ class PPOPolicy(Policy):
 
     def minibatches(self, batch: "LearnBatch", batch_size: int):
         """One epoch's minibatches: ``(rows, what the heads read for them or None)``. Feed-forward: ``batch_size``
-        random rows each; recurrent: ``batch_size // unroll_len`` random whole sequences each, the core re-run
+        random rows each; recurrent: random whole sequences making ``batch_size`` rows on average, the core re-run
         over them from their stored starting states (the state zeroed where an episode starts inside one)."""
         if batch.seqs is None:
             perm = torch.randperm(len(batch.old_logp), device=self.device)
@@ -419,7 +433,8 @@ class PPOPolicy(Policy):
                 yield perm[start:start + batch_size], None
             return
         n_seq = len(batch.seqs.rows)
-        per = min(n_seq, max(1, batch_size // batch.seqs.rows.shape[1]))
+        # as many sequences as hold batch_size rows on average (a lane's last sequence may be short)
+        per = min(n_seq, max(1, round(n_seq * batch_size / max(1, len(batch.old_logp)))))
         perm = torch.randperm(n_seq, device=self.device)
         for start in range(0, n_seq - per + 1, per):
             yield unroll_rows(self.model.core, batch.obs, batch.state, batch.seqs, perm[start:start + per])
