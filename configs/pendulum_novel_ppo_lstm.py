@@ -3,12 +3,16 @@
 
 ``env.mask_velocity=True`` zeroes the angular velocity (RL Zoo's ``PendulumNoVel-v1``): the policy sees cos and
 sin of the angle only. The settings are RL Zoo's ``hyperparams/ppo_lstm.yml`` for ``PendulumNoVel-v1``
-(sb3-contrib's RecurrentPPO, ``MlpLstmPolicy``): 4 envs x ``n_steps`` 1024 = 4096 rows a segment, ``n_epochs``
-10, ``gamma`` 0.9, ``gae_lambda`` 0.95, ``ent_coef`` 0, ``learning_rate`` 1e-3, ``clip_range`` 0.2, SB3's
-``batch_size`` 64 (two sequences of 32), an LSTM of 256 units with 64-64 tanh heads, orthogonal init. Not
-mapped: ``use_sde`` (gSDE exploration, ``sde_sample_freq`` 4): the Gaussian here has a state-independent log
-std (``init_log_std``); and RecurrentPPO's separate critic LSTM (one LSTM is shared here). RL Zoo's result:
--217.9 +- 140 at 1e5 steps (``benchmark.md``).
+(sb3-contrib's RecurrentPPO, ``MlpLstmPolicy``), as its trained agent's card lists them: 4 envs x ``n_steps`` 1024
+= 4096 rows a segment, ``n_epochs`` 10, ``gamma`` 0.9, ``gae_lambda`` 0.95, ``ent_coef`` 0, ``learning_rate``
+1e-3, ``clip_range`` 0.2, ``normalize: {norm_obs: true, norm_reward: false}`` (``model.obs_norm``),
+``policy_kwargs`` ``lstm_hidden_size=64, enable_critic_lstm=True, net_arch=[dict(pi=[64], vf=[64])],
+activation_fn=nn.ReLU, ortho_init=False``, ``use_sde: true, sde_sample_freq: 4`` (gSDE, ``model.use_sde``,
+policy/gsde.py), and RecurrentPPO's defaults: ``batch_size`` 128 (four sequences of 32), ``vf_coef`` 0.5,
+``max_grad_norm`` 0.5, normalized advantages, Adam's eps 1e-5, ``log_std_init`` 0 (here -0.693: our std is scaled
+by half the action range, 2, so exp(-0.693) * 2 = SB3's exp(0) in the env's units). One difference: SB3's mean is
+linear and the action clipped to the bounds; ours is tanh-squashed into them.
+RL Zoo's result: -217.9 +- 140 at 1e5 steps (``benchmark.md``).
 """
 main_config = dict(
     exp_name="pendulum_novel_ppo_lstm",
@@ -24,12 +28,12 @@ main_config = dict(
     policy=dict(
         type="ppo",
         cuda=False,
-        model=dict(hidden_size_list=[64, 64], orthogonal_init=True, init_log_std=-0.5,
-                   recurrent=dict(type="lstm", hidden_size=256)),
+        model=dict(hidden_size_list=[64], activation="relu", obs_norm=True, init_log_std=-0.693, use_sde=True, sde_sample_freq=4,
+                   recurrent=dict(type="lstm", hidden_size=64)),
         discount_factor=0.9,
         learn=dict(
             epoch_per_collect=10,
-            batch_size=64,
+            batch_size=128,
             unroll_len=32,
             learning_rate=1e-3,
             clip_ratio=0.2,
@@ -39,6 +43,7 @@ main_config = dict(
             adv_norm=True,
             max_grad_norm=0.5,
             gae_lambda=0.95,
+            adam_eps=1e-5,
         ),
         collect=dict(n_sample=4096),
         eval=dict(evaluator=dict(eval_freq=2)),

@@ -102,6 +102,10 @@ def _actor_critic() -> dict:
         # +-obs_clip; the statistics live in the model, so every checkpoint carries them
         obs_norm=False,
         obs_clip=10.0,
+        # gSDE (Box actions): noise linear in the actor's last hidden features, its (features x actions) log std
+        # learned from init_log_std; new noise matrices every sde_sample_freq collect steps (<= 0: once)
+        use_sde=False,
+        sde_sample_freq=-1,
         # orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1), zero biases: CleanRL's layer_init
         orthogonal_init=False,
         # memory (policy/nets.py): null, or dict(type="lstm" | "gru", hidden_size=H[, shared=False]): a core after

@@ -36,6 +36,7 @@ from ..envs.spaces import ActionSpec
 from .defaults import ppo_default_config
 from .base import Policy
 from .nets import RunningMeanStd, State, cpu_state_dict, mlp, obs_float, recurrent_core, to_tensor
+from .gsde import StateDependentNoise
 from .recurrent import Sequences, cut_sequences, unroll_rows
 from .optim import Adam
 
@@ -130,7 +131,8 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
                  encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
-                 orthogonal_init: bool = False, recurrent: Optional[dict] = None, activation: str = "tanh"):
+                 orthogonal_init: bool = False, recurrent: Optional[dict] = None, activation: str = "tanh",
+                 sde_sample_freq: Optional[int] = None):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -157,17 +159,25 @@ class ActorCritic(nn.Module):
             low, high = torch.as_tensor(spec.low).flatten(), torch.as_tensor(spec.high).flatten()
             self.register_buffer("action_scale", (high - low) / 2.0)
             self.register_buffer("action_bias", (high + low) / 2.0)
-            self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
+            if sde_sample_freq is None:
+                self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
+        # gSDE (model.use_sde, Box actions): noise from the actor's last hidden features (policy/gsde.py)
+        self.sde = None if sde_sample_freq is None or spec.kind != "box" else StateDependentNoise(
+            self.actor[-1].in_features, spec.dim, init_log_std, sde_sample_freq)
 
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
         """The action distribution of observations (the core's features with a recurrent core); a boolean
         ``mask`` (Discrete only) gives illegal actions probability 0."""
-        out = self.actor(obs_float(obs) if not self.split else obs[..., :self.split])
+        x = obs_float(obs) if not self.split else obs[..., :self.split]
+        latent = self.actor[:-1](x) if self.sde is not None else None
+        out = self.actor(x) if latent is None else self.actor[-1](latent)
         if self.spec.kind == "discrete":
             if mask is not None:
                 out = out.masked_fill(~mask, ILLEGAL_LOGIT)
             return Categorical(logits=out, validate_args=False)
         mean = torch.tanh(out) * self.action_scale + self.action_bias  # bounded by the space
+        if self.sde is not None:
+            return self.sde.dist(mean, latent, self.action_scale)
         std = self.log_std.exp() * self.action_scale
         return Normal(mean, std.expand_as(mean), validate_args=False)
 
@@ -222,7 +232,8 @@ class PPOPolicy(Policy):
         self.model = ActorCritic(obs_dim, self.spec, m.hidden_size_list, m.get("init_log_std", -0.5),
                                  m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
                                  m.get("orthogonal_init", False), m.get("recurrent"),
-                                 m.get("activation", "tanh")).to(device)
+                                 m.get("activation", "tanh"),
+                                 m.get("sde_sample_freq", -1) if m.get("use_sde", False) else None).to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate, eps=cfg.learn.get("adam_eps", 1e-8),
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0

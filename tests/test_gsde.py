@@ -1,0 +1,87 @@
+"""gSDE for PPO's Box actions (policy.model.use_sde; policy/gsde.py), and the PPO keys RL Zoo's recurrent
+settings need (model.activation, learn.clip_anneal, learn.adam_eps)."""
+import numpy as np
+import pytest
+import torch
+
+from parallel_rl.config import compile_config
+from parallel_rl.envs.env_manager import EnvManager
+from parallel_rl.policy import create_policy
+from parallel_rl.collector.serial import SampleSerialCollector
+from tests.test_serial import run_cli
+
+
+def _ppo(env, model=None, **learn):
+    cfg = compile_config({"env": {"env_id": "Pendulum-v1"},
+                          "policy": {"type": "ppo", "model": {"hidden_size_list": [16], **(model or {})},
+                                     "learn": {"batch_size": 32, "epoch_per_collect": 2, **learn}}})
+    return create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+
+
+def test_gsde_noise_holds_for_sample_freq_steps_then_is_drawn_again():
+    with EnvManager("Pendulum-v1", 3, seed=0) as env:
+        policy = _ppo(env, {"use_sde": True, "sde_sample_freq": 4})
+        obs = env.reset()
+    actions = [policy.forward_collect(obs)["action"] for _ in range(8)]
+    mean = policy.forward_eval(obs)
+    # the same lanes' features give the same noise while the matrices hold: steps 0-3, then 4-7
+    for step in (1, 2, 3):
+        np.testing.assert_array_equal(actions[step], actions[0])
+        np.testing.assert_array_equal(actions[4 + step], actions[4])
+    assert not np.allclose(actions[4], actions[0])
+    assert not np.allclose(actions[0], mean)  # noise, not the mean
+    # each lane has its own matrix: three lanes with one observation explore differently
+    same = np.repeat(obs[:1], 3, axis=0)
+    spread = policy.forward_collect(same)["action"]
+    assert len(np.unique(spread.round(6), axis=0)) == 3
+
+
+def test_gsde_logp_is_the_state_dependent_gaussian_of_the_features():
+    with EnvManager("Pendulum-v1", 2, seed=0) as env:
+        policy = _ppo(env, {"use_sde": True, "sde_sample_freq": 2, "init_log_std": -1.0})
+        obs = env.reset()
+    out = policy.forward_collect(obs)
+    model = policy.model
+    x = torch.as_tensor(obs, dtype=torch.float32)
+    with torch.no_grad():
+        z = model.actor[:-1](x)  # the actor's last hidden features
+        mean = torch.tanh(model.actor[-1](z)) * 2.0  # Pendulum: bounds +-2
+        sigma = model.state_dict()["sde.log_std"].exp()
+        std = torch.sqrt(z.pow(2) @ sigma.pow(2) + 1e-6) * 2.0
+        expected = torch.distributions.Normal(mean, std).log_prob(torch.as_tensor(out["action"])).sum(-1)
+    np.testing.assert_allclose(out["logp"], expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_gsde_learns_its_log_std_matrix_and_no_state_independent_one():
+    with EnvManager("Pendulum-v1", 2, seed=0) as env:
+        policy = _ppo(env, {"use_sde": True, "sde_sample_freq": 4})
+        segment = SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99).collect(64)
+    state = policy.model.state_dict()
+    assert "log_std" not in state and state["sde.log_std"].shape == (16, 1)
+    before = state["sde.log_std"].clone()
+    policy.forward_learn(segment)
+    assert not torch.equal(before, policy.model.state_dict()["sde.log_std"])
+
+
+def test_clip_anneals_with_the_learning_rate_and_adam_eps_and_activation_are_set():
+    with EnvManager("Pendulum-v1", 2, seed=0) as env:
+        policy = _ppo(env, {"activation": "relu"}, learning_rate=1e-3, lr_anneal_env_steps=256, clip_anneal=True,
+                      adam_eps=1e-5)
+        segment = SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99).collect(64)
+    assert any(isinstance(m, torch.nn.ReLU) for m in policy.model.actor.modules())
+    assert policy.optimizer.eps == 1e-5
+    assert policy.clip_ratio() == pytest.approx(0.2)
+    policy.forward_learn(segment)  # 64 of 256 env steps trained on: a quarter of the way
+    assert policy.clip_ratio() == pytest.approx(0.2 * 0.75)
+    assert policy.optimizer.lr == pytest.approx(1e-3)  # set before the update, from the steps trained before it
+    with pytest.raises(ValueError, match="policy.model.activation"):
+        with EnvManager("Pendulum-v1", 1, seed=0) as env:
+            _ppo(env, {"activation": "gelu"})
+
+
+def test_recurrent_ppo_with_gsde_trains_serially_end_to_end(tmp_path):
+    proc = run_cli("serial", "-c", "configs/pendulum_novel_ppo_lstm.py", "--set", f"exp_name={tmp_path}/exp",
+                   "--set", "serial.max_env_step=2048", "--set", "policy.collect.n_sample=512",
+                   "--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1")
+    assert proc.returncode == 3, proc.stderr[-2000:]  # 3: the budget ended it before the stop value
+    assert "env step budget 2048 used up" in proc.stdout
