@@ -12,7 +12,7 @@
   uniform replay): buffer.sample + BaseLearner.train vs a bare loop of the same update written inline
   with torch.optim.Adam on the same networks (``--only sac td3`` runs just these). Target >= 0.9.
 - ppo_lstm: recurrent PPO's learner on sequences (configs/cartpole_novel_ppo_lstm.py's model and update:
-  an actor LSTM and a critic LSTM of 256, 64-64 heads, one 256-row segment of 8 masked-CartPole lanes cut into
+  an actor LSTM and a critic LSTM of 64, ReLU heads of 64, one 256-row segment of 8 masked-CartPole lanes cut into
   sequences of 32, 20 epochs) through BaseLearner.train vs a bare torch loop of the same update: GAE, then per
   epoch the two LSTMs unrolled over the sequences from their stored states (zeroed where an episode starts),
   the clipped loss, Adam with grad clipping (``--only ppo_lstm``). Target >= 0.85.
@@ -235,16 +235,22 @@ def ppo_lstm_rates(seconds: float) -> tuple[float, float]:
     lib = rate(lambda: learner.train(segment)) * epochs
 
     # by hand: the segment as (T, lanes) grids (8 lanes x 32 steps), sequences = lanes
-    hidden, T = 256, 32
+    model = cfg.policy.model
+    hidden, T = int(model.recurrent.hidden_size), 32
+    act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[model.activation]
     order = np.lexsort((np.arange(len(segment["env_id"])), segment["env_id"]))
     grid = {k: torch.from_numpy(v[order][: 8 * T].reshape(8, T, *v.shape[1:]).swapaxes(0, 1).copy())
             for k, v in segment.items() if k in ("obs", "action", "reward", "done", "end", "logp", "value",
                                                    "hidden_h", "hidden_c", "next_obs")}
     lstms = torch.nn.ModuleList(torch.nn.LSTM(4, hidden) for _ in range(2))
-    heads = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(hidden, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                                    torch.nn.Tanh(), torch.nn.Linear(64, out)) for out in (2, 1))
+    def head(out):
+        sizes = [hidden] + list(model.hidden_size_list)
+        layers = [m for a, b in zip(sizes[:-1], sizes[1:]) for m in (torch.nn.Linear(a, b), act())]
+        return torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], out))
+
+    heads = torch.nn.ModuleList(head(out) for out in (2, 1))
     params = list(lstms.parameters()) + list(heads.parameters())
-    opt = torch.optim.Adam(params, lr=1e-3)
+    opt = torch.optim.Adam(params, lr=1e-3, eps=learn.adam_eps)
     starts = torch.zeros(T, 8, dtype=torch.bool)
     starts[1:] = grid["end"][:-1]
     cuts = [0] + (torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist() + [T]
@@ -314,7 +320,7 @@ def main() -> None:
         print(f"learner updates/s ({kind:8s}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
     if "ppo_lstm" in args.only:
         bare, lib = ppo_lstm_rates(args.seconds)
-        print(f"ppo_lstm learner updates/s (2 LSTMs of 256, 8 sequences of 32): library {lib:7.1f}  bare {bare:7.1f}  "
+        print(f"ppo_lstm learner updates/s (2 LSTMs of 64, 8 sequences of 32): library {lib:7.1f}  bare {bare:7.1f}  "
               f"ratio {lib / bare:.2f}")
 
 
