@@ -127,6 +127,57 @@ def test_burn_in_rows_carry_no_gradient():
         assert float(policy.sequence_loss(changed)[0]) == pytest.approx(float(same), rel=1e-6)
 
 
+
+def test_an_exported_r2d2_policy_acts_like_its_eval_mode_carrying_the_lstm_state(tmp_path):
+    """The acting module, its TorchScript and ONNX files (through load_policy's Agent) take the eval mode's greedy
+    actions step after step with the LSTM state fed back, and start afresh where episodes end (reset)."""
+    import importlib.util
+
+    from parallel_rl.after.acting import Agent, acting_module, torch_forward
+    from parallel_rl.after.api import load_policy
+    from parallel_rl.after.export import export_acting
+
+    cfg = r2d2_cfg()
+    with EnvManager.from_cfg(cfg.env, 1, seed=0) as env:
+        policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
+        obs_shape = env.obs_shape
+    with torch.no_grad():
+        for p in policy.model.parameters():  # larger weights: actions that depend on the state
+            p.mul_(4.0)
+    lanes, mode = 5, policy.eval_mode
+    episodes = np.split(np.random.default_rng(0).normal(0.0, 1.0, size=(40, lanes, 4)).astype(np.float32), [18])
+
+    def eval_mode_actions(resets: bool) -> np.ndarray:
+        actions, state = [], mode.initial_state(lanes)
+        for episode in episodes:
+            state = mode.initial_state(lanes) if resets else state
+            for step in episode:
+                out = mode.forward(step, state=state)
+                actions.append(out["action"])
+                state = out["next_state"]
+        return np.array(actions)
+
+    expected = eval_mode_actions(resets=True)
+    assert not np.array_equal(expected, eval_mode_actions(resets=False)), "the reset changes nothing: a void check"
+    memoryless = np.array([mode.forward(step, state=mode.initial_state(lanes))["action"]
+                           for episode in episodes for step in episode])
+    assert not np.array_equal(expected, memoryless), "the actions do not depend on the state: a void check"
+    module = acting_module(policy)
+    assert module.state_sizes == {"hidden_h": 8, "hidden_c": 8}
+    agents = {"acting": Agent(torch_forward(module), obs_shape, "discrete", "", "float32", module.state_sizes)}
+    formats = ["torchscript"] + (["onnx"] if importlib.util.find_spec("onnxruntime") else [])
+    for fmt in formats:
+        agents[fmt] = load_policy(export_acting(module, obs_shape, "discrete", fmt, str(tmp_path / f"r2d2.{fmt}")))
+    for name, agent in agents.items():
+        assert agent.state_sizes == {"hidden_h": 8, "hidden_c": 8}, name
+        actions = []
+        for episode in episodes:
+            agent.reset()  # the episodes ended: the next act starts from zeros
+            actions += [agent.act(step) for step in episode]
+        np.testing.assert_array_equal(np.array(actions), expected, err_msg=name)
+        agent.reset()
+        assert agent.act(episodes[0][0][0]) == expected[0][0], name  # one observation of one lane
+
 def test_sequence_priorities_reach_the_serial_buffer():
     cfg = r2d2_cfg()
     policy, seqs = collect_sequences(cfg, calls=16)

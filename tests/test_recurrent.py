@@ -225,6 +225,41 @@ def test_recurrent_ppo_trains_on_a_cluster(cli, tmp_path):
     assert found and int(found.group(1)) >= 2048 and int(found.group(2)) >= 6, run.output()[-2000:]
 
 
+MINATAR_LSTM = os.path.join(REPO, "configs", "minatar_breakout_ppo_lstm.py")
+# a few hundred env steps: segments of 4 envs x 64 steps, sequences of 16 rows, one epoch; one short evaluation
+MINATAR_TINY = ("env.collector_env_num=4", "env.evaluator_env_num=1", "env.n_evaluator_episode=1",
+                "policy.collect.n_sample=256", "policy.learn.unroll_len=16", "policy.learn.batch_size=64",
+                "policy.learn.epoch_per_collect=1", "serial.max_env_step=512")
+
+
+def test_recurrent_ppo_runs_minatar_breakout_one_board_at_a_time(tmp_path):
+    """configs/minatar_breakout_ppo_lstm.py (bool boards, no frame stack, MinAtar's conv then an LSTM) end to end
+    with a tiny budget; its collector stores each row's state at the core's width, and the run's checkpoint acts
+    carrying that state."""
+    from parallel_rl.after.api import load_policy
+    from parallel_rl.config import load_config
+
+    exp = str(tmp_path / "exp")
+    sets = [f"exp_name={exp}", *MINATAR_TINY]
+    done = run_cli("serial", "-c", MINATAR_LSTM, *(a for s in sets for a in ("--set", s)))
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]  # the budget ran out
+    assert re.search(r"env_steps=51\d train_iter=2 ", done.stdout), done.stdout[-500:]
+    cfg = load_config(MINATAR_LSTM, sets)
+    env, policy = build(cfg, num_envs=2)
+    try:
+        rows = SampleSerialCollector(None, env, policy.collect_mode, nstep=1).collect(n_sample=64)
+    finally:
+        env.close()
+    width = policy.model.core.out_dim
+    assert width == 2 * 128  # an actor's and a critic's LSTM of 128 (the config's hidden_size)
+    assert rows["obs"].dtype == np.bool_ and rows["obs"].shape[1:] == (10, 10, 4)  # one board a row
+    assert rows["hidden_h"].shape == rows["hidden_c"].shape == (len(rows["obs"]), width)
+    assert np.abs(rows["hidden_h"]).sum() > 0
+    agent = load_policy(exp)  # the run's checkpoint, through the config.json it wrote
+    assert agent.state_sizes == {"hidden_h": width, "hidden_c": width}
+    assert agent.act(rows["obs"][:2]).shape == (2,) and agent.state[0].shape == (2, width)
+
+
 @pytest.mark.parametrize("encoder", [dict(type="mlp"), dict(type="minatar", shape=[10, 10, 4])])
 def test_the_cores_unroll_equals_stepping_with_the_state_zeroed_at_episode_starts(encoder):
     """Over any encoder: unroll (one LSTM call per stretch without restarts) = one step at a time, zeroing the state

@@ -25,7 +25,9 @@ from ..policy.nets import obs_float
 
 
 class _Acting(nn.Module):
-    """Box actions: ``tanh``-squashed outputs in [-1, 1], scaled to the space's bounds."""
+    """``forward(obs) = decide(inputs(obs))``: ``inputs`` is what the network reads (flat, converted, normalised),
+    ``decide`` the network and the greedy choice; a recurrent core goes between them (:class:`RecurrentActing`).
+    Box actions: ``tanh``-squashed outputs in [-1, 1], scaled to the space's bounds."""
 
     def __init__(self, spec=None, scale=None, bias=None):
         super().__init__()
@@ -37,14 +39,48 @@ class _Acting(nn.Module):
     def to_env(self, unit: torch.Tensor) -> torch.Tensor:
         return unit * self.action_scale + self.action_bias
 
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs_float(obs.flatten(1))
+
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.decide(self.inputs(obs))
+
+
+class RecurrentActing(nn.Module):
+    """A policy with memory: ``(obs, *state) -> (action, *next state)``, one step of its ``core`` from the state
+    fed in between ``acting``'s inputs and its decision (which reads the first ``split`` features; 0: all)."""
+
+    def __init__(self, acting: _Acting, core: nn.Module, split: int = 0):
+        super().__init__()
+        self.acting, self.core, self.split = acting, core, int(split or 0)
+        self.state_sizes = {k: core.out_dim for k in core.state_keys}
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        features, after = self.core.step(self.acting.inputs(obs), state)
+        return (self.acting.decide(features[..., :self.split] if self.split else features), *after)
+
 
 class DQNActing(_Acting):
     def __init__(self, policy):
         super().__init__()
         self.q_network = policy.model
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_network(obs.flatten(1)).argmax(-1)
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q_network(x).argmax(-1)
+
+
+class R2D2Acting(DQNActing):
+    """R2D2's Q-head over its core's features (greedy, as its eval mode)."""
+
+    def decide(self, features: torch.Tensor) -> torch.Tensor:
+        return self.q_network.q(features).argmax(-1)
+
+
+def r2d2_acting(policy) -> nn.Module:
+    return RecurrentActing(R2D2Acting(policy), policy.model.core)
 
 
 class PPOActing(_Acting):
@@ -55,34 +91,20 @@ class PPOActing(_Acting):
         self.obs_rms = model.obs_rms
         self.obs_clip = float(policy.cfg.model.get("obs_clip", 10.0))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.flatten(1)
         if self.obs_rms is not None:  # statistics of the raw values, as the policy keeps them
             x = self.obs_rms.normalize(x.float(), self.obs_clip)
-        out = self.actor(obs_float(x))  # as ActorCritic's forward: uint8 scaled, bool as 0/1
+        return obs_float(x)  # as ActorCritic's forward: uint8 scaled, bool as 0/1
+
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.actor(x)
         return out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out))
 
 
-class PPORecurrentActing(PPOActing):
-    """PPO's acting module over a recurrent core: ``(obs, *state) -> (action, *next state)``."""
-
-    def __init__(self, policy):
-        super().__init__(policy)
-        self.core = policy.model.core
-        self.split = policy.model.split  # the actor reads the first `split` features (0: all)
-        self.state_sizes = {k: self.core.out_dim for k in self.core.state_keys}
-
-    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
-        x = obs.flatten(1)
-        if self.obs_rms is not None:
-            x = self.obs_rms.normalize(x, self.obs_clip)
-        features, after = self.core.step(x, state)
-        out = self.actor(features[..., :self.split] if self.split else features)
-        return (out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out)), *after)
-
-
 def ppo_acting(policy) -> nn.Module:
-    return PPOActing(policy) if policy.model.core is None else PPORecurrentActing(policy)
+    model = policy.model
+    return PPOActing(policy) if model.core is None else RecurrentActing(PPOActing(policy), model.core, model.split)
 
 
 class SACActing(_Acting):
@@ -90,8 +112,8 @@ class SACActing(_Acting):
         super().__init__(policy.spec, policy.action_scale.cpu(), policy.action_bias.cpu())
         self.actor_net = policy.actor.net
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean, _log_std = self.actor_net(obs.flatten(1)).chunk(2, dim=-1)
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        mean, _log_std = self.actor_net(x).chunk(2, dim=-1)
         return self.to_env(torch.tanh(mean))
 
 
@@ -100,13 +122,14 @@ class TD3Acting(_Acting):
         super().__init__(policy.spec, policy.action_scale.cpu(), policy.action_bias.cpu())
         self.actor = policy.actor
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.to_env(self.actor(obs.flatten(1)))
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        return self.to_env(self.actor(x))
 
 
 # IMPALA and APPO act with PPO's actor-critic
-ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "ppo": ppo_acting, "sac": SACActing,
-                                                  "td3": TD3Acting, "impala": ppo_acting, "appo": ppo_acting}
+ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "r2d2": r2d2_acting, "ppo": ppo_acting,
+                                                  "sac": SACActing, "td3": TD3Acting, "impala": ppo_acting,
+                                                  "appo": ppo_acting}
 
 
 def acting_module(policy) -> nn.Module:

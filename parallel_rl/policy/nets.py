@@ -191,8 +191,9 @@ class RecurrentCore(nn.Module):
         return torch.cat(outs, -1), tuple(torch.cat([n[k] for n in news], -1).squeeze(0) for k in range(len(state)))
 
     def step(self, obs: torch.Tensor, state: State) -> Tuple[torch.Tensor, State]:
-        """One step of B lanes: (B, D) observations -> (B, H) features and the next state."""
-        out, new = self._rnn(self.encoder(obs).unsqueeze(0), state)
+        """One step of B lanes: (B, D) observations (any dtype: :func:`obs_float`) -> (B, H) features and the next
+        state."""
+        out, new = self._rnn(self.encoder(obs_float(obs)).unsqueeze(0), state)
         return out.squeeze(0), new
 
     def unroll(self, obs: torch.Tensor, state: State, starts: torch.Tensor) -> Tuple[torch.Tensor, State]:
@@ -200,7 +201,7 @@ class RecurrentCore(nn.Module):
         ``starts[t, b]`` an episode begins, the state is zeroed before step t. The steps between two such rows
         run as one call of the LSTM (cuDNN's kernel on a GPU), split only where some sequence restarts."""
         T, B = obs.shape[:2]
-        x = self.encoder(obs.reshape(T * B, *obs.shape[2:])).reshape(T, B, -1)
+        x = self.encoder(obs_float(obs.reshape(T * B, *obs.shape[2:]))).reshape(T, B, -1)
         cuts = [0] + (torch.nonzero(starts[1:].any(1)).flatten() + 1).tolist() + [T]
         outs = []
         for begin, stop in zip(cuts[:-1], cuts[1:]):

@@ -117,7 +117,7 @@ class R2D2Policy(DQNPolicy):
         """Greedy actions of one core step from ``state`` (None: zeros), and the lanes' next state."""
         core = self.model.core
         state = core.initial_state(len(obs)) if state is None else state
-        features, after = core.step(obs_float(to_tensor(obs.reshape(obs.shape[0], -1), self.device, None)),
+        features, after = core.step(to_tensor(obs.reshape(obs.shape[0], -1), self.device, None),
                                     core.state_tensors(state, self.device))
         q_value = self.model.q(features)
         if mask is not None:
@@ -163,7 +163,7 @@ class R2D2Policy(DQNPolicy):
         cfg, device = self.cfg, self.device
         burnin, unroll, n = int(cfg.burnin_step), int(cfg.learn.unroll_len), int(cfg.nstep)
         obs = to_tensor(batch["obs"], device, None).transpose(0, 1)  # time-major (L, B, ...)
-        obs = obs_float(obs.reshape(obs.shape[0], obs.shape[1], -1))
+        obs = obs_float(obs.reshape(obs.shape[0], obs.shape[1], -1))  # once for the three unrolls below
         if obs.shape[0] != burnin + unroll + n:
             raise ValueError(f"sequences of {obs.shape[0]} rows, the config asks for burnin_step + unroll_len + "
                              f"nstep = {burnin + unroll + n}: the collectors and the learner must share the config")
