@@ -85,3 +85,23 @@ def test_recurrent_ppo_with_gsde_trains_serially_end_to_end(tmp_path):
                    "--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1")
     assert proc.returncode == 3, proc.stderr[-2000:]  # 3: the budget ended it before the stop value
     assert "env step budget 2048 used up" in proc.stdout
+
+
+@pytest.mark.parametrize("bias, expected", [(0.25, 0.5), (5.0, 2.0)])  # Pendulum: action = 2 * out, clipped to +-2
+def test_a_linear_mean_is_not_squashed_and_eval_and_export_clip_it_to_the_bounds(bias, expected):
+    from parallel_rl.after.acting import acting_module
+
+    with EnvManager("Pendulum-v1", 2, seed=0) as env:
+        policy = _ppo(env, {"squash_mean": False})
+        obs = env.reset()
+    state = policy.model.state_dict()
+    last = max(k for k in state if k.startswith("actor.") and k.endswith(".weight"))
+    state[last].zero_()
+    state[last.replace("weight", "bias")].fill_(bias)
+    policy.model.load_state_dict(state)
+    np.testing.assert_allclose(policy.forward_eval(obs), expected, rtol=1e-6)  # tanh would give 0.49 / 2.0
+    with torch.no_grad():
+        exported = acting_module(policy)(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(exported, expected, rtol=1e-6)
+    collected = policy.forward_collect(np.repeat(obs[:1], 2000, axis=0))["action"]
+    assert abs(float(np.mean(collected)) - 2.0 * bias) < 0.2  # sampled around the linear mean, not clipped

@@ -27,7 +27,8 @@ from ..policy.nets import obs_float
 class _Acting(nn.Module):
     """``forward(obs) = decide(inputs(obs))``: ``inputs`` is what the network reads (flat, converted, normalised),
     ``decide`` the network and the greedy choice; a recurrent core goes between them (:class:`RecurrentActing`).
-    Box actions: ``tanh``-squashed outputs in [-1, 1], scaled to the space's bounds."""
+    Box actions: ``tanh``-squashed outputs in [-1, 1] (PPO with ``model.squash_mean=False``: linear, clipped), scaled
+    to the space's bounds."""
 
     def __init__(self, spec=None, scale=None, bias=None):
         super().__init__()
@@ -88,6 +89,7 @@ class PPOActing(_Acting):
         model = policy.model
         super().__init__(policy.spec, getattr(model, "action_scale", None), getattr(model, "action_bias", None))
         self.actor = model.actor
+        self.squash = getattr(model, "squash_mean", True)
         self.obs_rms = model.obs_rms
         self.obs_clip = float(policy.cfg.model.get("obs_clip", 10.0))
 
@@ -99,7 +101,10 @@ class PPOActing(_Acting):
 
     def decide(self, x: torch.Tensor) -> torch.Tensor:
         out = self.actor(x)
-        return out.argmax(-1) if self.discrete else self.to_env(torch.tanh(out))
+        if self.discrete:
+            return out.argmax(-1)
+        # the mean in the bounds: tanh-squashed, or linear and clipped (as PPOPolicy.forward_eval)
+        return self.to_env(torch.tanh(out) if self.squash else out.clamp(-1.0, 1.0))
 
 
 def ppo_acting(policy) -> nn.Module:

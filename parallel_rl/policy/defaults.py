@@ -102,6 +102,9 @@ def _actor_critic() -> dict:
         # +-obs_clip; the statistics live in the model, so every checkpoint carries them
         obs_norm=False,
         obs_clip=10.0,
+        # Box actions: the Gaussian's mean tanh-squashed into the space's bounds (true), or linear (false, SB3's
+        # PPO: the env clips each action to the bounds); the std is exp(init_log_std...) times half the range
+        squash_mean=True,
         # gSDE (Box actions): noise linear in the actor's last hidden features, its (features x actions) log std
         # learned from init_log_std; new noise matrices every sde_sample_freq collect steps (<= 0: once)
         use_sde=False,

@@ -37,73 +37,9 @@ from .defaults import ppo_default_config
 from .base import Policy
 from .nets import RunningMeanStd, State, cpu_state_dict, mlp, obs_float, recurrent_core, to_tensor
 from .gsde import StateDependentNoise
+from .returns import discounted_returns, gae_advantages, lane_order  # noqa: F401 (public here too)
 from .recurrent import Sequences, cut_sequences, unroll_rows
 from .optim import Adam
-
-
-def lane_order(env_id: np.ndarray, end: np.ndarray):
-    """The segment's rows sorted by env lane (time order kept within each), and for each sorted row whether it
-    continues into the next sorted row (same lane, its episode not ended there)."""
-    order = np.argsort(env_id, kind="stable")
-    sorted_env = env_id[order]
-    continues = np.zeros(len(env_id), dtype=bool)
-    continues[:-1] = sorted_env[:-1] == sorted_env[1:]
-    continues &= ~end[order].astype(bool)
-    return order, continues
-
-
-def lane_backward_sum(x: np.ndarray, factor: np.ndarray, env_id: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """``y_t = x_t + factor_t * y_{t+1}`` backwards along each env lane, cut where an episode ended (``end``) and
-    at each lane's last row: the recursion of GAE and of V-trace.
-
-    The rows are laid out as a (time, lane) grid, so the loop runs over the longest lane's steps with all
-    lanes at once (IMPALA's [T, B] layout) rather than over every row."""
-    order, continues = lane_order(env_id, end)
-    sorted_env = env_id[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = sorted_env[1:] != sorted_env[:-1]
-    lane = np.cumsum(first) - 1
-    step = np.arange(len(order)) - np.flatnonzero(first)[lane]
-    grid_x = np.zeros((int(step.max(initial=-1)) + 1, int(lane.max(initial=-1)) + 1))
-    grid_f = np.zeros_like(grid_x)  # 0 past a lane's end and where its rows do not continue
-    grid_x[step, lane] = x[order]
-    grid_f[step, lane] = np.where(continues, factor[order], 0.0)
-    running = np.zeros(grid_x.shape[1])
-    for t in range(len(grid_x) - 1, -1, -1):
-        running = grid_x[t] + grid_f[t] * running
-        grid_x[t] = running
-    out = np.empty(len(order), dtype=np.float64)
-    out[order] = grid_x[step, lane]
-    return out
-
-
-def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray,
-                   end: np.ndarray, env_id: np.ndarray, gamma: float, gae_lambda: float) -> np.ndarray:
-    """GAE(lambda) over a segment of rows, time-ordered within each ``env_id``.
-
-    ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``: a terminated episode has no
-    future, a truncated one (time limit) bootstraps from ``next_value``. The recursion
-    ``A_t = delta_t + gamma * lambda * A_{t+1}`` stops where the episode ended (``end``: terminated or
-    truncated) and at each env's last row in the segment.
-    """
-    delta = reward + gamma * (1.0 - terminated.astype(np.float64)) * next_value - value
-    decay = np.full(len(reward), gamma * gae_lambda)
-    return lane_backward_sum(delta, decay, env_id, end).astype(np.float32)
-
-
-def discounted_returns(reward: np.ndarray, end: np.ndarray, env_id: np.ndarray, gamma: float) -> np.ndarray:
-    """``R_t = gamma * R_{t-1} + r_t`` per env lane, restarting after an episode's end and at each lane's
-    first row in the segment: the quantity whose running std gymnasium's NormalizeReward divides by."""
-    order, continues = lane_order(env_id, end)
-    sorted_reward = reward[order]
-    out = np.empty(len(reward), dtype=np.float64)
-    running = 0.0
-    for i in range(len(reward)):
-        running = sorted_reward[i] + (gamma * running if i > 0 and continues[i - 1] else 0.0)
-        out[i] = running
-    returns = np.empty_like(out)
-    returns[order] = out
-    return returns
 
 
 def orthogonal_init_(net: nn.Sequential, head_gain: float) -> None:
@@ -132,12 +68,12 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
                  encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
                  orthogonal_init: bool = False, recurrent: Optional[dict] = None, activation: str = "tanh",
-                 sde_sample_freq: Optional[int] = None):
+                 sde_sample_freq: Optional[int] = None, squash_mean: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         act = ACTIVATIONS[activation]
-        self.spec = spec
+        self.spec, self.squash_mean = spec, bool(squash_mean)
         key = "policy.model.hidden_size_list"
         # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
         self.split = None  # a recurrent core's features: the actor reads [:split], the critic [split:]
@@ -175,7 +111,8 @@ class ActorCritic(nn.Module):
             if mask is not None:
                 out = out.masked_fill(~mask, ILLEGAL_LOGIT)
             return Categorical(logits=out, validate_args=False)
-        mean = torch.tanh(out) * self.action_scale + self.action_bias  # bounded by the space
+        # tanh: bounded by the space; linear (SB3's): the env clips the action
+        mean = (torch.tanh(out) if self.squash_mean else out) * self.action_scale + self.action_bias
         if self.sde is not None:
             return self.sde.dist(mean, latent, self.action_scale)
         std = self.log_std.exp() * self.action_scale
@@ -233,7 +170,8 @@ class PPOPolicy(Policy):
                                  m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
                                  m.get("orthogonal_init", False), m.get("recurrent"),
                                  m.get("activation", "tanh"),
-                                 m.get("sde_sample_freq", -1) if m.get("use_sde", False) else None).to(device)
+                                 m.get("sde_sample_freq", -1) if m.get("use_sde", False) else None,
+                                 m.get("squash_mean", True)).to(device)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate, eps=cfg.learn.get("adam_eps", 1e-8),
                               max_grad_norm=cfg.learn.max_grad_norm or 0.0)
         self.learn_steps = 0
@@ -302,7 +240,10 @@ class PPOPolicy(Policy):
         if self.spec.kind == "discrete":
             action = dist.logits.argmax(-1).cpu().numpy()
         else:
-            action = dist.mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
+            mean, m = dist.mean, self.model
+            if not m.squash_mean:  # a linear mean may leave the bounds: act as the env would (clipped)
+                mean = torch.max(torch.min(mean, m.action_bias + m.action_scale), m.action_bias - m.action_scale)
+            action = mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
         return action if next_state is None else {"action": action, "next_state": next_state}
 
     # ---- learning --------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .ppo import lane_backward_sum, lane_order
+from .returns import lane_backward_sum, lane_order
 
 
 class VTrace(NamedTuple):
