@@ -22,11 +22,12 @@ main_config["parallel"] = dict(
         allowance_grant=64,
         max_env_step=1_000_000,
     ),
-    # full chunks: with one update per env step the collectors run at the learner's pace (~100-300 env steps/s),
-    # and a 0.05 s flush cut chunks of 4-76 rows (3,336 files for the 100k replay): the learner's 512-chunk
-    # cache missed on nearly every sampled row and its data thread spent more CPU reading .npz files than the
-    # updates took. The collectors run 5,000 env steps (the random warm-up) ahead of the learner, so 2 s of
-    # latency costs nothing
-    collector=dict(chunk_size=256, flush_interval=2.0),
-    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=1.0),
+    # one update per env step: the collectors run at the learner's pace (~100-300 env steps/s), and their chunks
+    # end every allowance_grant steps or sooner (a new policy, flush_interval): 4-80 rows, ~3,000 files for
+    # the 100k replay. The learner's cache holds chunk_cache_size chunks of chunk_size rows each: with the
+    # defaults (512 of 256 rows) it missed on nearly every sampled row and its data thread spent more CPU
+    # reading .npz files than the updates took (py-spy, 35 min into a run). Chunks of at most 64 rows and 4,096
+    # of them cached hold the whole replay (~220 MB of uint8/bool rows)
+    collector=dict(chunk_size=64, flush_interval=2.0),
+    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=1.0, chunk_cache_size=4096),
 )
