@@ -80,6 +80,39 @@ def test_eval_video_is_the_evaluated_episode(runs, tmp_path):
         (result["return_mean"], result["return_min"], result["return_max"])), (lengths, result)
 
 
+def test_eval_records_videos_of_atari_configs(tmp_path):
+    """ALE's vector env (the Atari configs) renders no frames: the MP4 shows the game's RGB screen (210x160, at
+    60 Hz / frame skip 4 = 15 fps) while the policy plays on the 4x84x84 stacks it was trained on; games cut at
+    400 emulator frames: 100 agent steps."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("ale_py")
+    from parallel_rl.after.checkpoints import spaces_env
+    from parallel_rl.config import load_config
+    from parallel_rl.policy import create_policy
+    from parallel_rl.storage import torch_save_atomic
+
+    config = os.path.join(REPO, "configs", "pong_dqn.py")
+    short = ["--set", "env.eval_env_kwargs.max_num_frames_per_episode=400"]
+    cfg = load_config(config)
+    env = spaces_env(cfg)
+    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
+    env.close()
+    os.makedirs(tmp_path / "ckpt")
+    torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
+    out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "1", "--video", str(tmp_path / "v"),
+                  *short, "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["length_mean"] == 100, result
+    reader = imageio_ffmpeg.read_frames(result["videos"][0])
+    meta = next(reader)
+    assert meta["size"] == (160, 210) and meta["fps"] == 15, meta
+    frames = np.stack([np.frombuffer(f, np.uint8).reshape(210, 160, 3) for f in reader])
+    assert len(frames) == 101  # a frame per step and one of the last state
+    red, green, blue = frames.reshape(-1, 3).mean(axis=0)
+    assert red > green + 30 and green > blue + 30, (red, green, blue)  # Pong's brown court: colour, not grey
+
+
 def test_a_failed_recording_is_one_line_and_exit_2(runs, tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     not_a_dir = tmp_path / "file"

@@ -277,3 +277,72 @@ def test_exported_pixel_policies_take_the_envs_own_observations(config, tmp_path
         assert agent.obs_dtype == dtype
         assert np.array_equal(agent.act(obs), expected), fmt
         assert np.array_equal(agent.act(obs[0]), expected[0])
+
+
+# ---- videos of ALE configs: ALE's vector env cannot render; the policy plays on its stacks, a twin shows the screen
+def pong_eval_cfg(frames: int = 400):
+    """pong_dqn.py's env with games cut at ``frames`` emulator frames (``frames / 4`` agent steps)."""
+    from parallel_rl.config import load_config
+
+    return load_config("configs/pong_dqn.py", [f"env.eval_env_kwargs.max_num_frames_per_episode={frames}"])
+
+
+def test_ale_recording_acts_on_the_evaluators_frame_stacks(tmp_path):
+    """A cluster evaluator's recording (record_every) of an ALE config: the policy is handed, step by step, the
+    observations an evaluator's env gives for the same seed and actions (4x84x84 uint8 stacks, whole games, raw
+    rewards), and the video lands in the shared store."""
+    pytest.importorskip("imageio_ffmpeg")
+    from parallel_rl.envs.video import record_to_store
+    from parallel_rl.storage import SharedStorage
+
+    cfg = pong_eval_cfg()
+    seen, rng = [], np.random.default_rng(0)
+
+    def act(obs):
+        seen.append(obs.copy())
+        return rng.integers(0, 6, size=len(obs))
+
+    storage = SharedStorage(str(tmp_path / "shared"))
+    assert record_to_store(storage, cfg, act, 3, seed=7) == storage.video_name(3)
+    assert [v["policy_version"] for v in storage.videos()] == [3]
+    assert len(seen) == 100 and seen[0].shape == (1, 4, 84, 84) and seen[0].dtype == np.uint8
+    assert not seen[0][0, :3].any() and seen[0][0, 3].any()  # ALE's first stack: three zero frames, then the screen
+    rng = np.random.default_rng(0)
+    with EnvManager.from_cfg(cfg.env, 1, seed=7, evaluating=True) as env:
+        obs = env.reset()
+        for t, recorded in enumerate(seen):
+            assert np.array_equal(recorded, obs), f"step {t}"
+            obs = env.step(rng.integers(0, 6, size=1)).obs
+
+
+def test_ale_video_frames_show_the_game_the_policy_plays():
+    """The video's RGB frames are the screen of the policy's game, step for step: what moves on the frame (grey,
+    sampled down to 84x84) moves where the newest frame of the policy's stack changes, at the same step and not
+    at a neighbouring one."""
+    from parallel_rl.envs.video import AleScreen, recording_env
+
+    assert AleScreen.screen_size("ALE/Carnival-v5") == {"img_height": 214, "img_width": 160}  # not every game 210
+    manager, screen = recording_env(pong_eval_cfg(2000).env, seed=3)
+    newest, shown = [], []
+    rows, cols = ((np.arange(84) + 0.5) * 210 / 84).astype(int), ((np.arange(84) + 0.5) * 160 / 84).astype(int)
+    try:
+        manager.reset(seed=3)
+        screen.reset(3)
+        assert screen.render().shape == (210, 160, 3) and screen.render().dtype == np.uint8 and screen.fps == 15
+        rng = np.random.default_rng(1)
+        for _ in range(300):
+            actions = rng.integers(0, 6, size=1)
+            step = manager.step(actions)
+            screen.step(actions, step)
+            newest.append(step.obs[0, -1].astype(np.float64))
+            shown.append((screen.render().astype(np.float64) @ [0.299, 0.587, 0.114])[np.ix_(rows, cols)])
+    finally:
+        screen.close()
+        manager.close()
+
+    def motion_match(lag: int) -> float:
+        pairs = [(newest[t] - newest[t - 1], shown[t + lag] - shown[t + lag - 1]) for t in range(10, 290)]
+        return float(np.mean([np.corrcoef(a.ravel(), b.ravel())[0, 1] for a, b in pairs if a.any() and b.any()]))
+
+    same, before, after = motion_match(0), motion_match(-1), motion_match(1)
+    assert same > 0.5 and max(before, after) < 0.2, (same, before, after)

@@ -37,6 +37,16 @@ logger = logging.getLogger(__name__)
 VECTOR_MODES = ("auto", "vector_entry_point", "sync", "async")
 
 
+def env_kwargs_of(env_cfg: EasyDict, evaluating: bool = False) -> dict:
+    """The kwargs the env section gives ``gymnasium.make_vec``: ``env.env_kwargs``, with ``env.eval_env_kwargs`` over
+    them for an evaluator's envs (Atari: whole games, rewards unclipped). The one place they are merged: the
+    videos (:mod:`.video`) read them here too."""
+    kwargs = dict(env_cfg.get("env_kwargs") or {})
+    if evaluating:
+        kwargs.update(env_cfg.get("eval_env_kwargs") or {})
+    return kwargs
+
+
 class EnvManager:
     """``num_envs`` copies of one gymnasium env (Box observations; Discrete or Box actions, see :mod:`.spaces`)."""
 
@@ -187,10 +197,9 @@ class EnvManager:
         games, rewards unclipped) and ``env.evaluator_vector_mode`` (when set) over ``env.vector_mode``.
         ``spaces_only``: made to read the spaces (in this process, no latency; the sub-envs are the same)."""
         import_env_modules(env_cfg.import_names)
-        kwargs = dict(env_cfg.env_kwargs or {})
+        kwargs = env_kwargs_of(env_cfg, evaluating)
         vector_mode = env_cfg.vector_mode
         if evaluating:
-            kwargs.update(env_cfg.get("eval_env_kwargs") or {})
             vector_mode = env_cfg.get("evaluator_vector_mode") or vector_mode
         latency = float(env_cfg.get("step_latency_ms", 0.0) or 0.0)
         if spaces_only:
