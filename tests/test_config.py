@@ -111,3 +111,24 @@ def test_shipped_configs_compile():
     for path in ("configs/cartpole_dqn.py",):
         cfg = load_config(path)
         assert cfg.env.stop_value == 195
+
+
+def test_parallel_section_is_each_cluster_components_own_defaults():
+    # each cluster component keeps its section's defaults beside it; the assembly only gathers them
+    from parallel_rl.collector.base import BaseParallelCollector
+    from parallel_rl.config import default_config
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.coordinator.commander import commander_default_config
+    from parallel_rl.entry.defaults import supervisor_default_config
+    from parallel_rl.learner.defaults import learner_default_config
+    from parallel_rl.slave.link import worker_default_config
+    from parallel_rl.storage.shared import storage_default_config
+
+    own = dict(storage_default_config(), coordinator=Coordinator.default_config(),
+               commander=commander_default_config(), collector=BaseParallelCollector.default_config(),
+               learner=learner_default_config(), supervisor=supervisor_default_config(), worker=worker_default_config())
+    parallel = default_config().parallel
+    assert list(parallel) == list(own) and parallel == own
+    assert parallel.shared_dir == "" and parallel.coordinator.heartbeat_ttl == 10.0 and parallel.worker.max_retries == 3
+    parallel.learner.publish_every = 1  # each call builds the sections anew: a change does not reach the next
+    assert default_config().parallel.learner == learner_default_config() and learner_default_config().publish_every == 50

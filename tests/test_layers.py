@@ -28,8 +28,8 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("commands", "after"),  # after: the after-training commands (eval, plot, export) and the notebook API
     # other libraries' names: DI-engine's parallel_rl.worker and comm, tianshou's and torchrl's collectors
     ("worker", "compat"),
+    ("config",),  # the assembly of every component's defaults (config.assembly), the launcher's included
     ("entry",),  # the serial pipeline, the launcher of `parallel-rl run`, its fork server
-    ("config",),  # the assembly of every component's defaults (config.assembly)
     ("coordinator_app",),  # REST views
     ("coordinator",),
     ("collector", "learner", "evaluator"),  # the wings: each role's logic beside its process shell

@@ -8,8 +8,6 @@ package stays cheap and torch-free).
 from __future__ import annotations
 
 import difflib
-import json
-import os
 from typing import Iterable, Mapping
 
 from easydict import EasyDict
@@ -27,6 +25,28 @@ def serial_default_config() -> dict:
     )
 
 
+def parallel_default_config() -> EasyDict:
+    """The ``parallel`` section: the cluster's shared store and each cluster component's own section, each from
+    beside the component that reads it."""
+    from ..collector.base import BaseParallelCollector
+    from ..coordinator import Coordinator
+    from ..coordinator.commander import commander_default_config
+    from ..entry.defaults import supervisor_default_config
+    from ..learner.defaults import learner_default_config
+    from ..slave.link import worker_default_config
+    from ..storage.shared import storage_default_config
+
+    return EasyDict(
+        **storage_default_config(),
+        coordinator=Coordinator.default_config(),
+        commander=commander_default_config(),
+        collector=BaseParallelCollector.default_config(),
+        learner=learner_default_config(),
+        supervisor=supervisor_default_config(),
+        worker=worker_default_config(),
+    )
+
+
 def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     """The full default tree; each section comes from its component, ``policy`` from ``policy_type``'s.
 
@@ -35,7 +55,7 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     from ..data.buffer import buffer_default_config
     from ..envs.env_manager import EnvManager
     from ..policy.defaults import POLICY_DEFAULTS
-    from ..runtime import parallel_default_config, system_default_config
+    from ..runtime import system_default_config
     from ..collector.serial import SampleSerialCollector
     from ..evaluator.serial import InteractionSerialEvaluator
     from ..learner.learner import BaseLearner
@@ -112,16 +132,3 @@ def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
     """File + overrides -> compiled config (what every CLI command uses)."""
     user = load_config_file(path) if path else {}
     return compile_config(apply_overrides(user, overrides))
-
-
-# a run's copy of its compiled config, in its experiment directory (written when a run starts from Python or the
-# serial CLI): parallel_rl.load_policy(run_dir) and parallel-rl plot read it
-RUN_CONFIG_NAME = "config.json"
-
-
-def save_run_config(cfg: EasyDict, exp_dir: str) -> str:
-    """Write ``cfg`` as ``<exp_dir>/config.json`` (JSON; values JSON cannot hold as their ``str``)."""
-    path = os.path.join(exp_dir, RUN_CONFIG_NAME)
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=1, default=str)
-    return path

@@ -204,3 +204,16 @@ def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
             node = child
         node[parts[-1]] = value
     return cfg
+
+
+# a run's copy of its compiled config, in its experiment directory (written when a run starts from Python or the
+# serial CLI): parallel_rl.load_policy(run_dir) and parallel-rl plot read it
+RUN_CONFIG_NAME = "config.json"
+
+
+def save_run_config(cfg: EasyDict, exp_dir: str) -> str:
+    """Write ``cfg`` as ``<exp_dir>/config.json`` (JSON; values JSON cannot hold as their ``str``)."""
+    path = os.path.join(exp_dir, RUN_CONFIG_NAME)
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=1, default=str)
+    return path

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from easydict import EasyDict
 
-from ..runtime import parallel_default_config
+from .defaults import coordinator_default_config
 from .tasks import Task, TaskKind
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class DingCallbacks:
     def default_config(cls) -> EasyDict:
         """The coordinator's own section of the run config, ``parallel.coordinator``, with its defaults (as
         DI-engine's ``Coordinator.config``; the run config's other sections come from their components)."""
-        return parallel_default_config().coordinator
+        return coordinator_default_config()
 
     def _ding_task(self, task_id: str, kind: TaskKind) -> Optional[Task]:
         """The live ``kind`` task ``task_id`` names; None (logged) when there is none. Learner callbacks raise."""

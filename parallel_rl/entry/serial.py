@@ -75,7 +75,7 @@ def prepare_run(cfg: EasyDict) -> str:
     """What every in-process pipeline does first: its experiment directory (returned) exists and holds the
     config (``config.json``: ``parallel_rl.load_policy(exp_dir)`` needs no config file), and torch runs on
     ``system.torch_num_threads`` (pipelines are called from Python too, not only by the CLI)."""
-    from ..config import save_run_config
+    from ..config.schema import save_run_config
 
     exp_dir = experiment_dir(cfg)
     os.makedirs(exp_dir, exist_ok=True)

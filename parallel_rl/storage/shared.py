@@ -41,6 +41,19 @@ from .states import CoordinatorStates
 from .videos import Videos
 
 
+def storage_default_config() -> dict:
+    """The shared store's keys of the run config's ``parallel`` section: its root and the object store's options."""
+    return dict(
+        # shared filesystem root: a local path or file:// URL, or an object store (s3://bucket/prefix, gs://, az://);
+        # empty: <exp_name>/shared
+        shared_dir="",
+        # options of the object store's fsspec filesystem, e.g. dict(endpoint_url=..., profile=...) for s3fs
+        # (credentials are better left to AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile: every worker
+        # receives this config)
+        storage_options={},
+    )
+
+
 def _family(method: str) -> property:
     """A name :class:`SharedStorage`'s callers use for a family's method (``write_chunk`` is ``chunks.write``)."""
     return property(attrgetter(method), doc=f"``{method}`` (see its docstring)")
