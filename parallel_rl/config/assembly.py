@@ -29,16 +29,15 @@ def parallel_default_config() -> EasyDict:
     """The ``parallel`` section: the cluster's shared store and each cluster component's own section, each from
     beside the component that reads it."""
     from ..collector.base import BaseParallelCollector
-    from ..coordinator import Coordinator
-    from ..coordinator.commander import commander_default_config
+    from ..coordinator.defaults import commander_default_config, coordinator_default_config
     from ..entry.defaults import supervisor_default_config
     from ..learner.defaults import learner_default_config
-    from ..slave.link import worker_default_config
+    from ..slave.defaults import worker_default_config
     from ..storage.shared import storage_default_config
 
     return EasyDict(
         **storage_default_config(),
-        coordinator=Coordinator.default_config(),
+        coordinator=coordinator_default_config(),
         commander=commander_default_config(),
         collector=BaseParallelCollector.default_config(),
         learner=learner_default_config(),
