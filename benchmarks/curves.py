@@ -37,13 +37,14 @@ def load_cfg(path: str):
 
 
 def run_seed(config: str, cluster: bool, seed: int, max_env_step: int, collectors: int, out: str,
-             name: str) -> List[dict]:
+             name: str, settings: Sequence[str] = ()) -> List[dict]:
     exp = os.path.abspath(os.path.join(out, f"{name}_s{seed}"))
     budget = "parallel.commander.max_env_step" if cluster else "serial.max_env_step"
     cmd = [sys.executable, "-m", "parallel_rl", "run" if cluster else "serial", "-c", config,
            "--set", f"seed={seed}", "--set", f"exp_name={exp}", "--set", f"{budget}={max_env_step}"]
     if cluster:
         cmd += ["--collectors", str(collectors)]
+    cmd += [a for setting in settings for a in ("--set", setting)]
     log_path = f"{exp}.log"
     print(f"seed {seed}: {' '.join(cmd[1:])}  (log: {log_path})", flush=True)
     start = time.perf_counter()
@@ -128,6 +129,8 @@ def main(references: dict, description: str, argv: Optional[Sequence[str]] = Non
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--max-env-step", type=int, default=100_000)
     parser.add_argument("--collectors", type=int, default=1, help="cluster configs: collector processes")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every seed's run (as parallel-rl's --set)")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--target", type=float, default=None, help="print whether the median reaches it")
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and table from OUT/<config>.csv")
@@ -145,7 +148,8 @@ def main(references: dict, description: str, argv: Optional[Sequence[str]] = Non
     else:
         rows = []
         for seed in args.seeds:
-            rows += run_seed(args.config, cluster, seed, args.max_env_step, args.collectors, args.out, name)
+            rows += run_seed(args.config, cluster, seed, args.max_env_step, args.collectors, args.out, name,
+                             args.set)
             with open(csv_path, "w", newline="") as f:  # after every seed: a stopped benchmark keeps what it had
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()
