@@ -22,7 +22,10 @@ def learner_default_config() -> EasyDict:
         # batches requested per round trip (pipelined; each round trip costs the learner's core ~1 ms)
         prefetch_batches=16,
         # chunk files kept in memory (at least prefetch_batches * batch_size of them; each slot holds
-        # chunk_size rows, so memory is chunk_cache_size * chunk_size rows)
+        # chunk_size rows, so memory is chunk_cache_size * chunk_size rows). A run paced by the learner (one
+        # update per env step) writes chunks of about commander.allowance_grant rows: give it that chunk_size and
+        # enough slots for the whole replay, or the learner reads a chunk file for most rows it samples
+        # (configs/minatar_breakout_dqn_parallel.py: 4x faster updates)
         chunk_cache_size=512,
         # save the full learner state (optimizer included, for resume) every N iterations
         save_state_every=200,
