@@ -25,7 +25,7 @@ def learner_default_config() -> EasyDict:
         # chunk_size rows, so memory is chunk_cache_size * chunk_size rows). A run paced by the learner (one
         # update per env step) writes chunks of about commander.allowance_grant rows: give it that chunk_size and
         # enough slots for the whole replay, or the learner reads a chunk file for most rows it samples
-        # (configs/minatar_breakout_dqn_parallel.py: 4x faster updates)
+        # (configs/minatar_breakout_dqn_parallel.py)
         chunk_cache_size=512,
         # save the full learner state (optimizer included, for resume) every N iterations
         save_state_every=200,
