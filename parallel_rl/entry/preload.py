@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 MODULES = (
     "numpy", "torch", "gymnasium", "tensorboard.summary",
     "parallel_rl.collector.serial", "parallel_rl.learner.learner",
-    "parallel_rl.coordinator",  # its defaults: a worker compiles the config it is sent (config.assembly)
+    "parallel_rl.config.assembly",  # every component's defaults: a worker compiles the config it is sent
     "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
 )
 
