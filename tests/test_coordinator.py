@@ -503,3 +503,24 @@ def test_a_busy_worker_s_refusal_puts_the_task_back_without_using_an_attempt(coo
         learner.finish.setdefault(learner.received[0].task_id if learner.received else "-", threading.Event()).set()
         learner.request_stop()
         learner.close()
+
+
+@pytest.mark.parametrize("slots, warned", [(64, True), (256, False)])
+def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, caplog, slots, warned):
+    """Chunks of 4 rows (a learner-paced collector's), rows sampled uniformly: a cache of 64 of the 200 chunks reads a
+    file for most rows and says how to size it; one that holds them all says nothing."""
+    from parallel_rl.learner.pipeline import RowStore
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(str(tmp_path))
+    names = [f"c{i}" for i in range(200)]
+    for i, name in enumerate(names):  # 200 chunks of 4 rows; a batch's 64 rows from 64 of them
+        storage.write_chunk(name, {"obs": np.full((4, 1), i, dtype=np.float32)})
+    store = RowStore(storage, slots=slots, slot_rows=64)
+    rng = np.random.default_rng(0)
+    for _ in range(400):  # 400 batches of 64 rows
+        chunks = rng.choice(names, size=64, replace=False).tolist()
+        local = np.arange(64)
+        cols, keep = store.gather(chunks, local, rng.integers(0, 4, size=64))
+        assert keep.all() and (cols["obs"][:, 0] == [int(chunks[i][1:]) for i in local]).all()
+    assert ("needed" in caplog.text and "chunk_cache_size about the replay size / 4" in caplog.text) == warned

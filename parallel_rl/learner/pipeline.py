@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 # damaged chunks a RowStore remembers (never read again; the coordinator drops them from its index)
 MAX_DAMAGED_REMEMBERED = 4096
+# the cache thrashes when the rows sampled over THRASH_WINDOW rows needed more file reads than this share of them
+# (said once)
+THRASH_SHARE, THRASH_WINDOW = 0.25, 20_000
 
 
 class RowStore:
@@ -59,6 +62,9 @@ class RowStore:
         self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
         self._pools: List[Optional[np.ndarray]] = [None] * slots  # packed chunks' frame pools, by slot
         self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
+        self.files_read = 0  # chunk files loaded into the cache (misses)
+        self._window = [0, 0, 0]  # since the last thrash check: rows asked, files read, rows those files held
+        self._thrash_said = False
 
     def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
         """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone or
@@ -88,6 +94,9 @@ class RowStore:
             return -1
         pool = cols.pop(POOL, None)
         n = len(next(iter(cols.values())))
+        self.files_read += 1
+        self._window[1] += 1
+        self._window[2] += n
         if not self._columns:
             self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
                              for k, v in cols.items()}
@@ -99,6 +108,23 @@ class RowStore:
         self._pools[slot] = pool
         self._lru[name] = slot
         return slot
+
+    def _check_thrash(self, rows: int) -> None:
+        """Say once when most sampled rows need a file read: a replay in more chunks than the cache holds (small
+        chunks: a collector paced by the learner ends one every allowance grant) reads files instead of training."""
+        self._window[0] += rows
+        asked, files, held = self._window
+        if asked < THRASH_WINDOW:
+            return
+        self._window = [0, 0, 0]
+        if files > THRASH_SHARE * asked and not self._thrash_said:
+            self._thrash_said = True
+            mean = held / max(files, 1)
+            logger.warning(
+                "learner: the last %d rows sampled needed %d chunk file reads: the cache holds %d chunks and the "
+                "chunks hold %.0f rows on average. Give parallel.learner.chunk_cache_size about the replay size / %.0f "
+                "and parallel.collector.chunk_size about %.0f (each cache slot reserves chunk_size rows)",
+                asked, files, self.slots, mean, mean, max(mean, 1.0))
 
     def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
         """Why the columns of chunk ``name`` cannot go into a slot (None when they can)."""
@@ -138,6 +164,7 @@ class RowStore:
         # on an object store every read waits a round trip: fetch the misses together
         fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
         by_chunk = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)
+        self._check_thrash(len(local))
         slots = by_chunk[local]
         keep = rows < np.where(slots >= 0, self._rows_in[slots], 0)
         short = (slots >= 0) & ~keep
