@@ -33,6 +33,7 @@ from torch.distributions import Categorical, Normal
 
 from ..data.flows import SEGMENTS, flow_of
 from ..envs.spaces import ActionSpec
+from ..errors import ConfigError
 from .defaults import ppo_default_config
 from .base import Policy
 from .nets import RunningMeanStd, State, cpu_state_dict, mlp, obs_float, recurrent_core, to_tensor
@@ -71,7 +72,7 @@ class ActorCritic(nn.Module):
                  sde_sample_freq: Optional[int] = None, squash_mean: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise ConfigError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         act = ACTIVATIONS[activation]
         self.spec, self.squash_mean = spec, bool(squash_mean)
         key = "policy.model.hidden_size_list"
