@@ -22,6 +22,24 @@ def run_cli(*args: str, cwd=None, timeout: float = 120.0) -> subprocess.Complete
                           timeout=timeout, env=env, cwd=cwd)
 
 
+def untrained_run(run_dir, config_name: str) -> str:
+    """A run directory holding an untrained policy of ``configs/<config_name>`` as its final checkpoint (what
+    ``--run`` reads); returns the config's path."""
+    from parallel_rl.after.checkpoints import spaces_env
+    from parallel_rl.config import load_config
+    from parallel_rl.policy import create_policy
+    from parallel_rl.storage import torch_save_atomic
+
+    config = os.path.join(REPO, "configs", config_name)
+    cfg = load_config(config)
+    env = spaces_env(cfg)
+    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
+    env.close()
+    os.makedirs(os.path.join(run_dir, "ckpt"))
+    torch_save_atomic(os.path.join(run_dir, "ckpt", "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
+    return config
+
+
 def train_cartpole(exp_dir, seed: int = 0, steps: int = 600) -> str:
     done = run_cli("serial", "-c", CARTPOLE, "--set", f"exp_name={exp_dir}", "--set", f"seed={seed}",
                    "--set", f"serial.max_env_step={steps}", "--set", "policy.eval.evaluator.eval_freq=10")
@@ -86,19 +104,8 @@ def test_eval_records_videos_of_atari_configs(tmp_path):
     400 emulator frames: 100 agent steps."""
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
     pytest.importorskip("ale_py")
-    from parallel_rl.after.checkpoints import spaces_env
-    from parallel_rl.config import load_config
-    from parallel_rl.policy import create_policy
-    from parallel_rl.storage import torch_save_atomic
-
-    config = os.path.join(REPO, "configs", "pong_dqn.py")
+    config = untrained_run(tmp_path, "pong_dqn.py")
     short = ["--set", "env.eval_env_kwargs.max_num_frames_per_episode=400"]
-    cfg = load_config(config)
-    env = spaces_env(cfg)
-    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
-    env.close()
-    os.makedirs(tmp_path / "ckpt")
-    torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
     out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "1", "--video", str(tmp_path / "v"),
                   *short, "--json")
     assert out.returncode == 0, out.stderr
@@ -321,22 +328,13 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
 
 
 def test_eval_of_a_two_player_game_plays_the_configured_opponents(tmp_path):
-    from parallel_rl.after.checkpoints import spaces_env
-    from parallel_rl.config import load_config
-    from parallel_rl.policy import create_policy
-    from parallel_rl.storage import torch_save_atomic
-
-    config = os.path.join(REPO, "configs", "tictactoe_selfplay.py")
-    cfg = load_config(config)
-    env = spaces_env(cfg)
-    policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
-    env.close()
-    os.makedirs(tmp_path / "ckpt")
-    torch_save_atomic(str(tmp_path / "ckpt" / "ckpt_final.pt"), {"policy": policy.state_dict(), "train_iter": 0})
+    config = untrained_run(tmp_path, "tictactoe_selfplay.py")
     out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "4", "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert set(result["win_rate"]) == set(cfg.policy.eval.evaluator.opponents)
+    from parallel_rl.config import load_config
+
+    assert set(result["win_rate"]) == set(load_config(config).policy.eval.evaluator.opponents)
     assert all(r[side]["games"] == 4 for r in result["results"].values() for side in ("first", "second"))
     refused = run_cli("export", "-c", config, "--run", str(tmp_path), "--format", "onnx", "-o", str(tmp_path / "x"))
     assert refused.returncode == 2 and "action mask" in refused.stderr
