@@ -191,13 +191,10 @@ def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], p
                 writer.send(None)  # start the encoder
             writer.send(frame)
             frames += 1
-            if memory is None:
-                actions = forward(manager.obs)
-                step = manager.step(actions)
-            else:
-                out = forward(manager.obs, state=memory.state)
-                actions = strip_state(out)
-                step = manager.step(actions)
+            out = forward(manager.obs) if memory is None else forward(manager.obs, state=memory.state)
+            actions = strip_state(out)  # the output itself without memory
+            step = manager.step(actions)
+            if memory is not None:
                 memory.advance(out, step)
             screen.step(actions, step)
             if step.episode_ended:

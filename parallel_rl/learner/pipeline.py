@@ -62,7 +62,6 @@ class RowStore:
         self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
         self._pools: List[Optional[np.ndarray]] = [None] * slots  # packed chunks' frame pools, by slot
         self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
-        self.files_read = 0  # chunk files loaded into the cache (misses)
         self._window = [0, 0, 0]  # since the last thrash check: rows asked, files read, rows those files held
         self._thrash_said = False
 
@@ -94,7 +93,6 @@ class RowStore:
             return -1
         pool = cols.pop(POOL, None)
         n = len(next(iter(cols.values())))
-        self.files_read += 1
         self._window[1] += 1
         self._window[2] += n
         if not self._columns:
