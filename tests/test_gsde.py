@@ -6,6 +6,7 @@ import torch
 
 from parallel_rl.config import compile_config
 from parallel_rl.envs.env_manager import EnvManager
+from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.collector.serial import SampleSerialCollector
 from tests.test_serial import run_cli
@@ -74,7 +75,7 @@ def test_clip_anneals_with_the_learning_rate_and_adam_eps_and_activation_are_set
     policy.forward_learn(segment)  # 64 of 256 env steps trained on: a quarter of the way
     assert policy.clip_ratio() == pytest.approx(0.2 * 0.75)
     assert policy.optimizer.lr == pytest.approx(1e-3)  # set before the update, from the steps trained before it
-    with pytest.raises(ValueError, match="policy.model.activation"):
+    with pytest.raises(ConfigError, match="policy.model.activation"):
         with EnvManager("Pendulum-v1", 1, seed=0) as env:
             _ppo(env, {"activation": "gelu"})
 
@@ -105,3 +106,11 @@ def test_a_linear_mean_is_not_squashed_and_eval_and_export_clip_it_to_the_bounds
     np.testing.assert_allclose(exported, expected, rtol=1e-6)
     collected = policy.forward_collect(np.repeat(obs[:1], 2000, axis=0))["action"]
     assert abs(float(np.mean(collected)) - 2.0 * bias) < 0.2  # sampled around the linear mean, not clipped
+
+
+def test_gsde_on_discrete_actions_is_a_config_error():
+    with EnvManager("CartPole-v1", 1, seed=0) as env:
+        cfg = compile_config({"env": {"env_id": "CartPole-v1"},
+                              "policy": {"type": "ppo", "model": {"use_sde": True, "sde_sample_freq": 4}}})
+        with pytest.raises(ConfigError, match="use_sde"):
+            create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")

@@ -74,6 +74,9 @@ class ActorCritic(nn.Module):
         if activation not in ACTIVATIONS:
             raise ConfigError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         act = ACTIVATIONS[activation]
+        if sde_sample_freq is not None and spec.kind != "box":
+            raise ConfigError("policy.model.use_sde (gSDE) explores Box actions; this env's actions are discrete: "
+                              "drop use_sde")
         self.spec, self.squash_mean = spec, bool(squash_mean)
         key = "policy.model.hidden_size_list"
         # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
@@ -99,7 +102,7 @@ class ActorCritic(nn.Module):
             if sde_sample_freq is None:
                 self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
         # gSDE (model.use_sde, Box actions): noise from the actor's last hidden features (policy/gsde.py)
-        self.sde = None if sde_sample_freq is None or spec.kind != "box" else StateDependentNoise(
+        self.sde = None if sde_sample_freq is None else StateDependentNoise(
             self.actor[-1].in_features, spec.dim, init_log_std, sde_sample_freq)
 
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
