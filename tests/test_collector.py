@@ -114,3 +114,19 @@ def test_zergling_collector_sees_new_checkpoints_on_the_disk(tmp_path):
         assert collector.update_policy(40) and not collector.update_policy(20)  # never backwards
     finally:
         collector.close()
+
+
+def test_cluster_collector_seeds_follow_the_run_seed_and_the_worker_id():
+    """Each collector of a run draws its own env seeds (``seed + i`` for its envs), the same ones in a rerun with
+    the same run seed, and other ones under another run seed (the process id it used before did neither)."""
+    from parallel_rl.collector.shell import collector_seed
+
+    names = [f"collector-{i}" for i in range(1, 33)]
+    seeds = [collector_seed(0, name) for name in names]
+    assert seeds == [collector_seed(0, name) for name in names]
+    spans = sorted(seeds)
+    assert min(b - a for a, b in zip(spans, spans[1:])) > 1_000  # 1,000 envs a collector never overlap
+    first = EnvManager("CartPole-v1", 2, seed=seeds[0]).reset()
+    assert np.array_equal(first, EnvManager("CartPole-v1", 2, seed=collector_seed(0, names[0])).reset())
+    assert not np.array_equal(first, EnvManager("CartPole-v1", 2, seed=collector_seed(1, names[0])).reset())
+    assert not np.array_equal(first, EnvManager("CartPole-v1", 2, seed=seeds[1]).reset())

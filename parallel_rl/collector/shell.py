@@ -13,6 +13,7 @@ import logging
 import os
 import time
 import uuid
+import zlib
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -34,6 +35,15 @@ from ..slave.slave import Slave, SlaveTask
 logger = logging.getLogger(__name__)
 
 
+def collector_seed(run_seed: int, worker_id: str) -> int:
+    """A collector's seed (its envs take ``seed + i``, its exploration ``seed``): the run's seed offset by a hash of
+    the collector's worker id (``collector-1``, ``collector-2``, ... under ``parallel-rl run``). The run's collectors
+    draw distinct streams, and a rerun with the same ``seed`` gives each the streams it had (the schedule of chunks
+    still depends on timing). A process id (the old offset) put neighbouring collectors' env seeds on top of
+    each other and changed with every run."""
+    return (run_seed + zlib.crc32(worker_id.encode())) % (2**31)
+
+
 class CollectorSlave(Slave, BaseCommCollector):
     kind = "collector"
 
@@ -52,8 +62,9 @@ class CollectorSlave(Slave, BaseCommCollector):
     def setup(self, cfg: EasyDict) -> None:
         if self.collector is not None:
             return
-        seed = self._seed if self._seed is not None else (cfg.seed + os.getpid()) % (2**31)
+        seed = self._seed if self._seed is not None else collector_seed(cfg.seed, self.worker_id or self._prefix)
         # a two-player game: the training player against the task's opponent (BattleClusterCollector)
+        logger.info("collector %s: seed %d", self.worker_id, seed)
         self.collector = create_parallel_collector(cfg, self.storage, seed=seed)
         # the policy's data flow meters this collector (parallel_rl.data.flows): off-policy by the cluster's
         # allowance, synchronous on-policy by its share of the current version's segment, asynchronous by its
