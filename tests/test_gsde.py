@@ -1,5 +1,5 @@
 """gSDE for PPO's Box actions (policy.model.use_sde; policy/gsde.py), and the PPO keys RL Zoo's recurrent
-settings need (model.activation, learn.clip_anneal, learn.adam_eps)."""
+settings need (model.activation, learn.clip_anneal, learn.adam_eps), and eval.sample."""
 import numpy as np
 import pytest
 import torch
@@ -114,3 +114,27 @@ def test_gsde_on_discrete_actions_is_a_config_error():
                               "policy": {"type": "ppo", "model": {"use_sde": True, "sde_sample_freq": 4}}})
         with pytest.raises(ConfigError, match="use_sde"):
             create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
+
+
+@pytest.mark.parametrize("env_id,model", [("CartPole-v1", {}), ("Pendulum-v1", {}),
+                                          ("Pendulum-v1", {"squash_mean": False})])
+def test_eval_sample_draws_evaluation_actions_from_the_policy(env_id, model):
+    """policy.eval.sample: the evaluator's actions are drawn from the policy (in the action bounds), not its most
+    likely action; the default stays greedy (the same action for the same observation every time)."""
+    with EnvManager(env_id, 64, seed=0) as env:
+        obs = env.reset()
+        spec = env.action_spec
+    cfgs = {sample: compile_config({"env": {"env_id": env_id},
+                                    "policy": {"type": "ppo", "model": {"hidden_size_list": [16], **model},
+                                               "eval": {"sample": sample}}}) for sample in (False, True)}
+    greedy, sampling = (create_policy(cfgs[s].policy, obs.shape[1], spec, seed=0, device="cpu") for s in (False, True))
+    sampling.load_state_dict(greedy.state_dict())
+    first = greedy.forward_eval(obs)
+    np.testing.assert_array_equal(greedy.forward_eval(obs), first)
+    draws = [sampling.forward_eval(obs) for _ in range(3)]
+    assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
+    if spec.kind == "box":
+        for draw in draws:
+            assert draw.shape == first.shape and (draw >= spec.low).all() and (draw <= spec.high).all()
+    else:
+        assert set(np.concatenate(draws).tolist()) == {0, 1}

@@ -118,6 +118,15 @@ def _actor_critic() -> dict:
     )
 
 
+def _actor_critic_eval() -> dict:
+    return dict(
+        # the evaluator's actions drawn from the policy (true; gymnax-blines' evaluation) instead of the most
+        # likely one / the mean (false): a greedy policy on a deterministic env repeats one episode (with
+        # model.use_sde the draw is the collectors' current noise matrices)
+        sample=False,
+    )
+
+
 def ppo_default_config() -> EasyDict:
     """PPO (Schulman et al. 2017), DI-engine's key names."""
     return EasyDict(
@@ -161,7 +170,7 @@ def ppo_default_config() -> EasyDict:
             unroll_len=32,
         ),
         collect=dict(n_sample=512),
-        eval=dict(),
+        eval=_actor_critic_eval(),
         other=dict(),
     )
 
@@ -202,7 +211,7 @@ def impala_default_config() -> EasyDict:
         nstep=1,
         learn=learn,
         collect=dict(n_sample=500),
-        eval=dict(),
+        eval=_actor_critic_eval(),
         other=dict(),
     )
 
@@ -224,7 +233,7 @@ def appo_default_config() -> EasyDict:
         nstep=1,
         learn=learn,
         collect=dict(n_sample=1024),
-        eval=dict(),
+        eval=_actor_critic_eval(),
         other=dict(),
     )
 

@@ -237,17 +237,24 @@ class PPOPolicy(Policy):
     @torch.no_grad()
     def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None,
                      state: Optional[Dict[str, np.ndarray]] = None):
-        """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box). A recurrent
-        model acts from ``state`` and returns ``{"action": ..., "next_state": ...}``."""
+        """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box), or with
+        ``eval.sample`` one drawn from the policy (as gymnax-blines evaluates). A recurrent model acts from
+        ``state`` and returns ``{"action": ..., "next_state": ...}``."""
         x, next_state = self._features(obs, state)
         dist = self.model.dist(x, self._mask(mask))
-        if self.spec.kind == "discrete":
-            action = dist.logits.argmax(-1).cpu().numpy()
+        m, sample = self.model, self.cfg.eval.get("sample", False)
+        if sample:
+            action = dist.sample()
+        elif self.spec.kind == "discrete":
+            action = dist.logits.argmax(-1)
         else:
-            mean, m = dist.mean, self.model
-            if not m.squash_mean:  # a linear mean may leave the bounds: act as the env would (clipped)
-                mean = torch.max(torch.min(mean, m.action_bias + m.action_scale), m.action_bias - m.action_scale)
-            action = mean.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
+            action = dist.mean
+        if self.spec.kind == "discrete":
+            action = action.cpu().numpy()
+        else:
+            if sample or not m.squash_mean:  # a sample or a linear mean may leave the bounds: the env would clip
+                action = torch.max(torch.min(action, m.action_bias + m.action_scale), m.action_bias - m.action_scale)
+            action = action.cpu().numpy().astype(np.float32).reshape((len(obs),) + self.spec.shape)
         return action if next_state is None else {"action": action, "next_state": next_state}
 
     # ---- learning --------------------------------------------------------------
