@@ -505,10 +505,11 @@ def test_a_busy_worker_s_refusal_puts_the_task_back_without_using_an_attempt(coo
         learner.close()
 
 
-@pytest.mark.parametrize("slots, warned", [(64, True), (256, False)])
-def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, caplog, slots, warned):
-    """Chunks of 4 rows (a learner-paced collector's), rows sampled uniformly: a cache of 64 of the 200 chunks reads a
-    file for most rows and says how to size it; one that holds them all says nothing."""
+@pytest.mark.parametrize("slots, slot_rows, warned", [(64, 4, True), (256, 4, False), (64, 64, False)])
+def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, caplog, slots, slot_rows, warned):
+    """Chunks of 4 rows (a learner-paced collector's), rows sampled uniformly: a cache of 256 rows for the replay's
+    800 reads a file for most rows and says how to size it; one that holds them all says nothing, also when it was
+    sized in chunks of 64 rows (64 x 64: the small chunks take pages of 8 rows, not a 64-row slot each)."""
     from parallel_rl.learner.pipeline import RowStore
     from parallel_rl.storage import SharedStorage
 
@@ -516,11 +517,36 @@ def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, 
     names = [f"c{i}" for i in range(200)]
     for i, name in enumerate(names):  # 200 chunks of 4 rows; a batch's 64 rows from 64 of them
         storage.write_chunk(name, {"obs": np.full((4, 1), i, dtype=np.float32)})
-    store = RowStore(storage, slots=slots, slot_rows=64)
+    store = RowStore(storage, slots=slots, slot_rows=slot_rows)
     rng = np.random.default_rng(0)
     for _ in range(400):  # 400 batches of 64 rows
         chunks = rng.choice(names, size=64, replace=False).tolist()
         local = np.arange(64)
         cols, keep = store.gather(chunks, local, rng.integers(0, 4, size=64))
         assert keep.all() and (cols["obs"][:, 0] == [int(chunks[i][1:]) for i in local]).all()
-    assert ("needed" in caplog.text and "chunk_cache_size about the replay size / 4" in caplog.text) == warned
+    assert ("needed" in caplog.text and "chunk_cache_size x chunk_size about the replay's size" in caplog.text) == warned
+
+
+def test_the_chunk_cache_returns_the_right_rows_of_chunks_of_any_size_as_it_evicts(tmp_path):
+    """Chunks of 1-64 rows in pages of 8 (a chunk of 20 rows spans 3 pages, not next to each other once pages
+    were freed and reused), a cache of a fifth of the replay: every gathered row is the row asked for."""
+    from parallel_rl.learner.pipeline import RowStore
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(str(tmp_path))
+    rng = np.random.default_rng(1)
+    sizes = {f"c{i}": int(rng.integers(1, 65)) for i in range(100)}
+    for i, (name, n) in enumerate(sizes.items()):
+        storage.write_chunk(name, {"obs": (1000 * i + np.arange(n, dtype=np.float32))[:, None],
+                                   "act": np.full(n, i, dtype=np.int64)})
+    store = RowStore(storage, slots=16, slot_rows=64)  # 1,024 rows for ~3,200
+    names = list(sizes)
+    for _ in range(300):
+        chunks = rng.choice(names, size=12, replace=False).tolist()
+        local = rng.integers(0, 12, size=48)
+        rows = np.array([rng.integers(0, sizes[chunks[i]]) for i in local])
+        cols, keep = store.gather(chunks, local, rows)
+        index = np.array([int(chunks[i][1:]) for i in local])
+        assert keep.all()
+        np.testing.assert_array_equal(cols["act"], index)
+        np.testing.assert_array_equal(cols["obs"][:, 0], 1000 * index + rows)

@@ -21,11 +21,10 @@ def learner_default_config() -> EasyDict:
         publish_every=50,
         # batches requested per round trip (pipelined; each round trip costs the learner's core ~1 ms)
         prefetch_batches=16,
-        # chunk files kept in memory (at least prefetch_batches * batch_size of them; each slot holds
-        # chunk_size rows, so memory is chunk_cache_size * chunk_size rows). A run paced by the learner (one
-        # update per env step) writes chunks of about commander.allowance_grant rows: give it that chunk_size and
-        # enough slots for the whole replay, or the learner reads a chunk file for most rows it samples
-        # (configs/minatar_breakout_dqn_parallel.py)
+        # the learner's cache of chunk rows holds chunk_cache_size * chunk_size rows (chunk_cache_size at least
+        # prefetch_batches * batch_size), in pages of 8 rows: small chunks (a run paced by the learner ends one
+        # every commander.allowance_grant steps) take the pages they need. Size it for the replay, or the learner
+        # reads a chunk file for most rows it samples (it says so)
         chunk_cache_size=512,
         # save the full learner state (optimizer included, for resume) every N iterations
         save_state_every=200,

@@ -29,23 +29,39 @@ MAX_DAMAGED_REMEMBERED = 4096
 # the cache thrashes when the rows sampled over THRASH_WINDOW rows needed more file reads than this share of them
 # (said once)
 THRASH_SHARE, THRASH_WINDOW = 0.25, 20_000
+# rows a cache page holds: a chunk takes whole pages, so a chunk of 4 rows costs 8 rows of the cache, not a slot of
+# chunk_size rows
+PAGE_ROWS = 8
+
+
+class _Cached:
+    """A chunk in the cache: its rows sit at ``pages[r // page_rows] * page_rows + r % page_rows``."""
+    __slots__ = ("key", "pages", "rows", "pool")
+
+    def __init__(self, key: int, pages: np.ndarray, rows: int, pool: Optional[np.ndarray]):
+        self.key, self.pages, self.rows, self.pool = key, pages, rows, pool
 
 
 class RowStore:
-    """Chunk rows kept in memory in fixed slots, so a batch is gathered with one index per column.
+    """Chunk rows kept in memory in preallocated column arrays, so a batch is gathered with one index per column.
 
     A batch of 64 rows may touch 64 chunks; indexing each chunk's columns
     separately costs hundreds of small numpy calls. Here every loaded chunk
-    is copied once into slot ``s`` (rows ``s*slot_rows ...``) of preallocated
-    column arrays; the least recently used chunk's slot is reused.
+    is copied once into pages of ``PAGE_ROWS`` rows of the column arrays, which
+    hold ``slots * slot_rows`` rows (``chunk_cache_size`` x ``chunk_size``);
+    the least recently used chunks give their pages back when room is needed.
+    Chunks smaller than ``chunk_size`` (a collector paced by the learner ends
+    one every allowance grant) take only the pages their rows need, so the
+    cache holds about as many rows as it was sized for, whatever the chunks'
+    sizes.
 
     A packed chunk (a frame-stacked env's: :mod:`parallel_rl.data.frames`) keeps its frame pool beside its
-    slot, as the file holds it; :meth:`gather` rebuilds the rows' stacks from it, so the cache holds single
+    pages, as the file holds it; :meth:`gather` rebuilds the rows' stacks from it, so the cache holds single
     frames too.
 
-    A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than a
-    slot, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's, it
-    is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
+    A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than
+    ``slot_rows``, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's,
+    it is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
     it from its index), and never read again. A fault of the store (StorageFaultError) is no damage: it
     raises, the file may be fine.
     """
@@ -56,24 +72,26 @@ class RowStore:
         self.on_damaged = on_damaged
         self.damaged: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # name -> reason
         self.damaged_count = 0  # chunks found damaged (the dict above forgets the oldest past a bound)
+        self.page_rows = min(PAGE_ROWS, slot_rows)
+        self.pages = max(slots, slots * slot_rows // self.page_rows)  # at least one page a slot: a round fits
         self._columns: Dict[str, np.ndarray] = {}
-        self._lru: "collections.OrderedDict[str, int]" = collections.OrderedDict()
-        self._free = list(range(slots - 1, -1, -1))
-        self._rows_in = np.zeros(slots, dtype=np.int64)  # rows of the chunk in each slot
-        self._pools: List[Optional[np.ndarray]] = [None] * slots  # packed chunks' frame pools, by slot
+        self._lru: "collections.OrderedDict[str, _Cached]" = collections.OrderedDict()
+        self._free = list(range(self.pages - 1, -1, -1))
+        self._keys = 0  # a key for each chunk loaded (its frame pool's key in gather)
         self._short: set = set()  # chunks found to hold fewer rows than were asked of them (logged once)
         self._window = [0, 0, 0]  # since the last thrash check: rows asked, files read, rows those files held
         self._thrash_said = False
 
-    def _slot(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]]) -> int:
-        """The chunk's slot (loading the file on a miss, unless in ``fetched``), or -1 when the file is gone or
-        damaged."""
-        slot = self._lru.get(name)
-        if slot is not None:
+    def _entry(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]],
+               pinned: set) -> Optional[_Cached]:
+        """The chunk in the cache (loading the file on a miss, unless in ``fetched``), or None when the file is gone
+        or damaged. A chunk of ``pinned`` (this gather's) is never evicted to make room."""
+        entry = self._lru.get(name)
+        if entry is not None:
             self._lru.move_to_end(name)
-            return slot
+            return entry
         if name in self.damaged:
-            return -1
+            return None
         if name in fetched:
             cols = fetched[name]
         else:
@@ -86,30 +104,39 @@ class RowStore:
             except StorageError as exc:
                 cols = exc
         if cols is None:
-            return -1  # evicted and deleted since it was sampled
+            return None  # evicted and deleted since it was sampled
         problem = str(cols) if isinstance(cols, StorageError) else self._unfit(name, cols)
         if problem:
             self._damaged(name, problem)
-            return -1
+            return None
         pool = cols.pop(POOL, None)
         n = len(next(iter(cols.values())))
         self._window[1] += 1
         self._window[2] += n
         if not self._columns:
-            self._columns = {k: np.zeros((self.slots * self.slot_rows,) + v.shape[1:], dtype=v.dtype)
+            self._columns = {k: np.zeros((self.pages * self.page_rows,) + v.shape[1:], dtype=v.dtype)
                              for k, v in cols.items()}
-        slot = self._free.pop() if self._free else self._lru.popitem(last=False)[1]
-        base = slot * self.slot_rows
+        need = max(1, -(-n // self.page_rows))
+        while len(self._free) < need:
+            oldest = next(iter(self._lru))
+            if oldest in pinned:  # DataPipeline sizes the cache for a round; a caller asked for more
+                raise ValueError(f"the chunks of one gather hold more rows than the cache's {self.pages} pages "
+                                 f"of {self.page_rows}")
+            self._free.extend(self._lru.pop(oldest).pages.tolist())
+        pages = np.array([self._free.pop() for _ in range(need)], dtype=np.int64)
+        pos = self._positions(pages, np.arange(n))
         for k, v in cols.items():
-            self._columns[k][base:base + n] = v
-        self._rows_in[slot] = n
-        self._pools[slot] = pool
-        self._lru[name] = slot
-        return slot
+            self._columns[k][pos] = v
+        self._keys += 1
+        entry = self._lru[name] = _Cached(self._keys, pages, n, pool)
+        return entry
+
+    def _positions(self, pages: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return pages[rows // self.page_rows] * self.page_rows + rows % self.page_rows
 
     def _check_thrash(self, rows: int) -> None:
-        """Say once when most sampled rows need a file read: a replay in more chunks than the cache holds (small
-        chunks: a collector paced by the learner ends one every allowance grant) reads files instead of training."""
+        """Say once when most sampled rows need a file read: a replay of more rows than the cache holds reads
+        files instead of training."""
         self._window[0] += rows
         asked, files, held = self._window
         if asked < THRASH_WINDOW:
@@ -119,13 +146,13 @@ class RowStore:
             self._thrash_said = True
             mean = held / max(files, 1)
             logger.warning(
-                "learner: the last %d rows sampled needed %d chunk file reads: the cache holds %d chunks and the "
-                "chunks hold %.0f rows on average. Give parallel.learner.chunk_cache_size about the replay size / %.0f "
-                "and parallel.collector.chunk_size about %.0f (each cache slot reserves chunk_size rows)",
-                asked, files, self.slots, mean, mean, max(mean, 1.0))
+                "learner: the last %d rows sampled needed %d chunk file reads: the cache holds %d rows "
+                "(parallel.learner.chunk_cache_size x parallel.collector.chunk_size, in pages of %d rows) and the "
+                "chunks hold %.0f rows on average. Give chunk_cache_size x chunk_size about the replay's size in rows",
+                asked, files, self.pages * self.page_rows, self.page_rows, mean)
 
     def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
-        """Why the columns of chunk ``name`` cannot go into a slot (None when they can)."""
+        """Why the columns of chunk ``name`` cannot go into the cache (None when they can)."""
         lengths = {len(v) for k, v in cols.items() if k != POOL}
         if len(lengths) != 1:
             return f"chunk {name!r}: columns of different or no lengths {sorted(lengths)}"
@@ -156,28 +183,39 @@ class RowStore:
     def gather(self, chunks: List[str], local: np.ndarray, rows: np.ndarray):
         """Columns of rows ``rows`` of chunks ``chunks[local]``; and the mask of rows kept: a row whose chunk
         file was gone or damaged, or past the end of its file (a file that holds fewer rows than were indexed),
-        is not read; the slot it would point into holds another chunk's rows."""
-        if len(chunks) > self.slots:  # loading one would evict another this call still reads
-            raise ValueError(f"{len(chunks)} chunks in one gather, more than the {self.slots} cache slots")
+        is not read."""
+        if len(chunks) > self.pages:  # loading one would evict another this call still reads
+            raise ValueError(f"{len(chunks)} chunks in one gather, more than the cache's {self.pages} pages")
         # on an object store every read waits a round trip: fetch the misses together
         fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
-        by_chunk = np.array([self._slot(name, fetched) for name in chunks], dtype=np.int64)
+        pinned: set = set()
+        entries = []
+        for name in chunks:
+            entries.append(self._entry(name, fetched, pinned))
+            pinned.add(name)
         self._check_thrash(len(local))
-        slots = by_chunk[local]
-        keep = rows < np.where(slots >= 0, self._rows_in[slots], 0)
-        short = (slots >= 0) & ~keep
+        held = np.array([0 if e is None else e.rows for e in entries], dtype=np.int64)
+        keep = rows < held[local]
+        short = (held[local] > 0) & ~keep
         if short.any():
             for i in set(local[short].tolist()):
                 if chunks[i] not in self._short:
                     self._short.add(chunks[i])
                     logger.warning("chunk %r holds %d rows, rows up to %d were asked of it: those past its end "
-                                   "are dropped", chunks[i], self._rows_in[by_chunk[i]], rows[local == i].max())
-        pos = (slots * self.slot_rows + rows)[keep]
-        if len(pos) == 0:
+                                   "are dropped", chunks[i], held[i], rows[local == i].max())
+        if not keep.any():
             return None, keep
+        # every chunk's page list end to end: row r of chunk i is at page table[start[i] + r // page_rows]
+        lists = [np.zeros(0, np.int64) if e is None else e.pages for e in entries]
+        start = np.concatenate([[0], np.cumsum([len(p) for p in lists])[:-1]]).astype(np.int64)
+        table = np.concatenate(lists)
+        mine, r = local[keep], rows[keep]
+        pos = table[start[mine] + r // self.page_rows] * self.page_rows + r % self.page_rows
         out = {k: v[pos] for k, v in self._columns.items()}
         if is_packed_rows(out):
-            out = rebuild_stacks(out, self._pools, slots[keep])
+            keys = np.array([0 if e is None else e.key for e in entries], dtype=np.int64)
+            pools = {e.key: e.pool for e in entries if e is not None}
+            out = rebuild_stacks(out, pools, keys[mine])
         return out, keep
 
 
