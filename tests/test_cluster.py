@@ -225,3 +225,26 @@ def test_killed_collector_is_reaped_and_its_task_replaced(cli, tmp_path, toy_con
     eventually(lambda: get(url, "/cluster")["train_iter"] > before + 20, timeout=30, message="training continues")
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
+
+
+def test_a_launcher_that_cannot_start_its_workers_closes_its_server_and_raises(tmp_path, monkeypatch, toy_config):
+    """Starting the first worker fails (here: the working directory is gone, so multiprocessing cannot prepare the
+    child): the error reaches the caller, and the REST server, the fork server and the run's lock are let go, so
+    the process can exit (it once hung in interpreter shutdown on the server's threads)."""
+    import requests
+    from parallel_rl.config import compile_config, load_config_file
+    from parallel_rl.entry.launcher import LocalCluster
+
+    cfg = compile_config({**load_config_file(toy_config), "exp_name": str(tmp_path / "exp")})
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    cluster = LocalCluster(cfg, 1, "127.0.0.1", 0, str(tmp_path / "shared"), toy_config, [], None)
+    url = cluster.url
+    with pytest.raises(FileNotFoundError):
+        cluster.run()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/api/v1/cluster", timeout=2)
+    monkeypatch.chdir(tmp_path)
+    LocalCluster(cfg, 1, "127.0.0.1", 0, str(tmp_path / "shared"), toy_config, [], None).shutdown(grace=0)

@@ -207,17 +207,17 @@ class LocalCluster:
         self.coordinator.start()
         freeze_startup_objects()  # `parallel-rl run`'s own process (run_local_cluster)
         print(f"REST API: {self.url}/api/v1", flush=True)
-        if not self._stop.is_set():  # interrupted while starting: no child to start and stop again
-            self._spawn("learner")
-            for _ in range(self.n_collectors):
-                self._spawn("collector")
         reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
         failure: Optional[str] = None
         placement = CpuPlacement(self.cfg.parallel.learner.world_size)
         place = bool(self.cfg.parallel.learner.dedicated_cpu) and placement.possible
         next_placement = 0.0
         start_iter = self.coordinator.train_iter  # a resumed run places once its own learner trains, not at once
-        try:
+        try:  # from the first child on: whatever fails, the server's threads stop and the process can exit
+            if not self._stop.is_set():  # interrupted while starting: no child to start and stop again
+                self._spawn("learner")
+                for _ in range(self.n_collectors):
+                    self._spawn("collector")
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
                 self.coordinator.done_event.wait(self.next_restart_in())
                 if place and self.coordinator.train_iter > start_iter and time.monotonic() >= next_placement:
@@ -279,10 +279,14 @@ class LocalCluster:
         for child in self.children:
             if child.reader is not None:
                 child.reader.join(2.0)
-        forkserver.stop()
-        self.server.close(timeout=2.0)
-        self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
-        self.dir_lock.release()
+        try:
+            forkserver.stop()
+        finally:  # the server's threads are not daemons: left running, they keep the process from exiting
+            self.server.close(timeout=2.0)
+            try:
+                self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
+            finally:
+                self.dir_lock.release()
 
 
 def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,
