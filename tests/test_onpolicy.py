@@ -121,3 +121,37 @@ def test_a_learner_taking_over_gets_fresh_segments(coordinator_factory, cli, tmp
     eventually(lambda: cluster()["learn_info"].get("segments", 0) >= 3 and cluster()["train_iter"] >= killed_at + 3,
                timeout=90, message="the second learner trained on three segments")
     assert cluster()["learn_info"]["segment_staleness_max"] == 0
+
+
+def test_env_lanes_run_on_across_a_collectors_consecutive_chunks():
+    """Two envs of collector ``ca`` over chunks 1, 2 (consecutive: one lane per env) and 4 (after a gap: new
+    lanes), collector ``cb``'s chunk 1 (its own lanes), a chunk named otherwise (its own); rows handed over
+    shuffled. Ordered by the time keys, each lane's rows come in step order."""
+    from parallel_rl.learner.pipeline import collector_lanes
+    from parallel_rl.policy.returns import gae_advantages
+
+    chunks = ["ca-0000002", "cb-0000001", "ca-0000001", "other.npz", "ca-0000004"]
+    # rows of a chunk: (step, env) in time-major order, 3 steps x 2 envs; step numbers global per collector
+    first_step = {"ca-0000001": 0, "ca-0000002": 3, "ca-0000004": 9, "cb-0000001": 0, "other.npz": 0}
+    chunk = np.repeat(np.arange(len(chunks)), 6)
+    row = np.tile(np.arange(6), len(chunks))
+    env_id = row % 2
+    step = np.array([first_step[chunks[c]] for c in chunk]) + row // 2
+    shuffle = np.random.default_rng(0).permutation(len(row))
+    lane, time = collector_lanes(chunks, chunk[shuffle], row[shuffle], env_id[shuffle])
+    # five lanes of two envs... ca's chunks 1+2 are one run, ca-4 another, cb-1 and other.npz one each
+    groups = {}
+    for c, e, l in zip(chunk[shuffle], env_id[shuffle], lane):
+        groups.setdefault((chunks[c].rsplit("-", 1)[0], e, c == 4), set()).add(int(l))
+    assert all(len(ids) == 1 for ids in groups.values()) and len({next(iter(v)) for v in groups.values()}) == 8
+    order = np.argsort(time, kind="stable")
+    for l in np.unique(lane):
+        steps = step[shuffle][order][lane[order] == l]
+        assert (np.diff(steps) == 1).all(), steps
+    # GAE over the ordered rows: ca's env 0 lane carries chunk 2's advantages back into chunk 1 (reward only at
+    # its last step, value 0): the first step's advantage is gamma^5 * 1
+    reward = (step[shuffle] == 5).astype(np.float64) * (chunk[shuffle] == 0) * (env_id[shuffle] == 0)
+    zeros = np.zeros(len(row))
+    adv = gae_advantages(reward[order], zeros, zeros, zeros, zeros.astype(bool), lane[order], 0.9, 1.0)
+    at = np.flatnonzero((chunk[shuffle][order] == 2) & (env_id[shuffle][order] == 0) & (step[shuffle][order] == 0))
+    assert adv[at[0]] == pytest.approx(0.9 ** 5)
