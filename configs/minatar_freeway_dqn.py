@@ -2,8 +2,7 @@
 
 ``minatar_breakout_dqn.py``'s settings (Young & Tian 2019's DQN) on Freeway (7 channels). Their reference
 (returns over training episodes, read off their figures): ~48 at 1M env steps, ~50 at 5M. Not measured on
-this box yet. As a cluster: ``parallel-rl run -c configs/minatar_breakout_dqn_parallel.py --set
-env.env_id=MinAtar/Freeway-v1 --set 'policy.model.encoder.shape=[10,10,7]'``.
+this box yet. As a cluster: ``configs/minatar_freeway_dqn_parallel.py``.
 """
 import copy
 import os
