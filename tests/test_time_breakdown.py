@@ -157,8 +157,8 @@ def test_dashboard_shows_a_stacked_time_bar_per_worker(cli, tmp_path, toy_config
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="CPU placement needs 2 CPUs")
-def test_the_learner_gets_a_cpu_to_itself_only_while_the_collectors_wait_for_it():
-    placement = CpuPlacement(learner_cpus=1)
+def test_the_learner_gets_a_cpu_to_itself_only_while_the_collectors_wait_for_it(tmp_path):
+    placement = CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path))
     cpus = sorted(os.sched_getaffinity(0))
 
     def window(waiting):  # two collectors, 10 s more wall each, ``waiting`` of it waiting
@@ -177,3 +177,28 @@ def test_the_learner_gets_a_cpu_to_itself_only_while_the_collectors_wait_for_it(
     assert placement.decide(window(0.4)) is None  # in between: as it is (no flapping)
     assert sorted(placement.decide(window(0.7))["learner"]) == cpus[-1:]
     assert placement.decide(window(0.4)) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="CPU placement needs 2 CPUs")
+def test_two_runs_learners_claim_different_cpus(tmp_path):
+    """Another run's launcher (a process of its own) holds the last CPU for its learner: this run's learner takes
+    the highest CPU left; with every CPU held, the last (as one run alone); a claim ends with its process."""
+    import subprocess
+    import sys
+
+    cpus = sorted(os.sched_getaffinity(0))
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from parallel_rl.entry.placement import CpuPlacement; "
+         f"p = CpuPlacement(1, claims_dir={str(tmp_path)!r}); print(sorted(p.dedicated['learner']), flush=True); "
+         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == str(cpus[-1:])
+        second = CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path))
+        assert second.dedicated["learner"] == {cpus[-2]} and second.dedicated["collector"] == set(cpus) - {cpus[-2]}
+        others = [CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path)) for _ in cpus[2:]]
+        assert {next(iter(p.dedicated["learner"])) for p in others} == set(cpus[:-2])
+        assert CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path)).dedicated["learner"] == {cpus[-1]}  # all held
+    finally:
+        other.stdin.close()
+        other.wait(timeout=30)
+    assert CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path)).dedicated["learner"] == {cpus[-1]}

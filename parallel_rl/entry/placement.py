@@ -17,29 +17,39 @@ last window (their heartbeats' ``waiting``: for allowance or a policy version), 
 
 Nothing is pinned before training runs (the processes import torch in parallel on every CPU first); once it runs
 the learner gets its CPUs until a window shows the collectors busy.
+
+Two runs on one machine: each learner claims its CPUs (an exclusive lock on a file per CPU in
+:data:`CLAIMS_DIR`, held while the launcher lives), highest first, skipping CPUs another run's learner holds, so a
+second run's learner does not land on the first one's CPU (both used to take the last CPU). When every CPU is
+claimed it takes the last ones, as a single run does.
 """
 from __future__ import annotations
 
+import fcntl
 import os
-from typing import Dict, Iterable, Optional, Set
+import tempfile
+from typing import Dict, Iterable, List, Optional, Set
 
 from ..coordinator.bottleneck import WAIT_LIMIT
 from ..protocol import TimeBreakdown
 
 WINDOW = 3.0  # seconds of the collectors' time a decision looks at (heartbeats come every second)
 SHARE_BELOW = 0.25  # collectors waiting less than this share of their time may use every CPU
+# where the runs on this machine claim their learners' CPUs
+CLAIMS_DIR = os.environ.get("PARALLEL_RL_CPU_CLAIMS") or os.path.join(tempfile.gettempdir(), "parallel_rl-cpus")
 
 
 class CpuPlacement:
     """The CPU set per role (``learner``, ``collector``; the launcher's own process goes with the collectors)."""
 
-    def __init__(self, learner_cpus: int):
+    def __init__(self, learner_cpus: int, claims_dir: str = CLAIMS_DIR):
         self.cpus: Set[int] = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
         # data-parallel learner ranks get a CPU each, as far as one CPU is left for the others; ranks the
         # learner starts later inherit its CPUs
-        n = max(1, min(int(learner_cpus), len(self.cpus) - 1))
-        ordered = sorted(self.cpus)
-        self.dedicated = {"learner": set(ordered[-n:]), "collector": set(ordered[:-n])}
+        self.n_learner = max(1, min(int(learner_cpus), len(self.cpus) - 1))
+        self.claims_dir = claims_dir
+        self._claims: List = []  # the open lock files of this run's claimed CPUs
+        self._dedicated: Optional[Dict[str, Set[int]]] = None  # claimed when first wanted
         self.shared = {"learner": set(self.cpus), "collector": set(self.cpus)}
         self.current: Optional[Dict[str, Set[int]]] = None  # None: not placed yet (every CPU)
         self._last: Dict[str, TimeBreakdown] = {}
@@ -48,6 +58,39 @@ class CpuPlacement:
     @property
     def possible(self) -> bool:
         return len(self.cpus) >= 2
+
+    @property
+    def dedicated(self) -> Dict[str, Set[int]]:
+        """The learner's own CPUs (claimed on first use) and the others' for everything else."""
+        if self._dedicated is None:
+            ordered = sorted(self.cpus)
+            mine = self._claim(ordered[::-1])
+            learner = set(mine) if mine else set(ordered[-self.n_learner:])
+            self._dedicated = {"learner": learner, "collector": self.cpus - learner}
+        return self._dedicated
+
+    def _claim(self, candidates: List[int]) -> List[int]:
+        """Up to ``n_learner`` of ``candidates`` that no other run's learner holds, locked for this process."""
+        try:
+            os.makedirs(self.claims_dir, exist_ok=True)
+        except OSError:
+            return []
+        mine = []
+        for cpu in candidates:
+            if len(mine) == self.n_learner:
+                break
+            try:
+                f = open(os.path.join(self.claims_dir, f"cpu-{cpu}.lock"), "a")
+            except OSError:
+                continue
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # another run's learner has it
+                f.close()
+                continue
+            self._claims.append(f)
+            mine.append(cpu)
+        return mine
 
     def collectors_waiting(self, collectors: Iterable[tuple]) -> Optional[float]:
         """The collectors' share of waiting since the last call, from ``(worker_id, breakdown)``; None before two
