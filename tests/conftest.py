@@ -17,6 +17,13 @@ def one_torch_thread():
     set_torch_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def own_cpu_claims(tmp_path, monkeypatch):
+    """The `run`s a test starts claim their learners' CPUs among themselves (parallel_rl.entry.placement), not
+    against the runs of tests beside it (pytest-xdist) or of anything else on the machine."""
+    monkeypatch.setenv("PARALLEL_RL_CPU_CLAIMS", str(tmp_path / "cpu-claims"))
+
+
 @pytest.fixture
 def toy_env():
     """4 copies of parallel_rl/Counting-v0 with 5-step episodes."""
