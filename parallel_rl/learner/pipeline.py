@@ -124,15 +124,13 @@ class RowStore:
                                  f"of {self.page_rows}")
             self._free.extend(self._lru.pop(oldest).pages.tolist())
         pages = np.array([self._free.pop() for _ in range(need)], dtype=np.int64)
-        pos = self._positions(pages, np.arange(n))
+        rows = np.arange(n)
+        pos = pages[rows // self.page_rows] * self.page_rows + rows % self.page_rows
         for k, v in cols.items():
             self._columns[k][pos] = v
         self._keys += 1
         entry = self._lru[name] = _Cached(self._keys, pages, n, pool)
         return entry
-
-    def _positions(self, pages: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return pages[rows // self.page_rows] * self.page_rows + rows % self.page_rows
 
     def _check_thrash(self, rows: int) -> None:
         """Say once when most sampled rows need a file read: a replay of more rows than the cache holds reads
