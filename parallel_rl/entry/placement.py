@@ -35,19 +35,19 @@ from ..protocol import TimeBreakdown
 
 WINDOW = 3.0  # seconds of the collectors' time a decision looks at (heartbeats come every second)
 SHARE_BELOW = 0.25  # collectors waiting less than this share of their time may use every CPU
-# where the runs on this machine claim their learners' CPUs
-CLAIMS_DIR = os.environ.get("PARALLEL_RL_CPU_CLAIMS") or os.path.join(tempfile.gettempdir(), "parallel_rl-cpus")
+# where the runs on this machine claim their learners' CPUs (PARALLEL_RL_CPU_CLAIMS moves it)
+CLAIMS_DIR = os.path.join(tempfile.gettempdir(), "parallel_rl-cpus")
 
 
 class CpuPlacement:
     """The CPU set per role (``learner``, ``collector``; the launcher's own process goes with the collectors)."""
 
-    def __init__(self, learner_cpus: int, claims_dir: str = CLAIMS_DIR):
+    def __init__(self, learner_cpus: int, claims_dir: Optional[str] = None):
         self.cpus: Set[int] = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
         # data-parallel learner ranks get a CPU each, as far as one CPU is left for the others; ranks the
         # learner starts later inherit its CPUs
         self.n_learner = max(1, min(int(learner_cpus), len(self.cpus) - 1))
-        self.claims_dir = claims_dir
+        self.claims_dir = claims_dir or os.environ.get("PARALLEL_RL_CPU_CLAIMS") or CLAIMS_DIR
         self._claims: List = []  # the open lock files of this run's claimed CPUs
         self._dedicated: Optional[Dict[str, Set[int]]] = None  # claimed when first wanted
         self.shared = {"learner": set(self.cpus), "collector": set(self.cpus)}
