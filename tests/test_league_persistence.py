@@ -135,3 +135,35 @@ def test_a_killed_coordinator_resumes_its_league(cli, tmp_path):
         for outcome in ("wins", "draws", "losses"):
             assert after["payoff"][MAIN][opponent][outcome] >= row[outcome]
     assert set(before["retired"]) <= set(after["retired"])
+
+
+def test_a_retired_snapshot_stays_on_disk_while_a_task_still_names_it(tmp_path):
+    """A snapshot leaves the pool while a collector task handed out before still names it as the opponent:
+    its file stays until that task ends (the collector finds what it was told to play), then goes."""
+    from parallel_rl.coordinator.commander_api import CommanderHandle
+    from parallel_rl.coordinator.tasks import TaskKind, TaskState, TaskTable
+    from parallel_rl.coordinator.workers import WorkerRegistry
+    from parallel_rl.storage import SharedStorage
+
+    battle = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env"},
+                             "league": {"bots": ["first_legal"], "snapshot_every": 5, "pool_size": 1}})
+    storage, tasks, version = SharedStorage(str(tmp_path / "shared")), TaskTable(), [0]
+    commander = LeagueCommander(battle)
+    commander.attach(CommanderHandle(storage=storage, workers=WorkerRegistry(), tasks=tasks,
+                                     assign=lambda task, worker: False, finish=lambda state, reason: None,
+                                     policy_version=lambda: version[0], over=lambda: False))
+    for v in (0, 5, 10):
+        storage.save_policy(v, {"w": [float(v)]})
+    commander.step()
+    assert storage.league_snapshot_versions() == [0]
+    task = tasks.create(TaskKind.COLLECTOR, {"env_steps": 64, "players": {"train": MAIN, "opponent": "v0"}})
+    tasks.start(task, "collector-1")
+    version[0] = 5
+    commander.step()  # v5 joins, v0 leaves the pool; the running task still names v0
+    assert commander.league.pool == ["first_legal", "v5"] and storage.league_snapshot_versions() == [0, 5]
+    tasks.end(task.task_id, TaskState.FINISHED, {"env_steps": 64})
+    commander.step()
+    assert storage.league_snapshot_versions() == [5]
+    version[0] = 10
+    commander.step()  # nobody names v5: its file goes with it
+    assert storage.league_snapshot_versions() == [10]

@@ -174,7 +174,8 @@ class LeagueCommander(SoloCommander):
 
     Every ``league.snapshot_every`` policy versions the newest checkpoint is frozen into the league (a copy
     under ``league/`` on the shared disk, so checkpoint pruning never removes a pool member) and joins the
-    pool; snapshots leaving the pool are deleted. Each collector task names its opponent, chosen by PFSP;
+    pool; a snapshot leaving the pool is deleted once no unfinished collector task names it (a task handed
+    out just before still finds its opponent). Each collector task names its opponent, chosen by PFSP;
     the collectors' ``games`` messages fill the payoff table. A task that reports ``opponent_missing``
     takes that opponent out of the pool. The run stops on the evaluator's win-rate target.
     """
@@ -183,10 +184,12 @@ class LeagueCommander(SoloCommander):
         check_cluster_config(cfg)
         super().__init__(cfg, cluster)
         self.league = League(cfg.league, seed=cfg.seed)
+        self._leaving: set = set()  # retired snapshots whose files wait for the tasks that name them
 
     def step(self) -> None:
         if not self.cluster.over:
             self._snapshot()
+        self._remove_retired()
         super().step()
 
     def state_dict(self) -> dict:
@@ -199,6 +202,7 @@ class LeagueCommander(SoloCommander):
             logger.warning("commander: the saved state holds no league; starting a new one")
             return
         self.league.load_state_dict(state["league"])
+        self._leaving.update(self.league.retired)  # files a stopped coordinator had not removed yet
         logger.info("commander: league restored: pool %s, %d games", self.league.pool, self.league.games)
 
     def _snapshot(self) -> None:
@@ -214,7 +218,18 @@ class LeagueCommander(SoloCommander):
             return
         gone = self.league.add_snapshot(version)
         if gone is not None:
-            storage.remove_league_snapshot(snapshot_version(gone))
+            self._leaving.add(gone)
+
+    def _remove_retired(self) -> None:
+        """Delete the files of retired snapshots that no pending or running collector task names."""
+        if not self._leaving:
+            return
+        named = {(t.spec.get("players") or {}).get("opponent")
+                 for state in (TaskState.PENDING, TaskState.RUNNING)
+                 for t in self.cluster.tasks(TaskKind.COLLECTOR.value, state.value)}
+        for name in sorted(self._leaving - named):
+            self.cluster.storage.remove_league_snapshot(snapshot_version(name))
+            self._leaving.discard(name)
 
     def _feed_collectors(self) -> None:
         c = self.cluster
