@@ -31,6 +31,7 @@ from ..slave.comm import BaseCommCollector, register_comm_collector
 from ..slave.phases import PhaseClock
 from ..transport import ApiError
 from ..slave.slave import Slave, SlaveTask
+from ..storage.names import chunk_name
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class CollectorSlave(Slave, BaseCommCollector):
 
     def _next_chunk_name(self) -> str:
         self._seq += 1
-        return f"{self._prefix}-{self._seq:07d}"
+        return chunk_name(self._prefix, self._seq)
 
     def _collect(self, task: SlaveTask) -> Dict[str, Any]:
         ccfg = self.cfg.parallel.collector

@@ -20,6 +20,7 @@ from ..protocol import SampleAnswer, SampleRequest
 from ..runtime import guarded_thread
 from ..slave.phases import PhaseClock
 from ..storage import SharedStorage
+from ..storage.names import parse_chunk_name
 from ..transport import HttpClient, pack_array, unpack_array
 
 logger = logging.getLogger(__name__)
@@ -227,10 +228,7 @@ def collector_lanes(chunks: List[str], chunk: np.ndarray, row: np.ndarray, env_i
     another batch) starts a new lane, and so does a chunk named otherwise (a lane per chunk and env).
 
     ``chunk``: each row's index into ``chunks``; ``row``: its row in that chunk. Returns (lane ids, time keys)."""
-    parsed = []
-    for i, name in enumerate(chunks):
-        collector, _, seq = name.rpartition("-")
-        parsed.append((collector, int(seq)) if collector and seq.isdigit() else (name, 0))
+    parsed = [parse_chunk_name(name) or (name, 0) for name in chunks]
     run = np.zeros(len(chunks), dtype=np.int64)  # the run of consecutive chunks each chunk belongs to
     order = sorted(range(len(chunks)), key=lambda i: parsed[i])
     for before, i in zip([None] + order[:-1], order):

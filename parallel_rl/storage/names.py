@@ -21,6 +21,18 @@ CHUNK_SUFFIX = ".npz"
 CHUNK_RE = re.compile(r"^.+\.npz$")
 
 
+def chunk_name(writer: str, seq: int) -> str:
+    """A collector's ``seq``-th chunk: ``<writer>-<seq, 7 digits or more>`` (on-policy learners follow a
+    collector's envs through its consecutive chunks by these names: :func:`parse_chunk_name`)."""
+    return f"{writer}-{int(seq):07d}"
+
+
+def parse_chunk_name(name: str):
+    """(writer, seq) of a :func:`chunk_name`, None for a chunk named otherwise."""
+    writer, _, seq = name.rpartition("-")
+    return (writer, int(seq)) if writer and seq.isdigit() else None
+
+
 @dataclass(frozen=True)
 class Numbered:
     """A family of numbered files: ``<directory>/<prefix><version, 9 digits or more><suffix>``."""
