@@ -80,7 +80,8 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert sorted(os.listdir(shared)) == ["coordinator", "data", "learner", "policy", "run.lock", "tensorboard"]
     assert os.listdir(shared / "policy"), "the learner published checkpoints"
     assert os.listdir(shared / "coordinator"), "the coordinator saved its state"
-    assert {"learner/loss", "learner/q_value", "learner/updates_per_second"} <= tensorboard_tags(
+    assert {"learner/loss", "learner/q_value", "learner/updates_per_second",
+            "learner/longest_update_seconds"} <= tensorboard_tags(
         shared / "tensorboard" / "learner")
     assert "evaluator/eval_return" in tensorboard_tags(shared / "tensorboard" / "evaluator")
 
@@ -248,3 +249,15 @@ def test_a_launcher_that_cannot_start_its_workers_closes_its_server_and_raises(t
         requests.get(f"{url}/api/v1/cluster", timeout=2)
     monkeypatch.chdir(tmp_path)
     LocalCluster(cfg, 1, "127.0.0.1", 0, str(tmp_path / "shared"), toy_config, [], None).shutdown(grace=0)
+
+
+def test_a_stopping_run_waits_for_a_learner_as_long_as_its_updates_take():
+    """A learner in a long update (an on-policy version's epochs on a big network: ~10 s for Pong PPO on a CPU)
+    finishes it and saves its state before the run terminates it; a quick learner keeps the plain grace, and a
+    learner whose update never ends is terminated after MAX_LEARNER_GRACE."""
+    from parallel_rl.entry.launcher import MAX_LEARNER_GRACE, learner_stop_grace
+
+    assert learner_stop_grace(5.0, 0.0) == learner_stop_grace(5.0, 0.02) == 5.0
+    assert learner_stop_grace(5.0, 10.0) == 16.0
+    assert learner_stop_grace(5.0, 3600.0) == MAX_LEARNER_GRACE
+    assert learner_stop_grace(0.0, 0.0) == 1.0

@@ -43,6 +43,8 @@ from .placement import WINDOW as placement_window, CpuPlacement
 logger = logging.getLogger(__name__)
 # the wait loop's tick: how soon a dead child is noticed (the loop itself costs ~0.1 ms)
 LOOP_TICK = 0.1
+# the longest a stopping run waits for its learner to finish an update before terminating it
+MAX_LEARNER_GRACE = 60.0
 
 
 @dataclass
@@ -65,6 +67,12 @@ def _forward_output(child: Child, stream) -> None:
         child.tail.append(line)
         print(f"[{child.name}] {line}", file=sys.stderr, flush=True)
     stream.close()
+
+
+def learner_stop_grace(grace: float, longest_update: float) -> float:
+    """How long a stopping run waits for its learner: ``grace``, or what its longest update took with room to
+    spare (it finishes the update it is in, then saves its state), at most :data:`MAX_LEARNER_GRACE`."""
+    return min(max(grace, 1.5 * longest_update + 1.0), max(grace, MAX_LEARNER_GRACE))
 
 
 class LocalCluster:
@@ -257,10 +265,19 @@ class LocalCluster:
         return code
 
     def shutdown(self, grace: float = 5.0) -> None:
-        """Tell workers to stop, then terminate and kill whatever is left; close the server."""
+        """Tell workers to stop, then terminate and kill whatever is left; close the server.
+
+        A learner gets longer than ``grace`` when its updates do (an on-policy version's epochs on a big
+        network): it finishes the update it is in and saves its state, up to :data:`MAX_LEARNER_GRACE`."""
         self.coordinator.close(notify_workers=True)
-        deadline = time.monotonic() + grace
+        start = time.monotonic()
+        longest = float(self.coordinator.learn_info.get("longest_update_seconds") or 0.0)
+        learner_grace = learner_stop_grace(grace, longest)
+        if learner_grace > grace and any(c.role == "learner" and c.proc.poll() is None for c in self.children):
+            logger.info("launcher: giving the learner up to %.0f s to finish its update (its longest took %.1f s)",
+                        learner_grace, longest)
         for child in self.children:
+            deadline = start + (learner_grace if child.role == "learner" else grace)
             try:
                 child.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

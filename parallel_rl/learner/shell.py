@@ -72,6 +72,8 @@ class LearnerSlave(Slave, BaseCommLearner):
         info["damaged_chunks"] = pipeline.damaged_chunks
         info["data_wait_seconds"] = round(pipeline.wait_seconds, 3)
         info["updates_per_second"] = round(rate, 1)
+        # what a stop may have to wait for (the launcher's shutdown grace follows it)
+        info["longest_update_seconds"] = round(self.longest_update, 3)
         info.update(self.data_stats)
         # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
         self.tb.scalars(learner.train_iter, "learner/",
@@ -79,6 +81,7 @@ class LearnerSlave(Slave, BaseCommLearner):
         self.send_metadata(LearnInfo(train_iter=learner.train_iter, info=info, task_id=task.task_id).to_json())
 
     data_stats: Dict[str, int] = {}
+    longest_update = 0.0  # seconds: the longest single update so far (an on-policy version's epochs)
 
     def report_damaged_chunk(self, name: str, reason: str) -> None:
         """Tell the coordinator that chunk ``name`` cannot be read: it drops the chunk from its replay index."""
@@ -148,8 +151,10 @@ class LearnerSlave(Slave, BaseCommLearner):
                         continue
                     if name:
                         self._count_batch(name, batch, learner.train_iter)
+                    began = time.monotonic()
                     with self.clock.timing("train"):
                         self.train_step(learner, batch)
+                    self.longest_update = max(self.longest_update, time.monotonic() - began)
                     pipeline.give_priorities(learner.priority_info)
                     if learner.train_iter % publish_every == 0:
                         self.send_policy(policy, learner.train_iter)
