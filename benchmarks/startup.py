@@ -7,6 +7,10 @@ arrives: the time from the command's start to the coordinator's `registered` lin
 kills one collector (SIGKILL) and times the restart: kill -> registered again, and the launcher's `started`
 line -> registered. `--baseline DIR` runs the same from another checkout (e.g. a `git worktree` of an older
 commit) in the same run, alternating, and prints the ratios: this box is noisy.
+
+Each round also times the floor under "every worker registered": a fresh interpreter that imports torch and
+nothing else, and one that imports what the fork server preloads (``parallel_rl.entry.preload``: torch,
+gymnasium, TensorBoard's writer, the roles) — a worker forked from the fork server cannot register before that.
 """
 from __future__ import annotations
 
@@ -92,6 +96,17 @@ def one_run(tree: str, collectors: int) -> Dict[str, float]:
                 proc.wait()
 
 
+def import_floor(tree: str) -> Dict[str, float]:
+    """Wall of a fresh interpreter importing torch alone, and importing what the fork server preloads."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = {}
+    for label, code in (("import_torch", "import torch"), ("import_preload", "import parallel_rl.entry.preload")):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True)
+        out[label] = time.perf_counter() - start
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -103,7 +118,7 @@ def main() -> int:
     results: Dict[str, Dict[str, list]] = {label: {} for label in trees}
     for r in range(args.repeat):
         for label, tree in trees.items():
-            figures = one_run(tree, args.collectors)
+            figures = {**one_run(tree, args.collectors), **import_floor(tree)}
             print(f"{label:>8} run {r}: " + "  ".join(f"{k} {v:.2f}s" for k, v in figures.items()), flush=True)
             for k, v in figures.items():
                 results[label].setdefault(k, []).append(v)
