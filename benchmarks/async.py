@@ -141,21 +141,22 @@ def measure(n: int, args: argparse.Namespace, config: str = "configs/cartpole_dq
 EVALUATOR_AT_ONCE = ("env.evaluator_vector_mode=async",)
 
 
-def wall_to_solve(config: str, n: int, args: argparse.Namespace, seed: int) -> Optional[float]:
-    """Seconds from `parallel-rl run`'s start to its exit after ``solved`` (None: it stopped unsolved)."""
+def wall_to_solve(config: str, n: int, args: argparse.Namespace, seed: int, settings=()) -> tuple:
+    """(seconds from `parallel-rl run`'s start to its exit after ``solved``, env steps then); (None, None): it
+    stopped unsolved. ``settings``: more ``--set`` values for this run."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.monotonic()
         proc, _url = start_run(tmp, config, n, f"env.step_latency_ms={args.latency_ms}",
                                f"env.collector_env_num={args.envs}", f"seed={seed}",
-                               f"parallel.commander.max_seconds={args.max_seconds}", *EVALUATOR_AT_ONCE)
+                               f"parallel.commander.max_seconds={args.max_seconds}", *EVALUATOR_AT_ONCE, *settings)
         try:
             proc.wait(args.max_seconds + 120)
         finally:
             if proc.poll() is None:
                 stop(proc)
         wall = time.monotonic() - start
-        solved = re.search(r"^solved: eval return", open(os.path.join(tmp, "run.log")).read(), re.M)
-    return wall if solved else None
+        solved = re.search(r"^solved: eval return.*; env_steps=(\d+)", open(os.path.join(tmp, "run.log")).read(), re.M)
+    return (wall, int(solved.group(1))) if solved else (None, None)
 
 
 def percent(x: Optional[float]) -> str:
@@ -176,14 +177,14 @@ def appo_rows(args: argparse.Namespace) -> None:
           f"wall from the command's start:", flush=True)
     ratios = []
     for seed in range(args.appo_seeds):
-        appo = wall_to_solve(APPO_CONFIG, n, args, seed)
-        ppo = wall_to_solve(PPO_CONFIG, n, args, seed)
+        appo, appo_steps = wall_to_solve(APPO_CONFIG, n, args, seed, args.appo_set)
+        ppo, ppo_steps = wall_to_solve(PPO_CONFIG, n, args, seed, args.ppo_set)
         ratio = appo / ppo if appo and ppo else None
         if ratio:
             ratios.append(ratio)
-        print(f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s'}  sync PPO "
-              f"{'-' if ppo is None else f'{ppo:.1f} s'}  ratio {'-' if ratio is None else f'{ratio:.2f}'}  "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s ({appo_steps} env steps)'}  sync PPO "
+              f"{'-' if ppo is None else f'{ppo:.1f} s ({ppo_steps} env steps)'}  ratio "
+              f"{'-' if ratio is None else f'{ratio:.2f}'}  load {os.getloadavg()[0]:.1f}", flush=True)
     if ratios:
         print(f"  APPO / sync PPO wall, median over {len(ratios)} solved seeds: {statistics.median(ratios):.2f} "
               f"(target <= 0.5)", flush=True)
@@ -206,6 +207,10 @@ def main() -> None:
     parser.add_argument("--skip-appo", action="store_true")
     parser.add_argument("--appo-collectors", type=int, default=16)
     parser.add_argument("--appo-seeds", type=int, default=3)
+    parser.add_argument("--appo-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the APPO runs to 195 (as parallel-rl's --set)")
+    parser.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the sync PPO runs to 195")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="a run to 195 gives up after this")
     args = parser.parse_args()
     counts = sorted(set(args.collectors) | {1})
