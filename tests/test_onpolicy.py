@@ -92,6 +92,31 @@ def test_cluster_ppo_learner_trains_only_on_current_segments(coordinator_factory
     assert thrown_away == 0
 
 
+def test_a_collector_given_an_evaluation_leaves_its_share_of_the_segment_to_the_others(coordinator_factory,
+                                                                                        tmp_path):
+    """Evaluations run on collectors and a collector collects nothing while it evaluates: its share of the
+    segment goes to the others (the segment used to wait for it: seconds per evaluation of long episodes), for
+    the rest of that policy version (the others were told to collect it); a collector left alone collects again
+    once its evaluation ends (nobody else would)."""
+    cfg = ppo_cluster_config(tmp_path)  # 512 env steps a segment, 8 envs a collector
+    coordinator, _ = coordinator_factory(cfg=cfg)
+    a, b = (coordinator.workers.register("collector", f"http://127.0.0.1:{port}", None) for port in (9, 10))
+    allowed = lambda worker: coordinator.flow.control_for(worker)["segment_env_steps"]  # noqa: E731
+    coordinator.policy_version = 0
+    assert allowed(a) == allowed(b) == 256
+    b.eval_task = "evaluator-000001"
+    assert (allowed(a), allowed(b)) == (512, 0)
+    b.eval_task = None  # its evaluation ended mid-version: a was told to collect all of it
+    assert (allowed(a), allowed(b)) == (512, 0)
+    coordinator.policy_version = 1
+    assert allowed(a) == allowed(b) == 256
+    for worker in (a, b):
+        worker.eval_task = "evaluator-000002"
+    assert allowed(a) == allowed(b) == 0  # both evaluate: the segment waits
+    a.eval_task = None
+    assert allowed(a) == 512  # a is back and alone: it collects the segment
+
+
 @pytest.mark.slow
 def test_run_solves_cartpole_with_ppo(cli, tmp_path):
     run = cli("run", "run", "-c", "configs/cartpole_ppo_parallel.py", "--set", f"exp_name={tmp_path / 'exp'}")

@@ -163,12 +163,29 @@ class CollectorSlave(Slave, BaseCommCollector):
         return result
 
     def _run_waiting_evals(self) -> None:
-        """Evaluator tasks preempt collection between two chunks."""
+        """Evaluator tasks preempt collection between two chunks (and run before collecting after a wait).
+        On-policy, the control block is fetched again after one: while this collector evaluated, the others
+        took over its share of the segment and the policy may have moved on."""
+        ran = False
         while True:
             task = self.inbox.take(lambda t: t.kind == "evaluator")
             if task is None:
-                return
+                break
             self._run_task(task)
+            ran = True
+        if ran and self.flow.on_policy:
+            self._refresh_control()
+
+    def _refresh_control(self) -> None:
+        """Send what we have and take the coordinator's control block as it is now (no waiting)."""
+        self.outbox.flush(timeout=2.0)
+        try:
+            answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
+                                           MetadataBatch(messages=[]).to_json())
+        except ParallelRLError as exc:
+            logger.warning("collector %s: asking for the control block failed: %s", self.worker_id, exc)
+            return
+        self.on_control(answer["control"])
 
     def _allowance_left(self, unreported: int) -> Optional[int]:
         """Env steps this collector may still collect (None: no limit). On-policy only with the current
@@ -198,6 +215,7 @@ class CollectorSlave(Slave, BaseCommCollector):
         A new policy ends the wait: its first batch goes out at once (it tells the coordinator the policy
         is in use), borrowing from the allowance that follows."""
         while not task.stop.is_set() and self._over_allowance(0):
+            self._run_waiting_evals()  # given while waiting: run now (on-policy, the segment goes on without us)
             self.refresh_policy()
             if self._fresh_policy() and self.flow.new_version_ends_wait:
                 return
@@ -246,6 +264,7 @@ class CollectorSlave(Slave, BaseCommCollector):
         while steps < target and not task.stop.is_set():
             self._run_waiting_evals()
             self._wait_for_allowance(task)
+            self._run_waiting_evals()  # one given as the wait ended: its share went to the others
             self.refresh_policy()
             eps = float(self.control.get("epsilon", exploration_schedule(self.cfg.policy)(0)))
             random_collect = bool(self.control.get("random_collect", False))

@@ -31,6 +31,8 @@ COMMANDER_REGISTRY = Registry("commander")
 
 # how a task that failed on a ConfigError reports it (the slaves' "<exception type>: <message>")
 CONFIG_ERROR_PREFIX = "ConfigError: "
+# seconds a due evaluation waits for a spare collector (synchronous on-policy) before it takes any
+EVAL_SPARE_WAIT = 2.0
 
 
 class SoloCommander:
@@ -43,6 +45,7 @@ class SoloCommander:
         self.ccfg = cfg.parallel.commander
         self._epsilon = exploration_schedule(cfg.policy)
         self.last_eval_version: Optional[int] = None
+        self._eval_waits_since: Optional[float] = None  # monotonic: a due evaluation found no spare collector
 
     def attach(self, cluster: CommanderHandle) -> None:
         self.cluster = cluster
@@ -92,9 +95,19 @@ class SoloCommander:
             c.assign(task, worker)
 
     def _eval_worker(self) -> Optional[Worker]:
+        """The collector for the next evaluation. Synchronous on-policy: one whose share of the current segment
+        is in (evaluating, a collector collects nothing, and a segment would wait for its share), any one
+        after EVAL_SPARE_WAIT seconds without such a collector. Among those, the one that finished the fewest
+        tasks (evaluations spread)."""
         candidates = [w for w in self.cluster.workers("collector") if w.assignable and w.eval_task is None]
-        # spread evaluations: prefer the collector that has finished the fewest tasks
-        return min(candidates, key=lambda w: w.tasks_done, default=None)
+        spare = [w for w in candidates if self.cluster.spare(w) is not False]
+        if not spare and candidates:
+            self._eval_waits_since = self._eval_waits_since or time.monotonic()
+            if time.monotonic() - self._eval_waits_since < EVAL_SPARE_WAIT:
+                return None
+            spare = candidates
+        self._eval_waits_since = None
+        return min(spare, key=lambda w: w.tasks_done, default=None)
 
     def _schedule_eval(self) -> None:
         c = self.cluster

@@ -22,11 +22,12 @@ class CommanderHandle:
 
     def __init__(self, *, storage: SharedStorage, workers: WorkerRegistry, tasks: TaskTable,
                  assign: Callable[[Task, Worker], bool], finish: Callable[[str, str], None],
-                 policy_version: Callable[[], int], over: Callable[[], bool]):
+                 policy_version: Callable[[], int], over: Callable[[], bool],
+                 spare: Callable[[Worker], Optional[bool]] = lambda worker: None):
         self.storage = storage  # checkpoints and league snapshots on the shared store
         self._workers, self._tasks = workers, tasks
         self._assign, self._finish = assign, finish
-        self._policy_version, self._over = policy_version, over
+        self._policy_version, self._over, self._spare = policy_version, over, spare
 
     @property
     def policy_version(self) -> int:
@@ -41,6 +42,11 @@ class CommanderHandle:
     def workers(self, kind: Optional[str] = None) -> List[Worker]:
         """The registered workers (of ``kind``), ended ones included."""
         return self._workers.list(kind)
+
+    def spare(self, worker: Worker) -> Optional[bool]:
+        """Whether collector ``worker`` has nothing to collect now (synchronous on-policy: its share of the
+        current segment is in), so an evaluation there holds no segment up; None: the flow does not say."""
+        return self._spare(worker)
 
     def tasks(self, kind: Optional[str] = None, state: Optional[str] = None) -> List[Task]:
         return self._tasks.list(kind=kind, state=state)

@@ -75,7 +75,8 @@ class Coordinator(DingCallbacks):
         self.commander: Commander = commander or create_parallel_commander(cfg)
         self.commander.attach(CommanderHandle(
             storage=storage, workers=self.workers, tasks=self.tasks, assign=self.assign, finish=self.finish,
-            policy_version=lambda: self.policy_version, over=lambda: self.system_shutdown_flag))
+            policy_version=lambda: self.policy_version, over=lambda: self.system_shutdown_flag,
+            spare=lambda worker: self.flow.metering.spare(worker)))
         self.membership = Membership(cfg, storage, token, self.workers, self.tasks, self._lock,
                                      end_task=self._end_task, kick=self.kick,
                                      over=lambda: self.reason if self.system_shutdown_flag else None)
@@ -264,6 +265,8 @@ class Coordinator(DingCallbacks):
                 worker.state = WorkerState.BUSY
             if task.kind == TaskKind.LEARNER:
                 self.flow.metering.learner_task_started()
+        if task.kind == TaskKind.EVALUATOR and self.flow.metering.members_changed():
+            self.flow.notify_progress()  # on-policy: the other collectors take over the evaluator's share
         payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
         try:  # a retried POST is safe: slaves acknowledge a task id they have seen without running it again
             worker.client.post("/slave/v1/tasks", payload, retries=1)

@@ -70,8 +70,13 @@ class Metering:
         return None
 
     def members_changed(self) -> bool:
-        """Collectors came or went: True when waiting collectors must look again."""
+        """Collectors came or went, or one started an evaluation: True when waiting collectors must look again."""
         return False
+
+    def spare(self, worker: Worker) -> Optional[bool]:
+        """Whether ``worker`` has nothing to collect now, so an evaluation there holds nothing up (None: this
+        flow does not say; any collector will do)."""
+        return None
 
     def learner_task_started(self) -> None:
         """A learner task starts (under the coordinator's lock)."""
@@ -144,6 +149,7 @@ class SegmentMetering(Metering):
         # a new learner task starts a new round of segments (its predecessor may have taken the current
         # version's segment with it); collectors count what they sent per (version, round)
         self.segment_round = 0
+        self._absent_by_version: Dict[int, set] = {}  # collectors evaluating during a version (_absent)
 
     def control(self, worker):
         # env steps this collector may collect in all with policy `policy_version`
@@ -168,6 +174,11 @@ class SegmentMetering(Metering):
     def members_changed(self) -> bool:
         return True  # a collector that leaves raises the others' shares
 
+    def spare(self, worker: Worker) -> Optional[bool]:
+        # its share of the current version's segment is in: it would wait for the next version anyway
+        return self._progress.policy_version >= 0 and \
+            self.segment_steps_allowed(worker) <= self._segment_done(worker)[0]
+
     def learner_task_started(self) -> None:
         self.segment_round += 1
         self._segment_steps.clear()
@@ -180,11 +191,30 @@ class SegmentMetering(Metering):
 
     def segment_share(self) -> int:
         """Env steps each active collector contributes to one segment: ``policy.collect.n_sample`` split
-        among them, rounded up to whole vector steps."""
-        collectors = sum(1 for w in self._workers.list("collector", active_only=True))
+        among them, rounded up to whole vector steps. A collector given an evaluation (it collects nothing
+        until the evaluation ends) is left out of the split (:meth:`_absent`): the others collect its share
+        instead of the segment waiting for it (an evaluation of long episodes takes seconds)."""
+        absent = self._absent()
+        collectors = sum(1 for w in self._workers.list("collector", active_only=True) if w.worker_id not in absent)
         envs = int(self.cfg.env.collector_env_num)
         per_collector = math.ceil(int(self.cfg.policy.collect.n_sample) / max(1, collectors))
         return math.ceil(per_collector / envs) * envs
+
+    def _absent(self) -> set:
+        """Ids of the collectors left out of the current version's segment: those given an evaluation while it
+        was current. One whose evaluation ends mid-version stays out until the next version: the others were
+        told to collect its share, and rows they have under way are not counted yet."""
+        with self._lock:
+            version = self._progress.policy_version
+            active = self._workers.list("collector", active_only=True)
+            evaluating = {w.worker_id for w in active if w.eval_task}
+            absent = self._absent_by_version.setdefault(version, set())
+            absent.update(evaluating)
+            if not {w.worker_id for w in active} - absent:  # all of them evaluated: the ones done collect it
+                absent = self._absent_by_version[version] = evaluating
+            for old in [v for v in self._absent_by_version if v < version]:
+                del self._absent_by_version[old]
+            return absent
 
     def _segment_done(self, worker: Worker) -> tuple:
         """(env steps of ``worker``, of all collectors) announced with the current policy version."""
@@ -195,8 +225,9 @@ class SegmentMetering(Metering):
     def segment_steps_allowed(self, worker: Worker) -> int:
         """The env steps ``worker`` may collect in all with the current policy version: its share, and no more
         than the segment still misses (a segment larger than ``n_sample`` would be taken before the rest
-        arrives, and the rest thrown away). 0 before the learner published a first policy."""
-        if self._progress.policy_version < 0:
+        arrives, and the rest thrown away). 0 before the learner published a first policy, and while it is given
+        an evaluation (the others collect its share)."""
+        if self._progress.policy_version < 0 or worker.worker_id in self._absent():
             return 0
         mine, total = self._segment_done(worker)
         missing = max(0, int(self.cfg.policy.collect.n_sample) - total)
