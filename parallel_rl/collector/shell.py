@@ -174,18 +174,7 @@ class CollectorSlave(Slave, BaseCommCollector):
             self._run_task(task)
             ran = True
         if ran and self.flow.on_policy:
-            self._refresh_control()
-
-    def _refresh_control(self) -> None:
-        """Send what we have and take the coordinator's control block as it is now (no waiting)."""
-        self.outbox.flush(timeout=2.0)
-        try:
-            answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata",
-                                           MetadataBatch(messages=[]).to_json())
-        except ParallelRLError as exc:
-            logger.warning("collector %s: asking for the control block failed: %s", self.worker_id, exc)
-            return
-        self.on_control(answer["control"])
+            self._long_poll_allowance(None)
 
     def _allowance_left(self, unreported: int) -> Optional[int]:
         """Env steps this collector may still collect (None: no limit). On-policy only with the current
@@ -223,15 +212,16 @@ class CollectorSlave(Slave, BaseCommCollector):
                 if not self._long_poll_allowance(task):
                     return
 
-    def _long_poll_allowance(self, task: SlaveTask) -> bool:
-        """Send what we have and ask the coordinator to answer once we may collect again; False when it failed."""
+    def _long_poll_allowance(self, task: Optional[SlaveTask]) -> bool:
+        """Send what we have and ask the coordinator to answer once we may collect again (``task`` None: at
+        once, the control block as it is now); False when it failed."""
         self.outbox.flush(timeout=2.0)
         try:
             # a version announced but not loadable yet (not visible on the shared disk) must not end
             # the next wait at once: ask to be woken by a newer one only
             loaded = self.collector.policy_version
             known = max(loaded, int(self.control.get("policy_version", -1)))
-            body = MetadataBatch(messages=[], wait_for_allowance=1.0,
+            body = MetadataBatch(messages=[], wait_for_allowance=0.0 if task is None else 1.0,
                                  policy_version=known if self.meter.woken_by_versions(loaded) else None,
                                  loaded_version=loaded if self.flow.on_policy else None).to_json()
             answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
@@ -240,7 +230,7 @@ class CollectorSlave(Slave, BaseCommCollector):
             logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
             return False
         self.on_control(answer["control"])
-        if answer.get("retry_after"):  # every long-poll slot was taken: ask again later, not at once
+        if answer.get("retry_after") and task is not None:  # every long-poll slot was taken: ask again later
             task.stop.wait(min(float(answer["retry_after"]), 5.0))
         return True
 
