@@ -108,6 +108,9 @@ class CoordinatorLink:
                     if time.monotonic() + delay > deadline or self._stop.is_set():
                         raise PeerUnavailableError(f"coordinator {self.coordinator_url} unreachable for "
                                                    f"{deadline_seconds:g}s: {exc}") from None
+                    if delay >= 1.0:  # past the first ~1.5 s (a coordinator still booting): say so, once a second
+                        logger.warning("%s: registering with %s failed, trying again in %.1fs (until %.0fs from the "
+                                       "start): %s", self.kind, self.coordinator_url, delay, deadline_seconds, exc)
                     self._stop.wait(delay)
                     delay = min(delay * 2, 1.0)
         finally:
