@@ -252,9 +252,8 @@ class CollectorSlave(Slave, BaseCommCollector):
         if task.spec.get("players") is not None:  # a two-player game (BattleClusterCollector)
             opponent, missing = self.collector.set_opponent(task.spec["players"]["opponent"])
         while steps < target and not task.stop.is_set():
-            self._run_waiting_evals()
-            self._wait_for_allowance(task)
-            self._run_waiting_evals()  # one given as the wait ended: its share went to the others
+            self._wait_for_allowance(task)  # runs the evaluations given while it waits
+            self._run_waiting_evals()  # and those given before or as it ended: on-policy, its share went to the others
             self.refresh_policy()
             eps = float(self.control.get("epsilon", exploration_schedule(self.cfg.policy)(0)))
             random_collect = bool(self.control.get("random_collect", False))

@@ -149,7 +149,7 @@ class SegmentMetering(Metering):
         # a new learner task starts a new round of segments (its predecessor may have taken the current
         # version's segment with it); collectors count what they sent per (version, round)
         self.segment_round = 0
-        self._absent_by_version: Dict[int, set] = {}  # collectors evaluating during a version (_absent)
+        self._absent_by_version: Dict[int, set] = {}  # collectors evaluating during a version (_split)
 
     def control(self, worker):
         # env steps this collector may collect in all with policy `policy_version`
@@ -189,32 +189,31 @@ class SegmentMetering(Metering):
         for old in [v for v in self._segment_steps if v < self._progress.policy_version]:
             del self._segment_steps[old]
 
-    def segment_share(self) -> int:
-        """Env steps each active collector contributes to one segment: ``policy.collect.n_sample`` split
-        among them, rounded up to whole vector steps. A collector given an evaluation (it collects nothing
-        until the evaluation ends) is left out of the split (:meth:`_absent`): the others collect its share
-        instead of the segment waiting for it (an evaluation of long episodes takes seconds)."""
-        absent = self._absent()
-        collectors = sum(1 for w in self._workers.list("collector", active_only=True) if w.worker_id not in absent)
+    def segment_share(self, collectors: int) -> int:
+        """Env steps each of ``collectors`` contributes to one segment: ``policy.collect.n_sample`` split among
+        them, rounded up to whole vector steps."""
         envs = int(self.cfg.env.collector_env_num)
         per_collector = math.ceil(int(self.cfg.policy.collect.n_sample) / max(1, collectors))
         return math.ceil(per_collector / envs) * envs
 
-    def _absent(self) -> set:
-        """Ids of the collectors left out of the current version's segment: those given an evaluation while it
-        was current. One whose evaluation ends mid-version stays out until the next version: the others were
-        told to collect its share, and rows they have under way are not counted yet."""
+    def _split(self) -> tuple:
+        """(ids of the collectors left out of the current version's segment, how many active ones share it).
+
+        A collector given an evaluation while the version is current collects nothing until the evaluation ends:
+        it is left out and the others collect its share instead of the segment waiting for it (an evaluation of
+        long episodes takes seconds). One whose evaluation ends mid-version stays out until the next version: the
+        others were told to collect its share, and rows they have under way are not counted yet."""
         with self._lock:
             version = self._progress.policy_version
-            active = self._workers.list("collector", active_only=True)
-            evaluating = {w.worker_id for w in active if w.eval_task}
+            active = {w.worker_id: w for w in self._workers.list("collector", active_only=True)}
+            evaluating = {i for i, w in active.items() if w.eval_task}
             absent = self._absent_by_version.setdefault(version, set())
             absent.update(evaluating)
-            if not {w.worker_id for w in active} - absent:  # all of them evaluated: the ones done collect it
+            if not active.keys() - absent:  # all of them evaluated: the ones done collect it
                 absent = self._absent_by_version[version] = evaluating
             for old in [v for v in self._absent_by_version if v < version]:
                 del self._absent_by_version[old]
-            return absent
+            return absent, len(active.keys() - absent)
 
     def _segment_done(self, worker: Worker) -> tuple:
         """(env steps of ``worker``, of all collectors) announced with the current policy version."""
@@ -227,11 +226,14 @@ class SegmentMetering(Metering):
         than the segment still misses (a segment larger than ``n_sample`` would be taken before the rest
         arrives, and the rest thrown away). 0 before the learner published a first policy, and while it is given
         an evaluation (the others collect its share)."""
-        if self._progress.policy_version < 0 or worker.worker_id in self._absent():
+        if self._progress.policy_version < 0:
+            return 0
+        absent, sharing = self._split()
+        if worker.worker_id in absent:
             return 0
         mine, total = self._segment_done(worker)
         missing = max(0, int(self.cfg.policy.collect.n_sample) - total)
-        return min(self.segment_share(), mine + missing)
+        return min(self.segment_share(sharing), mine + missing)
 
 
 class AsyncMetering(AllowanceMetering):
