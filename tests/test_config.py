@@ -40,6 +40,12 @@ def test_unknown_top_level_key():
         ({"policy": {"learn": {"batch_size": 0}}}, "batch_size must be > 0"),
         ({"policy": {"discount_factor": 1.5}}, "discount_factor"),
         ({"policy": {"other": {"replay_buffer": {"type": "nope"}}}}, "unknown buffer type 'nope'"),
+        # the PPO family's learn keys: epoch_per_collect=-1 once ran a whole budget without an update
+        ({"policy": {"type": "ppo", "learn": {"epoch_per_collect": -1}}}, r"epoch_per_collect must be an int >= 1"),
+        ({"policy": {"type": "ppo", "learn": {"gae_lambda": 1.5, "clip_ratio": 0.0}}},
+         r"clip_ratio must be > 0, got 0.0; policy.learn.gae_lambda must be in \[0, 1\], got 1.5"),
+        ({"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}}, "entropy_weight must be >= 0"),
+        ({"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}}, "learning_rate must be > 0"),
     ],
 )
 def test_bad_values_are_config_errors(user, match):

@@ -117,6 +117,11 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     validate(cfg)
+    from ..policy.defaults import check_learn_ranges
+
+    bad = check_learn_ranges(cfg.policy)
+    if bad:
+        raise ConfigError("; ".join(bad))
     from ..data.flows import flow_of
 
     flow_of(cfg.policy).check_config(cfg)

@@ -300,3 +300,35 @@ POLICY_DEFAULTS = {"dqn": dqn_default_config, "r2d2": r2d2_default_config, "ppo"
 POLICY_ACTION_SPACES = {"dqn": ("discrete",), "r2d2": ("discrete",), "ppo": ("discrete", "box"), "sac": ("box",),
                         "td3": ("box",),
                         "impala": ("discrete", "box"), "appo": ("discrete", "box")}
+
+
+# numeric policy.learn keys and the ranges they make sense in, checked for whichever policy type has them (a value
+# outside one, epoch_per_collect=-1, ran a whole budget without a single update)
+_LEARN_RANGES = {
+    "epoch_per_collect": (1, None, "an int >= 1"),
+    "update_per_collect": (1, None, "an int >= 1"),
+    "unroll_len": (1, None, "an int >= 1"),
+    "learning_rate": (0.0, None, "> 0"),
+    "clip_ratio": (0.0, None, "> 0"),
+    "gae_lambda": (0.0, 1.0, "in [0, 1]"),
+    "value_weight": (0.0, None, ">= 0"),
+    "entropy_weight": (0.0, None, ">= 0"),
+    "max_grad_norm": (0.0, None, ">= 0 (0: no clipping)"),
+    "lr_anneal_env_steps": (0, None, ">= 0 (0: constant)"),
+}
+
+
+def check_learn_ranges(policy_cfg: EasyDict) -> list:
+    """What is wrong with ``policy.learn``'s numeric keys: one message per key out of its range (empty: fine)."""
+    bad = []
+    for key, (low, high, what) in _LEARN_RANGES.items():
+        value = policy_cfg.learn.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = number and (value > low if what.startswith("> ") else value >= low) and (high is None or value <= high)
+        if ok and what.startswith("an int"):
+            ok = float(value).is_integer()
+        if not ok:
+            bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
+    return bad

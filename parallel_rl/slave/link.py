@@ -23,6 +23,9 @@ logger = logging.getLogger(__name__)
 
 # seconds a slave the coordinator forgot keeps trying to register again before it exits
 REREGISTER_SECONDS = 30.0
+# a slave started with --coordinator retries its first registration this long (a coordinator still booting, as
+# under docker compose), then exits
+REGISTER_SECONDS = 60.0
 
 
 class CoordinatorLink:
@@ -92,7 +95,7 @@ class CoordinatorLink:
                                  storage=None if storage is None else StorageReport.from_json(storage))
         self.send_metadata(message.to_json(), urgent=True)
 
-    def register(self, deadline_seconds: float = 60.0) -> None:
+    def register(self, deadline_seconds: float = REGISTER_SECONDS) -> None:
         """Self-registration: ask the coordinator to adopt us (it calls /slave/v1/connect back)."""
         client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout + 5, max_retries=0)
         self._answered.clear()
