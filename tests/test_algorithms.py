@@ -161,3 +161,43 @@ def test_checkpoints_hold_cpu_tensors_and_round_trip(tmp_path):
     assert all(t.device.type == "cpu" for t in state["actor"].values())
     other.collect_mode.load_state_dict(state)
     np.testing.assert_allclose(other.forward_eval(obs), policy.forward_eval(obs))
+
+
+def test_rmsprop_steps_as_torchs_centered_rmsprop_and_its_state_round_trips():
+    """DQN's papers' optimizer (policy.learn.optimizer="rmsprop"): the same steps as torch.optim.RMSprop with
+    the same settings, and a run resumed from its state_dict goes on as one that never stopped."""
+    from parallel_rl.policy.optim import RMSprop
+
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(4, 3) for _ in range(3)]
+    for net in nets[1:]:
+        net.load_state_dict(nets[0].state_dict())
+    settings = dict(lr=1e-2, alpha=0.95, eps=0.01, momentum=0.95, centered=True)
+    ours, resumed = RMSprop(nets[0].parameters(), **settings), RMSprop(nets[2].parameters(), **settings)
+    reference = torch.optim.RMSprop(nets[1].parameters(), **settings)
+    batches = [torch.randn(8, 4) for _ in range(6)]
+    for i, x in enumerate(batches):
+        if i == 3:  # the resumed run starts here, from the state of the one that never stopped
+            nets[2].load_state_dict(nets[0].state_dict())
+            resumed.load_state_dict(ours.state_dict())
+        for net, opt in zip(nets, (ours, reference, resumed)):
+            if opt is resumed and i < 3:
+                continue
+            opt.zero_grad()
+            (net(x) ** 2).mean().backward()
+            opt.step()
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(nets[0].parameters(), nets[2].parameters()):
+        torch.testing.assert_close(a, b)
+    assert not torch.equal(nets[0].weight, torch.nn.Linear(4, 3).weight)
+
+
+def test_dqn_takes_the_optimizer_its_config_names():
+    from parallel_rl.policy.optim import Adam, RMSprop
+
+    for name, cls in (("adam", Adam), ("rmsprop", RMSprop)):
+        cfg = compile_config({"policy": {"type": "dqn", "learn": {"optimizer": name}}})
+        assert type(create_policy(cfg.policy, 4, 2, seed=0).optimizer) is cls
+    with pytest.raises(ConfigError, match="policy.learn.optimizer must be one of adam, rmsprop, got 'sgd'"):
+        compile_config({"policy": {"type": "dqn", "learn": {"optimizer": "sgd"}}})

@@ -57,6 +57,9 @@ def dqn_default_config() -> EasyDict:
             target_theta=0.005,
             double=True,
             max_grad_norm=10.0,
+            # "adam" or "rmsprop" (DQN's papers': Mnih et al. 2015, Young & Tian 2019), with these settings
+            optimizer="adam",
+            rmsprop=dict(alpha=0.95, momentum=0.95, eps=0.01, centered=True),
         ),
         collect=dict(n_sample=64),
         eval=dict(),
@@ -302,6 +305,9 @@ POLICY_ACTION_SPACES = {"dqn": ("discrete",), "r2d2": ("discrete",), "ppo": ("di
                         "impala": ("discrete", "box"), "appo": ("discrete", "box")}
 
 
+# policy.learn.optimizer (DQN, R2D2): policy/optim.py's make_optimizer
+OPTIMIZERS = ("adam", "rmsprop")
+
 # numeric policy.learn keys and the ranges they make sense in, checked for whichever policy type has them (a value
 # outside one, epoch_per_collect=-1, ran a whole budget without a single update)
 _LEARN_RANGES = {
@@ -331,4 +337,7 @@ def check_learn_ranges(policy_cfg: EasyDict) -> list:
             ok = float(value).is_integer()
         if not ok:
             bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
+    optimizer = policy_cfg.learn.get("optimizer", "adam")
+    if optimizer not in OPTIMIZERS:
+        bad.append(f"policy.learn.optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     return bad

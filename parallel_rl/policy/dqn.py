@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from .base import Policy, PolicyMode  # noqa: F401 (PolicyMode re-exported)
 from .defaults import dqn_default_config
 from .nets import body, cpu_state_dict, obs_float, to_tensor
-from .optim import Adam
+from .optim import make_optimizer
 
 
 def uniform_legal_actions(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -83,8 +83,7 @@ class DQNPolicy(Policy):
         self.target_network.requires_grad_(False)
         self.model.to(device)
         self.target_network.to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate,
-                              max_grad_norm=cfg.learn.max_grad_norm or 0.0)
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.learn)
         self.learn_steps = 0
 
     def q_network(self, obs_dim: int) -> nn.Module:

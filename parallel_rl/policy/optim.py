@@ -1,4 +1,4 @@
-"""Adam through torch's functional kernel, without ``torch.optim.Optimizer``.
+"""Adam (and centered RMSprop) through torch's functional kernels, without ``torch.optim.Optimizer``.
 
 ``torch.optim.Optimizer``'s methods are wrapped in ``torch._disable_dynamo``,
 whose first call imports ``torch._dynamo``: 1.3-1.4 s on this 2-core machine,
@@ -13,6 +13,10 @@ Every policy steps through it, so it is also where data-parallel learners meet: 
 averages the gradients over the learner ranks (:func:`parallel_rl.policy.distributed.sync_gradients`,
 nothing with one learner), then clips them to ``max_grad_norm`` (after the average, as one process on
 the whole batch would), then steps.
+
+:class:`RMSprop` is the optimizer of DQN's papers (Mnih et al. 2015; Young & Tian 2019 for MinAtar: centered,
+alpha 0.95, momentum 0.95, eps 0.01), chosen with ``policy.learn.optimizer="rmsprop"`` (DQN and R2D2);
+:func:`make_optimizer` reads that key.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Dict, Iterable, List
 import torch
 from torch import nn
 from torch.optim.adam import adam
+from torch.optim.rmsprop import rmsprop
 
 from .distributed import sync_gradients
 
@@ -71,3 +76,62 @@ class Adam:
         self.exp_avg_sq = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg_sq"], self.params)]
         self.state_steps = [t.to(p.device, torch.float32, copy=True) for t, p in zip(state["state_steps"], self.params)]
         self.lr = float(state.get("lr", self.lr))
+
+
+class RMSprop:
+    """RMSprop (``centered``: Graves 2013's, as DQN used it) with :class:`Adam`'s interface and gradient path."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 2.5e-4, alpha: float = 0.95,
+                 eps: float = 0.01, momentum: float = 0.95, centered: bool = True, max_grad_norm: float = 0.0):
+        self.params: List[torch.nn.Parameter] = list(params)
+        self.max_grad_norm = float(max_grad_norm)
+        self.lr, self.alpha, self.eps = float(lr), float(alpha), float(eps)
+        self.momentum, self.centered = float(momentum), bool(centered)
+        self.square_avg = [torch.zeros_like(p) for p in self.params]
+        self.grad_avg = [torch.zeros_like(p) for p in self.params]
+        self.momentum_buffer = [torch.zeros_like(p) for p in self.params]
+        self.state_steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+
+    zero_grad = Adam.zero_grad
+
+    @torch.no_grad()
+    def step(self) -> None:
+        sync_gradients(self.params)
+        if self.max_grad_norm:
+            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        rmsprop(
+            [self.params[i] for i in live], [self.params[i].grad for i in live],
+            [self.square_avg[i] for i in live], [self.grad_avg[i] for i in live],
+            [self.momentum_buffer[i] for i in live] if self.momentum else [],
+            [self.state_steps[i] for i in live], foreach=False, maximize=False, differentiable=False,
+            capturable=False, has_complex=False, lr=self.lr, alpha=self.alpha, eps=self.eps, weight_decay=0.0,
+            momentum=self.momentum, centered=self.centered,
+        )
+
+    _STATE = ("square_avg", "grad_avg", "momentum_buffer", "state_steps")
+
+    def state_dict(self) -> Dict:
+        out = {name: [t.detach().to("cpu", copy=True) for t in getattr(self, name)] for name in self._STATE}
+        out["lr"] = self.lr
+        return out
+
+    def load_state_dict(self, state: Dict) -> None:
+        missing = [name for name in self._STATE if name not in state]
+        if missing or len(state["square_avg"]) != len(self.params):
+            raise ValueError(f"not an RMSprop state for this model (missing {missing or 'nothing'}, "
+                             f"{len(state.get('square_avg', []))} tensors for {len(self.params)} parameters)")
+        for name in self._STATE[:3]:
+            setattr(self, name, [t.to(p.device, copy=True) for t, p in zip(state[name], self.params)])
+        self.state_steps = [t.to(torch.float32, copy=True) for t in state["state_steps"]]
+        self.lr = float(state.get("lr", self.lr))
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], learn) -> "Adam | RMSprop":
+    """The optimizer ``policy.learn`` names (``optimizer``: adam, the default, or rmsprop with ``learn.rmsprop``'s
+    settings) at ``learn.learning_rate``, clipping to ``learn.max_grad_norm``."""
+    kind = learn.get("optimizer", "adam")
+    clip = learn.get("max_grad_norm") or 0.0
+    if kind == "rmsprop":
+        return RMSprop(params, lr=learn.learning_rate, max_grad_norm=clip, **learn.rmsprop)
+    return Adam(params, lr=learn.learning_rate, max_grad_norm=clip)
