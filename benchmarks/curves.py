@@ -5,7 +5,9 @@ Each seed is a fresh ``parallel-rl serial`` (configs without a ``parallel`` sect
 process, as a user runs it (torch's import counted in the wall time). The curve comes from what the product
 itself records: the serial pipeline's progress line at each evaluation, the coordinator's evaluation history
 (its snapshot on the shared store: env steps, seconds since it started, eval return). Writes
-``OUT/<config>.csv`` (seed, env_steps, wall_s, train_iter, eval_return), ``OUT/<config>.png`` (return vs env
+``OUT/<config>.csv`` (seed, env_steps, wall_s, train_iter, eval_return, and for cluster runs train_return: the
+mean return of the newest 100 training episodes at that evaluation, the metric of Young & Tian's DQN figures and
+SB3's ep_rew_mean), ``OUT/<config>.png`` (return vs env
 steps and vs wall seconds, one line per seed, the median, and the published reference points) and prints,
 per seed, the return of the last evaluation at or before each reference step count and the wall time.
 The caller passes its references: (policy type, env id prefix) -> source -> [(env steps, eval return)].
@@ -78,14 +80,16 @@ def cluster_curve(exp: str) -> List[dict]:
         return []
     with open(snapshots[-1]) as f:
         history = json.load(f).get("eval_history", [])
+    nan = float("nan")
     return [{"env_steps": int(h["env_steps"]), "wall_s": float(h["t"]), "train_iter": int(h["train_iter"]),
-             "eval_return": float(h["eval_return"])} for h in history]
+             "eval_return": float(h["eval_return"]),
+             "train_return": nan if h.get("train_return") is None else float(h["train_return"])} for h in history]
 
 
-def at_step(rows: List[dict], step: int) -> Optional[float]:
-    """The return of the last evaluation at or before ``step`` env steps."""
+def at_step(rows: List[dict], step: int, key: str = "eval_return") -> Optional[float]:
+    """The return (``key``) of the last evaluation at or before ``step`` env steps."""
     before = [r for r in rows if 0 <= r["env_steps"] <= step]
-    return before[-1]["eval_return"] if before else None
+    return before[-1].get(key, float("nan")) if before else None
 
 
 def references_for(references: dict, cfg) -> Dict[str, list]:
@@ -140,33 +144,35 @@ def main(references: dict, description: str, argv: Optional[Sequence[str]] = Non
     name = os.path.splitext(os.path.basename(args.config))[0]
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, f"{name}.csv")
-    fields = ["seed", "env_steps", "wall_s", "train_iter", "eval_return"]
+    fields = ["seed", "env_steps", "wall_s", "train_iter", "eval_return", "train_return"]
     if args.plot_only:
-        with open(csv_path) as f:
-            rows = [{k: (float(v) if k in ("wall_s", "eval_return") else int(v)) for k, v in r.items()}
-                    for r in csv.DictReader(f)]
+        with open(csv_path) as f:  # older CSVs have no train_return
+            rows = [{k: (float(v or "nan") if k in ("wall_s", "eval_return", "train_return") else int(v))
+                     for k, v in r.items()} for r in csv.DictReader(f)]
     else:
         rows = []
         for seed in args.seeds:
             rows += run_seed(args.config, cluster, seed, args.max_env_step, args.collectors, args.out, name,
                              args.set)
             with open(csv_path, "w", newline="") as f:  # after every seed: a stopped benchmark keeps what it had
-                writer = csv.DictWriter(f, fieldnames=fields)
+                writer = csv.DictWriter(f, fieldnames=fields, restval=float("nan"))
                 writer.writeheader()
                 writer.writerows(rows)
     refs = references_for(references, cfg)
     steps = sorted({p[0] for points in refs.values() for p in points if p[0] <= args.max_env_step}) or [args.max_env_step]
     print(f"\n{name} ({'cluster' if cluster else 'serial'}, {cfg.policy.type} on {cfg.env.env_id}):")
-    print("seed | " + " | ".join(f"return at {s:,}" for s in steps) + " | best | wall s")
-    finals = []
+    print("seed | " + " | ".join(f"return at {s:,}" for s in steps) + " | best | train return at the end | wall s")
+    finals, train_finals = [], []
     for seed in sorted({r["seed"] for r in rows}):
         curve = [r for r in rows if r["seed"] == seed and r["env_steps"] >= 0]
         walls = [r["wall_s"] for r in rows if r["seed"] == seed and r["env_steps"] < 0]
         values = [at_step(curve, s) for s in steps]
         finals.append(values[-1])
+        train = at_step(curve, steps[-1], "train_return")
+        train_finals.append(train)
         best = max((r["eval_return"] for r in curve), default=float("nan"))
         print(f"{seed} | " + " | ".join("n/a" if v is None else f"{v:,.0f}" for v in values)
-              + f" | {best:,.0f} | {walls[0] if walls else float('nan'):.0f}")
+              + f" | {best:,.0f} | {'n/a' if train is None else f'{train:,.1f}'} | {walls[0] if walls else float('nan'):.0f}")
     got = [v for v in finals if v is not None]
     if got:
         median = statistics.median(got)
@@ -174,6 +180,10 @@ def main(references: dict, description: str, argv: Optional[Sequence[str]] = Non
               + "".join(f"; {src}: {dict(points).get(steps[-1], 'n/a')}" for src, points in refs.items()))
         if args.target is not None:
             print(f"target {args.target:,.0f}: {'met' if median >= args.target else 'NOT met'}")
+    trained = [v for v in train_finals if v is not None and v == v]
+    if trained:
+        print(f"median training-episode return (the newest 100 episodes) at the last evaluation: "
+              f"{statistics.median(trained):,.1f}")
     shown = {src: [p for p in points if p[0] <= args.max_env_step] for src, points in refs.items()}
     plot(rows, {src: points for src, points in shown.items() if points}, f"{cfg.policy.type.upper()} {cfg.env.env_id} ({'cluster' if cluster else 'serial'})",
          os.path.join(args.out, f"{name}.png"))

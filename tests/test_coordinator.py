@@ -100,7 +100,8 @@ def test_self_registered_collector_gets_a_collector_task(coordinator_factory, sl
 
 def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory, slaves):
     """One metadata call announcing several chunks (one repeated in the batch, one with a wrong size): each good
-    chunk's rows enter the index once, with its own references; counters and the task's progress add up."""
+    chunk's rows enter the index once, with its own references; counters, the training-episode return and the
+    task's progress add up."""
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 10})
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
@@ -110,16 +111,21 @@ def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory
         collector.storage.write_chunk(name, {"obs": np.arange(n, dtype=np.float32)[:, None],
                                              "action": np.zeros(n, np.int64)})
 
+    returns = {"b-1": [1.0, 3.0], "b-2": [], "b-3": [5.0]}
+
     def chunk(name, n):
         return {"type": "chunk", "task_id": task.task_id, "chunk": name, "size": n, "policy_version": -1,
-                "env_steps": n, "episode_returns": []}
+                "env_steps": n, "episode_returns": returns[name]}
+
+    assert api(server, "/cluster").json()["train_return"] is None  # no training episode has ended
 
     answer = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [
         chunk("b-1", 3), chunk("b-2", 5), chunk("b-1", 3), chunk("b-3", 7), chunk("b-3", 2)]})
     assert [(r["index"], r["code"]) for r in answer["refused"]] == [(3, "bad_request")]
     buffers = api(server, "/buffers").json()["buffers"]
     assert (buffers[0]["size"], buffers[0]["pushed"], buffers[0]["chunks"]) == (10, 10, 3)
-    assert api(server, "/cluster").json()["env_steps"] == 10
+    cluster = api(server, "/cluster").json()
+    assert (cluster["env_steps"], cluster["episodes"], cluster["train_return"]) == (10, 3, 3.0)
     assert api(server, f"/tasks/{task.task_id}").json()["progress"] == {"env_steps": 10, "chunks": 3}
     learner = slaves("learner", server.url, run=False)
     seen = set()

@@ -35,6 +35,7 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
     other = restarted(coordinator)
     assert other.resume() and other.resumed_from == coordinator.storage.coordinator_states()[-1]
     assert other.env_steps == 12 and other.episodes == 2 and other.replay.count() == 12
+    assert other.summary()["train_return"] == coordinator.summary()["train_return"] == 1.0  # its episode window too
     assert [t.to_dict() for t in other.tasks.list()] == [t.to_dict() for t in coordinator.tasks.list()]
     assert other.eval_history == coordinator.eval_history
     # the worker keeps its id and is active again (re-adopted when it heartbeats)

@@ -13,7 +13,8 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional
 
 from easydict import EasyDict
 
@@ -33,6 +34,9 @@ from .tasks import Task, TaskKind, TaskState, TaskTable
 from .workers import Worker, WorkerRegistry, WorkerState
 
 logger = logging.getLogger(__name__)
+
+# training episodes the train_return mean is taken over (SB3's ep_rew_mean window)
+TRAIN_RETURN_WINDOW = 100
 
 # a temp file on the shared disk untouched this long was left by a writer killed mid-write
 TEMP_FILE_MAX_AGE = 600.0
@@ -100,6 +104,9 @@ class Coordinator(DingCallbacks):
         self._t0 = time.monotonic()
         self.env_steps = 0
         self.episodes = 0
+        # the returns of the newest TRAIN_RETURN_WINDOW training episodes (the collectors' chunks report them): the
+        # training-episode return DQN papers plot (Young & Tian 2019) and SB3 logs as rollout/ep_rew_mean
+        self.train_returns: Deque[float] = deque(maxlen=TRAIN_RETURN_WINDOW)
         self.train_iter = 0
         self.policy_version = -1
         self.policy_published_at: Dict[int, float] = {}
@@ -345,6 +352,11 @@ class Coordinator(DingCallbacks):
         self.kick()
         return task
 
+    def train_return(self) -> float:
+        """The mean return of the newest ``TRAIN_RETURN_WINDOW`` training episodes (NaN before the first ends)."""
+        returns = list(self.train_returns)
+        return math.fsum(returns) / len(returns) if returns else math.nan
+
     def _on_eval_result(self, task: Task, result: dict) -> None:
         mean = result.get("eval_episode_return_mean")
         if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
@@ -358,7 +370,7 @@ class Coordinator(DingCallbacks):
                 self.best_eval_return = mean
             self.eval_history.append({"t": round(self.uptime, 3), "policy_version": task.spec.get("policy_version"),
                                       "env_steps": self.env_steps, "train_iter": self.train_iter,
-                                      "eval_return": mean})
+                                      "eval_return": mean, "train_return": json_number(self.train_return())})
             del self.eval_history[:-10_000]
         stop_value = float(self.cfg.env.stop_value)
         logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
@@ -414,6 +426,7 @@ class Coordinator(DingCallbacks):
             "policy_version": self.policy_version,
             "last_eval_return": json_number(self.last_eval_return),
             "best_eval_return": json_number(self.best_eval_return),
+            "train_return": json_number(self.train_return()),
             "stop_value": float(self.cfg.env.stop_value),
             "policy_propagation_ms": self._propagation_stats(),
             "learn_info": dict(self.learn_info),

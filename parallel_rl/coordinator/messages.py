@@ -132,7 +132,7 @@ class MessageTable:
         if not c.replay.known(name):  # a retried announcement is not read again
             self._check_chunk_file(worker, name, msg.size)
         return {"name": name, "size": msg.size, "version": version, "steps": msg.env_steps,
-                "episodes": len(msg.episode_returns), "task": task}
+                "returns": msg.episode_returns, "task": task}
 
     def _check_chunk_file(self, worker: Worker, name: str, size: int) -> None:
         """Chunk ``name`` must hold ``size`` rows (ProtocolViolation otherwise).
@@ -180,7 +180,8 @@ class MessageTable:
                 if published is not None:
                     c.policy_propagation.append(time.time() - published)
                     del c.policy_propagation[:-1000]
-                c.episodes += m["episodes"]
+                c.episodes += len(m["returns"])
+                c.train_returns.extend(m["returns"])
                 if m["task"] is not None:
                     counts = progress.setdefault(m["task"].task_id, [m["task"], 0, 0])
                     counts[1] += steps

@@ -55,7 +55,8 @@ class Snapshots:
                              "last_eval_return": json_number(c.last_eval_return),
                              "best_eval_return": json_number(c.best_eval_return),
                              "last_eval_version": c.commander.last_eval_version,
-                             "uptime": c.uptime, "started_at": c.started_at},
+                             "uptime": c.uptime, "started_at": c.started_at,
+                             "train_returns": list(c.train_returns)},
                 "learn_info": dict(c.learn_info),
                 "eval_history": list(c.eval_history),
                 "throughput_history": list(c.throughput_history),
@@ -77,6 +78,8 @@ class Snapshots:
             c.train_iter, c.policy_version = int(counters["train_iter"]), int(counters["policy_version"])
             c.best_eval_return = _float(counters["best_eval_return"])
             c.last_eval_return = _float(counters.get("last_eval_return"))
+            c.train_returns.clear()
+            c.train_returns.extend(float(r) for r in counters.get("train_returns", []))
             c.commander.last_eval_version = counters.get("last_eval_version")
             if "uptime" in counters:  # the clock goes on from where the saved run stopped
                 c._t0 = time.monotonic() - float(counters["uptime"])
