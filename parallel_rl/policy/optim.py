@@ -45,12 +45,16 @@ class Adam:
         for p in self.params:
             p.grad = None
 
-    @torch.no_grad()
-    def step(self) -> None:
+    def _ready_gradients(self) -> List[int]:
+        """Average the gradients over the learner ranks, clip them; the indices of the parameters that have one."""
         sync_gradients(self.params)
         if self.max_grad_norm:
             nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        return [i for i, p in enumerate(self.params) if p.grad is not None]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = self._ready_gradients()
         adam(
             [self.params[i] for i in live], [self.params[i].grad for i in live],
             [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
@@ -92,14 +96,11 @@ class RMSprop:
         self.momentum_buffer = [torch.zeros_like(p) for p in self.params]
         self.state_steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
 
-    zero_grad = Adam.zero_grad
+    zero_grad, _ready_gradients = Adam.zero_grad, Adam._ready_gradients
 
     @torch.no_grad()
     def step(self) -> None:
-        sync_gradients(self.params)
-        if self.max_grad_norm:
-            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        live = self._ready_gradients()
         rmsprop(
             [self.params[i] for i in live], [self.params[i].grad for i in live],
             [self.square_avg[i] for i in live], [self.grad_avg[i] for i in live],
