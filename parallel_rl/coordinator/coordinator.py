@@ -38,6 +38,12 @@ logger = logging.getLogger(__name__)
 # training episodes the train_return mean is taken over (SB3's ep_rew_mean window)
 TRAIN_RETURN_WINDOW = 100
 
+
+def mean_return(returns) -> float:
+    """The mean of ``returns`` (NaN when there is none)."""
+    returns = list(returns)
+    return math.fsum(returns) / len(returns) if returns else math.nan
+
 # a temp file on the shared disk untouched this long was left by a writer killed mid-write
 TEMP_FILE_MAX_AGE = 600.0
 TEMP_SWEEP_INTERVAL = 60.0
@@ -352,11 +358,6 @@ class Coordinator(DingCallbacks):
         self.kick()
         return task
 
-    def train_return(self) -> float:
-        """The mean return of the newest ``TRAIN_RETURN_WINDOW`` training episodes (NaN before the first ends)."""
-        returns = list(self.train_returns)
-        return math.fsum(returns) / len(returns) if returns else math.nan
-
     def _on_eval_result(self, task: Task, result: dict) -> None:
         mean = result.get("eval_episode_return_mean")
         if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
@@ -370,7 +371,7 @@ class Coordinator(DingCallbacks):
                 self.best_eval_return = mean
             self.eval_history.append({"t": round(self.uptime, 3), "policy_version": task.spec.get("policy_version"),
                                       "env_steps": self.env_steps, "train_iter": self.train_iter,
-                                      "eval_return": mean, "train_return": json_number(self.train_return())})
+                                      "eval_return": mean, "train_return": json_number(mean_return(self.train_returns))})
             del self.eval_history[:-10_000]
         stop_value = float(self.cfg.env.stop_value)
         logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
@@ -426,7 +427,7 @@ class Coordinator(DingCallbacks):
             "policy_version": self.policy_version,
             "last_eval_return": json_number(self.last_eval_return),
             "best_eval_return": json_number(self.best_eval_return),
-            "train_return": json_number(self.train_return()),
+            "train_return": json_number(mean_return(self.train_returns)),
             "stop_value": float(self.cfg.env.stop_value),
             "policy_propagation_ms": self._propagation_stats(),
             "learn_info": dict(self.learn_info),
