@@ -8,11 +8,12 @@ new key. The trail channel (the ball's last position) still shows the ball's dir
 is what lets the policy remember further back.
 
 Everything is ``minatar_breakout_ppo.py``'s (gymnax-blines' MinAtar PPO settings: 64 envs x 128 steps a
-segment, 4 epochs of 1,024-row minibatches, Adam 5e-4, gamma 0.999, ...) except the network and the sequences:
+segment, 4 epochs of 1,024-row minibatches, gamma 0.999, ..., and its env semantics) except the network and the
+sequences:
 MinAtar's own network (Young & Tian 2019: one 16-filter 3x3 conv, then 128 units; ``encoder.type="minatar"``)
 feeds an LSTM of 128 units (``model.recurrent``; an actor's and a critic's, sb3-contrib RecurrentPPO's default
 ``enable_critic_lstm=True``, as in ``cartpole_novel_ppo_lstm.py``), whose features the actor's and the critic's
-layers read (the base's ``hidden_size_list`` [256, 256], tanh). Each lane's 128 rows of a segment are one
+layers read (the base's ``hidden_size_list`` [256, 256] and activation). Each lane's 128 rows of a segment are one
 sequence (``unroll_len`` 128, the steps per env a segment: sb3-contrib's RecurrentPPO runs each env's whole
 rollout, as ``cartpole_novel_ppo_lstm.py`` does with 32), so a 1,024-row minibatch is 8 sequences. The LSTM's
 size (the width of MinAtar's own hidden layer) and the unroll length are our choices, not a published setting.
