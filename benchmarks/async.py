@@ -197,6 +197,24 @@ def appo_rows(args: argparse.Namespace) -> None:
               f"{r['load']:.1f}; {r['bottleneck']}", flush=True)
 
 
+def overlap_bound(args: argparse.Namespace) -> None:
+    """What overlapping collection and training can buy at most, measured: the env steps/s of synchronous PPO and
+    of APPO with ``--appo-collectors`` latency-bound collectors over a window without evaluations. At equal env
+    steps to 195 the wall ratio APPO / sync PPO cannot go below sync's rate / APPO's rate; APPO goes lower only by
+    needing fewer env steps than sync PPO (its rows are 1-``max_staleness`` versions old, so it needs as many or
+    more)."""
+    n = args.appo_collectors
+    sync = measure(n, args, PPO_CONFIG, tuple(args.ppo_set))
+    appo = measure(n, args, APPO_CONFIG, tuple(args.appo_set))
+    print(f"\nthe overlap's ceiling, {n} collectors at {args.latency_ms:g} ms, a {args.seconds:g} s window each, no "
+          f"evaluations:\n  sync PPO {sync['steps']:.0f} env steps/s (collectors waiting {percent(sync['waiting'])}, "
+          f"learner busy {percent(sync['learner_busy'])})\n  APPO {appo['steps']:.0f} env steps/s (collectors waiting "
+          f"{percent(appo['waiting'])}, learner busy {percent(appo['learner_busy'])})\n  APPO / sync PPO wall at "
+          f"equal env steps >= {sync['steps'] / appo['steps']:.2f} (the target 0.5 needs APPO to need "
+          f"{0.5 * appo['steps'] / sync['steps']:.2f}x sync PPO's env steps or fewer); load {os.getloadavg()[0]:.1f}",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
@@ -212,7 +230,12 @@ def main() -> None:
     parser.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for the sync PPO runs to 195")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="a run to 195 gives up after this")
+    parser.add_argument("--overlap-only", action="store_true",
+                        help="only the overlap's ceiling: sync PPO's and APPO's env steps/s, no runs to 195")
     args = parser.parse_args()
+    if args.overlap_only:
+        overlap_bound(args)
+        return
     counts = sorted(set(args.collectors) | {1})
     ceiling = 1000.0 / args.latency_ms
     print(f"latency-bound CartPole: {args.latency_ms:g} ms per env step, {args.envs} envs per collector in turn "
@@ -229,6 +252,7 @@ def main() -> None:
               flush=True)
     if not args.skip_appo:
         appo_rows(args)
+        overlap_bound(args)
 
 
 if __name__ == "__main__":
