@@ -117,11 +117,6 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     validate(cfg)
-    from ..policy.defaults import check_learn_ranges
-
-    bad = check_learn_ranges(cfg.policy)
-    if bad:
-        raise ConfigError("; ".join(bad))
     from ..data.flows import flow_of
 
     flow_of(cfg.policy).check_config(cfg)
@@ -129,6 +124,11 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
 
     if cfg.policy.device not in DEVICES:
         raise ConfigError(f"policy.device must be one of 'cpu', 'cuda', 'auto', got {cfg.policy.device!r}")
+    from ..policy.defaults import OPTIMIZERS
+
+    optimizer = cfg.policy.learn.get("optimizer", "adam")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"policy.learn.optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     return cfg
 
 

@@ -73,6 +73,38 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
     return out
 
 
+# numeric policy.learn keys, checked for whichever policy type has them: (lowest, highest or None, whether the lowest
+# itself is allowed, whole numbers only, what the message says). A value outside (epoch_per_collect=-1) ran a whole
+# budget without a single update
+LEARN_RANGES = {
+    "epoch_per_collect": (1, None, True, True, "an int >= 1"),
+    "update_per_collect": (1, None, True, True, "an int >= 1"),
+    "unroll_len": (1, None, True, True, "an int >= 1"),
+    "learning_rate": (0.0, None, False, False, "> 0"),
+    "clip_ratio": (0.0, None, False, False, "> 0"),
+    "gae_lambda": (0.0, 1.0, True, False, "in [0, 1]"),
+    "value_weight": (0.0, None, True, False, ">= 0"),
+    "entropy_weight": (0.0, None, True, False, ">= 0"),
+    "max_grad_norm": (0.0, None, True, False, ">= 0 (0: no clipping)"),
+    "lr_anneal_env_steps": (0, None, True, False, ">= 0 (0: constant)"),
+}
+
+
+def _learn_out_of_range(learn: Mapping) -> list:
+    """One message per ``policy.learn`` key of :data:`LEARN_RANGES` outside its range."""
+    bad = []
+    for key, (low, high, low_ok, whole, what) in LEARN_RANGES.items():
+        value = learn.get(key)
+        if value is None:
+            continue
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and (value >= low if low_ok else value > low) and (high is None or value <= high)
+              and (not whole or float(value).is_integer()))
+        if not ok:
+            bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
+    return bad
+
+
 def validate(cfg: EasyDict) -> None:
     """The values that fit each other: bounds, and pairings of sections (env and policy, learner ranks);
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
@@ -89,6 +121,9 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
+    bad_learn = _learn_out_of_range(cfg.policy.learn)
+    if bad_learn:
+        raise ConfigError("; ".join(bad_learn))
     if not 0.0 < cfg.policy.discount_factor <= 1.0:
         raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
     supervisor = cfg.parallel.supervisor

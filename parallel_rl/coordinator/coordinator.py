@@ -38,18 +38,18 @@ logger = logging.getLogger(__name__)
 # training episodes the train_return mean is taken over (SB3's ep_rew_mean window)
 TRAIN_RETURN_WINDOW = 100
 
-
-def mean_return(returns) -> float:
-    """The mean of ``returns`` (NaN when there is none)."""
-    returns = list(returns)
-    return math.fsum(returns) / len(returns) if returns else math.nan
-
 # a temp file on the shared disk untouched this long was left by a writer killed mid-write
 TEMP_FILE_MAX_AGE = 600.0
 TEMP_SWEEP_INTERVAL = 60.0
 
 # a worker that refuses this many tasks in a row is marked lost
 MAX_REFUSALS = 3
+
+
+def mean_return(returns) -> float:
+    """The mean of ``returns`` (NaN when there is none)."""
+    returns = list(returns)
+    return math.fsum(returns) / len(returns) if returns else math.nan
 
 
 class CoordinatorState:

@@ -305,39 +305,5 @@ POLICY_ACTION_SPACES = {"dqn": ("discrete",), "r2d2": ("discrete",), "ppo": ("di
                         "impala": ("discrete", "box"), "appo": ("discrete", "box")}
 
 
-# policy.learn.optimizer (DQN, R2D2): policy/optim.py's make_optimizer
+# policy.learn.optimizer (DQN, R2D2): policy/optim.py's make_optimizer (checked by compile_config)
 OPTIMIZERS = ("adam", "rmsprop")
-
-# numeric policy.learn keys and the ranges they make sense in, checked for whichever policy type has them (a value
-# outside one, epoch_per_collect=-1, ran a whole budget without a single update)
-_LEARN_RANGES = {
-    "epoch_per_collect": (1, None, "an int >= 1"),
-    "update_per_collect": (1, None, "an int >= 1"),
-    "unroll_len": (1, None, "an int >= 1"),
-    "learning_rate": (0.0, None, "> 0"),
-    "clip_ratio": (0.0, None, "> 0"),
-    "gae_lambda": (0.0, 1.0, "in [0, 1]"),
-    "value_weight": (0.0, None, ">= 0"),
-    "entropy_weight": (0.0, None, ">= 0"),
-    "max_grad_norm": (0.0, None, ">= 0 (0: no clipping)"),
-    "lr_anneal_env_steps": (0, None, ">= 0 (0: constant)"),
-}
-
-
-def check_learn_ranges(policy_cfg: EasyDict) -> list:
-    """What is wrong with ``policy.learn``'s numeric keys: one message per key out of its range (empty: fine)."""
-    bad = []
-    for key, (low, high, what) in _LEARN_RANGES.items():
-        value = policy_cfg.learn.get(key)
-        if value is None:
-            continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = number and (value > low if what.startswith("> ") else value >= low) and (high is None or value <= high)
-        if ok and what.startswith("an int"):
-            ok = float(value).is_integer()
-        if not ok:
-            bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
-    optimizer = policy_cfg.learn.get("optimizer", "adam")
-    if optimizer not in OPTIMIZERS:
-        bad.append(f"policy.learn.optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-    return bad
