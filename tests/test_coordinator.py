@@ -259,6 +259,29 @@ def test_eval_reaching_stop_value_solves(coordinator_factory, slaves):
     assert summary["state"] == "solved" and summary["last_eval_return"] == 4.0
 
 
+def test_evaluations_stay_on_the_collector_that_built_its_evaluator(coordinator_factory, slaves):
+    """A collector builds its evaluator (envs, policy) on its first evaluation: the next ones go to it too, not
+    to the collector with the fewest tasks done (which made every evaluation pay the build)."""
+    coordinator, server = coordinator_factory(commander={"eval_freq": 1})
+    collectors = [slaves("collector", server.url) for _ in range(3)]
+    for c in collectors:
+        assert c.got_task.wait(5)
+    learner = slaves("learner", server.url, run=False)
+    ran = []
+    for version in range(3):
+        learner.announce_policy(version)
+        found = eventually(lambda: [(c, t) for c in collectors
+                                    for t in [c.inbox.take(lambda t: t.kind == "evaluator")] if t is not None],
+                           message=f"evaluator task of policy {version}")
+        (collector, task), = found
+        assert task.spec["policy_version"] == version
+        ran.append(collector.worker_id)
+        collector.report_end(task, "task_done", {"eval_episode_return_mean": 1.0, "episodes": 2})  # below 4.0
+        eventually(lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "finished",
+                   message="evaluation reported")
+    assert ran == [ran[0]] * 3
+
+
 def test_lost_collector_task_fails_and_is_replaced(coordinator_factory, slaves):
     coordinator, server = coordinator_factory()
     doomed = slaves("collector", server.url)

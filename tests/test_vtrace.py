@@ -124,6 +124,36 @@ def test_truncation_weights_must_be_positive():
         create_policy(cfg.policy, 4, 2)
 
 
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_the_policys_targets_use_its_lambda(lam):
+    """``policy.learn.lambda_`` reaches the traces: the policy's targets equal V-trace's with that lambda, and
+    differ from plain V-trace's when it is below 1; out of [0, 1] it is a ConfigError."""
+    import torch
+
+    from parallel_rl.policy import create_policy
+
+    cfg = compile_config({"policy": {"type": "appo", "learn": {"lambda_": lam}}})
+    policy = create_policy(cfg.policy, 4, 2, seed=0, device="cpu")
+    rng = np.random.default_rng(3)
+    n = 40
+    segment = {"obs": rng.normal(size=(n, 4)).astype(np.float32), "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+               "action": rng.integers(0, 2, n), "logp": rng.normal(-0.7, 0.2, n).astype(np.float32),
+               "value": np.zeros(n, np.float32), "reward": np.ones(n, np.float32), "done": np.zeros(n, bool),
+               "end": np.arange(n) % 13 == 12, "env_id": np.arange(n) % 2}
+    batch = policy.learn_batch(segment)
+    _, vs = policy.learning_targets(segment, batch)
+    with torch.no_grad():
+        target_logp = policy.model.log_prob(policy.model.dist(batch.obs, None), batch.action).numpy()
+        value = policy.model.value(batch.obs).numpy()
+        next_value = policy.model.value(torch.from_numpy(segment["next_obs"])).numpy().astype(np.float64)
+    args = (segment["logp"], target_logp, batch.reward, value, next_value, segment["done"], segment["end"],
+            segment["env_id"], cfg.policy.discount_factor, 1.0, 1.0)
+    np.testing.assert_allclose(vs.numpy(), vtrace(*args, lam=lam).vs, rtol=1e-5, atol=1e-5)
+    assert (lam == 1.0) == np.allclose(vs.numpy(), vtrace(*args, lam=1.0).vs, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match=r"policy.learn.lambda_ must be in \[0, 1\], got 1.5"):
+        compile_config({"policy": {"type": "appo", "learn": {"lambda_": 1.5}}})
+
+
 @pytest.mark.parametrize("policy_type", ["impala", "appo"])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_exported_acting_module_gives_the_greedy_actions(policy_type, env_id):

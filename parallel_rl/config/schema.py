@@ -83,6 +83,7 @@ LEARN_RANGES = {
     "learning_rate": (0.0, None, False, False, "> 0"),
     "clip_ratio": (0.0, None, False, False, "> 0"),
     "gae_lambda": (0.0, 1.0, True, False, "in [0, 1]"),
+    "lambda_": (0.0, 1.0, True, False, "in [0, 1]"),
     "value_weight": (0.0, None, True, False, ">= 0"),
     "entropy_weight": (0.0, None, True, False, ">= 0"),
     "max_grad_norm": (0.0, None, True, False, ">= 0 (0: no clipping)"),

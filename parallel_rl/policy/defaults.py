@@ -186,6 +186,9 @@ def _vtrace_learn() -> dict:
         # Factory and RLlib)
         rho_bar=1.0,
         c_bar=1.0,
+        # the paper's lambda in the traces, c_t = lambda * min(c_bar, ratio) (its section 4.1 remark; DI-engine's
+        # IMPALA key): 1.0 is plain V-trace; lower trades bias for less variance, as GAE's lambda does for PPO
+        lambda_=1.0,
         value_weight=0.5,
         adv_norm=False,
         # unused; kept so a shared pipeline may read it

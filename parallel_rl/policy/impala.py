@@ -53,7 +53,7 @@ class IMPALAPolicy(PPOPolicy):
         learn = self.cfg.learn
         out = vtrace(segment["logp"], target_logp.cpu().numpy(), batch.reward, value,
                      next_value.astype(np.float64), segment["done"], segment["end"],
-                     segment["env_id"], self.cfg.discount_factor, learn.rho_bar, learn.c_bar)
+                     segment["env_id"], self.cfg.discount_factor, learn.rho_bar, learn.c_bar, learn.lambda_)
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         return as_tensor(out.pg_advantage), as_tensor(out.vs)
 
