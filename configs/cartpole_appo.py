@@ -5,7 +5,8 @@ APPO (``policy/appo.py``): PPO's clipped surrogate on V-trace advantages, value 
 learns faster with PPO's CartPole settings (``cartpole_ppo.py``: clip 0.2, learning rate 1e-3, 128-row
 minibatches) and fewer epochs: the learner's policy moves during the epochs over one segment, and V-trace's
 truncated importance weights (rho_bar = c_bar = 1, the paper's, Sample Factory's and RLlib's) correct for it.
-V-trace's lambda (``learn.lambda_``, 1.0 by default) is 0.95 here, as PPO's GAE lambda.
+V-trace's lambda stays 1.0 (``learn.lambda_``): 0.95, PPO's GAE lambda, solved later with 16 latency-bound
+collectors (``benchmarks/async.py``'s runs to 195, seeds 0-7: median 28.5k env steps against 21.2k).
 """
 main_config = dict(
     exp_name="cartpole_appo",
@@ -33,10 +34,6 @@ main_config = dict(
             max_grad_norm=0.5,
             rho_bar=1.0,
             c_bar=1.0,
-            # the paper's lambda in the traces: 16 latency-bound collectors (benchmarks/async.py), seeds 0-3, solved
-            # at a median of ~30k env steps with 0.95 against ~34k with 1.0 (seeds 0-2: 25-41k; 0.95: 25-32k); 0.9
-            # spread more (24-45k)
-            lambda_=0.95,
         ),
         # one segment per update: 8 envs x 64 steps
         collect=dict(n_sample=512),
