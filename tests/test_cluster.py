@@ -75,6 +75,8 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert get(url, "/health") == {"status": "ok"}
     assert run.wait(120) == 0, run.output()[-3000:]
     assert re.search(r"^solved: eval return", run.output(), re.M)
+    # the learner saves through the shared store: no warning that an exp_dir checkpoint was not saved
+    assert "not saved" not in run.output(), run.output()[-3000:]
     assert child_pids(run.pid) == []
     shared = tmp_path / "exp" / "shared"
     assert sorted(os.listdir(shared)) == ["coordinator", "data", "learner", "policy", "run.lock", "tensorboard"]

@@ -45,7 +45,7 @@ from ..policy import create_policy
 from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast_bytes, broadcast_state, destroy_group,
                                   group_secret, join_group, open_store)
 from ..storage import SharedStorage
-from .learner import create_learner
+from .learner import create_learner, store_saving
 from .pipeline import RowStore
 from .shell import LearnerSlave
 from ..slave.slave import SlaveTask
@@ -419,7 +419,7 @@ def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: 
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         obs_dim, action_spec = _spaces(cfg)
         policy = create_policy(cfg.policy, obs_dim, action_spec, seed=cfg.seed)
-        learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
+        learner = create_learner(store_saving(cfg.policy.learn.learner), policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner rank {rank}")
         state = broadcast_state({"policy": policy.state_dict(), "train_iter": 0})
         policy.load_state_dict(state["policy"])

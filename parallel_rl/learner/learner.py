@@ -401,6 +401,16 @@ class BaseLearner:
 LEARNER_REGISTRY.register("base", BaseLearner)
 
 
+def store_saving(cfg: EasyDict) -> EasyDict:
+    """Learner config ``cfg`` without its short-form ``save_ckpt_*`` hooks: for the cluster's learners, which save
+    their state through the shared store and have no exp_dir for those hooks (each warned at every run's end that
+    its checkpoint was not saved)."""
+    hook = cfg.get("hook")
+    if not isinstance(hook, Mapping):
+        return cfg
+    return EasyDict({**cfg, "hook": {k: v for k, v in hook.items() if not k.startswith("save_ckpt_")}})
+
+
 def create_learner(cfg: EasyDict, *args: Any, **kwargs: Any) -> BaseLearner:
     """Build the learner named by ``cfg.type`` (``base`` or a registered one); the other arguments go to its
     constructor (``policy``, ``tb_logger``, ``dist_info``, ``exp_name``, ``instance_name``, ``exp_dir``)."""

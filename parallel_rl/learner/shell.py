@@ -23,7 +23,7 @@ from ..slave.phases import PhaseClock
 from ..slave.slave import Slave, SlaveTask
 from ..tblog import TensorBoardLogger
 from ..transport import ApiError
-from .learner import create_learner
+from .learner import create_learner, store_saving
 from .pipeline import DataPipeline
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class LearnerSlave(Slave, BaseCommLearner):
         """Train until ``task`` is stopped; ``resume``: from the newest good learner state on the shared disk."""
         cfg, lcfg = self.cfg, self.cfg.parallel.learner
         policy = create_policy(cfg.policy, self.obs_dim, self.action_spec, seed=cfg.seed)
-        learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None,
+        learner = create_learner(store_saving(cfg.policy.learn.learner), policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner {self.worker_id}")
         if resume:
             found = self.storage.latest_good_learner_state()
