@@ -100,3 +100,41 @@ def test_a_long_tmpdir_does_not_stop_the_fork_server(cli, tmp_path, toy_config):
               env={"TMPDIR": str(long_tmp)})
     assert run.wait(120) == 0, run.output()[-3000:]
     assert re.search(r"^solved: eval return", run.output(), re.M)
+
+
+def test_workers_lines_reach_the_launchers_output_whole():
+    """Two workers' output forwarded at once: every line arrives whole, with its own prefix (print() wrote a line
+    and its newline in two calls, and two forwarding threads ran lines together)."""
+    import threading
+    import time
+
+    from parallel_rl.entry.launcher import forward_lines
+
+    class SlowOut:
+        """A text stream whose every write lets another thread run (a terminal or a pipe that blocks)."""
+
+        def __init__(self):
+            self.parts = []
+
+        def write(self, text):
+            self.parts.append(text)
+            time.sleep(0.0002)
+
+        def flush(self):
+            pass
+
+    out = SlowOut()
+    readers = []
+    for name in ("collector-1", "collector-2"):
+        read_fd, write_fd = os.pipe()
+        with os.fdopen(write_fd, "wb") as w:
+            w.write(b"".join(b"%s line %d\n" % (name.encode(), i) for i in range(200)))
+        readers.append(threading.Thread(target=forward_lines, args=(name, os.fdopen(read_fd, "rb"), out)))
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join(30)
+    lines = "".join(out.parts).splitlines()
+    assert len(lines) == 400
+    for line in lines:
+        assert re.fullmatch(r"\[(collector-\d)\] \1 line \d+", line), line

@@ -61,12 +61,23 @@ class Child:
         return lines[-1].strip() if lines else "no output"
 
 
-def _forward_output(child: Child, stream) -> None:
+# one worker's line at a time on the launcher's stderr: print() writes a line and its newline in two calls, and
+# two readers printing at once ran two workers' lines together ("... seed 1491744975[collector-1] ...")
+_OUTPUT_LOCK = threading.Lock()
+
+
+def forward_lines(name: str, stream, out, tail: Optional[Deque[str]] = None) -> None:
+    """Copy the lines of the binary ``stream`` to the text stream ``out`` as ``[name] line``, each line whole
+    (one write under a lock that every forwarding thread shares), and keep them in ``tail``; until end of file."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
-        child.tail.append(line)
-        print(f"[{child.name}] {line}", file=sys.stderr, flush=True)
+        if tail is not None:
+            tail.append(line)
+        with _OUTPUT_LOCK:
+            out.write(f"[{name}] {line}\n")
+            out.flush()
     stream.close()
+
 
 
 def learner_stop_grace(grace: float, longest_update: float) -> float:
@@ -163,8 +174,8 @@ class LocalCluster:
             argv += ["--set", text]
         proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc)
-        child.reader = threading.Thread(target=_forward_output, args=(child, proc.stdout), daemon=True,
-                                        name=f"{name}-output")
+        child.reader = threading.Thread(target=forward_lines, args=(name, proc.stdout, sys.stderr, child.tail),
+                                        daemon=True, name=f"{name}-output")
         child.reader.start()
         if self._pinned_cpus:
             pin_process(proc.pid, self._pinned_cpus[role])
