@@ -193,6 +193,27 @@ def test_rmsprop_steps_as_torchs_centered_rmsprop_and_its_state_round_trips():
     assert not torch.equal(nets[0].weight, torch.nn.Linear(4, 3).weight)
 
 
+def test_rmsprop_defaults_step_as_young_and_tians_optimizer():
+    """``learn.optimizer="rmsprop"`` with its default settings is the optimizer of Young & Tian's MinAtar DQN
+    (their examples/dqn.py: ``optim.RMSprop(params, lr, alpha=0.95, centered=True, eps=0.01)``, no momentum)."""
+    from parallel_rl.policy.optim import RMSprop
+
+    cfg = compile_config({"policy": {"type": "dqn", "learn": {"optimizer": "rmsprop", "learning_rate": 2.5e-4}}})
+    torch.manual_seed(0)
+    ours_net, their_net = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    their_net.load_state_dict(ours_net.state_dict())
+    ours = RMSprop(ours_net.parameters(), lr=cfg.policy.learn.learning_rate, **cfg.policy.learn.rmsprop)
+    theirs = torch.optim.RMSprop(their_net.parameters(), lr=2.5e-4, alpha=0.95, centered=True, eps=0.01)
+    for _ in range(5):
+        x = torch.randn(8, 4)
+        for net, opt in ((ours_net, ours), (their_net, theirs)):
+            opt.zero_grad()
+            (net(x) ** 2).mean().backward()
+            opt.step()
+    for a, b in zip(ours_net.parameters(), their_net.parameters()):
+        torch.testing.assert_close(a, b)
+
+
 def test_dqn_takes_the_optimizer_its_config_names():
     from parallel_rl.policy.optim import Adam, RMSprop
 

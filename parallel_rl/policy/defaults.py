@@ -57,9 +57,11 @@ def dqn_default_config() -> EasyDict:
             target_theta=0.005,
             double=True,
             max_grad_norm=10.0,
-            # "adam" or "rmsprop" (DQN's papers': Mnih et al. 2015, Young & Tian 2019), with these settings
+            # "adam" or "rmsprop" (DQN's papers': Mnih et al. 2015, Young & Tian 2019), with these settings: the
+            # papers' "gradient momentum" 0.95 is the centered mean gradient's decay, which torch's centered
+            # RMSprop ties to alpha; their MinAtar code (examples/dqn.py) passes no momentum (0)
             optimizer="adam",
-            rmsprop=dict(alpha=0.95, momentum=0.95, eps=0.01, centered=True),
+            rmsprop=dict(alpha=0.95, momentum=0.0, eps=0.01, centered=True),
         ),
         collect=dict(n_sample=64),
         eval=dict(),

@@ -15,7 +15,7 @@ nothing with one learner), then clips them to ``max_grad_norm`` (after the avera
 the whole batch would), then steps.
 
 :class:`RMSprop` is the optimizer of DQN's papers (Mnih et al. 2015; Young & Tian 2019 for MinAtar: centered,
-alpha 0.95, momentum 0.95, eps 0.01), chosen with ``policy.learn.optimizer="rmsprop"`` (DQN and R2D2);
+alpha 0.95, eps 0.01, no momentum: the papers' "gradient momentum" 0.95 is the centered mean's decay, alpha here), chosen with ``policy.learn.optimizer="rmsprop"`` (DQN and R2D2);
 :func:`make_optimizer` reads that key.
 """
 from __future__ import annotations
