@@ -79,7 +79,6 @@ def forward_lines(name: str, stream, out, tail: Optional[Deque[str]] = None) -> 
     stream.close()
 
 
-
 def learner_stop_grace(grace: float, longest_update: float) -> float:
     """How long a stopping run waits for its learner: ``grace``, or what its longest update took with room to
     spare (it finishes the update it is in, then saves its state), at most :data:`MAX_LEARNER_GRACE`."""
