@@ -263,3 +263,12 @@ def test_a_stopping_run_waits_for_a_learner_as_long_as_its_updates_take():
     assert learner_stop_grace(5.0, 10.0) == 16.0
     assert learner_stop_grace(5.0, 3600.0) == MAX_LEARNER_GRACE
     assert learner_stop_grace(0.0, 0.0) == 1.0
+
+
+def test_a_role_s_first_restart_is_immediate_and_later_ones_back_off():
+    """A one-off death (a collector killed by hand) is restarted at once; a role that keeps dying waits
+    ``backoff`` before its second restart, doubled per restart after it, at most ``max_backoff``."""
+    from parallel_rl.entry.launcher import restart_delay
+
+    assert [restart_delay(n, 0.25, 10.0) for n in range(5)] == [0.0, 0.25, 0.5, 1.0, 2.0]
+    assert restart_delay(9, 0.25, 10.0) == 10.0

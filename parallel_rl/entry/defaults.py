@@ -12,7 +12,8 @@ def supervisor_default_config() -> EasyDict:
         # `parallel-rl run` restarts a child that dies, at most this many times per role (learner,
         # collector); one more death of that role fails the run
         max_restarts=5,
-        # seconds before the first restart of a role; doubled for each further one, up to max_backoff
+        # the first restart of a role is immediate (a one-off death costs no wait); the second waits this
+        # many seconds, doubled for each further one, up to max_backoff
         backoff=0.25,
         max_backoff=10.0,
     )

@@ -9,7 +9,7 @@ overlap). Each child asks the coordinator for the worker id it is named by
 here, so its output is forwarded with the ``[collector-1]`` prefix the REST
 API shows for it. The launcher supervises its children: one that dies is
 marked lost at once and restarted (under a new name, the old entry stays for the
-record) after an exponential backoff; a restarted learner resumes from the
+record): at once the first time, then after an exponential backoff; a restarted learner resumes from the
 newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
 The children die with this process (the fork server exits with it, and they
@@ -83,6 +83,13 @@ def learner_stop_grace(grace: float, longest_update: float) -> float:
     """How long a stopping run waits for its learner: ``grace``, or what its longest update took with room to
     spare (it finishes the update it is in, then saves its state), at most :data:`MAX_LEARNER_GRACE`."""
     return min(max(grace, 1.5 * longest_update + 1.0), max(grace, MAX_LEARNER_GRACE))
+
+
+def restart_delay(restarts: int, backoff: float, max_backoff: float) -> float:
+    """Seconds before restarting a role that has been restarted ``restarts`` times already: none for its first
+    restart (a one-off death, a collector killed by hand, costs no wait), then ``backoff`` doubled per restart
+    after it, at most ``max_backoff`` (a role that keeps dying does not spin)."""
+    return 0.0 if restarts <= 0 else min(max_backoff, backoff * 2 ** (restarts - 1))
 
 
 class LocalCluster:
@@ -200,7 +207,7 @@ class LocalCluster:
                 return (f"{child.role} kept dying: {child.name} exited with code {code} after "
                         f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="
                         f"{sup.max_restarts}): {child.last_words()}")
-            delay = min(float(sup.max_backoff), float(sup.backoff) * 2 ** self.restarts[child.role])
+            delay = restart_delay(self.restarts[child.role], float(sup.backoff), float(sup.max_backoff))
             self.restarts[child.role] += 1
             logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
                            child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
