@@ -2,12 +2,34 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from typing import Any, Mapping, Optional
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+# tensorboard's file layer imports the AWS SDK when it is installed (it is: s3fs and moto bring it), for s3://
+# logdirs, which no writer here has (event files always go to a local directory, ``storage.local_dir``). Kept
+# out of that import, the SDK cost ~0.1 s of every process's start (0.3 s on a loaded box), the fork server's
+# included; an s3:// logdir would still work, through fsspec's s3fs.
+AWS_SDK = ("botocore", "boto3")
+
+
+def writer_class():
+    """``tensorboard.summary.Writer``, imported without the AWS SDK (:data:`AWS_SDK`); a later ``import boto3``
+    works as usual, and where the SDK is imported already nothing changes."""
+    blocked = [name for name in AWS_SDK if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # `import name` raises ImportError: tensorboard's gfile leaves S3 off
+    try:
+        from tensorboard.summary import Writer
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return Writer
 
 
 class TensorBoardLogger:
@@ -18,9 +40,7 @@ class TensorBoardLogger:
         self._writer = None
         self._lock = threading.Lock()
         if logdir:
-            from tensorboard.summary import Writer
-
-            self._writer = Writer(logdir)
+            self._writer = writer_class()(logdir)
 
     def scalars(self, step: int, prefix: str = "", **values: float) -> None:
         if self._writer is None:

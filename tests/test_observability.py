@@ -96,3 +96,28 @@ def test_dashboard_renders_workers_and_charts(cli, tmp_path, toy_config):  # noq
         assert shot.stat().st_size > 10_000
     finally:
         browser.quit()
+
+
+def test_tensorboard_event_files_are_written_without_loading_the_aws_sdk(tmp_path):
+    """The writer is imported with the AWS SDK kept out (tensorboard's file layer would load it for s3:// logdirs,
+    which no writer here has: ~0.1 s of every process's start); the events are written, and the SDK imports
+    normally afterwards. A fresh interpreter: this one may hold boto3 already (moto)."""
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    code = ("import sys\n"
+            "from parallel_rl.tblog import TensorBoardLogger\n"
+            f"tb = TensorBoardLogger({str(tmp_path)!r})\n"
+            "tb.scalars(7, 'learner/', loss=0.5)\n"
+            "tb.close()\n"
+            "print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))\n"
+            "import boto3, botocore.exceptions\n"
+            "print(boto3.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "boto3"]
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert "learner/loss" in events.Tags()["tensors"] + events.Tags()["scalars"]

@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 
 # besides the roles' classes (parallel_rl.entry.roles.slave_class): what a worker imports when it connects
 MODULES = (
-    "numpy", "torch", "gymnasium", "tensorboard.summary",
+    "numpy", "torch", "gymnasium",
     "parallel_rl.collector.serial", "parallel_rl.learner.learner",
     "parallel_rl.config.assembly",  # every component's defaults: a worker compiles the config it is sent
     "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
@@ -23,10 +23,12 @@ MODULES = (
 
 
 def _preload() -> None:
+    from ..tblog import writer_class
     from .roles import slave_class
 
-    imports = [(name, importlib.import_module) for name in MODULES] + [(role, slave_class) for role in
-                                                                        ("learner", "collector")]
+    # TensorBoard's writer through tblog, which keeps the AWS SDK out of it (tensorboard.summary would import it)
+    imports = ([(name, importlib.import_module) for name in MODULES] + [("tensorboard.summary", lambda _: writer_class())]
+               + [(role, slave_class) for role in ("learner", "collector")])
     for name, load in imports:
         try:
             load(name)
