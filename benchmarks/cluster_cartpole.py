@@ -1,10 +1,14 @@
 """Wall time from command start to solved for `parallel-rl run` (local cluster), over seeds.
 
-    .venv/bin/python benchmarks/cluster_cartpole.py [--seeds 3] [--collectors 2]
+    .venv/bin/python benchmarks/cluster_cartpole.py [--seeds 3] [--collectors 2] [--set KEY=VALUE ...]
+        [--vs-set KEY=VALUE ...]
 
 Each seed runs the real command in a fresh process tree (coordinator in the
 launcher, one learner and N collector processes) and times it to exit. The
 serial pipeline on the same seeds is timed in the same run as a baseline.
+``--set`` overrides the cluster's config; ``--vs-set`` adds a second cluster
+variant (the cluster config with those overrides instead), run right after the
+first on each seed, so that two settings are compared in the same minutes.
 """
 from __future__ import annotations
 
@@ -37,18 +41,26 @@ def main() -> int:
     parser.add_argument("--collectors", type=int, default=2)
     parser.add_argument("--config", default="configs/cartpole_dqn_parallel.py")
     parser.add_argument("--no-serial", action="store_true", help="skip the serial baseline")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="cluster config override")
+    parser.add_argument("--vs-set", action="append", default=None, metavar="KEY=VALUE",
+                        help="a second cluster variant with these overrides, alternating with the first")
     args = parser.parse_args()
-    results = {"cluster": [], "serial": []}
+    variants = {"cluster": args.set}
+    if args.vs_set is not None:
+        variants["variant"] = args.vs_set
+    results = {**{label: [] for label in variants}, "serial": []}
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
-            ok, wall, line = timed([sys.executable, "-m", "parallel_rl", "run", "-c", args.config,
-                                    "--collectors", str(args.collectors), "--set", f"seed={seed}",
-                                    "--set", f"exp_name={tmp}/exp"])
-            m = SUMMARY.search(line)
-            print(f"cluster seed {seed}: {'solved' if ok else 'FAILED'} in {wall:.2f}s "
-                  f"({'env_steps=%s train_iter=%s' % m.groups() if m else line})", flush=True)
-            if ok:
-                results["cluster"].append(wall)
+            for label, settings in variants.items():
+                ok, wall, line = timed([sys.executable, "-m", "parallel_rl", "run", "-c", args.config,
+                                        "--collectors", str(args.collectors), "--set", f"seed={seed}",
+                                        "--set", f"exp_name={tmp}/{label}",
+                                        *[a for setting in settings for a in ("--set", setting)]])
+                m = SUMMARY.search(line)
+                print(f"{label} seed {seed}: {'solved' if ok else 'FAILED'} in {wall:.2f}s "
+                      f"({'env_steps=%s train_iter=%s' % m.groups() if m else line})", flush=True)
+                if ok:
+                    results[label].append(wall)
             if not args.no_serial:
                 ok, wall, line = timed([sys.executable, "-m", "parallel_rl", "serial", "-c", "configs/cartpole_dqn.py",
                                         "--set", f"seed={seed}", "--set", f"exp_name={tmp}/serial"])
@@ -60,10 +72,11 @@ def main() -> int:
     for label, values in results.items():
         if values:
             print(describe(label, values))
-    if results["cluster"] and results["serial"]:
-        print(f"   ratio: cluster median / serial median = "
-              f"{statistics.median(results['cluster']) / statistics.median(results['serial']):.2f}")
-    return 0 if len(results["cluster"]) == args.seeds else 1
+    for label in variants:
+        if results[label] and results["serial"]:
+            print(f"   ratio: {label} median / serial median = "
+                  f"{statistics.median(results[label]) / statistics.median(results['serial']):.2f}")
+    return 0 if all(len(results[label]) == args.seeds for label in variants) else 1
 
 
 if __name__ == "__main__":

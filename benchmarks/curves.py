@@ -31,11 +31,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERIAL_LINE = re.compile(r"^\[serial\s+([\d.]+)s\] eval_return=(-?[\d.]+)/\S+.* env_steps=(\d+) updates=(\d+)")
 
 
-def load_cfg(path: str):
-    from parallel_rl.config import compile_config, load_config_file
+def load_cfg(path: str, settings: Sequence[str] = ()):
+    """The config file as written (``raw``) and compiled with the runs' ``--set`` overrides (the title and the
+    references follow what ran: ``--set env.env_id=...`` used to be titled with the file's env)."""
+    from parallel_rl.config import load_config, load_config_file
 
-    raw = load_config_file(path)
-    return raw, compile_config(raw)
+    return load_config_file(path), load_config(path, list(settings))
 
 
 def run_seed(config: str, cluster: bool, seed: int, max_env_step: int, collectors: int, out: str,
@@ -139,7 +140,7 @@ def main(references: dict, description: str, argv: Optional[Sequence[str]] = Non
     parser.add_argument("--target", type=float, default=None, help="print whether the median reaches it")
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and table from OUT/<config>.csv")
     args = parser.parse_args(argv)
-    raw, cfg = load_cfg(args.config)
+    raw, cfg = load_cfg(args.config, args.set)
     cluster = "parallel" in raw
     name = os.path.splitext(os.path.basename(args.config))[0]
     os.makedirs(args.out, exist_ok=True)

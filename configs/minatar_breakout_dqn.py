@@ -7,14 +7,17 @@ updates, epsilon annealed linearly 1.0 -> 0.1 over the first 100k env steps, one
 5,000 env steps of random actions (their REPLAY_START_SIZE), gamma 0.99, 1-step targets, Huber loss, no
 gradient clipping, single (not double) DQN. Theirs steps one env; here 4 envs and 4 updates per 4 steps
 keep the ratio at one update per env step. Differences: they use centered RMSprop (lr 2.5e-4, alpha 0.95,
-momentum 0.95, eps 0.01); every policy here steps Adam, at 1e-4 (the rate Obando-Ceron & Castro 2021,
-"Revisiting Rainbow", train DQN on MinAtar with); our epsilon counts the 5,000 random steps too (annealed
-by env step 100k, theirs by 105k). Env: MinAtar's ``-v1`` ids (minimal action set: 3 actions in
-Breakout; ``-v0`` has all 6) with MinAtar's defaults (sticky actions 0.1, difficulty ramping on).
+eps 0.01, no momentum: ``policy.learn.optimizer="rmsprop"``, which ``minatar_freeway_dqn.py`` takes); this
+config steps Adam, at 1e-4 (the rate Obando-Ceron & Castro 2021, "Revisiting Rainbow", train DQN on MinAtar
+with), with which its Breakout and SpaceInvaders figures were measured; our epsilon counts the 5,000 random
+steps too (annealed by env step 100k, theirs by 105k). Env: MinAtar's ``-v1`` ids (minimal action set: 3
+actions in Breakout; ``-v0`` has all 6, as their paper's runs) with MinAtar's defaults (sticky actions 0.1,
+difficulty ramping on).
 
 Other games: ``--set env.env_id=MinAtar/SpaceInvaders-v1 --set 'policy.model.encoder.shape=[10,10,6]'``
 (channels: Asterix 4, Breakout 4, Freeway 7, Seaquest 10, SpaceInvaders 6). References at 1M env steps
-(their figures, returns over training episodes): Breakout ~9, SpaceInvaders ~31, Freeway ~48.
+(their figures, returns over training episodes): Breakout ~9, SpaceInvaders ~31, Freeway ~48 (Freeway:
+``minatar_freeway_dqn.py``, with their optimizer and action set).
 ``configs/minatar_breakout_dqn_parallel.py`` runs it as a cluster.
 """
 main_config = dict(
