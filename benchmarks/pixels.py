@@ -1,6 +1,6 @@
 """Pixels (#25): the image data path next to bare loops doing the same work, and learning curves.
 
-    .venv/bin/python benchmarks/pixels.py [--seconds 10] [--only chunk collector minatar nature]
+    .venv/bin/python benchmarks/pixels.py [--seconds 10] [--only chunk collector minatar nature] [--device cuda]
     .venv/bin/python benchmarks/pixels.py --curve -c configs/minatar_breakout_dqn_parallel.py --seeds 0 1 2 \
         [--max-env-step 1000000] [--collectors 1] [--out benchmarks/results] [--target 9]
 
@@ -13,6 +13,8 @@
 - minatar / nature: DQN learner updates/s (uniform replay sample + BaseLearner.train; MinAtar's network on
   Breakout's bool boards, batch 32 / the Nature CNN on 4x84x84 uint8 stacks, batch 32) vs a bare torch loop of
   the same update (the same layers written inline, Adam, Huber loss, target network). Target >= 0.9.
+  ``--device cuda`` runs both sides of these two pairs on the GPU (the collector stays on the CPU): run it once
+  with and once without for the learner's GPU / CPU figure.
 
 Each pair is measured in two alternating rounds (bare, library, bare, library) of ``--seconds / 2`` each, one
 torch thread (the product's default), and the ratio is of the summed rates: the box's load drifts.
@@ -162,7 +164,7 @@ def collector_rates(seconds: float) -> dict:
 
 
 # ---- (c) and (d): DQN learner updates ----------------------------------------------------------------
-def learner_rates(kind: str, seconds: float) -> Tuple[float, float]:
+def learner_rates(kind: str, seconds: float, device: str = "cpu") -> Tuple[float, float]:
     from parallel_rl.data import create_buffer
     from parallel_rl.envs.spaces import ActionSpec
     from parallel_rl.policy import create_policy
@@ -186,14 +188,15 @@ def learner_rates(kind: str, seconds: float) -> Tuple[float, float]:
     lr, target_every = float(cfg.policy.learn.learning_rate), int(cfg.policy.learn.target_update_freq)
 
     # bare: what one writes by hand (CleanRL's DQN update)
-    model, target = bare_network(kind, shape, actions), bare_network(kind, shape, actions)
+    dev = torch.device(device)
+    model, target = bare_network(kind, shape, actions).to(dev), bare_network(kind, shape, actions).to(dev)
     target.load_state_dict(model.state_dict())
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    tensors = {k: torch.from_numpy(v) for k, v in data.items()}
+    tensors = {k: torch.from_numpy(v).to(dev) for k, v in data.items()}
     steps = {"n": 0}
 
     def bare_update() -> int:
-        idx = torch.from_numpy(rng.integers(0, n, batch_size))
+        idx = torch.from_numpy(rng.integers(0, n, batch_size)).to(dev)
         q = model(bare_input(tensors["obs"][idx], kind)).gather(1, tensors["action"][idx].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             next_q = target(bare_input(tensors["next_obs"][idx], kind)).max(1).values
@@ -202,12 +205,13 @@ def learner_rates(kind: str, seconds: float) -> Tuple[float, float]:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        loss.item()  # a learner reads its loss: on a GPU this waits for the update, as the library's does
         steps["n"] += 1
         if steps["n"] % target_every == 0:
             target.load_state_dict(model.state_dict())
         return 1
 
-    policy = create_policy(cfg.policy, int(np.prod(shape)), ActionSpec.discrete(actions), seed=0, device="cpu")
+    policy = create_policy(cfg.policy, int(np.prod(shape)), ActionSpec.discrete(actions), seed=0, device=device)
     learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode)
     buffer = create_buffer({"type": "naive", "replay_buffer_size": n})
     buffer.push(data)
@@ -225,6 +229,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per side of each pair")
     parser.add_argument("--only", nargs="+", choices=["chunk", "collector", "minatar", "nature"],
                         default=["collector", "minatar", "nature"], help="chunk is measured with collector")
+    parser.add_argument("--device", default="cpu", help="the learner pairs' device (cuda: both sides on the GPU)")
     args, rest = parser.parse_known_args()
     if args.curve:
         from curves import main as curves_main
@@ -243,9 +248,9 @@ def main() -> int:
               f"{r['bare_w']:.0f} -> {r['lib_w'] / r['bare_w']:.2f}")
     for kind in ("minatar", "nature"):
         if kind in args.only:
-            bare, lib = learner_rates(kind, args.seconds)
-            print(f"DQN learner updates/s, {kind} network, batch 32: library {lib:.1f} vs bare {bare:.1f} -> "
-                  f"{lib / bare:.2f} (target >= 0.9)")
+            bare, lib = learner_rates(kind, args.seconds, args.device)
+            print(f"DQN learner updates/s, {kind} network, batch 32, {args.device}: library {lib:.1f} vs bare "
+                  f"{bare:.1f} -> {lib / bare:.2f} (target >= 0.9)")
     return 0
 
 

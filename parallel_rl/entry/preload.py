@@ -27,7 +27,8 @@ def _preload() -> None:
     from .roles import slave_class
 
     # TensorBoard's writer through tblog, which keeps the AWS SDK out of it (tensorboard.summary would import it)
-    imports = ([(name, importlib.import_module) for name in MODULES] + [("tensorboard.summary", lambda _: writer_class())]
+    imports = ([(name, importlib.import_module) for name in MODULES]
+               + [("tensorboard.summary", lambda _: writer_class())]
                + [(role, slave_class) for role in ("learner", "collector")])
     for name, load in imports:
         try:
