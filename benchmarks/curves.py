@@ -34,9 +34,10 @@ SERIAL_LINE = re.compile(r"^\[serial\s+([\d.]+)s\] eval_return=(-?[\d.]+)/\S+.* 
 def load_cfg(path: str, settings: Sequence[str] = ()):
     """The config file as written (``raw``) and compiled with the runs' ``--set`` overrides (the title and the
     references follow what ran: ``--set env.env_id=...`` used to be titled with the file's env)."""
-    from parallel_rl.config import load_config, load_config_file
+    from parallel_rl.config import apply_overrides, compile_config, load_config_file
 
-    return load_config_file(path), load_config(path, list(settings))
+    raw = load_config_file(path)
+    return raw, compile_config(apply_overrides(raw, settings))
 
 
 def run_seed(config: str, cluster: bool, seed: int, max_env_step: int, collectors: int, out: str,

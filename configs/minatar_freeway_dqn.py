@@ -4,11 +4,11 @@
 theirs: their optimizer, centered RMSprop (lr 2.5e-4, alpha 0.95, eps 0.01, no momentum: ``examples/dqn.py``),
 and the full action set of 6 (``use_minimal_action_set=False``, what ``MinAtar/Freeway-v0`` registers, without
 its deprecation warning; their README: "the results included in this repo and the associated paper use the full
-action set"). With Adam at 1e-4 (the other MinAtar configs' optimizer) DQN learned
-Freeway fast and then plateaued: greedy evaluations 30-45, training returns 28-35 up to 1M env steps. With
-their RMSprop it learns little for ~300k env steps (RMSprop's eps of 0.01, added after the square root as torch
-does, makes its steps tiny while gradients are small: their own curve is flat for ~250k frames too) and then
-passes Adam. Their reference (returns over training episodes, read off their figures): ~48 at 1M env steps,
+action set"). With Adam at 1e-4 (the other MinAtar configs' optimizer) DQN learned Freeway fast and then
+plateaued: greedy evaluations 30-45, training returns 28-35 up to 1M env steps. With their RMSprop it learns
+little for the first ~200-300k env steps (RMSprop's eps of 0.01, added after the square root as torch does,
+makes its steps tiny while gradients are small: their own curve is flat for ~250k frames too) and then passes
+Adam. Their reference (returns over training episodes, read off their figures): ~48 at 1M env steps,
 ~50 at 5M. As a cluster: ``configs/minatar_freeway_dqn_parallel.py`` (measured there).
 """
 import copy

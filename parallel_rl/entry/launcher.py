@@ -9,8 +9,8 @@ overlap). Each child asks the coordinator for the worker id it is named by
 here, so its output is forwarded with the ``[collector-1]`` prefix the REST
 API shows for it. The launcher supervises its children: one that dies is
 marked lost at once and restarted (under a new name, the old entry stays for the
-record): at once the first time, then after an exponential backoff; a restarted learner resumes from the
-newest full learner state. A role that dies more than
+record): at once the first time, then after an exponential backoff; a restarted
+learner resumes from the newest full learner state. A role that dies more than
 ``parallel.supervisor.max_restarts`` times fails the run with its last words.
 The children die with this process (the fork server exits with it, and they
 die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
