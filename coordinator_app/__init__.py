@@ -28,14 +28,16 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body
     # over max_body_bytes gets the app's JSON 413; one over twice that is refused by the server before it
-    # is read (the body is read before the token is checked)
+    # is read; one without the token is never read (401/403)
     app = create_app(coordinator)
     if start_worker is not None:
         app.extensions["parallel_rl.start_worker"] = start_worker
     server = ServerThread(app, host, port,
                           threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
                           max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
-                          max_connections=int(ccfg.get("max_open_connections", 0)))
+                          max_connections=int(ccfg.get("max_open_connections", 0)), token=coordinator.token,
+                          read_ahead_bytes=int(ccfg.read_ahead_bytes),
+                          max_connections_per_peer=int(ccfg.max_connections_per_peer))
     membership = coordinator.membership
     membership.advertise_url = advertise or membership.advertise_url or server.url
     return server

@@ -31,6 +31,11 @@ def coordinator_default_config() -> EasyDict:
         # connections the coordinator keeps open at most (0: three quarters of its open-file limit); past it
         # a new connection closes the one idle longest, or is closed at once when every one is busy
         max_open_connections=0,
+        # bytes read ahead for connections that have not shown the cluster token (unfinished request heads), all
+        # together; past it the oldest heads are cut. Such a connection's body is never read (401/403)
+        read_ahead_bytes=16 * 1024 * 1024,
+        # connections one address may hold open before they showed the cluster token; more are closed at once
+        max_connections_per_peer=1024,
         # a lost or gone worker stays listed (REST, dashboard) this long, then is forgotten; at most
         # max_ended_workers of them are kept (the oldest go first). Their connections close when they end
         worker_retention=600.0,

@@ -95,7 +95,7 @@ class Slave(CoordinatorLink):
         # task ids accepted lately: a retried assignment is acknowledged, not run twice
         self._seen_tasks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.app = create_slave_app(self)
-        self.server = ServerThread(self.app, host, port, threads=4, name=self.kind)
+        self.server = ServerThread(self.app, host, port, threads=4, name=self.kind, token=self.token)
         self.address = (advertise or default_advertise(host, self.server.port)).rstrip("/")
 
     # ---- what the HTTP API asks (slave_app) ------------------------------------------------------

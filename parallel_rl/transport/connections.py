@@ -1,10 +1,15 @@
-"""cheroot's connection handling, made safe for a cluster's traffic: a cap on open connections, no spin when the
-process runs out of descriptors, and requests read ahead in the selector under a deadline, so that a client
-trickling its request holds no thread. :class:`~parallel_rl.transport.server.ServerThread` is the way in."""
+"""cheroot's connection handling, made safe for a cluster's traffic and for strangers' connections: a cap on open
+connections and on a peer's unproven ones, no spin when the process runs out of descriptors, requests read ahead in the
+selector under a deadline (a client trickling its request holds no thread) within one budget of bytes for all heads not
+yet shown to carry the cluster token, and no body read for a request without it (answered 401/403 and closed).
+:class:`~parallel_rl.transport.server.ServerThread` is the way in."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import heapq
+import hmac
 import io
 import logging
 import math
@@ -15,7 +20,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import cheroot.connections
 import cheroot.makefile
@@ -61,6 +66,7 @@ class _Connections(cheroot.connections.ConnectionManager):
         self._pause = 0.0
         self._warned_at = -math.inf
         self._last_pass = time.monotonic()
+        self._open_peak = 0  # the most connections open since memory was last handed back (_give_memory_back)
 
     def _idle(self) -> list:
         return [(fd, conn) for fd, conn in self._selector.connections if conn is not self.server]
@@ -81,12 +87,19 @@ class _Connections(cheroot.connections.ConnectionManager):
                 self._refuse(server_socket)
                 return None
         try:
-            return super()._from_server_socket(server_socket)
+            conn = super()._from_server_socket(server_socket)
         except OSError as exc:
             if exc.errno not in _EXHAUSTED:
                 raise
             self._exhausted(exc)
             return None
+        if conn is not None and not server.read_ahead.admit(conn, getattr(conn, "remote_addr", None)):
+            conn.close()  # its address holds max_connections_per_peer connections that showed no token
+            server.refused_connections += 1
+            self._warn(f"{conn.remote_addr} holds {server.read_ahead.max_per_peer} connections that showed no "
+                       f"cluster token (the most one address may: max_connections_per_peer); closing new ones")
+            return None
+        return conn
 
     def _refuse(self, server_socket) -> None:
         """Accept the next connection and close it at once: every connection is busy."""
@@ -111,6 +124,15 @@ class _Connections(cheroot.connections.ConnectionManager):
                    f"closed {shed} idle connection(s)" + ("" if shed else f", accepting again in {self._pause:.2f}s")
                    + ": raise the open-file limit (ulimit -n) or lower max_open_connections")
 
+    def _give_memory_back(self) -> None:
+        """After many connections closed, hand the memory their buffers held back to the OS (glibc keeps freed
+        heap for reuse: 7,500 strangers' connections left the coordinator at 1.8 GiB after they closed)."""
+        open_now = self.server.open_connections
+        self._open_peak = max(self._open_peak, open_now)
+        if self._open_peak - open_now >= _TRIM_AFTER_CLOSED and _malloc_trim is not None:
+            self._open_peak = open_now
+            _malloc_trim(0)
+
     def _warn(self, message: str) -> None:
         now = time.monotonic()
         if now - self._warned_at >= 10.0:  # at most one line in 10 s, however fast clients come
@@ -129,11 +151,117 @@ class _Connections(cheroot.connections.ConnectionManager):
                 if conn.last_used < threshold or conn.past_deadline(now):
                     self._selector.unregister(fd)
                     conn.time_out()
+            self._give_memory_back()
         if self._resume_at and time.monotonic() >= self._resume_at:
             self._resume_at = 0.0
             self._selector.register(self.server.socket.fileno(), selectors.EVENT_READ, data=self.server)
         elif not self._resume_at:
             self._pause = 0.0
+
+
+def bearer_refusal(authorization: str, expected: str) -> Optional[tuple]:
+    """Why a request whose ``Authorization`` header is ``authorization`` may not act as a token holder, as
+    ``(status, code, message)``: 401 without a bearer token, 403 with a wrong one (compared in constant time);
+    None when it carries ``expected``. The one check of the cluster token: the app's views (``check_token``) and
+    the connection layer (a body is read only from a token holder) both ask it."""
+    scheme, _, given = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return 401, "unauthorized", "missing cluster token: send 'Authorization: Bearer <PARALLEL_RL_TOKEN>'"
+    if not hmac.compare_digest(given.strip().encode(errors="replace"), expected.encode()):
+        return 403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN"
+    return None
+
+
+class ReadAhead:
+    """What a server holds for connections that have not shown the cluster token (a stranger's, or a worker's
+    before its first request's head is whole): the bytes read ahead of the parser, within one ``budget`` for all of
+    them, and the connections one address may hold, at most ``max_per_peer``.
+
+    A connection is *proven* once a request head carried the token (for the rest of its life): its bytes and its
+    place no longer count. Past the budget, the connections holding the oldest unfinished heads are cut (a client
+    trickling its head goes first, a worker's head, whole in a millisecond, last); when nothing can be cut, the
+    connection reading is. Without a token configured (an open server) nothing is ever proven."""
+
+    def __init__(self, token: Optional[str], budget: int, max_per_peer: int):
+        self.token = token or None
+        self.budget = int(budget)
+        self.max_per_peer = int(max_per_peer)
+        self.held = 0  # bytes read ahead for unproven connections
+        self._lock = threading.Lock()
+        self._holders: Dict["_Connection", int] = {}  # unproven connection -> the bytes it holds
+        self._peers: Dict[str, int] = {}  # address -> its unproven connections open
+
+    def admit(self, conn: "_Connection", peer: Optional[str]) -> bool:
+        """Count a new connection against its address; False (close it) when the address holds its most."""
+        if peer is None:
+            return True
+        with self._lock:
+            if self._peers.get(peer, 0) >= self.max_per_peer:
+                return False
+            self._peers[peer] = self._peers.get(peer, 0) + 1
+            conn.peer = peer
+            return True
+
+    def prove(self, conn: "_Connection") -> None:
+        """``conn`` carried the token: it holds nothing against the budget or its address from now on."""
+        with self._lock:
+            conn.proven = True
+            self.held -= self._holders.pop(conn, 0)
+            self._leave_peer(conn)
+
+    def forget(self, conn: "_Connection") -> None:
+        """``conn`` closed."""
+        with self._lock:
+            self.held -= self._holders.pop(conn, 0)
+            self._leave_peer(conn)
+
+    def _leave_peer(self, conn: "_Connection") -> None:
+        if conn.peer is not None:
+            left = self._peers.get(conn.peer, 1) - 1
+            if left > 0:
+                self._peers[conn.peer] = left
+            else:
+                self._peers.pop(conn.peer, None)
+            conn.peer = None
+
+    def hold(self, conn: "_Connection", size: int) -> bool:
+        """Count ``size`` bytes read ahead for ``conn`` (its whole ``pending``); False when they do not fit in
+        the budget even after cutting the connections holding the oldest heads."""
+        if conn.proven:
+            return True
+        with self._lock:
+            change = size - self._holders.get(conn, 0)
+            if change > 0 and self.held + change > self.budget:
+                # cut an eighth of the budget more than needed: a scan per arriving byte would cost
+                self._cut(self.held + change - self.budget + self.budget // 8, keep=conn)
+                if self.held + change > self.budget:
+                    return False
+            self.held += change
+            if size:
+                self._holders[conn] = size
+            else:
+                self._holders.pop(conn, None)
+            return True
+
+    def _cut(self, need: int, keep: "_Connection") -> None:
+        waiting = [c for c in self._holders if c is not keep and not c.busy]
+        for conn in sorted(waiting, key=lambda c: c.request_started or 0.0):
+            if need <= 0:
+                break
+            size = self._holders.pop(conn)
+            self.held -= size
+            need -= size
+            conn.cut()
+
+    def enter(self, conn: "_Connection") -> bool:
+        """A thread takes ``conn``: False when it was cut meanwhile (the thread closes it)."""
+        with self._lock:
+            conn.busy = not conn.was_cut
+            return conn.busy
+
+    def leave(self, conn: "_Connection") -> None:
+        with self._lock:
+            conn.busy = False
 
 
 class _Connection(cheroot.server.HTTPConnection):
@@ -144,7 +272,10 @@ class _Connection(cheroot.server.HTTPConnection):
     request: with 256 collectors calling flat out it got it every ~5 ms (the GIL's switch interval) and
     handed out ~3 connections each time, so `GET /api/v1/cluster` waited ~150 ms behind them (p50). A client
     that sends its next request at once (a collector whose outbox filled while it waited for the answer)
-    keeps its thread; one that sends later (a heartbeat a second later) costs a thread ``linger`` s."""
+    keeps its thread; one that sends later (a heartbeat a second later) costs a thread ``linger`` s.
+
+    A request that announces a body (``Content-Length``, chunked, ``Expect``) without the cluster token, on a
+    server that has one, is answered 401/403 and the connection closed, its body never read (:class:`ReadAhead`)."""
 
     def __init__(self, server, sock, makefile=cheroot.makefile.MakeFile):
         super().__init__(server, sock, makefile)
@@ -152,6 +283,11 @@ class _Connection(cheroot.server.HTTPConnection):
         self.request_started: Optional[float] = None  # time.monotonic() of the next request's first byte
         self.deadline: Optional[float] = None  # while a request is read: its reads end by then
         self.timed_out = False  # the request read past its deadline: the connection closes after the answer
+        self.peer: Optional[str] = None  # the address its place is counted against while unproven (ReadAhead)
+        self.proven = False  # a request head carried the cluster token
+        self.busy = False  # a thread has it
+        self.was_cut = False  # ReadAhead cut it to stay in its budget
+        self.refusal: Optional[tuple] = None  # (status, code, message) to answer instead of parsing the request
         self.rfile = _RequestReader(self, self.rbufsize)
         self._counted = True
         server.count_connection(+1)
@@ -160,7 +296,18 @@ class _Connection(cheroot.server.HTTPConnection):
         if self._counted:
             self._counted = False
             self.server.count_connection(-1)
+            self.server.read_ahead.forget(self)
+            self.pending = bytearray()
         super().close()
+
+    def cut(self) -> None:
+        """Cut by :class:`ReadAhead` (under its lock, while no thread has the connection): the selector sees its
+        end at once and a thread closes it."""
+        self.was_cut = True
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone: the selector sees that too
 
     def past_deadline(self, now: float) -> bool:
         return self.request_started is not None and now > self.request_started + self.server.request_timeout
@@ -173,22 +320,40 @@ class _Connection(cheroot.server.HTTPConnection):
     def answer_timeout(self) -> None:
         """Answer 408 when a request was begun (best effort: the connection is closed next)."""
         if self.request_started is not None:
-            body = encode_json({"error": {"code": "request_timeout", "message": (
-                f"the request was not complete within {self.server.request_timeout:g}s")}})
-            try:
-                self.socket.setblocking(False)
-                self.socket.send(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            except OSError:
-                pass  # the client is gone or its window full: the close tells it as much
+            self.answer_and_close(408, "request_timeout",
+                                  f"the request was not complete within {self.server.request_timeout:g}s")
+
+    def answer_and_close(self, status: int, code: str, message: str) -> None:
+        """Send ``{"error": ...}`` with ``status`` and ``Connection: close``, without waiting (best effort: the
+        connection is closed next; whatever the client still sends is never read)."""
+        body = encode_json({"error": {"code": code, "message": message}})
+        reason = _REASONS.get(status, b"Error")
+        try:
+            self.socket.setblocking(False)
+            self.socket.send(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (status, reason, len(body), body))
+        except OSError:
+            pass  # the client is gone or its window full: the close tells it as much
 
     def communicate(self) -> bool:
+        read_ahead = self.server.read_ahead
+        if not read_ahead.enter(self):
+            return False  # cut meanwhile (ReadAhead): the thread closes it
+        try:
+            return self._serve()
+        finally:
+            read_ahead.leave(self)
+
+    def _serve(self) -> bool:
         while True:
             if not self._request_arrived():
                 if self.past_deadline(time.monotonic()):
                     self.answer_timeout()
                     return False  # the thread closes the connection
                 return True  # back to the selector until more of the request arrives
+            if self.refusal is not None:
+                self.answer_and_close(*self.refusal)
+                return False
             self.request_started = self.request_started or time.monotonic()  # None: the end, or a reset
             self.deadline = self.request_started + self.server.request_timeout
             self.timed_out = False
@@ -204,13 +369,22 @@ class _Connection(cheroot.server.HTTPConnection):
 
     def _request_arrived(self) -> bool:
         """Read what the socket holds, waiting a few ms at most; whether the next request is all there (its
-        head, and its body when it is at most PREREAD_BODY_BYTES), or the connection ended.
+        head, and its body when it is at most PREREAD_BODY_BYTES and the head carried the token), or the
+        connection ended, or the request is refused (``refusal``).
 
         Until then the connection waits in the selector, so that a client sending a request a byte at a
         time (slow-loris) holds no thread; the whole request must arrive within ``request_timeout``."""
         if self.rfile.buffered():  # pipelined: the next request is already in the reader's buffer
             self.request_started = self.request_started or time.monotonic()
-            return True
+            if self.proven:
+                return True
+            # a stranger's next request goes through the same door as a first one: its head is judged
+            self.pending[:0] = self.rfile.read1(len(self.rfile.peek()))
+            if not self.server.read_ahead.hold(self, len(self.pending)):
+                self.refusal = _BUSY
+                return True
+            if self._judged():
+                return True
         wait = _PREREAD_WAIT
         while True:
             try:
@@ -227,12 +401,37 @@ class _Connection(cheroot.server.HTTPConnection):
             if data:
                 if not self.pending:
                     self.request_started = time.monotonic()
+                if not self.server.read_ahead.hold(self, len(self.pending) + len(data)):
+                    self.refusal = _BUSY
+                    return True
                 self.pending += data
-                if self.request_complete():
+                if self._judged():
                     return True
             if wait <= 0 or not _readable(self.socket, wait):
                 return False
             wait = 0.0  # one more read of what arrived meanwhile
+
+    def _judged(self) -> bool:
+        """Whether ``pending`` holds what a thread may parse: a whole head (proving the connection when it
+        carries the token, refusing it when it announces a body without), and the body read ahead."""
+        head = self.pending_head()
+        if head is None:
+            return self.request_complete()  # a head past max_request_header_size: the parser answers 431
+        read_ahead = self.server.read_ahead
+        if read_ahead.token and not self.proven:
+            authorization = _AUTHORIZATION.search(head)
+            refusal = bearer_refusal(authorization.group(1).decode("latin-1") if authorization else "",
+                                     read_ahead.token)
+            if refusal is None:
+                read_ahead.prove(self)
+            elif _announces_body(head):
+                self.refusal = refusal
+                return True
+        return self.request_complete()
+
+    def pending_head(self) -> Optional[bytes]:
+        end = self.pending.find(b"\r\n\r\n")
+        return None if end < 0 else bytes(self.pending[:end])
 
     def request_complete(self) -> bool:
         """Whether ``pending`` holds a whole request head, and its body unless that is large, or announced
@@ -248,6 +447,11 @@ class _Connection(cheroot.server.HTTPConnection):
         return int(length.group(1)) > _PREREAD_BODY_BYTES or len(pending) - end - 4 >= int(length.group(1))
 
 
+def _announces_body(head: bytes) -> bool:
+    length = _CONTENT_LENGTH.search(head)
+    return bool((length and int(length.group(1)) > 0) or _TRANSFER_ENCODING.search(head) or _EXPECT.search(head))
+
+
 # a request body up to this size is read whole before a thread parses the request (the larger bodies, a
 # learner's priorities, are read by the thread, each read under the request's deadline)
 _PREREAD_BODY_BYTES = 256 * 1024
@@ -256,6 +460,15 @@ _PREREAD_BODY_BYTES = 256 * 1024
 _PREREAD_WAIT = 0.01
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,18})", re.IGNORECASE)
 _EXPECT = re.compile(rb"\r\nexpect[ \t]*:", re.IGNORECASE)
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+_AUTHORIZATION = re.compile(rb"\r\nauthorization[ \t]*:([^\r\n]*)", re.IGNORECASE)
+_BUSY = (503, "unavailable", "the server holds as many unfinished requests of clients without the cluster token "
+                             "as it may (its read-ahead budget); try again")
+_REASONS = {401: b"Unauthorized", 403: b"Forbidden", 408: b"Request Timeout", 503: b"Service Unavailable"}
+# once this many connections closed since the most open, freed memory is handed back to the OS (malloc_trim)
+_TRIM_AFTER_CLOSED = 256
+_libc = ctypes.util.find_library("c")
+_malloc_trim = getattr(ctypes.CDLL(_libc), "malloc_trim", None) if _libc else None  # glibc only
 
 
 class _RequestIO(io.RawIOBase):
@@ -275,6 +488,7 @@ class _RequestIO(io.RawIOBase):
             n = min(len(buffer), len(conn.pending))
             buffer[:n] = conn.pending[:n]
             del conn.pending[:n]
+            conn.server.read_ahead.hold(conn, len(conn.pending))  # parsed: no longer held ahead
             return n
         sock = conn.socket
         if conn.deadline is None:
@@ -325,7 +539,9 @@ class Server(cheroot.wsgi.Server):
     max_open_connections = 1 << 20  # set by ServerThread
     request_timeout = 10.0  # a request's head and body arrive within this many seconds (set by ServerThread)
     open_connections = 0  # accepted and not closed yet
-    refused_connections = 0  # closed at once, every connection being busy
+    refused_connections = 0  # closed at once, every connection being busy or its address at its cap
+    # strangers' read-ahead bytes and connections per address (set by ServerThread; this default limits nothing)
+    read_ahead = ReadAhead(None, 1 << 62, 1 << 62)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

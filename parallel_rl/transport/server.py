@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from typing import Any, Dict, Optional
@@ -20,7 +19,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..errors import BindError, RequestRefused
 from .codec import loads
-from .connections import Server, max_open_connections
+from .connections import ReadAhead, Server, bearer_refusal, max_open_connections
 
 logger = logging.getLogger(__name__)
 
@@ -79,15 +78,12 @@ def install_json_errors(app: Flask) -> None:
 
 
 def check_token(expected: Optional[str]) -> None:
-    """401 without a bearer token, 403 with a wrong one (constant-time compare)."""
+    """401 without a bearer token, 403 with a wrong one (constant-time compare: :func:`bearer_refusal`)."""
     if not expected:
         return
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "unauthorized", "missing cluster token: send 'Authorization: Bearer <PARALLEL_RL_TOKEN>'")
-    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise ApiError(403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN")
+    refusal = bearer_refusal(request.headers.get("Authorization", ""), expected)
+    if refusal is not None:
+        raise ApiError(*refusal)
 
 
 class _JsonProvider(DefaultJSONProvider):
@@ -124,12 +120,15 @@ class ServerThread:
     connection's next request (:class:`~.connections._Connection`). A request waits in the selector, without a thread,
     until its head and (small) body have arrived; the whole of it must arrive within ``request_timeout``
     seconds (default ``timeout``) of its first byte, else it is answered 408 and the connection closed. At
-    most ``max_connections`` are open at once (:class:`~.connections._Connections`)."""
+    most ``max_connections`` are open at once (:class:`~.connections._Connections`). With the cluster ``token``,
+    what clients without it can hold is bounded (:class:`~.connections.ReadAhead`): no body of theirs is read,
+    their unfinished heads share ``read_ahead_bytes``, one address has ``max_connections_per_peer`` of them."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
                  max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0,
                  linger: float = 0.005, max_connections: Optional[int] = None,
-                 request_timeout: Optional[float] = None):
+                 request_timeout: Optional[float] = None, token: Optional[str] = None,
+                 read_ahead_bytes: int = 16 * 1024 * 1024, max_connections_per_peer: int = 1024):
         # request_queue_size is the listen backlog: hundreds of collectors connect at once
         self.server = Server((host, port), app, numthreads=threads, max=threads, server_name="parallel_rl",
                              request_queue_size=1024, timeout=timeout, shutdown_timeout=1)
@@ -146,6 +145,10 @@ class ServerThread:
         # a request's head and body must arrive within this many seconds of its first byte, however slowly
         # they trickle in (``timeout`` bounds each read); until it is whole it waits without a thread
         self.server.request_timeout = float(timeout if request_timeout is None else request_timeout)
+        # with a ``token``, a request announcing a body without it is answered 401/403 unread; bytes read ahead
+        # for connections that have not shown it stay within ``read_ahead_bytes`` (the oldest heads are cut
+        # past it), and one address holds at most ``max_connections_per_peer`` such connections
+        self.server.read_ahead = ReadAhead(token, read_ahead_bytes, max_connections_per_peer)
         # the connection loop's select() timeout: stop() waits for the loop to see it (0.5 s by default, which
         # made every close take up to half a second; the idle loop costs nothing to speak of at 50 ms)
         self.server.expiration_interval = 0.05
