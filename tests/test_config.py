@@ -46,6 +46,8 @@ def test_unknown_top_level_key():
          r"clip_ratio must be > 0, got 0.0; policy.learn.gae_lambda must be in \[0, 1\], got 1.5"),
         ({"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}}, "entropy_weight must be >= 0"),
         ({"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}}, "learning_rate must be > 0"),
+        ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None .* got nan"),
+        ({"env": {"stop_value": float("-inf")}}, r"env.stop_value must be a number, or None .* got -inf"),
     ],
 )
 def test_bad_values_are_config_errors(user, match):
@@ -111,6 +113,17 @@ def test_load_config_file_errors(tmp_path):
     broken.write_text("main_config = dict(\n")
     with pytest.raises(ConfigError, match="failed to load"):
         load_config_file(str(broken))
+
+
+@pytest.mark.parametrize("written", [None, float("inf")])
+def test_no_stop_value_is_none_in_the_compiled_config_and_survives_json(written):
+    """A run without a stop value trains to its budget: None, or inf as a user may write it (DI-engine's
+    configs do), compiles to None, which JSON carries to the cluster's workers (inf turned into null there)."""
+    import json
+
+    cfg = compile_config({"env": {"stop_value": written}})
+    assert cfg.env.stop_value is None
+    assert compile_config(json.loads(json.dumps(cfg, allow_nan=False))).env.stop_value is None
 
 
 def test_shipped_configs_compile():

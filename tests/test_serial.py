@@ -30,6 +30,21 @@ def test_serial_budget_exhausted_exits_3(tmp_path):
     assert "env step budget 500 used up" in proc.stderr
 
 
+@pytest.mark.parametrize("stop_value", ['float("inf")', "None"])
+def test_serial_with_no_stop_value_trains_to_its_budget_and_exits_0(tmp_path, stop_value):
+    """No stop value (``float("inf")`` or None in a config, one meaning in the compiled config): the budget is the
+    goal, exit 0, as in the cluster (tests/test_cluster.py)."""
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG.replace("stop_value=4.0", f"stop_value={stop_value}"))
+    proc = run_cli("serial", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "serial.max_train_iter=40", "--set", "policy.eval.evaluator.eval_freq=10")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("stopped: train iteration budget 40 used up")
+
+
 def test_pipelines_called_from_python_run_torch_on_the_configured_threads(tmp_path):
     """`serial_pipeline(cfg)` called from Python (not through the CLI) honours `system.torch_num_threads`: with
     torch's default threads, two busy processes on this box ran the toy self-play test ~7x slower."""

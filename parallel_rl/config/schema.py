@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import os
 import runpy
 from typing import Any, Iterable, Mapping
@@ -106,6 +107,14 @@ def _learn_out_of_range(learn: Mapping) -> list:
     return bad
 
 
+def normalise(cfg: EasyDict) -> None:
+    """Values a user may write two ways, made one (in place, before :func:`validate`): ``env.stop_value`` inf
+    (DI-engine's configs write it) is None, *no stop value*: the run trains to its budget and ends with exit 0.
+    JSON, which carries the config to the cluster's workers, has no inf."""
+    if cfg.env.stop_value == math.inf:
+        cfg.env.stop_value = None
+
+
 def validate(cfg: EasyDict) -> None:
     """The values that fit each other: bounds, and pairings of sections (env and policy, learner ranks);
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
@@ -122,6 +131,10 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
+    stop_value = cfg.env.stop_value
+    if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
+        raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
+                          f"its budget; got {stop_value!r}")
     bad_learn = _learn_out_of_range(cfg.policy.learn)
     if bad_learn:
         raise ConfigError("; ".join(bad_learn))
