@@ -46,6 +46,11 @@ def test_unknown_top_level_key():
          r"clip_ratio must be > 0, got 0.0; policy.learn.gae_lambda must be in \[0, 1\], got 1.5"),
         ({"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}}, "entropy_weight must be >= 0"),
         ({"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}}, "learning_rate must be > 0"),
+        # budgets: 0 is none, a negative one used to be accepted (and meant none)
+        ({"serial": {"max_env_step": -1}}, r"serial.max_env_step must be >= 0 \(0: no budget\), got -1"),
+        ({"serial": {"max_seconds": -0.5}}, r"serial.max_seconds must be >= 0 \(0: no budget\), got -0.5"),
+        ({"parallel": {"commander": {"max_train_iter": -10}}},
+         r"parallel.commander.max_train_iter must be >= 0 \(0: no budget\), got -10"),
         ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None .* got nan"),
         ({"env": {"stop_value": float("-inf")}}, r"env.stop_value must be a number, or None .* got -inf"),
     ],

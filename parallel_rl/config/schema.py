@@ -107,6 +107,10 @@ def _learn_out_of_range(learn: Mapping) -> list:
     return bad
 
 
+# the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
+BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
+
+
 def normalise(cfg: EasyDict) -> None:
     """Values a user may write two ways, made one (in place, before :func:`validate`): ``env.stop_value`` inf
     (DI-engine's configs write it) is None, *no stop value*: the run trains to its budget and ends with exit 0.
@@ -131,6 +135,10 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
+    for section, budgets in (("serial", cfg.serial), ("parallel.commander", cfg.parallel.commander)):
+        for key in BUDGETS:
+            if budgets[key] < 0:
+                raise ConfigError(f"{section}.{key} must be >= 0 (0: no budget), got {budgets[key]!r}")
     stop_value = cfg.env.stop_value
     if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
         raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
