@@ -131,6 +131,57 @@ def test_no_stop_value_is_none_in_the_compiled_config_and_survives_json(written)
     assert compile_config(json.loads(json.dumps(cfg, allow_nan=False))).env.stop_value is None
 
 
+YAML_CONFIG = """\
+# the same keys as a Python config (RL Zoo style hyperparameter file)
+exp_name: yaml_run
+env:
+  env_id: parallel_rl/Counting-v0
+  env_kwargs: {episode_length: 5}
+  collector_env_num: 2
+  stop_value: .inf
+policy:
+  model:
+    hidden_size_list: [16, 16]
+  learn:
+    learning_rate: 1e-4
+    batch_size: 16
+serial:
+  max_train_iter: 30
+"""
+
+PY_CONFIG = """\
+main_config = dict(
+    exp_name="yaml_run",
+    env=dict(env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5), collector_env_num=2,
+             stop_value=float("inf")),
+    policy=dict(model=dict(hidden_size_list=[16, 16]), learn=dict(learning_rate=1e-4, batch_size=16)),
+    serial=dict(max_train_iter=30),
+)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_a_yaml_config_loads_equal_to_the_same_python_config(tmp_path, suffix):
+    (tmp_path / "c.py").write_text(PY_CONFIG)
+    (tmp_path / f"c{suffix}").write_text(YAML_CONFIG)
+    from_yaml = load_config(str(tmp_path / f"c{suffix}"), ["policy.learn.batch_size=32"])
+    assert from_yaml == load_config(str(tmp_path / "c.py"), ["policy.learn.batch_size=32"])
+    assert from_yaml.policy.learn.learning_rate == 1e-4 and from_yaml.env.stop_value is None
+
+
+@pytest.mark.parametrize("name, text, match", [
+    ("c.json", "{}", r"'.*c.json' is neither a Python \(.py\) nor a YAML \(.yaml, .yml\) config file"),
+    ("c.yml", "- just\n- a list\n", r"c.yml must hold a mapping of config keys at its top level, got list"),
+    ("c.yml", "", r"c.yml must hold a mapping of config keys at its top level, got NoneType"),
+    ("c.yaml", "env: {stop_value: 1\npolicy: [\n", r"c.yaml is not valid YAML: .* line \d+, column \d+$"),
+])
+def test_config_files_of_other_kinds_are_one_line_config_errors(tmp_path, name, text, match):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=match) as raised:
+        load_config_file(str(tmp_path / name))
+    assert "\n" not in str(raised.value)
+
+
 def test_shipped_configs_compile():
     for path in ("configs/cartpole_dqn.py",):
         cfg = load_config(path)
