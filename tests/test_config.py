@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 
 from parallel_rl.config import apply_overrides, compile_config, load_config, load_config_file, parse_override
@@ -186,6 +188,21 @@ def test_shipped_configs_compile():
     for path in ("configs/cartpole_dqn.py",):
         cfg = load_config(path)
         assert cfg.env.stop_value == 195
+
+
+CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
+BUDGET_CONFIGS = sorted(p.name for pattern in ("halfcheetah_*.py", "hopper_*.py", "minatar_*.py", "breakout_*.py")
+                        for p in CONFIGS.glob(pattern))
+
+
+@pytest.mark.parametrize("name", BUDGET_CONFIGS)
+def test_shipped_benchmark_configs_train_to_their_budget_with_no_stop_value(name):
+    """The MuJoCo, MinAtar and Atari configs run to a budget: no stop value (they used stop_value=100_000, so a
+    complete run ended with exit 3, read as a failure by scripts), and a budget in the mode they are for."""
+    cfg = load_config(str(CONFIGS / name))
+    assert cfg.env.stop_value is None
+    budgets = cfg.parallel.commander if name.endswith("_parallel.py") else cfg.serial
+    assert any(budgets[key] > 0 for key in ("max_env_step", "max_train_iter", "max_seconds"))
 
 
 def test_parallel_section_is_each_cluster_components_own_defaults():
