@@ -10,4 +10,4 @@ import runpy
 main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "pong_dqn.py"))["main_config"])
 main_config["exp_name"] = "breakout_dqn"
 main_config["env"]["env_id"] = "ALE/Breakout-v5"
-main_config["env"]["stop_value"] = 100_000  # no stop: runs to its budget
+main_config["env"]["stop_value"] = None  # no stop value: trains to its budget, then exits 0

@@ -27,7 +27,7 @@ main_config = dict(
         collector_env_num=64,
         evaluator_env_num=8,
         n_evaluator_episode=32,
-        stop_value=100_000,  # no stop: runs to its budget
+        stop_value=None,  # no stop value: trains to its budget, then exits 0
         # gymnax's MinAtar: no sticky actions, 1,000-step episodes (evaluations too)
         env_kwargs=dict(sticky_action_prob=0.0, max_episode_steps=1000),
     ),

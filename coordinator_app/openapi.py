@@ -236,6 +236,9 @@ def openapi_document(version: str) -> Dict[str, Any]:
             "/cluster": {"get": {"summary": "cluster summary", "responses": {"200": _json({"type": "object", "required": [
                 "state", "workers", "tasks", "env_steps", "train_iter", "policy_version", "last_eval_return",
                 "best_eval_return", "stop_value", "uptime"], "properties": {
+                    "stop_value": {"type": "number", "nullable": True,
+                                   "description": "the eval return that ends the run (solved); null: none, the run "
+                                                  "trains to its budget"},
                     "state_saved_at": {"type": "number", "nullable": True,
                                        "description": "epoch seconds of the newest snapshot of the coordinator's "
                                                       "state on the shared disk"},
@@ -265,7 +268,8 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                          "responses": {"200": _json({"type": "object", "properties": {
                                              "eval": {"type": "array", "items": {"type": "object"}},
                                              "throughput": {"type": "array", "items": {"type": "object"}},
-                                             "stop_value": {"type": "number"}}}, "history")}}},
+                                             "stop_value": {"type": "number", "nullable": True}}},
+                                                   "history")}}},
             "/tasks": {"get": {
                 "summary": "list tasks (newest last)",
                 "parameters": [

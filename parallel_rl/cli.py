@@ -1,6 +1,6 @@
 """The ``parallel-rl`` command line.
 
-Exit codes: 0 solved (or budget reached where a budget is the goal), 1 a
+Exit codes: 0 solved (or a budget reached by a run with no stop value), 1 a
 failure with a one-line reason, 2 a usage or config error, 3 a training
 budget ran out before the stop value, 130 interrupted.
 """
@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     env_config = os.environ.get("PARALLEL_RL_CONFIG")
     p.add_argument("-c", "--config", required=required and not env_config, default=env_config,
-                   help="config file (Python, defines main_config; env PARALLEL_RL_CONFIG)")
+                   help="config file: Python defining main_config, or YAML (.yaml, .yml) with the same keys "
+                        "(env PARALLEL_RL_CONFIG)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)")
 

@@ -12,15 +12,16 @@ from tqdm import tqdm
 class ProgressReporter:
     """Shows env steps, updates, eval return against the stop value, workers and rate.
 
-    On a terminal: one tqdm bar (eval return out of the stop value). Otherwise
-    (pipes, CI logs): one plain line per update, at most every ``min_interval`` s.
+    On a terminal: one tqdm bar (eval return out of the stop value; a counter when there is none: ``stop_value``
+    None, the run trains to its budget). Otherwise (pipes, CI logs): one plain line per update, at most every
+    ``min_interval`` s.
     """
 
-    def __init__(self, stop_value: float, name: str = "train", stream: Optional[TextIO] = None,
+    def __init__(self, stop_value: Optional[float], name: str = "train", stream: Optional[TextIO] = None,
                  live: Optional[bool] = None, min_interval: float = 1.0):
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() if live is None else live
-        self.stop_value = float(stop_value)
+        self.stop_value = None if stop_value is None else float(stop_value)
         self.name = name
         self.min_interval = min_interval
         self._start = time.perf_counter()
@@ -28,7 +29,8 @@ class ProgressReporter:
         self._bar = (
             # the fields ride in {unit}: tqdm prefixes {postfix} with ", "
             tqdm(total=self.stop_value, file=self.stream, desc=f"{name} eval return", unit="",
-                 bar_format="{desc}: {n:.1f}/{total:.0f} |{bar:30}| {unit}")
+                 bar_format="{desc}: {n:.1f}/{total:.0f} |{bar:30}| {unit}" if self.stop_value is not None
+                 else "{desc}: {n:.1f} (no stop value) {unit}")
             if self.live else None
         )
 
@@ -41,7 +43,7 @@ class ProgressReporter:
             fields.append(f"workers={workers}")
         if self._bar is not None:
             if not math.isnan(eval_return):
-                self._bar.n = max(0.0, min(eval_return, self.stop_value))
+                self._bar.n = eval_return if self.stop_value is None else max(0.0, min(eval_return, self.stop_value))
             self._bar.unit = " ".join(fields)
             self._bar.refresh()
             return
@@ -51,7 +53,8 @@ class ProgressReporter:
         self._last_line = now
         ret = "n/a" if math.isnan(eval_return) else f"{eval_return:.1f}"
         best = "" if math.isnan(best_return) else f" best={best_return:.1f}"
-        print(f"[{self.name} {elapsed:6.1f}s] eval_return={ret}/{self.stop_value:g}{best} " + " ".join(fields),
+        goal = " (no stop value)" if self.stop_value is None else f"/{self.stop_value:g}"
+        print(f"[{self.name} {elapsed:6.1f}s] eval_return={ret}{goal}{best} " + " ".join(fields),
               file=self.stream, flush=True)
 
     def close(self, summary: Optional[str] = None) -> None:

@@ -84,15 +84,15 @@ def run_storage(cfg, override: str | None = None):
     return SharedStorage(shared_root(cfg, override), cfg.parallel.storage_options)
 
 
-def outcome_exit_code(outcome: str, stop_value: float) -> int:
+def outcome_exit_code(outcome: str, stop_value: float | None) -> int:
     """The CLI's exit code for how training ended ("solved", "stopped" on a budget, anything else a failure).
 
-    A budget is the goal (exit 0) only when there is no stop value (``env.stop_value = inf``); otherwise it
-    ran out before the stop value (exit 3)."""
+    A budget is the goal (exit 0) only when there is no stop value (the compiled ``env.stop_value`` is None:
+    the user wrote None or inf); otherwise it ran out before the stop value (exit 3)."""
     if outcome == "solved":
         return 0
     if outcome == "stopped":
-        return 0 if stop_value == float("inf") else 3
+        return 0 if stop_value is None else 3
     return 1
 
 

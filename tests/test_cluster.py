@@ -88,6 +88,24 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert "evaluator/eval_return" in tensorboard_tags(shared / "tensorboard" / "evaluator")
 
 
+@pytest.mark.parametrize("stop_value, code", [('float("inf")', 0), ("1000.0", 3)])
+def test_a_run_that_reaches_its_budget_exits_0_without_a_stop_value_and_3_with_one(cli, tmp_path, stop_value,
+                                                                                    code):
+    """Budget mode: with no stop value (``float("inf")`` in the file, None in the compiled config, which JSON
+    carries to every worker) the budget is the goal, exit 0, as in the serial pipeline; every evaluation used to
+    fail ('the evaluator needs stop_value') and the run end with exit 1. With a stop value not reached the
+    budget running out stays exit 3."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG.replace("stop_value=4.0", f"stop_value={stop_value}"))
+    run, url = start_run(cli, tmp_path, str(config), "--set", "parallel.commander.max_train_iter=300")
+    assert get(url, "/cluster")["stop_value"] == (None if code == 0 else 1000.0)
+    assert run.wait(120) == code, run.output()[-3000:]
+    output = run.output()
+    assert "Traceback" not in output, output[-3000:]
+    assert re.search(r"^stopped: train iteration budget 300 used up", output, re.M), output[-3000:]
+    assert re.search(r"coordinator: eval of policy \d+: mean return", output), "an evaluation ran"
+
+
 def busy_collectors(url, n):
     """The busy collectors when there are ``n`` of them, else None."""
     busy = [w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]

@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 
 from parallel_rl.config import apply_overrides, compile_config, load_config, load_config_file, parse_override
@@ -46,6 +48,13 @@ def test_unknown_top_level_key():
          r"clip_ratio must be > 0, got 0.0; policy.learn.gae_lambda must be in \[0, 1\], got 1.5"),
         ({"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}}, "entropy_weight must be >= 0"),
         ({"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}}, "learning_rate must be > 0"),
+        # budgets: 0 is none, a negative one used to be accepted (and meant none)
+        ({"serial": {"max_env_step": -1}}, r"serial.max_env_step must be >= 0 \(0: no budget\), got -1"),
+        ({"serial": {"max_seconds": -0.5}}, r"serial.max_seconds must be >= 0 \(0: no budget\), got -0.5"),
+        ({"parallel": {"commander": {"max_train_iter": -10}}},
+         r"parallel.commander.max_train_iter must be >= 0 \(0: no budget\), got -10"),
+        ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None .* got nan"),
+        ({"env": {"stop_value": float("-inf")}}, r"env.stop_value must be a number, or None .* got -inf"),
     ],
 )
 def test_bad_values_are_config_errors(user, match):
@@ -113,10 +122,87 @@ def test_load_config_file_errors(tmp_path):
         load_config_file(str(broken))
 
 
+@pytest.mark.parametrize("written", [None, float("inf")])
+def test_no_stop_value_is_none_in_the_compiled_config_and_survives_json(written):
+    """A run without a stop value trains to its budget: None, or inf as a user may write it (DI-engine's
+    configs do), compiles to None, which JSON carries to the cluster's workers (inf turned into null there)."""
+    import json
+
+    cfg = compile_config({"env": {"stop_value": written}})
+    assert cfg.env.stop_value is None
+    assert compile_config(json.loads(json.dumps(cfg, allow_nan=False))).env.stop_value is None
+
+
+YAML_CONFIG = """\
+# the same keys as a Python config (RL Zoo style hyperparameter file)
+exp_name: yaml_run
+env:
+  env_id: parallel_rl/Counting-v0
+  env_kwargs: {episode_length: 5}
+  collector_env_num: 2
+  stop_value: .inf
+policy:
+  model:
+    hidden_size_list: [16, 16]
+  learn:
+    learning_rate: 1e-4
+    batch_size: 16
+serial:
+  max_train_iter: 30
+"""
+
+PY_CONFIG = """\
+main_config = dict(
+    exp_name="yaml_run",
+    env=dict(env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5), collector_env_num=2,
+             stop_value=float("inf")),
+    policy=dict(model=dict(hidden_size_list=[16, 16]), learn=dict(learning_rate=1e-4, batch_size=16)),
+    serial=dict(max_train_iter=30),
+)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_a_yaml_config_loads_equal_to_the_same_python_config(tmp_path, suffix):
+    (tmp_path / "c.py").write_text(PY_CONFIG)
+    (tmp_path / f"c{suffix}").write_text(YAML_CONFIG)
+    from_yaml = load_config(str(tmp_path / f"c{suffix}"), ["policy.learn.batch_size=32"])
+    assert from_yaml == load_config(str(tmp_path / "c.py"), ["policy.learn.batch_size=32"])
+    assert from_yaml.policy.learn.learning_rate == 1e-4 and from_yaml.env.stop_value is None
+
+
+@pytest.mark.parametrize("name, text, match", [
+    ("c.json", "{}", r"'.*c.json' is neither a Python \(.py\) nor a YAML \(.yaml, .yml\) config file"),
+    ("c.yml", "- just\n- a list\n", r"c.yml must hold a mapping of config keys at its top level, got list"),
+    ("c.yml", "", r"c.yml must hold a mapping of config keys at its top level, got NoneType"),
+    ("c.yaml", "env: {stop_value: 1\npolicy: [\n", r"c.yaml is not valid YAML: .* line \d+, column \d+$"),
+])
+def test_config_files_of_other_kinds_are_one_line_config_errors(tmp_path, name, text, match):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=match) as raised:
+        load_config_file(str(tmp_path / name))
+    assert "\n" not in str(raised.value)
+
+
 def test_shipped_configs_compile():
     for path in ("configs/cartpole_dqn.py",):
         cfg = load_config(path)
         assert cfg.env.stop_value == 195
+
+
+CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
+BUDGET_CONFIGS = sorted(p.name for pattern in ("halfcheetah_*.py", "hopper_*.py", "minatar_*.py", "breakout_*.py")
+                        for p in CONFIGS.glob(pattern))
+
+
+@pytest.mark.parametrize("name", BUDGET_CONFIGS)
+def test_shipped_benchmark_configs_train_to_their_budget_with_no_stop_value(name):
+    """The MuJoCo, MinAtar and Atari configs run to a budget: no stop value (they used stop_value=100_000, so a
+    complete run ended with exit 3, read as a failure by scripts), and a budget in the mode they are for."""
+    cfg = load_config(str(CONFIGS / name))
+    assert cfg.env.stop_value is None
+    budgets = cfg.parallel.commander if name.endswith("_parallel.py") else cfg.serial
+    assert any(budgets[key] > 0 for key in ("max_env_step", "max_train_iter", "max_seconds"))
 
 
 def test_parallel_section_is_each_cluster_components_own_defaults():

@@ -242,7 +242,7 @@ def test_recurrent_ppo_runs_minatar_breakout_one_board_at_a_time(tmp_path):
     exp = str(tmp_path / "exp")
     sets = [f"exp_name={exp}", *MINATAR_TINY]
     done = run_cli("serial", "-c", MINATAR_LSTM, *(a for s in sets for a in ("--set", s)))
-    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]  # the budget ran out
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # no stop value: the budget is the goal
     assert re.search(r"env_steps=51\d train_iter=2 ", done.stdout), done.stdout[-500:]
     cfg = load_config(MINATAR_LSTM, sets)
     env, policy = build(cfg, num_envs=2)

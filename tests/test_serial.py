@@ -30,6 +30,38 @@ def test_serial_budget_exhausted_exits_3(tmp_path):
     assert "env step budget 500 used up" in proc.stderr
 
 
+@pytest.mark.parametrize("name, stop_value", [("toy.py", 'float("inf")'), ("toy.py", "None"), ("toy.yml", ".inf")])
+def test_serial_with_no_stop_value_trains_to_its_budget_and_exits_0(tmp_path, name, stop_value):
+    """No stop value (``float("inf")`` or None in a Python config, ``.inf`` in a YAML one: one meaning in the
+    compiled config): the budget is the goal, exit 0, as in the cluster (tests/test_cluster.py)."""
+    import runpy
+
+    import yaml
+
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / name
+    if name.endswith(".py"):
+        config.write_text(TOY_CONFIG.replace("stop_value=4.0", f"stop_value={stop_value}"))
+    else:  # -c of a YAML file with the Python config's keys
+        (tmp_path / "toy.py").write_text(TOY_CONFIG)
+        main = runpy.run_path(str(tmp_path / "toy.py"))["main_config"]
+        config.write_text(yaml.safe_dump(main).replace("stop_value: 4.0", f"stop_value: {stop_value}"))
+    proc = run_cli("serial", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
+                   "--set", "serial.max_train_iter=40", "--set", "policy.eval.evaluator.eval_freq=10")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("stopped: train iteration budget 40 used up")
+
+
+def test_a_config_file_neither_python_nor_yaml_is_one_line_exit_2(tmp_path):
+    config = tmp_path / "toy.json"
+    config.write_text("{}")
+    proc = run_cli("serial", "-c", str(config))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().count("\n") == 0 and "neither a Python (.py) nor a YAML" in proc.stderr
+
+
 def test_pipelines_called_from_python_run_torch_on_the_configured_threads(tmp_path):
     """`serial_pipeline(cfg)` called from Python (not through the CLI) honours `system.torch_num_threads`: with
     torch's default threads, two busy processes on this box ran the toy self-play test ~7x slower."""

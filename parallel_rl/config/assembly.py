@@ -13,12 +13,13 @@ from typing import Iterable, Mapping
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from .schema import apply_overrides, load_config_file, merge, validate
+from .schema import apply_overrides, load_config_file, merge, normalise, validate
 
 
 def serial_default_config() -> dict:
     return dict(
-        # Budgets: 0 means unlimited. Reaching one ends the run with exit code 3.
+        # Budgets: 0 means unlimited. Reaching one ends the run: exit code 0 with no stop value
+        # (env.stop_value None), else 3 (the stop value was not reached).
         max_env_step=0,
         max_train_iter=0,
         max_seconds=0.0,
@@ -116,6 +117,7 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
         "type", default_buffer_type({**defaults.policy, **user_policy}))
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
+    normalise(cfg)
     validate(cfg)
     from ..data.flows import flow_of
 

@@ -1,4 +1,5 @@
-"""The config schema: deep merge over the defaults, type coercion, validation, config files and ``--set``.
+"""The config schema: deep merge over the defaults, type coercion, validation, config files (Python or YAML) and
+``--set``.
 
 The ground floor of configs: it knows the shape of a config, not where the defaults come from
 (:mod:`.assembly` gathers those from the components), and imports nothing of the project but its errors.
@@ -9,10 +10,13 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import os
+import re
 import runpy
 from typing import Any, Iterable, Mapping
 
+import yaml
 from easydict import EasyDict
 
 from ..errors import ConfigError
@@ -106,6 +110,18 @@ def _learn_out_of_range(learn: Mapping) -> list:
     return bad
 
 
+# the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
+BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
+
+
+def normalise(cfg: EasyDict) -> None:
+    """Values a user may write two ways, made one (in place, before :func:`validate`): ``env.stop_value`` inf
+    (DI-engine's configs write it) is None, *no stop value*: the run trains to its budget and ends with exit 0.
+    JSON, which carries the config to the cluster's workers, has no inf."""
+    if cfg.env.stop_value == math.inf:
+        cfg.env.stop_value = None
+
+
 def validate(cfg: EasyDict) -> None:
     """The values that fit each other: bounds, and pairings of sections (env and policy, learner ranks);
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
@@ -122,6 +138,14 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
+    for section, budgets in (("serial", cfg.serial), ("parallel.commander", cfg.parallel.commander)):
+        for key in BUDGETS:
+            if budgets[key] < 0:
+                raise ConfigError(f"{section}.{key} must be >= 0 (0: no budget), got {budgets[key]!r}")
+    stop_value = cfg.env.stop_value
+    if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
+        raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
+                          f"its budget; got {stop_value!r}")
     bad_learn = _learn_out_of_range(cfg.policy.learn)
     if bad_learn:
         raise ConfigError("; ".join(bad_learn))
@@ -197,10 +221,34 @@ def check_cluster_config(cfg: EasyDict) -> None:
                           f"trains env.type='pettingzoo' with policy.type='dqn'")
 
 
-def load_config_file(path: str) -> dict:
-    """Run a config file and return its ``main_config`` (or ``config``) dict."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} not found; pass -c with a path like configs/cartpole_dqn.py")
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading floats as YAML 1.2 and Python do: ``1e-4`` is a float (YAML 1.1 reads a
+    string unless it is written ``1.0e-4``; RL Zoo's files write ``!!float 1e-4``, which works as well)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def _load_yaml(path: str) -> Any:
+    try:
+        with open(path) as f:
+            return yaml.load(f, Loader=_YamlLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML: {exc.problem or exc.context}{where}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def _load_python(path: str) -> Mapping:
     try:
         namespace = runpy.run_path(path)
     except Exception as exc:  # a user file: report any error as a config error
@@ -210,8 +258,27 @@ def load_config_file(path: str) -> dict:
             value = namespace[name]
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{path}: {name} must be a dict, got {_type_name(value)}")
-            return copy.deepcopy(dict(value))
+            return value
     raise ConfigError(f"config file {path!r} defines neither 'main_config' nor 'config'")
+
+
+def load_config_file(path: str) -> dict:
+    """A config file's dict: a Python file's ``main_config`` (or ``config``), or a YAML file's top-level mapping
+    (``.yaml``, ``.yml``: the same keys, as RL Zoo's hyperparameter files hold them)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found; pass -c with a path like configs/cartpole_dqn.py")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".py":
+        value = _load_python(path)
+    elif suffix in (".yaml", ".yml"):
+        value = _load_yaml(path)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config file {path} must hold a mapping of config keys at its top level, got "
+                              f"{_type_name(value)}")
+    else:
+        raise ConfigError(f"config file {path!r} is neither a Python (.py) nor a YAML (.yaml, .yml) config file; "
+                          f"pass -c with one of those")
+    return copy.deepcopy(dict(value))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -373,12 +373,12 @@ class Coordinator(DingCallbacks):
                                       "env_steps": self.env_steps, "train_iter": self.train_iter,
                                       "eval_return": mean, "train_return": json_number(mean_return(self.train_returns))})
             del self.eval_history[:-10_000]
-        stop_value = float(self.cfg.env.stop_value)
-        logger.info("coordinator: eval of policy %s: mean return %.1f (stop value %g)",
-                    task.spec.get("policy_version"), mean, stop_value)
+        stop_value = self.cfg.env.stop_value  # None: no stop value, the run trains to its budget
+        logger.info("coordinator: eval of policy %s: mean return %.1f (%s)", task.spec.get("policy_version"), mean,
+                    "no stop value" if stop_value is None else f"stop value {stop_value:g}")
         # a battle evaluation says itself whether its stop rule (win rate and per-side bounds) holds
-        if (result.get("episodes", 0) >= task.spec.get("n_episode", 0) and mean >= stop_value
-                and result.get("stop", True) is not False):
+        if (stop_value is not None and result.get("episodes", 0) >= task.spec.get("n_episode", 0)
+                and mean >= stop_value and result.get("stop", True) is not False):
             self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
                                                  f"(policy version {task.spec.get('policy_version')})")
 
@@ -428,7 +428,7 @@ class Coordinator(DingCallbacks):
             "last_eval_return": json_number(self.last_eval_return),
             "best_eval_return": json_number(self.best_eval_return),
             "train_return": json_number(mean_return(self.train_returns)),
-            "stop_value": float(self.cfg.env.stop_value),
+            "stop_value": self.cfg.env.stop_value,  # null: no stop value, the run trains to its budget
             "policy_propagation_ms": self._propagation_stats(),
             "learn_info": dict(self.learn_info),
             "uptime": round(self.uptime, 3),

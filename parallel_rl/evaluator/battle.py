@@ -57,11 +57,10 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
                  stop_value: Optional[float] = None, n_evaluator_episode: Optional[int] = None, seed: int = 0,
                  tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "evaluator"):
         """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player.
-        ``stop_value`` / ``n_evaluator_episode`` default to ``cfg.stop_value`` / ``cfg.n_episode``; ``tb_logger``
-        gets each opponent's win rate (DI-engine's keywords)."""
+        ``stop_value`` / ``n_evaluator_episode`` default to ``cfg.stop_value`` / ``cfg.n_episode`` (no stop value:
+        never a stop); ``tb_logger`` gets each opponent's win rate (DI-engine's keywords)."""
         self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
-        stop_value = self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value")
         n_evaluator_episode = self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode")
         if not opponents:
             raise ValueError(f"the battle evaluator needs at least one opponent, got {dict(opponents)}")
@@ -70,7 +69,7 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self.env = env
         self._policy = policy
         self.opponents = dict(opponents)
-        self.stop_value = float(stop_value)
+        self.stop_value = self._stop_value(stop_value, self.cfg)
         self.n_episode = int(n_evaluator_episode)
         self.stop_opponent = self.cfg.stop_opponent or next(iter(self.opponents))
         unknown = sorted(set(self.cfg.min_mean_win_rate) - set(self.opponents))
@@ -160,7 +159,8 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         bounds_met = all(decisive[side]["win"] >= self.cfg.min_win_rate[side]
                          and decisive[side]["loss"] <= self.cfg.max_loss_rate[side] for side in SIDES)
         others_met = all(win_rate.get(name, -1.0) >= rate for name, rate in self.cfg.min_mean_win_rate.items())
-        stop_flag = bool(complete and score >= self.stop_value and bounds_met and others_met)
+        stop_flag = bool(complete and self.stop_value is not None and score >= self.stop_value and bounds_met
+                         and others_met)
         info = {
             "train_iter": train_iter,
             "envstep": envstep,

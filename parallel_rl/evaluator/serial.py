@@ -141,8 +141,15 @@ class ISerialEvaluator(abc.ABC):
         return as_eval_mode(policy)
 
     @staticmethod
+    def _stop_value(value: Optional[float], cfg: Any) -> Optional[float]:
+        """The stop value: the argument, else ``cfg.stop_value`` (DI-engine's key); None when neither is set: no
+        stop value, the evaluator never signals a stop and the run trains to its budget."""
+        value = value if value is not None else cfg.get("stop_value")
+        return None if value is None else float(value)
+
+    @staticmethod
     def _from_cfg(value: Any, cfg: Any, key: str, argument: str) -> Any:
-        """An argument, or the cfg's ``key`` when it is None (DI-engine reads stop_value / n_episode from cfg)."""
+        """An argument, or the cfg's ``key`` when it is None (DI-engine reads n_episode from cfg)."""
         value = value if value is not None else cfg.get(key)
         if value is None:
             raise ValueError(f"the evaluator needs {argument}=... or cfg.{key}")
@@ -178,12 +185,13 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         """DI-engine's arguments in its order (``env`` and ``policy`` may come later through ``reset_env`` /
         ``reset_policy``), then ours by keyword. ``policy``: a policy mode whose ``forward(obs)`` returns
         greedy actions. ``stop_value`` and ``n_evaluator_episode`` default to ``cfg.stop_value`` and
-        ``cfg.n_episode`` (DI-engine's keys); ``tb_logger`` gets every evaluation's numbers."""
+        ``cfg.n_episode`` (DI-engine's keys; no stop value: never a stop); ``tb_logger`` gets every evaluation's
+        numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         self.env = env
         self._policy = self._eval_mode(policy) if policy is not None else None
-        self.stop_value = float(self._from_cfg(stop_value, self.cfg, "stop_value", "stop_value"))
+        self.stop_value = self._stop_value(stop_value, self.cfg)
         self.n_episode = int(self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode"))
         self._seed = seed
         self._last_eval_iter: Optional[int] = None
@@ -281,7 +289,8 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             self.best_return = mean
             if save_ckpt_fn is not None:
                 save_ckpt_fn("ckpt_best.pt")
-        stop_flag = bool(returns) and len(returns) == n_episode and mean >= self.stop_value
+        stop_flag = (self.stop_value is not None and bool(returns) and len(returns) == n_episode
+                     and mean >= self.stop_value)
         self._log(info, train_iter, envstep)
         return stop_flag, info
 
