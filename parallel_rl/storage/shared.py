@@ -159,7 +159,7 @@ class SharedStorage:
                 continue
             for name in names:
                 temp = name.startswith(TEMP_PREFIX)
-                if temp or any(p.match(name) for p in patterns):
+                if temp or any(p.fullmatch(name) for p in patterns):
                     yield directory, name, temp
 
     def reset(self) -> int:
