@@ -140,7 +140,7 @@ def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, case):
     args = {
         "no checkpoint": ["eval", "-c", CARTPOLE, "--run", str(tmp_path)],
         "unreadable file": ["export", "-c", CARTPOLE, "--checkpoint", str(garbage), "--format", "torchscript",
-                            "-o", str(tmp_path / "x.pt")],
+                            "-o", str(tmp_path / "x.torchscript")],
         "wrong env": ["eval", "-c", os.path.join(REPO, "configs", "pendulum_sac.py"), "--checkpoint", ckpt],
         "wrong algorithm": ["eval", "-c", os.path.join(REPO, "configs", "cartpole_ppo.py"), "--checkpoint", ckpt],
         "bad episodes": ["eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "0"],
@@ -221,7 +221,7 @@ def test_exported_policies_act_like_the_torch_policy(name, tmp_path):
     formats = ["torchscript"] + (["onnx"] if _has("onnx") and _has("onnxruntime") else [])
     outputs = {"acting": ours}
     for fmt in formats:
-        path = export_acting(module, obs_shape, kind, fmt, str(tmp_path / f"policy.{'onnx' if fmt == 'onnx' else 'pt'}"))
+        path = export_acting(module, obs_shape, kind, fmt, str(tmp_path / f"policy.{fmt}"))
         agent = load_policy(path)
         outputs[fmt] = agent.act(obs)
         assert np.asarray(agent.act(obs[0])).shape == np.asarray(expected[0]).shape
@@ -239,11 +239,12 @@ def _has(module: str) -> bool:
 
 
 def test_export_cli_and_load_policy_of_a_run(runs, tmp_path):
-    out = run_cli("export", "-c", CARTPOLE, "--run", runs[0], "--format", "torchscript", "-o", str(tmp_path / "p.pt"))
+    out = run_cli("export", "-c", CARTPOLE, "--run", runs[0], "--format", "torchscript", "-o",
+                  str(tmp_path / "p.torchscript"))
     assert out.returncode == 0, out.stderr
     import parallel_rl
 
-    exported = parallel_rl.load_policy(str(tmp_path / "p.pt"))
+    exported = parallel_rl.load_policy(str(tmp_path / "p.torchscript"))
     from_run = parallel_rl.load_policy(runs[0])  # the newest checkpoint, with the config.json the run wrote
     obs = np.random.default_rng(3).normal(size=(1000, 4)).astype(np.float32)
     assert np.array_equal(exported.act(obs), from_run.act(obs))

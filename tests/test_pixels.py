@@ -273,7 +273,7 @@ def test_exported_pixel_policies_take_the_envs_own_observations(config, tmp_path
     expected = policy.eval_mode.forward(obs)
     for fmt in ("torchscript", "onnx"):
         path = export_acting(acting_module(policy), shape, kind, fmt, str(tmp_path / f"p.{fmt}"), dtype.name)
-        agent = parallel_rl.load_policy(path if fmt == "torchscript" else path)
+        agent = parallel_rl.load_policy(path)
         assert agent.obs_dtype == dtype
         assert np.array_equal(agent.act(obs), expected), fmt
         assert np.array_equal(agent.act(obs[0]), expected[0])

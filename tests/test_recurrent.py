@@ -177,7 +177,7 @@ def test_an_exported_recurrent_policy_carries_its_state_like_the_eval_mode(tmp_p
     assert not np.array_equal(np.array(expected), np.array(memoryless))
     module = acting_module(policy)
     assert module.state_sizes == {"hidden_h": 16, "hidden_c": 16}
-    agent = load_policy(export_acting(module, env.obs_shape, "discrete", "torchscript", str(tmp_path / "p.pt")))
+    agent = load_policy(export_acting(module, env.obs_shape, "discrete", "torchscript", str(tmp_path / "p.torchscript")))
     assert agent.state_sizes == {"hidden_h": 16, "hidden_c": 16}
     np.testing.assert_array_equal(np.array([agent.act(step) for step in obs]), np.array(expected))
     agent.reset()

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..errors import ConfigError
 
@@ -97,19 +97,33 @@ def _train_cluster(user: Dict[str, Any], sets: List[str], run_dir: str, collecto
     return TrainRun(code, run_dir, code == 0)
 
 
-def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
+# what load_policy(kind=...) takes: an export's format, or a checkpoint (a file, or a run directory's newest)
+KINDS = ("checkpoint", "torchscript", "onnx")
+
+
+def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, kind: Optional[str] = None):
     """An :class:`~parallel_rl.after.acting.Agent` with ``act(obs)`` from ``path``: a file written by
-    ``parallel-rl export`` (``.onnx`` runs in ONNX Runtime, a TorchScript file in torch), a checkpoint, or a
-    run directory (its newest checkpoint). A checkpoint needs its config: ``config`` (a file or dict), else
-    the ``config.json`` its serial run wrote."""
+    ``parallel-rl export`` (``*.onnx`` runs in ONNX Runtime, ``*.torchscript`` in torch), a checkpoint, or a run
+    directory (its newest checkpoint). ``kind`` (one of :data:`KINDS`) says which; by default the suffix does, and
+    any other name is a checkpoint or a run. A TorchScript file is a program (its code runs as it loads): it is run
+    only when named ``*.torchscript`` or ``kind="torchscript"``, never for a checkpoint, so load only the ones you
+    trust. A checkpoint needs its config: ``config`` (a file or dict), else the ``config.json`` its run wrote."""
     from .acting import Agent, acting_module, torch_forward
     from .checkpoints import build_policy, find_checkpoint, find_run_config, load_run_config, spaces_env
+    from .export import export_kind, open_export
 
     path = os.fspath(path)
+    kind = kind or export_kind(path) or "checkpoint"
+    if kind not in KINDS:
+        raise ConfigError(f"load_policy: kind={kind!r}; use one of {', '.join(KINDS)}")
     if not os.path.exists(path) and "://" not in path:
         raise ConfigError(f"{path!r} not found; pass a checkpoint, a run directory or an exported file")
-    if os.path.isfile(path) and _exported(path):
-        return _load_exported(path)
+    if kind != "checkpoint":
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path!r} is not a file; a {kind} export is one file written by parallel-rl export")
+        forward, meta = open_export(path, kind)
+        return Agent(forward, meta["obs_shape"], meta["action_kind"], path, meta.get("obs_dtype", "float32"),
+                     meta["state"])
     cfg = _config_for(path, config) if config is not None else None
     if cfg is None:
         found = find_run_config(path)
@@ -122,12 +136,12 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None):
                           "policies need the game's action mask; evaluate them with parallel-rl eval")
     env = spaces_env(cfg)
     try:
-        obs_shape, kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
+        obs_shape, action_kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
         policy = build_policy(cfg, checkpoint, env)
     finally:
         env.close()
     module = acting_module(policy)
-    return Agent(torch_forward(module), obs_shape, kind, checkpoint.source, obs_dtype,
+    return Agent(torch_forward(module), obs_shape, action_kind, checkpoint.source, obs_dtype,
                  getattr(module, "state_sizes", None))
 
 
@@ -135,41 +149,3 @@ def _config_for(path: str, config: Union[str, Mapping[str, Any]]):
     from ..config import compile_config, load_config
 
     return compile_config(dict(config)) if isinstance(config, Mapping) else load_config(os.fspath(config))
-
-
-def _exported(path: str) -> bool:
-    """A file of ``parallel-rl export`` (ONNX, or a TorchScript archive), not a checkpoint."""
-    import zipfile
-
-    if path.endswith(".onnx"):
-        return True
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as archive:
-        return any(name.endswith("/code/__torch__.py") or "/code/" in name for name in archive.namelist())
-
-
-def _load_exported(path: str):
-    from .acting import Agent, torch_forward
-    from .export import read_metadata
-
-    meta = read_metadata(path)
-    if not meta:
-        raise ConfigError(f"{path}: not written by parallel-rl export (no metadata)")
-    if path.endswith(".onnx"):
-        try:
-            import onnxruntime
-        except ImportError:
-            raise ConfigError("running an .onnx policy needs onnxruntime: pip install onnxruntime") from None
-        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-        names = ["obs", *meta.get("state", {})]
-
-        def forward(obs, *state):
-            out = session.run(None, dict(zip(names, (obs, *state))))
-            return tuple(out) if state else out[0]
-    else:
-        import torch
-
-        forward = torch_forward(torch.jit.load(path, map_location="cpu"))
-    return Agent(forward, tuple(meta["obs_shape"]), meta["action_kind"], path, meta.get("obs_dtype", "float32"),
-                 meta.get("state"))

@@ -8,17 +8,19 @@ the config builds, so a checkpoint of another algorithm or env is refused with o
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from easydict import EasyDict
 
 from ..config import RUN_CONFIG_NAME
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError, StorageError, StorageFaultError
 
 logger = logging.getLogger(__name__)
 
@@ -55,18 +57,39 @@ def _serial_checkpoints(directory: str) -> list:
     return sorted(files, key=lambda f: (os.path.getmtime(f), f))
 
 
+# what follows a refused checkpoint's reason
+_PASS_A_CHECKPOINT = "pass a policy checkpoint written by parallel_rl (exports are named *.torchscript, *.onnx)"
+
+
+@contextlib.contextmanager
+def _checkpoint_load():
+    """Around a checkpoint's ``torch.load`` (``weights_only=True``, which refuses a TorchScript archive): without
+    torch's warning that it is "dispatching to torch.jit.load", which it does not do then (the refusal is the line
+    users get)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'torch.load' received a zip file that looks like a TorchScript")
+        yield
+
+
 def _store_checkpoint(root: str, storage_options: Optional[dict]) -> Optional[Checkpoint]:
-    """The newest policy checkpoint of the shared store at ``root``; None when it holds none."""
+    """The newest policy checkpoint of the shared store at ``root`` (read only: nothing is made there); None when
+    it holds none. ConfigError naming the file when it does not load (a fault of the store: StorageFaultError)."""
     from ..storage import SharedStorage
 
-    storage = SharedStorage(root, storage_options or {})
+    storage = SharedStorage(root, storage_options or {}, create=False)
     try:
         version = storage.latest_policy_version()
     except FileNotFoundError:
         return None
     if version is None:
         return None
-    return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version))
+    try:
+        with _checkpoint_load():
+            return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version))
+    except StorageFaultError:
+        raise
+    except StorageError as exc:
+        raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); {_PASS_A_CHECKPOINT}") from None
 
 
 def read_checkpoint(path: str) -> Checkpoint:
@@ -77,10 +100,13 @@ def read_checkpoint(path: str) -> Checkpoint:
         raise ConfigError(f"checkpoint {path!r} not found; pass --checkpoint with a .pt file of a run "
                           f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
     try:
-        return Checkpoint(path, torch_load(path))
+        with _checkpoint_load():
+            return Checkpoint(path, torch_load(path))
     except StorageError as exc:  # torch's reasons run over many lines: the first says enough
-        raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); pass a policy checkpoint written by "
-                          f"parallel_rl") from None
+        raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); {_PASS_A_CHECKPOINT}") from None
+    except OSError as exc:  # torch's zip reader fails a truncated file with EINVAL, as if the disk had
+        raise ConfigError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc}; truncated or damaged?); "
+                          f"{_PASS_A_CHECKPOINT}") from None
 
 
 def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Optional[str] = None) -> Checkpoint:

@@ -27,7 +27,7 @@ columns x,return[,label]: published points drawn as markers.
 EXPORT_EXAMPLE = """example:
   parallel-rl export -c configs/cartpole_dqn.py --format onnx -o cartpole.onnx
   parallel-rl export -c configs/pendulum_sac.py --checkpoint pendulum_sac/ckpt/ckpt_best.pt \\
-      --format torchscript -o pendulum.pt
+      --format torchscript -o pendulum.torchscript
   python -c "import parallel_rl; print(parallel_rl.load_policy('cartpole.onnx').act([0, 0, 0, 0]))"
 """
 

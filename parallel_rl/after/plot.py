@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -26,15 +26,26 @@ X_AXES = {"env_steps": "env steps", "wall": "wall time (s)", "updates": "updates
 
 
 def _from_coordinator_state(root: str) -> Optional[List[dict]]:
+    """The eval points of the coordinator state in the store at ``root`` (read only: plotting writes nothing
+    there); ConfigError naming the store when the state is damaged."""
     from ..storage import SharedStorage
 
     if not os.path.isdir(os.path.join(root, "coordinator")):
         return None
-    state = SharedStorage(root).latest_coordinator_state()
+    try:
+        state = SharedStorage(root, create=False).latest_coordinator_state()
+    except StorageError as exc:
+        raise ConfigError(f"cannot plot {root}: {exc}") from None
     if state is None:
         return None
-    return [{"env_steps": p["env_steps"], "wall": p["t"], "updates": p["train_iter"], "return": p["eval_return"]}
-            for p in state[0].get("eval_history", []) if p.get("eval_return") is not None]
+    history = state[0].get("eval_history", [])
+    try:
+        points = [{"env_steps": float(p["env_steps"]), "wall": float(p["t"]), "updates": float(p["train_iter"]),
+                   "return": float(p["eval_return"])} for p in history if p.get("eval_return") is not None]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot plot {root}: its coordinator state's eval_history is damaged "
+                          f"({type(exc).__name__}: {exc}); plot another run or its tensorboard/ scalars") from None
+    return points
 
 
 def _from_tensorboard(logdir: str) -> Optional[List[dict]]:
@@ -90,8 +101,14 @@ def group_key(run_dir: str) -> Tuple[str, str]:
     name = re.sub(r"[_-](s|seed)\d+$", "", os.path.basename(os.path.abspath(run_dir)))
     path = os.path.join(run_dir, RUN_CONFIG_NAME)
     if os.path.isfile(path):
-        with open(path) as f:
-            cfg = json.load(f)
+        try:
+            with open(path) as f:
+                cfg = json.load(f)
+            if not isinstance(cfg, dict):
+                raise ValueError(f"a JSON {type(cfg).__name__}, not an object")
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot plot {run_dir}: {path} is damaged ({exc}); repair or delete it (runs are "
+                              f"then grouped by their directory names)") from None
         cfg.pop("exp_name", None)
         cfg.pop("seed", None)
         return json.dumps(cfg, sort_keys=True, default=str), name

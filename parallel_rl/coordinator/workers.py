@@ -149,7 +149,7 @@ class WorkerRegistry:
 
     def register(self, kind: str, address: str, client: HttpClient, preferred_id: Optional[str] = None) -> Worker:
         """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``."""
-        if preferred_id is not None and not (isinstance(preferred_id, str) and _WORKER_ID_RE.match(preferred_id)):
+        if preferred_id is not None and not (isinstance(preferred_id, str) and _WORKER_ID_RE.fullmatch(preferred_id)):
             raise ApiError(400, "bad_request", f"worker_id must match {_WORKER_ID_RE.pattern}, got {preferred_id!r}")
         with self._lock:
             for w in self._workers.values():

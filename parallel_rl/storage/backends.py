@@ -5,13 +5,15 @@ A backend knows paths and bytes only (file formats are :mod:`.formats`'s, names 
 writes each object with one whole-object PUT. Either way a reader never sees half a file."""
 from __future__ import annotations
 
+import errno
 import io
 import os
 import posixpath
 import re
+import stat
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import IO, Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
 from ..errors import PathOutsideRootError, StorageError, StorageUnavailableError
 from .names import TEMP_PREFIX
@@ -64,6 +66,23 @@ def atomic_write(path: str, write: Callable[[Any], None], durable: bool = False)
         except FileNotFoundError:
             pass
         raise
+
+
+class OpenedFile(NamedTuple):
+    """A regular file of the store, opened for reading: what a server streams (``mtime``: None when unknown)."""
+
+    file: IO[bytes]
+    size: int
+    mtime: Optional[float]
+
+
+# what opening a name without following links says when the name is no regular file we may read: a link (ELOOP;
+# EMLINK on the BSDs), a link or a file on the way down (ENOTDIR), a directory (EISDIR), a socket (ENXIO)
+_NOT_REGULAR_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EISDIR, errno.ENXIO})
+
+
+def _not_regular(path: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "no regular file there", path)
 
 
 def _unlink(path: str) -> bool:
@@ -130,6 +149,59 @@ class LocalBackend:
     @staticmethod
     def mtime(path: str) -> float:
         return os.stat(path).st_mtime
+
+    def _parent_fd(self, path: str) -> tuple:
+        """(fd of the directory holding ``path``, its last name): walked down from the root without following a
+        symbolic link at any level (a link to a directory outside the root is not entered). The caller closes it."""
+        rel = os.path.relpath(path, self.base)
+        parts = rel.split(os.sep)
+        if any(p in ("", os.curdir, os.pardir) for p in parts):  # not below the root
+            raise _not_regular(path)
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = below
+        except OSError as exc:
+            os.close(fd)
+            raise _not_regular(path) if exc.errno in _NOT_REGULAR_ERRNOS else exc
+        return fd, parts[-1]
+
+    def regular_mtime(self, path: str) -> float:
+        """The mtime of the regular file at ``path`` inside the root; FileNotFoundError when there is none there
+        (absent, or a link, directory, FIFO, socket or device, or below a link)."""
+        dir_fd, name = self._parent_fd(path)
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path)
+        return st.st_mtime
+
+    def open_regular(self, path: str) -> OpenedFile:
+        """The regular file at ``path`` inside the root, opened for reading; FileNotFoundError when there is none
+        there. No link is followed at any level below the root (``O_NOFOLLOW``), and what is not a regular file is
+        never opened (a FIFO would block the reader for good, a device may act on an open): checked before the open,
+        opened ``O_NONBLOCK``, checked again on the descriptor (``fstat``), since the name may change between."""
+        dir_fd, name = self._parent_fd(path)
+        try:
+            if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                raise _not_regular(path)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as exc:
+            raise _not_regular(path) if exc.errno in _NOT_REGULAR_ERRNOS else exc
+        finally:
+            os.close(dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _not_regular(path)
+            return OpenedFile(os.fdopen(fd, "rb"), st.st_size, st.st_mtime)
+        except BaseException:
+            os.close(fd)
+            raise
 
 
 def _remote_faults() -> tuple:
@@ -268,3 +340,17 @@ class FsspecBackend:
 
     def mtime(self, path: str) -> float:
         return self.fs.modified(path).timestamp()
+
+    def regular_mtime(self, path: str) -> float:
+        """The object's mtime; FileNotFoundError when no object has that name (a "directory": a prefix of others)."""
+        if not self.fs.isfile(path):
+            raise _not_regular(path)
+        return self.mtime(path)
+
+    def open_regular(self, path: str) -> OpenedFile:
+        """The object's bytes (FileNotFoundError when no object has that name)."""
+        try:
+            data = self.fs.cat_file(path)
+        except (IsADirectoryError, NotADirectoryError):
+            raise _not_regular(path) from None
+        return OpenedFile(io.BytesIO(data), len(data), None)

@@ -9,6 +9,7 @@ from typing import Optional
 
 from ..errors import PathOutsideRootError
 
+# every pattern here is applied with fullmatch: with match, "$" lets a trailing newline through ("name\n")
 # names that come from messages (chunk names): one plain file name, never a path
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 # what a writer's temp file starts with (local disks only): "<TEMP_PREFIX><pid>-<thread>-<final name>"
@@ -51,7 +52,7 @@ class Numbered:
 
     def version(self, filename: str) -> Optional[int]:
         """The version in ``filename``, None when it is not one of this family's names."""
-        m = self.pattern.match(filename)
+        m = self.pattern.fullmatch(filename)
         return int(m.group(1)) if m else None
 
 
@@ -75,7 +76,7 @@ OURS = {
 
 def check_name(name: str) -> str:
     """``name`` when it is a plain file name (a chunk's, from a message), else PathOutsideRootError."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
         raise PathOutsideRootError(
             f"invalid file name {name!r}: use letters, digits, '_', '-', '.' (max 128, no '..')"
         )

@@ -63,12 +63,13 @@ class SharedStorage:
     """Paths and file operations on the shared filesystem root (a local directory or an object-store URL).
 
     ``root`` is what other processes are told to open: the absolute local path, or the store's URL.
-    ``options`` go to the fsspec filesystem of a remote root (``parallel.storage_options``).
+    ``options`` go to the fsspec filesystem of a remote root (``parallel.storage_options``). ``create=False`` opens
+    it for reading only (``plot``, ``eval``): no directory is made and no probe object written.
 
     Each artifact family is an object of its own (``chunks``, ``policies``, ``learner_states``, ``league``,
     ``states``); the flat names below (``write_chunk``, ``save_policy``, ...) are those families' methods."""
 
-    def __init__(self, root: str, options: Optional[Mapping] = None):
+    def __init__(self, root: str, options: Optional[Mapping] = None, create: bool = True):
         self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
         self.remote = self.backend.remote
@@ -82,7 +83,8 @@ class SharedStorage:
         self.data_dir, self.policy_dir = self.chunks.directory, self.policies.directory
         self.learner_dir, self.league_dir = self.learner_states.directory, self.league.directory
         self.state_dir = self.states.directory
-        self.backend.prepare((self.data_dir, self.policy_dir, self.learner_dir, self.state_dir))
+        if create:
+            self.backend.prepare((self.data_dir, self.policy_dir, self.learner_dir, self.state_dir))
 
     def __repr__(self) -> str:
         return f"SharedStorage({self.root!r})"
@@ -159,7 +161,7 @@ class SharedStorage:
                 continue
             for name in names:
                 temp = name.startswith(TEMP_PREFIX)
-                if temp or any(p.match(name) for p in patterns):
+                if temp or any(p.fullmatch(name) for p in patterns):
                     yield directory, name, temp
 
     def reset(self) -> int:
