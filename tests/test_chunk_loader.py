@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from parallel_rl.data.frames import POOL, is_packed, pack_frames, unpack_frames
 from parallel_rl.errors import StorageError, StorageFaultError
+from parallel_rl.learner.pipeline import RowStore
 from parallel_rl.storage import SharedStorage
 
 ROWS = 6
@@ -26,9 +27,10 @@ def plain_columns():
             "reward": np.ones(ROWS, np.float32), "done": np.arange(ROWS) % 4 == 3}
 
 
-def packed_columns():
-    """A frame-stacked env's rows (stacks of 3 frames of 2 x 2 uint8, consecutive rows sharing frames), packed."""
-    frames = np.arange(ROWS + 4, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+def packed_columns(side=2):
+    """A frame-stacked env's rows (stacks of 3 frames of side x side uint8, consecutive rows sharing frames),
+    packed."""
+    frames = np.arange(ROWS + 4, dtype=np.uint8)[:, None, None] * np.ones((1, side, side), np.uint8)
     obs = np.stack([frames[i:i + 3] for i in range(ROWS)])
     next_obs = np.stack([frames[i + 1:i + 4] for i in range(ROWS)])
     return pack_frames({"obs": obs, "next_obs": next_obs, "action": np.arange(ROWS) % 2,
@@ -131,17 +133,18 @@ def test_members_that_are_not_plain_stored_arrays_are_damage(store):
     assert "Python objects" in damage(store, "objects", [("obs.npy", npy(obs, descr="|O"))])
 
 
-def test_a_file_too_short_for_a_zip_is_damage_not_a_fault_of_the_store(store):
-    """zipfile seeks 22 bytes back from the end for the zip's directory: in a shorter file the seek fails with
-    EINVAL, which used to be taken for a fault of the store (the store unhealthy, the learner's task failed and
-    backed off) instead of the file's damage (found by the property test below)."""
-    put(store, "stub", b"PK\x03\x04")
-    with pytest.raises(StorageError, match="stub.npz: not a valid step-data chunk") as read:
-        store.read_chunk("stub")
-    assert not isinstance(read.value, StorageFaultError) and store.health.healthy
-    with pytest.raises(StorageError, match="not a valid step-data chunk") as check:
-        store.chunk_layout("stub")
-    assert not isinstance(check.value, StorageFaultError) and store.health.healthy
+def test_a_damaged_zip_directory_offset_is_damage_not_a_fault_of_the_store(store):
+    """A bit flipped in the zip's recorded directory offset (6 bytes from the end) puts its first member before
+    the file's start: zipfile's seek there fails with EINVAL, which used to be taken for a fault of the store
+    (the store shown unhealthy, the learner's task failed and backed off) instead of the file's damage (found by
+    the property test below)."""
+    blob = bytearray(npz_file([(k + ".npy", npy(v)) for k, v in plain_columns().items()]))
+    blob[-6] ^= 0x80
+    put(store, "offset", bytes(blob))
+    for read in (store.read_chunk, store.chunk_layout):
+        with pytest.raises(StorageError, match="offset.npz: not a valid step-data chunk") as damaged:
+            read("offset")
+        assert not isinstance(damaged.value, StorageFaultError) and store.health.healthy
 
 
 def test_valid_chunks_come_back_as_written(store):
@@ -154,6 +157,18 @@ def test_valid_chunks_come_back_as_written(store):
     fortran = np.asfortranarray(np.arange(12, dtype=np.float64).reshape(ROWS, 2))
     store.write_chunk("fortran", {"obs": fortran})
     assert np.array_equal(store.read_chunk("fortran")["obs"], fortran)
+
+
+def test_a_packed_chunk_whose_frames_differ_from_the_cached_ones_is_damaged_not_fatal(store):
+    """One batch's stacks are rebuilt from several chunks' pools into one array: a chunk whose frames have
+    another shape (valid in itself) made that fail with a ValueError, which killed the learner's data thread."""
+    store.write_chunk("frames-2", packed_columns(side=2))
+    store.write_chunk("frames-3", packed_columns(side=3))
+    damaged = []
+    rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: damaged.append((name, why)))
+    batch, keep = rows.gather(["frames-2", "frames-3"], np.array([0, 1, 0]), np.array([0, 0, 5]))
+    assert keep.tolist() == [True, False, True] and batch["obs"].shape == (2, 3, 2, 2)
+    assert [name for name, _ in damaged] == ["frames-3"] and "frames of uint8[3, 3]" in damaged[0][1], damaged
 
 
 # ---- the property: any mutation of a valid chunk file --------------------------------------------------------
