@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from parallel_rl.config import compile_config
 from parallel_rl.envs import EnvManager
 from tests.support import CliProcess, ConstantPolicy, eventually, toy_cluster_config  # noqa: F401 (re-exported)
+
+# hypothesis: a property test that names no example count of its own takes the profile's. "suite" (loaded here)
+# keeps each to a few seconds on a loaded 2-core box; `pytest --hypothesis-profile long` runs 40x as many
+settings.register_profile("suite", max_examples=150, deadline=None)
+settings.register_profile("long", max_examples=6000, deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True, scope="session")

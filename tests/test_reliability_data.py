@@ -2,15 +2,19 @@
 batches larger than the buffer, the learners' rendezvous. Real coordinators over HTTP on 127.0.0.1, real slave
 shells, real files; one regression test per finding."""
 import errno
+import io
 import logging
 import os
 import threading
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from parallel_rl.coordinator.replay import ReplayIndex
 from parallel_rl.data.buffer import AdvancedReplayBuffer, NaiveReplayBuffer
+from parallel_rl.data.frames import POOL, pack_frames
 from parallel_rl.errors import StorageError
 from parallel_rl.storage import SharedStorage
 from tests.support import eventually, get
@@ -113,6 +117,25 @@ def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, 
     assert coordinator.replay.count() == 0
 
 
+@pytest.mark.parametrize("kind, expected", [
+    ("no frame pool", "a packed chunk without ['frame_pool']"),
+    ("a header declaring 2.9 TiB", "'frame_pool' declares float32[800000000000]"),
+])
+def test_damage_a_chunks_headers_show_is_refused_by_the_chunk_check(coordinator_factory, slaves, tmp_path,  # noqa: F811
+                                                                    kind, expected):
+    """The coordinator reads an announced chunk's headers: sizes they declare must be what the file stores, a
+    packed chunk must have its pool and both index columns. Both used to be indexed (the learner then met them)."""
+    coordinator, server = coordinator_factory()
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    damage_packed(Path(collector.storage.chunk_path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
+    message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "damaged", "size": 16,
+               "policy_version": -1, "env_steps": 16, "episode_returns": []}
+    refused = post_metadata(server, collector, [message]).json()["refused"]
+    assert [(r["code"], expected in r["message"]) for r in refused] == [("bad_request", True)], refused
+    assert coordinator.replay.count() == 0
+
+
 def test_buffer_stats_are_one_snapshot_while_a_chunk_is_quarantined(tmp_path):
     """GET /buffers read the buffer's size, then the quarantine counters: a quarantine in between (a learner
     reporting a damaged chunk) gave a size from before it with counters from after it (found by the
@@ -184,6 +207,99 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
                    message="the learner's learn info counting 2 damaged chunks")
         # and their files leave the store (grace 0 in this config)
         eventually(lambda: not zeros.exists() and not objects.exists(), message="the damaged files deleted")
+    finally:
+        learner.request_stop()
+        learner.close()
+
+
+def toy_rows(tmp_path, n):
+    """``n`` rows of the toy env as its collector gathers them (random play)."""
+    from parallel_rl.collector.cluster import ClusterCollector
+    from tests.support import toy_cluster_config
+
+    collector = ClusterCollector(toy_cluster_config(tmp_path / "rows"), SharedStorage(str(tmp_path / "rows")), seed=0)
+    try:
+        return collector.collect(n, eps=1.0, random_collect=True)[0]
+    finally:
+        collector.close()
+
+
+def npz_declaring(path, columns, member, shape):
+    """An .npz of ``columns`` whose ``member``'s .npy header declares ``shape`` over the member's own bytes (a
+    damaged header: a file of a few KiB can declare terabytes)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for key, value in columns.items():
+            npy = io.BytesIO()
+            if key == member:
+                np.lib.format.write_array_header_1_0(npy, {"descr": np.lib.format.dtype_to_descr(value.dtype),
+                                                           "fortran_order": False, "shape": shape})
+                npy.write(value.tobytes())
+            else:
+                np.lib.format.write_array(npy, value)
+            archive.writestr(key + ".npy", npy.getvalue())
+    path.write_bytes(buffer.getvalue())
+
+
+def damage_packed(path, kind, columns):
+    """Overwrite the packed chunk at ``path`` (``columns``) with one damaged as ``kind`` says."""
+    columns = dict(columns)
+    if kind == "frame index past its pool":  # IndexError when the stacks were rebuilt
+        columns["obs_frames"] = columns["obs_frames"].copy()
+        columns["obs_frames"][1, 2] = len(columns[POOL]) + 7
+    elif kind == "no frame pool":  # AttributeError (None.shape) when the stacks were rebuilt
+        del columns[POOL]
+    elif kind == "a header declaring 2.9 TiB":  # MemoryError when the file was loaded
+        npz_declaring(path, columns, POOL, (800_000_000_000,))  # float32: 3.2e12 bytes in a few KiB
+        return
+    with open(path, "wb") as f:
+        np.savez(f, **columns)
+
+
+@pytest.mark.parametrize("kind", ["frame index past its pool", "no frame pool", "a header declaring 2.9 TiB"])
+def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_trains_on(
+        coordinator_factory, slaves, tmp_path, caplog, kind):  # noqa: F811
+    """Packed chunks (frame stacks stored as single frames: here the toy env's 3-number observations as stacks
+    of 3 one-number frames), announced by a collector and indexed, one of them then damaged on the disk in a
+    way found only once it is loaded or its stacks rebuilt. The real learner drops its rows, tells the
+    coordinator, which quarantines it (out of the index, so out of every snapshot, and its file deleted), and
+    trains on. It used to kill the learner's data thread: its task failed, three in seconds, the run failed."""
+    from parallel_rl.learner.shell import LearnerSlave
+
+    coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
+    api = server.url + "/api/v1"
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(10)
+    rows = toy_rows(tmp_path, 16)
+    packed = {name: pack_frames(rows) for name in (f"p-{i:07d}" for i in range(6))}
+    for name, columns in packed.items():
+        collector.storage.write_chunk(name, columns)
+        collector.send_metadata({"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name,
+                                 "size": 16, "policy_version": -1, "env_steps": 16, "episode_returns": []},
+                                urgent=True)
+    assert collector.outbox.flush(5.0)
+    eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] == 6, message="6 packed chunks indexed")
+    damaged = "p-0000002"
+    path = tmp_path / "shared" / "data" / f"{damaged}.npz"
+    damage_packed(path, kind, packed[damaged])
+
+    learner = LearnerSlave(server.url, token=TOKEN, worker_id="learner-1")
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        with caplog.at_level(logging.ERROR):
+            buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == 1 else None)(
+                get(api, "/buffers")["buffers"][0]), timeout=60, message=f"the chunk with {kind} quarantined")
+            start = get(api, "/cluster")["train_iter"]
+            eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
+                       message="the learner training on after the quarantine")
+        assert buffer["rows_quarantined"] == 16 and buffer["size"] == 5 * 16  # out of the index (and its snapshots)
+        tasks = get(api, "/tasks?kind=learner")["tasks"]
+        assert [t["state"] for t in tasks] == ["running"], tasks
+        assert sum(f"chunk {damaged!r} is damaged" in r.getMessage() for r in caplog.records) == 1
+        eventually(lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 1,
+                   message="the learner's learn info counting 1 damaged chunk")
+        eventually(lambda: not path.exists(), message="the damaged file deleted")
     finally:
         learner.request_stop()
         learner.close()

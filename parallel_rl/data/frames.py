@@ -25,12 +25,13 @@ from typing import Dict, Mapping
 
 import numpy as np
 
-from ..storage.formats import POOL_COLUMN
+from ..storage.formats import FRAMES_SUFFIX, POOL_COLUMN, STACKED_COLUMNS
 from .columns import Columns
 
+# the store's names for them (its chunk loader checks a packed chunk's columns: parallel_rl.storage.chunks)
 POOL = POOL_COLUMN  # the chunk's distinct frames (a chunk-level column: not one entry per row)
-STACKS = ("obs", "next_obs")  # stacked columns; a packed chunk holds "<name>_frames" instead
-SUFFIX = "_frames"
+STACKS = STACKED_COLUMNS  # stacked columns; a packed chunk holds "<name>_frames" instead
+SUFFIX = FRAMES_SUFFIX
 
 
 def is_packed(columns: Mapping[str, np.ndarray]) -> bool:

@@ -60,11 +60,13 @@ class RowStore:
     pages, as the file holds it; :meth:`gather` rebuilds the rows' stacks from it, so the cache holds single
     frames too.
 
-    A chunk that cannot be read as one of ours (a damaged file, a column of Python objects, more rows than
-    ``slot_rows``, other columns than the chunks before) is damaged: its rows are dropped like a deleted chunk's,
-    it is logged and handed to ``on_damaged(name, reason)`` once (the learner tells the coordinator, which drops
-    it from its index), and never read again. A fault of the store (StorageFaultError) is no damage: it
-    raises, the file may be fine.
+    A chunk that cannot be read as one of ours is damaged: whatever the store's chunk loader found wrong with it
+    (:func:`parallel_rl.storage.chunks.load_chunk`: a damaged file, a column of Python objects, sizes its file
+    does not hold, a frame index past its pool, any exception its parsing raised), or what does not fit beside
+    the chunks before it (more rows than ``slot_rows``, other columns, frames of another shape or dtype). Its
+    rows are dropped like a deleted chunk's, it is logged and handed to ``on_damaged(name, reason)`` once (the
+    learner tells the coordinator, which drops it from its index), and never read again; so what is cached
+    always rebuilds. A fault of the store (StorageFaultError) is no damage: it raises, the file may be fine.
     """
 
     def __init__(self, storage: SharedStorage, slots: int, slot_rows: int,
@@ -76,6 +78,7 @@ class RowStore:
         self.page_rows = min(PAGE_ROWS, slot_rows)
         self.pages = max(slots, slots * slot_rows // self.page_rows)  # at least one page a slot: a round fits
         self._columns: Dict[str, np.ndarray] = {}
+        self._frame: Optional[tuple] = None  # (shape, dtype) of a frame of the packed chunks' pools
         self._lru: "collections.OrderedDict[str, _Cached]" = collections.OrderedDict()
         self._free = list(range(self.pages - 1, -1, -1))
         self._keys = 0  # a key for each chunk loaded (its frame pool's key in gather)
@@ -111,6 +114,8 @@ class RowStore:
             self._damaged(name, problem)
             return None
         pool = cols.pop(POOL, None)
+        if pool is not None and self._frame is None:
+            self._frame = (pool.shape[1:], pool.dtype)
         n = len(next(iter(cols.values())))
         self._window[1] += 1
         self._window[2] += n
@@ -151,16 +156,19 @@ class RowStore:
                 asked, files, self.pages * self.page_rows, self.page_rows, mean)
 
     def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
-        """Why the columns of chunk ``name`` cannot go into the cache (None when they can)."""
-        lengths = {len(v) for k, v in cols.items() if k != POOL}
-        if len(lengths) != 1:
-            return f"chunk {name!r}: columns of different or no lengths {sorted(lengths)}"
-        n = lengths.pop()
+        """Why the columns of chunk ``name`` (a chunk in itself: the store's loader checked it) cannot go into the
+        cache beside the chunks before it (None when they can)."""
+        n = len(next(v for k, v in cols.items() if k != POOL))
         if n > self.slot_rows:
             return f"chunk {name!r} has {n} rows, more than parallel.collector.chunk_size={self.slot_rows}"
         if self._columns:
             if set(cols) - {POOL} != set(self._columns):
                 return f"chunk {name!r} has columns {sorted(cols)}, the chunks before it {sorted(self._columns)}"
+            pool = cols.get(POOL)
+            if pool is not None and self._frame is not None and (pool.shape[1:], pool.dtype) != self._frame:
+                # one batch's stacks are rebuilt from several chunks' pools into one array
+                return (f"chunk {name!r} has frames of {pool.dtype}{list(pool.shape[1:])}, the chunks before it "
+                        f"{self._frame[1]}{list(self._frame[0])}")
             for k, v in cols.items():
                 if k == POOL:
                     continue

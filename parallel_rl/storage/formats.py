@@ -9,15 +9,18 @@ import io
 import math
 import os
 import zipfile
-from typing import Any, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping
 
 import numpy as np
 
 from ..errors import StorageError
 from .backends import LocalBackend, atomic_write
 
-# a packed chunk's frame pool (parallel_rl.data.frames.POOL), the one column whose length is not the rows'
+# a packed chunk's columns (parallel_rl.data.frames): its frame pool, the one column whose length is not the
+# rows', and for each stacked column (obs, next_obs) "<name>_frames", its rows' indices into the pool
 POOL_COLUMN = "frame_pool"
+STACKED_COLUMNS = ("obs", "next_obs")
+FRAMES_SUFFIX = "_frames"
 # the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
 NPY_MAX_HEADER = 10000
 # errors of the store that say the thing at a chunk's name is not a file: retrying cannot help, so the chunk is
@@ -49,19 +52,76 @@ def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
-def load_npz(path: str, source: Any = None) -> Dict[str, np.ndarray]:
-    """Load every array of an ``.npz`` (from ``source``, a file object, when given) without ever unpickling."""
+def open_npz(path: str, source: Any, parse: Callable[[Any, int], Any], kind: str) -> Any:
+    """``parse(file, nbytes)`` of the ``.npz`` at ``path``, read from ``source`` (a local path, or the object's bytes
+    already fetched, as a BytesIO): the door every ``.npz`` read from the shared store goes through.
+
+    Whatever a damaged file makes the parser raise (zipfile's, numpy's and our own ValueErrors, EOFError, an
+    IndexError, a MemoryError: any exception) is the file's damage: StorageError naming the file as not ``kind``.
+    A fault of the store (an OSError with an errno other than :data:`NOT_A_FILE_ERRNOS`) raises as it is, and so
+    does FileNotFoundError (not there); but EINVAL while parsing is the file's: the seek to a negative offset that
+    a damaged zip directory asks for (it used to be taken for a fault of the store, and made it unhealthy)."""
     try:
-        with np.load(path if source is None else source, allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
-    except FileNotFoundError:
+        if isinstance(source, str):
+            with open(source, "rb") as f:  # its size from the file opened: a file replaced meanwhile is not mixed up
+                nbytes = os.fstat(f.fileno()).st_size
+                try:
+                    return parse(f, nbytes)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    raise ValueError(f"a seek the file's offsets ask for fails ({exc})") from exc
+        return parse(source, source.getbuffer().nbytes)
+    except (FileNotFoundError, StorageError):
         raise
     except OSError as exc:
         if exc.errno is not None and exc.errno not in NOT_A_FILE_ERRNOS:  # the store failed us: the file may be fine
             raise
-        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
-    except (ValueError, zipfile.BadZipFile) as exc:
-        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
+        raise StorageError(f"{path}: not {kind} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 (any exception of the parser is the file's damage)
+        why = str(exc) if isinstance(exc, (ValueError, zipfile.BadZipFile)) else f"{type(exc).__name__}: {exc}"
+        raise StorageError(f"{path}: not {kind} ({why})") from exc
+
+
+def npz_arrays(f, nbytes: int, headers_only: bool = False) -> Dict[str, Any]:
+    """Every array of the ``.npz`` open in ``f`` (``nbytes`` long): name -> array, or with ``headers_only`` name ->
+    ``(shape, dtype)`` and no data read.
+
+    Each member is checked before a byte of its data is read: a ``.npy`` array of a plain dtype (never Python
+    objects: nothing is unpickled), stored uncompressed (as :func:`numpy.savez` writes), no name twice, its
+    header's shape x itemsize exactly the bytes the zip stores for it, and the members' stored bytes together no
+    more than the file's: what a read allocates is bounded by the file's size, whatever the headers say.
+    ValueError saying what is wrong (or whatever zipfile raises on a damaged zip: see :func:`open_npz`)."""
+    arrays: Dict[str, Any] = {}
+    stored = 0
+    with zipfile.ZipFile(f) as archive:
+        for member in archive.infolist():
+            if not member.filename.endswith(".npy"):
+                raise ValueError(f"member {member.filename!r} is not a .npy array")
+            name = member.filename[: -len(".npy")]
+            if name in arrays:
+                raise ValueError(f"two arrays named {name!r}")
+            if member.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"array {name!r} is compressed; arrays are stored uncompressed (numpy.savez)")
+            stored += member.compress_size
+            if member.file_size != member.compress_size or stored > nbytes:
+                raise ValueError(f"array {name!r}: the zip says {member.file_size} bytes stored in "
+                                 f"{member.compress_size}, the arrays so far in {stored} of a {nbytes}-byte file")
+            with archive.open(member) as data:
+                header = _npy_header(data)
+                shape, fortran, dtype = _npy_declared(header)
+                size = dtype.itemsize * math.prod(shape)
+                if len(header) + size != member.file_size:
+                    raise ValueError(f"array {name!r} declares {dtype}{list(shape)} ({size} bytes), its member "
+                                     f"holds {member.file_size - len(header)} bytes of data")
+                arrays[name] = (shape, dtype) if headers_only else _npy_data(data, shape, fortran, dtype, size)
+    return arrays
+
+
+def load_npz(path: str, source: Any = None) -> Dict[str, np.ndarray]:
+    """Every array of the ``.npz`` at ``path`` (read from ``source`` when given: see :func:`open_npz`), checked
+    (:func:`npz_arrays`); never unpickled. StorageError when it is not a valid ``.npz`` of arrays."""
+    return open_npz(path, path if source is None else source, npz_arrays, "a valid .npz of arrays")
 
 
 def read_npz(backend, path: str) -> Dict[str, np.ndarray]:
@@ -71,7 +131,7 @@ def read_npz(backend, path: str) -> Dict[str, np.ndarray]:
 
 def _npy_header(f) -> bytes:
     """The header of the ``.npy`` file open in ``f``, as bytes: magic string and version, the header's length
-    (2 bytes in format 1.0, 4 in 2.0 and 3.0: NEP 1) and the header itself; numpy parses it (:func:`_npy_layout`)."""
+    (2 bytes in format 1.0, 4 in 2.0 and 3.0: NEP 1) and the header itself; numpy parses it (:func:`_npy_declared`)."""
     head = f.read(np.lib.format.MAGIC_LEN)
     length = f.read(2 if head[6:7] == b"\x01" else 4)
     size = int.from_bytes(length, "little")
@@ -81,47 +141,30 @@ def _npy_header(f) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _npy_layout(header: bytes) -> tuple:
-    """(rows, bytes per row) of the array whose ``.npy`` header is ``header`` (rows -1 for a scalar), parsed by
-    numpy (ValueError when it is not one). Cached: a collector's chunks repeat a few headers, and parsing one
-    (``ast.literal_eval``) cost the coordinator more than the rest of a chunk's announcement."""
+def _npy_declared(header: bytes) -> tuple:
+    """``(shape, fortran order, dtype)`` the ``.npy`` header ``header`` declares, parsed by numpy (ValueError when
+    it is not one, or declares Python objects, negative lengths or items of no bytes). Cached: a collector's
+    chunks repeat a few headers, and parsing one (``ast.literal_eval``) cost the coordinator more than the rest
+    of a chunk's announcement."""
     f = io.BytesIO(header)
     version = np.lib.format.read_magic(f)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, _, dtype = read_header(f, max_header_size=NPY_MAX_HEADER)
-    if dtype.hasobject:  # Python objects: loading them would unpickle (we never do): no learner could read it
-        raise ValueError(f"a column of dtype {dtype} (Python objects); chunks hold numeric, bool or str columns")
-    return (shape[0], dtype.itemsize * math.prod(shape[1:])) if shape else (-1, 0)
+    shape, fortran, dtype = read_header(f, max_header_size=NPY_MAX_HEADER)
+    if dtype.hasobject:  # Python objects: loading them would unpickle (we never do)
+        raise ValueError(f"an array of dtype {dtype} (Python objects); only numeric, bool or str arrays are stored")
+    if dtype.itemsize == 0 or any(n < 0 for n in shape):
+        raise ValueError(f"an array of dtype {dtype} and shape {shape}")
+    return shape, fortran, dtype
 
 
-def npz_layout(path: str, source: Any) -> tuple:
-    """``(rows, bytes, bytes per row)`` of the ``.npz`` at ``path``, read from ``source`` (a local path or the
-    object's bytes already fetched): its rows and row size from its column headers (no data is read), and its
-    size. StorageError when it is not a chunk whose columns all have the same length and a plain dtype."""
-    lengths, row_bytes, pooled = set(), 0, False
-    try:
-        nbytes = os.stat(source).st_size if isinstance(source, str) else len(source.getbuffer())
-        with zipfile.ZipFile(source) as archive:
-            for member in archive.infolist():
-                with archive.open(member) as f:
-                    rows, per_row = _npy_layout(_npy_header(f))  # the header only, never the data
-                if member.filename == POOL_COLUMN + ".npy":  # a chunk-level column (parallel_rl.data.frames): any length
-                    pooled = True
-                    continue
-                lengths.add(rows)
-                row_bytes += per_row
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno is not None and exc.errno not in NOT_A_FILE_ERRNOS:  # the store failed us, not the file
-            raise
-        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
-    except (ValueError, zipfile.BadZipFile) as exc:
-        raise StorageError(f"{path}: not a valid step-data chunk ({exc})") from exc
-    if len(lengths) != 1 or min(lengths) < 0:
-        raise StorageError(f"{path}: columns of different or no lengths {sorted(lengths)}; not a chunk")
-    # a packed chunk's size is not fixed bytes plus bytes per row (its pool varies): no row size to count by
-    return lengths.pop(), nbytes, 0 if pooled else row_bytes
+def _npy_data(f, shape: tuple, fortran: bool, dtype: np.dtype, size: int) -> np.ndarray:
+    """The array of ``size`` bytes (checked against the zip already) that ``f`` is at (after its header)."""
+    data = bytearray(size)
+    got = f.readinto(data)
+    if got != size:
+        raise ValueError(f"an array of {size} bytes whose data ends after {got}")
+    array = np.frombuffer(data, dtype=dtype)  # a bytearray's: writable, as numpy.load's arrays are
+    return array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
 
 
 def torch_save_atomic(path: str, state: Mapping, backend=LocalBackend) -> None:
