@@ -33,9 +33,10 @@ from typing import Deque, List, Optional
 from easydict import EasyDict
 
 from ..coordinator import Coordinator, CoordinatorState
-from ..transport import TOKEN_ENV, new_token
+from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
-from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage, signal_exit_code
+from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
+                       signal_exit_code)
 from ..storage import lock_shared_dir
 from . import forkserver
 from .placement import WINDOW as placement_window, CpuPlacement
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 LOOP_TICK = 0.1
 # the longest a stopping run waits for its learner to finish an update before terminating it
 MAX_LEARNER_GRACE = 60.0
+# the file, in the shared directory (an object store's: the experiment directory), that holds a token `run` made
+TOKEN_FILE = "run.token"
 
 
 @dataclass
@@ -103,11 +106,19 @@ class LocalCluster:
         self.cfg = cfg
         self.n_collectors = collectors
         self.config_path, self.overrides = config_path, list(overrides or [])
+        made_token = not os.environ.get(TOKEN_ENV)
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
         self.storage = run_storage(cfg, resume or shared_dir)
         # held until this process ends: another run on the directory fails instead of wiping it under us
         self.dir_lock = lock_shared_dir(self.storage, "parallel-rl run --resume" if resume else "parallel-rl run")
+        self.token_file = self.storage.local_dir(TOKEN_FILE, fallback=experiment_dir(cfg))
+        if made_token:  # for `collectors add/remove` (--token-file): the path is printed, never the token
+            write_token_file(self.token_file, self.token)
+            print(f"token: in {self.token_file} (client commands: --token-file {self.token_file}; or export "
+                  f"{TOKEN_ENV} before `run`)", flush=True)
+        elif os.path.exists(self.token_file):  # an earlier run's: it would only get the client commands a 403
+            os.unlink(self.token_file)
         self.coordinator = Coordinator(cfg, self.storage, self.token)
         if resume:
             if not self.coordinator.resume():
