@@ -16,6 +16,63 @@ def active_collectors(url) -> list:
                   if w["state"] in ("connecting", "idle", "busy", "leaving"))
 
 
+def test_removed_collectors_are_not_replaced_and_added_ones_are_kept(cli, tmp_path, toy_config):
+    """Issue 40.1: a removed collector exits 0 ("coordinator let us go (removed)"); the supervisor took that for a
+    crash, started a replacement under a new name and counted it against max_restarts, so removals beyond the
+    budget failed the run ("collector kept dying")."""
+    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=1000",
+              "--set", "parallel.supervisor.max_restarts=1", "--collectors", "3", env=TOKEN)
+    url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+    api = url + "/api/v1"
+    eventually(lambda: busy_collectors(api, 3), timeout=90, message="three busy collectors")
+    for victim in ("collector-1", "collector-2"):  # more removals than max_restarts
+        pid = next(w["pid"] for w in get(api, "/collectors")["collectors"] if w["worker_id"] == victim)
+        remove = cli(f"remove-{victim}", "collectors", "remove", victim, "--coordinator", url, env=TOKEN)
+        assert remove.wait(30) == 0, remove.output()
+        run.wait_line(rf"launcher: {victim} was removed \(exit code 0\): not replaced", timeout=60)
+        assert not alive(pid)
+    before = get(api, "/cluster")["train_iter"]
+    output = run.output()
+    assert "restarting a collector" not in output and "kept dying" not in output, output[-3000:]
+    assert not re.search(r"launcher: started collector-", output), output[-3000:]
+    assert active_collectors(api) == ["collector-3"]
+    counts = get(api, "/cluster")["workers"]["collector"]
+    assert counts["gone"] == 2 and counts["lost"] == 0 and counts["idle"] + counts["busy"] == 1, counts
+    # `collectors add` raises the count, and the added collector is supervised like the others
+    add = cli("add", "collectors", "add", "--json", "--coordinator", url, env=TOKEN)
+    assert add.wait(30) == 0, add.output()
+    assert '"worker_id": "collector-4"' in add.output()
+    eventually(lambda: active_collectors(api) == ["collector-3", "collector-4"] and busy_collectors(api, 2),
+               timeout=60, message="the added collector at work")
+    eventually(lambda: get(api, "/cluster")["train_iter"] > before + 10, timeout=60, message="training goes on")
+    assert run.proc.poll() is None, run.output()[-3000:]
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+
+
+def test_a_collector_that_registers_again_is_printed_under_its_new_id(cli, tmp_path, toy_config):
+    """Issue 40.10: a collector silent past its lease (stopped, starved of CPU) comes back under a new worker id;
+    the launcher went on prefixing its lines with the old one, so [collector-1] and the REST id disagreed."""
+    run, api = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "1")
+    victim = eventually(lambda: busy_collectors(api, 1), timeout=90, message="a busy collector")[0]
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        eventually(lambda: [w for w in get(api, "/collectors")["collectors"]
+                            if w["worker_id"] == victim["worker_id"] and w["state"] == "lost"], timeout=30,
+                   message="the stopped collector lost")
+    finally:
+        os.kill(victim["pid"], signal.SIGCONT)
+    again = eventually(lambda: [w for w in get(api, "/collectors")["collectors"]
+                                if w["pid"] == victim["pid"] and w["state"] in ("idle", "busy")], timeout=60,
+                       message="the collector registered again")[0]
+    assert again["worker_id"] != victim["worker_id"]
+    new = re.escape(again["worker_id"])
+    run.wait_line(rf"^\[{new}\] .*connected as {new} ", timeout=10)
+    run.wait_line(rf"launcher: {re.escape(victim['worker_id'])} is now {new} ", timeout=10)
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+
+
 def test_a_run_without_an_exported_token_writes_it_to_a_private_file_the_client_commands_read(cli, tmp_path,
                                                                                               toy_config):
     """Issue 40.6: `run` made a token when PARALLEL_RL_TOKEN was unset and showed it nowhere, so `collectors

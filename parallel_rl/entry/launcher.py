@@ -7,11 +7,16 @@ fork server that imported torch, gymnasium and the roles once
 (:mod:`.forkserver`, started before the coordinator boots so that the two
 overlap). Each child asks the coordinator for the worker id it is named by
 here, so its output is forwarded with the ``[collector-1]`` prefix the REST
-API shows for it. The launcher supervises its children: one that dies is
-marked lost at once and restarted (under a new name, the old entry stays for the
-record): at once the first time, then after an exponential backoff; a restarted
-learner resumes from the newest full learner state. A role that dies more than
-``parallel.supervisor.max_restarts`` times fails the run with its last words.
+API shows for it (and follows it when the worker registers again under a new
+id: after being lost, or when the id was taken). The launcher supervises its
+children: one that dies is marked lost at once and restarted (under a new name,
+the old entry stays for the record): at once the first time, then after an
+exponential backoff; a restarted learner resumes from the newest full learner
+state. A role that dies more than ``parallel.supervisor.max_restarts`` times
+fails the run with its last words. A
+collector that leaves on purpose (removed: ``DELETE /api/v1/collectors/<id>``;
+or stopped, deregistering itself) is not replaced: the cluster has one
+collector less, as ``collectors add`` gives it one more.
 The children die with this process (the fork server exits with it, and they
 die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
 killed, on the way out whatever happens. ``resume=DIR`` continues an
@@ -28,11 +33,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Deque, List, Optional
+from typing import Callable, Deque, List, Optional, Union
 
 from easydict import EasyDict
 
-from ..coordinator import Coordinator, CoordinatorState
+from ..coordinator import Coordinator, CoordinatorState, Worker, WorkerState
 from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
 from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
@@ -58,6 +63,7 @@ class Child:
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
     reaped: bool = False  # its death was handled (marked lost, restart scheduled)
+    started_at: float = field(default_factory=time.time)  # wall clock, as the coordinator's registered_at
 
     def last_words(self) -> str:
         lines = [line for line in self.tail if line.strip()]
@@ -69,15 +75,17 @@ class Child:
 _OUTPUT_LOCK = threading.Lock()
 
 
-def forward_lines(name: str, stream, out, tail: Optional[Deque[str]] = None) -> None:
+def forward_lines(name: Union[str, Callable[[], str]], stream, out, tail: Optional[Deque[str]] = None) -> None:
     """Copy the lines of the binary ``stream`` to the text stream ``out`` as ``[name] line``, each line whole
-    (one write under a lock that every forwarding thread shares), and keep them in ``tail``; until end of file."""
+    (one write under a lock that every forwarding thread shares), and keep them in ``tail``; until end of file.
+    ``name`` may be a function, asked for each line (a worker's id may change while it runs)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
         if tail is not None:
             tail.append(line)
+        label = name() if callable(name) else name
         with _OUTPUT_LOCK:
-            out.write(f"[{name}] {line}\n")
+            out.write(f"[{label}] {line}\n")
             out.flush()
     stream.close()
 
@@ -189,9 +197,11 @@ class LocalCluster:
             argv += ["-c", self.config_path]
         for text in self.overrides:
             argv += ["--set", text]
+        started_at = time.time()
         proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
-        child = Child(name, role, proc)
-        child.reader = threading.Thread(target=forward_lines, args=(name, proc.stdout, sys.stderr, child.tail),
+        child = Child(name, role, proc, started_at=started_at)
+        child.reader = threading.Thread(target=forward_lines,
+                                        args=(lambda: self._name_of(child), proc.stdout, sys.stderr, child.tail),
                                         daemon=True, name=f"{name}-output")
         child.reader.start()
         if self._pinned_cpus:
@@ -207,13 +217,43 @@ class LocalCluster:
         self._stop.set()
         self.coordinator.done_event.set()
 
+    def _worker_of(self, child: Child) -> Optional[Worker]:
+        """The coordinator's newest entry for ``child``'s process (by its pid, registered since it started): a
+        worker that registered again (after being lost) has a new entry, under a new id."""
+        worker = self.coordinator.workers.get(child.name)
+        if worker is not None and worker.pid == child.proc.pid and worker.state.active:
+            return worker  # the usual case: one look-up
+        entries = [w for w in self.coordinator.workers.list(child.role)
+                   if w.pid == child.proc.pid and w.registered_at >= child.started_at]
+        return max(entries, key=lambda w: w.registered_at) if entries else None
+
+    def _name_of(self, child: Child) -> str:
+        """``child``'s worker id as the REST API shows it now (its output's prefix): the name it was started
+        under until it registers under another one (lost and back, or its id was taken)."""
+        worker = self._worker_of(child)
+        if worker is not None and worker.state.active and worker.worker_id != child.name:
+            logger.warning("launcher: %s is now %s (it registered under a new worker id); its output follows",
+                           child.name, worker.worker_id)
+            child.name = worker.worker_id
+        return child.name
+
     def _supervise(self) -> Optional[str]:
-        """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent."""
+        """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent.
+
+        A collector that left on purpose (its worker leaving or gone when its process ended: removed, or
+        stopped and deregistered) is no death: it is not replaced and costs no restart."""
         sup = self.cfg.parallel.supervisor
         for child in [c for c in self.children if c.proc.poll() is not None and not c.reaped]:
             child.reaped = True
             code = child.proc.returncode
+            worker = self._worker_of(child)
             self.coordinator.membership.process_exited(child.proc.pid, f"process exited with code {code}")
+            if child.role == "collector" and worker is not None and worker.state in (WorkerState.LEAVING,
+                                                                                     WorkerState.GONE):
+                left = sum(c.role == "collector" and c.proc.poll() is None for c in self.children)
+                logger.info("launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
+                            child.name, code, left)
+                continue
             if self.restarts[child.role] >= int(sup.max_restarts):
                 return (f"{child.role} kept dying: {child.name} exited with code {code} after "
                         f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="
