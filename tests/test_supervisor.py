@@ -5,7 +5,9 @@ import re
 import signal
 import stat
 
-from tests.support import eventually, get
+import pytest
+
+from tests.support import eventually, get, toy_cluster_config
 from tests.test_cluster import alive, busy_collectors, start_run, toy_config  # noqa: F401 (a fixture)
 
 TOKEN = {"PARALLEL_RL_TOKEN": "supervisor-test-token"}
@@ -48,6 +50,32 @@ def test_removed_collectors_are_not_replaced_and_added_ones_are_kept(cli, tmp_pa
     assert run.proc.poll() is None, run.output()[-3000:]
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(30) == 130
+
+
+def test_restarts_are_counted_in_a_window_and_the_backoff_resets(cli, tmp_path, toy_config):
+    """Issue 41.6: the restart budget was for the run's whole life (max_restarts deaths at any time, a week apart,
+    failed the run) and the backoff only grew. Restarts now count within parallel.supervisor.restart_window, and
+    a role without a restart in the window starts again at no wait."""
+    run, api = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "1",
+                         "--set", "parallel.supervisor.max_restarts=1",
+                         "--set", "parallel.supervisor.restart_window=0.01")
+    for n in range(1, 4):  # three deaths, each long after the one before (a replacement registered meanwhile)
+        victim = eventually(lambda: busy_collectors(api, 1), timeout=90, message=f"collector-{n} at work")[0]
+        assert victim["worker_id"] == f"collector-{n}"
+        os.kill(victim["pid"], signal.SIGKILL)
+        run.wait_line(rf"launcher: collector-{n} exited with code -9 .*; restarting a collector in 0\.0s "
+                      rf"\(restart 1 of 1 within 0\.01s\)", timeout=30)
+    eventually(lambda: busy_collectors(api, 1), timeout=90, message="collector-4 at work")
+    assert "kept dying" not in run.output() and run.proc.poll() is None, run.output()[-3000:]
+    run.proc.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+
+
+def test_a_negative_restart_window_is_a_config_error_naming_it(tmp_path):
+    from parallel_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"supervisor\.restart_window=-1"):
+        toy_cluster_config(tmp_path, supervisor={"restart_window": -1})
 
 
 def test_a_collector_that_registers_again_is_printed_under_its_new_id(cli, tmp_path, toy_config):

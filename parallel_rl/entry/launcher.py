@@ -13,7 +13,7 @@ children: one that dies is marked lost at once and restarted (under a new name,
 the old entry stays for the record): at once the first time, then after an
 exponential backoff; a restarted learner resumes from the newest full learner
 state. A role that dies more than ``parallel.supervisor.max_restarts`` times
-fails the run with its last words. A
+within ``restart_window`` seconds fails the run with its last words. A
 collector that leaves on purpose (removed: ``DELETE /api/v1/collectors/<id>``;
 or stopped, deregistering itself) is not replaced: the cluster has one
 collector less, as ``collectors add`` gives it one more.
@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Deque, List, Optional, Union
+from typing import Callable, Deque, Dict, List, Optional, Union
 
 from easydict import EasyDict
 
@@ -97,9 +97,9 @@ def learner_stop_grace(grace: float, longest_update: float) -> float:
 
 
 def restart_delay(restarts: int, backoff: float, max_backoff: float) -> float:
-    """Seconds before restarting a role that has been restarted ``restarts`` times already: none for its first
-    restart (a one-off death, a collector killed by hand, costs no wait), then ``backoff`` doubled per restart
-    after it, at most ``max_backoff`` (a role that keeps dying does not spin)."""
+    """Seconds before restarting a role that has been restarted ``restarts`` times already (within the restart
+    window): none for its first restart (a one-off death, a collector killed by hand, costs no wait), then
+    ``backoff`` doubled per restart after it, at most ``max_backoff`` (a role that keeps dying does not spin)."""
     return 0.0 if restarts <= 0 else min(max_backoff, backoff * 2 ** (restarts - 1))
 
 
@@ -152,7 +152,8 @@ class LocalCluster:
         self._stop = threading.Event()
         self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
         self._names_lock = threading.Lock()  # start_worker names one from a request thread
-        self.restarts = {"learner": 0, "collector": 0}
+        # per role: when each restart within parallel.supervisor.restart_window happened (monotonic)
+        self.restarts: Dict[str, List[float]] = {"learner": [], "collector": []}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
         self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
@@ -241,8 +242,12 @@ class LocalCluster:
         """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent.
 
         A collector that left on purpose (its worker leaving or gone when its process ended: removed, or
-        stopped and deregistered) is no death: it is not replaced and costs no restart."""
+        stopped and deregistered) is no death: it is not replaced and costs no restart. Restarts count within
+        ``restart_window`` (0: the whole run), and so does the backoff: a role with no restart in the window
+        (a healthy stretch) is restarted at once again."""
         sup = self.cfg.parallel.supervisor
+        window = float(sup.restart_window)
+        within = f" within {window:g}s" if window > 0 else ""
         for child in [c for c in self.children if c.proc.poll() is not None and not c.reaped]:
             child.reaped = True
             code = child.proc.returncode
@@ -254,16 +259,19 @@ class LocalCluster:
                 logger.info("launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
                             child.name, code, left)
                 continue
-            if self.restarts[child.role] >= int(sup.max_restarts):
+            now = time.monotonic()
+            recent = self.restarts[child.role] = [t for t in self.restarts[child.role]
+                                                  if window <= 0 or now - t <= window]
+            if len(recent) >= int(sup.max_restarts):
                 return (f"{child.role} kept dying: {child.name} exited with code {code} after "
-                        f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="
-                        f"{sup.max_restarts}): {child.last_words()}")
-            delay = restart_delay(self.restarts[child.role], float(sup.backoff), float(sup.max_backoff))
-            self.restarts[child.role] += 1
-            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
-                           child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
-                           sup.max_restarts)
-            self._pending.append((time.monotonic() + delay, child.role, None))
+                        f"{len(recent)} restart(s) (parallel.supervisor.max_restarts={sup.max_restarts}){within}: "
+                        f"{child.last_words()}")
+            delay = restart_delay(len(recent), float(sup.backoff), float(sup.max_backoff))
+            recent.append(now)
+            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d%s)",
+                           child.name, code, child.last_words(), child.role, delay, len(recent), sup.max_restarts,
+                           within)
+            self._pending.append((now + delay, child.role, None))
         now = time.monotonic()
         for item in [p for p in self._pending if p[0] <= now]:
             self._pending.remove(item)
