@@ -11,6 +11,8 @@ from tests.support import eventually, get, toy_cluster_config
 from tests.test_cluster import alive, busy_collectors, start_run, toy_config  # noqa: F401 (a fixture)
 
 TOKEN = {"PARALLEL_RL_TOKEN": "supervisor-test-token"}
+# trains until the test stops it (the toy config's 90 s budget could end a run on a loaded box first)
+ENDLESS = ("--set", "env.stop_value=1000", "--set", "parallel.commander.max_seconds=0")
 
 
 def active_collectors(url) -> list:
@@ -22,7 +24,7 @@ def test_removed_collectors_are_not_replaced_and_added_ones_are_kept(cli, tmp_pa
     """Issue 40.1: a removed collector exits 0 ("coordinator let us go (removed)"); the supervisor took that for a
     crash, started a replacement under a new name and counted it against max_restarts, so removals beyond the
     budget failed the run ("collector kept dying")."""
-    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=1000",
+    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", *ENDLESS,
               "--set", "parallel.supervisor.max_restarts=1", "--collectors", "3", env=TOKEN)
     url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
     api = url + "/api/v1"
@@ -56,7 +58,7 @@ def test_restarts_are_counted_in_a_window_and_the_backoff_resets(cli, tmp_path, 
     """Issue 41.6: the restart budget was for the run's whole life (max_restarts deaths at any time, a week apart,
     failed the run) and the backoff only grew. Restarts now count within parallel.supervisor.restart_window, and
     a role without a restart in the window starts again at no wait."""
-    run, api = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "1",
+    run, api = start_run(cli, tmp_path, toy_config, *ENDLESS, "--collectors", "1",
                          "--set", "parallel.supervisor.max_restarts=1",
                          "--set", "parallel.supervisor.restart_window=0.01")
     for n in range(1, 4):  # three deaths, each long after the one before (a replacement registered meanwhile)
@@ -81,7 +83,7 @@ def test_a_negative_restart_window_is_a_config_error_naming_it(tmp_path):
 def test_a_collector_that_registers_again_is_printed_under_its_new_id(cli, tmp_path, toy_config):
     """Issue 40.10: a collector silent past its lease (stopped, starved of CPU) comes back under a new worker id;
     the launcher went on prefixing its lines with the old one, so [collector-1] and the REST id disagreed."""
-    run, api = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--collectors", "1")
+    run, api = start_run(cli, tmp_path, toy_config, *ENDLESS, "--collectors", "1")
     victim = eventually(lambda: busy_collectors(api, 1), timeout=90, message="a busy collector")[0]
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
@@ -106,7 +108,7 @@ def test_a_run_without_an_exported_token_writes_it_to_a_private_file_the_client_
     """Issue 40.6: `run` made a token when PARALLEL_RL_TOKEN was unset and showed it nowhere, so `collectors
     add/remove` against it always got 401."""
     no_token = {"PARALLEL_RL_TOKEN": ""}
-    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=1000",
+    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", *ENDLESS,
               "--collectors", "1", env=no_token)
     url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
     path = run.wait_line(r"^token: in (\S+) \(").group(1)
