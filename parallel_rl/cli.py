@@ -39,13 +39,20 @@ def _add_coordinator_url(p: argparse.ArgumentParser, default: object = None) -> 
 
 
 def _client_parent() -> argparse.ArgumentParser:
-    """The client options (--coordinator, --json), accepted before or after every client sub-command.
+    """The client options (--coordinator, --json, --token-file), accepted before or after every client sub-command.
 
     A sub-command's copy defaults to SUPPRESS, so a value given before it is not overwritten."""
     p = argparse.ArgumentParser(add_help=False)
     _add_coordinator_url(p, default=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not a table")
+    _add_token_file(p, default=argparse.SUPPRESS)
     return p
+
+
+def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
+    p.add_argument("--token-file", default=default, metavar="PATH",
+                   help="read the cluster token from PATH (the file `parallel-rl run` prints: `token: in PATH`); "
+                        "default: env PARALLEL_RL_TOKEN")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     # client options may also come before the sub-command: `parallel-rl --coordinator URL status`
     _add_coordinator_url(parser)
     parser.add_argument("--json", action="store_true", help="client commands: print JSON, not a table")
+    _add_token_file(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serial", help="train in one process (serial pipeline)")

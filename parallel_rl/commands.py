@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Sequence
 
-from .errors import ConfigError, ParallelRLError
+from .errors import AuthError, ConfigError, ParallelRLError
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +162,13 @@ def cmd_learner_rank(args: argparse.Namespace) -> int:
 
 # ---- REST client for people ---------------------------------------------------------------------
 def _client(args: argparse.Namespace):
-    from .transport import HttpClient, token_from_env
+    """The client of the REST client commands; the token from ``--token-file`` when given, else the environment."""
+    from .transport import HttpClient, token_from_env, token_from_file
 
     if not args.coordinator:
         raise ConfigError(f"{args.command}: pass --coordinator URL (or set PARALLEL_RL_COORDINATOR)")
-    return HttpClient(args.coordinator, token_from_env(), timeout=5.0, max_retries=1)
+    token = token_from_file(args.token_file) if args.token_file else token_from_env()
+    return HttpClient(args.coordinator, token, timeout=5.0, max_retries=1)
 
 
 def render_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
@@ -259,5 +261,14 @@ COMMANDS = {
 }
 
 
+CLIENT_COMMANDS = ("status", "tasks", "collectors")
+
+
 def dispatch(args: argparse.Namespace) -> int:
-    return COMMANDS[args.command](args)
+    try:
+        return COMMANDS[args.command](args)
+    except AuthError as exc:
+        if args.command not in CLIENT_COMMANDS:
+            raise
+        raise AuthError(f"{exc}; pass --token-file PATH (`parallel-rl run` prints it: `token: in PATH`) or export "
+                        f"PARALLEL_RL_TOKEN, the cluster's token") from None

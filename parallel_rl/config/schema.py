@@ -152,9 +152,11 @@ def validate(cfg: EasyDict) -> None:
     if not 0.0 < cfg.policy.discount_factor <= 1.0:
         raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
     supervisor = cfg.parallel.supervisor
-    if supervisor.max_restarts < 0 or supervisor.backoff < 0 or supervisor.max_backoff < supervisor.backoff:
-        raise ConfigError("parallel.supervisor needs max_restarts >= 0 and 0 <= backoff <= max_backoff, got "
-                          f"{supervisor.max_restarts=}, {supervisor.backoff=}, {supervisor.max_backoff=}")
+    if (supervisor.max_restarts < 0 or supervisor.restart_window < 0 or supervisor.backoff < 0
+            or supervisor.max_backoff < supervisor.backoff):
+        raise ConfigError("parallel.supervisor needs max_restarts >= 0, restart_window >= 0 (0: the whole run) and "
+                          f"0 <= backoff <= max_backoff, got {supervisor.max_restarts=}, {supervisor.restart_window=}, "
+                          f"{supervisor.backoff=}, {supervisor.max_backoff=}")
     ccfg = cfg.parallel.coordinator
     if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
         raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "

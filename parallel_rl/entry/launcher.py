@@ -7,11 +7,16 @@ fork server that imported torch, gymnasium and the roles once
 (:mod:`.forkserver`, started before the coordinator boots so that the two
 overlap). Each child asks the coordinator for the worker id it is named by
 here, so its output is forwarded with the ``[collector-1]`` prefix the REST
-API shows for it. The launcher supervises its children: one that dies is
-marked lost at once and restarted (under a new name, the old entry stays for the
-record): at once the first time, then after an exponential backoff; a restarted
-learner resumes from the newest full learner state. A role that dies more than
-``parallel.supervisor.max_restarts`` times fails the run with its last words.
+API shows for it (and follows it when the worker registers again under a new
+id: after being lost, or when the id was taken). The launcher supervises its
+children: one that dies is marked lost at once and restarted (under a new name,
+the old entry stays for the record): at once the first time, then after an
+exponential backoff; a restarted learner resumes from the newest full learner
+state. A role that dies more than ``parallel.supervisor.max_restarts`` times
+within ``restart_window`` seconds fails the run with its last words. A
+collector that leaves on purpose (removed: ``DELETE /api/v1/collectors/<id>``;
+or stopped, deregistering itself) is not replaced: the cluster has one
+collector less, as ``collectors add`` gives it one more.
 The children die with this process (the fork server exits with it, and they
 die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
 killed, on the way out whatever happens. ``resume=DIR`` continues an
@@ -28,14 +33,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Deque, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Union
 
 from easydict import EasyDict
 
-from ..coordinator import Coordinator, CoordinatorState
-from ..transport import TOKEN_ENV, new_token
+from ..coordinator import Coordinator, CoordinatorState, Worker, WorkerState
+from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
-from ..runtime import freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage, signal_exit_code
+from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
+                       signal_exit_code)
 from ..storage import lock_shared_dir
 from . import forkserver
 from .placement import WINDOW as placement_window, CpuPlacement
@@ -45,6 +51,8 @@ logger = logging.getLogger(__name__)
 LOOP_TICK = 0.1
 # the longest a stopping run waits for its learner to finish an update before terminating it
 MAX_LEARNER_GRACE = 60.0
+# the file, in the shared directory (an object store's: the experiment directory), that holds a token `run` made
+TOKEN_FILE = "run.token"
 
 
 @dataclass
@@ -55,6 +63,7 @@ class Child:
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=20))
     reader: Optional[threading.Thread] = None
     reaped: bool = False  # its death was handled (marked lost, restart scheduled)
+    started_at: float = field(default_factory=time.time)  # wall clock, as the coordinator's registered_at
 
     def last_words(self) -> str:
         lines = [line for line in self.tail if line.strip()]
@@ -66,15 +75,17 @@ class Child:
 _OUTPUT_LOCK = threading.Lock()
 
 
-def forward_lines(name: str, stream, out, tail: Optional[Deque[str]] = None) -> None:
+def forward_lines(name: Union[str, Callable[[], str]], stream, out, tail: Optional[Deque[str]] = None) -> None:
     """Copy the lines of the binary ``stream`` to the text stream ``out`` as ``[name] line``, each line whole
-    (one write under a lock that every forwarding thread shares), and keep them in ``tail``; until end of file."""
+    (one write under a lock that every forwarding thread shares), and keep them in ``tail``; until end of file.
+    ``name`` may be a function, asked for each line (a worker's id may change while it runs)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
         if tail is not None:
             tail.append(line)
+        label = name() if callable(name) else name
         with _OUTPUT_LOCK:
-            out.write(f"[{name}] {line}\n")
+            out.write(f"[{label}] {line}\n")
             out.flush()
     stream.close()
 
@@ -86,9 +97,9 @@ def learner_stop_grace(grace: float, longest_update: float) -> float:
 
 
 def restart_delay(restarts: int, backoff: float, max_backoff: float) -> float:
-    """Seconds before restarting a role that has been restarted ``restarts`` times already: none for its first
-    restart (a one-off death, a collector killed by hand, costs no wait), then ``backoff`` doubled per restart
-    after it, at most ``max_backoff`` (a role that keeps dying does not spin)."""
+    """Seconds before restarting a role that has been restarted ``restarts`` times already (within the restart
+    window): none for its first restart (a one-off death, a collector killed by hand, costs no wait), then
+    ``backoff`` doubled per restart after it, at most ``max_backoff`` (a role that keeps dying does not spin)."""
     return 0.0 if restarts <= 0 else min(max_backoff, backoff * 2 ** (restarts - 1))
 
 
@@ -103,11 +114,19 @@ class LocalCluster:
         self.cfg = cfg
         self.n_collectors = collectors
         self.config_path, self.overrides = config_path, list(overrides or [])
+        made_token = not os.environ.get(TOKEN_ENV)
         self.token = os.environ.get(TOKEN_ENV) or new_token()
         os.environ[TOKEN_ENV] = self.token
         self.storage = run_storage(cfg, resume or shared_dir)
         # held until this process ends: another run on the directory fails instead of wiping it under us
         self.dir_lock = lock_shared_dir(self.storage, "parallel-rl run --resume" if resume else "parallel-rl run")
+        self.token_file = self.storage.local_dir(TOKEN_FILE, fallback=experiment_dir(cfg))
+        if made_token:  # for `collectors add/remove` (--token-file): the path is printed, never the token
+            write_token_file(self.token_file, self.token)
+            print(f"token: in {self.token_file} (client commands: --token-file {self.token_file}; or export "
+                  f"{TOKEN_ENV} before `run`)", flush=True)
+        elif os.path.exists(self.token_file):  # an earlier run's: it would only get the client commands a 403
+            os.unlink(self.token_file)
         self.coordinator = Coordinator(cfg, self.storage, self.token)
         if resume:
             if not self.coordinator.resume():
@@ -133,7 +152,8 @@ class LocalCluster:
         self._stop = threading.Event()
         self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
         self._names_lock = threading.Lock()  # start_worker names one from a request thread
-        self.restarts = {"learner": 0, "collector": 0}
+        # per role: when each restart within parallel.supervisor.restart_window happened (monotonic)
+        self.restarts: Dict[str, List[float]] = {"learner": [], "collector": []}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
         self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
@@ -178,9 +198,11 @@ class LocalCluster:
             argv += ["-c", self.config_path]
         for text in self.overrides:
             argv += ["--set", text]
+        started_at = time.time()
         proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
-        child = Child(name, role, proc)
-        child.reader = threading.Thread(target=forward_lines, args=(name, proc.stdout, sys.stderr, child.tail),
+        child = Child(name, role, proc, started_at=started_at)
+        child.reader = threading.Thread(target=forward_lines,
+                                        args=(lambda: self._name_of(child), proc.stdout, sys.stderr, child.tail),
                                         daemon=True, name=f"{name}-output")
         child.reader.start()
         if self._pinned_cpus:
@@ -196,23 +218,60 @@ class LocalCluster:
         self._stop.set()
         self.coordinator.done_event.set()
 
+    def _worker_of(self, child: Child) -> Optional[Worker]:
+        """The coordinator's newest entry for ``child``'s process (by its pid, registered since it started): a
+        worker that registered again (after being lost) has a new entry, under a new id."""
+        worker = self.coordinator.workers.get(child.name)
+        if worker is not None and worker.pid == child.proc.pid and worker.state.active:
+            return worker  # the usual case: one look-up
+        entries = [w for w in self.coordinator.workers.list(child.role)
+                   if w.pid == child.proc.pid and w.registered_at >= child.started_at]
+        return max(entries, key=lambda w: w.registered_at) if entries else None
+
+    def _name_of(self, child: Child) -> str:
+        """``child``'s worker id as the REST API shows it now (its output's prefix): the name it was started
+        under until it registers under another one (lost and back, or its id was taken)."""
+        worker = self._worker_of(child)
+        if worker is not None and worker.state.active and worker.worker_id != child.name:
+            logger.warning("launcher: %s is now %s (it registered under a new worker id); its output follows",
+                           child.name, worker.worker_id)
+            child.name = worker.worker_id
+        return child.name
+
     def _supervise(self) -> Optional[str]:
-        """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent."""
+        """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent.
+
+        A collector that left on purpose (its worker leaving or gone when its process ended: removed, or
+        stopped and deregistered) is no death: it is not replaced and costs no restart. Restarts count within
+        ``restart_window`` (0: the whole run), and so does the backoff: a role with no restart in the window
+        (a healthy stretch) is restarted at once again."""
         sup = self.cfg.parallel.supervisor
+        window = float(sup.restart_window)
+        within = f" within {window:g}s" if window > 0 else ""
         for child in [c for c in self.children if c.proc.poll() is not None and not c.reaped]:
             child.reaped = True
             code = child.proc.returncode
+            worker = self._worker_of(child)
             self.coordinator.membership.process_exited(child.proc.pid, f"process exited with code {code}")
-            if self.restarts[child.role] >= int(sup.max_restarts):
+            if child.role == "collector" and worker is not None and worker.state in (WorkerState.LEAVING,
+                                                                                     WorkerState.GONE):
+                left = sum(c.role == "collector" and c.proc.poll() is None for c in self.children)
+                logger.info("launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
+                            child.name, code, left)
+                continue
+            now = time.monotonic()
+            recent = self.restarts[child.role] = [t for t in self.restarts[child.role]
+                                                  if window <= 0 or now - t <= window]
+            if len(recent) >= int(sup.max_restarts):
                 return (f"{child.role} kept dying: {child.name} exited with code {code} after "
-                        f"{self.restarts[child.role]} restart(s) (parallel.supervisor.max_restarts="
-                        f"{sup.max_restarts}): {child.last_words()}")
-            delay = restart_delay(self.restarts[child.role], float(sup.backoff), float(sup.max_backoff))
-            self.restarts[child.role] += 1
-            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d)",
-                           child.name, code, child.last_words(), child.role, delay, self.restarts[child.role],
-                           sup.max_restarts)
-            self._pending.append((time.monotonic() + delay, child.role, None))
+                        f"{len(recent)} restart(s) (parallel.supervisor.max_restarts={sup.max_restarts}){within}: "
+                        f"{child.last_words()}")
+            delay = restart_delay(len(recent), float(sup.backoff), float(sup.max_backoff))
+            recent.append(now)
+            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d%s)",
+                           child.name, code, child.last_words(), child.role, delay, len(recent), sup.max_restarts,
+                           within)
+            self._pending.append((now + delay, child.role, None))
         now = time.monotonic()
         for item in [p for p in self._pending if p[0] <= now]:
             self._pending.remove(item)

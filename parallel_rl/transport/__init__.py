@@ -22,7 +22,9 @@ from .codec import (
     pack_array,
     slave_proof,
     token_from_env,
+    token_from_file,
     unpack_array,
+    write_token_file,
 )
 from .server import ApiError, ServerThread, check_token, error_response, install_json_errors, json_body
 
@@ -30,5 +32,5 @@ __all__ = [
     "ApiError", "COORDINATOR_ENV", "HttpClient", "LEASE_HEADER", "MAX_ANSWER_BYTES", "PACKED_DTYPES", "ServerThread",
     "TOKEN_ENV", "check_token", "encode_json", "error_response", "field", "finite_json", "install_json_errors",
     "json_body", "loads", "new_token", "number_field", "pack_array", "slave_proof", "token_from_env",
-    "unpack_array",
+    "token_from_file", "unpack_array", "write_token_file",
 ]

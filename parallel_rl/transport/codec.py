@@ -7,8 +7,9 @@ token and the names of the headers and variables that carry it.
   sampled references, priorities).
 - :func:`field` / :func:`number_field` read a field of a parsed body, refusing a missing or mistyped one with
   :class:`~parallel_rl.errors.ProtocolViolation` (the server answers it 400).
-- :func:`new_token`, :func:`token_from_env`, :func:`slave_proof`: the cluster token and the proof a slave
-  gives of holding it.
+- :func:`new_token`, :func:`token_from_env`, :func:`write_token_file` / :func:`token_from_file`,
+  :func:`slave_proof`: the cluster token (from the environment, or the file `parallel-rl run` writes for the
+  client commands) and the proof a slave gives of holding it.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import json as _json
 import math
 import os
 import secrets
+import tempfile
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from ..errors import ProtocolViolation
+from ..errors import ConfigError, ProtocolViolation
 
 TOKEN_ENV = "PARALLEL_RL_TOKEN"
 COORDINATOR_ENV = "PARALLEL_RL_COORDINATOR"
@@ -60,6 +62,35 @@ def new_token() -> str:
 
 def token_from_env() -> Optional[str]:
     return os.environ.get(TOKEN_ENV) or None
+
+
+def write_token_file(path: str, token: str) -> None:
+    """Write ``token`` to ``path`` for the client commands (``--token-file``): readable by this user only
+    (0600 from its creation: a temp file of ``mkstemp``), moved into place whole."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def token_from_file(path: str) -> str:
+    """The token in ``path`` (``--token-file``, as `parallel-rl run` writes it); ConfigError naming the file."""
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: cannot read it ({exc.strerror}); pass the file `parallel-rl run` "
+                          f"printed (`token: in PATH`), or export {TOKEN_ENV}") from None
+    if not token:
+        raise ConfigError(f"--token-file {path} is empty; pass the file `parallel-rl run` printed "
+                          f"(`token: in PATH`), or export {TOKEN_ENV}")
+    return token
 
 
 def slave_proof(token: str, challenge: str, address: str) -> str:
