@@ -17,6 +17,36 @@ from .errors import ParallelRLError
 logger = logging.getLogger(__name__)
 
 
+def port_number(text: str) -> int:
+    """``--port``: 0-65535 (0 lets the OS pick); anything else is a usage error (exit 2), not an
+    OverflowError from the socket once the command has started."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: use 0-65535 (0 lets the OS pick)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0-65535 (0 lets the OS pick)")
+    return port
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def coordinator_url(text: str) -> str:
+    """``--coordinator`` (and ``PARALLEL_RL_COORDINATOR``): a URL with its scheme; ``localhost:8000`` failed
+    deep in the HTTP library (LocationValueError)."""
+    if text and not text.lower().startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r} has no scheme: use http://HOST:PORT")
+    return text
+
+
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     env_config = os.environ.get("PARALLEL_RL_CONFIG")
     p.add_argument("-c", "--config", required=required and not env_config, default=env_config,
@@ -28,13 +58,14 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 def _add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="address to bind (default from config, 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port to bind; 0 lets the OS pick (printed)")
+    p.add_argument("--port", type=port_number, default=None, help="port to bind; 0 lets the OS pick (printed)")
     p.add_argument("--shared-dir", default=None,
                    help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")
 
 
 def _add_coordinator_url(p: argparse.ArgumentParser, default: object = None) -> None:
-    p.add_argument("--coordinator", default=os.environ.get("PARALLEL_RL_COORDINATOR") if default is None else default,
+    p.add_argument("--coordinator", type=coordinator_url,
+                   default=os.environ.get("PARALLEL_RL_COORDINATOR") if default is None else default,
                    help="coordinator URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_COORDINATOR)")
 
 
@@ -68,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a whole cluster as local processes")
     _add_config_args(p)
-    p.add_argument("--collectors", type=int, default=2, help="number of collector processes (default 2)")
-    p.add_argument("--port", type=int, default=None, help="coordinator REST port (0: OS picks)")
+    p.add_argument("--collectors", type=positive_int, default=2, help="number of collector processes (default 2)")
+    p.add_argument("--port", type=port_number, default=None, help="coordinator REST port (0: OS picks)")
     p.add_argument("--host", default=None, help="coordinator bind address")
     p.add_argument("--shared-dir", default=None,
                    help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")

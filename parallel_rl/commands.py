@@ -34,23 +34,50 @@ def _load_checked(args: argparse.Namespace):
 
 
 def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
-    """(host, port) of the coordinator's REST API: the command line over the config."""
-    return args.host or cfg.parallel.coordinator.host, cfg.parallel.coordinator.port if args.port is None else args.port
+    """(host, port) of the coordinator's REST API: the command line over the config (whose port is checked
+    here: the command line's is checked by the parser)."""
+    port = cfg.parallel.coordinator.port if args.port is None else args.port
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"parallel.coordinator.port={port!r} is not a port: use 0-65535 (0 lets the OS pick)")
+    return args.host or cfg.parallel.coordinator.host, port
+
+
+def _check_port_free(host: str, port: int, role: str) -> None:
+    """A port given on the command line that cannot be bound fails now, before the imports of a worker
+    (torch: 12 s on a busy box before the port was tried); the server's own bind says the same later."""
+    import socket
+
+    from .errors import BindError
+
+    if not port:
+        return
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        socket.create_server((host, port), family=family).close()
+    except OSError as exc:
+        raise BindError(f"{role}: cannot listen on {host}:{port}: {exc.strerror or exc}; another process holds "
+                        f"the port or the host is not an address of this machine: choose another --port (0 lets "
+                        f"the OS pick) or --host") from None
 
 
 # ---- roles ---------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from .entry import forkserver
+    from .runtime import on_signals
 
+    on_signals()  # SIGINT/SIGTERM are heard from here on (never a KeyboardInterrupt); the launcher acts on them
     forkserver.start()  # its imports (torch, gymnasium, the roles) overlap the coordinator's boot
-    from .entry.launcher import run_local_cluster
-    from .runtime import setup_process
+    try:
+        from .entry.launcher import run_local_cluster
+        from .runtime import setup_process
 
-    cfg = _load_checked(args)
-    setup_process(cfg, need_torch=False)
-    host, port = _coordinator_address(args, cfg)
-    return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides,
-                             resume=args.resume)
+        cfg = _load_checked(args)
+        setup_process(cfg, need_torch=False)
+        host, port = _coordinator_address(args, cfg)
+        return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides,
+                                 resume=args.resume)
+    finally:  # every way out (a bad config, a port in use, a signal before the cluster): no fork server left
+        forkserver.stop()
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -58,7 +85,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     from .coordinator import Coordinator
     from .transport import token_from_env
-    from .runtime import freeze_startup_objects, on_signals, outcome_exit_code, run_storage, setup_process
+    from .runtime import (freeze_startup_objects, on_signals, outcome_exit_code, run_storage, setup_process,
+                          signal_exit_code)
     from .storage import lock_shared_dir
 
     cfg = _load_checked(args)
@@ -71,6 +99,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                           "`parallel-rl run` makes one for its own processes")
     dir_lock = lock_shared_dir(storage, "parallel-rl coordinator")  # another run must not wipe it under us
     coordinator = Coordinator(cfg, storage, token)
+    # bound before --fresh deletes anything: a port in use must not cost the saved state
+    server = serve_coordinator(coordinator, *_coordinator_address(args, cfg), advertise=args.advertise)
     if args.fresh:
         removed = storage.reset()
         print(f"coordinator: --fresh: removed {removed} file(s) of an earlier run from {storage.root}", flush=True)
@@ -80,7 +110,6 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     elif args.resume:
         raise ConfigError(f"coordinator --resume: no saved coordinator state in {storage.state_dir}; "
                           f"pass the --shared-dir of the run to continue, or drop --resume to start fresh")
-    server = serve_coordinator(coordinator, *_coordinator_address(args, cfg), advertise=args.advertise)
     server.start()
     coordinator.start()
     freeze_startup_objects()
@@ -113,9 +142,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if lingered:  # the exit code is the run's outcome, as without --linger
         print(f"coordinator: stopped by {interrupted[0]} (the run ended {coordinator.state})", flush=True)
         return outcome_exit_code(coordinator.state, cfg.env.stop_value)
-    if interrupted:
+    if interrupted:  # SIGTERM is a service's stop (docker compose stop): exit 0; Ctrl-C is an interruption
         print(f"coordinator: stopped by {interrupted[0]}", flush=True)
-        return 0
+        return signal_exit_code(interrupted[0]) if interrupted[0] == "SIGINT" else 0
     print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
     return outcome_exit_code(coordinator.state, cfg.env.stop_value)
 
@@ -123,10 +152,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_slave(args: argparse.Namespace) -> int:
     from .transport import token_from_env
     from .entry.roles import slave_class
-    from .runtime import die_with_parent, on_signals, setup_process
+    from .runtime import die_with_parent, on_signals, setup_process, signal_exit_code
 
     die_with_parent()
     cfg = _load(args)
+    _check_port_free(args.host or "127.0.0.1", args.port, args.command)  # before torch's import
     setup_process(cfg, need_torch=True)
     if args.shared_dir:  # a store we cannot use fails here, not when the coordinator connects us
         from .storage import SharedStorage
@@ -138,7 +168,13 @@ def cmd_slave(args: argparse.Namespace) -> int:
                        max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
                        worker_id=args.worker_id,
                        insecure_no_token=args.insecure_no_token)
-    on_signals(lambda name: slave.request_stop())
+    heard: List[str] = []
+
+    def stop(name: str) -> None:
+        heard.append(name)
+        slave.request_stop()
+
+    on_signals(stop)
     print(f"{args.command}: serving on {slave.address}", flush=True)
     if not args.coordinator:
         print(f"{args.command}: no --coordinator: waiting to be added with "
@@ -151,6 +187,8 @@ def cmd_slave(args: argparse.Namespace) -> int:
     code = slave.run()
     if slave.fatal_error:
         print(f"parallel-rl {args.command}: {slave.fatal_error}", file=sys.stderr)
+    if code == 0 and heard and heard[0] == "SIGINT":  # SIGTERM is a service's stop (exit 0), Ctrl-C an interruption
+        return signal_exit_code(heard[0])
     return code
 
 

@@ -8,7 +8,7 @@ import os
 import random
 import sys
 import threading
-from typing import Callable
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -106,21 +106,24 @@ def set_torch_threads(n: int) -> None:
 PARENT_ENV = "PARALLEL_RL_PARENT_PID"
 
 
-def die_with_parent(env_var: str = PARENT_ENV) -> None:
-    """When started by ``parallel-rl run``: get SIGTERM if the launcher dies (Linux prctl)."""
+def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> None:
+    """When started by ``parallel-rl run``: get ``signum`` (SIGTERM) if the launcher dies (Linux prctl). The
+    kernel sends it when the *thread* that started this process ends: start such processes from a thread that
+    lives as long as the process (the main thread)."""
     parent = os.environ.get(env_var)
     if not parent or not sys.platform.startswith("linux"):
         return
     import ctypes
     import signal
 
+    signum = signal.SIGTERM if signum is None else signum
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signum)  # PR_SET_PDEATHSIG
     except OSError:
         return
     if os.getppid() != int(parent):  # the launcher died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
 
 
 def pin_process(pid: int, cpus: set) -> bool:
@@ -162,20 +165,41 @@ def signal_exit_code(name: str) -> int:
     return 128 + int(signal.Signals[name])
 
 
-def on_signals(callback: Callable[[str], None], names=STOP_SIGNALS) -> None:
-    """Call ``callback(signal_name)`` on a thread of its own each time one of ``names`` arrives, for the rest
-    of the process's life (a signal during the exit must not become a traceback or a kill). Call once per
-    process, from the main thread.
+_signals_lock = threading.Lock()
+_signals_heard: List[str] = []  # the stop signals this process heard, the first first
+_signal_callbacks: List[Callable[[str], None]] = []
+_watching = False
+
+
+def on_signals(callback: Optional[Callable[[str], None]] = None) -> None:
+    """Call ``callback(signal_name)`` each time SIGINT or SIGTERM arrives, for the rest of the process's life (a
+    signal during the exit must not become a traceback or a kill), and at once for each one that arrived
+    since the first call of this function (the signals are heard from then on: a process calls it first
+    thing, without a callback, and its parts add theirs as they are made). Call it from the main thread.
 
     Nothing runs inside the signal handler: Python's C-level handler writes the signal number to a pipe
     (``signal.set_wakeup_fd``, async-signal-safe) and the Python-level handler does nothing. A watcher
-    thread reads the pipe and calls ``callback`` in ordinary thread context, where it may take locks and
+    thread reads the pipe and calls the callbacks in ordinary thread context, where they may take locks and
     set events. (Setting an event from the handler itself deadlocks when the signal lands while the main
     thread holds that event's lock; starting a thread from it can deadlock the same way.) ``callback``
     must be idempotent: a user pressing Ctrl-C three times calls it three times."""
+    global _watching
+    with _signals_lock:
+        if not _watching:
+            _watch_signals()
+            _watching = True
+        if callback is None:
+            return
+        _signal_callbacks.append(callback)
+        earlier = list(_signals_heard)
+    for name in earlier:
+        _call(callback, name)
+
+
+def _watch_signals() -> None:
     import signal
 
-    numbers = {int(signal.Signals[name]) for name in names}
+    numbers = {int(signal.Signals[name]) for name in STOP_SIGNALS}
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -187,14 +211,22 @@ def on_signals(callback: Callable[[str], None], names=STOP_SIGNALS) -> None:
             for number in os.read(read_fd, 64):  # blocks until a signal arrives
                 if number not in numbers:
                     continue
-                try:
-                    callback(signal.Signals(number).name)
-                except Exception:  # noqa: BLE001 - logged; the next signal must still be heard
-                    logging.getLogger(__name__).exception("signals: handling %s failed",
-                                                          signal.Signals(number).name)
+                name = signal.Signals(number).name
+                with _signals_lock:
+                    _signals_heard.append(name)
+                    callbacks = list(_signal_callbacks)
+                for callback in callbacks:
+                    _call(callback, name)
 
     guarded_thread(watch, "signal-watcher",
                    lambda reason: logging.getLogger(__name__).error("signals: %s", reason)).start()
+
+
+def _call(callback: Callable[[str], None], name: str) -> None:
+    try:
+        callback(name)
+    except Exception:  # noqa: BLE001 - logged; the next signal must still be heard
+        logging.getLogger(__name__).exception("signals: handling %s failed", name)
 
 
 def _ignore_in_handler(signum, frame) -> None:

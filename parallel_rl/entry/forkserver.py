@@ -13,18 +13,24 @@ each worker sets its own torch threads (``setup_process``).
 
 A worker is a child of the fork server, not of the launcher. It gets SIGTERM
 when the fork server dies (``PR_SET_PDEATHSIG``, :func:`die_with_parent`), and
-the fork server exits when the launcher does, so killing either leaves no
-orphan; the launcher then sees its workers exit (code 255: the fork server was
-not there to report theirs) and restarts them, and multiprocessing starts a new
-fork server for the first of them (paying the imports once more).
+the fork server gets SIGTERM when the launcher dies, even in the middle of
+its imports (:func:`become_fork_server`), so killing either leaves no orphan; the launcher then sees its workers exit (code 255: the fork server was
+not there to report theirs) and restarts them, and a new fork server is started
+for the first of them (paying the imports once more). Ctrl-C on a terminal
+signals the whole process group: the fork server ignores SIGINT from its first
+instruction on (it is stopped by the launcher, never by the keyboard), so it
+neither prints a traceback nor leaves a launcher forking through a dead server.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import multiprocessing
 import os
 import runpy
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +49,8 @@ PRELOAD = [__name__, "parallel_rl.entry.preload"]
 # in the fork server and the workers it forks: the fork server's pid
 _SERVER_PID = os.getpid()
 _context: Optional[multiprocessing.context.ForkServerContext] = None
+# multiprocessing's temporary directory in the launcher, which holds the fork server's socket
+SOCKET_DIR_ENV = "PARALLEL_RL_FORKSERVER_DIR"
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
@@ -55,14 +63,68 @@ def _forkserver() -> multiprocessing.context.ForkServerContext:
 
 def start() -> None:
     """Start the fork server now, without waiting for its imports (the first fork waits for them)."""
-    from multiprocessing import forkserver
-
     # the fork server and the workers it forks show the launcher's pid in their environment
-    # (/proc/PID/environ): how to find every process of a run
+    # (/proc/PID/environ): how to find every process of a run; the fork server dies with the process it names
+    from multiprocessing import util
+
     os.environ[PARENT_ENV] = str(os.getpid())
     _forkserver()
     _short_socket_dir()
-    forkserver.ensure_running()
+    os.environ[SOCKET_DIR_ENV] = util.get_temp_dir()  # where its socket will be: see leave_fork_server
+    _ensure_running()
+
+
+def _ensure_running() -> None:
+    """multiprocessing's ``ensure_running`` (a no-op while the fork server lives) with SIGINT and SIGTERM blocked
+    in this thread: the fork server is born with them blocked, until :func:`become_fork_server` ignores them.
+    Blocked, not ignored, here: one for the launcher meanwhile waits, or goes to another of its threads. The
+    resource tracker first: starting it unblocks them (it is born with them blocked and ignores them)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RUN_SIGNALS)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+# what Ctrl-C (the whole process group) or `kill -TERM -PGID` send to every process of a run: the launcher
+# hears them and stops the run; the fork server ignores them (a Ctrl-C in the ~2 s of its imports printed a
+# KeyboardInterrupt traceback and killed it, and the launcher's next fork failed with EOFError)
+_RUN_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# the fork server's own signal to leave: from the launcher's stop(), and from the kernel when the launcher dies
+STOP_SIGNAL = signal.SIGUSR1
+
+
+def become_fork_server() -> None:
+    """In the fork server, first thing (:mod:`.preload`): ignore SIGINT and SIGTERM (blocked until now, see
+    :func:`_ensure_running`: the launcher stops it, with :data:`STOP_SIGNAL`); die with the launcher, even in
+    the middle of the imports (it finished them first, 10-12 s on a busy box, before it saw the launcher
+    gone); and on the way out, if the launcher is gone (killed outright), remove multiprocessing's temporary
+    directory, which holds its socket (the launcher removes it otherwise; one was left by every killed run)."""
+    from ..runtime import die_with_parent
+
+    for number in _RUN_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)
+    signal.signal(STOP_SIGNAL, _exit_on_signal)  # an exit, so that leave_fork_server runs
+    atexit.register(leave_fork_server)  # preload registers it again after its imports, to run before theirs
+    die_with_parent(signum=STOP_SIGNAL)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def leave_fork_server() -> None:
+    """The fork server's last act: remove its socket's directory if the launcher that would have is gone, then
+    leave without the interpreter's teardown (0.4-1.1 s once torch is imported; it holds the launcher's stdout
+    open until then)."""
+    directory = os.environ.get(SOCKET_DIR_ENV, "")
+    if os.getppid() != int(os.environ.get(PARENT_ENV) or 0) and os.path.basename(directory).startswith("pymp-"):
+        shutil.rmtree(directory, ignore_errors=True)
+    os._exit(0)
 
 
 # an AF_UNIX socket path (the fork server's listener) holds at most 107 bytes on Linux
@@ -90,11 +152,19 @@ def _short_socket_dir() -> None:
 
 def stop(timeout: float = 5.0) -> None:
     """After the workers exited: stop the fork server and multiprocessing's resource tracker, wait for them
-    (``timeout`` at most: a stray grandchild may hold the pipe the fork server waits on) and remove
-    multiprocessing's temporary directory, so that ``run`` leaves neither a process nor a file behind. The
-    CLI leaves through ``os._exit``, which skips multiprocessing's own clean-up at exit: this is that clean-up,
-    through multiprocessing's ``_stop`` (the one its tests use) and ``_exit_function`` (its atexit hook)."""
+    (``timeout`` at most) and remove multiprocessing's temporary directory, so that ``run`` leaves neither a
+    process nor a file behind. The fork server is told at once (:data:`STOP_SIGNAL`): it may still be importing (a run stopped while
+    it starts), and a stray grandchild may hold the pipe it waits on. The CLI leaves through ``os._exit``,
+    which skips multiprocessing's own clean-up at exit: this is that clean-up, through multiprocessing's
+    ``_stop`` (the one its tests use) and ``_exit_function`` (its atexit hook). Idempotent; a no-op before
+    :func:`start`."""
     from multiprocessing import forkserver, resource_tracker, util
+
+    if forkserver._forkserver._forkserver_pid is not None:
+        try:
+            os.kill(forkserver._forkserver._forkserver_pid, STOP_SIGNAL)
+        except ProcessLookupError:  # killed already (its zombie is reaped by _stop)
+            pass
 
     def clean_up() -> None:
         for server in (forkserver._forkserver, resource_tracker._resource_tracker):
@@ -129,6 +199,7 @@ class ForkedProcess:
     ``stdout`` carries its stdout and stderr). Blocks until the fork server has done its imports."""
 
     def __init__(self, argv: List[str], env: Dict[str, str]):
+        _ensure_running()  # a new fork server where the last one died, born with SIGINT blocked as the first
         read_fd, write_fd = os.pipe()
         self._process = _forkserver().Process(target=_worker_main, args=(argv, env, _ChildFd(write_fd)),
                                               name=" ".join(argv[:1]), daemon=False)
@@ -165,6 +236,8 @@ class ForkedProcess:
 def _worker_main(argv: List[str], env: Dict[str, str], out: int) -> None:
     """In the forked worker: its output to the launcher's pipe, its own environment and command line, then
     the CLI as ``python -m parallel_rl ARGV`` would run it."""
+    for number in (*_RUN_SIGNALS, STOP_SIGNAL):  # what become_fork_server changed is not a worker's
+        signal.signal(number, signal.SIG_DFL)
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)

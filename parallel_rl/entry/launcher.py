@@ -41,7 +41,7 @@ from ..coordinator import Coordinator, CoordinatorState, Worker, WorkerState
 from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
 from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
-                       signal_exit_code)
+                       shared_root, signal_exit_code)
 from ..storage import lock_shared_dir
 from . import forkserver
 from .placement import WINDOW as placement_window, CpuPlacement
@@ -128,10 +128,20 @@ class LocalCluster:
         elif os.path.exists(self.token_file):  # an earlier run's: it would only get the client commands a 403
             os.unlink(self.token_file)
         self.coordinator = Coordinator(cfg, self.storage, self.token)
+        from coordinator_app import serve_coordinator
+
+        # bound before the store is touched: a port in use must not cost the earlier run its files
+        try:
+            self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
+        except BaseException:
+            self.dir_lock.release()
+            raise
         if resume:
             if not self.coordinator.resume():
                 from ..errors import ConfigError
 
+                self.server.close()
+                self.dir_lock.release()
                 raise ConfigError(f"--resume {resume}: no saved coordinator state in {self.storage.state_dir}; "
                                   f"pass the shared directory of the run to continue (its REST line and summary "
                                   f"name it)")
@@ -145,8 +155,6 @@ class LocalCluster:
             if removed:
                 logger.warning("launcher: removed %d file(s) of an earlier run from %s (to continue a run "
                                "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
-        from coordinator_app import serve_coordinator
-
         self.children: List[Child] = []
         self.interrupted: Optional[str] = None
         self._stop = threading.Event()
@@ -155,7 +163,6 @@ class LocalCluster:
         # per role: when each restart within parallel.supervisor.restart_window happened (monotonic)
         self.restarts: Dict[str, List[float]] = {"learner": [], "collector": []}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
-        self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
 
     @property
@@ -298,10 +305,10 @@ class LocalCluster:
         next_placement = 0.0
         start_iter = self.coordinator.train_iter  # a resumed run places once its own learner trains, not at once
         try:  # from the first child on: whatever fails, the server's threads stop and the process can exit
-            if not self._stop.is_set():  # interrupted while starting: no child to start and stop again
-                self._spawn("learner")
-                for _ in range(self.n_collectors):
-                    self._spawn("collector")
+            for role in ["learner"] + ["collector"] * self.n_collectors:
+                if self._stop.is_set():  # interrupted while starting: no more children to start and stop again
+                    break
+                self._spawn(role)
             while not self._stop.is_set() and not self.coordinator.done_event.is_set():
                 self.coordinator.done_event.wait(self.next_restart_in())
                 if place and self.coordinator.train_iter > start_iter and time.monotonic() >= next_placement:
@@ -385,7 +392,8 @@ class LocalCluster:
 def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,
                       shared_dir: Optional[str] = None, config_path: Optional[str] = None,
                       overrides: Optional[List[str]] = None, resume: Optional[str] = None) -> int:
-    """Run the cluster; SIGINT/SIGTERM stop it (exit 130/143), heard from the start (also while it sets up)."""
+    """Run the cluster; SIGINT/SIGTERM stop it (exit 130/143), heard from the start (also while it sets up; from
+    before this call where the process called :func:`~parallel_rl.runtime.on_signals` earlier)."""
     signals: List[str] = []
     clusters: List[LocalCluster] = []
 
@@ -395,6 +403,10 @@ def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1
             cluster.request_stop(signals[0])
 
     on_signals(on_signal)
+    if signals:  # before the cluster: nothing started, the shared directory untouched
+        print(f"interrupted ({signals[0]}) before the run started; nothing to continue "
+              f"({shared_root(cfg, resume or shared_dir)} untouched)", flush=True)
+        return signal_exit_code(signals[0])
     cluster = LocalCluster(cfg, collectors, host, port, shared_dir, config_path, overrides, resume)
     clusters.append(cluster)
     if signals:  # it came while the cluster was being set up

@@ -9,9 +9,11 @@ import atexit
 import gc
 import importlib
 import logging
-import os
+
+from .forkserver import leave_fork_server, become_fork_server
 
 logger = logging.getLogger(__name__)
+become_fork_server()  # before the imports: signals, and dying with the launcher, from the start
 
 # besides the roles' classes (parallel_rl.entry.roles.slave_class): what a worker imports when it connects
 MODULES = (
@@ -43,8 +45,8 @@ _preload()
 # would walk it all and write to every page it is on, copying them): Python's advice for fork without exec
 gc.freeze()
 
-# the fork server exits when the launcher does (multiprocessing raises SystemExit in it); leave without the
-# interpreter's teardown, as the CLI does (0.4-1.1 s once torch is imported, seconds on a busy box, and it holds
-# the launcher's stdout open until then). Registered last, so it runs first; workers never run it (they leave
-# through os._exit)
-atexit.register(os._exit, 0)
+# the fork server exits when the launcher does (multiprocessing raises SystemExit in it, or SIGTERM does); leave
+# without the interpreter's teardown, as the CLI does (0.4-1.1 s once torch is imported, seconds on a busy box,
+# and it holds the launcher's stdout open until then). Registered last, so it runs first; workers never run it
+# (they leave through os._exit)
+atexit.register(leave_fork_server)

@@ -67,9 +67,12 @@ def get(url, path):
 
 
 class CliProcess:
-    """A `python -m parallel_rl ...` process whose output goes to a file (a full pipe never blocks it)."""
+    """A `python -m parallel_rl ...` process whose output goes to a file (a full pipe never blocks it).
+    ``new_session``: in a session (and process group) of its own, as a shell starts a job, so that a test can
+    press Ctrl-C on it (``os.killpg(pid, SIGINT)``) without signalling pytest."""
 
-    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None, cwd=None):
+    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None, cwd=None,
+                 new_session: bool = False):
         import os
         import subprocess
         import sys
@@ -79,7 +82,7 @@ class CliProcess:
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})}, cwd=cwd)
+                                     env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=new_session)
 
     @property
     def pid(self) -> int:
