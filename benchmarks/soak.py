@@ -1,6 +1,6 @@
 """Soak: CartPole DQN on a local cluster under kills, hostile clients and a store that turns read-only.
 
-    .venv/bin/python benchmarks/soak.py [--minutes 30] [--seed 0]
+    .venv/bin/python benchmarks/soak.py [--minutes 30] [--seed 0] [--no-attacks] [--keep]
 
 (run it as root for the read-only store, see below; from a checkout, PYTHONPATH=$PWD). What it does, all
 on 127.0.0.1 and bounded by ``--minutes`` (plus at most ~3 minutes to wind down):
@@ -25,6 +25,24 @@ on 127.0.0.1 and bounded by ``--minutes`` (plus at most ~3 minutes to wind down)
   ``seconds_since_heartbeat`` of an active worker: heartbeat latency as the coordinator sees it),
   ``GET /api/v1/buffers`` every 5 s (the last answer is printed).
 
+- attacks (issue #41; on by default, ``--no-attacks`` leaves the chaos above alone):
+  - 2,000 connections without the cluster token, a quarter each idle, trickling a request head a byte every
+    0.5-1.5 s, announcing a 100 MB body and trickling it, announcing a body with ``Expect: 100-continue``
+    (tests/test_strangers.py's shapes), each quarter from its own loopback address (127.0.0.2-5: under the
+    coordinator's cap of 1,024 strangers' connections an address) and reopened when the server closes it;
+  - a FIFO and a symlink to /etc/passwd planted at video names in the store's ``videos/``; the probe GETs
+    ``/api/v1/videos`` (they must not be listed) and each name (404) every 2 s, a 5 s timeout being a hang;
+  - damaged packed chunks: every 60-120 s (the first 10-30 s after training started) three chunks the latest
+    coordinator snapshot references, the newest, are rewritten in place as packed chunks damaged in three ways
+    (a frame index past the pool, no ``frame_pool``, a header declaring a 2.9 TiB pool), and the learner is
+    killed: a live learner caches every chunk it read, the next one reads them cold and must quarantine them
+    and train on. Rewriting indexed files reaches the learner's door for all three; announcing them as a
+    collector would meet the coordinator's header check first (it refuses the last two).
+
+The hostile clients and the attacks start once the learner trained (``train_iter`` > 0): the coordinator's RSS
+and threads then are the baseline; its RSS must stay under the baseline + 160 MiB (tests/test_strangers.py's
+bound under the same 2,000 connections), sampled every second in every incarnation.
+
 No kill and no store flip in the soak's last 40 s, so the run winds down undisturbed. At the end it prints
 kills per role, restarts seen (the launcher's and the soak's), how the run ended (solved / at its budget /
 failed, with its line), processes left (zombies; processes of the soak still alive 15 s after the run
@@ -32,12 +50,19 @@ ended), leaked chunks (a chunk file on the store that the final coordinator snap
 is old enough for the coordinator's orphan sweep to have removed it; an indexed chunk no row references is
 waiting out its deletion grace, an unindexed one younger than the sweep's age and interval waits for the
 next sweep, and ``.tmp-`` files of killed writers are removed after 10 minutes: each counted apart), and the
-probe's latencies. Exit code 0 when the run ended solved or at its budget with no process left and no chunk leaked.
+probe's latencies, the coordinator's RSS (peak, at the end) and threads, and with the attacks: hostile connections
+opened / turned away, the planted files' answers, what became of each damaged chunk; then one PASS/FAIL line per
+criterion: the run ended solved or at its budget, the coordinator's RSS under its bound, no process left, no
+zombie, no chunk leaked, and with the attacks: 2,000 hostile connections opened, planted files only ever 404 (never
+listed, no GET timed out, no reader left blocked on the FIFO), damaged chunks quarantined with none left indexed.
+Exit code 0 when every criterion passed.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
+import io
 import json
 import os
 import random
@@ -53,9 +78,11 @@ import tempfile
 import threading
 import time
 import uuid
+import zipfile
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,10 +91,14 @@ MARK = "PARALLEL_RL_SOAK_ID"  # every process the soak starts inherits it: found
 QUIET_END = 40.0  # no kill, no store flip in the soak's last seconds
 IDLE_CLIENTS = 300
 SLOW_CLIENTS = 20
+STRANGERS = 2000  # --attacks: connections without the cluster token
 PR_SET_CHILD_SUBREAPER = 36
 # chunk files no index knows (a collector killed before announcing, a coordinator killed before its next
 # snapshot) are swept once this old (default 600 s): shortened so that a short soak sees the sweep work
 ORPHAN_AGE = 60.0
+# the coordinator's RSS may grow this much over its size before any client (tests/test_strangers.py's bound under
+# 2,000 strangers: the read-ahead budget of 16 MiB and ~30 KiB a connection of the server's objects and buffers)
+RSS_GROWTH_BOUND_MIB = 160
 SWEEP_EVERY = 60.0  # the coordinator's sweep interval
 
 
@@ -174,6 +205,22 @@ class Cluster:
             return f.read()
 
 
+def wait_for_training(cluster: Cluster, deadline: float) -> bool:
+    """Whether the run's learner trained (``train_iter`` > 0 in GET /api/v1/cluster) before ``deadline``."""
+    http = requests.Session()
+    try:
+        while time.monotonic() < deadline and cluster.proc.poll() is None:
+            try:
+                if http.get(cluster.url + "/api/v1/cluster", timeout=2).json().get("train_iter", 0) > 0:
+                    return True
+            except (requests.RequestException, ValueError):
+                pass  # not listening yet
+            time.sleep(0.5)  # the pace of the polls
+        return False
+    finally:
+        http.close()
+
+
 # ---- the store turning read-only -------------------------------------------------------------------
 
 class Store:
@@ -227,62 +274,104 @@ class Store:
 
 # ---- hostile clients --------------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class Pool:
+    """``count`` connections of one kind, from ``source``: each sends ``opening`` at once, then ``feed`` a byte
+    every ``every`` seconds (a range), and is opened again when the server closes it or cannot be reached."""
+
+    name: str
+    count: int
+    opening: bytes = b""
+    feed: bytes = b""
+    every: Tuple[float, float] = (2.0, 4.0)
+    source: str = "127.0.0.1"
+
+
+SLOW_REQUEST = b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: soak-slow-client\r\n\r\n"
+CHAOS_POOLS = [Pool("idle", IDLE_CLIENTS), Pool("slow", SLOW_CLIENTS, feed=SLOW_REQUEST)]
+# --attacks: STRANGERS connections without the cluster token, a quarter of each shape (tests/test_strangers.py's),
+# each shape from its own loopback address so that no address reaches the coordinator's cap of 1,024 strangers'
+# connections a peer (parallel.coordinator.max_connections_per_peer) and all 2,000 are held, not cut at once
+ENDLESS = b"x" * 1_000_000  # a trickle that outlasts any deadline (the server cuts it first)
+ATTACK_POOLS = [
+    Pool("stranger_idle", STRANGERS // 4, source="127.0.0.2"),
+    Pool("stranger_head", STRANGERS // 4, b"GET /api/v1/cluster HTTP/1.1\r\nHost: x\r\nX-Pad: ", ENDLESS,
+         (0.5, 1.5), "127.0.0.3"),
+    Pool("stranger_body", STRANGERS // 4, b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nContent-Type: "
+         b"application/json\r\nContent-Length: 100000000\r\n\r\n{", ENDLESS, (0.5, 1.5), "127.0.0.4"),
+    Pool("stranger_expect", STRANGERS // 4, b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nExpect: "
+         b"100-continue\r\nContent-Length: 100\r\n\r\n", b"x" * 100, (0.5, 1.5), "127.0.0.5"),
+]
+OPENS_PER_TICK = 25  # a pool opens at most this many connections a tick (0.1 s): no connect storm
+
+
 class Clients(threading.Thread):
-    """IDLE_CLIENTS silent connections and SLOW_CLIENTS that send a request a byte every 2-4 s; each
-    reopened when it closes or cannot connect. One thread, one selector; stops by ``stop`` or ``deadline``."""
+    """Hostile clients: the connections of every :class:`Pool`, held against the coordinator's port and reopened
+    when closed. One thread, one selector; stops by ``stop`` or ``deadline``."""
 
-    REQUEST = b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: soak-slow-client\r\n\r\n"
-
-    def __init__(self, port: int, rng: random.Random, deadline: float):
+    def __init__(self, port: int, rng: random.Random, deadline: float, pools: List[Pool]):
         super().__init__(name="soak-clients", daemon=True)
-        self.port, self.rng, self.deadline = port, rng, deadline
+        self.port, self.rng, self.deadline, self.pools = port, rng, deadline, pools
         self.stop = threading.Event()
         self.stats = Counter()
-        self.held_idle: List[int] = []  # samples of open idle connections
-        self.held_slow: List[int] = []
+        self.held: Dict[str, List[int]] = {pool.name: [] for pool in pools}  # samples of open connections
+        self.sources_refused: set = set()  # loopback addresses bind() refused: 127.0.0.1 used instead
 
-    def _open(self) -> Optional[socket.socket]:
+    def _open(self, pool: Pool) -> Optional[socket.socket]:
         s = socket.socket()
         s.settimeout(1.0)
         try:
+            if pool.source != "127.0.0.1" and pool.source not in self.sources_refused:
+                try:
+                    s.bind((pool.source, 0))
+                except OSError:
+                    self.sources_refused.add(pool.source)
             s.connect(("127.0.0.1", self.port))
+            if pool.opening:
+                s.sendall(pool.opening)
         except OSError:
             s.close()
-            self.stats["connect_failed"] += 1
+            self.stats[f"{pool.name}_connect_failed"] += 1
             return None
         s.setblocking(False)
         return s
 
     def run(self) -> None:
         sel = selectors.DefaultSelector()
-        idle: Dict[socket.socket, None] = {}
-        slow: Dict[socket.socket, List] = {}  # sock -> [bytes sent, next send at]
-        retry_at = 0.0
+        conns: Dict[socket.socket, List] = {}  # sock -> [pool, bytes of its feed sent, next send at]
+        held = Counter()
+        retry_at = Counter()
+        last_sample = 0.0
         try:
             while not self.stop.is_set() and time.monotonic() < self.deadline:
                 now = time.monotonic()
-                if now >= retry_at:
-                    opened_all = True
-                    for kind, pool, want in (("idle", idle, IDLE_CLIENTS), ("slow", slow, SLOW_CLIENTS)):
-                        for _ in range(min(50, want - len(pool))):  # at most 50 a tick: no connect storm
-                            s = self._open()
-                            if s is None:
-                                opened_all = False
-                                break
-                            self.stats[f"{kind}_opened"] += 1
-                            pool[s] = [0, now + self.rng.uniform(0, 3)] if kind == "slow" else None
-                            sel.register(s, selectors.EVENT_READ, kind)
-                    retry_at = now + (0.5 if not opened_all else 0.05)
-                for s, state in slow.items():
-                    if state[0] < len(self.REQUEST) and now >= state[1]:
+                for pool in self.pools:
+                    if now < retry_at[pool.name]:
+                        continue
+                    failed = False
+                    for _ in range(min(OPENS_PER_TICK, pool.count - held[pool.name])):
+                        s = self._open(pool)
+                        if s is None:
+                            failed = True
+                            break
+                        self.stats[f"{pool.name}_opened"] += 1
+                        held[pool.name] += 1
+                        conns[s] = [pool, 0, now + self.rng.uniform(*pool.every)]
+                        sel.register(s, selectors.EVENT_READ, pool)
+                    retry_at[pool.name] = now + (0.5 if failed else 0.05)
+                for s, state in conns.items():
+                    pool, sent, due = state
+                    if sent < len(pool.feed) and now >= due:
                         try:
-                            s.send(self.REQUEST[state[0]:state[0] + 1])
-                            state[0] += 1
-                            state[1] = now + self.rng.uniform(2.0, 4.0)
+                            s.send(pool.feed[sent:sent + 1])
+                            state[1] += 1
+                            state[2] = now + self.rng.uniform(*pool.every)
+                        except BlockingIOError:
+                            state[2] = now + 1.0
                         except OSError:
-                            state[1] = now + 3600  # closed: the selector reports it
+                            state[2] = now + 3600  # closed: the selector reports it
                 for key, _ in sel.select(timeout=0.1):
-                    s, kind = key.fileobj, key.data
+                    s, pool = key.fileobj, key.data
                     try:
                         data = s.recv(65536)
                     except BlockingIOError:
@@ -290,26 +379,39 @@ class Clients(threading.Thread):
                     except OSError:
                         data = b""
                     if data:
-                        status = data.split(b" ", 2)[1:2]
-                        self.stats[f"{kind}_answered_{status[0].decode(errors='replace') if status else '?'}"] += 1
-                        if kind == "slow" and slow[s][0] >= len(self.REQUEST):
-                            self.stats["slow_request_completed"] += 1
+                        if data.startswith(b"HTTP/"):
+                            status = data.split(b" ", 2)[1:2]
+                            self.stats[f"{pool.name}_answered_{status[0].decode(errors='replace') if status else '?'}"] += 1
+                            if pool.feed and conns[s][1] >= len(pool.feed):
+                                self.stats[f"{pool.name}_request_completed"] += 1
                         continue  # the server closes after an error answer: seen as b"" next
-                    self.stats[f"{kind}_closed_by_server"] += 1
+                    self.stats[f"{pool.name}_closed_by_server"] += 1
                     sel.unregister(s)
                     s.close()
-                    (idle if kind == "idle" else slow).pop(s, None)
-                if int(now) % 5 == 0:
-                    self.held_idle.append(len(idle))
-                    self.held_slow.append(len(slow))
+                    conns.pop(s, None)
+                    held[pool.name] -= 1
+                if now - last_sample >= 5.0:
+                    last_sample = now
+                    for pool in self.pools:
+                        self.held[pool.name].append(held[pool.name])
         finally:
-            for s in list(idle) + list(slow):
+            for s in list(conns):
                 try:
                     sel.unregister(s)
                 except (KeyError, ValueError):
                     pass
                 s.close()
             sel.close()
+
+    def total(self, prefix: str, what: str) -> int:
+        """The ``what`` count (opened, closed_by_server, ...) summed over the pools named ``prefix``*."""
+        return sum(n for key, n in self.stats.items() if key.startswith(prefix) and key.endswith("_" + what))
+
+    def report(self, pools: List[Pool]) -> str:
+        held = ", ".join(f"{p.name} {statistics.median(self.held[p.name] or [0]):.0f}/{p.count}" for p in pools)
+        names = tuple(p.name + "_" for p in pools)
+        stats = {k: v for k, v in sorted(self.stats.items()) if k.startswith(names)}
+        return f"held (median of 5 s samples): {held}; {json.dumps(stats)}"
 
 
 class Probe(threading.Thread):
@@ -318,6 +420,8 @@ class Probe(threading.Thread):
     def __init__(self, url: str, deadline: float):
         super().__init__(name="soak-probe", daemon=True)
         self.url, self.deadline = url, deadline
+        self.planted: Dict[str, str] = {}  # --attacks: video name -> what was planted there (set by plant_videos)
+        self.planted_answers = Counter()  # "GET /videos/<what>: <status>" -> how many
         self.stop = threading.Event()
         self.rest: List[float] = []
         self.heartbeat_age: List[float] = []
@@ -345,6 +449,28 @@ class Probe(threading.Thread):
             self.rest.append(time.perf_counter() - t)
         return answer
 
+    def _get_planted(self, http: requests.Session) -> None:
+        """GET /api/v1/videos (the planted names must not be listed) and each planted name (404): a request that
+        times out is a request thread blocked by a planted file; one refused is the coordinator down (a kill)."""
+        for path, what in [("", "listing")] + [("/" + name, what) for name, what in self.planted.items()]:
+            try:
+                r = http.get(f"{self.url}/api/v1/videos{path}", timeout=5)
+            except requests.ConnectionError:
+                self.planted_answers[f"{what}: refused (coordinator down)"] += 1
+                continue
+            except requests.Timeout:
+                self.planted_answers[f"{what}: TIMEOUT (5 s)"] += 1
+                continue
+            if path:
+                self.planted_answers[f"{what}: {r.status_code}"] += 1
+                continue
+            try:
+                listed = {v.get("name") for v in r.json().get("videos", [])}
+            except (ValueError, AttributeError):
+                listed = set()
+            leaked = sorted(listed & set(self.planted))
+            self.planted_answers[f"listing: {r.status_code}" + (f" LISTING {leaked}" if leaked else "")] += 1
+
     def run(self) -> None:
         http = requests.Session()
         tick = 0
@@ -355,6 +481,8 @@ class Probe(threading.Thread):
                 for w in (workers or {}).get("workers", []):
                     if w.get("state") in ("idle", "busy"):
                         self.heartbeat_age.append(float(w.get("seconds_since_heartbeat", 0.0)))
+            if tick % 4 == 2 and self.planted:
+                self._get_planted(http)
             if tick % 10 == 0:
                 self.buffers = self._get("/api/v1/buffers", http) or self.buffers
                 cluster = self._get("/api/v1/cluster", http)
@@ -373,6 +501,138 @@ def quantiles(xs: List[float]) -> str:
     xs = sorted(xs)
     q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]  # noqa: E731
     return f"p50 {q(0.5) * 1000:.1f} ms, p99 {q(0.99) * 1000:.1f} ms, max {xs[-1] * 1000:.1f} ms ({len(xs)} samples)"
+
+
+# ---- attacks on the store (--attacks) ----------------------------------------------------------------
+
+PLANTED = {999_999_991: "FIFO", 999_999_992: "link to /etc/passwd"}  # policy versions no run reaches
+
+
+def plant_videos(shared: str) -> Dict[str, str]:
+    """A FIFO and a symlink to /etc/passwd at video names in the store's videos/ (the open GET /api/v1/videos
+    must answer 404 for both, at once): video name -> what it is."""
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(shared)
+    videos = storage.videos_family.directory
+    os.makedirs(videos, exist_ok=True)
+    planted = {}
+    for version, what in PLANTED.items():
+        name = storage.video_name(version)
+        path = os.path.join(videos, name)
+        if what == "FIFO":
+            os.mkfifo(path)
+        else:
+            os.symlink("/etc/passwd", path)
+        planted[name] = what
+    return planted
+
+
+def release_fifos(shared: str, planted: Dict[str, str]) -> int:
+    """Open each planted FIFO for writing without blocking: it succeeds only while a reader is blocked opening it
+    (a request thread of the coordinator, the bug of issue 41.4), and lets that reader go. Readers found."""
+    from parallel_rl.storage import SharedStorage
+
+    videos = SharedStorage(shared, create=False).videos_family.directory
+    found = 0
+    for name, what in planted.items():
+        if what == "FIFO":
+            try:
+                os.close(os.open(os.path.join(videos, name), os.O_WRONLY | os.O_NONBLOCK))
+                found += 1
+            except OSError:  # ENXIO: nobody is reading it
+                pass
+    return found
+
+
+DAMAGE_KINDS = ("frame index past its pool", "no frame pool", "a header declaring 2.9 TiB")
+
+
+def damaged_packed_chunk(columns: Dict[str, np.ndarray], kind: str) -> bytes:
+    """The bytes of a packed chunk (frame stacks stored as single frames: ``parallel_rl.data.frames``) with the
+    rows of ``columns`` (a chunk as a collector wrote it), damaged as ``kind`` says: found only when the chunk is
+    loaded (``storage.chunks.load_chunk``), as tests/test_reliability_data.py's ``damage_packed`` makes them."""
+    from parallel_rl.storage.formats import FRAMES_SUFFIX, POOL_COLUMN, STACKED_COLUMNS
+
+    rows = len(next(iter(columns.values())))
+    packed = {k: v for k, v in columns.items() if k not in STACKED_COLUMNS}
+    for name in STACKED_COLUMNS:
+        packed[name + FRAMES_SUFFIX] = np.zeros((rows, 1), np.int32)
+    pool = np.zeros(1, np.float32)
+    out = io.BytesIO()
+    if kind == "frame index past its pool":
+        packed[STACKED_COLUMNS[0] + FRAMES_SUFFIX][-1, 0] = len(pool) + 7
+        np.savez(out, **packed, **{POOL_COLUMN: pool})
+    elif kind == "no frame pool":
+        np.savez(out, **packed)
+    else:  # the pool's .npy header declares float32[800000000000] (2.9 TiB) over its 4 bytes
+        with zipfile.ZipFile(out, "w") as archive:
+            for key, value in packed.items():
+                npy = io.BytesIO()
+                np.lib.format.write_array(npy, value)
+                archive.writestr(key + ".npy", npy.getvalue())
+            npy = io.BytesIO()
+            np.lib.format.write_array_header_1_0(npy, {"descr": np.lib.format.dtype_to_descr(pool.dtype),
+                                                       "fortran_order": False, "shape": (800_000_000_000,)})
+            npy.write(pool.tobytes())
+            archive.writestr(POOL_COLUMN + ".npy", npy.getvalue())
+    return out.getvalue()
+
+
+def damage_chunks(shared: str, damaged: Dict[str, str]) -> List[str]:
+    """Damage one indexed chunk file per kind of DAMAGE_KINDS, in place; the soak then kills the learner, so the
+    one that comes next, its cache empty, reads them and must quarantine them (a live learner caches every
+    chunk it read once: one damaged under it is never read again). The chunks are
+    the newest the latest coordinator snapshot references (the last a resume or eviction drops); each file is
+    rewritten where it is, never created (a chunk deleted meanwhile stays deleted). ``damaged``: name -> kind,
+    updated. Returns lines saying what was skipped."""
+    from parallel_rl.errors import StorageError
+    from parallel_rl.storage import SharedStorage
+
+    storage = SharedStorage(shared, create=False)
+    try:
+        state = storage.latest_coordinator_state()
+        if state is None:
+            return ["no coordinator snapshot yet: nothing to damage"]
+        names = state[1]["chunks/name"].tolist()
+        refs = state[1]["chunks/ints"][:, 3].tolist()
+    except (StorageError, OSError, KeyError, ValueError) as exc:
+        return [f"reading the latest coordinator snapshot failed: {type(exc).__name__}: {exc}"]
+    aged = []
+    for name, ref in zip(names, refs):
+        if ref > 0 and name not in damaged:
+            try:
+                aged.append((os.path.getmtime(storage.chunk_path(name)), name))
+            except OSError:
+                continue
+    skipped = []
+    candidates = [name for _, name in sorted(aged, reverse=True)]
+    for kind in DAMAGE_KINDS:
+        while candidates:
+            name = candidates.pop(0)
+            try:
+                data = damaged_packed_chunk(storage.read_chunk(name), kind)
+                fd = os.open(storage.chunk_path(name), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)  # no O_CREAT
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            except (StorageError, OSError) as exc:  # deleted since, the store read-only for a moment
+                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            damaged[name] = kind
+            break
+    return skipped
+
+
+def proc_status(pid: int) -> Optional[Tuple[float, int]]:
+    """(VmRSS in MiB, threads) of ``pid``, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["Threads"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 # ---- the end: chunks and processes ------------------------------------------------------------------
@@ -418,6 +678,34 @@ def chunk_report(shared: str, events: List[Tuple[float, str]], t0: float, ended:
     return len(leaked), lines
 
 
+def damage_report(shared: str, damaged: Dict[str, str], outputs: List[str]) -> Tuple[Dict[str, int], List[str]]:
+    """What became of each damaged chunk: quarantined by a coordinator (its log names it), found damaged by a
+    learner only, still referenced by the final snapshot (no learner met it: a failure), or neither (it left the
+    index unread: evicted while the learner had it cached, or before one sampled it)."""
+    from parallel_rl.storage import SharedStorage
+
+    quarantined = {m for out in outputs for m in re.findall(r"cannot read chunk '([^']+)' \(.*\): quarantined", out)}
+    found = {m for out in outputs for m in re.findall(r"chunk '([^']+)' is damaged, its rows are dropped", out)}
+    try:
+        _, arrays = SharedStorage(shared, create=False).latest_coordinator_state()
+        referenced = {n for n, r in zip(arrays["chunks/name"].tolist(), arrays["chunks/ints"][:, 3].tolist()) if r > 0}
+    except Exception as exc:  # noqa: BLE001 - a report: say what failed and go on
+        return {"unreadable": len(damaged)}, [f"cannot read the final coordinator snapshot: {exc}"]
+    counts, lines = Counter(), []
+    for name, kind in sorted(damaged.items()):
+        fate = ("quarantined" if name in quarantined else "found damaged by a learner, not quarantined"
+                if name in found else "STILL REFERENCED by the final snapshot" if name in referenced
+                else "left the index unread")
+        counts[fate] += 1
+        counts[f"{kind}: {fate}"] += 1
+    lines.append(f"damaged packed chunks: {len(damaged)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if ':' not in k) or 'none'})")
+    for kind in DAMAGE_KINDS:
+        per = {k.split(': ', 1)[1]: v for k, v in counts.items() if k.startswith(kind + ': ')}
+        if per:
+            lines.append(f"  {kind}: {per}")
+    return counts, lines
+
+
 def zombies(our_pids: set) -> List[str]:
     out = []
     for entry in os.listdir("/proc"):
@@ -458,7 +746,11 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, shared dir)")
+    parser.add_argument("--attacks", action=argparse.BooleanOptionalAction, default=True,
+                        help="beside the chaos, 2,000 connections without the token, a FIFO and a symlink planted "
+                             "in videos/, damaged packed chunks (default: on; --no-attacks for the chaos alone)")
     args = parser.parse_args()
+    sys.path.insert(0, ROOT)
     # SIGTERM (`timeout`, a CI runner) unwinds like Ctrl-C: the finally below kills the cluster, closes the
     # clients and unmounts the store's bind mounts
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -475,7 +767,8 @@ def main() -> int:
     hard_end = end + 180  # winding down: at most 3 more minutes
     store = Store(shared)
     cluster = Cluster(tmp, shared, port, args, mark)
-    clients = Clients(port, random.Random(args.seed + 1), hard_end)
+    pools = CHAOS_POOLS + (ATTACK_POOLS if args.attacks else [])
+    clients = Clients(port, random.Random(args.seed + 1), hard_end, pools)
     probe = Probe(cluster.url, hard_end)
     kills: Counter = Counter()
     events: List[Tuple[float, str]] = []  # (wall time, what) for explaining leaked chunks
@@ -489,17 +782,32 @@ def main() -> int:
     resume_failures: List[str] = []
     run_ended = time.monotonic()
     ended_by_itself = False
+    baseline: Optional[Tuple[float, int]] = None  # (RSS MiB, threads) of the coordinator before any client
+    rss_peak, threads_peak, last_status = 0.0, 0, None
+    planted: Dict[str, str] = {}
+    damaged: Dict[str, str] = {}  # chunk name -> how it was damaged
+    damage_skipped: List[str] = []
+    damage_kills = 0  # learners killed after chunks were damaged (not counted in `kills`)
     log(f"dir {tmp}; port {port}; store flips: {store.how}; subreaper: {subreaper}; "
         f"{args.minutes:g} min, seed {args.seed}")
     try:
         cluster.start(resume=False)
         popen_pids.add(cluster.proc.pid)
+        # the clients start once training does: the coordinator's RSS and threads then are the baseline
+        training = wait_for_training(cluster, min(end, t0 + 180))
+        baseline = proc_status(cluster.proc.pid)
+        log(f"{'training' if training else 'NOT training yet (going on)'}; coordinator (pid {cluster.proc.pid}) "
+            f"before any client: " + (f"RSS {baseline[0]:.0f} MiB, {baseline[1]} threads" if baseline else "gone"))
+        if args.attacks:
+            probe.planted = planted = plant_videos(shared)
+            log(f"planted in videos/: {planted}; {STRANGERS} strangers' connections from 127.0.0.2-5")
         clients.start()
         probe.start()
         next_kill = time.monotonic() + rng.uniform(20, 60)
         next_flip = time.monotonic() + rng.uniform(40, 90)
+        next_damage = time.monotonic() + rng.uniform(10, 30) if args.attacks else float("inf")
         flip_back = None
-        last_scan = 0.0
+        last_scan = last_gauge = 0.0
         while time.monotonic() < hard_end:
             now = time.monotonic()
             code = cluster.proc.poll()
@@ -507,6 +815,12 @@ def main() -> int:
                 ended_by_itself = True
                 log(f"run (incarnation {cluster.incarnation}) exited with code {code} by itself")
                 break
+            if now - last_gauge >= 1.0:
+                last_gauge = now
+                status = proc_status(cluster.proc.pid)
+                if status is not None:
+                    last_status = status
+                    rss_peak, threads_peak = max(rss_peak, status[0]), max(threads_peak, status[1])
             if now - last_scan >= 2.0:
                 last_scan = now
                 seen.update(marked_pids(mark))
@@ -525,6 +839,22 @@ def main() -> int:
                     flip_failures += 1
                 flip_back = now + 5.0
                 next_flip = now + rng.uniform(120, 240)
+            if not quiet and now >= next_damage:
+                # damaged chunks, then the learner killed: a live learner keeps every chunk it read in its
+                # cache (one damaged under it is never read again); the one `run` starts next reads them cold
+                next_damage = now + rng.uniform(60, 120)
+                before = set(damaged)
+                damage_skipped += damage_chunks(shared, damaged)
+                learners = [pid for pid, r in workers_of(cluster.proc.pid).items() if r == "learner"]
+                for victim in learners:
+                    try:
+                        os.kill(victim, signal.SIGKILL)
+                        damage_kills += 1
+                    except ProcessLookupError:
+                        pass
+                events.append((time.time(), f"chunks damaged, learner {learners} killed"))
+                log(f"damaged on the store: {[(n, damaged[n]) for n in damaged if n not in before]}; "
+                    f"SIGKILL learner {learners or '(none running: the next starts cold)'}")
             if not quiet and now >= next_kill:
                 next_kill = now + rng.uniform(20, 60)
                 role = rng.choice(["learner", "collector", "coordinator"])
@@ -572,6 +902,7 @@ def main() -> int:
         store.close()
         clients.join(10)
         probe.join(10)
+    fifo_readers_blocked = release_fifos(shared, planted) if planted else 0
     # processes: what the soak started must be gone (give orphans of a killed run the time they are allowed)
     leftover_deadline = run_ended + 15
     while time.monotonic() < leftover_deadline and [p for p in marked_pids(mark) if (proc_stat(p) or ("Z",))[0] != "Z"]:
@@ -613,6 +944,7 @@ def main() -> int:
     print()
     print(f"=== soak: {args.minutes:g} min, seed {args.seed}, CartPole DQN (1 learner, 2 collectors), port {port}")
     print(f"kills: learner {kills['learner']}, collector {kills['collector']}, coordinator {kills['coordinator']}"
+          + (f"; learner {damage_kills} more after damaging chunks" if args.attacks else "")
           + (f" (skipped, no such process at that moment: {dict(skipped)})" if skipped else ""))
     print(f"restarts seen: launcher restarted learner {restarts['learner']}, collector {restarts['collector']}; "
           f"coordinator restarted by the soak {coordinator_restarts} (`run --resume` lines 'resumed': {resumed})")
@@ -637,11 +969,53 @@ def main() -> int:
     print(f"heartbeat age of active workers (GET /workers every 2 s; heartbeats every 1 s): "
           + (f"p50 {statistics.median(ages):.2f} s, p99 {sorted(ages)[int(0.99 * (len(ages) - 1))]:.2f} s, "
              f"max {max(ages):.2f} s ({len(ages)} samples)" if ages else "no samples"))
-    print(f"hostile clients: idle held median {statistics.median(clients.held_idle or [0]):.0f}/{IDLE_CLIENTS}, "
-          f"slow held median {statistics.median(clients.held_slow or [0]):.0f}/{SLOW_CLIENTS}; "
-          f"{json.dumps(dict(sorted(clients.stats.items())))}")
-    ok = (solved or (stopped and ended_by_itself and not failed)) and not left_alive and not zombie_lines \
-        and leaked == 0
+    print(f"hostile clients (300 idle, 20 slow): {clients.report(CHAOS_POOLS)}")
+    base = f"RSS {baseline[0]:.0f} MiB, {baseline[1]} threads" if baseline else "unknown"
+    rss_bound = (baseline[0] if baseline else 0.0) + RSS_GROWTH_BOUND_MIB
+    end_status = f"RSS {last_status[0]:.0f} MiB, {last_status[1]} threads" if last_status else "no sample"
+    print(f"coordinator (the `run` process, every incarnation): before any client {base}; peak RSS {rss_peak:.0f} "
+          f"MiB, peak threads {threads_peak}; at the end (last sample before the run ended) {end_status}")
+    criteria = [
+        ("run ended solved or at its budget", bool(solved or (stopped and ended_by_itself and not failed)),
+         outcome),
+        ("coordinator RSS under its bound", bool(baseline) and rss_peak <= rss_bound,
+         f"peak {rss_peak:.0f} MiB <= {rss_bound:.0f} MiB (before any client + {RSS_GROWTH_BOUND_MIB} MiB)"),
+        ("no process left", not left_alive, f"{len(left_alive)} alive 15 s after the run"),
+        ("no zombie", not zombie_lines, f"{len(zombie_lines)} in state Z under the soak"),
+        ("no chunk leaked", leaked == 0, f"{leaked} leaked"),
+    ]
+    if args.attacks:
+        opened, closed = clients.total("stranger_", "opened"), clients.total("stranger_", "closed_by_server")
+        answered = {k: v for k, v in clients.stats.items() if k.startswith("stranger_") and "_answered_" in k}
+        print(f"hostile connections without the token: {opened} opened, {closed} turned away (closed by the "
+              f"server; answered: {sum(answered.values())})" + (f"; bind() refused {sorted(clients.sources_refused)}"
+                                                               " (127.0.0.1 used)" if clients.sources_refused else ""))
+        print(f"  {clients.report(ATTACK_POOLS)}")
+        print(f"planted files GETs (every 2 s): {json.dumps(dict(sorted(probe.planted_answers.items())))}; "
+              f"readers found blocked on the FIFO at the end: {fifo_readers_blocked}")
+        fates, damage_lines = damage_report(shared, damaged, [cluster.output(i) for i in range(len(cluster.logs))])
+        for line in damage_lines:
+            print(line)
+        if damage_skipped:
+            print(f"  chunks that could not be damaged (deleted since, store read-only): {len(damage_skipped)}, "
+                  f"e.g. {damage_skipped[:2]}")
+        bad_planted = {k: v for k, v in probe.planted_answers.items()
+                       if not (k.endswith((": 404", "listing: 200")) or "refused" in k)}
+        answered_planted = sum(v for k, v in probe.planted_answers.items() if "refused" not in k)
+        criteria += [
+            (f"{STRANGERS} hostile connections opened", opened >= STRANGERS, f"{opened} opened, {closed} turned away"),
+            ("planted files answered 404 and never listed, no GET hung", answered_planted > 0 and not bad_planted
+             and not fifo_readers_blocked, f"{answered_planted} answered; other answers {bad_planted or 'none'}; "
+             f"FIFO readers blocked {fifo_readers_blocked}"),
+            ("damaged chunks quarantined, none left indexed", fates.get("quarantined", 0) > 0
+             and not fates.get("STILL REFERENCED by the final snapshot") and not fates.get("unreadable"),
+             f"{fates.get('quarantined', 0)} of {len(damaged)} quarantined, "
+             f"{fates.get('STILL REFERENCED by the final snapshot', 0)} still referenced"),
+        ]
+    print("criteria:")
+    for what, passed, detail in criteria:
+        print(f"  {'PASS' if passed else 'FAIL'} {what}: {detail}")
+    ok = all(passed for _, passed, _ in criteria)
     if args.keep or not ok:
         print(f"logs and shared directory kept in {tmp}")
     else:
