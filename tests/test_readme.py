@@ -211,7 +211,8 @@ def run_block(block: Block, work: Path) -> None:
         code = shell.wait(timeout)
         output = shell.output()
         expected = int(block.value("exit", 0))
-        assert code == expected, f"README.md line {block.line} exited {code}, not {expected}:\n{body}\n---\n{output[-3000:]}"
+        assert code == expected, (f"README.md line {block.line} exited {code}, not {expected}:\n{body}\n---\n"
+                                  f"{output[-3000:]}")
         for pattern in block.values("expect"):
             assert re.search(pattern, output, re.M), (f"README.md line {block.line}: no line matching {pattern!r} "
                                                       f"in its output:\n{output[-3000:]}")
