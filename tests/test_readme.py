@@ -9,7 +9,7 @@ tested when it has one. One directive a line::
     <!-- readme-test
     skip: REASON                  not run here (installs, Docker, a cluster, GPUs, long benchmarks): reported skipped
     check: synopsis               a command synopsis: every option and choice a `parallel-rl SUB` line names is in
-                                  `parallel-rl SUB --help`
+                                  `parallel-rl SUB --help`, and every option of that command's usage is in the line
     slow                          a long one (pytest -m "not slow" leaves it out)
     timeout: S                    the deadline of each step below (default 120 s)
     env: KEY=VALUE                in the environment of every command below
@@ -225,7 +225,8 @@ def run_block(block: Block, work: Path) -> None:
 
 
 def check_synopsis(block: Block, work: Path) -> None:
-    """Every option, choice and action a `parallel-rl SUB ...` line of the synopsis names is in `SUB --help`."""
+    """Every option, choice and action a `parallel-rl SUB ...` line of the synopsis names is in `SUB --help`, and
+    every option `SUB --help`'s usage shows is in the line."""
     env = shell_env(block)
     lines = []
     for raw in block.body.splitlines():
@@ -251,6 +252,10 @@ def check_synopsis(block: Block, work: Path) -> None:
         for word in sorted(named):
             if not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", help_run.stdout):
                 problems.append(f"`{line}`: `parallel-rl {sub} --help` has no {word}")
+        # and the other way round: the synopsis is the reference, every option of the command's usage is in it
+        usage = help_run.stdout.split("\n\n", 1)[0]
+        for option in sorted(set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", usage)) - {"-h"} - named):
+            problems.append(f"`{line}`: the CLI has {option} (see `parallel-rl {sub} --help`); add it to the synopsis")
     assert not problems, "README.md's command synopsis (line %d) disagrees with the CLI:\n%s" % (
         block.line, "\n".join(problems))
 
