@@ -151,12 +151,14 @@ class Shell:
         return self.log.read_text()
 
     def wait(self, timeout: float) -> int:
+        """Its exit status; whatever it left running in its process group is ended with it."""
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
             raise AssertionError(f"`{self.command}` still running after {timeout} s:\n{self.output()[-3000:]}") \
                 from None
+        finally:
+            self.kill()
 
     def stop(self, timeout: float) -> None:
         """SIGTERM (as a user's `kill`), then SIGKILL of its process group past ``timeout``."""
@@ -169,6 +171,7 @@ class Shell:
         self.kill()
 
     def kill(self) -> None:
+        """SIGKILL to its process group (its session's: nothing else is in it)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -260,6 +263,7 @@ def check_synopsis(block: Block, work: Path) -> None:
         block.line, "\n".join(problems))
 
 
+@pytest.mark.timeout(900)  # a block's steps each have their own deadline (`timeout:`)
 @pytest.mark.parametrize("block", [_param(b) for b in TESTED])
 def test_readme_block_does_what_the_text_says(block, workdir):
     if block.value("skip"):
