@@ -1,0 +1,290 @@
+"""The README as executable documentation (issue 40, "make it stay fixed"): every shell block in README.md is run
+through a real shell, in a temporary directory holding a copy of `configs/`, and checked against what the text
+beside it promises.
+
+Convention: an HTML comment right before a fenced block says how the block is tested (readers of the rendered
+README do not see it). Every ```sh / ```bash / ```console block must have one; a block of another language is
+tested when it has one. One directive a line::
+
+    <!-- readme-test
+    skip: REASON                  not run here (installs, Docker, a cluster, GPUs, long benchmarks): reported skipped
+    check: synopsis               a command synopsis: every option and choice a `parallel-rl SUB` line names is in
+                                  `parallel-rl SUB --help`, and every option of that command's usage is in the line
+    slow                          a long one (pytest -m "not slow" leaves it out)
+    timeout: S                    the deadline of each step below (default 120 s)
+    env: KEY=VALUE                in the environment of every command below
+    before: COMMAND               run first (must exit 0): makes what the block reads, e.g. a run with a small budget
+    background: COMMAND           started before the block, stopped (SIGTERM, then SIGKILL) after it
+    wait: REGEX                   the last background command printed REGEX; its named groups become {NAME}
+    replace: OLD => NEW           in the block, OLD becomes NEW ({NAME} filled in), e.g. localhost:PORT => ...
+    exit: N                       the block's exit status (default 0; sh blocks run with `set -e -o pipefail`)
+    expect: REGEX                 the block printed a line matching REGEX (re.M)
+    creates: GLOB                 the block made a file matching GLOB (relative to its directory)
+    -->
+
+Commands find `parallel-rl` and `python` of the interpreter running the tests first on PATH, and import the
+checkout the tests run from.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support import eventually
+
+ROOT = Path(__file__).resolve().parents[1]
+SHELL_LANGUAGES = {"sh", "bash", "console"}
+FENCE = re.compile(r"^```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
+MARKER = re.compile(r"<!--\s*readme-test\b(?P<directives>(?:(?!-->).)*)-->\s*\Z", re.S)
+KEYS = {"skip", "check", "slow", "timeout", "env", "before", "background", "wait", "replace", "exit", "expect",
+        "creates"}
+
+
+@dataclass
+class Block:
+    section: str
+    lang: str
+    body: str
+    line: int
+    directives: list | None  # (key, value) in order; None: no marker
+    name: str = ""
+
+    def values(self, key: str) -> list:
+        return [value for k, value in self.directives or [] if k == key]
+
+    def value(self, key: str, default=None):
+        found = self.values(key)
+        return found[-1] if found else default
+
+
+def parse_directives(text: str, where: str) -> list:
+    directives = []
+    for raw in text.strip().splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key not in KEYS:
+            raise AssertionError(f"README.md {where}: unknown readme-test directive {key!r} in {raw!r}; "
+                                 f"use one of {sorted(KEYS)}")
+        directives.append((key, value.strip()))
+    return directives
+
+
+def readme_blocks(path: Path = ROOT / "README.md") -> list:
+    text = path.read_text()
+    blocks, counts = [], {}
+    for match in FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        before = text[:match.start()]
+        headings = re.findall(r"^##+ +(.+)$", before, re.M)
+        section = headings[-1] if headings else "top"
+        marker = MARKER.search(before[-3000:])
+        directives = parse_directives(marker.group("directives"), f"line {line}") if marker else None
+        block = Block(section, match.group("lang"), match.group("body"), line, directives)
+        slug = re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-")
+        counts[slug] = counts.get(slug, 0) + 1
+        block.name = f"{slug}-{counts[slug]}"
+        blocks.append(block)
+    return blocks
+
+
+BLOCKS = readme_blocks()
+TESTED = [b for b in BLOCKS if b.directives is not None]
+
+
+def test_every_shell_block_says_how_it_is_tested():
+    """A shell block without a marker would go untested without anyone noticing."""
+    unmarked = [f"line {b.line} ({b.section})" for b in BLOCKS if b.lang in SHELL_LANGUAGES and b.directives is None]
+    assert not unmarked, (f"README.md shell blocks without a `<!-- readme-test ... -->` marker: {unmarked}; "
+                          f"see tests/test_readme.py for the directives")
+    assert [b for b in TESTED if not b.value("skip")], "no README block runs"
+
+
+def _param(block: Block):
+    marks = [pytest.mark.slow] if any(k == "slow" for k, _ in block.directives) else []
+    return pytest.param(block, id=block.name, marks=marks)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """What a reader has after cloning: the configs, in a directory of the test's own."""
+    work = tmp_path / "work"
+    shutil.copytree(ROOT / "configs", work / "configs", ignore=shutil.ignore_patterns("__pycache__"))
+    return work
+
+
+def shell_env(block: Block) -> dict:
+    bin_dir = os.path.dirname(sys.executable)
+    assert shutil.which("parallel-rl", path=bin_dir), (f"no parallel-rl script beside {sys.executable}: install "
+                                                       f"the project into that environment (make test does)")
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for item in block.values("env"):
+        key, _, value = item.partition("=")
+        env[key.strip()] = value.strip()
+    return env
+
+
+class Shell:
+    """A command through a real shell, in a session of its own (its whole process group can be ended), its output
+    in a file."""
+
+    def __init__(self, command: str, cwd: Path, env: dict, log: Path, lang: str = "sh"):
+        self.command, self.log = command, log
+        self._out = open(log, "w")
+        argv = [sys.executable, "-c", command] if lang == "python" else ["bash", "-e", "-o", "pipefail", "-c",
+                                                                          command]
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float) -> int:
+        """Its exit status; whatever it left running in its process group is ended with it."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"`{self.command}` still running after {timeout} s:\n{self.output()[-3000:]}") \
+                from None
+        finally:
+            self.kill()
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM (as a user's `kill`), then SIGKILL of its process group past ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to its process group (its session's: nothing else is in it)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._out.close()
+
+
+def run_block(block: Block, work: Path) -> None:
+    env = shell_env(block)
+    timeout = float(block.value("timeout", 120))
+    logs = work.parent
+    for n, command in enumerate(block.values("before")):
+        before = Shell(command, work, env, logs / f"before-{n}.log")
+        code = before.wait(timeout)
+        assert code == 0, f"before: `{command}` exited {code}:\n{before.output()[-3000:]}"
+    groups: dict = {}
+    background: list = []
+    try:
+        for key, value in block.directives:
+            if key == "background":
+                background.append(Shell("exec " + value, work, env, logs / f"background-{len(background)}.log"))
+            elif key == "wait":
+                assert background, f"README.md line {block.line}: `wait:` before any `background:`"
+                job = background[-1]
+
+                def printed(job=job, pattern=value):
+                    if job.proc.poll() is not None:
+                        raise AssertionError(f"`{job.command}` exited ({job.proc.returncode}) before printing "
+                                             f"{pattern!r}:\n{job.output()[-3000:]}")
+                    return re.search(pattern, job.output(), re.M)
+
+                groups.update(eventually(printed, timeout=timeout, interval=0.05, message=value).groupdict())
+        body = block.body
+        for item in block.values("replace"):
+            old, _, new = item.partition("=>")
+            assert old.strip() in body, f"README.md line {block.line}: `replace:` names {old.strip()!r}, not in it"
+            body = body.replace(old.strip(), new.strip().format(**groups))
+        shell = Shell(body, work, env, logs / "block.log", lang=block.lang)
+        code = shell.wait(timeout)
+        output = shell.output()
+        expected = int(block.value("exit", 0))
+        assert code == expected, (f"README.md line {block.line} exited {code}, not {expected}:\n{body}\n---\n"
+                                  f"{output[-3000:]}")
+        for pattern in block.values("expect"):
+            assert re.search(pattern, output, re.M), (f"README.md line {block.line}: no line matching {pattern!r} "
+                                                      f"in its output:\n{output[-3000:]}")
+        for pattern in block.values("creates"):
+            assert list(work.glob(pattern)), (f"README.md line {block.line} made no {pattern} in {work}: "
+                                              f"{sorted(os.listdir(work))}")
+    finally:
+        for job in reversed(background):
+            job.stop(timeout=60)
+
+
+def check_synopsis(block: Block, work: Path) -> None:
+    """Every option, choice and action a `parallel-rl SUB ...` line of the synopsis names is in `SUB --help`, and
+    every option `SUB --help`'s usage shows is in the line."""
+    env = shell_env(block)
+    lines = []
+    for raw in block.body.splitlines():
+        text = raw.split("#", 1)[0].rstrip()
+        if raw[:1].isspace() and lines:
+            lines[-1] += " " + text.strip()
+        elif text.strip():
+            lines.append(text.strip())
+    assert lines and all(line.startswith("parallel-rl ") for line in lines), lines
+    problems = []
+    for line in lines:
+        sub = line.split()[1]
+        help_run = subprocess.run(["parallel-rl", sub, "--help"], cwd=work, env=env, capture_output=True, text=True,
+                                  timeout=60)
+        if help_run.returncode != 0:
+            problems.append(f"`parallel-rl {sub} --help` exited {help_run.returncode}: {help_run.stderr.strip()}")
+            continue
+        named = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", line))
+        named |= {word for choices in re.findall(r"(?<![\w.])([a-z_]+(?:\|[a-z_]+)+)(?![\w.])", line)
+                  for word in choices.split("|")}
+        named |= {alt.split()[0] for group in re.findall(r"\[([^][]*\|[^][]*)\]", line)
+                  for alt in group.split("|") if alt.split() and alt.split()[0].islower()}
+        for word in sorted(named):
+            if not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", help_run.stdout):
+                problems.append(f"`{line}`: `parallel-rl {sub} --help` has no {word}")
+        # and the other way round: the synopsis is the reference, every option of the command's usage is in it
+        usage = help_run.stdout.split("\n\n", 1)[0]
+        for option in sorted(set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", usage)) - {"-h"} - named):
+            problems.append(f"`{line}`: the CLI has {option} (see `parallel-rl {sub} --help`); add it to the synopsis")
+    assert not problems, "README.md's command synopsis (line %d) disagrees with the CLI:\n%s" % (
+        block.line, "\n".join(problems))
+
+
+@pytest.mark.timeout(900)  # a block's steps each have their own deadline (`timeout:`)
+@pytest.mark.parametrize("block", [_param(b) for b in TESTED])
+def test_readme_block_does_what_the_text_says(block, workdir):
+    if block.value("skip"):
+        pytest.skip(f"README.md line {block.line}: {block.value('skip')}")
+    if block.value("check") == "synopsis":
+        check_synopsis(block, workdir)
+    else:
+        assert block.value("check") is None, f"README.md line {block.line}: unknown check {block.value('check')!r}"
+        run_block(block, workdir)
+
+
+def test_the_marker_convention_is_parsed_as_documented(tmp_path):
+    """The parser itself, on a README of its own: markers bind to the next block only, unmarked shell blocks are
+    found, an unknown directive is an error naming it."""
+    readme = tmp_path / "README.md"
+    readme.write_text("## A\n\n<!-- readme-test\nslow\nexpect: ^hi$\n-->\n```sh\necho hi\n```\n\n"
+                      "```sh\necho unmarked\n```\n\n```\ndiagram\n```\n")
+    first, second, third = readme_blocks(readme)
+    assert first.directives == [("slow", ""), ("expect", "^hi$")] and first.name == "a-1"
+    assert second.directives is None and second.lang == "sh"
+    assert third.directives is None and third.lang == ""
+    readme.write_text("<!-- readme-test\nexpct: x\n-->\n```sh\ntrue\n```\n")
+    with pytest.raises(AssertionError, match="unknown readme-test directive 'expct'"):
+        readme_blocks(readme)
