@@ -1,0 +1,99 @@
+"""The best evaluated policy of a run (kept on the store, never pruned, what eval/export/load_policy take by
+default, saying which) and `serial --resume DIR` (issue 40, "Missing" 1 and 2): real `parallel-rl run` / `serial`
+/ `eval` processes on the toy env, real files."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.test_cluster import TOY_CONFIG
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def toy_config(tmp_path) -> str:
+    path = tmp_path / "toy.py"
+    path.write_text(TOY_CONFIG)
+    return str(path)
+
+
+def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, tmp_path):
+    """The evaluation that solves the run is its best: eval, export and load_policy take that version (not the
+    newest checkpoint) and say which; `--checkpoint newest` takes the newest."""
+    import parallel_rl
+    from parallel_rl.storage import SharedStorage
+
+    config = toy_config(tmp_path)
+    exp = tmp_path / "exp"
+    run = cli("run", "run", "-c", config, "--set", f"exp_name={exp}", "--collectors", "1", "--port", "0")
+    assert run.wait(150) == 0, run.output()[-3000:]
+    solved = re.search(r"^solved: eval return (\S+) >= stop value \S+ \(policy version (\d+)\)", run.output(), re.M)
+    assert solved, run.output()[-3000:]
+    best_return, best_version = float(solved.group(1)), int(solved.group(2))
+    store = SharedStorage(str(exp / "shared"), create=False)
+    record = store.best_policy_record()
+    assert (record.version, round(record.eval_return, 1)) == (best_version, best_return)
+    assert store.policy_exists(best_version)
+
+    out = run_cli("eval", "-c", config, "--run", str(exp), "--episodes", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}" \
+        in out.stdout + out.stderr, out.stdout + out.stderr
+    assert store.policy_path(best_version) in out.stdout
+
+    newest = store.latest_policy_version()
+    out = run_cli("--json", "eval", "-c", config, "--run", str(exp), "--episodes", "2", "--checkpoint", "newest")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["checkpoint"] == store.policy_path(newest)
+    assert f"newest: version {newest}" in out.stderr
+
+    agent = parallel_rl.load_policy(str(exp), config=config)  # `run` writes no config.json
+    assert agent.source == store.policy_path(best_version)
+    assert agent.act(np.zeros(agent.obs_shape, dtype=np.float32)) in range(2)
+    assert parallel_rl.load_policy(str(exp), config, checkpoint="newest").source == store.policy_path(newest)
+
+
+def test_the_best_and_the_versions_under_evaluation_are_never_pruned(tmp_path):
+    """keep_checkpoints prunes the old versions but not one held for an evaluation nor the best one."""
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.storage.checkpoints import BestRecord
+
+    store = SharedStorage(str(tmp_path / "shared"))
+    for version in range(0, 100, 10):
+        store.save_policy(version, {"w": np.full(2, version)})
+    store.hold_policy(30)  # under evaluation
+    store.keep_best_policy(BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25))
+    store.prune_checkpoints(2)
+    assert store.policy_versions() == [20, 30, 80, 90]
+    assert store.best_policy_record() == BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25)
+    store.keep_best_policy(BestRecord(version=30, eval_return=9.0, env_steps=2000, train_iter=31))
+    store.prune_checkpoints(2)  # the old best is released with the new one kept
+    assert store.policy_versions() == [30, 80, 90]
+    assert store.reset() and store.best_policy_record() is None and store.policy_versions() == []
+
+
+def test_a_resumed_coordinator_remembers_its_best_version(coordinator_factory, tmp_path):
+    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.storage import SharedStorage
+    from parallel_rl.storage.checkpoints import BestRecord
+
+    coordinator, _ = coordinator_factory()
+    coordinator.storage.save_policy(40, {"w": np.zeros(2)})
+    assert coordinator.best.evaluated(40, 4.5, env_steps=640, train_iter=41)
+    assert not coordinator.best.evaluated(40, 3.0, env_steps=700, train_iter=50)  # worse: the best stays
+    state = coordinator.state_dict()
+    again = Coordinator(coordinator.cfg, SharedStorage(str(tmp_path / "shared")), "test-token")
+    again.load_state_dict(state)
+    assert again.best.record == BestRecord(version=40, eval_return=4.5, env_steps=640, train_iter=41)
+    assert not again.best.evaluated(40, 4.0, env_steps=800, train_iter=60)
