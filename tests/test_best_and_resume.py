@@ -48,15 +48,16 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
 
     out = run_cli("eval", "-c", config, "--run", str(exp), "--episodes", "2")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}" \
-        in out.stdout + out.stderr, out.stdout + out.stderr
+    assert f"eval: best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}" \
+        in out.stdout, out.stdout + out.stderr
     assert store.policy_path(best_version) in out.stdout
 
     newest = store.latest_policy_version()
     out = run_cli("--json", "eval", "-c", config, "--run", str(exp), "--episodes", "2", "--checkpoint", "newest")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert json.loads(out.stdout)["checkpoint"] == store.policy_path(newest)
-    assert f"newest: version {newest}" in out.stderr
+    chosen = json.loads(out.stdout)
+    assert chosen["checkpoint"] == store.policy_path(newest) and chosen["checkpoint_choice"].startswith(
+        f"newest: version {newest}"), chosen
 
     agent = parallel_rl.load_policy(str(exp), config=config)  # `run` writes no config.json
     assert agent.source == store.policy_path(best_version)
@@ -97,3 +98,33 @@ def test_a_resumed_coordinator_remembers_its_best_version(coordinator_factory, t
     again.load_state_dict(state)
     assert again.best.record == BestRecord(version=40, eval_return=4.5, env_steps=640, train_iter=41)
     assert not again.best.evaluated(40, 4.0, env_steps=800, train_iter=60)
+
+
+def test_serial_resume_continues_the_counters_and_eval_takes_the_best(tmp_path):
+    config = toy_config(tmp_path)
+    exp = tmp_path / "serial"
+    common = ("-c", config, "--set", "env.stop_value=100", "--set", "policy.eval.evaluator.eval_freq=5")
+    first = run_cli("serial", *common, "--set", f"exp_name={exp}", "--set", "serial.max_env_step=200")
+    assert first.returncode == 3, first.stdout + first.stderr
+    steps, iters = map(int, re.findall(r"env_steps=(\d+) train_iter=(\d+)", first.stdout)[-1])
+    assert steps >= 200 and iters > 0
+
+    out = run_cli("eval", "-c", config, "--run", str(exp), "--episodes", "1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^eval: best: version \d+, eval return \S+ at env step \d+", out.stdout, re.M), out.stdout
+    assert os.path.join(str(exp), "ckpt", "ckpt_best.pt") in out.stdout
+
+    second = run_cli("serial", *common, "--resume", str(exp), "--set", "serial.max_env_step=400")
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert f"resumed {exp}: env_steps={steps} train_iter={iters}" in second.stdout + second.stderr, second.stdout
+    end_steps, end_iters = map(int, re.findall(r"env_steps=(\d+) train_iter=(\d+)", second.stdout)[-1])
+    assert end_steps >= 400 and end_iters > iters
+
+
+def test_serial_resume_of_a_directory_with_nothing_to_resume_is_one_line(tmp_path):
+    config = toy_config(tmp_path)
+    out = run_cli("serial", "-c", config, "--resume", str(tmp_path / "nothing"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("parallel-rl serial: error: --resume ") \
+        and "no saved serial state" in lines[0], out.stderr

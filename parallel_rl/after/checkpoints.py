@@ -25,7 +25,7 @@ from easydict import EasyDict
 
 from ..config import RUN_CONFIG_NAME
 from ..errors import ConfigError, StorageError, StorageFaultError
-from ..storage.checkpoints import load_best_record
+from ..storage.checkpoints import SERIAL_BEST, load_best_record
 from ..storage.names import BEST_RECORD
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ class Checkpoint:
 
 # which of a run's checkpoints --checkpoint may name instead of a file (the first is the default)
 CHOICES = ("best", "newest")
-# the serial evaluator's best (InteractionSerialEvaluator saves it on every new best mean return)
-SERIAL_BEST = "ckpt_best.pt"
 
 
 def _serial_checkpoints(directory: str) -> list:

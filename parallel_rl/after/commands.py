@@ -5,7 +5,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 
 from ..errors import ConfigError
 
@@ -94,8 +93,8 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
     check_env_fits(cfg)
     set_torch_threads(cfg.system.torch_num_threads)
     checkpoint = find_checkpoint(cfg, args.checkpoint, args.run)
-    if checkpoint.why:  # on stderr: --json's stdout is the JSON alone
-        print(f"parallel-rl {args.command}: {checkpoint.why} ({checkpoint.source})", file=sys.stderr, flush=True)
+    if checkpoint.why and not getattr(args, "json", False):  # --json: its "checkpoint_choice"
+        print(f"{args.command}: {checkpoint.why} ({checkpoint.source})", flush=True)
     env = spaces_env(cfg, num_envs, seed, evaluating=True)
     try:
         return cfg, checkpoint, env, build_policy(cfg, checkpoint, env)

@@ -23,6 +23,9 @@ from .formats import torch_load, torch_save_atomic
 from .health import store_op
 from .names import BEST_RECORD, POLICY_HOLD
 
+# a serial run's best checkpoint (the serial evaluator saves it on every new best), its record beside it
+SERIAL_BEST = "ckpt_best.pt"
+
 logger = logging.getLogger(__name__)
 
 
