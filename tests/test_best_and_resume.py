@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.test_cluster import TOY_CONFIG
+from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401 (fixtures: moto's S3 server and a bucket)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,12 +67,15 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
     assert parallel_rl.load_policy(str(exp), config, checkpoint="newest").source == store.policy_path(newest)
 
 
-def test_the_best_and_the_versions_under_evaluation_are_never_pruned(tmp_path):
-    """keep_checkpoints prunes the old versions but not one held for an evaluation nor the best one."""
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_the_best_and_the_versions_under_evaluation_are_never_pruned(backend, tmp_path, request):
+    """keep_checkpoints prunes the old versions but not one held for an evaluation nor the best one, on a local
+    directory and on S3 (moto's server) alike."""
     from parallel_rl.storage import SharedStorage
     from parallel_rl.storage.checkpoints import BestRecord
 
-    store = SharedStorage(str(tmp_path / "shared"))
+    root = str(tmp_path / "shared") if backend == "local" else f"s3://{request.getfixturevalue('bucket')}/run"
+    store = SharedStorage(root)
     for version in range(0, 100, 10):
         store.save_policy(version, {"w": np.full(2, version)})
     store.hold_policy(30)  # under evaluation
