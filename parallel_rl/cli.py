@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serial", help="train in one process (serial pipeline)")
     _add_config_args(p)
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the serial run whose experiment directory is DIR (policy, optimizer, env steps, "
+                        "train iterations, best eval return; the replay buffer starts empty)")
 
     p = sub.add_parser("run", help="run a whole cluster as local processes")
     _add_config_args(p)
@@ -173,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serial(args: argparse.Namespace) -> int:
     from .config import load_config
     from .entry.serial import serial_pipeline
+    from .errors import ConfigError
     from .progress import ProgressReporter
     from .runtime import outcome_exit_code, setup_process
 
@@ -188,11 +192,14 @@ def cmd_serial(args: argparse.Namespace) -> int:
 
     from .envs.multiagent import is_battle_env
 
-    pipeline = serial_pipeline
+    pipeline, extra = serial_pipeline, {"resume": args.resume} if args.resume else {}
     if is_battle_env(cfg.env):  # a two-player game: the self-play pipeline
+        if args.resume:
+            raise ConfigError(f"--resume {args.resume}: self-play runs (two-player games) cannot be resumed yet; "
+                              f"start over without --resume")
         from .entry.selfplay import selfplay_pipeline as pipeline
     try:
-        result = pipeline(cfg, progress=progress)
+        result = pipeline(cfg, progress=progress, **extra)
     finally:
         reporter.close()
     print(result.summary(), flush=True)

@@ -2,7 +2,7 @@
 
 >>> import parallel_rl
 >>> run = parallel_rl.train("configs/cartpole_dqn.py", exp_name="/tmp/cp", serial={"max_env_step": 2000})
->>> agent = parallel_rl.load_policy(run.run_dir)     # the newest checkpoint of the run
+>>> agent = parallel_rl.load_policy(run.run_dir)     # the best evaluated checkpoint of the run
 >>> agent.act(obs)                                   # one observation -> one action (or a batch -> a batch)
 """
 from __future__ import annotations
@@ -101,15 +101,17 @@ def _train_cluster(user: Dict[str, Any], sets: List[str], run_dir: str, collecto
 KINDS = ("checkpoint", "torchscript", "onnx")
 
 
-def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, kind: Optional[str] = None):
+def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, kind: Optional[str] = None,
+                checkpoint: str = "best"):
     """An :class:`~parallel_rl.after.acting.Agent` with ``act(obs)`` from ``path``: a file written by
     ``parallel-rl export`` (``*.onnx`` runs in ONNX Runtime, ``*.torchscript`` in torch), a checkpoint, or a run
-    directory (its newest checkpoint). ``kind`` (one of :data:`KINDS`) says which; by default the suffix does, and
+    directory: its ``checkpoint`` (``"best"``: its best evaluated version, the newest when no evaluation kept
+    one; ``"newest"``), logged with why. ``kind`` (one of :data:`KINDS`) says which; by default the suffix does, and
     any other name is a checkpoint or a run. A TorchScript file is a program (its code runs as it loads): it is run
     only when named ``*.torchscript`` or ``kind="torchscript"``, never for a checkpoint, so load only the ones you
     trust. A checkpoint needs its config: ``config`` (a file or dict), else the ``config.json`` its run wrote."""
     from .acting import Agent, acting_module, torch_forward
-    from .checkpoints import build_policy, find_checkpoint, find_run_config, load_run_config, spaces_env
+    from .checkpoints import CHOICES, build_policy, find_checkpoint, find_run_config, load_run_config, spaces_env
     from .export import export_kind, open_export
 
     path = os.fspath(path)
@@ -130,18 +132,23 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, k
         if found is None:
             raise ConfigError(f"no config.json beside {path!r}: pass load_policy(path, config='configs/...py')")
         cfg = load_run_config(found)
-    checkpoint = find_checkpoint(cfg, None if os.path.isdir(path) else path, path if os.path.isdir(path) else None)
+    if checkpoint not in CHOICES:
+        raise ConfigError(f"load_policy: checkpoint={checkpoint!r}; use one of {', '.join(CHOICES)} (a checkpoint "
+                          f"file is passed as path)")
+    run = path if os.path.isdir(path) else None
+    found = find_checkpoint(cfg, checkpoint if run else os.path.abspath(path) if "://" not in path else path, run)
+    logger.info("load_policy: %s (%s)", found.why or "the file given", found.source)
     if cfg.env.get("type") == "pettingzoo":
         raise ConfigError("load_policy: two-player games (env.type='pettingzoo') are not supported yet: their "
                           "policies need the game's action mask; evaluate them with parallel-rl eval")
     env = spaces_env(cfg)
     try:
         obs_shape, action_kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
-        policy = build_policy(cfg, checkpoint, env)
+        policy = build_policy(cfg, found, env)
     finally:
         env.close()
     module = acting_module(policy)
-    return Agent(torch_forward(module), obs_shape, action_kind, checkpoint.source, obs_dtype,
+    return Agent(torch_forward(module), obs_shape, action_kind, found.source, obs_dtype,
                  getattr(module, "state_sizes", None))
 
 

@@ -5,6 +5,10 @@ Three places hold policies: a serial run's ``<exp_dir>/ckpt/*.pt`` (the learner'
 local path or an object-store URL) and a compose volume (a shared store on a local path). Every file
 is read by :func:`parallel_rl.storage.torch_load` (``weights_only=True``) and loaded into the policy
 the config builds, so a checkpoint of another algorithm or env is refused with one line.
+
+Of a run, the best evaluated version is taken by default (a serial run's ``ckpt/ckpt_best.pt``, a cluster's
+``policy/best.json``; both records say its eval return and env step), the newest when no evaluation kept
+one; ``newest`` asks for the newest. :attr:`Checkpoint.why` says which was taken and why.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from easydict import EasyDict
 
 from ..config import RUN_CONFIG_NAME
 from ..errors import ConfigError, StorageError, StorageFaultError
+from ..storage.checkpoints import SERIAL_BEST, load_best_record
+from ..storage.names import BEST_RECORD
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +51,16 @@ def load_run_config(path: str) -> EasyDict:
 
 @dataclass
 class Checkpoint:
-    """Where a policy came from (``source``: a file or ``<store> version N``) and its state dict."""
+    """Where a policy came from (``source``: its file) and its state dict; ``why``: which of a run's checkpoints
+    it is, and why it was taken (``best: version 1234, eval return 148.0 at env step 20480``)."""
 
     source: str
     state: Dict[str, Any]
+    why: str = ""
+
+
+# which of a run's checkpoints --checkpoint may name instead of a file (the first is the default)
+CHOICES = ("best", "newest")
 
 
 def _serial_checkpoints(directory: str) -> list:
@@ -71,25 +83,69 @@ def _checkpoint_load():
         yield
 
 
-def _store_checkpoint(root: str, storage_options: Optional[dict]) -> Optional[Checkpoint]:
-    """The newest policy checkpoint of the shared store at ``root`` (read only: nothing is made there); None when
-    it holds none. ConfigError naming the file when it does not load (a fault of the store: StorageFaultError)."""
+def _store_checkpoint(root: str, storage_options: Optional[dict], which: str) -> Optional[Checkpoint]:
+    """The best (``which="best"``; the newest when no evaluation kept one) or newest policy checkpoint of the
+    shared store at ``root`` (read only: nothing is made there); None when it holds none. ConfigError naming the
+    file when it does not load (a fault of the store: StorageFaultError)."""
     from ..storage import SharedStorage
 
     storage = SharedStorage(root, storage_options or {}, create=False)
+    note = ""
     try:
+        if which == "best":
+            record = storage.best_policy_record()
+            if record is not None:
+                try:
+                    return _store_load(storage, record.version, f"best: {record.describe()}")
+                except FileNotFoundError:  # a new best replaced it meanwhile (its hold released, pruned)
+                    note = f" (the best, version {record.version}, is gone)"
+            else:
+                note = " (no evaluation has kept a best version yet)"
         version = storage.latest_policy_version()
     except FileNotFoundError:
         return None
+    except StorageFaultError:
+        raise
+    except StorageError as exc:
+        raise ConfigError(f"{str(exc).splitlines()[0][:300]}") from None
     if version is None:
         return None
+    return _store_load(storage, version, f"newest: version {version}{note}")
+
+
+def _store_load(storage, version: int, why: str) -> Checkpoint:
     try:
         with _checkpoint_load():
-            return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version))
+            return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version), why)
     except StorageFaultError:
         raise
     except StorageError as exc:
         raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); {_PASS_A_CHECKPOINT}") from None
+
+
+def _serial_checkpoint(directory: str, files: list, which: str) -> Checkpoint:
+    """A serial run's best (``ckpt/ckpt_best.pt`` with the record beside it) or newest checkpoint."""
+    best = os.path.join(directory, "ckpt", SERIAL_BEST)
+    if which == "best" and os.path.isfile(best):
+        checkpoint = read_checkpoint(best)
+        try:
+            record = load_best_record(os.path.join(directory, "ckpt", BEST_RECORD))
+        except StorageError as exc:
+            raise ConfigError(str(exc)) from None
+        if record is not None:
+            checkpoint.why = f"best: {record.describe()}"
+        else:  # written before the record was
+            checkpoint.why = f"best: version {_iteration(checkpoint)} (the evaluator's best, {SERIAL_BEST})"
+        return checkpoint
+    checkpoint = read_checkpoint(files[-1])
+    note = " (no evaluation has kept a best version yet)" if which == "best" else ""
+    checkpoint.why = f"newest: version {_iteration(checkpoint)}{note}"
+    return checkpoint
+
+
+def _iteration(checkpoint: Checkpoint) -> Any:
+    state = checkpoint.state
+    return state.get("train_iter", "?") if isinstance(state, dict) else "?"
 
 
 def read_checkpoint(path: str) -> Checkpoint:
@@ -110,26 +166,30 @@ def read_checkpoint(path: str) -> Checkpoint:
 
 
 def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Optional[str] = None) -> Checkpoint:
-    """The checkpoint given, else the newest one of ``run`` (a serial experiment directory, a shared store path
-    or URL), else of the config's own run (its ``exp_name`` directory, then its shared store)."""
-    if checkpoint:
+    """``checkpoint``: a file, or which of a run's checkpoints (:data:`CHOICES`: ``best``, the default, else the
+    newest when no evaluation kept a best; ``newest``), of ``run`` (a serial experiment directory, a shared
+    store path or URL), else of the config's own run (its ``exp_name`` directory, then its shared store)."""
+    if checkpoint and checkpoint not in CHOICES:
         return read_checkpoint(checkpoint)
+    which = checkpoint or CHOICES[0]
     from ..runtime import experiment_dir, shared_root
 
     places = [run] if run else [experiment_dir(cfg), shared_root(cfg)]
     for place in places:
+        found = None
         if "://" not in place:
             serial = _serial_checkpoints(place)
             if serial:
-                return read_checkpoint(serial[-1])
+                found = _serial_checkpoint(place, serial, which)
             for root in (place, os.path.join(place, "shared")):
-                if os.path.isdir(os.path.join(root, "policy")):
-                    found = _store_checkpoint(root, cfg.parallel.get("storage_options"))
-                    if found:
-                        return found
-            continue
-        found = _store_checkpoint(place, cfg.parallel.get("storage_options"))
-        if found:
+                if found is None and os.path.isdir(os.path.join(root, "policy")):
+                    found = _store_checkpoint(root, cfg.parallel.get("storage_options"), which)
+        else:
+            found = _store_checkpoint(place, cfg.parallel.get("storage_options"), which)
+        if found is not None:
+            if checkpoint == "best" and not found.why.startswith("best"):
+                raise ConfigError(f"no best checkpoint in {place} ({found.why}); pass --checkpoint newest or a "
+                                  f"checkpoint file")
             return found
     raise ConfigError(f"no policy checkpoint in {' or '.join(places)}; train first (parallel-rl serial/run -c "
                       f"CONFIG), or pass --checkpoint FILE or --run DIR")

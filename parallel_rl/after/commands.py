@@ -14,6 +14,10 @@ EVAL_EXAMPLE = """example:
   parallel-rl serial -c configs/cartpole_dqn.py           # train: checkpoints in cartpole_dqn/ckpt/
   parallel-rl eval -c configs/cartpole_dqn.py --episodes 100 --video videos/
   parallel-rl eval -c configs/cartpole_dqn_parallel.py --run cartpole_dqn_parallel/shared --json
+  parallel-rl eval -c configs/cartpole_dqn.py --checkpoint newest   # not the best evaluated version
+
+Of a run, the best evaluated version is taken unless --checkpoint says otherwise; which one, and why, is
+printed first (best: version 1234, eval return 148.0 at env step 20480).
 """
 PLOT_EXAMPLE = """example:
   parallel-rl plot cartpole_dqn_s0 cartpole_dqn_s1 cartpole_ppo -o curves.png --x env_steps
@@ -37,10 +41,12 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def _add_policy_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", metavar="PATH", default=None,
-                   help="a checkpoint file (<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
+    p.add_argument("--checkpoint", metavar="best|newest|PATH", default=None,
+                   help="which checkpoint of the run: best (default: its best evaluated version, the newest when "
+                        "no evaluation kept one), newest, or a checkpoint file (<exp_dir>/ckpt/*.pt, "
+                        "<shared>/policy/policy_*.pt; a file named best: ./best)")
     p.add_argument("--run", metavar="DIR", default=None,
-                   help="a serial experiment directory or a shared store (path or URL): its newest checkpoint "
+                   help="a serial experiment directory or a shared store (path or URL) "
                         "(default: the config's exp_name directory, then its shared store)")
 
 
@@ -87,6 +93,8 @@ def _policy_for(args: argparse.Namespace, num_envs: int, seed: int):
     check_env_fits(cfg)
     set_torch_threads(cfg.system.torch_num_threads)
     checkpoint = find_checkpoint(cfg, args.checkpoint, args.run)
+    if checkpoint.why and not getattr(args, "json", False):  # --json: its "checkpoint_choice"
+        print(f"{args.command}: {checkpoint.why} ({checkpoint.source})", flush=True)
     env = spaces_env(cfg, num_envs, seed, evaluating=True)
     try:
         return cfg, checkpoint, env, build_policy(cfg, checkpoint, env)
@@ -120,7 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             videos = recording.result()
     else:
         info = (evaluate_battle if battle else evaluate_policy)(cfg, policy, args.episodes, args.seed)
-    out = {"checkpoint": checkpoint.source, "env_id": cfg.env.env_id, "policy": cfg.policy.type,
+    out = {"checkpoint": checkpoint.source, "checkpoint_choice": checkpoint.why or None, "env_id": cfg.env.env_id, "policy": cfg.policy.type,
            "episodes": info["episodes"], "length_mean": info["episode_length_mean"],
            "env_steps": info["env_steps"], "seconds": round(info["duration"], 3),
            "env_steps_per_second": round(info["env_steps"] / max(info["duration"], 1e-9), 1)}

@@ -21,6 +21,7 @@ from easydict import EasyDict
 from ..errors import ConflictError, ParallelRLError, ProtocolViolation, RemoteError
 from ..protocol import MAX_COUNTER
 from ..storage import SharedStorage, StorageHealth
+from .best import BestPolicy
 from .bottleneck import bottleneck
 from .commander import create_parallel_commander
 from .commander_api import Commander, CommanderHandle
@@ -93,6 +94,7 @@ class Coordinator(DingCallbacks):
         self.flow = FlowControl(cfg, self.workers, self._lock, progress=self,
                                 epsilon=lambda env_steps: self.commander.epsilon(env_steps), replay=self.replay)
         self.snapshots = Snapshots(self)
+        self.best = BestPolicy(storage, int(cfg.parallel.learner.keep_checkpoints))
         self._wake = threading.Event()
         self._closing = threading.Event()
         # notified on every kick (task ends, workers joining and leaving): wind_down waits on it
@@ -278,8 +280,10 @@ class Coordinator(DingCallbacks):
                 worker.state = WorkerState.BUSY
             if task.kind == TaskKind.LEARNER:
                 self.flow.metering.learner_task_started()
-        if task.kind == TaskKind.EVALUATOR and self.flow.metering.members_changed():
-            self.flow.notify_progress()  # on-policy: the other collectors take over the evaluator's share
+        if task.kind == TaskKind.EVALUATOR:
+            self.best.evaluating(task.spec.get("policy_version"))  # not pruned before its result is in
+            if self.flow.metering.members_changed():
+                self.flow.notify_progress()  # on-policy: the other collectors take over the evaluator's share
         payload = {"task_id": task.task_id, "kind": task.kind.value, "spec": task.spec}
         try:  # a retried POST is safe: slaves acknowledge a task id they have seen without running it again
             worker.client.post("/slave/v1/tasks", payload, retries=1)
@@ -349,8 +353,11 @@ class Coordinator(DingCallbacks):
         log("coordinator: %s %s%s", task_id, state.value, f" ({error})" if error else "")
         if state == TaskState.FAILED:
             self.commander.on_task_failed(task, store_fault=store_fault)
-        if task.kind == TaskKind.EVALUATOR and state == TaskState.FINISHED and result:
-            self._on_eval_result(task, result)
+        if task.kind == TaskKind.EVALUATOR:
+            if state == TaskState.FINISHED and result:
+                self._on_eval_result(task, result)
+            else:
+                self.best.abandoned(task.spec.get("policy_version"))
         if state == TaskState.FINISHED:
             self.commander.on_task_finished(task)
         if leaving_done:
@@ -359,28 +366,36 @@ class Coordinator(DingCallbacks):
         return task
 
     def _on_eval_result(self, task: Task, result: dict) -> None:
+        handed = task.spec.get("policy_version")
+        # the version evaluated: the newest one when the one handed was pruned before the evaluator loaded it
+        version = result.get("policy_version")
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_COUNTER:
+            version = handed
         mean = result.get("eval_episode_return_mean")
         if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
             logger.warning("coordinator: eval of policy %s (%s) has no mean return (%s episode(s)); not counted",
-                           task.spec.get("policy_version"), task.task_id, result.get("episodes", 0))
+                           version, task.task_id, result.get("episodes", 0))
+            self.best.abandoned(handed)
             return
         mean = float(mean)
         with self._lock:
             self.last_eval_return = mean
             if math.isnan(self.best_eval_return) or mean > self.best_eval_return:
                 self.best_eval_return = mean
-            self.eval_history.append({"t": round(self.uptime, 3), "policy_version": task.spec.get("policy_version"),
+            self.eval_history.append({"t": round(self.uptime, 3), "policy_version": version,
                                       "env_steps": self.env_steps, "train_iter": self.train_iter,
                                       "eval_return": mean, "train_return": json_number(mean_return(self.train_returns))})
             del self.eval_history[:-10_000]
+            env_steps, train_iter = self.env_steps, self.train_iter
+        self.best.evaluated(version, mean, env_steps, train_iter, handed=handed)
         stop_value = self.cfg.env.stop_value  # None: no stop value, the run trains to its budget
-        logger.info("coordinator: eval of policy %s: mean return %.1f (%s)", task.spec.get("policy_version"), mean,
+        logger.info("coordinator: eval of policy %s: mean return %.1f (%s)", version, mean,
                     "no stop value" if stop_value is None else f"stop value {stop_value:g}")
         # a battle evaluation says itself whether its stop rule (win rate and per-side bounds) holds
         if (stop_value is not None and result.get("episodes", 0) >= task.spec.get("n_episode", 0)
                 and mean >= stop_value and result.get("stop", True) is not False):
             self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
-                                                 f"(policy version {task.spec.get('policy_version')})")
+                                                 f"(policy version {version})")
 
     # ---- metadata from slaves --------------------------------------------------------------
     def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], **kw: Any) -> Dict[str, Any]:

@@ -55,6 +55,7 @@ class Snapshots:
                              "last_eval_return": json_number(c.last_eval_return),
                              "best_eval_return": json_number(c.best_eval_return),
                              "last_eval_version": c.commander.last_eval_version,
+                             "best_policy": c.best.state_dict(),
                              "uptime": c.uptime, "started_at": c.started_at,
                              "train_returns": list(c.train_returns)},
                 "learn_info": dict(c.learn_info),
@@ -81,6 +82,7 @@ class Snapshots:
             c.train_returns.clear()
             c.train_returns.extend(float(r) for r in counters.get("train_returns", []))
             c.commander.last_eval_version = counters.get("last_eval_version")
+            c.best.load_state_dict(counters.get("best_policy"))  # a snapshot before bests were kept: none
             if "uptime" in counters:  # the clock goes on from where the saved run stopped
                 c._t0 = time.monotonic() - float(counters["uptime"])
                 c.started_at = float(counters["started_at"])

@@ -5,10 +5,16 @@ replay buffer, learner, evaluator), wired in one loop. The policy's data flow
 decides what happens to collected data: off-policy (DQN, SAC) data goes
 through the replay buffer, on-policy (PPO) data is one segment the learner
 trains on once (its epochs) and drops.
+
+Its full state (``<exp_dir>/ckpt/serial_state.pt``: the policy's learning state, the counters, the best
+evaluation) is saved at every evaluation and at the end; ``resume=DIR`` continues from it (``serial --resume``).
+The replay buffer, the envs' episodes and the random generators are not saved: a resumed run refills its buffer
+with the resumed policy (no random warm-up again).
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -17,9 +23,13 @@ from typing import Callable, Optional
 from easydict import EasyDict
 
 from ..data.buffer import create_buffer
+from ..errors import ConfigError, StorageError
 from ..envs.env_manager import EnvManager
 from ..policy import create_policy
 from ..runtime import experiment_dir, set_torch_threads
+from ..storage import torch_load, torch_save_atomic
+from ..storage.checkpoints import SERIAL_BEST, BestRecord, save_best_record
+from ..storage.names import BEST_RECORD
 from ..tblog import TensorBoardLogger
 from ..collector.serial import create_serial_collector
 from .commander import BaseSerialCommander
@@ -27,6 +37,9 @@ from ..evaluator.serial import InteractionSerialEvaluator
 from ..learner.learner import create_learner
 
 logger = logging.getLogger(__name__)
+
+# the serial pipeline's full state, in <exp_dir>/ckpt: what `serial --resume` continues from
+SERIAL_STATE = "serial_state.pt"
 
 
 @dataclass
@@ -84,9 +97,32 @@ def prepare_run(cfg: EasyDict) -> str:
     return exp_dir
 
 
-def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None) -> TrainResult:
-    """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out."""
+def load_serial_state(resume: str) -> dict:
+    """The full state a serial run saved in its experiment directory ``resume``; ConfigError in one line when
+    there is none (or it does not load)."""
+    path = os.path.join(os.path.abspath(resume), "ckpt", SERIAL_STATE)
+    if not os.path.isfile(path):
+        raise ConfigError(f"--resume {resume}: no saved serial state in {os.path.dirname(path)} ({SERIAL_STATE}); "
+                          f"pass the experiment directory of the serial run to continue (its exp_name)")
+    try:
+        state = torch_load(path)
+        int(state["train_iter"]), int(state["env_steps"]), dict(state["policy"])
+    except (StorageError, KeyError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"--resume {resume}: {path} cannot be resumed ({first}); start over without "
+                          f"--resume") from None
+    return state
+
+
+def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None,
+                    resume: Optional[str] = None) -> TrainResult:
+    """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out; ``resume``: the
+    experiment directory of an earlier serial run to continue (its counters go on; the budgets count them)."""
     start = time.perf_counter()
+    saved = None
+    if resume:
+        saved = load_serial_state(resume)  # before anything is written there
+        cfg = EasyDict({**cfg, "exp_name": os.path.abspath(resume)})
     exp_dir = prepare_run(cfg)
     collector_env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, evaluating=True)
@@ -110,12 +146,35 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     budget = cfg.serial
     last_return = best_return = float("nan")
     solved, reason = False, ""
+    if saved is not None:
+        policy.load_state_dict(saved["policy"])
+        learner.train_iter, collector.envstep = int(saved["train_iter"]), int(saved["env_steps"])
+        if saved.get("best_eval_return") is not None:  # ckpt_best.pt is replaced only by a better one
+            evaluator.best_return = best_return = float(saved["best_eval_return"])
+        start -= float(saved.get("seconds", 0.0))  # the time budget counts the earlier runs too
+        print(f"resumed {exp_dir}: env_steps={collector.envstep} train_iter={learner.train_iter}", flush=True)
+
+    def save_checkpoint(name: str) -> None:
+        learner.save_checkpoint(name)
+        if name == SERIAL_BEST:  # the evaluator's new best: its record beside it (what `eval` prints)
+            save_best_record(os.path.join(learner.ckpt_dir, BEST_RECORD),
+                             BestRecord(learner.train_iter, float(evaluator.best_return), collector.envstep,
+                                        learner.train_iter))
+
+    def save_state() -> None:
+        best = evaluator.best_return
+        torch_save_atomic(os.path.join(learner.ckpt_dir, SERIAL_STATE), {
+            "policy": policy.state_dict(), "train_iter": learner.train_iter, "env_steps": collector.envstep,
+            "best_eval_return": best if math.isfinite(best) else None, "seconds": time.perf_counter() - start})
+
     learner.call_hook("before_run")
     try:
-        warm_up(cfg.policy, collector, buffer)
+        if saved is None:
+            warm_up(cfg.policy, collector, buffer)
         while True:
             if evaluator.should_eval(learner.train_iter):
-                stop, info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
+                stop, info = evaluator.eval(save_checkpoint, learner.train_iter, collector.envstep)
+                save_state()
                 last_return = info["eval_episode_return_mean"]
                 best_return = evaluator.best_return
                 elapsed = time.perf_counter() - start
@@ -137,6 +196,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                                      policy_kwargs=commander.step(), drop_extra=True, keep_extra=True)
             policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
+        save_state()
     finally:
         collector.close()
         evaluator.close()

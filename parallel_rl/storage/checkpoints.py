@@ -1,15 +1,30 @@
 """Checkpoints on the shared store: policy weights (``policy/``, written by the learner, read by every
 collector and evaluator), the learner's full state for resume (``learner/``) and the league's frozen
-policies (``league/``, two-player self-play). Each is a ``torch.save`` of a state dict (:mod:`.formats`)."""
+policies (``league/``, two-player self-play). Each is a ``torch.save`` of a state dict (:mod:`.formats`).
+
+The run's best evaluated policy is a policy checkpoint like the others, named by ``policy/best.json`` (a
+:class:`BestRecord`) and held: ``policy/held_<version>`` (an empty file) keeps a version from pruning while
+it is evaluated and while it is the best. Holds are file names, so pruning sees them in the listing it makes
+anyway: no read more per checkpoint, on a local disk and on an object store alike. A serial run keeps its
+best as ``<exp_dir>/ckpt/ckpt_best.pt`` with the same record beside it (``ckpt/best.json``)."""
 from __future__ import annotations
 
+import json
 import logging
-from typing import Dict, Mapping, Optional
+import math
+import posixpath
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Mapping, Optional
 
 from ..errors import StorageError, StorageFaultError
+from .backends import LocalBackend
 from .family import NumberedFiles
 from .formats import torch_load, torch_save_atomic
 from .health import store_op
+from .names import BEST_RECORD, POLICY_HOLD
+
+# a serial run's best checkpoint (the serial evaluator saves it on every new best), its record beside it
+SERIAL_BEST = "ckpt_best.pt"
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +72,125 @@ class Checkpoints(NumberedFiles):
         """Delete all but the newest ``keep``; returns the files removed."""
         versions = self.versions()
         return sum(self.backend.unlink(self.path(v)) for v in versions[: max(0, len(versions) - keep)])
+
+
+@dataclass(frozen=True)
+class BestRecord:
+    """The best evaluation of a run: the policy ``version`` evaluated (the learner's train iteration when it
+    was saved), its mean ``eval_return``, and the run's ``env_steps`` and ``train_iter`` when the evaluation
+    came in."""
+
+    version: int
+    eval_return: float
+    env_steps: int
+    train_iter: int
+
+    def __post_init__(self):
+        for name in ("version", "env_steps", "train_iter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}={value!r} must be an integer >= 0")
+        if isinstance(self.eval_return, bool) or not isinstance(self.eval_return, (int, float)) \
+                or not math.isfinite(self.eval_return):
+            raise ValueError(f"eval_return={self.eval_return!r} must be a finite number")
+
+    def describe(self) -> str:
+        """``version 1234, eval return 148.0 at env step 20480``."""
+        return f"version {self.version}, eval return {self.eval_return:.1f} at env step {self.env_steps}"
+
+    def to_json(self) -> Dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping, source: str = "best record") -> "BestRecord":
+        """The record in ``data``; StorageError naming ``source`` when it is not one."""
+        try:
+            return cls(**{name: data[name] for name in ("version", "eval_return", "env_steps", "train_iter")})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"{source}: not a best-policy record ({type(exc).__name__}: {exc}); delete it, or "
+                               f"pass --checkpoint newest or a checkpoint file") from None
+
+
+def save_best_record(path: str, record: BestRecord, backend=LocalBackend) -> None:
+    """Write ``record`` to ``path`` (JSON) in one atomic, durable write."""
+    body = json.dumps(record.to_json()).encode()
+    backend.write_atomic(path, lambda f: f.write(body), durable=True)
+
+
+def load_best_record(path: str, backend=LocalBackend) -> Optional[BestRecord]:
+    """The record at ``path``; None when there is none; StorageError naming the file when it is damaged."""
+    try:
+        raw = backend.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StorageError(f"{path}: not a best-policy record (not JSON: {exc}); delete it, or pass "
+                           f"--checkpoint newest or a checkpoint file") from None
+    return BestRecord.from_json(data if isinstance(data, dict) else {}, path)
+
+
+class PolicyCheckpoints(Checkpoints):
+    """The policy checkpoints (``policy/``): numbered weights, the versions held from pruning, the best one."""
+
+    def hold_path(self, version: int) -> str:
+        return posixpath.join(self.directory, POLICY_HOLD.name(int(version)))
+
+    @property
+    def best_path(self) -> str:
+        return posixpath.join(self.directory, BEST_RECORD)
+
+    @store_op("holding a {noun}", write=True)
+    def hold(self, version: int) -> None:
+        """Keep version ``version`` from pruning (it is evaluated, or the best) until :meth:`release`."""
+        self.backend.write_atomic(self.hold_path(version), lambda f: None)
+
+    @store_op("releasing a {noun}", write=True)
+    def release(self, version: int) -> bool:
+        """Let ``version`` be pruned again (by the next prune that finds it among the old ones)."""
+        return self.backend.unlink(self.hold_path(version))
+
+    @store_op("reading the best {noun}'s record")
+    def best_record(self) -> Optional[BestRecord]:
+        """The run's best evaluated version (None before an evaluation kept one); StorageError when damaged."""
+        return load_best_record(self.best_path, self.backend)
+
+    @store_op("keeping the best {noun}", write=True)
+    def keep_best(self, record: BestRecord) -> str:
+        """Make ``record.version`` the run's best: held (never pruned), named by ``best.json``; the best before
+        it is released. FileNotFoundError when that checkpoint is gone already (pruned before it was held).
+        Returns the checkpoint's path."""
+        previous = None
+        try:
+            previous = self.best_record()
+        except StorageFaultError:
+            raise
+        except StorageError as exc:  # a damaged record is replaced
+            logger.warning("storage: replacing a damaged best record: %s", exc)
+        self.hold(record.version)
+        if not self.backend.isfile(self.path(record.version)):
+            self.release(record.version)
+            raise FileNotFoundError(self.path(record.version))
+        save_best_record(self.best_path, record, self.backend)
+        if previous is not None and previous.version != record.version:
+            self.release(previous.version)
+        return self.path(record.version)
+
+    @store_op("listing {noun}s")
+    def _names(self) -> List[str]:
+        try:
+            return self.backend.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+
+    def prune(self, keep: int) -> int:
+        """Delete all but the newest ``keep``, and the held ones; returns the files removed."""
+        names = self._names()
+        versions = sorted(v for v in map(self.series.version, names) if v is not None)
+        held = {v for v in map(POLICY_HOLD.version, names) if v is not None}
+        old = versions[: max(0, len(versions) - keep)]
+        return sum(self.backend.unlink(self.path(v)) for v in old if v not in held)
 
 
 class LeagueSnapshots(Checkpoints):

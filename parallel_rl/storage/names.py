@@ -57,6 +57,11 @@ class Numbered:
 
 
 POLICY = Numbered("policy", "policy_", ".pt")  # model weights, written by the learner
+# an empty file naming a policy version the coordinator holds (under evaluation, or the best): never pruned
+POLICY_HOLD = Numbered("policy", "held_", "")
+# the run's best evaluated policy (JSON: version, eval return, env steps, train iterations), beside the policies
+BEST_RECORD = "best.json"
+BEST_RECORD_RE = re.compile(re.escape(BEST_RECORD))
 LEARNER = Numbered("learner", "learner_", ".pt")  # full learner state for resume
 STATE_JSON = Numbered("coordinator", "state_", ".json")  # a coordinator snapshot (written last: the commit point)
 STATE_ARRAYS = Numbered("coordinator", "state_", ".npz")  # its replay index arrays
@@ -66,7 +71,7 @@ VIDEO = Numbered("videos", "video_", ".mp4")  # an evaluator's recorded episode 
 # the patterns of our files in each directory (what a fresh run removes)
 OURS = {
     CHUNK_DIR: (CHUNK_RE,),
-    POLICY.directory: (POLICY.pattern,),
+    POLICY.directory: (POLICY.pattern, POLICY_HOLD.pattern, BEST_RECORD_RE),
     LEARNER.directory: (LEARNER.pattern,),
     STATE_JSON.directory: (STATE_JSON.pattern, STATE_ARRAYS.pattern),
     LEAGUE.directory: (LEAGUE.pattern,),

@@ -9,6 +9,8 @@ Layout under the root (names in :mod:`.names`, see docs/storage.md)::
 
     data/<chunk_name>.npz          step-data chunks (columns; loaded with allow_pickle=False)     storage.chunks
     policy/policy_000001234.pt     policy checkpoints (torch.save of a state dict; weights_only=True) .policies
+    policy/best.json               the best evaluated version (its record); policy/held_000001234: a
+                                   version held from pruning (under evaluation, or the best)
     learner/learner_000001234.pt   full learner state (model, target network, optimizer) for resume .learner_states
     coordinator/state_000000042.npz + .json   coordinator snapshots (replay index arrays; the rest as JSON) .states
     run.lock                       the lock of the run using the directory (lock.lock_shared_dir)
@@ -33,7 +35,7 @@ from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
 from .backends import FsspecBackend, LocalBackend, is_remote
-from .checkpoints import Checkpoints, LeagueSnapshots
+from .checkpoints import Checkpoints, LeagueSnapshots, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .health import StorageHealth
 from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, VIDEO, check_name
@@ -75,7 +77,7 @@ class SharedStorage:
         self.remote = self.backend.remote
         self.health = StorageHealth()
         self.chunks = ChunkFiles(self)
-        self.policies = Checkpoints(self, POLICY, "policy checkpoint")
+        self.policies = PolicyCheckpoints(self, POLICY, "policy checkpoint")
         self.learner_states = Checkpoints(self, LEARNER, "learner state")
         self.league = LeagueSnapshots(self, LEAGUE, "league snapshot")  # its directory: made by its first snapshot
         self.states = CoordinatorStates(self)
@@ -122,6 +124,10 @@ class SharedStorage:
     policy_versions = _family("policies.versions")
     latest_policy_version = _family("policies.latest")
     policy_dir_stamp = _family("policies.dir_stamp")
+    hold_policy = _family("policies.hold")
+    release_policy = _family("policies.release")
+    keep_best_policy = _family("policies.keep_best")
+    best_policy_record = _family("policies.best_record")
 
     learner_path = _family("learner_states.path")
     save_learner_state = _family("learner_states.save")
@@ -148,7 +154,8 @@ class SharedStorage:
 
     # ---- the whole store --------------------------------------------------------------
     def prune_checkpoints(self, keep: int) -> int:
-        """Delete all but the newest ``keep`` policy and learner checkpoints; returns files removed."""
+        """Delete all but the newest ``keep`` policy and learner checkpoints (and the held policy versions: the
+        best, those under evaluation); returns files removed."""
         return self.policies.prune(keep) + self.learner_states.prune(keep)
 
     def _our_files(self):
