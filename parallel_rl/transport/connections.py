@@ -9,7 +9,6 @@ import ctypes
 import ctypes.util
 import errno
 import heapq
-import hmac
 import io
 import logging
 import math
@@ -20,7 +19,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import cheroot.connections
 import cheroot.makefile
@@ -28,6 +27,7 @@ import cheroot.server
 import cheroot.wsgi
 
 from .codec import encode_json
+from .strangers import ReadAhead, bearer_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -157,111 +157,6 @@ class _Connections(cheroot.connections.ConnectionManager):
             self._selector.register(self.server.socket.fileno(), selectors.EVENT_READ, data=self.server)
         elif not self._resume_at:
             self._pause = 0.0
-
-
-def bearer_refusal(authorization: str, expected: str) -> Optional[tuple]:
-    """Why a request whose ``Authorization`` header is ``authorization`` may not act as a token holder, as
-    ``(status, code, message)``: 401 without a bearer token, 403 with a wrong one (compared in constant time);
-    None when it carries ``expected``. The one check of the cluster token: the app's views (``check_token``) and
-    the connection layer (a body is read only from a token holder) both ask it."""
-    scheme, _, given = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        return 401, "unauthorized", "missing cluster token: send 'Authorization: Bearer <PARALLEL_RL_TOKEN>'"
-    if not hmac.compare_digest(given.strip().encode(errors="replace"), expected.encode()):
-        return 403, "forbidden", "wrong cluster token: use the coordinator's PARALLEL_RL_TOKEN"
-    return None
-
-
-class ReadAhead:
-    """What a server holds for connections that have not shown the cluster token (a stranger's, or a worker's
-    before its first request's head is whole): the bytes read ahead of the parser, within one ``budget`` for all of
-    them, and the connections one address may hold, at most ``max_per_peer``.
-
-    A connection is *proven* once a request head carried the token (for the rest of its life): its bytes and its
-    place no longer count. Past the budget, the connections holding the oldest unfinished heads are cut (a client
-    trickling its head goes first, a worker's head, whole in a millisecond, last); when nothing can be cut, the
-    connection reading is. Without a token configured (an open server) nothing is ever proven."""
-
-    def __init__(self, token: Optional[str], budget: int, max_per_peer: int):
-        self.token = token or None
-        self.budget = int(budget)
-        self.max_per_peer = int(max_per_peer)
-        self.held = 0  # bytes read ahead for unproven connections
-        self._lock = threading.Lock()
-        self._holders: Dict["_Connection", int] = {}  # unproven connection -> the bytes it holds
-        self._peers: Dict[str, int] = {}  # address -> its unproven connections open
-
-    def admit(self, conn: "_Connection", peer: Optional[str]) -> bool:
-        """Count a new connection against its address; False (close it) when the address holds its most."""
-        if peer is None:
-            return True
-        with self._lock:
-            if self._peers.get(peer, 0) >= self.max_per_peer:
-                return False
-            self._peers[peer] = self._peers.get(peer, 0) + 1
-            conn.peer = peer
-            return True
-
-    def prove(self, conn: "_Connection") -> None:
-        """``conn`` carried the token: it holds nothing against the budget or its address from now on."""
-        with self._lock:
-            conn.proven = True
-            self.held -= self._holders.pop(conn, 0)
-            self._leave_peer(conn)
-
-    def forget(self, conn: "_Connection") -> None:
-        """``conn`` closed."""
-        with self._lock:
-            self.held -= self._holders.pop(conn, 0)
-            self._leave_peer(conn)
-
-    def _leave_peer(self, conn: "_Connection") -> None:
-        if conn.peer is not None:
-            left = self._peers.get(conn.peer, 1) - 1
-            if left > 0:
-                self._peers[conn.peer] = left
-            else:
-                self._peers.pop(conn.peer, None)
-            conn.peer = None
-
-    def hold(self, conn: "_Connection", size: int) -> bool:
-        """Count ``size`` bytes read ahead for ``conn`` (its whole ``pending``); False when they do not fit in
-        the budget even after cutting the connections holding the oldest heads."""
-        if conn.proven:
-            return True
-        with self._lock:
-            change = size - self._holders.get(conn, 0)
-            if change > 0 and self.held + change > self.budget:
-                # cut an eighth of the budget more than needed: a scan per arriving byte would cost
-                self._cut(self.held + change - self.budget + self.budget // 8, keep=conn)
-                if self.held + change > self.budget:
-                    return False
-            self.held += change
-            if size:
-                self._holders[conn] = size
-            else:
-                self._holders.pop(conn, None)
-            return True
-
-    def _cut(self, need: int, keep: "_Connection") -> None:
-        waiting = [c for c in self._holders if c is not keep and not c.busy]
-        for conn in sorted(waiting, key=lambda c: c.request_started or 0.0):
-            if need <= 0:
-                break
-            size = self._holders.pop(conn)
-            self.held -= size
-            need -= size
-            conn.cut()
-
-    def enter(self, conn: "_Connection") -> bool:
-        """A thread takes ``conn``: False when it was cut meanwhile (the thread closes it)."""
-        with self._lock:
-            conn.busy = not conn.was_cut
-            return conn.busy
-
-    def leave(self, conn: "_Connection") -> None:
-        with self._lock:
-            conn.busy = False
 
 
 class _Connection(cheroot.server.HTTPConnection):

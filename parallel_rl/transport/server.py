@@ -19,7 +19,8 @@ from werkzeug.exceptions import HTTPException
 
 from ..errors import BindError, RequestRefused
 from .codec import loads
-from .connections import ReadAhead, Server, bearer_refusal, max_open_connections
+from .connections import Server, max_open_connections
+from .strangers import ReadAhead, bearer_refusal
 
 logger = logging.getLogger(__name__)
 
