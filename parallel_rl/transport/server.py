@@ -122,7 +122,7 @@ class ServerThread:
     until its head and (small) body have arrived; the whole of it must arrive within ``request_timeout``
     seconds (default ``timeout``) of its first byte, else it is answered 408 and the connection closed. At
     most ``max_connections`` are open at once (:class:`~.connections._Connections`). With the cluster ``token``,
-    what clients without it can hold is bounded (:class:`~.connections.ReadAhead`): no body of theirs is read,
+    what clients without it can hold is bounded (:class:`~.strangers.ReadAhead`): no body of theirs is read,
     their unfinished heads share ``read_ahead_bytes``, one address has ``max_connections_per_peer`` of them."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
