@@ -1,0 +1,119 @@
+"""What `serial` and `run` show on a terminal: the real CLI under a pseudo-terminal (python's ``pty``), its output
+drawn as a terminal draws it (a carriage return goes back to the start of the line, later text overwrites)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from tests.test_cluster import TOY_CONFIG, tensorboard_tags
+
+# a log record as runtime.setup_logging formats it (a child's, forwarded by `run`, behind its [name])
+LOG_RECORD = re.compile(r"\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+COLUMNS = 120
+
+
+def run_in_terminal(args, timeout: float = 120.0):
+    """Run `python -m parallel_rl ARGS` with a terminal (``COLUMNS`` wide) as stdin, stdout and stderr; its exit
+    code and everything it wrote there."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"still running after {timeout}s:\n{b''.join(chunks)[-3000:]!r}")
+            if not select.select([master], [], [], left)[0]:
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every process that had the terminal closed it
+                break
+            if not data:
+                break
+            chunks.append(data)
+        code = proc.wait(max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+    return code, b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def screen(raw: str) -> list:
+    """The lines of ``raw`` as a terminal shows them."""
+    lines, line, col = [], [], 0
+    for token in re.findall(r"\x1b\[[0-9;?]*[A-Za-z]|.", raw, re.S):
+        if token.startswith("\x1b"):  # one bar: no cursor moves to draw
+            continue
+        if token == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        elif token == "\r":
+            col = 0
+        else:
+            line[col:col + 1] = [token]
+            col += 1
+    lines.append("".join(line).rstrip())
+    return lines
+
+
+def frames(raw: str, marker: str) -> list:
+    """Each drawing of the bar (the text between carriage returns and newlines that holds ``marker``), in order."""
+    return [f for f in re.split(r"[\r\n]", raw) if marker in f]
+
+
+def check_terminal_output(raw: str, stop_value: str, marker: str = "steps/s="):
+    """No line on the screen holds the bar (``marker``: its text) and a log record; the first bar shows no
+    return; no bar is wider than the terminal. The lines shown, and the bars drawn."""
+    shown = screen(raw)
+    bars = frames(raw, marker)
+    assert bars, raw[-3000:]
+    assert any(LOG_RECORD.search(line) for line in shown), "the run logged nothing to check against"
+    glued = [line for line in shown if marker in line and LOG_RECORD.search(line)]
+    assert not glued, glued[:3]
+    # before the first evaluation: no return yet, not a return of 0.0
+    assert "eval=—" in bars[0] and not re.search(rf"\b0\.0/{stop_value}\b", bars[0]), bars[0]
+    assert all(len(f) <= COLUMNS for f in bars), "a bar wider than the terminal wraps and cannot be redrawn"
+    return shown, bars
+
+
+def test_serial_on_a_terminal_keeps_log_records_off_the_bar(tmp_path):
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    code, raw = run_in_terminal(["serial", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
+                                 "--set", "serial.max_train_iter=40", "--set", "policy.eval.evaluator.eval_freq=10",
+                                 "--set", "policy.random_collect_size=64",
+                                 "--set", "env.stop_value=1000"])  # a stop value the budget ends before
+    assert code == 3, raw[-3000:]
+    shown, bars = check_terminal_output(raw, "1000")
+    assert any("serial: collecting 64 transitions" in line for line in shown)  # logged while the bar was shown
+    assert re.search(r"train=\d", bars[-1]), bars[-1]  # the training episodes' return (SB3's ep_rew_mean)
+    assert "collector/train_return" in tensorboard_tags(tmp_path / "exp" / "tensorboard")
+    assert any(line.startswith("stopped: train iteration budget 40 used up") for line in shown), shown[-5:]
+
+
+def test_run_on_a_terminal_keeps_the_workers_lines_off_the_bar(tmp_path):
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    code, raw = run_in_terminal(["run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}", "--port", "0",
+                                 "--set", "parallel.commander.max_train_iter=200"])
+    assert code in (0, 3), raw[-3000:]
+    shown, bars = check_terminal_output(raw, "4")
+    assert any(re.match(r"\[(learner|collector)-\d+\] ", line) for line in shown)  # the workers' lines
+    assert any(line.startswith("REST API: http://127.0.0.1:") for line in shown)
