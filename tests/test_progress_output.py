@@ -117,3 +117,29 @@ def test_run_on_a_terminal_keeps_the_workers_lines_off_the_bar(tmp_path):
     shown, bars = check_terminal_output(raw, "4")
     assert any(re.match(r"\[(learner|collector)-\d+\] ", line) for line in shown)  # the workers' lines
     assert any(line.startswith("REST API: http://127.0.0.1:") for line in shown)
+
+
+def test_status_prints_dates_and_rounded_numbers(cli, tmp_path):
+    """`status` for people: times as dates, floats rounded; it printed epochs (``state_saved_at:
+    1795838444.359144``) and full-precision floats (``loss=0.02548707276582718``)."""
+    from tests.support import eventually, get
+    from tests.test_cluster import start_run
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    run, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000",
+                         "--set", "parallel.coordinator.snapshot_interval=0.2")
+    eventually(lambda: (lambda c: c["state_saved_at"] and "loss" in c["learn_info"])(get(url, "/cluster")),
+               timeout=60, interval=0.1, message="a snapshot and a learner's loss")
+    status = cli("status", "status", "--coordinator", url[: -len("/api/v1")])
+    assert status.wait(30) == 0, status.output()
+    text = status.output()
+    assert re.search(r"^\s*state_saved_at: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text, re.M), text
+    assert re.search(r"^\s*learn_info: .*\bloss=[-\d.e]+\s", text, re.M), text
+    long = [n for n in re.findall(r"\d+\.\d+", text) if len(n.replace(".", "").lstrip("0")) > 4]
+    assert not long, long  # no float in full precision: 4 significant digits
+    assert not re.search(r"\b\d{10}\b", text), text  # no epoch
+    assert re.search(r"^\s*reason: -$", text, re.M), text
+    widths = {line.index(":") for line in text.splitlines() if ":" in line}
+    assert len(widths) == 1, text  # the names right-aligned in one column
+    run.stop()
