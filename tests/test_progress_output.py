@@ -1,5 +1,6 @@
-"""What `serial` and `run` show on a terminal: the real CLI under a pseudo-terminal (python's ``pty``), its output
-drawn as a terminal draws it (a carriage return goes back to the start of the line, later text overwrites)."""
+"""What people read: what `serial` and `run` show on a terminal (the real CLI under a pseudo-terminal, python's
+``pty``, its output drawn as a terminal draws it: a carriage return goes back to the start of the line, later text
+overwrites), what `status` prints, how `plot` labels runs."""
 from __future__ import annotations
 
 import os
@@ -143,3 +144,20 @@ def test_status_prints_dates_and_rounded_numbers(cli, tmp_path):
     widths = {line.index(":") for line in text.splitlines() if ":" in line}
     assert len(widths) == 1, text  # the names right-aligned in one column
     run.stop()
+
+
+def test_plot_labels_cluster_runs_by_their_names(tmp_path):
+    """Two seeds of a cluster run, each plotted by its shared store: one group named after the runs, not two
+    stores both called ``shared`` (the label, and the key the seeds are grouped by)."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    for seed in (0, 1):
+        done = subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", str(config), "--port", "0",
+                               "--set", f"exp_name={tmp_path / f'toy_s{seed}'}", "--set", f"seed={seed}"],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-m", "parallel_rl", "plot", str(tmp_path / "toy_s0" / "shared"),
+                          str(tmp_path / "toy_s1" / "shared"), "-o", str(tmp_path / "curves.png")],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "plot: toy: 2 run(s): toy_s0, toy_s1" in out.stdout, out.stdout
