@@ -161,3 +161,29 @@ def test_plot_labels_cluster_runs_by_their_names(tmp_path):
                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "plot: toy: 2 run(s): toy_s0, toy_s1" in out.stdout, out.stdout
+
+
+def test_a_resumed_run_s_steps_per_second_count_only_its_own_steps(tmp_path):
+    """Off a terminal (the plain lines): after `run --resume`, steps/s is the env steps made since the command
+    started over its time; it used to count the steps of the run before the resume too."""
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG.replace("stop_value=4.0", "stop_value=1000.0"))
+
+    def run(*extra):
+        done = subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", str(config), "--port", "0",
+                               "--set", f"exp_name={tmp_path / 'exp'}", *extra],
+                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert done.returncode == 3, done.stderr[-3000:]  # the budget ran out before the stop value
+        return done.stdout
+
+    run("--set", "parallel.commander.max_train_iter=100")
+    out = run("--resume", str(tmp_path / "exp" / "shared"), "--set", "parallel.commander.max_train_iter=400")
+    start = int(re.search(r"^resumed \S+: env_steps=(\d+)", out, re.M).group(1))
+    assert start > 0, out
+    lines = re.findall(r"^\[cluster +([\d.]+)s\] .*env_steps=(\d+) .*steps/s=(\d+)", out, re.M)
+    checked = 0
+    for elapsed, env_steps, rate in lines:
+        if float(elapsed) >= 0.2:  # printed to 0.1 s: the time the rate was taken over is at least elapsed - 0.05
+            assert int(rate) <= (int(env_steps) - start) / (float(elapsed) - 0.05) + 1, (elapsed, env_steps, rate)
+            checked += 1
+    assert checked, out
