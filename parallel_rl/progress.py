@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 import time
-from typing import Optional, TextIO
+from typing import Callable, Iterator, Optional, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib import DummyTqdmFile
@@ -125,3 +125,16 @@ class ProgressReporter:
             self._bar.close()
             self._bar = None
         self._redirect.close()
+
+
+@contextlib.contextmanager
+def episode_progress(total: int, name: str = "eval", live: Optional[bool] = None) -> Iterator[Callable[[int], None]]:
+    """Episodes played out of ``total``: a tqdm bar on stderr when stdout and stderr are a terminal, log records
+    written above it; nothing otherwise (``eval``'s output, a table or JSON, is what scripts read). Yields the
+    callback an evaluator calls with the number of episodes finished."""
+    if not (sys.stdout.isatty() and sys.stderr.isatty() if live is None else live):
+        yield lambda done: None
+        return
+    with tqdm(total=total, desc=name, unit="episode", file=sys.stderr, dynamic_ncols=True) as bar, \
+            logging_redirect_tqdm():
+        yield lambda done: bar.update(done - bar.n)

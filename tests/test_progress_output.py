@@ -187,3 +187,18 @@ def test_a_resumed_run_s_steps_per_second_count_only_its_own_steps(tmp_path):
             assert int(rate) <= (int(env_steps) - start) / (float(elapsed) - 0.05) + 1, (elapsed, env_steps, rate)
             checked += 1
     assert checked, out
+
+
+def test_eval_on_a_terminal_shows_the_episodes_played(tmp_path):
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    trained = subprocess.run([sys.executable, "-m", "parallel_rl", "serial", "-c", str(config),
+                              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "serial.max_train_iter=20"],
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert trained.returncode in (0, 3), trained.stderr[-3000:]
+    code, raw = run_in_terminal(["eval", "-c", str(config), "--run", str(tmp_path / "exp"), "--episodes", "20"])
+    assert code == 0, raw[-3000:]
+    shown = screen(raw)
+    assert any(re.match(r"eval: +100%.*\| 20/20 ", line) for line in shown), shown
+    assert not [line for line in shown if "20/20" in line and LOG_RECORD.search(line)], shown
+    assert any(re.match(r"return\s+\d", line) for line in shown), shown  # the table after it
