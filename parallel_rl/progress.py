@@ -54,8 +54,8 @@ class ProgressReporter:
             encoding = getattr(self.stream, "encoding", None) or "utf-8"  # None: an in-memory stream
             self._unicode = "—█".encode(encoding, errors="replace") == "—█".encode("utf-8")
             # the whole line is ours ({unit}: tqdm adds nothing to it); without {bar} tqdm cuts it to the width
-            self._bar = tqdm(total=None, file=self.stream, bar_format="{unit}", unit=self._text(start_envstep, 0, 0.0, None),
-                             dynamic_ncols=True)
+            self._bar = tqdm(total=None, file=self.stream, bar_format="{unit}", dynamic_ncols=True,
+                             unit=self._text(start_envstep, 0, 0.0, None))
             self._redirect.enter_context(logging_redirect_tqdm())
             logging.captureWarnings(True)  # warnings too go through logging, so through tqdm
             self._redirect.callback(logging.captureWarnings, False)
