@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from typing import List, Optional
@@ -185,11 +186,6 @@ def cmd_serial(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     check_env_fits(cfg)
     setup_process(cfg)
-    reporter = ProgressReporter(cfg.env.stop_value, name="serial")
-
-    def progress(info: dict) -> None:
-        reporter.update(info["envstep"], info["train_iter"], info["eval_episode_return_mean"], force=True)
-
     from .envs.multiagent import is_battle_env
 
     pipeline, extra = serial_pipeline, {"resume": args.resume} if args.resume else {}
@@ -198,10 +194,16 @@ def cmd_serial(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume {args.resume}: self-play runs (two-player games) cannot be resumed yet; "
                               f"start over without --resume")
         from .entry.selfplay import selfplay_pipeline as pipeline
-    try:
+    # off a terminal a line per evaluation (min_interval inf: the forced updates only), as before the bar
+    with ProgressReporter(cfg.env.stop_value, name="serial", min_interval=math.inf) as reporter:
+        def progress(info: dict) -> None:
+            """After an evaluation (its info: a line), or after a collect (numbers for the bar)."""
+            evaluated = "eval_episode_return_mean" in info
+            reporter.update(info["envstep"], info["train_iter"], info.get("eval_episode_return_mean", math.nan),
+                            best_return=info.get("best_return", math.nan), force=evaluated,
+                            train_return=info.get("train_return", math.nan))
+
         result = pipeline(cfg, progress=progress, **extra)
-    finally:
-        reporter.close()
     print(result.summary(), flush=True)
     code = outcome_exit_code("solved" if result.solved else "stopped", cfg.env.stop_value)
     if code:

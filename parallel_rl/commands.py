@@ -235,22 +235,49 @@ def readable_duration(seconds: float) -> str:
     return " ".join(parts + [f"{secs}s"])
 
 
+def readable_number(value: float) -> str:
+    """A float as people read it: 4 significant digits, no exponent from 100 up (``0.02548707`` -> ``0.02549``,
+    ``176.31`` -> ``176``, ``1000.0`` -> ``1000``)."""
+    if value != value or value in (float("inf"), float("-inf")):  # NaN, infinities: as Python writes them
+        return str(value)
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def readable_time(epoch: float) -> str:
+    """Seconds since the epoch as a local date and time (``2026-11-28 04:00:39 UTC``)."""
+    return datetime.datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def readable(key: str, value: Any) -> str:
+    """One value of ``GET /cluster`` for people: times (``*_at``, ``since``) as dates, ``uptime`` as a duration,
+    floats rounded, nothing (None, "", []) as ``-``; a mapping as ``k=v`` pairs (counts of a kind by state as
+    ``kind: state=n``, the zeros left out)."""
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)) and (key.endswith("_at") or key == "since"):
+        return readable_time(value)
+    if key == "uptime" and isinstance(value, (int, float)):
+        return readable_duration(value)
+    if isinstance(value, float):
+        return readable_number(value)
+    if isinstance(value, dict):
+        return "  ".join(f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n) if isinstance(v, dict)
+                         else f"{k}={readable(k, v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(readable(key, v) for v in value)
+    return str(value)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     data = _client(args).get("/api/v1/cluster")
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    data = dict(data)
-    if isinstance(data.get("started_at"), (int, float)):
-        data["started_at"] = datetime.datetime.fromtimestamp(data["started_at"]).astimezone().strftime(
-            "%Y-%m-%d %H:%M:%S %Z")
-    if isinstance(data.get("uptime"), (int, float)):
-        data["uptime"] = readable_duration(data["uptime"])
+    width = max(map(len, data), default=0)
     for key, value in data.items():
-        if isinstance(value, dict):
-            value = "  ".join(f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n) if isinstance(v, dict)
-                              else f"{k}={v}" for k, v in value.items())
-        print(f"{key:>17}: {'-' if value is None else value}")
+        print(f"{key:>{width}}: {readable(key, value)}")
     return 0
 
 

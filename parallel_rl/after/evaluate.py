@@ -15,6 +15,7 @@ from easydict import EasyDict
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError
 from ..evaluator.serial import InteractionSerialEvaluator
+from ..progress import episode_progress
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ def evaluate_policy(cfg: EasyDict, policy, episodes: int, seed: int,
     evaluator = InteractionSerialEvaluator(EasyDict(eval_freq=1, max_seconds=0.0), env, policy.eval_mode,
                                            stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=seed)
     try:
-        _, info = evaluator.eval(n_episode=episodes)
+        with episode_progress(episodes) as on_episode:  # a bar on a terminal
+            _, info = evaluator.eval(n_episode=episodes, on_episode=on_episode)
     finally:
         evaluator.close()
     return info

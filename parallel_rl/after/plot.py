@@ -25,9 +25,9 @@ logger = logging.getLogger(__name__)
 X_AXES = {"env_steps": "env steps", "wall": "wall time (s)", "updates": "updates (learner iterations)"}
 
 
-def _from_coordinator_state(root: str) -> Optional[List[dict]]:
-    """The eval points of the coordinator state in the store at ``root`` (read only: plotting writes nothing
-    there); ConfigError naming the store when the state is damaged."""
+def _coordinator_state(root: str) -> Optional[dict]:
+    """The newest coordinator state in the store at ``root`` (read only: plotting writes nothing there), None
+    when it has none; ConfigError naming the store when the state is damaged."""
     from ..storage import SharedStorage
 
     if not os.path.isdir(os.path.join(root, "coordinator")):
@@ -36,9 +36,15 @@ def _from_coordinator_state(root: str) -> Optional[List[dict]]:
         state = SharedStorage(root, create=False).latest_coordinator_state()
     except StorageError as exc:
         raise ConfigError(f"cannot plot {root}: {exc}") from None
+    return None if state is None else state[0]
+
+
+def _from_coordinator_state(root: str) -> Optional[List[dict]]:
+    """The eval points of the coordinator state in the store at ``root``."""
+    state = _coordinator_state(root)
     if state is None:
         return None
-    history = state[0].get("eval_history", [])
+    history = state.get("eval_history", [])
     try:
         points = [{"env_steps": float(p["env_steps"]), "wall": float(p["t"]), "updates": float(p["train_iter"]),
                    "return": float(p["eval_return"])} for p in history if p.get("eval_return") is not None]
@@ -93,12 +99,22 @@ def run_history(run_dir: str) -> List[dict]:
                       f"was it trained with system.tensorboard on?")
 
 
+def run_name(run_dir: str) -> str:
+    """What a run is called: a cluster run's ``exp_name`` (its coordinator state holds it: the store's own
+    directory is ``shared``, or whatever ``--shared-dir`` named), else the directory's name."""
+    for root in (run_dir, os.path.join(run_dir, "shared")):
+        state = _coordinator_state(root)
+        if state is not None and isinstance(state.get("exp_name"), str) and state["exp_name"].strip("/"):
+            return os.path.basename(state["exp_name"].rstrip("/"))
+    return os.path.basename(os.path.abspath(run_dir))
+
+
 def group_key(run_dir: str) -> Tuple[str, str]:
-    """(key, label): the run's config without ``exp_name``/``seed`` when it saved one, else its directory name
-    without a seed suffix (``_s1``, ``-seed2``)."""
+    """(key, label): the run's config without ``exp_name``/``seed`` when it saved one, else its name
+    (:func:`run_name`) without a seed suffix (``_s1``, ``-seed2``)."""
     from ..config import RUN_CONFIG_NAME
 
-    name = re.sub(r"[_-](s|seed)\d+$", "", os.path.basename(os.path.abspath(run_dir)))
+    name = re.sub(r"[_-](s|seed)\d+$", "", run_name(run_dir))
     path = os.path.join(run_dir, RUN_CONFIG_NAME)
     if os.path.isfile(path):
         try:
@@ -148,7 +164,8 @@ def read_reference(path: str) -> List[dict]:
 
 def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference: Optional[str] = None,
               title: Optional[str] = None) -> Tuple[str, Dict[str, List[str]]]:
-    """Draw the runs' curves into ``output`` (.png or .svg); returns it and the groups drawn."""
+    """Draw the runs' curves into ``output`` (.png or .svg); returns it and the groups drawn (label: the names
+    of its runs, :func:`run_name`)."""
     if x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got {x!r}")
     if os.path.splitext(output)[1].lower() not in (".png", ".svg"):
@@ -158,7 +175,7 @@ def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference:
     for run_dir in run_dirs:
         key, label = group_key(run_dir)
         entry = groups.setdefault(key, (label, [], []))
-        entry[1].append(run_dir)
+        entry[1].append(run_name(run_dir))
         entry[2].append(run_history(run_dir))
     import matplotlib
 
@@ -166,10 +183,10 @@ def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for label, dirs, histories in groups.values():
+    for label, names, histories in groups.values():
         xs, mean, low, high = band(histories, x)
-        line, = ax.plot(xs, mean, label=f"{label} (n={len(dirs)})" if len(dirs) > 1 else label, linewidth=1.8)
-        if len(dirs) > 1:
+        line, = ax.plot(xs, mean, label=f"{label} (n={len(names)})" if len(names) > 1 else label, linewidth=1.8)
+        if len(names) > 1:
             ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for label in dict.fromkeys(r["label"] for r in refs):
         pts = [r for r in refs if r["label"] == label]
@@ -184,4 +201,4 @@ def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference:
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     fig.savefig(output)
     plt.close(fig)
-    return output, {label: dirs for label, dirs, _ in groups.values()}
+    return output, {label: names for label, names, _ in groups.values()}

@@ -38,6 +38,7 @@ from typing import Callable, Deque, Dict, List, Optional, Union
 from easydict import EasyDict
 
 from ..coordinator import Coordinator, CoordinatorState, Worker, WorkerState
+from ..coordinator.coordinator import mean_return
 from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
 from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
@@ -156,6 +157,7 @@ class LocalCluster:
                 logger.warning("launcher: removed %d file(s) of an earlier run from %s (to continue a run "
                                "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
         self.children: List[Child] = []
+        self._console = sys.stderr  # where the children's lines go: the progress reporter's console while it runs
         self.interrupted: Optional[str] = None
         self._stop = threading.Event()
         self._names = {"learner": itertools.count(1), "collector": itertools.count(1)}
@@ -209,7 +211,7 @@ class LocalCluster:
         proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc, started_at=started_at)
         child.reader = threading.Thread(target=forward_lines,
-                                        args=(lambda: self._name_of(child), proc.stdout, sys.stderr, child.tail),
+                                        args=(lambda: self._name_of(child), proc.stdout, self._console, child.tail),
                                         daemon=True, name=f"{name}-output")
         child.reader.start()
         if self._pinned_cpus:
@@ -298,7 +300,9 @@ class LocalCluster:
         self.coordinator.start()
         freeze_startup_objects()  # `parallel-rl run`'s own process (run_local_cluster)
         print(f"REST API: {self.url}/api/v1", flush=True)
-        reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster")
+        # steps/s counts this process's steps: a resumed run's steps before the resume are not its own
+        reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster", start_envstep=self.coordinator.env_steps)
+        self._console = reporter.console(sys.stderr)  # children's lines never land on the bar's line
         failure: Optional[str] = None
         placement = CpuPlacement(self.cfg.parallel.learner.world_size)
         place = bool(self.cfg.parallel.learner.dedicated_cpu) and placement.possible
@@ -322,7 +326,7 @@ class LocalCluster:
                 counts = c.workers.counts()
                 active = sum(counts[k]["idle"] + counts[k]["busy"] for k in counts)
                 reporter.update(c.env_steps, c.train_iter, c.last_eval_return, c.best_eval_return,
-                                workers=str(active))
+                                workers=str(active), train_return=mean_return(c.train_returns))
         finally:
             c = self.coordinator
             reporter.update(c.env_steps, c.train_iter, c.last_eval_return, c.best_eval_return, force=True)

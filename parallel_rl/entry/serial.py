@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -32,6 +33,7 @@ from ..storage.checkpoints import SERIAL_BEST, BestRecord, save_best_record
 from ..storage.names import BEST_RECORD
 from ..tblog import TensorBoardLogger
 from ..collector.serial import create_serial_collector
+from ..coordinator.coordinator import TRAIN_RETURN_WINDOW, mean_return
 from .commander import BaseSerialCommander
 from ..evaluator.serial import InteractionSerialEvaluator
 from ..learner.learner import create_learner
@@ -117,7 +119,12 @@ def load_serial_state(resume: str) -> dict:
 def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None,
                     resume: Optional[str] = None) -> TrainResult:
     """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out; ``resume``: the
-    experiment directory of an earlier serial run to continue (its counters go on; the budgets count them)."""
+    experiment directory of an earlier serial run to continue (its counters go on; the budgets count them).
+
+    ``progress`` is called after each evaluation with its info, and after each collect with ``envstep``,
+    ``train_iter`` and ``train_return`` (the mean return of the last ``TRAIN_RETURN_WINDOW`` training episodes,
+    SB3's ``rollout/ep_rew_mean``, the cluster's ``train_return``; NaN before the first episode ends), which is
+    also TensorBoard's ``collector/train_return``."""
     start = time.perf_counter()
     saved = None
     if resume:
@@ -145,6 +152,7 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     learn = cfg.policy.learn
     budget = cfg.serial
     last_return = best_return = float("nan")
+    train_returns = deque(maxlen=TRAIN_RETURN_WINDOW)
     solved, reason = False, ""
     if saved is not None:
         policy.load_state_dict(saved["policy"])
@@ -185,7 +193,8 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                                                              if k not in ("train_iter", "envstep")
                                                              and isinstance(v, (int, float))})
                 if progress is not None:
-                    progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value})
+                    progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value,
+                              "best_return": best_return, "train_return": mean_return(train_returns)})
                 if stop:
                     solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.env.stop_value:g}"
                     break
@@ -194,6 +203,12 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 break
             data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
                                      policy_kwargs=commander.step(), drop_extra=True, keep_extra=True)
+            if len(collector.last_stats.returns):
+                train_returns.extend(float(r) for r in collector.last_stats.returns)
+                tb.scalars(collector.envstep, "collector/", train_return=mean_return(train_returns))
+            if progress is not None:
+                progress({"envstep": collector.envstep, "train_iter": learner.train_iter,
+                          "train_return": mean_return(train_returns)})
             policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
         save_state()

@@ -223,8 +223,10 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         n_episode: Optional[int] = None,
         force_render: bool = False,
         policy_kwargs: Optional[dict] = None,
+        on_episode: Optional[Callable[[int], None]] = None,
     ) -> Tuple[bool, Dict]:
-        """Run the episodes; returns (stop_flag, info). Saves ``ckpt_best`` on a new best mean.
+        """Run the episodes; returns (stop_flag, info). Saves ``ckpt_best`` on a new best mean. ``on_episode``
+        is told the number of episodes finished so far after each one ends (a progress bar's).
 
         ``policy_kwargs`` go to every ``forward`` call. The ended episodes' env info is averaged into
         ``info["episode_info"]`` (``<key>_mean``) when the env reports any. ``force_render=True`` is refused: the env manager renders nothing.
@@ -263,6 +265,8 @@ class InteractionSerialEvaluator(ISerialEvaluator):
                 monitor.update(int(env_id), step.episode_return[env_id], step.episode_length[env_id])
                 if reset_policy is not None:
                     reset_policy([int(env_id)])
+                if on_episode is not None:
+                    on_episode(len(monitor.returns()))
         self.eval_count += 1
         returns = monitor.returns()
         ret, length = SequenceSummaryStats.from_sequence(returns), SequenceSummaryStats.from_sequence(monitor.lengths())
