@@ -1,0 +1,96 @@
+"""Smaller operator findings (issues 40 and 41): exit codes, ignore files, MuJoCo's messages, a finished run
+found on start, TensorBoard's files. Real processes (`python -m parallel_rl ...`), real files, real git."""
+import fnmatch
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support import eventually, get
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TOY_CONFIG = textwrap.dedent("""
+    main_config = dict(
+        env=dict(env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5), collector_env_num=2,
+                 evaluator_env_num=2, n_evaluator_episode=2, stop_value=4.0),
+        policy=dict(model=dict(hidden_size_list=[16]), nstep=1, learn=dict(batch_size=16),
+                    other=dict(eps=dict(decay=300))),
+        parallel=dict(coordinator=dict(heartbeat_ttl=2.0),
+                      worker=dict(heartbeat_interval=0.2),
+                      commander=dict(eval_freq=20, max_seconds=90.0, max_env_steps_per_update=8.0),
+                      collector=dict(chunk_size=32), learner=dict(min_buffer_size=32, publish_every=10,
+                                                                   save_state_every=20)),
+    )
+""")
+TOKEN = {"PARALLEL_RL_TOKEN": "misc-token"}
+
+
+@pytest.fixture
+def toy_config(tmp_path):
+    path = tmp_path / "toy.py"
+    path.write_text(TOY_CONFIG)
+    return str(path)
+
+
+# ---- 40.10: a shared directory that cannot be made is a usage error ------------------------------------
+@pytest.mark.parametrize("command", ["coordinator", "run"])
+def test_a_shared_dir_that_cannot_be_created_exits_2_with_one_line(cli, tmp_path, toy_config, command):
+    """README: a store that cannot be used ends the command with one line, exit 2; a local directory that
+    cannot be created (`--shared-dir /proc/nope`) used to exit 1."""
+    proc = cli(command, command, "-c", toy_config, "--shared-dir", "/proc/nope",
+               "--set", f"exp_name={tmp_path / 'exp'}", env=TOKEN)
+    assert proc.wait(120) == 2, proc.output()[-3000:]
+    output = proc.output()
+    assert "Traceback" not in output, output[-3000:]
+    assert re.search(r"cannot create the shared directory '/proc/nope'.*--shared-dir", output), output[-3000:]
+
+
+# ---- 40.10: every experiment directory is ignored by git and by docker's build context ---------------
+def shipped_exp_names() -> set:
+    from parallel_rl.config.schema import load_config_file
+
+    names = set()
+    for path in sorted((ROOT / "configs").iterdir()):
+        if path.suffix in (".py", ".yaml", ".yml"):
+            names.add(load_config_file(str(path)).get("exp_name", "default_experiment"))
+    return names
+
+
+def dockerignored(path: str) -> bool:
+    """Whether docker leaves ``path`` (relative to the context) out of the build context: the last pattern of
+    .dockerignore that matches it or a directory above it decides, `!` patterns take it back in."""
+    ignored = False
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        pattern = line.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/").replace("**/", "").split("/")
+        parts = path.split("/")  # a `*` stays within one name (Go's filepath.Match, which docker uses)
+        if any(len(pattern) == i and all(map(fnmatch.fnmatchcase, parts[:i], pattern))
+               for i in range(1, len(parts) + 1)):
+            ignored = not negate
+    return ignored
+
+
+def test_every_shipped_experiment_directory_is_ignored_by_git_and_docker():
+    """A Pong run leaves 415 MB in pong_dqn_parallel/; .gitignore and .dockerignore named only CartPole's
+    directories, so any other run's went into `git status` and into a compose build's context."""
+    names = shipped_exp_names()
+    assert len(names) > 40 and "pong_dqn_parallel" in names
+    for name in sorted(names):
+        file = f"{name}/shared/data/chunk.npz"
+        check = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", file])
+        assert check.returncode == 0, f"git does not ignore {file}"
+        assert dockerignored(file), f".dockerignore does not leave out {file}"
+    for kept in ("parallel_rl/envs/toy.py", "configs/pong_dqn_parallel.py", "coordinator_app/__init__.py",
+                 "pyproject.toml", "setup.cfg", "constraints.txt", "README.md"):
+        assert subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", kept]).returncode == 1
+        assert not dockerignored(kept), kept
