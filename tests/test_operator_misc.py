@@ -94,3 +94,37 @@ def test_every_shipped_experiment_directory_is_ignored_by_git_and_docker():
                  "pyproject.toml", "setup.cfg", "constraints.txt", "README.md"):
         assert subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", kept]).returncode == 1
         assert not dockerignored(kept), kept
+
+
+# ---- 40.10: a coordinator started on the store of a finished run does not train it again ---------------
+def start_coordinator(cli, name, toy_config, shared, tmp_path, *extra):
+    proc = cli(name, "coordinator", "-c", toy_config, "--host", "127.0.0.1", "--port", "0", "--shared-dir", shared,
+               "--set", f"exp_name={tmp_path / 'exp'}", *extra, env=TOKEN)
+    return proc, proc.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
+
+
+def test_a_coordinator_recreated_on_a_solved_run_reports_it_and_does_not_train_again(cli, tmp_path, toy_config):
+    """Compose's coordinator resumes whatever its volume holds: recreated after a solved run (`docker compose up`
+    again) it used to resume the run as running and train it again with the workers compose starts. It now
+    finds the run ended, says so, serves it read-only (--linger) and lets every worker that registers go."""
+    shared = str(tmp_path / "shared")
+    first, url = start_coordinator(cli, "coordinator-1", toy_config, shared, tmp_path)
+    workers = [cli(role, role, "--coordinator", url, "--host", "127.0.0.1", "--shared-dir", shared, env=TOKEN)
+               for role in ("learner", "collector")]
+    assert first.wait(120) == 0, first.output()[-3000:]
+    assert re.search(r"^coordinator: solved: eval return", first.output(), re.M), first.output()[-3000:]
+    for worker in workers:
+        assert worker.wait(60) == 0, worker.output()[-3000:]
+
+    again, url = start_coordinator(cli, "coordinator-2", toy_config, shared, tmp_path, "--linger")
+    again.wait_line(r"^coordinator: the run in .* already ended solved \(eval return .*\); not training it again")
+    cluster = get(url, "/api/v1/cluster")
+    assert cluster["state"] == "solved", cluster
+    env_steps = cluster["env_steps"]
+    collector = cli("collector-again", "collector", "--coordinator", url, "--host", "127.0.0.1", "--shared-dir",
+                    shared, env=TOKEN)
+    assert collector.wait(60) == 0, collector.output()[-3000:]  # let go at once: nothing to collect for
+    assert get(url, "/api/v1/cluster")["env_steps"] == env_steps
+    assert requests.get(url + "/metrics", timeout=5).status_code == 200  # still serving, read-only
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.wait(30) == 0, again.output()[-3000:]  # the run's outcome, as --linger exits after any run

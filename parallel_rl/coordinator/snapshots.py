@@ -47,6 +47,9 @@ class Snapshots:
             return {
                 "exp_name": c.cfg.exp_name,
                 "saved_at": time.time(),
+                # how the run ended (running while it trains): a coordinator started on this store again does not
+                # train a finished run again (Coordinator.end_if_finished)
+                "outcome": {"state": c.state, "reason": c.reason},
                 "tasks": c.tasks.state_dict(),
                 "tasks_forgotten": c.tasks.forgotten,
                 "workers": c.workers.state_dict(),
@@ -127,6 +130,7 @@ class Snapshots:
                                f"start over with --fresh") from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])
+        c.end_if_finished(meta.get("outcome") or {})
         logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
                     "buffer=%d tasks=%d workers=%d", self._seq, c.storage.state_dir, c.env_steps,
                     c.train_iter, c.policy_version, c.replay.count(), len(c.tasks.list()),
