@@ -185,17 +185,6 @@ class Coordinator(DingCallbacks):
         self.flow.notify_progress()
         self.kick()
 
-    def end_if_finished(self, saved: Dict[str, Any]) -> None:
-        """On a resume: a run that had ended (``saved``, its snapshot's outcome) ends again at once, as it did,
-        instead of training on: a coordinator recreated on the store of a solved run (compose's ``up`` after it)
-        reports it. Where the config it resumes with moves the goal (a stop value above the best evaluation, a
-        budget raised) it trains on; a failed run is tried again (a restart is what a failure asks for)."""
-        stop_value = self.cfg.env.stop_value
-        if (saved.get("state") == CoordinatorState.SOLVED and stop_value is not None
-                and self.best_eval_return >= stop_value):  # NaN (no evaluation) compares False
-            self.finish(CoordinatorState.SOLVED, str(saved.get("reason") or "solved"))
-        self._check_budgets()  # the budgets are counters the snapshot restored
-
     def close(self, notify_workers: bool = True) -> None:
         """Stop the control loop and tell every active worker to disconnect (best effort)."""
         if self._closing.is_set():
