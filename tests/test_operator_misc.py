@@ -128,3 +128,44 @@ def test_a_coordinator_recreated_on_a_solved_run_reports_it_and_does_not_train_a
     assert requests.get(url + "/metrics", timeout=5).status_code == 200  # still serving, read-only
     again.proc.send_signal(signal.SIGTERM)
     assert again.wait(30) == 0, again.output()[-3000:]  # the run's outcome, as --linger exits after any run
+
+
+# ---- 40.10: MuJoCo's known warning is silenced at its source, and its log file stays out of the cwd ------
+def test_a_mujoco_run_prints_no_deprecation_warning_and_leaves_no_log_file(cli, tmp_path):
+    """gymnasium's v5 models use a compiler attribute MuJoCo deprecates: every MuJoCo run printed the warning
+    once per env (7 lines) and left MUJOCO_LOG.TXT in the working directory."""
+    pytest.importorskip("mujoco")
+    run = cli("serial", "serial", "-c", str(ROOT / "configs" / "halfcheetah_sac.py"), "--set",
+              f"exp_name={tmp_path / 'exp'}", "--set", "policy.random_collect_size=64", "--set",
+              "serial.max_env_step=64", "--set", 'env.env_kwargs={"max_episode_steps": 20}', "--set",
+              "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1", cwd=str(tmp_path))
+    assert run.wait(180) == 0, run.output()[-3000:]
+    assert re.search(r"^stopped: env step budget 64 used up", run.output(), re.M), run.output()[-3000:]
+    assert "settotalmass" not in run.output(), run.output()[-3000:]
+    assert "WARNING" not in run.output(), run.output()[-3000:]
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_other_mujoco_warnings_still_reach_the_user_as_python_warnings(tmp_path):
+    """The filter names the one known message: any other warning of MuJoCo's is a Python warning, and still
+    no log file is written (checked in a process of its own, in an empty working directory)."""
+    pytest.importorskip("mujoco")
+    script = textwrap.dedent("""
+        import warnings
+        import mujoco
+        from parallel_rl.envs.mujoco_messages import MuJoCoWarning, route_mujoco_messages
+        route_mujoco_messages()
+        model = mujoco.MjModel.from_xml_string('<mujoco><worldbody><body><freejoint/><geom size="1"/></body>'
+                                               '</worldbody></mujoco>')
+        data = mujoco.MjData(model)
+        data.qpos[0] = float("nan")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mujoco.mj_checkPos(model, data)
+        print([(w.category.__name__, str(w.message)) for w in caught])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"\('MuJoCoWarning', 'MuJoCo: .*QPOS", out.stdout), out.stdout + out.stderr
+    assert os.listdir(tmp_path) == []
