@@ -169,3 +169,67 @@ def test_other_mujoco_warnings_still_reach_the_user_as_python_warnings(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"\('MuJoCoWarning', 'MuJoCo: .*QPOS", out.stdout), out.stdout + out.stderr
     assert os.listdir(tmp_path) == []
+
+
+# ---- 41.12 / 40: TensorBoard's files: named by worker id, bounded, removed with the run -----------------
+def event_files(logdir) -> dict:
+    """Path -> size of the event files under ``logdir`` (each writer's directory)."""
+    return {str(p): p.stat().st_size for p in Path(logdir).glob("*/events.out.tfevents.*")}
+
+
+def scalar_points(logdir, tag) -> list:
+    """(step, value) of ``tag`` in ``logdir``'s event files, read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    accumulator = EventAccumulator(str(logdir))
+    accumulator.Reload()
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
+
+
+def test_tensorboard_directories_are_named_by_worker_id_capped_and_removed_with_the_run(cli, tmp_path,
+                                                                                          toy_config):
+    """Each collector process used to get a directory named by its pid (a new one at every restart), the learner
+    one named `learner` whatever its REST id; the files grew without bound (~270 MiB a day a learner); and a
+    fresh `run` kept the last run's event files, which `plot` then read beside the new ones."""
+    exp = tmp_path / "exp"
+    tensorboard = exp / "shared" / "tensorboard"
+    first = cli("run-1", "run", "-c", toy_config, "--set", f"exp_name={exp}", "--port", "0")
+    assert first.wait(120) == 0, first.output()[-3000:]
+    names = set(re.findall(r"^\[((?:learner|collector)-\d+)\]", first.output(), re.M))  # the REST API's ids
+    directories = set(os.listdir(tensorboard))
+    assert {"evaluator", "learner-1", "collector-1"} <= directories <= names | {"evaluator"}, (directories, names)
+    old = event_files(tensorboard)
+    assert old
+
+    cap = 12 * 1024  # bytes: 0.01171875 MiB
+    second = cli("run-2", "run", "-c", toy_config, "--set", f"exp_name={exp}", "--port", "0",
+                 "--set", "system.tensorboard_interval=0", "--set", f"system.tensorboard_max_mb={cap / 2**20}")
+    assert second.wait(120) == 0, second.output()[-3000:]
+    new = event_files(tensorboard)
+    assert not set(old) & set(new), "the first run's event files were left for plot to read"
+    for directory in os.listdir(tensorboard):
+        sizes = [size for path, size in new.items() if Path(path).parent.name == directory]
+        assert sum(sizes) <= cap, (directory, sizes)
+    # the newest points stay: the learner's last loss is in its files
+    assert scalar_points(tensorboard / "learner-1", "learner/loss")
+    assert scalar_points(tensorboard / "evaluator", "evaluator/eval_return")
+
+
+def test_a_worker_logger_writes_a_tag_at_most_once_an_interval_and_its_last_value_at_close(tmp_path):
+    from parallel_rl.tblog import TensorBoardLogger
+
+    tb = TensorBoardLogger(str(tmp_path / "learner-1"), interval=3600.0)
+    for step in range(100):
+        tb.scalars(step, "learner/", loss=float(step))
+    tb.close()
+    assert scalar_points(tmp_path / "learner-1", "learner/loss") == [(0, 0.0), (99, 99.0)]
+
+
+def test_tensorboard_settings_out_of_range_are_config_errors():
+    from parallel_rl.config import compile_config
+    from parallel_rl.errors import ConfigError
+
+    for key in ("tensorboard_interval", "tensorboard_max_mb"):
+        with pytest.raises(ConfigError, match=rf"system needs .*system\.{key}=-1"):
+            compile_config({"system": {key: -1}})
