@@ -107,6 +107,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     elif coordinator.resume():
         print(f"coordinator: resumed the saved state of {storage.root}: env_steps={coordinator.env_steps} "
               f"train_iter={coordinator.train_iter} buffer={coordinator.replay.count()}", flush=True)
+        if coordinator.system_shutdown_flag:  # the run had ended: reported (and served with --linger), not trained
+            print(f"coordinator: the run in {storage.root} already ended {coordinator.state} "
+                  f"({coordinator.reason}); not training it again (--fresh starts a new run)", flush=True)
     elif args.resume:
         raise ConfigError(f"coordinator --resume: no saved coordinator state in {storage.state_dir}; "
                           f"pass the --shared-dir of the run to continue, or drop --resume to start fresh")

@@ -22,9 +22,16 @@ def system_default_config() -> dict:
         # processes on a 2-core machine each run 7-8x slower.
         torch_num_threads=1,
         log_level="INFO",
-        # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<role> (cluster;
-        # <exp_name>/tensorboard/<role> in each process's working directory when the shared dir is an object store)
+        # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<worker id> (cluster:
+        # learner-1, collector-1, ..., and evaluator; <exp_name>/tensorboard/<worker id> in each process's working
+        # directory when the shared dir is an object store). A fresh `run` removes the earlier run's.
         tensorboard=True,
+        # cluster: the learner's and each collector's scalars at most once per tag every this many seconds (the
+        # newest value in between is written when the worker's task ends; 0: every point); evaluations: every one
+        tensorboard_interval=10.0,
+        # cluster: each TensorBoard directory's event files together, in MiB: a writer starts a new file at a
+        # quarter of it and the directory's oldest files are deleted past it (0: no cap)
+        tensorboard_max_mb=64.0,
     )
 
 

@@ -86,7 +86,7 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert os.listdir(shared / "coordinator"), "the coordinator saved its state"
     assert {"learner/loss", "learner/q_value", "learner/updates_per_second",
             "learner/longest_update_seconds"} <= tensorboard_tags(
-        shared / "tensorboard" / "learner")
+        shared / "tensorboard" / "learner-1")
     assert "evaluator/eval_return" in tensorboard_tags(shared / "tensorboard" / "evaluator")
 
 

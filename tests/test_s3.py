@@ -238,7 +238,7 @@ def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
     assert any(k.startswith("run/policy/policy_") for k in keys), keys
     assert not any("/.tmp-" in k or "/.probe-" in k for k in keys), keys
     # TensorBoard stays on each worker's own disk (an object store has no appendable files)
-    assert list((tmp_path / "learner" / "exp" / "tensorboard" / "learner").iterdir())
+    assert list((tmp_path / "learner" / "exp" / "tensorboard" / "learner-1").iterdir())
 
 
 @pytest.mark.slow

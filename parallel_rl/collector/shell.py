@@ -23,7 +23,7 @@ from ..errors import ParallelRLError
 from ..policy.epsilon import exploration_schedule
 from ..protocol import Chunk, Games, MetadataBatch, TimeBreakdown
 from ..runtime import experiment_dir
-from ..tblog import TensorBoardLogger
+from ..tblog import worker_logger
 from .serial import concat_columns
 from .build import create_parallel_collector
 from .cluster import ClusterCollector
@@ -75,12 +75,12 @@ class CollectorSlave(Slave, BaseCommCollector):
         # where the time goes beside env steps and forwards (those the collector counts): see time_breakdown
         self.clock = PhaseClock(("chunk_write", "policy_load", "waiting", "evaluate"))
 
-        def tb_dir(role: str) -> Optional[str]:
-            return self.storage.local_dir("tensorboard", role, fallback=experiment_dir(cfg)) \
-                if cfg.system.tensorboard else None
+        def tb_dir(name: str) -> str:
+            return self.storage.local_dir("tensorboard", name, fallback=experiment_dir(cfg))
 
-        self.tb_eval = TensorBoardLogger(tb_dir("evaluator"))
-        self.tb = TensorBoardLogger(tb_dir(f"collector-{os.getpid()}"))
+        # every evaluation (plot reads them); the collector's own scalars under the worker id the REST API shows
+        self.tb_eval = worker_logger(cfg.system, tb_dir("evaluator"), every_point=True)
+        self.tb = worker_logger(cfg.system, tb_dir(self.worker_id or f"collector-pid{os.getpid()}"))
 
     def teardown(self) -> None:
         if self.collector is not None:

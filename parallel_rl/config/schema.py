@@ -173,6 +173,10 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError("parallel.commander needs max_task_attempts >= 1, task_failure_window >= 0 (0: the whole "
                           f"run) and max_repeated_failures >= 0 (0: no limit), got {commander.max_task_attempts=}, "
                           f"{commander.task_failure_window=}, {commander.max_repeated_failures=}")
+    system = cfg.system
+    if system.tensorboard_interval < 0 or system.tensorboard_max_mb < 0:
+        raise ConfigError(f"system needs tensorboard_interval >= 0 (0: every point) and tensorboard_max_mb >= 0 "
+                          f"(0: no cap), got {system.tensorboard_interval=}, {system.tensorboard_max_mb=}")
     if cfg.parallel.coordinator.snapshot_interval <= 0:
         raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
                           f"{cfg.parallel.coordinator.snapshot_interval}")

@@ -23,6 +23,8 @@ from .tasks import TaskState
 
 logger = logging.getLogger(__name__)
 
+SOLVED = "solved"  # CoordinatorState.SOLVED (its module imports this one)
+
 
 def json_number(x: Optional[float]) -> Optional[float]:
     """``x`` as JSON can hold it: NaN (no evaluation yet) as None."""
@@ -47,6 +49,9 @@ class Snapshots:
             return {
                 "exp_name": c.cfg.exp_name,
                 "saved_at": time.time(),
+                # how the run ended (running while it trains): a coordinator started on this store again does not
+                # train a finished run again (Snapshots.end_if_finished)
+                "outcome": {"state": c.state, "reason": c.reason},
                 "tasks": c.tasks.state_dict(),
                 "tasks_forgotten": c.tasks.forgotten,
                 "workers": c.workers.state_dict(),
@@ -129,11 +134,24 @@ class Snapshots:
                                f"start over with --fresh") from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])
+        self.end_if_finished(meta.get("outcome") or {})
         logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
                     "buffer=%d tasks=%d workers=%d", self._seq, c.storage.state_dir, c.env_steps,
                     c.train_iter, c.policy_version, c.replay.count(), len(c.tasks.list()),
                     len(c.workers.list()))
         return True
+
+    def end_if_finished(self, saved: Dict[str, Any]) -> None:
+        """On a resume: a run that had ended (``saved``, its snapshot's outcome) ends again at once, as it did,
+        instead of training on: a coordinator recreated on the store of a solved run (compose's ``up`` after it)
+        reports it. Where the config it resumes with moves the goal (a stop value above the best evaluation, a
+        budget raised) it trains on; a failed run is tried again (a restart is what a failure asks for)."""
+        c = self._c
+        stop_value = c.cfg.env.stop_value
+        if (saved.get("state") == SOLVED and stop_value is not None
+                and c.best_eval_return >= stop_value):  # NaN (no evaluation) compares False
+            c.finish(SOLVED, str(saved.get("reason") or "solved"))
+        c._check_budgets()  # the budgets are counters the snapshot restored
 
     # ---- the snapshot thread -------------------------------------------------------------------
     def start(self) -> None:

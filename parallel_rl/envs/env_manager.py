@@ -28,6 +28,7 @@ from easydict import EasyDict
 
 from ..errors import ConfigError
 from .masked import sub_env_wrappers
+from .mujoco_messages import route_mujoco_messages, uses_mujoco
 from .registrars import import_env_modules
 from .steps import COMPACT_OBS_DTYPES, EnvStep, as_obs, frame_stack_of  # noqa: F401 (EnvStep: re-exported)
 from .spaces import action_spec, check_observation_space
@@ -106,6 +107,8 @@ class EnvManager:
             raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc} (envs of another "
                               "package: name it in env.import_names, e.g. [\"minatar\"] for MinAtar/Breakout-v1, "
                               "[\"ale_py\"] for ALE/Pong-v5)") from exc
+        if uses_mujoco(spec.entry_point):  # before its models compile: their warnings, its log file
+            route_mujoco_messages()
         wrappers, vector_mode = sub_env_wrappers(env_id, vector_mode, step_latency_ms, mask_velocity)
         if vector_mode == "auto":
             vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"

@@ -19,6 +19,7 @@ from easydict import EasyDict
 from ..policy.memory import LaneMemory, strip_state
 from .env_manager import EnvManager, env_kwargs_of
 from .masked import mask_wrapper
+from .mujoco_messages import route_mujoco_messages, uses_mujoco
 from .registrars import import_env_modules
 from .steps import EnvStep
 from ..errors import ConfigError
@@ -65,6 +66,9 @@ def render_env(env_cfg: EasyDict, seed: int) -> gym.Env:
     import_env_modules(env_cfg.import_names)
     for name in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame-drawn envs: no display, no sound card
         os.environ.setdefault(name, "dummy")
+    spec = gym.registry.get(env_cfg.env_id)
+    if spec is not None and uses_mujoco(spec.entry_point):
+        route_mujoco_messages()
     try:
         env = gym.make(env_cfg.env_id, render_mode="rgb_array", **env_kwargs_of(env_cfg, evaluating=True))
     except Exception as exc:  # envs raise anything for an unsupported render mode

@@ -8,6 +8,7 @@ learner resumes where a dead one stopped.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, Dict, Optional
 
@@ -21,7 +22,7 @@ from ..runtime import experiment_dir
 from ..slave.comm import BaseCommLearner, register_comm_learner
 from ..slave.phases import PhaseClock
 from ..slave.slave import Slave, SlaveTask
-from ..tblog import TensorBoardLogger
+from ..tblog import worker_logger
 from ..transport import ApiError
 from .learner import create_learner, store_saving
 from .pipeline import DataPipeline
@@ -135,8 +136,9 @@ class LearnerSlave(Slave, BaseCommLearner):
                                 whole_segments=flow.whole_segments, load_rows=self.loads_rows,
                                 on_damaged=self.report_damaged_chunk, lanes=flow.lanes, clock=self.clock).start()
         publish_every = flow.publish_every(lcfg)
-        self.tb = TensorBoardLogger(self.storage.local_dir("tensorboard", "learner", fallback=experiment_dir(cfg))
-                                    if cfg.system.tensorboard else None)
+        # under the worker id the REST API shows (learner-1; a restarted learner: learner-2, ...)
+        self.tb = worker_logger(cfg.system, self.storage.local_dir(
+            "tensorboard", self.worker_id or f"learner-pid{os.getpid()}", fallback=experiment_dir(cfg)))
         last_info, last_iter = time.monotonic(), learner.train_iter
         started = time.monotonic()
         learner.call_hook("before_run")

@@ -121,7 +121,10 @@ class LocalBackend:
             for d in directories:
                 os.makedirs(d, exist_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot create the shared directory {self.base!r}: {exc}; pass --shared-dir") from exc
+            # the store cannot be used at all: a usage error, as for an object store's missing bucket (exit 2)
+            raise StorageUnavailableError(f"cannot create the shared directory {self.base!r}: {exc}; pass a "
+                                          f"--shared-dir (or parallel.shared_dir) this user can create and "
+                                          f"write") from exc
 
     unlink = staticmethod(_unlink)
     listdir = staticmethod(os.listdir)

@@ -68,7 +68,12 @@ STATE_ARRAYS = Numbered("coordinator", "state_", ".npz")  # its replay index arr
 LEAGUE = Numbered("league", "snapshot_", ".pt")  # self-play: policy versions frozen into the opponent pool
 VIDEO = Numbered("videos", "video_", ".mp4")  # an evaluator's recorded episode of that policy version
 
-# the patterns of our files in each directory (what a fresh run removes)
+# TensorBoard's event files of a local root: <TENSORBOARD_DIR>/<worker id>/events.out.tfevents.* (SharedStorage.local_dir)
+TENSORBOARD_DIR = "tensorboard"
+TENSORBOARD_EVENTS_RE = re.compile(r"^events\.out\.tfevents\..+$")
+
+# the patterns of our files in each directory (what a fresh run removes; and the event files of every directory
+# under TENSORBOARD_DIR)
 OURS = {
     CHUNK_DIR: (CHUNK_RE,),
     POLICY.directory: (POLICY.pattern, POLICY_HOLD.pattern, BEST_RECORD_RE),

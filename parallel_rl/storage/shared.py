@@ -38,7 +38,8 @@ from .backends import FsspecBackend, LocalBackend, is_remote
 from .checkpoints import Checkpoints, LeagueSnapshots, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .health import StorageHealth
-from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, VIDEO, check_name
+from .names import (LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO,
+                    check_name)
 from .states import CoordinatorStates
 from .videos import Videos
 
@@ -159,17 +160,24 @@ class SharedStorage:
         return self.policies.prune(keep) + self.learner_states.prune(keep)
 
     def _our_files(self):
-        """(directory, name, is_temp) of every file of ours on the shared store."""
-        for relative, patterns in OURS.items():
+        """(directory, name, is_temp) of every file of ours on the shared store: the families' and TensorBoard's
+        event files (a directory per writer: a fresh run must not leave the last run's scalars to ``plot``)."""
+        places = list(OURS.items())
+        tensorboard = posixpath.join(self.backend.base, TENSORBOARD_DIR)
+        places += [(posixpath.join(TENSORBOARD_DIR, writer), (TENSORBOARD_EVENTS_RE,))
+                   for writer in self._listdir(tensorboard)]
+        for relative, patterns in places:
             directory = posixpath.join(self.backend.base, relative)
-            try:
-                names = self.backend.listdir(directory)
-            except FileNotFoundError:  # the league's is made by the first snapshot
-                continue
-            for name in names:
+            for name in self._listdir(directory):
                 temp = name.startswith(TEMP_PREFIX)
                 if temp or any(p.fullmatch(name) for p in patterns):
                     yield directory, name, temp
+
+    def _listdir(self, directory: str) -> list:
+        try:
+            return self.backend.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):  # the league's is made by its first snapshot, ...
+            return []
 
     def reset(self) -> int:
         """Remove every file of ours (chunks, checkpoints, coordinator state, temp files) for a fresh run;
