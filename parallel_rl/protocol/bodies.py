@@ -159,7 +159,7 @@ class Registration:
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Registration":
-        address = body.get("address")
+        address = field(body, "address", str, required=False)
         return cls(address=None if address is None else check_url(address),
                    worker_id=field(body, "worker_id", str, required=False))
 

@@ -33,7 +33,7 @@ from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
 from .backends import FsspecBackend, LocalBackend, is_remote
-from .checkpoints import Checkpoints, LeagueSnapshots
+from .checkpoints import Checkpoints, LeagueSnapshots, LearnerStates
 from .chunks import ChunkFiles
 from .health import StorageHealth
 from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, VIDEO, check_name
@@ -76,7 +76,7 @@ class SharedStorage:
         self.health = StorageHealth()
         self.chunks = ChunkFiles(self)
         self.policies = Checkpoints(self, POLICY, "policy checkpoint")
-        self.learner_states = Checkpoints(self, LEARNER, "learner state")
+        self.learner_states = LearnerStates(self, LEARNER, "learner state")
         self.league = LeagueSnapshots(self, LEAGUE, "league snapshot")  # its directory: made by its first snapshot
         self.states = CoordinatorStates(self)
         self.videos_family = Videos(self, VIDEO, "video")  # its directory: made by the first recorded episode
