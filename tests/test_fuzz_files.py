@@ -240,7 +240,7 @@ def mutate_json(meta, path, value):
     return meta
 
 
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None, max_examples=60)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(json_changes=st.lists(json_mutation(), max_size=3), json_bytes=st.lists(byte_change, max_size=1),
        npz_bytes=st.lists(byte_change, max_size=1))
 @example(json_changes=[([1], "seq")], json_bytes=[], npz_bytes=[])
