@@ -111,10 +111,10 @@ def test_checkpoints_are_versioned_pruned_and_announced(bucket):
     stamp = store.policy_dir_stamp()
     for version in (3, 10, 7):
         store.save_policy(version, {"w": torch.full((2,), float(version))})
-        store.save_learner_state(version, {"iteration": version})
+        store.save_learner_state(version, {"policy": {}, "train_iter": version})
     assert store.policy_versions() == [3, 7, 10] and store.latest_policy_version() == 10
     assert store.load_policy(7)["w"].tolist() == [7.0, 7.0]
-    assert store.load_learner_state(store.latest_learner_version()) == {"iteration": 10}
+    assert store.load_learner_state(store.latest_learner_version()) == {"policy": {}, "train_iter": 10}
     assert store.prune_checkpoints(keep=1) == 4
     assert objects(bucket) == ["run/learner/learner_000000010.pt", "run/policy/policy_000000010.pt"]
     from tests.support import eventually

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import logging
 import os
 import warnings
@@ -23,7 +22,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from easydict import EasyDict
 
-from ..config import RUN_CONFIG_NAME
+from ..config import RUN_CONFIG_NAME, read_run_config
 from ..errors import ConfigError, StorageError, StorageFaultError
 from ..storage.checkpoints import SERIAL_BEST, load_best_record
 from ..storage.names import BEST_RECORD
@@ -43,10 +42,9 @@ def find_run_config(path: str) -> Optional[str]:
 
 def load_run_config(path: str) -> EasyDict:
     try:
-        with open(path) as f:
-            return EasyDict(json.load(f))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable run config ({exc}); pass the config with -c") from exc
+        return read_run_config(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; pass the config with -c") from None
 
 
 @dataclass

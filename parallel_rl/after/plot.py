@@ -112,19 +112,16 @@ def run_name(run_dir: str) -> str:
 def group_key(run_dir: str) -> Tuple[str, str]:
     """(key, label): the run's config without ``exp_name``/``seed`` when it saved one, else its name
     (:func:`run_name`) without a seed suffix (``_s1``, ``-seed2``)."""
-    from ..config import RUN_CONFIG_NAME
+    from ..config import RUN_CONFIG_NAME, read_run_config
 
     name = re.sub(r"[_-](s|seed)\d+$", "", run_name(run_dir))
     path = os.path.join(run_dir, RUN_CONFIG_NAME)
     if os.path.isfile(path):
         try:
-            with open(path) as f:
-                cfg = json.load(f)
-            if not isinstance(cfg, dict):
-                raise ValueError(f"a JSON {type(cfg).__name__}, not an object")
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot plot {run_dir}: {path} is damaged ({exc}); repair or delete it (runs are "
-                              f"then grouped by their directory names)") from None
+            cfg = read_run_config(path)
+        except ConfigError as exc:
+            raise ConfigError(f"cannot plot {run_dir}: {exc}; repair or delete it (runs are then grouped by their "
+                              f"directory names)") from None
         cfg.pop("exp_name", None)
         cfg.pop("seed", None)
         return json.dumps(cfg, sort_keys=True, default=str), name

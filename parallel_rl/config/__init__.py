@@ -6,10 +6,10 @@ one. A default that is an empty dict is *open*: any keys are accepted below it (
 """
 from .assembly import compile_config, default_buffer_type, default_config, load_config
 from .schema import (RUN_CONFIG_NAME, SELFPLAY_POLICY_TYPES, apply_overrides, check_cluster_config, coerce,
-                     load_config_file, merge, parse_override, save_run_config, validate)
+                     load_config_file, merge, parse_override, read_run_config, save_run_config, validate)
 
 __all__ = [
     "RUN_CONFIG_NAME", "SELFPLAY_POLICY_TYPES", "apply_overrides", "check_cluster_config", "coerce", "compile_config",
-    "default_buffer_type", "default_config", "load_config", "load_config_file", "merge", "parse_override", "save_run_config",
+    "default_buffer_type", "default_config", "load_config", "load_config_file", "merge", "parse_override", "read_run_config", "save_run_config",
     "validate",
 ]

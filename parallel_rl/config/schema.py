@@ -320,6 +320,31 @@ def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
 RUN_CONFIG_NAME = "config.json"
 
 
+# a run's config.json is a few KiB; one past this is not one
+MAX_RUN_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def read_run_config(path: str) -> EasyDict:
+    """The run config ``path`` holds (a :func:`save_run_config` file): the one door a ``config.json`` comes in by.
+    ConfigError in one line naming the file when it cannot be read, is larger than a config, is not strict JSON
+    (NaN and infinities, nesting too deep, bad UTF-8) or not a JSON object with names for keys."""
+    from ..transport.codec import loads
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_RUN_CONFIG_BYTES:
+                raise ValueError(f"{size} bytes, over {MAX_RUN_CONFIG_BYTES}")
+            raw = f.read()
+        cfg = loads(raw)
+        if not isinstance(cfg, dict):
+            raise ValueError(f"a JSON {type(cfg).__name__}, not an object")
+        return EasyDict(cfg)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:200]
+        raise ConfigError(f"{path}: not a readable run config ({why})") from None
+
+
 def save_run_config(cfg: EasyDict, exp_dir: str) -> str:
     """Write ``cfg`` as ``<exp_dir>/config.json`` (JSON; values JSON cannot hold as their ``str``)."""
     path = os.path.join(exp_dir, RUN_CONFIG_NAME)

@@ -128,10 +128,11 @@ class Snapshots:
         meta, arrays = saved
         try:
             self.load_state_dict({**meta, "replay": arrays})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StorageError(f"{c.storage.state_paths(meta.get('seq', 0))[0]}: cannot be restored with this "
-                               f"config ({type(exc).__name__}: {exc}); resume with the config that wrote it, or "
-                               f"start over with --fresh") from exc
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            # what the store's loader (storage.states.check_meta) leaves to the restoring parts: a section's insides
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise StorageError(f"{c.storage.state_paths(meta['seq'])[0]}: cannot be restored with this config "
+                               f"({why}); resume with the config that wrote it, or start over with --fresh") from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])
         self.end_if_finished(meta.get("outcome") or {})

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from ..errors import ProtocolViolation
-from ..transport.codec import field, number_field
+from ..transport.codec import check_url, field, number_field
 from .fields import (MAX_RANKS, MAX_TASK_IDS, PRIORITY_KEYS, REFERENCE_KEYS, _int, _json_fields, _ref,
                      finite_number, wire)
 from .parts import StorageReport, TimeBreakdown
@@ -152,13 +152,15 @@ class Registration:
     """``POST /api/v1/collectors`` or ``/learners``: add the running slave at ``address``; without one, a
     coordinator inside ``parallel-rl run`` has its launcher start one more (202), one on its own answers 400."""
 
-    address: Optional[str] = wire(default=None, doc="http://HOST:PORT the slave serves on (and advertises)")
+    address: Optional[str] = wire(default=None, doc="http://HOST:PORT the slave serves on (and advertises); "
+                                                    "one that does not parse, or a port out of 1-65535, is a 400")
     worker_id: Optional[str] = wire(default=None, doc="the id wanted (the launcher's name, or the id held before a "
                                                       "coordinator restart); given when no entry holds it")
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Registration":
-        return cls(address=field(body, "address", str, required=False),
+        address = field(body, "address", str, required=False)
+        return cls(address=None if address is None else check_url(address),
                    worker_id=field(body, "worker_id", str, required=False))
 
     def to_json(self) -> Dict[str, Any]:

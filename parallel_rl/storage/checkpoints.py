@@ -30,7 +30,10 @@ logger = logging.getLogger(__name__)
 
 
 class Checkpoints(NumberedFiles):
-    """Numbered state dicts: written durably, loaded without unpickling arbitrary objects."""
+    """Numbered state dicts: written durably, loaded without unpickling arbitrary objects.
+
+    Every one is read by :meth:`load` (:func:`.formats.torch_load`, then :meth:`check`): a state dict its readers
+    can use, or StorageError naming the file."""
 
     @store_op("writing a {noun}", write=True)
     def save(self, version: int, state: Mapping) -> str:
@@ -44,8 +47,13 @@ class Checkpoints(NumberedFiles):
 
     @store_op("reading a {noun}")
     def load(self, version: int) -> Dict:
-        """Version ``version``'s state dict (FileNotFoundError when it is not there)."""
-        return torch_load(self.path(version), self.backend)
+        """Version ``version``'s state dict (FileNotFoundError when it is not there; StorageError when it is
+        damaged, or not of this family's shape)."""
+        return torch_load(self.path(version), self.backend, check=self.check)
+
+    def check(self, state: Dict) -> None:
+        """ValueError unless ``state`` (a state dict: :func:`.formats.check_state`) has this family's shape; a
+        policy's parts are the model's, which its loader checks (a checkpoint that does not fit is a ConfigError)."""
 
     def latest_good(self) -> Optional[tuple]:
         """``(version, state)`` of the newest one that loads, or None when none does.
@@ -191,6 +199,16 @@ class PolicyCheckpoints(Checkpoints):
         held = {v for v in map(POLICY_HOLD.version, names) if v is not None}
         old = versions[: max(0, len(versions) - keep)]
         return sum(self.backend.unlink(self.path(v)) for v in old if v not in held)
+
+
+class LearnerStates(Checkpoints):
+    """The learner's whole state for resume: ``{"policy": the policy's state dict, "train_iter": int >= 0}``."""
+
+    def check(self, state: Dict) -> None:
+        iteration = state.get("train_iter")
+        if not isinstance(state.get("policy"), dict) or type(iteration) is not int or not 0 <= iteration <= 2**53:
+            raise ValueError(f"a learner state is {{'policy': a state dict, 'train_iter': int >= 0}}, got "
+                             f"policy={type(state.get('policy')).__name__}, train_iter={iteration!r:.40}")
 
 
 class LeagueSnapshots(Checkpoints):

@@ -9,7 +9,7 @@ import io
 import math
 import os
 import zipfile
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
@@ -175,16 +175,70 @@ def torch_save_atomic(path: str, state: Mapping, backend=LocalBackend) -> None:
     backend.write_atomic(path, lambda f: torch.save(dict(state), f), durable=True)
 
 
-def torch_load(path: str, backend=LocalBackend) -> Dict:
-    """The state dict at ``path``, loaded with ``weights_only=True`` (FileNotFoundError when absent)."""
+# how deep a checkpoint's state nests (a model's state dict, an optimizer's state, its param groups: 4 or 5)
+MAX_STATE_DEPTH = 32
+
+
+def torch_load(path: str, backend=LocalBackend, check: Optional[Callable[[Dict], None]] = None) -> Dict:
+    """The state dict at ``path``, loaded with ``weights_only=True`` (FileNotFoundError when absent): the door every
+    checkpoint comes in by (``check``: a family's own shape, raising ValueError).
+
+    Checked before torch reads it: a zip as ``torch.save`` writes (its members stored uncompressed, each no larger
+    than the file: what torch allocates for a record is bounded by the file's size, whatever the zip's directory
+    declares); once loaded: a dict with names for keys, of tensors, numbers, strings, lists and dicts (names or
+    indices for keys) at most :data:`MAX_STATE_DEPTH` deep. StorageError in one line naming the file for any
+    damage; the store's own OSError when the store fails the read."""
     import torch
 
     source = backend.readable(path)  # FileNotFoundError when absent
+
+    def parse(f, nbytes: int) -> Dict:
+        _check_torch_zip(f, nbytes)
+        f.seek(0)
+        state = torch.load(f, map_location="cpu", weights_only=True)
+        check_state(state)
+        if check is not None:
+            check(state)
+        return state
+
     try:
-        return torch.load(source, map_location="cpu", weights_only=True)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError) or exc.errno is not None:  # not there, or the store failed us
-            raise
-        raise StorageError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc
-    except Exception as exc:  # torch raises many types for corrupt or unsafe files
-        raise StorageError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc})") from exc
+        return open_npz(path, source, parse, "a loadable checkpoint")
+    except StorageError as exc:
+        raise StorageError(" ".join(str(exc).split())[:600]) from exc.__cause__
+
+
+def _check_torch_zip(f, nbytes: int) -> None:
+    """ValueError unless ``f`` (``nbytes`` long) is a zip as ``torch.save`` writes: members stored, each within the
+    file."""
+    if f.read(4) != b"PK\x03\x04":
+        raise ValueError("not a torch.save zip archive (the legacy format, or not a checkpoint)")
+    f.seek(0)
+    with zipfile.ZipFile(f) as archive:
+        for member in archive.infolist():
+            if member.compress_type != zipfile.ZIP_STORED or member.file_size != member.compress_size \
+                    or member.file_size > nbytes:
+                raise ValueError(f"member {member.filename!r}: {member.file_size} bytes stored in "
+                                 f"{member.compress_size} of a {nbytes}-byte file (torch.save stores them whole)")
+
+
+def check_state(state: Any, depth: int = 0, where: str = "the checkpoint") -> None:
+    """ValueError naming the place unless ``state`` is a state dict: a dict with names for keys (deeper, names or
+    indices: an optimizer's state), of tensors, numbers, strings, None, lists and dicts, at most
+    :data:`MAX_STATE_DEPTH` deep."""
+    import torch
+
+    if depth > MAX_STATE_DEPTH:
+        raise ValueError(f"{where} nests more than {MAX_STATE_DEPTH} deep")
+    if isinstance(state, dict):
+        keys = (str,) if depth == 0 else (str, int)
+        for key, value in state.items():
+            if not isinstance(key, keys) or isinstance(key, bool):
+                raise ValueError(f"{where} has a key {key!r:.40} ({type(key).__name__}); state dicts name their parts")
+            check_state(value, depth + 1, f"{where}[{key!r:.40}]")
+    elif depth == 0:
+        raise ValueError(f"a {type(state).__name__}, not a state dict")
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            check_state(value, depth + 1, f"{where}[{i}]")
+    elif not isinstance(state, (torch.Tensor, int, float, str, bytes, type(None))):
+        raise ValueError(f"{where} is a {type(state).__name__}")

@@ -35,7 +35,7 @@ from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
 from .backends import FsspecBackend, LocalBackend, is_remote
-from .checkpoints import Checkpoints, LeagueSnapshots, PolicyCheckpoints
+from .checkpoints import Checkpoints, LeagueSnapshots, LearnerStates, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .health import StorageHealth
 from .names import (LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO,
@@ -79,7 +79,7 @@ class SharedStorage:
         self.health = StorageHealth()
         self.chunks = ChunkFiles(self)
         self.policies = PolicyCheckpoints(self, POLICY, "policy checkpoint")
-        self.learner_states = Checkpoints(self, LEARNER, "learner state")
+        self.learner_states = LearnerStates(self, LEARNER, "learner state")
         self.league = LeagueSnapshots(self, LEAGUE, "league snapshot")  # its directory: made by its first snapshot
         self.states = CoordinatorStates(self)
         self.videos_family = Videos(self, VIDEO, "video")  # its directory: made by the first recorded episode

@@ -13,6 +13,7 @@ from .codec import (
     LEASE_HEADER,
     PACKED_DTYPES,
     TOKEN_ENV,
+    check_url,
     encode_json,
     field,
     finite_json,
@@ -29,7 +30,7 @@ from .codec import (
 from .server import ApiError, ServerThread, check_token, error_response, install_json_errors, json_body
 
 __all__ = [
-    "ApiError", "COORDINATOR_ENV", "HttpClient", "LEASE_HEADER", "MAX_ANSWER_BYTES", "PACKED_DTYPES", "ServerThread",
+    "ApiError", "COORDINATOR_ENV", "HttpClient", "check_url", "LEASE_HEADER", "MAX_ANSWER_BYTES", "PACKED_DTYPES", "ServerThread",
     "TOKEN_ENV", "check_token", "encode_json", "error_response", "field", "finite_json", "install_json_errors",
     "json_body", "loads", "new_token", "number_field", "pack_array", "slave_proof", "token_from_env",
     "token_from_file", "unpack_array", "write_token_file",

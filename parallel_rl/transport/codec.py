@@ -7,6 +7,7 @@ token and the names of the headers and variables that carry it.
   sampled references, priorities).
 - :func:`field` / :func:`number_field` read a field of a parsed body, refusing a missing or mistyped one with
   :class:`~parallel_rl.errors.ProtocolViolation` (the server answers it 400).
+- :func:`check_url`: a peer's address (``http://HOST:PORT``) from a body, parsed once, or ProtocolViolation.
 - :func:`new_token`, :func:`token_from_env`, :func:`write_token_file` / :func:`token_from_file`,
   :func:`slave_proof`: the cluster token (from the environment, or the file `parallel-rl run` writes for the
   client commands) and the proof a slave gives of holding it.
@@ -22,6 +23,7 @@ import os
 import secrets
 import tempfile
 from typing import Any, Dict, Optional
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -143,6 +145,25 @@ def number_field(data: Dict[str, Any], name: str, default: float, lo: float = -m
     if not lo <= number <= hi:
         raise ProtocolViolation(f"field {name!r} must be a number in [{lo:g}, {hi:g}], got {value!r:.40}")
     return number
+
+
+def check_url(value: Any, name: str = "address") -> str:
+    """``value``, a peer's address ``http(s)://HOST:PORT`` (a path allowed; a trailing ``/`` dropped), or
+    ProtocolViolation (400) naming the field and the value: what :func:`urllib.parse.urlsplit` cannot parse (an
+    IPv6 host without its ``]``), a port out of 1-65535 or not a number, no host, another scheme."""
+    if not isinstance(value, str):
+        raise ProtocolViolation(f"field {name!r} must be a string http://HOST:PORT, got {type(value).__name__}")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+        why = ("the scheme must be http or https" if parts.scheme not in ("http", "https")
+               else "no host" if not parts.hostname else "no port" if port is None
+               else "the port must be 1-65535" if port == 0 else None)
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", "Port could not be cast ..."
+        why = str(exc)
+    if why is not None:
+        raise ProtocolViolation(f"field {name!r} must look like http://HOST:PORT, got {value!r:.200} ({why})")
+    return value.rstrip("/")
 
 
 PACKED_DTYPES = ("<i4", "<i8", "<f4", "<f8")
