@@ -17,6 +17,7 @@ from parallel_rl.data.frames import POOL, is_packed, pack_frames, unpack_frames
 from parallel_rl.errors import StorageError, StorageFaultError
 from parallel_rl.learner.pipeline import RowStore
 from parallel_rl.storage import SharedStorage
+from tests.support import damaged
 
 ROWS = 6
 
@@ -212,14 +213,7 @@ def mutated(base: str, members_changes, byte_changes) -> bytes:
             if flat.size:
                 flat[change[2] % flat.size] = np.array(change[2]).astype(value.dtype)
             members[i] = (name, npy(flat.reshape(value.shape)))
-    blob = bytearray(npz_file(members))
-    for change in byte_changes:
-        if change[0] == "truncate":
-            blob = blob[: int(change[1] * len(blob))]
-        elif blob:
-            for where, mask in change[1]:
-                blob[int(where * len(blob))] ^= mask
-    return bytes(blob)
+    return damaged(npz_file(members), byte_changes)
 
 
 def usable(columns):

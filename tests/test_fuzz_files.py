@@ -23,7 +23,7 @@ from parallel_rl.config import read_run_config, save_run_config
 from parallel_rl.coordinator import Coordinator
 from parallel_rl.errors import ConfigError, StorageError, StorageFaultError
 from parallel_rl.storage import SharedStorage
-from tests.support import toy_cluster_config
+from tests.support import damaged, toy_cluster_config
 
 JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from([2**64, -(10**30)]),
                               st.floats(), st.text(max_size=12)),
@@ -37,15 +37,6 @@ byte_change = st.one_of(
 )
 
 
-def changed(blob: bytes, changes) -> bytes:
-    blob = bytearray(blob)
-    for change in changes:
-        if change[0] == "truncate":
-            blob = blob[: int(change[1] * len(blob))]
-        elif blob:
-            for where, mask in change[1]:
-                blob[int(where * len(blob))] ^= mask
-    return bytes(blob)
 
 
 def bounded(read, size: int):
@@ -183,7 +174,7 @@ def test_a_checkpoint_of_the_wrong_kind_is_damage(store, family, wrong):
 def test_fuzz_a_damaged_checkpoint_loads_usable_or_is_damage(store, family, changes):
     attr, blob = CHECKPOINT_BASES[family]
     checkpoints = getattr(store, attr)
-    blob = changed(blob, changes)
+    blob = damaged(blob, changes)
     put(checkpoints.path(3), blob)
     loaded = bounded(lambda: checkpoints.load(3), len(blob))
     event("damage" if isinstance(loaded, StorageError) else "loaded")
@@ -250,8 +241,8 @@ def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_s
     meta = json.loads(json_blob)
     for path, value in json_changes:
         meta = mutate_json(meta, path, value)
-    json_blob = changed(json.dumps(meta).encode(), json_bytes)
-    npz_blob = changed(npz_blob, npz_bytes)
+    json_blob = damaged(json.dumps(meta).encode(), json_bytes)
+    npz_blob = damaged(npz_blob, npz_bytes)
     storage = SharedStorage(str(tmp_path / "shared"))
     json_path, npz_path = storage.state_paths(1)
     put(json_path, json_blob)
@@ -283,7 +274,7 @@ def test_fuzz_a_damaged_run_config_is_one_config_error(tmp_path_factory, changes
         meta = json.loads(f.read()) if whole is None else whole
     for where, value in changes:
         meta = mutate_json(meta, where, value)
-    blob = changed(json.dumps(meta).encode(), raw)
+    blob = damaged(json.dumps(meta).encode(), raw)
     put(path, blob)
     try:
         loaded = read_run_config(path)

@@ -13,30 +13,11 @@ import pytest
 import requests
 
 from tests.support import eventually, get
+from tests.test_cluster import toy_config  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOY_CONFIG = textwrap.dedent("""
-    main_config = dict(
-        env=dict(env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5), collector_env_num=2,
-                 evaluator_env_num=2, n_evaluator_episode=2, stop_value=4.0),
-        policy=dict(model=dict(hidden_size_list=[16]), nstep=1, learn=dict(batch_size=16),
-                    other=dict(eps=dict(decay=300))),
-        parallel=dict(coordinator=dict(heartbeat_ttl=2.0),
-                      worker=dict(heartbeat_interval=0.2),
-                      commander=dict(eval_freq=20, max_seconds=90.0, max_env_steps_per_update=8.0),
-                      collector=dict(chunk_size=32), learner=dict(min_buffer_size=32, publish_every=10,
-                                                                   save_state_every=20)),
-    )
-""")
 TOKEN = {"PARALLEL_RL_TOKEN": "misc-token"}
-
-
-@pytest.fixture
-def toy_config(tmp_path):
-    path = tmp_path / "toy.py"
-    path.write_text(TOY_CONFIG)
-    return str(path)
 
 
 # ---- 40.10: a shared directory that cannot be made is a usage error ------------------------------------

@@ -124,3 +124,16 @@ class CliProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+
+def damaged(blob: bytes, changes) -> bytes:
+    """``blob`` after ``changes`` (a fuzzer's draws): ``("truncate", fraction)`` cuts it to that fraction of its
+    length, ``("flip", [(where, mask), ...])`` XORs the byte at each fraction ``where`` of its length with ``mask``."""
+    blob = bytearray(blob)
+    for change in changes:
+        if change[0] == "truncate":
+            blob = blob[: int(change[1] * len(blob))]
+        elif blob:
+            for where, mask in change[1]:
+                blob[int(where * len(blob))] ^= mask
+    return bytes(blob)
