@@ -170,8 +170,9 @@ def test_an_oversized_body_is_refused_before_it_is_buffered(coordinator_factory)
 
     coordinator, server = coordinator_factory(coordinator={"max_body_bytes": 64 * 1024})
     with socket.create_connection((server.host, server.port), timeout=5) as sock:
-        sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
+        # a token holder's (a stranger's body is refused before its size matters: tests/test_strangers.py)
+        sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + TOKEN.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
         answer = sock.recv(200)  # never sent the gigabyte: a server that waits for it times out here
     assert answer.startswith(b"HTTP/1.1 413"), answer
 

@@ -234,6 +234,7 @@ class Membership:
         with self._lock:
             running = worker.running_tasks
             worker.state = WorkerState.LEAVING if running else WorkerState.GONE
+            worker.removed = True
         logger.info("coordinator: removing %s (%s); running tasks: %s", worker_id, reason, running or "none")
         for task_id in running:
             try:

@@ -74,6 +74,7 @@ class Worker:
     problems: List[str] = field(default_factory=list)  # what the slave reports went wrong in it
     refusals: int = 0  # tasks refused in a row
     failures: int = 0  # tasks it reported failed in a row (its own errors, not the store's)
+    removed: bool = False  # an operator removed it (DELETE): a supervisor does not replace its process
     retry_at: float = field(default=0.0, repr=False)  # monotonic: no task before (backing off after failures)
     ended_at: Optional[float] = field(default=None, repr=False)  # monotonic: first seen lost or gone
     # a LearnerAggregator's data-parallel ranks as its heartbeats list them: rank, pid, state

@@ -14,9 +14,9 @@ the old entry stays for the record): at once the first time, then after an
 exponential backoff; a restarted learner resumes from the newest full learner
 state. A role that dies more than ``parallel.supervisor.max_restarts`` times
 within ``restart_window`` seconds fails the run with its last words. A
-collector that leaves on purpose (removed: ``DELETE /api/v1/collectors/<id>``;
-or stopped, deregistering itself) is not replaced: the cluster has one
-collector less, as ``collectors add`` gives it one more.
+collector an operator removed (``DELETE /api/v1/collectors/<id>``) is not
+replaced: the cluster has one collector less, as ``collectors add`` gives it
+one more; one that deregistered on its own (SIGTERM) is replaced.
 The children die with this process (the fork server exits with it, and they
 die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
 killed, on the way out whatever happens. ``resume=DIR`` continues an
@@ -37,7 +37,7 @@ from typing import Callable, Deque, Dict, List, Optional, Union
 
 from easydict import EasyDict
 
-from ..coordinator import Coordinator, CoordinatorState, Worker, WorkerState
+from ..coordinator import Coordinator, CoordinatorState, Worker
 from ..coordinator.coordinator import mean_return
 from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
@@ -250,8 +250,9 @@ class LocalCluster:
     def _supervise(self) -> Optional[str]:
         """Restart children that died (after a backoff); the reason to fail the run once a role's budget is spent.
 
-        A collector that left on purpose (its worker leaving or gone when its process ended: removed, or
-        stopped and deregistered) is no death: it is not replaced and costs no restart. Restarts count within
+        A collector an operator removed (``collectors remove``, ``DELETE``) is no death: it is not replaced and
+        costs no restart. One that deregistered on its own (SIGTERM: from a person, or from the kernel when its
+        fork server died) is replaced like any other. Restarts count within
         ``restart_window`` (0: the whole run), and so does the backoff: a role with no restart in the window
         (a healthy stretch) is restarted at once again."""
         sup = self.cfg.parallel.supervisor
@@ -262,8 +263,7 @@ class LocalCluster:
             code = child.proc.returncode
             worker = self._worker_of(child)
             self.coordinator.membership.process_exited(child.proc.pid, f"process exited with code {code}")
-            if child.role == "collector" and worker is not None and worker.state in (WorkerState.LEAVING,
-                                                                                     WorkerState.GONE):
+            if child.role == "collector" and worker is not None and worker.removed:
                 left = sum(c.role == "collector" and c.proc.poll() is None for c in self.children)
                 logger.info("launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
                             child.name, code, left)

@@ -30,7 +30,8 @@ KEEP_COORDINATOR_STATES = 2
 MAX_STATE_JSON_BYTES = 256 * 1024 * 1024
 # each section of a snapshot (Snapshots.state_dict) and the JSON type it has; counters are integers or numbers
 SECTIONS = {"seq": int, "arrays": str, "tasks": dict, "workers": list, "counters": dict, "learn_info": dict,
-            "eval_history": list, "throughput_history": list, "commander": dict, "tasks_forgotten": int}
+            "eval_history": list, "throughput_history": list, "commander": dict, "tasks_forgotten": int,
+            "outcome": dict}
 INT_COUNTERS = ("env_steps", "episodes", "train_iter", "policy_version")
 NUMBER_COUNTERS = ("uptime", "started_at", "last_eval_return", "best_eval_return")
 
@@ -136,7 +137,7 @@ class CoordinatorStates(Family):
                 errors.append(str(exc))
                 continue
             for error in errors:  # when none loads, the error below names them all (one line)
-                logger.warning("storage: %s; fell back to the snapshot before it", error)
+                logger.warning("storage: %s; falling back to the snapshot before it", error)
             return state
         if errors:
             raise StorageError("no loadable coordinator state in " + self.directory + ": " + "; ".join(errors)
