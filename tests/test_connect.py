@@ -5,6 +5,8 @@ messages queued across a re-registration are sent again under the new id; a bad 
 import pytest
 import requests
 
+from tests.support import eventually
+
 from tests.test_coordinator import TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -27,5 +29,92 @@ def test_a_connect_whose_config_has_a_section_of_the_wrong_type_is_a_400_naming_
         message = answer.json()["error"]["message"]
         assert f"{key} must be a dict" in message, message
         assert slave.worker_id is None and not slave.connected.is_set()
+    finally:
+        slave.close()
+
+
+# ---- 40.3: connecting does not wait for the set-up ------------------------------------------------------------
+def test_workers_whose_set_up_outlasts_the_connect_timeout_register_and_train(cli, tmp_path):
+    """Every env takes 3 s to build, the connect call times out after 2 s. The slaves used to build their envs
+    and model inside the connect call: it timed out (422), each restart did the same, and the run failed with
+    nothing trained. Connecting answers at once; the workers build afterwards and report when they are ready."""
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / "slow.py"
+    config.write_text(TOY_CONFIG.replace('env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5)',
+                                         'env_id="parallel_rl_test/Slow-v0", import_names=["tests.slow_env"], '
+                                         'env_kwargs=dict(episode_length=5, build_seconds=3.0)'))
+    assert "Slow-v0" in config.read_text()
+    run = cli("run", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
+              "--set", "parallel.worker.request_timeout=2.0")
+    assert run.wait(150) == 0, run.output()[-3000:]
+    output = run.output()
+    assert "refused to connect" not in output and "already registered" not in output, output[-3000:]
+
+
+def test_a_registration_of_an_address_still_pending_is_the_same_worker(coordinator_factory):
+    """A slave registers again while the coordinator is still connecting to it (its first registration timed
+    out on a loaded box, or a person adds it meanwhile): that used to be a 409 (`already registered
+    (connecting)`), and a slave started with --coordinator died of it. It is the same worker: same id, one entry."""
+    import threading
+
+    from tests.test_coordinator import ScriptedSlave, api
+
+    entered, release, connects = threading.Event(), threading.Event(), []
+
+    class HeldInConnect(ScriptedSlave):
+        def on_connect(self, *args):
+            connects.append(args[0])
+            entered.set()
+            release.wait(10)  # the test holds the connect calls until the second registration is in
+            super().on_connect(*args)
+
+    coordinator, server = coordinator_factory()
+    slave = HeldInConnect("collector", server.url)
+    starting = threading.Thread(target=slave.start, daemon=True)
+    try:
+        starting.start()
+        assert entered.wait(10)
+        again = {}
+        second = threading.Thread(target=lambda: again.update(
+            answer=api(server, "/collectors", method="POST", json={"address": slave.address})), daemon=True)
+        second.start()
+        eventually(lambda: len(connects) == 2 or "answer" in again, timeout=15,
+                   message="the second registration connecting (or answered)")
+        release.set()
+        second.join(15)
+        starting.join(15)
+        answer = again["answer"]
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["worker_id"] == slave.worker_id
+        assert [w["worker_id"] for w in api(server, "/collectors").json()["collectors"]] == [slave.worker_id]
+    finally:
+        release.set()
+        slave.close()
+
+
+def test_a_set_up_that_fails_is_reported_with_its_reason_and_the_worker_ends(coordinator_factory):
+    """The set-up fails after connect answered: the slave reports why (one line), the coordinator lets the worker
+    go with that reason among its problems, and a slave started with --coordinator exits with it."""
+    import threading
+
+    from tests.test_coordinator import ScriptedSlave, api
+
+    class CannotBuild(ScriptedSlave):
+        def setup(self, cfg):
+            raise RuntimeError("no such ROM: pong.bin (a test)")
+
+    coordinator, server = coordinator_factory()
+    slave = CannotBuild("collector", server.url).start()
+    runner = threading.Thread(target=slave.run, daemon=True)
+    try:
+        runner.start()
+        runner.join(20)
+        assert not runner.is_alive(), "the slave that cannot set up lives on"
+        assert "no such ROM: pong.bin (a test)" in slave.fatal_error
+        (worker,) = api(server, "/collectors").json()["collectors"]
+        assert worker["state"] == "gone"
+        assert any("no such ROM: pong.bin (a test)" in p for p in worker["problems"]), worker
+        assert coordinator.tasks.list(kind="collector", state="running") == []
     finally:
         slave.close()

@@ -50,6 +50,7 @@ class CoordinatorLink:
     _answered: threading.Event
     _let_go: threading.Event
     _stop: threading.Event
+    _beat_now: threading.Event
     _heartbeat_interval: float
     _heartbeat_ttl: float
     # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
@@ -153,9 +154,11 @@ class CoordinatorLink:
     def heartbeat_body(self) -> Dict[str, Any]:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
         health = self.storage_health()
+        setup = self.readiness.report()
         return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
                          storage=None if health is None else StorageReport.from_json(health),
-                         time_breakdown=self.time_breakdown()).to_json()
+                         # the phases' clocks are made by the set-up
+                         time_breakdown=self.time_breakdown() if setup["ready"] else None, **setup).to_json()
 
     def time_breakdown(self) -> Optional[TimeBreakdown]:
         """Where this slave's time went since it was set up (None before; the shells count it)."""
@@ -172,7 +175,11 @@ class CoordinatorLink:
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
-        while not self._stop.wait(self._heartbeat_interval):
+        while True:
+            self._beat_now.wait(self._heartbeat_interval)  # or sooner: a set-up ended, a stop
+            self._beat_now.clear()
+            if self._stop.is_set():
+                return
             worker_id = self.worker_id
             if worker_id is None or self.coordinator is None:
                 continue

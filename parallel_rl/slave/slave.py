@@ -23,6 +23,7 @@ from ..transport import TOKEN_ENV, ApiError, HttpClient, ServerThread, slave_pro
 from .app import create_slave_app
 from .link import REREGISTER_SECONDS, CoordinatorLink
 from .mail import Outbox, SlaveTask, TaskInbox
+from .readiness import Readiness
 
 __all__ = ["REREGISTER_SECONDS", "CoordinatorLink", "Outbox", "Slave", "SlaveTask", "TaskInbox", "default_advertise"]
 
@@ -86,6 +87,11 @@ class Slave(CoordinatorLink):
         self._tasks_changed = threading.Condition(self._lock)  # notified when a task ends
         self._running: Dict[str, SlaveTask] = {}
         self._heartbeat_thread: Optional[threading.Thread] = None
+        # wakes the heartbeat thread before its interval: a set-up that ended (the coordinator hears at once), a stop
+        self._beat_now = threading.Event()
+        # the envs and model built for the current adoption, after connect answered: tasks are taken only then
+        self.readiness = Readiness(self.kind, self.setup, self.report_problem, self._beat_now.set)
+        self._lease: Optional[str] = None  # the lease of the current adoption
         self._heartbeat_interval = 1.0
         self._heartbeat_ttl = 10.0
         self.fatal_error: Optional[str] = None
@@ -173,6 +179,8 @@ class Slave(CoordinatorLink):
         if not root:
             raise ApiError(400, "bad_request", "no shared_dir: start the slave with --shared-dir")
         with self._lock:
+            # the same adoption connected again (a registration repeated while the coordinator was connecting)
+            again = self.worker_id == worker_id and self._lease == lease
             if coordinator and not self.coordinator_url:
                 self.coordinator_url = coordinator.rstrip("/")
             if not self.coordinator_url:
@@ -193,11 +201,13 @@ class Slave(CoordinatorLink):
             # the client with the new lease first, then the id: a heartbeat never sends one with the other's lease
             self.coordinator = client
             self.worker_id = self.preferred_id = worker_id
+            self._lease = lease
             if self.outbox is None:
                 self.outbox = Outbox(self._send_metadata, self.on_control,
                                      flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox",
                                      on_death=self._thread_died)
-            self.setup(cfg)
+            if not again:
+                self.readiness.start(cfg)
             if self._heartbeat_thread is None:
                 self._heartbeat_thread = guarded_thread(self._heartbeat_loop, f"{self.kind}-heartbeat",
                                                         self._thread_died)
@@ -243,8 +253,11 @@ class Slave(CoordinatorLink):
         self.on_released(reason)
 
     def on_released(self, reason: str) -> None:
-        """Hook: the coordinator disconnected us. Slaves started with --coordinator exit."""
+        """Hook: the coordinator disconnected us. Slaves started with --coordinator exit (with an error when it let
+        us go because our set-up failed)."""
         if self.self_registering and reason != "re-register":
+            if self.readiness.error:
+                self.fatal_error = self.readiness.error
             self.request_stop()
 
     # ---- hooks for subclasses --------------------------------------------------------------
@@ -282,6 +295,7 @@ class Slave(CoordinatorLink):
     def request_stop(self) -> None:
         """Finish the running task early, deregister and return from :meth:`run`."""
         self._stop.set()
+        self._beat_now.set()
         self._stop_running_tasks()
         self.inbox.close()
 
