@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Set
 
 from easydict import EasyDict
 
@@ -92,6 +92,7 @@ class Slave(CoordinatorLink):
         # the envs and model built for the current adoption, after connect answered: tasks are taken only then
         self.readiness = Readiness(self.kind, self.setup, self.report_problem, self._beat_now.set)
         self._lease: Optional[str] = None  # the lease of the current adoption
+        self.adoption_tasks: Set[str] = set()  # the tasks it gave us (messages about others are not sent)
         self._heartbeat_interval = 1.0
         self._heartbeat_ttl = 10.0
         self.fatal_error: Optional[str] = None
@@ -124,6 +125,7 @@ class Slave(CoordinatorLink):
             if task.task_id in self._seen_tasks:
                 return False
             self.accept_task(task)
+            self.adoption_tasks.add(task.task_id)
             self._seen_tasks[task.task_id] = None
             while len(self._seen_tasks) > 1000:
                 self._seen_tasks.popitem(last=False)
@@ -198,6 +200,8 @@ class Slave(CoordinatorLink):
             client.set_lease(lease)
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
+            if not again:  # first: a message about an earlier adoption's task never leaves with the new id
+                self.adoption_tasks = set()
             # the client with the new lease first, then the id: a heartbeat never sends one with the other's lease
             self.coordinator = client
             self.worker_id = self.preferred_id = worker_id
@@ -215,6 +219,8 @@ class Slave(CoordinatorLink):
         self._let_go.clear()
         self.connected.set()
         self._answered.set()
+        if self.outbox is not None:  # what it kept while we registered again leaves now, not after its backoff
+            self.outbox.flush(timeout=0)
         logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
 
     def on_disconnect(self, reason: str) -> None:
