@@ -65,6 +65,13 @@ class Readiness:
         self._problem(reason)
         self._wake()
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a set-up under way to end; whether none runs now."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
     def report(self) -> Dict[str, Any]:
         """What a heartbeat says: ``ready``, and ``setup_error`` once the set-up failed (a set-up past its
         deadline has)."""

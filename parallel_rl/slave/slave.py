@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 # how long a slave let go (or forgotten) waits for its stopped tasks to end before it forgets its worker id
 RELEASE_TASK_SECONDS = 10.0
+# how long a slave that stops waits for a set-up under way to end before it tears down
+SETUP_JOIN_SECONDS = 10.0
 
 
 def default_advertise(host: str, port: int) -> str:
@@ -383,5 +385,10 @@ class Slave(CoordinatorLink):
             except ParallelRLError as exc:
                 logger.warning("%s %s: could not deregister: %s", self.kind, worker_id, exc)
             self.worker_id = None
-        self.teardown()
+        # a set-up still building (stopped while it set up) ends first: teardown would meet half-built objects
+        if self.readiness.join(SETUP_JOIN_SECONDS):
+            self.teardown()
+        else:
+            logger.warning("%s: set-up still running %gs after the stop; its envs and model are left to the exit",
+                           self.kind, SETUP_JOIN_SECONDS)
         self.server.close(timeout=2.0)
