@@ -273,7 +273,8 @@ class Slave(CoordinatorLink):
         return 0.05
 
     def setup(self, cfg: EasyDict) -> None:
-        """Build the algorithm objects from the coordinator's config."""
+        """Build the algorithm objects from the coordinator's config (in a thread of its own, after connect
+        answered: :class:`~.readiness.Readiness`; no task arrives before it returns)."""
 
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
         """Run one task; return its result. Raise to fail it."""
