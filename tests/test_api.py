@@ -6,6 +6,7 @@ import threading
 import pytest
 import requests
 from parallel_rl.transport import LEASE_HEADER
+from tests.support import eventually
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,7 +103,11 @@ def test_adding_an_address_twice_conflicts(server, tmp_path):
     slave = CollectorSlave(token=TOKEN, shared_dir=str(tmp_path / "shared")).start()
     try:
         first = call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH)
-        assert first.status_code == 201 and first.json()["state"] in ("idle", "busy")
+        assert first.status_code == 201 and first.json()["state"] in ("setting_up", "idle", "busy")
+        worker = f"/collectors/{first.json()['worker_id']}"
+        # while it sets up, adding it again is the same worker (tests/test_connect.py); once ready, a conflict
+        eventually(lambda: call(server, "GET", worker).json()["state"] in ("idle", "busy"), timeout=30,
+                   message="the collector set up")
         assert_error(call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH),
                      409, "conflict")
     finally:

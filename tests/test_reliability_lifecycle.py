@@ -84,7 +84,7 @@ def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_fa
         other = restarted(coordinator)
         assert other.resume()
         (saved,) = other.workers.list("collector")
-        assert saved.state.value == "idle"
+        assert saved.state.value == "setting_up"  # its heartbeats say when it is ready
         other.start()  # nothing heartbeats to this one: the lease (2 s) runs out
         eventually(lambda: saved.state.value == "lost", timeout=10, message="the restored worker reaped")
     finally:

@@ -70,7 +70,8 @@ def heartbeat(worker_id: str):
     worker = coordinator.membership.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems,
                                               beat.tasks, ranks=beat.ranks,
                                               storage=beat.storage.to_json() if beat.storage else None,
-                                              time_breakdown=beat.time_breakdown)
+                                              time_breakdown=beat.time_breakdown, ready=beat.ready,
+                                              setup_error=beat.setup_error)
     return jsonify(coordinator.flow.control_for(worker))
 
 

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from .schema import apply_overrides, load_config_file, merge, normalise, validate
+from .schema import _type_name, apply_overrides, load_config_file, merge, normalise, validate
 
 
 def serial_default_config() -> dict:
@@ -103,17 +103,30 @@ def default_buffer_type(policy_cfg: Mapping) -> str:
     return flow_of(policy_cfg).default_buffer_type
 
 
+def _user_section(user_cfg: Mapping, path: str) -> Mapping:
+    """The user's section at the dotted ``path`` ({} where absent), read before the merge checks the types: a
+    section that is not a dict is the merge's ConfigError naming it (it was an AttributeError: a connect body
+    with ``"config": {"env": 5}`` got a 500)."""
+    section, keys = user_cfg, path.split(".")
+    for depth, key in enumerate(keys):
+        section = section.get(key, {})
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{'.'.join(keys[:depth + 1])} must be a dict, got {section!r:.80} "
+                              f"({_type_name(section)})")
+    return section
+
+
 def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     """Merge ``user_cfg`` over the defaults; unknown keys and bad types raise ConfigError."""
     from ..data.buffer import buffer_default_config
 
     user_cfg = dict(user_cfg or {})
     # the policy type brings its own keys (ppo, sac, ... or a registered one)
-    battle = user_cfg.get("env", {}).get("type", "gymnasium") == "pettingzoo"
-    defaults = default_config(user_cfg.get("policy", {}).get("type", "dqn"), battle=battle)
+    battle = _user_section(user_cfg, "env").get("type", "gymnasium") == "pettingzoo"
+    user_policy = _user_section(user_cfg, "policy")
+    defaults = default_config(user_policy.get("type", "dqn"), battle=battle)
     # The replay buffer's keys depend on its type: use that type's defaults (the flow the user picks decides it)
-    user_policy = user_cfg.get("policy", {})
-    buf_type = user_policy.get("other", {}).get("replay_buffer", {}).get(
+    buf_type = _user_section(user_cfg, "policy.other.replay_buffer").get(
         "type", default_buffer_type({**defaults.policy, **user_policy}))
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))

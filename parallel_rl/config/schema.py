@@ -162,6 +162,8 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
                           f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
     worker = cfg.parallel.worker
+    if not worker.setup_timeout > 0:
+        raise ConfigError(f"parallel.worker.setup_timeout must be > 0 seconds, got {worker.setup_timeout}")
     if not 0 < worker.storage_backoff <= worker.storage_max_backoff:
         raise ConfigError("parallel.worker needs 0 < storage_backoff <= storage_max_backoff, got "
                           f"{worker.storage_backoff=}, {worker.storage_max_backoff=}")

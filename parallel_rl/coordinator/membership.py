@@ -1,8 +1,10 @@
 """Membership: which workers belong to the run, from the first proof to the last goodbye.
 
 A worker is added by address (:meth:`Membership.add_worker`): the slave there proves it holds the cluster
-token (:func:`prove_slave`) before anything is sent to it, then it is told to connect. Its heartbeats renew
-its lease and carry its problems, its store reports and the tasks it holds (reconciled after a resume).
+token (:func:`prove_slave`) before anything is sent to it, then it is told to connect. Connect answers at once;
+the slave builds its envs and model afterwards (``setting_up``: no tasks) and its heartbeats say when it is
+ready, or why its set-up failed (the worker is let go). Its heartbeats renew its lease and carry its problems,
+its store reports and the tasks it holds (reconciled after a resume).
 It leaves by being removed (``DELETE``: running tasks wrap up first), by deregistering itself, by being
 lost (no heartbeat within the lease, its process seen dead, refusing every task), or by being released
 when the run is over. Ended workers are forgotten after ``worker_retention`` s (:meth:`Membership.reap`).
@@ -112,8 +114,9 @@ class Membership:
 
     # ---- joining -------------------------------------------------------------------------
     def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None) -> Worker:
-        """Connect to a running slave at ``address`` and register it (409 if already registered), named
-        ``preferred_id`` when that id is free."""
+        """Connect to a running slave at ``address`` and register it (409 if already registered and ready), named
+        ``preferred_id`` when that id is free. An address still connecting or setting up is the same worker: it
+        is connected again with its id and lease (the slave takes a repeated connect as the same adoption)."""
         if kind not in KINDS:
             raise NotFoundError(f"unknown worker kind {kind!r}")
         address = check_address(address)
@@ -121,9 +124,13 @@ class Membership:
         health = prove_slave(kind, address, self.token, float(wcfg.request_timeout))
         client = self.client(address)
         worker = self.workers.register(kind, address, client, preferred_id)
+        if worker.client is not client:  # registered again while pending: the same worker
+            client.close()
+            logger.info("coordinator: %s at %s registered again while %s", worker.worker_id, address,
+                        worker.state.value)
         worker.pid = health.get("pid") if isinstance(health.get("pid"), int) else None
         try:
-            client.post("/slave/v1/connect", {
+            answer = worker.client.post("/slave/v1/connect", {
                 "worker_id": worker.worker_id,
                 "coordinator": self.advertise_url,
                 "config": self.cfg,
@@ -134,14 +141,21 @@ class Membership:
             })
         except ParallelRLError as exc:
             with self._lock:
-                worker.state = WorkerState.GONE
-            self._kick()
-            raise UnreachableError(f"{kind} at {address} refused to connect: {exc}") from None
+                # adopted through another registration's connect meanwhile (it heartbeats with its lease)
+                adopted = worker.state.active and worker.state != WorkerState.CONNECTING
+                if not adopted:
+                    worker.state = WorkerState.GONE
+            if not adopted:
+                self._kick()
+                raise UnreachableError(f"{kind} at {address} refused to connect: {exc}") from None
+            answer = {}
+        # a slave that does not say (an older one) built everything inside the connect call
+        ready = not isinstance(answer, dict) or answer.get("ready") is not False
         with self._lock:
             if worker.state == WorkerState.CONNECTING:
-                worker.state = WorkerState.IDLE
+                worker.state = WorkerState.IDLE if ready else WorkerState.SETTING_UP
                 worker.last_heartbeat = time.monotonic()  # the lease starts now, not when connecting began
-        logger.info("coordinator: registered %s at %s", worker.worker_id, address)
+        logger.info("coordinator: registered %s at %s (%s)", worker.worker_id, address, worker.state.value)
         if self._over() is not None:  # joined after the run ended (a coordinator serving on): let it go now
             self._release(worker)
         self._kick()
@@ -159,8 +173,13 @@ class Membership:
 
     def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
                   tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None,
-                  storage: Optional[Dict[str, Any]] = None, time_breakdown: Optional[TimeBreakdown] = None) -> Worker:
+                  storage: Optional[Dict[str, Any]] = None, time_breakdown: Optional[TimeBreakdown] = None,
+                  ready: Optional[bool] = None, setup_error: Optional[str] = None) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
+
+        ``ready``: the worker built its envs and model; one setting up becomes idle (it takes tasks).
+        ``setup_error``: its set-up failed (one line): the worker is let go (``gone``, the reason among its
+        problems), and the answer's ``state`` tells it so.
 
         ``tasks``: the ids of the tasks the worker holds (queued, running, or with an end report not yet
         delivered). After a resume they settle what the snapshot could not know: a task the snapshot has
@@ -193,7 +212,30 @@ class Membership:
             self.storage_report(worker, storage)
         if time_breakdown is not None:
             worker.time_breakdown = time_breakdown
+        if setup_error is not None:
+            self._setup_failed(worker, setup_error)
+        elif ready and worker.state.pending:
+            with self._lock:
+                if worker.state.pending:
+                    worker.state = WorkerState.IDLE
+            logger.info("coordinator: %s is set up", worker_id)
+            self._kick()
         return worker
+
+    def _setup_failed(self, worker: Worker, error: str) -> None:
+        """``worker`` could not build its envs or model: it is let go (no task would run there)."""
+        with self._lock:
+            if not worker.state.active:
+                return
+            worker.state = WorkerState.GONE
+            running = worker.running_tasks
+            if error not in worker.problems:
+                worker.problems = (worker.problems + [error])[-20:]
+        logger.error("coordinator: %s at %s could not set up, letting it go: %s", worker.worker_id, worker.address,
+                     error)
+        for task_id in running:
+            self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} could not set up: {error}")
+        self._kick()
 
     def storage_report(self, worker: Worker, report: Dict[str, Any]) -> None:
         """``worker``'s (checked) report on the shared store; a change of its health is logged."""

@@ -1,8 +1,9 @@
 """The worker registry: who is in the cluster, and whether their lease is alive.
 
-Lifecycle: register -> idle <-> busy -> (leaving ->) gone; a worker whose last
-heartbeat is older than the TTL is reaped as lost. A lost or gone worker's
-address may register again; it gets a new worker id. A slave may ask for an id
+Lifecycle: register -> connecting -> setting up -> idle <-> busy -> (leaving ->)
+gone; a worker whose last heartbeat is older than the TTL is reaped as lost. A
+lost or gone worker's address may register again; it gets a new worker id. A
+registration of an address still connecting or setting up is that worker again. A slave may ask for an id
 (``preferred_id``: the launcher's name for it, or the id it had before the
 coordinator restarted); it gets it unless another entry holds it.
 
@@ -41,6 +42,7 @@ def lease_digest(lease: str) -> str:
 
 class WorkerState(str, Enum):
     CONNECTING = "connecting"  # registered, the coordinator is connecting to it: no tasks yet
+    SETTING_UP = "setting_up"  # connected, building its envs and model (its heartbeats say when it is ready)
     IDLE = "idle"
     BUSY = "busy"
     LEAVING = "leaving"  # removal requested: no new tasks, running task wraps up
@@ -49,7 +51,13 @@ class WorkerState(str, Enum):
 
     @property
     def active(self) -> bool:
-        return self in (WorkerState.CONNECTING, WorkerState.IDLE, WorkerState.BUSY, WorkerState.LEAVING)
+        return self in (WorkerState.CONNECTING, WorkerState.SETTING_UP, WorkerState.IDLE, WorkerState.BUSY,
+                        WorkerState.LEAVING)
+
+    @property
+    def pending(self) -> bool:
+        """Registered but not ready for tasks yet."""
+        return self in (WorkerState.CONNECTING, WorkerState.SETTING_UP)
 
 
 @dataclass
@@ -149,12 +157,18 @@ class WorkerRegistry:
         self.forgotten = 0
 
     def register(self, kind: str, address: str, client: HttpClient, preferred_id: Optional[str] = None) -> Worker:
-        """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``."""
+        """A new entry (state connecting) named ``preferred_id`` when no entry holds it, else ``<kind>-<n>``.
+
+        An address whose entry is still pending (connecting, setting up) is that worker registering again (its
+        first registration timed out, or it was added meanwhile): its entry is returned, with its own client
+        (``client`` is not kept). An address registered and ready is a 409."""
         if preferred_id is not None and not (isinstance(preferred_id, str) and _WORKER_ID_RE.fullmatch(preferred_id)):
             raise ApiError(400, "bad_request", f"worker_id must match {_WORKER_ID_RE.pattern}, got {preferred_id!r}")
         with self._lock:
             for w in self._workers.values():
                 if w.address == address and w.state.active:
+                    if w.state.pending and w.kind == kind:
+                        return w
                     raise ApiError(409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})")
             worker_id = preferred_id if preferred_id and preferred_id not in self._workers else None
             while worker_id is None or worker_id in self._workers:
@@ -214,8 +228,8 @@ class WorkerRegistry:
         """Active workers whose lease ran out (the caller marks them lost)."""
         now = time.monotonic()
         with self._lock:
-            # a worker still connecting is not reaped: the connect call (bounded by its timeout) is building
-            # its envs and model, and its lease starts when that call returns
+            # a worker still connecting is not reaped: its lease starts when the connect call (bounded by its
+            # timeout) returns; one setting up heartbeats from its own thread meanwhile, and is reaped as any
             return [w for w in self._workers.values()
                     if w.state.active and w.state != WorkerState.CONNECTING and now - w.last_heartbeat > ttl]
 
@@ -233,10 +247,10 @@ class WorkerRegistry:
     def load_state_dict(self, items: List[Dict[str, Any]], make_client) -> None:
         """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out).
 
-        A worker saved while the coordinator was connecting to it is restored idle: the connect call died with
-        the old process, so either the slave took it (and its heartbeats re-adopt it) or it did not (and its
-        lease runs out: it is reaped as lost, its address free to register again). Restored as connecting it
-        was never reaped and never given a task."""
+        A worker saved while the coordinator was connecting to it is restored setting up: the connect call died
+        with the old process, so either the slave took it (and its heartbeats re-adopt it, saying when it is
+        ready) or it did not (and its lease runs out: it is reaped as lost, its address free to register again).
+        Restored as connecting it was never reaped and never given a task."""
         with self._lock:
             self._workers = {}
             for item in items:
@@ -246,7 +260,7 @@ class WorkerRegistry:
                     digest = lease_digest(token) if isinstance(token, str) else None
                 state = WorkerState(item["state"])
                 if state == WorkerState.CONNECTING:
-                    state = WorkerState.IDLE
+                    state = WorkerState.SETTING_UP
                 worker = Worker(client=make_client(item["address"]), state=state, lease="",
                                 **{k: item[k] for k in self._SAVED},
                                 # no digest: no lease opens it (the worker registers again)

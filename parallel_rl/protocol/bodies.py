@@ -55,6 +55,10 @@ class Heartbeat:
     storage: Optional[StorageReport] = wire(default=None, doc="the shared store as the worker sees it")
     time_breakdown: Optional[TimeBreakdown] = wire(default=None, doc="where the worker's time went since it was "
                                                                      "set up")
+    ready: Optional[bool] = wire(default=None, doc="the worker built its envs and model and takes tasks (false "
+                                                   "while it sets up, after connect answered)")
+    setup_error: Optional[str] = wire(default=None, doc="why the worker's set-up failed (one line, 500 characters "
+                                                        "kept): the coordinator lets it go")
 
     @classmethod
     def from_json(cls, body: Any) -> "Heartbeat":
@@ -72,9 +76,15 @@ class Heartbeat:
             raise ProtocolViolation(f"field 'ranks' must be a list of at most {MAX_RANKS} objects "
                                     "{rank: int, pid: int or null, state: str}")
         storage, breakdown = body.get("storage"), body.get("time_breakdown")
+        ready, setup_error = body.get("ready"), body.get("setup_error")
+        if ready is not None and not isinstance(ready, bool):
+            raise ProtocolViolation(f"field 'ready' must be true or false, got {ready!r:.40}")
+        if setup_error is not None and not isinstance(setup_error, str):
+            raise ProtocolViolation(f"field 'setup_error' must be a string, got {setup_error!r:.40}")
         return cls(problems=None if problems is None else [p[:500] for p in problems[-20:]], tasks=tasks, ranks=ranks,
                    storage=None if storage is None else StorageReport.from_json(storage),
-                   time_breakdown=None if breakdown is None else TimeBreakdown.from_json(breakdown))
+                   time_breakdown=None if breakdown is None else TimeBreakdown.from_json(breakdown), ready=ready,
+                   setup_error=None if setup_error is None else setup_error[:500])
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)

@@ -1,7 +1,8 @@
 """The HTTP API a slave serves to the coordinator (master -> slave)::
 
     GET    /slave/v1/health            liveness and identity (open)
-    POST   /slave/v1/connect           the master adopts this slave: worker id, config, shared dir
+    POST   /slave/v1/connect           the master adopts this slave: worker id, config, shared dir (answered at
+                                       once; the slave sets up afterwards, its heartbeats say when it is ready)
     POST   /slave/v1/tasks             start a task (202)
     DELETE /slave/v1/tasks/<task_id>   wrap a task up early
     POST   /slave/v1/disconnect        the master lets this slave go
@@ -42,13 +43,16 @@ def create_slave_app(slave: Any) -> Flask:
                          number_field(body, "heartbeat_interval", 1.0, 0.0),
                          number_field(body, "heartbeat_ttl", 10.0, 0.0),
                          field(body, "lease", str, required=False))
-        return jsonify({"status": "connected", "worker_id": slave.worker_id})
+        # answered at once: the envs and model are built afterwards, and the heartbeats say when they are ready
+        return jsonify({"status": "connected", "worker_id": slave.worker_id, "ready": slave.readiness.ready.is_set()})
 
     @app.post("/slave/v1/tasks")
     def start_task():
         check_token(slave.token)
         if not slave.connected.is_set():
             raise ApiError(409, "conflict", "not connected to a coordinator")
+        if not slave.readiness.ready.is_set():
+            raise ApiError(409, "conflict", f"not set up: {slave.readiness.error or 'building its envs and model'}")
         body = json_body()
         task = SlaveTask(field(body, "task_id", str), field(body, "kind", str), field(body, "spec", dict))
         if not slave.assign(task):  # a retried assignment: acknowledged, never run twice

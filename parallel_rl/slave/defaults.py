@@ -11,6 +11,9 @@ def worker_default_config() -> EasyDict:
     return EasyDict(
         heartbeat_interval=1.0,
         request_timeout=5.0,
+        # seconds a worker may take to build its envs and model after the coordinator connected it (it answers the
+        # connect call at once and builds afterwards, heartbeating meanwhile); past it the set-up counts as failed
+        setup_timeout=600.0,
         max_retries=3,
         # a task that failed on the shared store (disk full, I/O error, object store down) is followed by a
         # pause before the worker's next task: storage_backoff seconds, doubled for each further failure in

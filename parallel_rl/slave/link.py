@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from easydict import EasyDict
 
-from ..errors import ParallelRLError, PeerUnavailableError, RemoteError
+from ..errors import ParallelRLError, PeerUnavailableError, RemoteError, UnavailableError
 from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport, TimeBreakdown
 from ..transport import HttpClient
 from .defaults import worker_default_config  # noqa: F401 (the section this module reads)
@@ -50,24 +50,40 @@ class CoordinatorLink:
     _answered: threading.Event
     _let_go: threading.Event
     _stop: threading.Event
+    _beat_now: threading.Event
+    adoption_tasks: Set[str]  # the tasks the coordinator gave us since it last connected us
     _heartbeat_interval: float
     _heartbeat_ttl: float
     # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
     reregister_seconds = REREGISTER_SECONDS
 
     def _send_metadata(self, messages: List[dict]) -> Optional[dict]:
-        worker_id = self.worker_id
-        if worker_id is None or self.coordinator is None:
-            logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
+        """Send a batch as the current worker id. While the slave registers again (the coordinator lost or forgot
+        it) the batch is kept: UnavailableError makes the outbox send it again with backoff, and once adopted
+        again it goes under the new id (the coordinator indexes a chunk announced twice once). Only a slave the
+        coordinator let go drops what it could not send."""
+        worker_id, coordinator = self.worker_id, self.coordinator
+        if worker_id is None or coordinator is None:
+            if self._let_go.is_set():
+                logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
+                return None
+            raise UnavailableError(f"not registered with coordinator {self.coordinator_url} (registering again); "
+                                   f"{len(messages)} message(s) kept")
+        messages = self._of_this_adoption(messages)
+        if not messages:
             return None
         try:
-            answer = self.coordinator.post(f"/api/v1/workers/{worker_id}/metadata", MetadataBatch(messages).to_json())
+            answer = coordinator.post(f"/api/v1/workers/{worker_id}/metadata", MetadataBatch(messages).to_json())
         except RemoteError as exc:
-            if exc.status == 404:
+            if exc.status != 404:
+                raise
+            if self._let_go.is_set():
                 logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
                                len(messages))
                 return None
-            raise
+            # lost (its lease ran out) or forgotten: the heartbeat thread registers us again meanwhile
+            raise UnavailableError(f"coordinator {self.coordinator_url} no longer knows {worker_id} (registering "
+                                   f"again); {len(messages)} message(s) kept") from None
         retry = []
         for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
             index = refusal.get("index")
@@ -83,6 +99,25 @@ class CoordinatorLink:
             self.outbox.defer(retry, f"the coordinator could not check {len(retry)} message(s), sending them again: "
                                      f"{first.get('message')}")
         return answer["control"]
+
+    def _of_this_adoption(self, messages: List[dict]) -> List[dict]:
+        """``messages`` as this adoption may send them. One naming a task of an earlier adoption (queued before
+        the coordinator lost us; it failed that task then) would be refused: a chunk goes without its task (its
+        rows are still indexed), the rest (task ends, learn info, games of that task) are dropped here."""
+        tasks = self.adoption_tasks
+        kept, dropped = [], 0
+        for message in messages:
+            task_id = message.get("task_id") if isinstance(message, dict) else None
+            if task_id is None or task_id in tasks:
+                kept.append(message)
+            elif message.get("type") == "chunk":
+                kept.append({k: v for k, v in message.items() if k != "task_id"})
+            else:
+                dropped += 1
+        if dropped:
+            logger.info("%s %s: dropping %d message(s) about tasks of an earlier registration (the coordinator "
+                        "ended them when it lost us)", self.kind, self.worker_id, dropped)
+        return kept
 
     def send_metadata(self, metadata: dict, urgent: bool = False) -> None:
         if self.outbox is not None:
@@ -153,9 +188,11 @@ class CoordinatorLink:
     def heartbeat_body(self) -> Dict[str, Any]:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
         health = self.storage_health()
+        setup = self.readiness.report()
         return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
                          storage=None if health is None else StorageReport.from_json(health),
-                         time_breakdown=self.time_breakdown()).to_json()
+                         # the phases' clocks are made by the set-up
+                         time_breakdown=self.time_breakdown() if setup["ready"] else None, **setup).to_json()
 
     def time_breakdown(self) -> Optional[TimeBreakdown]:
         """Where this slave's time went since it was set up (None before; the shells count it)."""
@@ -168,11 +205,16 @@ class CoordinatorLink:
         with self._lock:
             running = list(self._running)
         unsent = self.outbox.task_ids() if self.outbox is not None else []
-        return sorted(set(queued + running + unsent))
+        tasks = self.adoption_tasks  # an unsent report about an earlier registration's task is not one we hold
+        return sorted(set(queued + running + [t for t in unsent if t in tasks]))
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
-        while not self._stop.wait(self._heartbeat_interval):
+        while True:
+            self._beat_now.wait(self._heartbeat_interval)  # or sooner: a set-up ended, a stop
+            self._beat_now.clear()
+            if self._stop.is_set():
+                return
             worker_id = self.worker_id
             if worker_id is None or self.coordinator is None:
                 continue

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Set
 
 from easydict import EasyDict
 
@@ -23,6 +23,7 @@ from ..transport import TOKEN_ENV, ApiError, HttpClient, ServerThread, slave_pro
 from .app import create_slave_app
 from .link import REREGISTER_SECONDS, CoordinatorLink
 from .mail import Outbox, SlaveTask, TaskInbox
+from .readiness import Readiness
 
 __all__ = ["REREGISTER_SECONDS", "CoordinatorLink", "Outbox", "Slave", "SlaveTask", "TaskInbox", "default_advertise"]
 
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 # how long a slave let go (or forgotten) waits for its stopped tasks to end before it forgets its worker id
 RELEASE_TASK_SECONDS = 10.0
+# how long a slave that stops waits for a set-up under way to end before it tears down
+SETUP_JOIN_SECONDS = 10.0
 
 
 def default_advertise(host: str, port: int) -> str:
@@ -86,6 +89,12 @@ class Slave(CoordinatorLink):
         self._tasks_changed = threading.Condition(self._lock)  # notified when a task ends
         self._running: Dict[str, SlaveTask] = {}
         self._heartbeat_thread: Optional[threading.Thread] = None
+        # wakes the heartbeat thread before its interval: a set-up that ended (the coordinator hears at once), a stop
+        self._beat_now = threading.Event()
+        # the envs and model built for the current adoption, after connect answered: tasks are taken only then
+        self.readiness = Readiness(self.kind, self.setup, self.report_problem, self._beat_now.set)
+        self._lease: Optional[str] = None  # the lease of the current adoption
+        self.adoption_tasks: Set[str] = set()  # the tasks it gave us (messages about others are not sent)
         self._heartbeat_interval = 1.0
         self._heartbeat_ttl = 10.0
         self.fatal_error: Optional[str] = None
@@ -118,6 +127,7 @@ class Slave(CoordinatorLink):
             if task.task_id in self._seen_tasks:
                 return False
             self.accept_task(task)
+            self.adoption_tasks.add(task.task_id)
             self._seen_tasks[task.task_id] = None
             while len(self._seen_tasks) > 1000:
                 self._seen_tasks.popitem(last=False)
@@ -173,6 +183,8 @@ class Slave(CoordinatorLink):
         if not root:
             raise ApiError(400, "bad_request", "no shared_dir: start the slave with --shared-dir")
         with self._lock:
+            # the same adoption connected again (a registration repeated while the coordinator was connecting)
+            again = self.worker_id == worker_id and self._lease == lease
             if coordinator and not self.coordinator_url:
                 self.coordinator_url = coordinator.rstrip("/")
             if not self.coordinator_url:
@@ -190,14 +202,18 @@ class Slave(CoordinatorLink):
             client.set_lease(lease)
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
+            if not again:  # first: a message about an earlier adoption's task never leaves with the new id
+                self.adoption_tasks = set()
             # the client with the new lease first, then the id: a heartbeat never sends one with the other's lease
             self.coordinator = client
             self.worker_id = self.preferred_id = worker_id
+            self._lease = lease
             if self.outbox is None:
                 self.outbox = Outbox(self._send_metadata, self.on_control,
                                      flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox",
                                      on_death=self._thread_died)
-            self.setup(cfg)
+            if not again:
+                self.readiness.start(cfg)
             if self._heartbeat_thread is None:
                 self._heartbeat_thread = guarded_thread(self._heartbeat_loop, f"{self.kind}-heartbeat",
                                                         self._thread_died)
@@ -205,6 +221,8 @@ class Slave(CoordinatorLink):
         self._let_go.clear()
         self.connected.set()
         self._answered.set()
+        if self.outbox is not None:  # what it kept while we registered again leaves now, not after its backoff
+            self.outbox.flush(timeout=0)
         logger.info("%s: connected as %s to %s", self.kind, worker_id, self.coordinator_url)
 
     def on_disconnect(self, reason: str) -> None:
@@ -243,8 +261,11 @@ class Slave(CoordinatorLink):
         self.on_released(reason)
 
     def on_released(self, reason: str) -> None:
-        """Hook: the coordinator disconnected us. Slaves started with --coordinator exit."""
+        """Hook: the coordinator disconnected us. Slaves started with --coordinator exit (with an error when it let
+        us go because our set-up failed)."""
         if self.self_registering and reason != "re-register":
+            if self.readiness.error:
+                self.fatal_error = self.readiness.error
             self.request_stop()
 
     # ---- hooks for subclasses --------------------------------------------------------------
@@ -252,7 +273,8 @@ class Slave(CoordinatorLink):
         return 0.05
 
     def setup(self, cfg: EasyDict) -> None:
-        """Build the algorithm objects from the coordinator's config."""
+        """Build the algorithm objects from the coordinator's config (in a thread of its own, after connect
+        answered: :class:`~.readiness.Readiness`; no task arrives before it returns)."""
 
     def execute(self, task: SlaveTask) -> Dict[str, Any]:
         """Run one task; return its result. Raise to fail it."""
@@ -282,6 +304,7 @@ class Slave(CoordinatorLink):
     def request_stop(self) -> None:
         """Finish the running task early, deregister and return from :meth:`run`."""
         self._stop.set()
+        self._beat_now.set()
         self._stop_running_tasks()
         self.inbox.close()
 
@@ -363,5 +386,10 @@ class Slave(CoordinatorLink):
             except ParallelRLError as exc:
                 logger.warning("%s %s: could not deregister: %s", self.kind, worker_id, exc)
             self.worker_id = None
-        self.teardown()
+        # a set-up still building (stopped while it set up) ends first: teardown would meet half-built objects
+        if self.readiness.join(SETUP_JOIN_SECONDS):
+            self.teardown()
+        else:
+            logger.warning("%s: set-up still running %gs after the stop; its envs and model are left to the exit",
+                           self.kind, SETUP_JOIN_SECONDS)
         self.server.close(timeout=2.0)
