@@ -20,14 +20,13 @@ import secrets
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
-from urllib.parse import urlparse
 
 from easydict import EasyDict
 
 from ..errors import (ConflictError, NotFoundError, ParallelRLError, PeerUnavailableError, ProtocolError,
-                      ProtocolViolation, RemoteError, RequestRefused, UnreachableError)
+                      RemoteError, RequestRefused, UnreachableError)
 from ..protocol import TimeBreakdown
-from ..transport import TOKEN_ENV, HttpClient, slave_proof
+from ..transport import TOKEN_ENV, HttpClient, check_url, slave_proof
 from ..storage import SharedStorage
 from .tasks import TaskState, TaskTable
 from .workers import Worker, WorkerRegistry, WorkerState
@@ -37,15 +36,6 @@ logger = logging.getLogger(__name__)
 KINDS = ("collector", "learner")
 # workers let go at once when the coordinator stops (release_workers)
 RELEASE_THREADS = 32
-
-
-def check_address(address: Any) -> str:
-    if not isinstance(address, str):
-        raise ProtocolViolation(f"field 'address' must be a string, got {type(address).__name__}")
-    parsed = urlparse(address)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
-        raise ProtocolViolation(f"address must look like http://HOST:PORT, got {address!r}")
-    return address.rstrip("/")
 
 
 def prove_slave(kind: str, address: str, token: Optional[str], timeout: float) -> Dict[str, Any]:
@@ -119,7 +109,7 @@ class Membership:
         is connected again with its id and lease (the slave takes a repeated connect as the same adoption)."""
         if kind not in KINDS:
             raise NotFoundError(f"unknown worker kind {kind!r}")
-        address = check_address(address)
+        address = check_url(address)
         wcfg = self.cfg.parallel.worker
         health = prove_slave(kind, address, self.token, float(wcfg.request_timeout))
         client = self.client(address)
