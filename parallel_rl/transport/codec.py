@@ -162,7 +162,7 @@ def check_url(value: Any, name: str = "address") -> str:
     except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", "Port could not be cast ..."
         why = str(exc)
     if why is not None:
-        raise ProtocolViolation(f"field {name!r} must look like http://HOST:PORT, got {value!r:.200} ({why})")
+        raise ProtocolViolation(f"{name} must look like http://HOST:PORT, got {value!r:.200} ({why})")
     return value.rstrip("/")
 
 
