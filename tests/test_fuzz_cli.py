@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from parallel_rl.cli import build_parser, main
@@ -88,6 +88,8 @@ def workdir(tmp_path, monkeypatch):
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(args=argv())
+# the long profile's finding: a NUL in --token-file's path was a ValueError traceback
+@example(args=["collectors", "add", "--token-file", "\x00", "--coordinator", "http://127.0.0.1:1"])
 def test_fuzz_the_command_line_exits_2_or_with_one_line(workdir, capsys, args):
     try:
         code = main(args)

@@ -86,8 +86,9 @@ def token_from_file(path: str) -> str:
     try:
         with open(path) as f:
             token = f.read().strip()
-    except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot read it ({exc.strerror}); pass the file `parallel-rl run` "
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, or bytes that are not text
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError(f"--token-file {path!r}: cannot read it ({why}); pass the file `parallel-rl run` "
                           f"printed (`token: in PATH`), or export {TOKEN_ENV}") from None
     if not token:
         raise ConfigError(f"--token-file {path} is empty; pass the file `parallel-rl run` printed "
