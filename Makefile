@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
 PYTEST_WORKERS ?= 4
 
-.PHONY: run serial test test-fast browser docker kubectl bench clean
+.PHONY: run serial test test-fast lint browser docker kubectl bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP) browser docker kubectl
+test: $(STAMP) browser docker kubectl lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff]
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
 browser:

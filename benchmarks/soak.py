@@ -966,7 +966,7 @@ def main() -> int:
     print(f"REST latency (GET /health every 0.5 s): {quantiles(probe.rest)}; failed requests: "
           f"{dict(probe.failures) or 0}")
     ages = probe.heartbeat_age
-    print(f"heartbeat age of active workers (GET /workers every 2 s; heartbeats every 1 s): "
+    print("heartbeat age of active workers (GET /workers every 2 s; heartbeats every 1 s): "
           + (f"p50 {statistics.median(ages):.2f} s, p99 {sorted(ages)[int(0.99 * (len(ages) - 1))]:.2f} s, "
              f"max {max(ages):.2f} s ({len(ages)} samples)" if ages else "no samples"))
     print(f"hostile clients (300 idle, 20 slow): {clients.report(CHAOS_POOLS)}")

@@ -154,7 +154,7 @@ def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, case):
 @pytest.mark.parametrize("command", ["eval", "plot", "export"])
 def test_help_shows_an_example(command):
     out = run_cli(command, "--help")
-    assert out.returncode == 0 and f"example:\n  parallel-rl " in out.stdout, out.stdout
+    assert out.returncode == 0 and "example:\n  parallel-rl " in out.stdout, out.stdout
 
 
 def test_plot_groups_seeds_and_draws_references(runs, tmp_path):

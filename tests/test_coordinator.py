@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from parallel_rl.errors import RemoteError
-from parallel_rl.transport import ApiError, HttpClient, pack_array, unpack_array
+from parallel_rl.transport import ApiError, pack_array, unpack_array
 from parallel_rl.slave.slave import Slave, SlaveTask
 from tests.support import eventually
 

@@ -13,7 +13,6 @@ import struct
 import tracemalloc
 import zipfile
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, event, example, given, settings

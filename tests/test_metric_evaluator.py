@@ -1,5 +1,4 @@
 """DI-engine's MetricSerialEvaluator: a policy scored on a (DataLoader, IMetric) pair."""
-import numpy as np
 import pytest
 import torch
 from easydict import EasyDict

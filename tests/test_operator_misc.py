@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support import eventually, get
+from tests.support import get
 from tests.test_cluster import toy_config  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

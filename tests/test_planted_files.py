@@ -6,7 +6,6 @@ damaged checkpoints and exports are refused with one line, `plot` reads a run wi
 with a trailing newline are not names."""
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-import requests
 from flask import Flask, jsonify
 
 from parallel_rl.transport import HttpClient, ServerThread, install_json_errors, json_body

@@ -11,7 +11,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set
 
-from easydict import EasyDict
 
 from ..errors import ParallelRLError, PeerUnavailableError, RemoteError, UnavailableError
 from ..protocol import MESSAGES, Heartbeat, MetadataBatch, Registration, StorageReport, TimeBreakdown

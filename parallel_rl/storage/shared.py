@@ -35,7 +35,7 @@ from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
 from .backends import FsspecBackend, LocalBackend, is_remote
-from .checkpoints import Checkpoints, LeagueSnapshots, LearnerStates, PolicyCheckpoints
+from .checkpoints import LeagueSnapshots, LearnerStates, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .health import StorageHealth
 from .names import (LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO,

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 from .backends import OpenedFile
 from .family import NumberedFiles
 from .health import store_op
-from .names import VIDEO, check_name
+from .names import check_name
 
 # recorded evaluation episodes kept in videos/ (the dashboard plays the newest)
 KEEP_VIDEOS = 20
