@@ -1,6 +1,7 @@
 """Reliability III (issue #23), the data path: damaged chunks, store faults while a chunk is checked, metadata
 batches larger than the buffer, the learners' rendezvous. Real coordinators over HTTP on 127.0.0.1, real slave
 shells, real files; one regression test per finding."""
+import contextlib
 import errno
 import io
 import logging
@@ -167,8 +168,6 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
     """Real collector process, real learner (in this process): two announced chunks are damaged on the disk
     (zeros of the same size; a column of objects); the learner drops their rows, tells the coordinator once,
     and its task goes on; the coordinator drops them from the index and counts them."""
-    from parallel_rl.learner.shell import LearnerSlave
-
     coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
     api = server.url + "/api/v1"
     shared = tmp_path / "shared"
@@ -184,16 +183,7 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
     object_column_npz(objects, damaged_rows[1])
     size_before = get(api, "/buffers")["buffers"][0]["size"]
 
-    learner = LearnerSlave(server.url, token=TOKEN, worker_id="learner-1")
-    learner.start()
-    threading.Thread(target=learner.run, daemon=True).start()
-    try:
-        with caplog.at_level(logging.ERROR):
-            buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == 2 else None)(
-                get(api, "/buffers")["buffers"][0]), timeout=60, message="both damaged chunks quarantined")
-            start = get(api, "/cluster")["train_iter"]
-            eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
-                       message="the learner training on after the quarantine")
+    with caplog.at_level(logging.ERROR), learner_after_quarantine(server.url, api, 2, "both damaged chunks") as buffer:
         assert buffer["rows_quarantined"] == sum(damaged_rows)
         assert buffer["size"] == size_before - buffer["rows_quarantined"]
         tasks = get(api, "/tasks?kind=learner")["tasks"]
@@ -207,6 +197,24 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
                    message="the learner's learn info counting 2 damaged chunks")
         # and their files leave the store (grace 0 in this config)
         eventually(lambda: not zeros.exists() and not objects.exists(), message="the damaged files deleted")
+
+
+@contextlib.contextmanager
+def learner_after_quarantine(url: str, api: str, chunks: int, what: str):
+    """A learner slave of the coordinator at ``url``: yields the buffer's entry once ``chunks`` damaged chunks
+    (``what``) were quarantined and the learner trained 20 iterations on; stopped at the end."""
+    from parallel_rl.learner.shell import LearnerSlave
+
+    learner = LearnerSlave(url, token=TOKEN, worker_id="learner-1")
+    learner.start()
+    threading.Thread(target=learner.run, daemon=True).start()
+    try:
+        buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == chunks else None)(
+            get(api, "/buffers")["buffers"][0]), timeout=60, message=f"{what} quarantined")
+        start = get(api, "/cluster")["train_iter"]
+        eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
+                   message="the learner training on after the quarantine")
+        yield buffer
     finally:
         learner.request_stop()
         learner.close()
@@ -264,8 +272,6 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
     way found only once it is loaded or its stacks rebuilt. The real learner drops its rows, tells the
     coordinator, which quarantines it (out of the index, so out of every snapshot, and its file deleted), and
     trains on. It used to kill the learner's data thread: its task failed, three in seconds, the run failed."""
-    from parallel_rl.learner.shell import LearnerSlave
-
     coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
     api = server.url + "/api/v1"
     collector = slaves("collector", server.url)
@@ -283,16 +289,8 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
     path = tmp_path / "shared" / "data" / f"{damaged}.npz"
     damage_packed(path, kind, packed[damaged])
 
-    learner = LearnerSlave(server.url, token=TOKEN, worker_id="learner-1")
-    learner.start()
-    threading.Thread(target=learner.run, daemon=True).start()
-    try:
-        with caplog.at_level(logging.ERROR):
-            buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == 1 else None)(
-                get(api, "/buffers")["buffers"][0]), timeout=60, message=f"the chunk with {kind} quarantined")
-            start = get(api, "/cluster")["train_iter"]
-            eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
-                       message="the learner training on after the quarantine")
+    quarantine = learner_after_quarantine(server.url, api, 1, f"the chunk with {kind}")
+    with caplog.at_level(logging.ERROR), quarantine as buffer:
         assert buffer["rows_quarantined"] == 16 and buffer["size"] == 5 * 16  # out of the index (and its snapshots)
         tasks = get(api, "/tasks?kind=learner")["tasks"]
         assert [t["state"] for t in tasks] == ["running"], tasks
@@ -300,9 +298,6 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
         eventually(lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 1,
                    message="the learner's learn info counting 1 damaged chunk")
         eventually(lambda: not path.exists(), message="the damaged file deleted")
-    finally:
-        learner.request_stop()
-        learner.close()
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
