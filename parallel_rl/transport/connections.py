@@ -308,12 +308,12 @@ class _Connection(cheroot.server.HTTPConnection):
 
     def _judged(self) -> bool:
         """Whether ``pending`` holds what a thread may parse: a whole head (proving the connection when it
-        carries the token, refusing it when it announces a body without), and the body read ahead."""
-        head = self.pending_head()
-        if head is None:
-            return self.request_complete()  # a head past max_request_header_size: the parser answers 431
+        carries the token, refusing it when it announces a body without), and the body read ahead. A proven
+        connection's head is not looked at here (a worker's every request passes this way)."""
         read_ahead = self.server.read_ahead
-        if read_ahead.token and not self.proven:
+        end = self.pending.find(b"\r\n\r\n") if read_ahead.token and not self.proven else -1
+        if end >= 0:
+            head = bytes(self.pending[:end])
             authorization = _AUTHORIZATION.search(head)
             refusal = bearer_refusal(authorization.group(1).decode("latin-1") if authorization else "",
                                      read_ahead.token)
@@ -322,11 +322,7 @@ class _Connection(cheroot.server.HTTPConnection):
             elif _announces_body(head):
                 self.refusal = refusal
                 return True
-        return self.request_complete()
-
-    def pending_head(self) -> Optional[bytes]:
-        end = self.pending.find(b"\r\n\r\n")
-        return None if end < 0 else bytes(self.pending[:end])
+        return self.request_complete()  # a head past max_request_header_size too: the parser answers 431
 
     def request_complete(self) -> bool:
         """Whether ``pending`` holds a whole request head, and its body unless that is large, or announced
