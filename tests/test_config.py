@@ -55,6 +55,11 @@ def test_unknown_top_level_key():
          r"parallel.commander.max_train_iter must be >= 0 \(0: no budget\), got -10"),
         ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None .* got nan"),
         ({"env": {"stop_value": float("-inf")}}, r"env.stop_value must be a number, or None .* got -inf"),
+        # what strangers' connections may hold (#41): a budget below one request head refuses every stranger
+        ({"parallel": {"coordinator": {"read_ahead_bytes": 1000}}},
+         r"read_ahead_bytes >= 65536 .*read_ahead_bytes=1000,"),
+        ({"parallel": {"coordinator": {"max_connections_per_peer": 0}}},
+         r"max_connections_per_peer >= 1, got .*max_connections_per_peer=0"),
     ],
 )
 def test_bad_values_are_config_errors(user, match):

@@ -161,6 +161,10 @@ def validate(cfg: EasyDict) -> None:
     if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
         raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
                           f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
+    if ccfg.read_ahead_bytes < 64 * 1024 or ccfg.max_connections_per_peer < 1:
+        # the budget holds one whole request head at least (64 KiB: the server's max_request_header_size)
+        raise ConfigError(f"parallel.coordinator needs read_ahead_bytes >= 65536 and max_connections_per_peer >= 1, "
+                          f"got {ccfg.read_ahead_bytes=}, {ccfg.max_connections_per_peer=}")
     worker = cfg.parallel.worker
     if not worker.setup_timeout > 0:
         raise ConfigError(f"parallel.worker.setup_timeout must be > 0 seconds, got {worker.setup_timeout}")
