@@ -6,7 +6,6 @@ yet shown to carry the cluster token, and no body read for a request without it 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import heapq
 import io
@@ -358,8 +357,8 @@ _BUSY = (503, "unavailable", "the server holds as many unfinished requests of cl
 _REASONS = {401: b"Unauthorized", 403: b"Forbidden", 408: b"Request Timeout", 503: b"Service Unavailable"}
 # once this many connections closed since the most open, freed memory is handed back to the OS (malloc_trim)
 _TRIM_AFTER_CLOSED = 256
-_libc = ctypes.util.find_library("c")
-_malloc_trim = getattr(ctypes.CDLL(_libc), "malloc_trim", None) if _libc else None  # glibc only
+# the process's own symbols (libc among them): find_library("c") would run ldconfig at every process's start-up
+_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
 
 
 class _RequestIO(io.RawIOBase):
