@@ -127,7 +127,7 @@ def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
     return bare, lib
 
 
-def actor_critic_rates(kind: str, seconds: float, device: str = "cpu") -> tuple[float, float]:
+def actor_critic_rates(kind: str, seconds: float, device: str = "cpu", cuda_graph: bool = True) -> tuple[float, float]:
     """SAC or TD3 updates/s: the library (naive buffer + BaseLearner + policy) vs the same update by hand."""
     from parallel_rl.envs.spaces import ActionSpec
     from parallel_rl.policy import create_policy
@@ -140,7 +140,7 @@ def actor_critic_rates(kind: str, seconds: float, device: str = "cpu") -> tuple[
         "done": np.zeros(n, bool), "discount": np.full(n, gamma, np.float32), "collect_iter": np.zeros(n, np.int64),
     }
     cfg = compile_config({"env": {"env_id": "Pendulum-v1"}, "policy": {"type": kind, "learn": {
-        "batch_size": batch_size, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
+        "batch_size": batch_size, "cuda_graph": cuda_graph, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
     spec = ActionSpec("box", shape=(act_dim,), low=np.full(act_dim, -1.0, np.float32), high=np.full(act_dim, 1.0, np.float32))
     tensors = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
 
@@ -303,12 +303,17 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3", "ppo_lstm"),
                         default=("collector", "learner", "sac", "td3", "ppo_lstm"))
     parser.add_argument("--device", default="cpu", help="sac/td3: where both loops train (cuda on a GPU machine)")
+    parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
+                        help="sac/td3 on cuda: the library's update without its CUDA graph (policy.learn.cuda_graph)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1: the learner's default, system.torch_num_threads)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     for kind in ("sac", "td3"):
         if kind in args.only:
-            bare, lib = actor_critic_rates(kind, args.seconds, args.device)
-            print(f"{kind} learner updates/s (256x256, batch 256, {args.device}): library {lib:7.1f}  bare {bare:7.1f}  "
+            bare, lib = actor_critic_rates(kind, args.seconds, args.device, args.cuda_graph)
+            graph = ", CUDA graph" if args.device.startswith("cuda") and args.cuda_graph else ""
+            print(f"{kind} learner updates/s (256x256, batch 256, {args.device}{graph}, {args.threads} threads): library {lib:7.1f}  bare {bare:7.1f}  "
                   f"ratio {lib / bare:.2f}")
     cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
                                                                      "save_ckpt_after_run": False}}}}})

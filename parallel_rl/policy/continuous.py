@@ -98,4 +98,5 @@ class BoxActorCritic(Policy):
         for name in self._NETWORKS + self._OPTIMIZERS:
             if name in state:
                 getattr(self, name).load_state_dict(state[name])
+        self._graphed_update.reset()  # the optimizers' loaded moments are new tensors the graphs never saw
         self.learn_steps = int(state.get("learn_steps", self.learn_steps))

@@ -266,6 +266,8 @@ def sac_default_config() -> EasyDict:
             auto_alpha=True,
             # target entropy per action dimension (-1: the usual -dim(A))
             target_entropy_per_dim=-1.0,
+            # on CUDA, each update replays a recorded CUDA graph (policy/graphs.py); no effect on the CPU
+            cuda_graph=True,
         ),
         collect=dict(n_sample=8),
         eval=dict(),
@@ -293,6 +295,8 @@ def td3_default_config() -> EasyDict:
             # target policy smoothing: N(0, policy_noise) clipped to +-noise_clip, in the [-1, 1] action scale
             policy_noise=0.2,
             noise_clip=0.5,
+            # on CUDA, each update replays a recorded CUDA graph (policy/graphs.py); no effect on the CPU
+            cuda_graph=True,
         ),
         # collectors act with the actor's action plus N(0, exploration_noise) ([-1, 1] action scale)
         collect=dict(n_sample=8, exploration_noise=0.1),

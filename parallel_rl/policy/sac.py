@@ -20,6 +20,7 @@ from ..envs.spaces import ActionSpec
 from .continuous import BoxActorCritic, QNetwork  # noqa: F401  (QNetwork: parallel_rl.policy.sac's name)
 from .defaults import sac_default_config
 from .nets import mlp, to_tensor
+from .graphs import GraphedUpdate
 from .optim import Adam
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -63,6 +64,7 @@ class SACPolicy(BoxActorCritic):
         self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
                                      lr=learn.learning_rate_q)
         self.alpha_optimizer = Adam([self.log_alpha], lr=learn.learning_rate_alpha)
+        self._graphed_update = GraphedUpdate(self._update, device, learn.cuda_graph)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -83,22 +85,28 @@ class SACPolicy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One SAC update (critics, actor, temperature, Polyak targets); scalars as 0-d tensors."""
-        learn = self.cfg.learn
-        obs = self._obs(batch["obs"])
-        next_obs = self._obs(batch["next_obs"])
-        action = self.unit_action(batch, len(obs))
-        reward = to_tensor(batch["reward"], self.device)
-        done = to_tensor(batch["done"], self.device)
-        discount = to_tensor(batch["discount"], self.device)
-        alpha = self.alpha
+        inputs = {"obs": self._obs(batch["obs"]), "next_obs": self._obs(batch["next_obs"]),
+                  "action": self.unit_action(batch, len(batch["obs"]))}
+        inputs.update({k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight")
+                       if k in batch})
+        info = self._graphed_update(inputs)
+        self.learn_steps += 1
+        td_error = info.pop("td_error")
+        if "index" in batch:  # prioritized replay wants |td_error| per row (one host copy per update)
+            info["priority"] = td_error.abs().cpu().numpy()
+        return info
 
+    def _update(self, t: Dict[str, torch.Tensor], key=()) -> Dict[str, torch.Tensor]:
+        """The update on tensors only, no host copy: what :class:`GraphedUpdate` records on CUDA."""
+        learn = self.cfg.learn
+        obs, next_obs, action, alpha = t["obs"], t["next_obs"], t["action"], self.alpha
         with torch.no_grad():
             next_action, next_logp = self.actor(next_obs)
             target_q = torch.min(self.target_q1(next_obs, next_action), self.target_q2(next_obs, next_action))
-            q_target = reward + discount * (1.0 - done) * (target_q - alpha * next_logp)
+            q_target = t["reward"] + t["discount"] * (1.0 - t["done"]) * (target_q - alpha * next_logp)
         q1, q2 = self.q1(obs, action), self.q2(obs, action)
         td_error = 0.5 * (q1 + q2) - q_target
-        critic_loss = self.critic_loss(q1, q2, q_target, batch)
+        critic_loss = self.critic_loss(q1, q2, q_target, t)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -117,8 +125,7 @@ class SACPolicy(BoxActorCritic):
             self.alpha_optimizer.step()
 
         self.polyak(((self.target_q1, self.q1), (self.target_q2, self.q2)), learn.target_theta)
-        self.learn_steps += 1
-        info = {
+        return {
             "loss": critic_loss.detach(),
             "critic_loss": critic_loss.detach(),
             "policy_loss": policy_loss.detach(),
@@ -126,10 +133,8 @@ class SACPolicy(BoxActorCritic):
             "alpha": alpha,
             "entropy": -logp.detach().mean(),
             "q_value": q1.detach().mean(),
+            "td_error": td_error.detach(),
         }
-        if "index" in batch:  # prioritized replay wants |td_error| per row (one host copy per update)
-            info["priority"] = td_error.detach().abs().cpu().numpy()
-        return info
 
     # ---- state -----------------------------------------------------------------
     def state_dict(self) -> Dict:

@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from .continuous import BoxActorCritic
 from .defaults import td3_default_config
 from .nets import mlp, to_tensor
+from .graphs import GraphedUpdate
 from .optim import Adam
 
 
@@ -61,6 +62,7 @@ class TD3Policy(BoxActorCritic):
         self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
                                      lr=learn.learning_rate_critic)
         self._last_policy_loss = torch.zeros(())
+        self._graphed_update = GraphedUpdate(self._update, device, learn.cuda_graph)
 
     def _target_pairs(self):
         return ((self.actor_target, self.actor), (self.target_q1, self.q1), (self.target_q2, self.q2))
@@ -82,41 +84,48 @@ class TD3Policy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One critic update; every ``policy_delay``-th call also an actor update and the Polyak targets."""
-        learn = self.cfg.learn
-        obs = self._obs(batch["obs"])
-        next_obs = self._obs(batch["next_obs"])
-        action = self.unit_action(batch, len(obs))
-        reward = to_tensor(batch["reward"], self.device)
-        done = to_tensor(batch["done"], self.device)
-        discount = to_tensor(batch["discount"], self.device)
+        inputs = {"obs": self._obs(batch["obs"]), "next_obs": self._obs(batch["next_obs"]),
+                  "action": self.unit_action(batch, len(batch["obs"]))}
+        inputs.update({k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight")
+                       if k in batch})
+        self.learn_steps += 1
+        actor_updated = self.learn_steps % self.cfg.learn.policy_delay == 0
+        # the delayed actor step is a branch of the update: each branch is a graph of its own on CUDA
+        out = self._graphed_update(inputs, key=actor_updated)
+        if actor_updated:
+            self._last_policy_loss = out["policy_loss"]
+        info = {
+            "loss": out["critic_loss"],
+            "critic_loss": out["critic_loss"],
+            "policy_loss": self._last_policy_loss,
+            "actor_updated": float(actor_updated),
+            "q_value": out["q_value"],
+        }
+        if "index" in batch:  # prioritized replay wants |td_error| per row
+            info["priority"] = out["td_error"].abs().cpu().numpy()
+        return info
 
+    def _update(self, t: Dict[str, torch.Tensor], actor_updated: bool) -> Dict[str, torch.Tensor]:
+        """The update on tensors only, no host copy: what :class:`GraphedUpdate` records on CUDA."""
+        learn = self.cfg.learn
+        obs, next_obs, action = t["obs"], t["next_obs"], t["action"]
         with torch.no_grad():  # target policy smoothing, clipped double Q
             noise = (torch.randn_like(action) * learn.policy_noise).clamp(-learn.noise_clip, learn.noise_clip)
             next_action = (self.actor_target(next_obs) + noise).clamp(-1.0, 1.0)
             target_q = torch.min(self.target_q1(next_obs, next_action), self.target_q2(next_obs, next_action))
-            td_target = reward + discount * (1.0 - done) * target_q
+            td_target = t["reward"] + t["discount"] * (1.0 - t["done"]) * target_q
         q1, q2 = self.q1(obs, action), self.q2(obs, action)
-        critic_loss = self.critic_loss(q1, q2, td_target, batch)
+        critic_loss = self.critic_loss(q1, q2, td_target, t)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
-        self.learn_steps += 1
-
-        actor_updated = self.learn_steps % learn.policy_delay == 0
+        out = {"critic_loss": critic_loss.detach(), "q_value": q1.detach().mean(),
+               "td_error": (0.5 * (q1 + q2) - td_target).detach()}
         if actor_updated:  # delayed policy update: the actor follows Q1, then every target moves
             policy_loss = -self.q1(obs, self.actor(obs)).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
             policy_loss.backward()
             self.actor_optimizer.step()
             self.polyak(self._target_pairs(), learn.target_theta)
-            self._last_policy_loss = policy_loss.detach()
-        info = {
-            "loss": critic_loss.detach(),
-            "critic_loss": critic_loss.detach(),
-            "policy_loss": self._last_policy_loss,
-            "actor_updated": float(actor_updated),
-            "q_value": q1.detach().mean(),
-        }
-        if "index" in batch:  # prioritized replay wants |td_error| per row
-            info["priority"] = (0.5 * (q1 + q2) - td_target).detach().abs().cpu().numpy()
-        return info
+            out["policy_loss"] = policy_loss.detach()
+        return out
