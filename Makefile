@@ -11,13 +11,13 @@ PYTEST_ARGS ?=
 # test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
 PYTEST_WORKERS ?= 4
 
-.PHONY: run serial test test-fast lint browser docker kubectl bench clean
+.PHONY: run serial test test-fast lint docs browser docker kubectl bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,mujoco,pixels]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,mujoco,pixels,docs]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -32,6 +32,11 @@ test: $(STAMP) browser docker kubectl lint
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff]
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# the docs site (mkdocs.yml: Material theme, nav over docs/) into site/, every warning an error (a broken link
+# between pages included); tests/test_docs_site.py builds it the same way once per test run
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # the dashboard test drives Debian's headless Chromium; install it when missing (needs root and apt)
 browser:
@@ -61,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/hot_loops.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

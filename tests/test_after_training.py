@@ -252,15 +252,15 @@ def test_export_cli_and_load_policy_of_a_run(runs, tmp_path):
 
 
 def test_readme_notebook_example_runs(tmp_path, monkeypatch):
-    """The README's "After training" notebook example, as written (in a scratch directory)."""
-    text = open(os.path.join(REPO, "README.md")).read()
-    section = text[text.index("## After training"):]
+    """The notebook example of the docs' "After training" page, as written (in a scratch directory)."""
+    text = open(os.path.join(REPO, "docs", "after-training.md")).read()
+    section = text[text.index("# After training"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(REPO)
     os.symlink(os.path.join(REPO, "configs"), tmp_path / "configs")
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (our own documentation)
+    exec(compile(code, "docs/after-training.md", "exec"), namespace)  # noqa: S102 (our own documentation)
     assert namespace["action"] in (0, 1)
 
 

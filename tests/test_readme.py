@@ -1,10 +1,12 @@
-"""The README as executable documentation (issue 40, "make it stay fixed"): every shell block in README.md is run
-through a real shell, in a temporary directory holding a copy of `configs/`, and checked against what the text
-beside it promises.
+"""The README and the docs pages as executable documentation (issue 40, "make it stay fixed"): every shell block in
+README.md and docs/**/*.md is run through a real shell, in a temporary directory holding a copy of `configs/`, and
+checked against what the text beside it promises. The README is the front page (issue 42 item 9: a tour and links);
+the reference material it held (the CLI synopsis, the REST API, after training, ...) is in docs/, and its blocks
+are run there.
 
 Convention: an HTML comment right before a fenced block says how the block is tested (readers of the rendered
-README do not see it). Every ```sh / ```bash / ```console block must have one; a block of another language is
-tested when it has one. One directive a line::
+page, on GitHub or the docs site, do not see it). Every ```sh / ```bash / ```console block must have one (pages in
+UNMARKED_PAGES aside); a block of another language is tested when it has one. One directive a line::
 
     <!-- readme-test
     skip: REASON                  not run here (installs, Docker, a cluster, GPUs, long benchmarks): reported skipped
@@ -44,8 +46,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SHELL_LANGUAGES = {"sh", "bash", "console"}
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 MARKER = re.compile(r"<!--\s*readme-test\b(?P<directives>(?:(?!-->).)*)-->\s*\Z", re.S)
+HEADING = re.compile(r"^#+ +(.+)$", re.M)
 KEYS = {"skip", "check", "slow", "timeout", "env", "before", "background", "wait", "replace", "exit", "expect",
         "creates"}
+# the pages whose shell blocks are documentation of another kind (installs, long benchmarks, other hosts), not yet
+# marked; their marked blocks, if any, still run
+UNMARKED_PAGES = {"docs/deploy.md", "docs/benchmarks.md"}
 
 
 @dataclass
@@ -56,6 +62,11 @@ class Block:
     line: int
     directives: list | None  # (key, value) in order; None: no marker
     name: str = ""
+    page: str = "README.md"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
     def values(self, key: str) -> list:
         return [value for k, value in self.directives or [] if k == key]
@@ -74,40 +85,71 @@ def parse_directives(text: str, where: str) -> list:
         key, _, value = line.partition(":")
         key = key.strip()
         if key not in KEYS:
-            raise AssertionError(f"README.md {where}: unknown readme-test directive {key!r} in {raw!r}; "
+            raise AssertionError(f"{where}: unknown readme-test directive {key!r} in {raw!r}; "
                                  f"use one of {sorted(KEYS)}")
         directives.append((key, value.strip()))
     return directives
 
 
 def readme_blocks(path: Path = ROOT / "README.md") -> list:
+    """The fenced blocks of one page, each with the heading it is under (headings inside blocks, such as a shell
+    comment, are not headings) and its marker's directives."""
     text = path.read_text()
+    page = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+    fences = list(FENCE.finditer(text))
+    outside = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)  # every block blanked, offsets kept
     blocks, counts = [], {}
-    for match in FENCE.finditer(text):
+    for match in fences:
         line = text.count("\n", 0, match.start()) + 1
         before = text[:match.start()]
-        headings = re.findall(r"^##+ +(.+)$", before, re.M)
+        headings = HEADING.findall(outside[:match.start()])
         section = headings[-1] if headings else "top"
         marker = MARKER.search(before[-3000:])
-        directives = parse_directives(marker.group("directives"), f"line {line}") if marker else None
-        block = Block(section, match.group("lang"), match.group("body"), line, directives)
+        directives = parse_directives(marker.group("directives"), f"{page} line {line}") if marker else None
+        block = Block(section, match.group("lang"), match.group("body"), line, directives, page=page)
         slug = re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-")
+        if page != "README.md":
+            slug = f"{path.stem}-{slug}"
         counts[slug] = counts.get(slug, 0) + 1
         block.name = f"{slug}-{counts[slug]}"
         blocks.append(block)
     return blocks
 
 
-BLOCKS = readme_blocks()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCKS = [block for page in PAGES for block in readme_blocks(page)]
 TESTED = [b for b in BLOCKS if b.directives is not None]
 
 
 def test_every_shell_block_says_how_it_is_tested():
     """A shell block without a marker would go untested without anyone noticing."""
-    unmarked = [f"line {b.line} ({b.section})" for b in BLOCKS if b.lang in SHELL_LANGUAGES and b.directives is None]
-    assert not unmarked, (f"README.md shell blocks without a `<!-- readme-test ... -->` marker: {unmarked}; "
+    unmarked = [f"{b.where} ({b.section})" for b in BLOCKS
+                if b.lang in SHELL_LANGUAGES and b.directives is None and b.page not in UNMARKED_PAGES]
+    assert not unmarked, (f"shell blocks without a `<!-- readme-test ... -->` marker: {unmarked}; "
                           f"see tests/test_readme.py for the directives")
-    assert [b for b in TESTED if not b.value("skip")], "no README block runs"
+    assert [b for b in TESTED if not b.value("skip") and b.page == "README.md"], "no README block runs"
+    assert [b for b in TESTED if b.value("check") == "synopsis"], "no page holds the CLI synopsis (check: synopsis)"
+
+
+def test_the_readme_is_a_front_page():
+    """Issue 42 item 9: the README is what the project is, the two commands, a tour and links (<= 25 KB); every
+    page it links to is there, with the heading a link names (GitHub's heading ids)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 25_000, (f"README.md is {len(readme.encode())} bytes: move reference material "
+                                            f"to a docs/ page and link it (25,000 at most)")
+    for target in re.findall(r"\]\(((?:docs/)[^)#\s]+)(?:#([^)\s]+))?\)", readme):
+        path, anchor = ROOT / target[0], target[1]
+        assert path.is_file(), f"README.md links to {target[0]}, which does not exist"
+        if anchor and path.suffix == ".md":
+            ids = {github_heading_id(h) for h in HEADING.findall(FENCE.sub("", path.read_text()))}
+            assert anchor in ids, f"README.md links to {target[0]}#{anchor}: no such heading there"
+    assert "](docs/" in readme
+
+
+def github_heading_id(heading: str) -> str:
+    """The id GitHub (and mkdocs.yml's slugify) gives a heading: lower case, punctuation dropped, spaces to -."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
 
 
 def _param(block: Block):
@@ -195,7 +237,7 @@ def run_block(block: Block, work: Path) -> None:
             if key == "background":
                 background.append(Shell("exec " + value, work, env, logs / f"background-{len(background)}.log"))
             elif key == "wait":
-                assert background, f"README.md line {block.line}: `wait:` before any `background:`"
+                assert background, f"{block.where}: `wait:` before any `background:`"
                 job = background[-1]
 
                 def printed(job=job, pattern=value):
@@ -208,19 +250,19 @@ def run_block(block: Block, work: Path) -> None:
         body = block.body
         for item in block.values("replace"):
             old, _, new = item.partition("=>")
-            assert old.strip() in body, f"README.md line {block.line}: `replace:` names {old.strip()!r}, not in it"
+            assert old.strip() in body, f"{block.where}: `replace:` names {old.strip()!r}, not in it"
             body = body.replace(old.strip(), new.strip().format(**groups))
         shell = Shell(body, work, env, logs / "block.log", lang=block.lang)
         code = shell.wait(timeout)
         output = shell.output()
         expected = int(block.value("exit", 0))
-        assert code == expected, (f"README.md line {block.line} exited {code}, not {expected}:\n{body}\n---\n"
+        assert code == expected, (f"{block.where} exited {code}, not {expected}:\n{body}\n---\n"
                                   f"{output[-3000:]}")
         for pattern in block.values("expect"):
-            assert re.search(pattern, output, re.M), (f"README.md line {block.line}: no line matching {pattern!r} "
+            assert re.search(pattern, output, re.M), (f"{block.where}: no line matching {pattern!r} "
                                                       f"in its output:\n{output[-3000:]}")
         for pattern in block.values("creates"):
-            assert list(work.glob(pattern)), (f"README.md line {block.line} made no {pattern} in {work}: "
+            assert list(work.glob(pattern)), (f"{block.where} made no {pattern} in {work}: "
                                               f"{sorted(os.listdir(work))}")
     finally:
         for job in reversed(background):
@@ -259,19 +301,18 @@ def check_synopsis(block: Block, work: Path) -> None:
         usage = help_run.stdout.split("\n\n", 1)[0]
         for option in sorted(set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", usage)) - {"-h"} - named):
             problems.append(f"`{line}`: the CLI has {option} (see `parallel-rl {sub} --help`); add it to the synopsis")
-    assert not problems, "README.md's command synopsis (line %d) disagrees with the CLI:\n%s" % (
-        block.line, "\n".join(problems))
+    assert not problems, "the command synopsis (%s) disagrees with the CLI:\n%s" % (block.where, "\n".join(problems))
 
 
 @pytest.mark.timeout(900)  # a block's steps each have their own deadline (`timeout:`)
 @pytest.mark.parametrize("block", [_param(b) for b in TESTED])
 def test_readme_block_does_what_the_text_says(block, workdir):
     if block.value("skip"):
-        pytest.skip(f"README.md line {block.line}: {block.value('skip')}")
+        pytest.skip(f"{block.where}: {block.value('skip')}")
     if block.value("check") == "synopsis":
         check_synopsis(block, workdir)
     else:
-        assert block.value("check") is None, f"README.md line {block.line}: unknown check {block.value('check')!r}"
+        assert block.value("check") is None, f"{block.where}: unknown check {block.value('check')!r}"
         run_block(block, workdir)
 
 
@@ -285,6 +326,10 @@ def test_the_marker_convention_is_parsed_as_documented(tmp_path):
     assert first.directives == [("slow", ""), ("expect", "^hi$")] and first.name == "a-1"
     assert second.directives is None and second.lang == "sh"
     assert third.directives is None and third.lang == ""
+    page = tmp_path / "page.md"  # a shell comment in a block is no heading: the next block is still under "B"
+    page.write_text("# Page\n\n## B\n\n```sh\n# not a heading\n```\n\ntext\n\n```sh\ntrue\n```\n")
+    assert [b.section for b in readme_blocks(page)] == ["B", "B"]
+    assert [b.name for b in readme_blocks(page)] == ["page-b-1", "page-b-2"]
     readme.write_text("<!-- readme-test\nexpct: x\n-->\n```sh\ntrue\n```\n")
     with pytest.raises(AssertionError, match="unknown readme-test directive 'expct'"):
         readme_blocks(readme)
