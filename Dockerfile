@@ -2,7 +2,7 @@
 #   docker build -t parallel-rl .
 #   docker run --rm parallel-rl --help
 # CPU-only torch comes from PyTorch's CPU wheel index. Where that index (or a registry's TLS) is out of
-# reach, two build arguments name files in the build context instead (README, "Air-gapped builds"):
+# reach, two build arguments name files in the build context instead (docs/docker.md, "Air-gapped builds"):
 #   --build-arg TORCH_WHEELHOUSE=wheels      a directory (or one .whl) holding torch 2.13.0's CPU wheel
 #   --build-arg EXTRA_CA_CERTS=proxy-ca.pem  a PEM bundle pip trusts while building (e.g. a TLS proxy's)
 # (docker compose passes both from the environment of the same names.)
