@@ -8,10 +8,13 @@ hosts: the coordinator serves on the address it binds and is reached by that add
 name stands for it), workers register themselves (`--coordinator`) and the coordinator calls them back at the
 address they advertise (`--advertise http://$(POD_IP):9000`), a worker advertising a loopback address is refused
 with an error that says so, and every role answers its health endpoint (the readiness probes) across hosts."""
+import json
 import re
+import sys
 
 import pytest
 
+from tests.support import eventually
 from tests.test_cluster import TOY_CONFIG
 
 TOKEN = "hosts-test-token"
@@ -43,3 +46,53 @@ def test_a_host_reaches_another_by_its_address_and_iptables_cuts_it_off(network,
     a.run(["iptables", "-A", "INPUT", "-s", b.address, "-j", "DROP"])
     with pytest.raises(AssertionError, match="timed out"):
         b.get_json(f"{url}/api/v1/health", timeout=1.0)
+
+
+def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fifth(network, tmp_path, toy_config):
+    """Coordinator on A (bound to A's address), learner on B, collectors on C and D that register themselves and
+    advertise their own addresses; only the data directory is shared. The run reaches its stop value; then
+    (--linger keeps the REST API up) host E finds every worker by its own host's address over REST, and
+    `parallel-rl status` from E answers."""
+    a, b, c, d, e = (network.host(name) for name in "abcde")
+    shared = tmp_path / "shared"
+    coordinator, url = start_coordinator(a, toy_config, shared, tmp_path, "--linger")
+    b.cli("learner", "learner", "--coordinator", url, "--host", b.address, "--port", "0", "--shared-dir",
+          str(shared), env=ENV)
+    for host in (c, d):
+        host.cli(f"collector-{host.name}", "collector", "--coordinator", url, "--host", host.address, "--port", "9000",
+                 "--advertise", host.url(9000), "--shared-dir", str(shared), env=ENV)
+    coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
+    workers = e.get_json(f"{url}/api/v1/workers")["workers"]
+    addresses = {w["kind"]: set() for w in workers}
+    for w in workers:
+        addresses[w["kind"]].add(re.sub(r":\d+$", "", w["address"]))
+    assert addresses == {"learner": {f"http://{b.address}"},
+                         "collector": {f"http://{c.address}", f"http://{d.address}"}}, workers
+    finished = e.get_json(f"{url}/api/v1/tasks?kind=collector")["tasks"]
+    assert {t["worker_id"] for t in finished} == {w["worker_id"] for w in workers if w["kind"] == "collector"}
+    status = e.run([sys.executable, "-m", "parallel_rl", "status", "--coordinator", url, "--json"])
+    assert json.loads(status.stdout)["state"] == "solved", status.stdout
+    coordinator.stop()
+    assert coordinator.proc.returncode == 0, coordinator.output()[-3000:]
+
+
+def test_a_collector_bound_to_all_interfaces_advertises_its_address_on_the_route_to_the_coordinator(
+        network, tmp_path, toy_config):
+    """`collector --host 0.0.0.0` without --advertise (a container's or a pod's way) advertised its host name's
+    address, a loopback one on this machine (and on Debian's 127.0.1.1), and the coordinator on another host
+    could not reach it ("cannot reach a collector at http://127.0.0.1:9000"): it advertises the address of its
+    interface on the route to the coordinator."""
+    a, c, e = network.host("a"), network.host("c"), network.host("e")
+    coordinator, url = start_coordinator(a, toy_config, tmp_path / "shared", tmp_path, "--set", "env.stop_value=1000")
+    collector = c.cli("collector", "collector", "--coordinator", url, "--host", "0.0.0.0", "--port", "9000",
+                      "--shared-dir", str(tmp_path / "shared"), env=ENV)
+    collector.wait_line(rf"^collector: serving on {re.escape(c.url(9000))}$")
+
+    def busy():
+        if collector.proc.poll() is not None:
+            raise AssertionError(f"the collector exited:\n{collector.output()[-2000:]}")
+        return [w for w in e.get_json(f"{url}/api/v1/collectors")["collectors"] if w["state"] == "busy"]
+
+    (worker,) = eventually(busy, timeout=60, interval=0.5, message="the collector registered and collecting")
+    assert worker["address"] == c.url(9000)
+
