@@ -96,3 +96,19 @@ def test_a_collector_bound_to_all_interfaces_advertises_its_address_on_the_route
     (worker,) = eventually(busy, timeout=60, interval=0.5, message="the collector registered and collecting")
     assert worker["address"] == c.url(9000)
 
+
+def test_a_collector_advertising_loopback_from_another_host_is_told_why_it_cannot_be_reached(
+        network, tmp_path, toy_config):
+    """A collector on C started without --host (it binds and advertises 127.0.0.1) registers with a coordinator on
+    A: A cannot reach C's loopback. The collector exits with the coordinator's one-line error, which now says that
+    its address is a loopback one seen from another host and how to fix it (it only said "cannot reach")."""
+    a, c = network.host("a"), network.host("c")
+    _, url = start_coordinator(a, toy_config, tmp_path / "shared", tmp_path, "--set", "env.stop_value=1000")
+    collector = c.cli("collector", "collector", "--coordinator", url, "--shared-dir", str(tmp_path / "shared"),
+                      env=ENV)
+    advertised = collector.wait_line(r"^collector: serving on (http://127\.0\.0\.1:\d+)$").group(1)
+    code = collector.wait(timeout=60)  # the coordinator's probe (request_timeout, 5 s) and the collector's retries
+    assert code != 0
+    (line,) = [x for x in collector.output().splitlines() if x.startswith("parallel-rl collector: error")]
+    assert f"{advertised} is a loopback address" in line and f"came from {c.address}" in line, line
+    assert "--advertise http://ADDRESS:PORT" in line, line
