@@ -11,6 +11,7 @@ with an error that says so, and every role answers its health endpoint (the read
 import json
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.test_cluster import TOY_CONFIG
 
 TOKEN = "hosts-test-token"
 ENV = {"PARALLEL_RL_TOKEN": TOKEN}
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -48,19 +50,25 @@ def test_a_host_reaches_another_by_its_address_and_iptables_cuts_it_off(network,
         b.get_json(f"{url}/api/v1/health", timeout=1.0)
 
 
-def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fifth(network, tmp_path, toy_config):
-    """Coordinator on A (bound to A's address), learner on B, collectors on C and D that register themselves and
-    advertise their own addresses; only the data directory is shared. The run reaches its stop value; then
-    (--linger keeps the REST API up) host E finds every worker by its own host's address over REST, and
-    `parallel-rl status` from E answers."""
+def start_roles(network, config, tmp_path, *extra):
+    """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
+    collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
+    deploy/k8s); the data directory is the only thing they share. Returns the hosts, the coordinator, its URL."""
     a, b, c, d, e = (network.host(name) for name in "abcde")
     shared = tmp_path / "shared"
-    coordinator, url = start_coordinator(a, toy_config, shared, tmp_path, "--linger")
+    coordinator, url = start_coordinator(a, config, shared, tmp_path, "--linger", *extra)
     b.cli("learner", "learner", "--coordinator", url, "--host", b.address, "--port", "0", "--shared-dir",
           str(shared), env=ENV)
     for host in (c, d):
         host.cli(f"collector-{host.name}", "collector", "--coordinator", url, "--host", host.address, "--port", "9000",
                  "--advertise", host.url(9000), "--shared-dir", str(shared), env=ENV)
+    return (a, b, c, d, e), coordinator, url
+
+
+def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fifth(network, tmp_path, toy_config):
+    """The toy run on four hosts reaches its stop value; host E then finds every worker by its own host's address
+    over REST, each collector task done by one of the two collectors, and `parallel-rl status` from E answers."""
+    (a, b, c, d, e), coordinator, url = start_roles(network, toy_config, tmp_path)
     coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
     workers = e.get_json(f"{url}/api/v1/workers")["workers"]
     addresses = {w["kind"]: set() for w in workers}
@@ -74,6 +82,14 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     assert json.loads(status.stdout)["state"] == "solved", status.stdout
     coordinator.stop()
     assert coordinator.proc.returncode == 0, coordinator.output()[-3000:]
+
+
+@pytest.mark.slow
+def test_cartpole_solves_with_every_role_on_its_own_host(network, tmp_path):
+    """configs/cartpole_dqn_parallel.py on four hosts reaches its stop value (195) within its budget."""
+    config = str(REPO / "configs" / "cartpole_dqn_parallel.py")
+    _, coordinator, url = start_roles(network, config, tmp_path)
+    coordinator.wait_line(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", timeout=300 + 60)
 
 
 def test_a_collector_bound_to_all_interfaces_advertises_its_address_on_the_route_to_the_coordinator(
