@@ -67,7 +67,9 @@ def start_roles(network, config, tmp_path, *extra):
 
 def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fifth(network, tmp_path, toy_config):
     """The toy run on four hosts reaches its stop value; host E then finds every worker by its own host's address
-    over REST, each collector task done by one of the two collectors, and `parallel-rl status` from E answers."""
+    over REST, each collector task done by one of the two collectors, and `parallel-rl status` from E answers.
+    Both collectors (PID 1 each, one host name) log their evaluations to tensorboard/evaluator in files of their
+    own (they wrote one file, each truncating the other's)."""
     (a, b, c, d, e), coordinator, url = start_roles(network, toy_config, tmp_path)
     coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
     workers = e.get_json(f"{url}/api/v1/workers")["workers"]
@@ -82,6 +84,7 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     assert json.loads(status.stdout)["state"] == "solved", status.stdout
     coordinator.stop()
     assert coordinator.proc.returncode == 0, coordinator.output()[-3000:]
+    assert len(list((tmp_path / "shared" / "tensorboard" / "evaluator").glob("events.out.tfevents.*"))) == 2
 
 
 @pytest.mark.slow
