@@ -131,3 +131,71 @@ def test_a_collector_advertising_loopback_from_another_host_is_told_why_it_canno
     (line,) = [x for x in collector.output().splitlines() if x.startswith("parallel-rl collector: error")]
     assert f"{advertised} is a loopback address" in line and f"came from {c.address}" in line, line
     assert "--advertise http://ADDRESS:PORT" in line, line
+
+
+def pod(deployment: dict, host, config: str, shared, tmp_path):
+    """The argv, environment and working directory of ``deployment``'s container as Kubernetes would start it on
+    ``host``: ``$(VAR)`` expanded, POD_IP the host's address, the token Secret ours, the image's /app/configs file
+    ``config``, the /shared volume ``shared``, the /work volume a directory of the pod's own."""
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {}
+    for var in c["env"]:
+        source = var.get("valueFrom", {})
+        env[var["name"]] = (var["value"] if "value" in var else host.address if "fieldRef" in source
+                            and source["fieldRef"]["fieldPath"] == "status.podIP" else TOKEN)
+    env["PARALLEL_RL_CONFIG"] = config
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in c["args"]]
+    args = [str(shared) if arg == "/shared" else arg for arg in args]
+    assert c["command"] == ["parallel-rl"]
+    work = tmp_path / "pods" / host.name
+    work.mkdir(parents=True)
+    return args, env, work
+
+
+def test_the_kubernetes_manifests_commands_work_across_hosts(network, tmp_path):
+    """Item 5: the commands, environment and probes deploy/k8s renders (tests/test_k8s.py checks them offline) run
+    on separate hosts: every role binds 0.0.0.0; the coordinator advertises the Service name `coordinator` (here a
+    name in every host's /etc/hosts), which the workers' PARALLEL_RL_COORDINATOR uses; the workers advertise
+    http://$(POD_IP):9000. Each role answers its readiness probe's path at its pod address from another host,
+    the workers register themselves and take tasks, and the learner trains on what the collectors wrote."""
+    from tests.test_k8s import by_kind, render
+
+    try:
+        deployments = by_kind(render("overlays/shared-volume"), "Deployment")
+    except AssertionError as exc:  # no kubectl: `make test` installs it (make kubectl)
+        pytest.skip(f"cannot render deploy/k8s: {str(exc).splitlines()[0]}")
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG.replace("stop_value=4.0", "stop_value=1000.0"))  # runs until the test is done
+    shared = tmp_path / "shared"
+    a, b, c, d, e = (network.host(name) for name in "abcde")
+    network.name("coordinator", a)  # the Service
+    pods = {a: "coordinator", b: "learner", c: "collector", d: "collector"}
+    for host, role in pods.items():
+        args, env, work = pod(deployments[role], host, str(config), shared, tmp_path)
+        host.cli(f"{role}-{host.name}", *args, env=env, cwd=work)
+    (port,) = [p["containerPort"] for p in deployments["coordinator"]["spec"]["template"]["spec"]["containers"][0]
+               ["ports"]]
+    url = f"http://coordinator:{port}"
+
+    def probe(host, role):
+        """The readiness probe of ``role``'s pod on ``host``, as the kubelet makes it (pod address, named port)."""
+        (container,) = deployments[role]["spec"]["template"]["spec"]["containers"]
+        (http,) = [p["containerPort"] for p in container["ports"] if p["name"] == container["readinessProbe"]
+                   ["httpGet"]["port"]]
+        try:
+            return e.get_json(f"http://{host.address}:{http}{container['readinessProbe']['httpGet']['path']}",
+                              timeout=3.0)["status"] == "ok"
+        except AssertionError:  # not serving yet
+            return False
+
+    for host, role in pods.items():
+        eventually(lambda: probe(host, role), timeout=120, interval=0.5, message=f"{role} on {host.name} ready")
+
+    def working():
+        workers = e.get_json(f"{url}/api/v1/workers")["workers"]
+        learners = [w for w in workers if w["kind"] == "learner" and w["state"] == "busy"]
+        collectors = {w["address"] for w in workers if w["kind"] == "collector" and w["state"] == "busy"}
+        return (collectors == {c.url(9000), d.url(9000)} and learners
+                and learners[0]["address"] == b.url(9000) and learners[0]["train_iter"] > 0)
+
+    eventually(working, timeout=120, interval=0.5, message="collectors collecting and the learner training")

@@ -11,7 +11,9 @@ is PID 1 of a PID namespace of its own (no role sees another's processes, and tw
 and has a TMPDIR (and CPU-claims directory) of its own under ``tmp_path/hosts/<name>``. ``host.cli(name,
 *args)`` runs ``python -m parallel_rl *args`` that way (a :class:`~tests.support.CliProcess`).
 ``host.run(["iptables", ...])`` runs a command in the host's namespace and waits for it (iptables works inside a
-namespace here with Debian's default nf_tables backend, and with iptables-legacy).
+namespace here with Debian's default nf_tables backend, and with iptables-legacy). ``network.name("coordinator",
+host)`` makes a name resolve to a host's address on every host (a Kubernetes Service name): ``ip netns exec``
+bind-mounts ``/etc/netns/NS/hosts`` over ``/etc/hosts`` for the processes it starts.
 
 ``close()`` (the ``network`` fixture calls it, also when the test failed) stops every process (SIGTERM, then
 SIGKILL after a deadline), kills whatever is left in the namespaces (``ip netns pids``; only processes this
@@ -141,18 +143,19 @@ class Host:
                             f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
         return proc
 
-    def popen(self, argv: Sequence[str], env: Optional[Dict[str, str]] = None,
-              name: Optional[str] = None) -> HostProcess:
+    def popen(self, argv: Sequence[str], env: Optional[Dict[str, str]] = None, name: Optional[str] = None,
+              cwd: Optional[Path] = None) -> HostProcess:
         """Start ``argv`` on this host as PID 1 of a PID namespace of its own; output to ``<name>.log``."""
         name = name or f"{self.name}-{Path(argv[0]).name}-{len(self.processes)}"
         process = HostProcess(self.network.tmp_path, name, *argv[1:], program=(argv[0],), env=self.environment(env),
-                              prefix=(*self.exec_prefix, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"))
+                              cwd=cwd, prefix=(*self.exec_prefix, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"))
         self.processes.append(process)
         return process
 
-    def cli(self, name: str, *args: str, env: Optional[Dict[str, str]] = None) -> HostProcess:
+    def cli(self, name: str, *args: str, env: Optional[Dict[str, str]] = None,
+            cwd: Optional[Path] = None) -> HostProcess:
         """``python -m parallel_rl *args`` on this host (see :meth:`popen`)."""
-        return self.popen([sys.executable, "-m", "parallel_rl", *args], env=env, name=name)
+        return self.popen([sys.executable, "-m", "parallel_rl", *args], env=env, name=name, cwd=cwd)
 
     def get_json(self, url: str, timeout: float = 10.0):
         """GET ``url`` from this host; its JSON body (``AssertionError`` naming the answer when it is none)."""
@@ -181,6 +184,7 @@ class Network:
         self.host_prefix = f"prl{tag}-"
         self.hosts: List[Host] = []
         self.namespaces: List[str] = []
+        self.names: Dict[str, str] = {}  # name -> address, in every host's /etc/hosts
         try:
             self._add_netns(self.bridge_netns)
             _ip("-n", self.bridge_netns, "link", "add", "br0", "type", "bridge")
@@ -208,7 +212,22 @@ class Network:
         _ip("-n", netns, "link", "set", "eth0", "up")
         host = Host(self, name, netns, address, self.tmp_path / "hosts" / name)
         self.hosts.append(host)
+        if self.names:
+            self._write_hosts_file(host)
         return host
+
+    def name(self, alias: str, host: Host) -> None:
+        """Make ``alias`` resolve to ``host``'s address on every host of this network, for the processes started
+        from now on (as a Kubernetes Service name resolves in every pod)."""
+        self.names[alias] = host.address
+        for each in self.hosts:
+            self._write_hosts_file(each)
+
+    def _write_hosts_file(self, host: Host) -> None:
+        path = Path("/etc/netns") / host.netns / "hosts"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", f"{host.address} {host.netns}"]
+        path.write_text("\n".join(lines + [f"{address} {alias}" for alias, address in self.names.items()]) + "\n")
 
     def close(self) -> None:
         """Stop every process, then delete every namespace (their links go with them). Raises HostError after
@@ -224,6 +243,7 @@ class Network:
             try:
                 self._empty(netns)
                 _ip("netns", "del", netns)
+                shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)  # a hosts file of name()
             except (HostError, AssertionError, subprocess.SubprocessError) as exc:
                 left.append(f"{netns} ({exc})")
         self.namespaces = []
