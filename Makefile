@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
 PYTEST_WORKERS ?= 4
 
-.PHONY: run serial test test-fast lint docs browser docker kubectl bench clean
+.PHONY: run serial test test-fast lint docs browser docker kubectl netns bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP) browser docker kubectl lint
+test: $(STAMP) browser docker kubectl netns lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff]
@@ -56,6 +56,13 @@ kubectl:
 	  echo "installing kubernetes-client (Debian) for the Kubernetes manifests' test"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client) \
 	    >/dev/null || echo "could not install kubernetes-client: the Kubernetes manifests' test will fail"; }
+
+# the separate-hosts tests (tests/support/hosts.py) make network namespaces: ip, unshare, iptables (as root)
+netns:
+	@command -v ip >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1 || { \
+	  echo "installing iproute2, util-linux and iptables (Debian) for the separate-hosts tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 util-linux iptables) \
+	    >/dev/null || echo "could not install them: the separate-hosts tests will be skipped"; }
 
 # skip the long end-to-end tests and the Docker one (CI runs everything)
 test-fast: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 import sys
 import threading
 import time
@@ -38,8 +39,23 @@ def writer_class():
 # a writer starts a new event file once its file holds this part of its cap (so at least 3/4 of the cap's
 # newest points stay when the oldest file goes)
 ROTATE_PARTS = 4
-EVENTS_PREFIX = "events.out.tfevents."  # TensorBoard's event files: <prefix><time>.<host>.<pid>.<n>
-_opening = threading.Lock()  # a writer finds its new file by the listing before and after it made it
+EVENTS_PREFIX = "events.out.tfevents."  # TensorBoard's event files: <prefix><time>.<host>.<pid>.<n><suffix>
+
+
+def open_writer(logdir: str, suffix: str):
+    """A ``tensorboard.summary.Writer`` whose new event file in ``logdir`` ends with ``suffix``. TensorBoard names
+    it by time (s), host name and pid only: two processes on two hosts (containers, network namespaces) that
+    share a host name and a pid (1, in a PID namespace of their own) and a directory (every collector writes
+    ``tensorboard/evaluator``) opened the same file in the same second, each truncating the other's."""
+    Writer = writer_class()
+    from tensorboard.summary import DirectoryOutput
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    class SuffixedOutput(DirectoryOutput):
+        def __init__(self, path: str):  # DirectoryOutput's, with the suffix EventFileWriter takes
+            self._ev_writer = EventFileWriter(path, filename_suffix=suffix)
+
+    return Writer(SuffixedOutput(logdir))
 
 
 class TensorBoardLogger:
@@ -64,11 +80,9 @@ class TensorBoardLogger:
             self._open()
 
     def _open(self) -> None:
-        with _opening:
-            before = set(_event_files(self.logdir))
-            self._writer = writer_class()(self.logdir)
-            mine = f".{os.getpid()}."
-            made = sorted(n for n in set(_event_files(self.logdir)) - before if mine in n)
+        suffix = f".{secrets.token_hex(6)}"  # this writer's file, whoever else writes the directory
+        self._writer = open_writer(self.logdir, suffix)
+        made = sorted(n for n in _event_files(self.logdir) if n.endswith(suffix))
         self._file = os.path.join(self.logdir, made[-1]) if made else None
 
     def scalars(self, step: int, prefix: str = "", **values: float) -> None:

@@ -85,3 +85,13 @@ def cli(tmp_path):
     yield start
     for p in reversed(started):
         p.stop()
+
+
+@pytest.fixture
+def network(tmp_path):
+    """Hosts for a test (tests/support/hosts.py): network namespaces on a private bridge, all removed at the end
+    (skipped with the reason where namespaces cannot be made)."""
+    from tests.support.hosts import Network
+
+    with Network(tmp_path) as net:
+        yield net

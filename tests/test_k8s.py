@@ -1,6 +1,14 @@
 """deploy/k8s, tested without a Kubernetes cluster: render each kustomization with `kubectl kustomize`,
 validate every object against the Kubernetes OpenAPI schemas offline (kubernetes-validate, strict: unknown
-fields fail), and check that every container runs a `parallel-rl` command that parses."""
+fields fail), and check that every container runs a `parallel-rl` command that parses.
+
+What the manifests assume about the network, these checks alone cannot prove; tests/test_hosts.py runs the
+rendered commands on separate hosts (network namespaces): the Service name `coordinator` that the coordinator
+advertises and the workers' PARALLEL_RL_COORDINATOR name (resolved to the coordinator's host), each worker's
+`--advertise http://$(POD_IP):9000` (its own address, reached from the coordinator's host), the roles bound to
+0.0.0.0, and each readiness probe's path answering at the pod's address from another host
+(`test_the_kubernetes_manifests_commands_work_across_hosts`). Not checked there: the probes' timings, the
+resources, the volumes' access modes, and the Secret (the token is passed as the variable it fills)."""
 import copy
 import functools
 import shutil

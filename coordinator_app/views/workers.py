@@ -37,7 +37,8 @@ def add_worker(collection: str):
     registration = Registration.from_json(json_body())
     if registration.address is None:  # `parallel-rl run` starts one more (a fork of its fork server)
         return jsonify(start_worker(kind)), 202
-    worker = get_coordinator().membership.add_worker(kind, registration.address, registration.worker_id)
+    worker = get_coordinator().membership.add_worker(kind, registration.address, registration.worker_id,
+                                                     sender=request.remote_addr)
     return jsonify(worker.to_dict()), 201
 
 

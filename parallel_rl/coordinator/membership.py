@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import hmac
+import ipaddress
 import logging
 import secrets
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
+from urllib.parse import urlsplit
 
 from easydict import EasyDict
 
@@ -38,9 +40,27 @@ KINDS = ("collector", "learner")
 RELEASE_THREADS = 32
 
 
-def prove_slave(kind: str, address: str, token: Optional[str], timeout: float) -> Dict[str, Any]:
+def loopback_hint(kind: str, address: str, sender: Optional[str]) -> str:
+    """Why ``address`` cannot be reached when it is a loopback one and the registration came from another host
+    (``sender``, the request's peer address): a loopback address is the coordinator's own host. "" otherwise."""
+    try:
+        host = urlsplit(address).hostname or ""
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        from_afar = sender is not None and not ipaddress.ip_address(sender).is_loopback
+    except ValueError:  # a host name, or no sender address: nothing to say
+        return ""
+    if not (loopback and from_afar):
+        return ""
+    return (f"; {address} is a loopback address, which from the coordinator is its own host, but this came from "
+            f"{sender}: start the {kind} with --advertise http://ADDRESS:PORT (an address the coordinator "
+            f"reaches it at), or bind it with --host ADDRESS")
+
+
+def prove_slave(kind: str, address: str, token: Optional[str], timeout: float,
+                sender: Optional[str] = None) -> Dict[str, Any]:
     """The health answer of the ``kind`` slave at ``address``, once it proved it holds the cluster ``token``;
-    UnreachableError (422) or RequestRefused (400, another kind) otherwise.
+    UnreachableError (422) or RequestRefused (400, another kind) otherwise. ``sender``: the address the
+    registration came from (its error then says when ``address`` is a loopback one from another host).
 
     Nothing is sent to an address before it proves it is one of ours: the health call carries no token
     but a random challenge, and only a slave holding the token, advertising ``address``, can answer it
@@ -52,7 +72,7 @@ def prove_slave(kind: str, address: str, token: Optional[str], timeout: float) -
         health = probe.get("/slave/v1/health", params={"challenge": challenge})
     except PeerUnavailableError:
         raise UnreachableError(f"cannot reach a {kind} at {address} (no connection, or no answer "
-                               f"within {timeout:g}s)") from None
+                               f"within {timeout:g}s){loopback_hint(kind, address, sender)}") from None
     except ProtocolError as exc:  # it answered, but not as a slave of ours
         answered = f"HTTP {exc.status}" if exc.status else "something"
         raise UnreachableError(f"{address} is not a parallel_rl {kind}: its health endpoint "
@@ -103,15 +123,17 @@ class Membership:
         return HttpClient(address, self.token, timeout=self.cfg.parallel.worker.request_timeout, max_retries=1)
 
     # ---- joining -------------------------------------------------------------------------
-    def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None) -> Worker:
+    def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None,
+                   sender: Optional[str] = None) -> Worker:
         """Connect to a running slave at ``address`` and register it (409 if already registered and ready), named
         ``preferred_id`` when that id is free. An address still connecting or setting up is the same worker: it
-        is connected again with its id and lease (the slave takes a repeated connect as the same adoption)."""
+        is connected again with its id and lease (the slave takes a repeated connect as the same adoption).
+        ``sender``: the address the request came from (for the error when ``address`` is unreachable)."""
         if kind not in KINDS:
             raise NotFoundError(f"unknown worker kind {kind!r}")
         address = check_url(address)
         wcfg = self.cfg.parallel.worker
-        health = prove_slave(kind, address, self.token, float(wcfg.request_timeout))
+        health = prove_slave(kind, address, self.token, float(wcfg.request_timeout), sender)
         client = self.client(address)
         worker = self.workers.register(kind, address, client, preferred_id)
         if worker.client is not client:  # registered again while pending: the same worker

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 from typing import Any, Deque, Dict, List, Optional, Set
+from urllib.parse import urlsplit
 
 from easydict import EasyDict
 
@@ -35,11 +36,29 @@ RELEASE_TASK_SECONDS = 10.0
 SETUP_JOIN_SECONDS = 10.0
 
 
-def default_advertise(host: str, port: int) -> str:
-    """The URL others reach us at: bound to all interfaces (a container), our host name's address."""
+def default_advertise(host: str, port: int, coordinator_url: Optional[str] = None) -> str:
+    """The URL others reach us at. Bound to one address: that address. Bound to all interfaces (a container, a
+    pod): our address on the route to the coordinator (the one it sees us come from), else our host name's
+    address, which on many hosts is a loopback one (127.0.1.1 on Debian; 127.0.0.1 in a network namespace)."""
     if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostbyname(socket.gethostname())
-    return f"http://{host}:{port}"
+        host = route_address(coordinator_url) or socket.gethostbyname(socket.gethostname())
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def route_address(url: Optional[str]) -> Optional[str]:
+    """This host's address on the route to ``url``'s host (None when it has no route or the name does not
+    resolve): a UDP socket's connect sends nothing, the kernel only picks the route and our end of it."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        family, _, _, _, peer = socket.getaddrinfo(parts.hostname, parts.port or 80, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(peer)
+            return s.getsockname()[0]
+    except (OSError, ValueError) as exc:
+        logger.debug("slave: no route to %s (%s): advertising our host name's address", url, exc)
+        return None
 
 
 class Slave(CoordinatorLink):
@@ -105,7 +124,7 @@ class Slave(CoordinatorLink):
         self._seen_tasks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.app = create_slave_app(self)
         self.server = ServerThread(self.app, host, port, threads=4, name=self.kind, token=self.token)
-        self.address = (advertise or default_advertise(host, self.server.port)).rstrip("/")
+        self.address = (advertise or default_advertise(host, self.server.port, self.coordinator_url)).rstrip("/")
 
     # ---- what the HTTP API asks (slave_app) ------------------------------------------------------
     def health(self, challenge: Optional[str] = None) -> Dict[str, Any]:

@@ -69,10 +69,11 @@ def get(url, path):
 class CliProcess:
     """A `python -m parallel_rl ...` process whose output goes to a file (a full pipe never blocks it).
     ``new_session``: in a session (and process group) of its own, as a shell starts a job, so that a test can
-    press Ctrl-C on it (``os.killpg(pid, SIGINT)``) without signalling pytest."""
+    press Ctrl-C on it (``os.killpg(pid, SIGINT)``) without signalling pytest. ``prefix``: the command that runs
+    it (e.g. ``ip netns exec NS``: :mod:`tests.support.hosts`); ``program``: another program than parallel_rl's."""
 
     def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None, cwd=None,
-                 new_session: bool = False):
+                 new_session: bool = False, prefix: tuple = (), program: tuple = ()):
         import os
         import subprocess
         import sys
@@ -80,7 +81,7 @@ class CliProcess:
         self.name = name
         self.log_path = tmp_path / f"{name}.log"
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdout=self._log,
+        self.proc = subprocess.Popen([*prefix, *(program or (sys.executable, "-m", "parallel_rl")), *args], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=new_session)
 
@@ -113,11 +114,15 @@ class CliProcess:
         finally:
             self._log.flush()
 
+    def send_signal(self, signum: int) -> None:
+        """Signal the parallel_rl process itself."""
+        self.proc.send_signal(signum)
+
     def stop(self):
         import signal
 
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except Exception:
