@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from tests.test_cluster import TOY_CONFIG
-from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401 (fixtures: moto's S3 server and a bucket)
+from tests.support.s3 import bucket, s3_env, s3_server  # noqa: F401 (fixtures: the S3 servers and a bucket)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,14 +66,17 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
     assert parallel_rl.load_policy(str(exp), config, checkpoint="newest").source == store.policy_path(newest)
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
-def test_the_best_and_the_versions_under_evaluation_are_never_pruned(backend, tmp_path, request):
+def test_the_best_and_the_versions_under_evaluation_are_never_pruned(tmp_path, bucket):
     """keep_checkpoints prunes the old versions but not one held for an evaluation nor the best one, on a local
-    directory and on S3 (moto's server) alike."""
+    directory and on S3 (moto's server and SeaweedFS) alike."""
+    for root in (str(tmp_path / "shared"), f"s3://{bucket}/run"):
+        best_and_held_versions_are_never_pruned(root)
+
+
+def best_and_held_versions_are_never_pruned(root):
     from parallel_rl.storage import SharedStorage
     from parallel_rl.storage.checkpoints import BestRecord
 
-    root = str(tmp_path / "shared") if backend == "local" else f"s3://{request.getfixturevalue('bucket')}/run"
     store = SharedStorage(root)
     for version in range(0, 100, 10):
         store.save_policy(version, {"w": np.full(2, version)})

@@ -21,7 +21,7 @@ from parallel_rl.storage import SharedStorage
 from tests.support import eventually, get
 from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 from tests.test_hardening import post_metadata
-from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401  (fixtures)
+from tests.support.s3 import S3_SERVERS, bucket, point_at, s3_env, s3_server, start_s3  # noqa: F401  (fixtures)
 
 
 # ---- 14. a batch larger than the buffer -------------------------------------------------------------
@@ -300,11 +300,14 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
         eventually(lambda: not path.exists(), message="the damaged file deleted")
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
-def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(where, bucket, tmp_path):  # noqa: F811
+def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(bucket, tmp_path):  # noqa: F811
     """The learner reads a round's chunks at once (concurrently on an object store): one damaged chunk comes back
     as its error, the others as their columns (it used to fail the whole round, and the learner's task)."""
-    store = SharedStorage(str(tmp_path / "shared") if where == "local" else f"s3://{bucket}/run")
+    for root in (str(tmp_path / "shared"), f"s3://{bucket}/run"):
+        damaged_chunk_among_others(SharedStorage(root))
+
+
+def damaged_chunk_among_others(store):
     store.write_chunk("c1", {"obs": np.zeros((3, 2), np.float32)})
     store.write_chunk("bad", {"obs": np.zeros((3, 2), np.float32)})
     store.backend.write_atomic(store.chunk_path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
@@ -345,25 +348,19 @@ def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator
     assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
 
 
-def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(tmp_path, monkeypatch, slaves):  # noqa: F811
-    """The same on S3 (moto's real server, stopped and started again on its port, its objects kept): the
-    collector's announcement waits out the outage and the chunk is indexed once the store answers."""
+@pytest.mark.parametrize("kind", S3_SERVERS)
+def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(kind, tmp_path, monkeypatch,
+                                                                     slaves):  # noqa: F811
+    """The same on S3 (a real server, moto's or SeaweedFS, stopped and started again on its port, its objects
+    kept): the collector's announcement waits out the outage and the chunk is indexed once the store answers."""
     import boto3
-    from moto.server import ThreadedMotoServer
 
     from coordinator_app import serve_coordinator
     from parallel_rl.coordinator import Coordinator
     from tests.support import toy_cluster_config
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    store = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
-    store.start()
-    host, port = store.get_host_and_port()
-    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
+    store = start_s3(kind, tmp_path)
+    point_at(store, monkeypatch)
     boto3.client("s3").create_bucket(Bucket="check-faults")
     # the coordinator's client gives up at once (the default retries take ~3 s, longer than the slave waits for
     # an answer: its own retry would hide what the coordinator answers)
@@ -379,8 +376,7 @@ def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(tmp_path, m
         collector.send_metadata(message, urgent=True)
         eventually(lambda: not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], timeout=30,
                    message="the store shown failing")
-        store = ThreadedMotoServer("127.0.0.1", port, verbose=False)  # back on its port, with its objects
-        store.start()
+        store = store.start_again()  # back on its port, with its objects
         eventually(lambda: coordinator.replay.count() == 4, timeout=30, message="the chunk indexed")
         assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
     finally:

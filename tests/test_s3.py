@@ -1,8 +1,9 @@
-"""The shared store on S3: a real S3 server (moto's, over HTTP on 127.0.0.1) and our real code talking to it."""
+"""The shared store on S3: real S3 servers over HTTP on 127.0.0.1, moto's emulator and SeaweedFS (a production
+store), and our real code talking to them; every test that takes ``s3_server`` (or ``s3_env``, ``bucket``) runs on
+both (:mod:`tests.support.s3`)."""
 import logging
 import os
 import re
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -10,51 +11,11 @@ import pytest
 
 from parallel_rl.errors import PathOutsideRootError, StorageError, StorageFaultError, StorageUnavailableError
 from parallel_rl.storage import SharedStorage
+from tests.support.s3 import (S3_SERVERS, bucket, objects, point_at, s3_env, s3_server,  # noqa: F401 (fixtures)
+                              start_s3)
 from tests.test_operations import ENV as TOKEN_ENV, free_port
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's S3 server on 127.0.0.1 (port picked by the OS); its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_env(s3_server, monkeypatch):
-    """AWS variables that point this process and its children at the server (the usual ones, nothing else)."""
-    env = {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
-    return env
-
-
-@pytest.fixture
-def bucket(s3_env):
-    """A fresh, empty bucket."""
-    import boto3
-
-    name = f"rl-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3").create_bucket(Bucket=name)
-    return name
-
-
-def objects(bucket, prefix=""):
-    import boto3
-
-    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
 def columns(n=8):
@@ -75,6 +36,18 @@ def test_chunks_round_trip_and_leave_the_bucket_when_deleted(bucket):
     assert objects(bucket) == []
     with pytest.raises(FileNotFoundError):
         store.read_chunk("c1")
+
+
+def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
+    """SeaweedFS keeps the directory that a prefix's last object leaves (its filer is a file tree) and lists it as
+    an empty object ``data/`` under ``data/``; moto (and AWS) forget the prefix. Either way nothing is in it."""
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.write_chunk("c1", columns())
+    store.save_policy(1, {})
+    assert store.delete_chunk("c1") and store.reset() == 1
+    for directory in ("data", "policy"):
+        assert store.backend.listdir(store.resolve(directory)) == [], directory
+    assert store.list_chunks() == [] and store.policy_versions() == []
 
 
 def test_nothing_is_unpickled_from_the_bucket(bucket):
@@ -136,8 +109,9 @@ def test_reset_removes_only_our_objects(bucket):
 def test_endpoint_and_credentials_may_come_from_config_keys(bucket, s3_env, monkeypatch):
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key)
-    store = SharedStorage(f"s3://{bucket}/run", {"endpoint_url": s3_env["AWS_ENDPOINT_URL"], "key": "testing",
-                                                 "secret": "testing"})
+    store = SharedStorage(f"s3://{bucket}/run", {"endpoint_url": s3_env["AWS_ENDPOINT_URL"],
+                                                 "key": s3_env["AWS_ACCESS_KEY_ID"],
+                                                 "secret": s3_env["AWS_SECRET_ACCESS_KEY"]})
     store.write_chunk("c1", columns())
     assert store.list_chunks() == ["c1"] and store.read_chunk("c1")["action"].tolist() == columns()["action"].tolist()
 
@@ -159,11 +133,13 @@ def test_a_missing_bucket_is_refused_at_construction(s3_env):
 
 # ---- the CLI: bad input fails fast, before any child process starts -------------------------------
 @pytest.fixture
-def s3_auth_enforced(monkeypatch):
-    """The S3 server checks credentials (moto accepts any by default): unknown keys get 403."""
-    from moto import settings
+def s3_auth_enforced(s3_server, monkeypatch):
+    """The S3 server checks credentials: unknown keys get 403 (moto accepts any by default; SeaweedFS checks
+    them always)."""
+    if s3_server.name == "moto":
+        from moto import settings
 
-    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
 
 
 def assert_fails_fast(cli, tmp_path, url, cause, env, *command):
@@ -183,12 +159,14 @@ def test_cli_refuses_a_missing_bucket(cli, tmp_path, s3_env, command):
 
 def test_cli_refuses_wrong_credentials(cli, tmp_path, bucket, s3_env, s3_auth_enforced):
     env = dict(s3_env, AWS_ACCESS_KEY_ID="AKIAWRONGWRONGWRONG1", AWS_SECRET_ACCESS_KEY="wrong")
-    assert_fails_fast(cli, tmp_path, f"s3://{bucket}/run", "PermissionError: The AWS Access Key Id you provided does not exist",
-                      env)
+    # moto: "The AWS Access Key Id you provided ...", SeaweedFS: "The access key ID you provided ..."
+    assert_fails_fast(cli, tmp_path, f"s3://{bucket}/run",
+                      "(?i)PermissionError: The (AWS )?Access Key Id you provided does not exist", env)
 
 
-def test_cli_refuses_an_unreachable_endpoint(cli, tmp_path, s3_env):
-    env = dict(s3_env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
+def test_cli_refuses_an_unreachable_endpoint(cli, tmp_path):
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     assert_fails_fast(cli, tmp_path, "s3://some-bucket/run", "Could not connect", env)
 
 
@@ -263,9 +241,12 @@ def test_run_on_s3_solves_the_toy_env(cli, tmp_path, bucket, s3_env):
     assert os.listdir(cwd / "exp" / "tensorboard")
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
-def test_read_chunks_fetches_several_and_reports_the_gone(where, bucket, tmp_path):
-    store = SharedStorage(str(tmp_path / "shared") if where == "local" else f"s3://{bucket}/run")
+def test_read_chunks_fetches_several_and_reports_the_gone(bucket, tmp_path):
+    for store in (SharedStorage(str(tmp_path / "shared")), SharedStorage(f"s3://{bucket}/run")):
+        read_chunks_fetches_several_and_reports_the_gone(store)
+
+
+def read_chunks_fetches_several_and_reports_the_gone(store):
     store.write_chunk("c1", columns(3))
     store.write_chunk("c2", columns(5))
     got = store.read_chunks(["c1", "c2", "gone"])
@@ -314,17 +295,15 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
     assert f"state_{newest:09d}.npz" in caplog.text
 
 
-def test_a_store_that_goes_away_is_a_fault_of_the_store(s3_env, monkeypatch):
+@pytest.mark.parametrize("kind", S3_SERVERS)
+def test_a_store_that_goes_away_is_a_fault_of_the_store(kind, tmp_path, monkeypatch):
     """An object store down mid-run (here: its server stopped) fails reads and writes as StorageFaultError, which
     workers back off from, not as a bad file or a bug of the task."""
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
-    server.start()
+    server = start_s3(kind, tmp_path)
     try:
-        host, port = server.get_host_and_port()
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        point_at(server, monkeypatch)
         boto3.client("s3").create_bucket(Bucket="going-away")
         store = SharedStorage("s3://going-away/run")
         store.write_chunk("c1", columns())

@@ -258,6 +258,7 @@ class FsspecBackend:
         if not self.base:
             raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
         self.url = f"{protocol}://{self.base}"
+        self.protocol = protocol
         self._stamp = (0.0, None, 0)  # (listed at, names, stamp)
 
     def resolve(self, relpath: str) -> str:
@@ -274,14 +275,32 @@ class FsspecBackend:
         wrong bucket, wrong credentials or an unreachable endpoint fail here, before anything starts."""
         probe = f"{self.base}/.probe-{os.getpid()}-{threading.get_ident()}"
         try:
+            self._check_bucket()
             self.fs.pipe_file(probe, b"")
             self.fs.rm_file(probe)
+        except StorageUnavailableError:
+            raise
         except Exception as exc:  # botocore, aiohttp and fsspec raise many types; all mean "unusable"
             cause = " ".join(str(exc).split()) or type(exc).__name__
             raise StorageUnavailableError(
                 f"shared store {self.url}: cannot write there ({type(exc).__name__}: {cause}); check the bucket, "
                 f"the endpoint (AWS_ENDPOINT_URL) and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
                 f"AWS_PROFILE or parallel.storage_options)") from None
+
+    def _check_bucket(self) -> None:
+        """S3: the bucket must exist before anything is written. A store may create a missing bucket on the first
+        PUT (SeaweedFS does for an admin identity, ``-s3.autoCreateBucket``), which would make a misspelt bucket
+        a new, empty one and start the run there; one LIST of at most one key asks instead (a wrong key or an
+        unreachable endpoint fails it with its own cause)."""
+        if self.protocol not in ("s3", "s3a"):
+            return
+        bucket = self.base.split("/", 1)[0]
+        try:
+            self.fs.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1)
+        except FileNotFoundError:
+            raise StorageUnavailableError(
+                f"shared store {self.url}: bucket does not exist: {bucket}; create it first (e.g. `aws s3 mb "
+                f"s3://{bucket}`) or name an existing one in --shared-dir (or parallel.shared_dir)") from None
 
     def write_atomic(self, path: str, write: Callable[[Any], None], durable: bool = False) -> None:
         """One PUT: atomic, and durable once it returns (``durable`` asks nothing more of an object store)."""
@@ -321,10 +340,15 @@ class FsspecBackend:
             return False
 
     def listdir(self, directory: str) -> List[str]:
+        """The names under ``directory`` (objects and "subdirectories": prefixes of others). A store whose keys
+        live in a real file tree (SeaweedFS's filer) keeps a directory that its last object left and lists it as
+        an empty object named ``directory/``: that is the directory itself, not a name in it."""
+        directory = directory.rstrip("/")
         try:
-            return [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(directory, detail=False)]
+            paths = [p.rstrip("/") for p in self.fs.ls(directory, detail=False)]
         except FileNotFoundError:  # no object under that prefix yet
             return []
+        return [posixpath.basename(p) for p in paths if p != directory]
 
     def isfile(self, path: str) -> bool:
         return self.fs.isfile(path)
