@@ -76,6 +76,7 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     (a, b, c, d, e), coordinator, url = start_roles(network, toy_config, tmp_path)
     coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
     workers = e.get_json(f"{url}/api/v1/workers")["workers"]
+    assert {w["pid"] for w in workers} == {1}, workers  # each PID 1 of a PID namespace of its own
     addresses = {w["kind"]: set() for w in workers}
     for w in workers:
         addresses[w["kind"]].add(re.sub(r":\d+$", "", w["address"]))
