@@ -11,7 +11,8 @@ is PID 1 of a PID namespace of its own (no role sees another's processes, and tw
 and has a TMPDIR (and CPU-claims directory) of its own under ``tmp_path/hosts/<name>``. ``host.cli(name,
 *args)`` runs ``python -m parallel_rl *args`` that way (a :class:`~tests.support.CliProcess`).
 ``host.run(["iptables", ...])`` runs a command in the host's namespace and waits for it (iptables works inside a
-namespace here with Debian's default nf_tables backend, and with iptables-legacy). ``network.name("coordinator",
+namespace here with Debian's default nf_tables backend, and with iptables-legacy; use one of them in a test: each
+lists only its own rules). ``network.name("coordinator",
 host)`` makes a name resolve to a host's address on every host (a Kubernetes Service name): ``ip netns exec``
 bind-mounts ``/etc/netns/NS/hosts`` over ``/etc/hosts`` for the processes it starts.
 
