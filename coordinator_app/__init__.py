@@ -21,9 +21,10 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
                       start_worker: Optional[Callable[[str], dict]] = None):
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
-    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address.
+    Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address
+    (bound to every interface: our address on the route to each worker).
     ``start_worker(kind)``: how ``POST /collectors`` without an address starts one (``parallel-rl run``)."""
-    from parallel_rl.transport import ServerThread
+    from parallel_rl.transport import WILDCARD_HOSTS, ServerThread
 
     ccfg = coordinator.cfg.parallel.coordinator
     # long-polls have their own threads: heartbeats always find one of the request threads free. A body
@@ -40,6 +41,9 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
                           max_connections_per_peer=int(ccfg.max_connections_per_peer))
     membership = coordinator.membership
     membership.advertise_url = advertise or membership.advertise_url or server.url
+    # bound to every interface and no URL given: each worker added by its URL is told our address on the
+    # route to it (127.0.0.1, server.url's, only reaches workers on this host)
+    membership.advertise_per_worker = membership.advertise_url == server.url and server.host in WILDCARD_HOSTS
     return server
 
 

@@ -76,6 +76,7 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     (a, b, c, d, e), coordinator, url = start_roles(network, toy_config, tmp_path)
     coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
     workers = e.get_json(f"{url}/api/v1/workers")["workers"]
+    assert {w["pid"] for w in workers} == {1}, workers  # each PID 1 of a PID namespace of its own
     addresses = {w["kind"]: set() for w in workers}
     for w in workers:
         addresses[w["kind"]].add(re.sub(r":\d+$", "", w["address"]))
@@ -202,3 +203,25 @@ def test_the_kubernetes_manifests_commands_work_across_hosts(network, tmp_path):
                 and learners[0]["address"] == b.url(9000) and learners[0]["train_iter"] > 0)
 
     eventually(working, timeout=120, interval=0.5, message="collectors collecting and the learner training")
+
+
+def test_a_coordinator_bound_to_all_interfaces_tells_a_collector_added_by_url_its_address_on_the_route(
+        network, tmp_path, toy_config):
+    """`coordinator --host 0.0.0.0` without --advertise told the workers it connects (a collector started without
+    --coordinator, added by `parallel-rl collectors add URL` from another host) to reach it at
+    http://127.0.0.1:PORT, its own loopback: the collector's heartbeats and chunk announcements went nowhere.
+    It tells each one its address on the route to that worker, and the collector's chunks reach the buffer."""
+    a, c, e = network.host("a"), network.host("c"), network.host("e")
+    coordinator = a.cli("coordinator", "coordinator", "-c", toy_config, "--host", "0.0.0.0", "--port", "8000",
+                        "--shared-dir", str(tmp_path / "shared"), "--set", f"exp_name={tmp_path / 'exp'}",
+                        "--set", "env.stop_value=1000", "--set", "parallel.commander.max_env_steps_per_update=0",
+                        env=ENV)
+    coordinator.wait_line(r"^REST API: ", timeout=120)
+    url = a.url(8000)
+    collector = c.cli("collector", "collector", "--host", c.address, "--port", "9000", "--shared-dir",
+                      str(tmp_path / "shared"), env=ENV)
+    collector.wait_line(r"waiting to be added", timeout=120)
+    e.run([sys.executable, "-m", "parallel_rl", "collectors", "add", c.url(9000), "--coordinator", url], env=ENV)
+    collector.wait_line(rf"connected as collector-\d+ to {re.escape(url)}$", timeout=60)
+    eventually(lambda: e.get_json(f"{url}/api/v1/buffers")["buffers"][0]["chunks"] > 0, timeout=60, interval=0.5,
+               message="the added collector's chunks indexed")

@@ -28,7 +28,7 @@ from easydict import EasyDict
 from ..errors import (ConflictError, NotFoundError, ParallelRLError, PeerUnavailableError, ProtocolError,
                       RemoteError, RequestRefused, UnreachableError)
 from ..protocol import TimeBreakdown
-from ..transport import TOKEN_ENV, HttpClient, check_url, slave_proof
+from ..transport import TOKEN_ENV, HttpClient, check_url, http_url, route_address, slave_proof
 from ..storage import SharedStorage
 from .tasks import TaskState, TaskTable
 from .workers import Worker, WorkerRegistry, WorkerState
@@ -110,6 +110,8 @@ class Membership:
         self.storage = storage
         self.token = token
         self.advertise_url: Optional[str] = cfg.parallel.coordinator.advertise or None
+        # bound to every interface without an advertised URL: a worker is told our address on the route to it
+        self.advertise_per_worker = False
         self.workers = workers
         self._tasks = tasks
         self._lock = lock  # the coordinator's: a worker's state changes with its tasks'
@@ -121,6 +123,14 @@ class Membership:
     def client(self, address: str) -> HttpClient:
         """The client that speaks to the worker at ``address`` for the coordinator."""
         return HttpClient(address, self.token, timeout=self.cfg.parallel.worker.request_timeout, max_retries=1)
+
+    def url_for(self, address: str) -> Optional[str]:
+        """The URL the worker at ``address`` reaches us at (what connect tells a worker added by its URL)."""
+        if self.advertise_per_worker and self.advertise_url:
+            ours = route_address(address)
+            if ours:
+                return http_url(ours, urlsplit(self.advertise_url).port)
+        return self.advertise_url
 
     # ---- joining -------------------------------------------------------------------------
     def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None,
@@ -144,7 +154,7 @@ class Membership:
         try:
             answer = worker.client.post("/slave/v1/connect", {
                 "worker_id": worker.worker_id,
-                "coordinator": self.advertise_url,
+                "coordinator": self.url_for(address),
                 "config": self.cfg,
                 "shared_dir": self.storage.root,
                 "heartbeat_interval": float(wcfg.heartbeat_interval),

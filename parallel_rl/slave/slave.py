@@ -13,14 +13,14 @@ import os
 import socket
 import threading
 from typing import Any, Deque, Dict, List, Optional, Set
-from urllib.parse import urlsplit
 
 from easydict import EasyDict
 
 from ..errors import ConfigError, ParallelRLError, StorageError, StorageFaultError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from ..transport import TOKEN_ENV, ApiError, HttpClient, ServerThread, slave_proof
+from ..transport import (TOKEN_ENV, WILDCARD_HOSTS, ApiError, HttpClient, ServerThread, http_url, route_address,
+                         slave_proof)
 from .app import create_slave_app
 from .link import REREGISTER_SECONDS, CoordinatorLink
 from .mail import Outbox, SlaveTask, TaskInbox
@@ -40,25 +40,9 @@ def default_advertise(host: str, port: int, coordinator_url: Optional[str] = Non
     """The URL others reach us at. Bound to one address: that address. Bound to all interfaces (a container, a
     pod): our address on the route to the coordinator (the one it sees us come from), else our host name's
     address, which on many hosts is a loopback one (127.0.1.1 on Debian; 127.0.0.1 in a network namespace)."""
-    if host in ("0.0.0.0", "::", ""):
+    if host in WILDCARD_HOSTS:
         host = route_address(coordinator_url) or socket.gethostbyname(socket.gethostname())
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def route_address(url: Optional[str]) -> Optional[str]:
-    """This host's address on the route to ``url``'s host (None when it has no route or the name does not
-    resolve): a UDP socket's connect sends nothing, the kernel only picks the route and our end of it."""
-    if not url:
-        return None
-    try:
-        parts = urlsplit(url)
-        family, _, _, _, peer = socket.getaddrinfo(parts.hostname, parts.port or 80, type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect(peer)
-            return s.getsockname()[0]
-    except (OSError, ValueError) as exc:
-        logger.debug("slave: no route to %s (%s): advertising our host name's address", url, exc)
-        return None
+    return http_url(host, port)
 
 
 class Slave(CoordinatorLink):

@@ -27,11 +27,12 @@ from .codec import (
     unpack_array,
     write_token_file,
 )
-from .server import ApiError, ServerThread, check_token, error_response, install_json_errors, json_body
+from .server import (WILDCARD_HOSTS, ApiError, ServerThread, check_token, error_response, http_url,
+                     install_json_errors, json_body, route_address)
 
 __all__ = [
     "ApiError", "COORDINATOR_ENV", "HttpClient", "check_url", "LEASE_HEADER", "MAX_ANSWER_BYTES", "PACKED_DTYPES", "ServerThread",
     "TOKEN_ENV", "check_token", "encode_json", "error_response", "field", "finite_json", "install_json_errors",
     "json_body", "loads", "new_token", "number_field", "pack_array", "slave_proof", "token_from_env",
-    "token_from_file", "unpack_array", "write_token_file",
+    "token_from_file", "unpack_array", "write_token_file", "WILDCARD_HOSTS", "http_url", "route_address",
 ]

@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from typing import Any, Dict, Optional
+from urllib.parse import urlsplit
 
 from flask import Flask, jsonify, request
 from flask.json.provider import DefaultJSONProvider
@@ -111,6 +113,30 @@ def json_body() -> Dict[str, Any]:
     return data
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # a server bound to every interface
+
+
+def route_address(url: Optional[str]) -> Optional[str]:
+    """This host's address on the route to ``url``'s host (None when it has no route or the name does not
+    resolve): a UDP socket's connect sends nothing, the kernel only picks the route and our end of it. A server
+    bound to every interface is reached at that address by that peer (the address the peer sees us come from)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        family, _, _, _, peer = socket.getaddrinfo(parts.hostname, parts.port or 80, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(peer)
+            return s.getsockname()[0]
+    except (OSError, ValueError) as exc:
+        logger.debug("transport: no route to %s (%s)", url, exc)
+        return None
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class ServerThread:
     """A cheroot server for ``app`` on ``host:port`` (0: the OS picks), run in a daemon thread.
 
@@ -166,8 +192,7 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
+        return http_url("127.0.0.1" if self.host in WILDCARD_HOSTS else self.host, self.port)
 
     def start(self) -> "ServerThread":
         self.thread.start()

@@ -11,7 +11,8 @@ is PID 1 of a PID namespace of its own (no role sees another's processes, and tw
 and has a TMPDIR (and CPU-claims directory) of its own under ``tmp_path/hosts/<name>``. ``host.cli(name,
 *args)`` runs ``python -m parallel_rl *args`` that way (a :class:`~tests.support.CliProcess`).
 ``host.run(["iptables", ...])`` runs a command in the host's namespace and waits for it (iptables works inside a
-namespace here with Debian's default nf_tables backend, and with iptables-legacy). ``network.name("coordinator",
+namespace here with Debian's default nf_tables backend, and with iptables-legacy; use one of them in a test: each
+lists only its own rules). ``network.name("coordinator",
 host)`` makes a name resolve to a host's address on every host (a Kubernetes Service name): ``ip netns exec``
 bind-mounts ``/etc/netns/NS/hosts`` over ``/etc/hosts`` for the processes it starts.
 
@@ -26,6 +27,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +48,33 @@ _instances = itertools.count()
 
 class HostError(RuntimeError):
     """A command of the harness failed."""
+
+
+STALE_RE = re.compile(r"^prl([0-9a-f]+)x[0-9a-f]+-")  # a harness's namespace: prl<pid>x<instance>-<host or br>
+
+
+def remove_stale_namespaces() -> None:
+    """Delete the namespaces (and kill what runs in them) of harnesses whose test process is gone (it was
+    killed before its ``close``)."""
+    for line in _ip("netns", "list").splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = STALE_RE.match(name)
+        if not match:
+            continue
+        try:
+            os.kill(int(match.group(1), 16), 0)
+            continue  # its test process lives: its namespaces are its own
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            Network._empty(name)
+            _ip("netns", "del", name)
+            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
+            logger.warning("hosts: removed %s, left by a test process that is gone", name)
+        except (HostError, AssertionError) as exc:
+            logger.warning("hosts: could not remove the stale namespace %s: %s", name, exc)
 
 
 def _ip(*args: str) -> str:
@@ -177,7 +206,7 @@ class Network:
             pytest.skip(reason)
         self.tmp_path = Path(tmp_path)
         n = next(_instances)
-        tag = f"{os.getpid():x}{n % 256:x}"  # names stay <= 15 characters
+        tag = f"{os.getpid():x}x{n % 256:x}"  # names stay <= 15 characters
         index = (os.getpid() * 256 + n) % (254 * 256)
         self.prefix = f"10.{1 + index // 256}.{index % 256}"  # this instance's /24
         self.bridge_netns = f"prl{tag}-br"
@@ -185,6 +214,7 @@ class Network:
         self.hosts: List[Host] = []
         self.namespaces: List[str] = []
         self.names: Dict[str, str] = {}  # name -> address, in every host's /etc/hosts
+        remove_stale_namespaces()
         try:
             self._add_netns(self.bridge_netns)
             _ip("-n", self.bridge_netns, "link", "add", "br0", "type", "bridge")
