@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shared store on the cluster's filesystem, or s3://bucket/prefix (overrides "
                         "parallel.shared_dir); the script, token file and output go there (s3: the experiment dir)")
     p.add_argument("--port", type=port_number, default=None,
-                   help="the coordinator's REST port on its node (default: 20000 + job id %% 20000)")
+                   help="the coordinator's REST port on its node (default: 20000 + job id %% 12000)")
     p.add_argument("--sbatch", dest="sbatch_options", action="append", default=[], metavar="OPTION",
                    help="one more #SBATCH line, e.g. --sbatch=--time=02:00:00 (repeatable)")
     fresh = p.add_mutually_exclusive_group()

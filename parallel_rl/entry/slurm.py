@@ -35,8 +35,9 @@ logger = logging.getLogger(__name__)
 # the run directory's Slurm files: scripts, the jobs' output, the coordinator's URL
 SLURM_DIR = "slurm"
 URL_FILE = "coordinator.url"
-# a coordinator port from the job id when none is given: two trainings on one node rarely collide
-PORT_BASE, PORT_SPAN = 20000, 20000
+# a coordinator port from the job id when none is given: two trainings on one node rarely collide, and it stays
+# below the kernel's ephemeral range (32768-60999): a requeued coordinator gets its port back (docs/deploy.md)
+PORT_BASE, PORT_SPAN = 20000, 12000
 # after the coordinator has ended, how long the script waits for the workers it told to stop
 WORKER_GRACE_SECONDS = 60
 _SBATCH_OPTION = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\n\r]*)?")
@@ -225,9 +226,12 @@ def job_for(cfg, config_path: str, overrides: Sequence[str] = (), collectors: in
     run directory: the store's root when it is a local path, else the experiment directory (an object store has
     no place for a script or a token file: the experiment directory must be on the cluster's filesystem)."""
     from ..runtime import experiment_dir, run_storage
+    from ..storage import lock_shared_dir
     from .launcher import TOKEN_FILE
 
     storage = run_storage(cfg, shared_dir)
+    if not options.get("join"):  # a training running there now: its token file is not ours to replace
+        lock_shared_dir(storage, "parallel-rl slurm").release()
     run_dir = os.path.abspath(storage.local_dir(fallback=experiment_dir(cfg)))
     return SlurmJob(config=os.path.abspath(config_path), run_dir=run_dir,
                     shared_dir=storage.root if storage.remote else os.path.abspath(storage.root),
