@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from parallel_rl.entry.slurm import sbatch_environment
-from tests.support import eventually, free_port, get
-from tests.support.slurm import SlurmCluster, poll_until, slurm_cluster, wait_for_state  # noqa: F401 (a fixture)
+from tests.support import get
+from tests.support.slurm import (SlurmCluster, fixed_port, poll_until, slurm_cluster,  # noqa: F401 (a fixture)
+                                 wait_for_state)
 from tests.test_cluster import TOY_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,22 @@ def test_bad_options_are_refused_with_one_line(tmp_path, toy, option, value, say
     assert not (tmp_path / "shared" / "slurm" / "job.sh").exists()
 
 
+def test_a_directory_a_training_runs_in_is_refused_before_its_token_file_is_replaced(tmp_path, toy):
+    from parallel_rl.storage import SharedStorage, lock_shared_dir
+
+    shared = tmp_path / "shared"
+    slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--render-only")
+    token = (shared / "run.token").read_text()
+    lock = lock_shared_dir(SharedStorage(str(shared)), "parallel-rl coordinator")  # as the job's coordinator holds it
+    try:
+        done = slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--render-only", check=False)
+        assert done.returncode == 2 and "is in use by" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert (shared / "run.token").read_text() == token
+        slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--join", "--render-only")  # joining it is the point
+    finally:
+        lock.release()
+
+
 def test_without_sbatch_it_says_how_to_submit_by_hand(tmp_path, toy):
     done = slurm(tmp_path, "-c", toy, "--shared-dir", str(tmp_path / "shared"), check=False,
                  env={"PATH": str(tmp_path / "empty")})
@@ -155,7 +172,7 @@ def rest_url(shared: Path, job_id: str) -> str:
 
 
 def active_collectors(url: str) -> list:
-    return [w for w in get(url, "/collectors") if w["state"] in ("idle", "busy")]
+    return [w for w in get(url, "/collectors")["collectors"] if w["state"] in ("idle", "busy")]
 
 
 def command_lines() -> str:
@@ -174,7 +191,8 @@ def sacct_state(cluster: SlurmCluster, job_id: str) -> tuple:
     """(State, ExitCode) of the job's own sacct row, once slurmdbd has its end."""
     def ended():
         rows = [row for row in cluster.sacct(job_id) if row[0] == job_id]
-        return rows and rows[0][1] not in ("PENDING", "RUNNING", "REQUEUED") and (rows[0][1], rows[0][2])
+        state = rows[0][1].split()[0] if rows else "PENDING"  # "CANCELLED by 0": who cancelled it
+        return state not in ("PENDING", "RUNNING", "REQUEUED") and (state, rows[0][2])
 
     return poll_until(ended, 60, f"sacct records the end of job {job_id}")
 
@@ -183,32 +201,49 @@ def sacct_state(cluster: SlurmCluster, job_id: str) -> tuple:
 def test_a_slurm_job_trains_cartpole_to_its_stop_value_and_sacct_records_it(slurm_cluster, tmp_path):
     shared = tmp_path / "shared"
     job_id = submit(slurm_cluster, tmp_path, "-c", CARTPOLE, "--set", f"exp_name={tmp_path / 'exp'}",
-                    "--shared-dir", str(shared), "--collectors", "1", "--port", str(free_port()))
-    url = rest_url(shared, job_id)
+                    "--shared-dir", str(shared), "--collectors", "1", "--port", str(fixed_port()))
+    assert get(rest_url(shared, job_id), "/cluster")["stop_value"] == 195
     assert slurm_cluster.job_state(job_id) == "RUNNING"
     # the token is nowhere anybody else can read it: Slurm's views of the job, its script, the process table
     token = (shared / "run.token").read_text().strip()
     views = [slurm_cluster.run("scontrol", "show", "job", "-d", job_id),
              slurm_cluster.run("squeue", "-j", job_id, "-o", "%all"),
-             slurm_cluster.run("scontrol", "show", "step", job_id),
+             slurm_cluster.run("scontrol", "show", "step", job_id, check=False),
              slurm_cluster.run("scontrol", "write", "batch_script", job_id, "-"),
              command_lines()]
-    assert "parallel_rl" in views[3] and job_id in views[0]
+    assert "parallel_rl" in views[3] and job_id in views[0] and "-m parallel_rl coordinator" in views[4]
     assert [view for view in views if token in view] == []
-    # a second job adds a collector to the running training
-    eventually(lambda: len(active_collectors(url)) == 1, timeout=120, message="the job's collector registers")
-    join_id = submit(slurm_cluster, tmp_path, "-c", CARTPOLE, "--set", f"exp_name={tmp_path / 'exp'}",
-                     "--shared-dir", str(shared), "--collectors", "1", "--join")
-    eventually(lambda: len(active_collectors(url)) == 2, timeout=120,
-               message=f"job {join_id}'s collector registers beside the first")
     assert wait_for_state(slurm_cluster, job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 900) \
         == "COMPLETED", job_output(shared, job_id)[-3000:]
     assert re.search(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", job_output(shared, job_id),
                      re.M), job_output(shared, job_id)[-3000:]
     assert sacct_state(slurm_cluster, job_id) == ("COMPLETED", "0:0")
-    # the joining job's collectors were let go with the training: a clean end too
+
+
+@pytest.mark.slow
+def test_a_second_job_adds_a_collector_and_scancel_stops_the_training_cleanly(slurm_cluster, tmp_path, toy):
+    shared = tmp_path / "shared"
+    endless = ["-c", toy, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=null",
+               "--set", "parallel.commander.max_seconds=0", "--shared-dir", str(shared), "--collectors", "1"]
+    job_id = submit(slurm_cluster, tmp_path, *endless, "--port", str(fixed_port()))
+    url = rest_url(shared, job_id)
+    (first,) = poll_until(lambda: active_collectors(url), 120, "the job's collector registers")
+    join_id = submit(slurm_cluster, tmp_path, *endless, "--join")
+    both = poll_until(lambda: len(active_collectors(url)) == 2 and active_collectors(url), 120,
+                      f"job {join_id}'s collector registers beside the first")
+    assert first["worker_id"] in [w["worker_id"] for w in both]
+    assert get(url, "/cluster")["env_steps"] > 0
+    slurm_cluster.run("scancel", job_id)
+    # SIGTERM to every step and the script: the coordinator saves its state and exits 0, its workers leave
+    assert wait_for_state(slurm_cluster, job_id, ("COMPLETED", "FAILED", "CANCELLED"), 120) == "CANCELLED"
+    output = job_output(shared, job_id)
+    assert "coordinator: stopped by SIGTERM" in output and "coordinator exited with 0" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert sacct_state(slurm_cluster, job_id)[0] == "CANCELLED"
+    # the joining job's collector was let go by the stopping coordinator: it ends cleanly, not cancelled
     assert wait_for_state(slurm_cluster, join_id, ("COMPLETED", "FAILED", "CANCELLED"), 120) == "COMPLETED", \
         job_output(shared, join_id)[-3000:]
+    assert sacct_state(slurm_cluster, join_id) == ("COMPLETED", "0:0")
 
 
 @pytest.mark.slow
@@ -218,7 +253,7 @@ def test_a_requeued_training_resumes_from_its_saved_state(slurm_cluster, tmp_pat
     job_id = submit(slurm_cluster, tmp_path, "-c", toy, "--set", f"exp_name={tmp_path / 'exp'}",
                     "--set", "env.stop_value=null", "--set", "parallel.commander.max_seconds=0",
                     "--set", "parallel.commander.max_env_step=6000", "--shared-dir", str(shared),
-                    "--collectors", "1", "--port", str(free_port()))
+                    "--collectors", "1", "--port", str(fixed_port()))
     url = rest_url(shared, job_id)
     before = poll_until(lambda: (c := get(url, "/cluster"))["env_steps"] >= 1000 and c, 300,
                         "1000 env steps before the requeue")

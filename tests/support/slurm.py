@@ -185,7 +185,9 @@ class SlurmCluster:
             f"ClusterName={self.name}\n"
             f"SlurmctldHost={socket.gethostname()}(127.0.0.1)\nMailProg=/bin/true\n"
             f"SlurmctldPort={self.ports['ctld']}\nSlurmdPort={self.ports['slurmd']}\n"
-            "SlurmUser=root\nSlurmdUser=root\n" + auth +
+            "SlurmUser=root\nSlurmdUser=root\n"
+            # cred_expire is also how long a requeued job waits before it runs again (120 s by default)
+            f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=30\n"
             "CredType=cred/munge\n"
             f"StateSaveLocation={r / 'ctld'}\nSlurmdSpoolDir={r / 'spool'}\n"
             f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}\nSlurmdPidFile={r / 'run' / 'slurmd.pid'}\n"
@@ -226,6 +228,20 @@ def slurm_cluster(tmp_path_factory):
         cluster.stop()
 
 
+def fixed_port() -> int:
+    """A port free on this machine now, below the kernel's ephemeral range: a coordinator that a requeue restarts
+    finds it free again (docs/deploy.md: a worker's reconnects cannot take it)."""
+    for _ in range(200):
+        port = 20000 + secrets.randbelow(12000)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-31999")
+
+
 def wait_for_state(cluster: SlurmCluster, job_id: str, states, timeout: float) -> str:
     """Wait until the job is in one of ``states`` (squeue, then sacct once slurmctld forgot it); returns it."""
     wanted = {states} if isinstance(states, str) else set(states)
@@ -243,4 +259,4 @@ def poll_until(predicate, timeout: float, message: str):
     return eventually(predicate, timeout=timeout, interval=0.5, message=message)
 
 
-__all__ = ["SlurmCluster", "missing", "poll_until", "slurm_cluster", "wait_for_state"]
+__all__ = ["SlurmCluster", "fixed_port", "missing", "poll_until", "slurm_cluster", "wait_for_state"]
