@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
 import subprocess
 import sys
@@ -141,9 +142,11 @@ def test_without_sbatch_it_says_how_to_submit_by_hand(tmp_path, toy):
 
 
 # ---- on a real Slurm ------------------------------------------------------------------------------------------
-def submit(cluster: SlurmCluster, tmp_path, *args) -> str:
-    """`parallel-rl slurm ARGS` against the test Slurm, without a token in its environment; the job id."""
+def submit(cluster: SlurmCluster, tmp_path, *args, token: str = "") -> str:
+    """`parallel-rl slurm ARGS` against the test Slurm, with ``token`` exported (none: it makes one); the job id."""
     env = {k: v for k, v in cluster.env.items() if k != "PARALLEL_RL_TOKEN"}
+    if token:
+        env["PARALLEL_RL_TOKEN"] = token
     done = subprocess.run([sys.executable, "-m", "parallel_rl", "slurm", *args], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -200,12 +203,14 @@ def sacct_state(cluster: SlurmCluster, job_id: str) -> tuple:
 @pytest.mark.slow
 def test_a_slurm_job_trains_cartpole_to_its_stop_value_and_sacct_records_it(slurm_cluster, tmp_path):
     shared = tmp_path / "shared"
+    token = f"exported-{secrets.token_urlsafe(24)}"  # exported as a lab would: sbatch must not pass it on
     job_id = submit(slurm_cluster, tmp_path, "-c", CARTPOLE, "--set", f"exp_name={tmp_path / 'exp'}",
-                    "--shared-dir", str(shared), "--collectors", "1", "--port", str(fixed_port()))
+                    "--shared-dir", str(shared), "--collectors", "1", "--port", str(fixed_port()), token=token)
     assert get(rest_url(shared, job_id), "/cluster")["stop_value"] == 195
     assert slurm_cluster.job_state(job_id) == "RUNNING"
-    # the token is nowhere anybody else can read it: Slurm's views of the job, its script, the process table
-    token = (shared / "run.token").read_text().strip()
+    # the token is nowhere anybody else can read it: Slurm's views of the job, its script, the process table,
+    # slurmctld's copy of the job (its environment included), any file of the run but the token file
+    assert (shared / "run.token").read_text().strip() == token
     views = [slurm_cluster.run("scontrol", "show", "job", "-d", job_id),
              slurm_cluster.run("squeue", "-j", job_id, "-o", "%all"),
              slurm_cluster.run("scontrol", "show", "step", job_id, check=False),
@@ -213,6 +218,9 @@ def test_a_slurm_job_trains_cartpole_to_its_stop_value_and_sacct_records_it(slur
              command_lines()]
     assert "parallel_rl" in views[3] and job_id in views[0] and "-m parallel_rl coordinator" in views[4]
     assert [view for view in views if token in view] == []
+    holders = [str(p) for d in (shared, slurm_cluster.root / "ctld") for p in d.rglob("*")
+               if p.is_file() and token.encode() in p.read_bytes()]
+    assert holders == [str(shared / "run.token")]
     assert wait_for_state(slurm_cluster, job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 900) \
         == "COMPLETED", job_output(shared, job_id)[-3000:]
     assert re.search(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", job_output(shared, job_id),
