@@ -201,6 +201,7 @@ def sacct_state(cluster: SlurmCluster, job_id: str) -> tuple:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the daemons' start, a training, Slurm's requeue hold: each wait has its own deadline
 def test_a_slurm_job_trains_cartpole_to_its_stop_value_and_sacct_records_it(slurm_cluster, tmp_path):
     shared = tmp_path / "shared"
     token = f"exported-{secrets.token_urlsafe(24)}"  # exported as a lab would: sbatch must not pass it on
@@ -229,6 +230,7 @@ def test_a_slurm_job_trains_cartpole_to_its_stop_value_and_sacct_records_it(slur
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the daemons' start, a training, Slurm's requeue hold: each wait has its own deadline
 def test_a_second_job_adds_a_collector_and_scancel_stops_the_training_cleanly(slurm_cluster, tmp_path, toy):
     shared = tmp_path / "shared"
     endless = ["-c", toy, "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=null",
@@ -255,6 +257,7 @@ def test_a_second_job_adds_a_collector_and_scancel_stops_the_training_cleanly(sl
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the daemons' start, a training, Slurm's requeue hold: each wait has its own deadline
 def test_a_requeued_training_resumes_from_its_saved_state(slurm_cluster, tmp_path, toy):
     shared = tmp_path / "shared"
     # no stop value: the run ends on its env-step budget, long enough to requeue it half way
