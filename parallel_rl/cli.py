@@ -156,13 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("slurm", help="run one training as a Slurm batch job: render its sbatch script into the run "
                                      "directory and submit it")
     _add_config_args(p)
-    p.add_argument("--collectors", type=positive_int, default=2, help="collector tasks (default 2)")
-    p.add_argument("--partition", default=None, help="the Slurm partition (default: the cluster's)")
+    p.add_argument("--collectors", type=positive_int, default=2, metavar="N", help="collector tasks (default 2)")
+    p.add_argument("--partition", default=None, metavar="P", help="the Slurm partition (default: the cluster's)")
     p.add_argument("--gres", default=None, metavar="GRES", help="the learner's generic resources, e.g. gpu:1")
-    p.add_argument("--shared-dir", default=None,
+    p.add_argument("--shared-dir", default=None, metavar="DIR",
                    help="shared store on the cluster's filesystem, or s3://bucket/prefix (overrides "
                         "parallel.shared_dir); the script, token file and output go there (s3: the experiment dir)")
-    p.add_argument("--port", type=port_number, default=None,
+    p.add_argument("--port", type=port_number, default=None, metavar="P",
                    help="the coordinator's REST port on its node (default: 20000 + job id %% 12000)")
     p.add_argument("--sbatch", dest="sbatch_options", action="append", default=[], metavar="OPTION",
                    help="one more #SBATCH line, e.g. --sbatch=--time=02:00:00 (repeatable)")

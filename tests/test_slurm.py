@@ -79,6 +79,9 @@ def test_render_only_writes_a_private_script_that_runs_every_role(tmp_path, toy,
 def test_an_exported_token_goes_to_the_token_file_and_never_to_sbatch(tmp_path, toy):
     secret = "exported-token-" + "x" * 20
     shared = tmp_path / "shared"
+    fresh = slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--render-only", "--resume", check=False)
+    assert fresh.returncode == 2 and "--resume: no saved coordinator state in" in fresh.stderr, fresh.stderr
+    (shared / "coordinator" / "state_000000001.json").write_text("{}")  # a saved state, as far as --resume asks
     done = slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--render-only", "--resume",
                  env={"PARALLEL_RL_TOKEN": secret})
     assert (shared / "run.token").read_text().strip() == secret

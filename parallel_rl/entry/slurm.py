@@ -232,6 +232,9 @@ def job_for(cfg, config_path: str, overrides: Sequence[str] = (), collectors: in
     storage = run_storage(cfg, shared_dir)
     if not options.get("join"):  # a training running there now: its token file is not ours to replace
         lock_shared_dir(storage, "parallel-rl slurm").release()
+    if options.get("resume") and not storage.states.seqs():  # the job's coordinator would say so, minutes later
+        raise ConfigError(f"--resume: no saved coordinator state in {storage.state_dir}; pass the --shared-dir of "
+                          f"the training to continue, or leave --resume out to start a new one")
     run_dir = os.path.abspath(storage.local_dir(fallback=experiment_dir(cfg)))
     return SlurmJob(config=os.path.abspath(config_path), run_dir=run_dir,
                     shared_dir=storage.root if storage.remote else os.path.abspath(storage.root),
