@@ -103,7 +103,7 @@ def test_join_renders_a_job_of_collectors_for_the_running_training(tmp_path, toy
     script = shared / "slurm" / "collectors.sh"
     text = script.read_text()
     assert mode(script) == 0o600 and "--requeue" not in text and "#SBATCH --ntasks=3" in text
-    assert f"URL=$(cat -- {shared}/slurm/coordinator.url)" in text
+    assert f"URL_FILE={shared}/slurm/coordinator.url" in text and 'URL=$(cat -- "$URL_FILE")' in text
     assert re.search(r'^exec srun --ntasks=3 .* collector .*--coordinator "\$URL"', text, re.M)
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
 
@@ -135,6 +135,12 @@ def test_a_directory_a_training_runs_in_is_refused_before_its_token_file_is_repl
         slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--join", "--render-only")  # joining it is the point
     finally:
         lock.release()
+
+
+def test_a_run_directory_an_sbatch_line_cannot_name_is_refused(tmp_path, toy):
+    done = slurm(tmp_path, "-c", toy, "--shared-dir", str(tmp_path / "two words"), "--render-only", check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "has white space or '%'" in done.stderr, \
+        done.stderr
 
 
 def test_without_sbatch_it_says_how_to_submit_by_hand(tmp_path, toy):

@@ -83,6 +83,9 @@ class SlurmJob:
             if not _SBATCH_OPTION.fullmatch(option):
                 raise ConfigError(f"--sbatch {option!r} is not one long sbatch option: write it as "
                                   f"--sbatch=--time=02:00:00 (one line, starting with --)")
+        if re.search(r"[\s%]", self.run_dir):  # an #SBATCH line ends at white space; % is a file name pattern there
+            raise ConfigError(f"the run directory {self.run_dir!r} has white space or '%': sbatch's --output cannot "
+                              f"name a file in it; pass another --shared-dir (or exp_name, for an s3:// store)")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.job_name):
             raise ConfigError(f"job name {self.job_name!r}: letters, digits, '_', '-' and '.' only")
 
@@ -141,8 +144,9 @@ def render_script(job: SlurmJob) -> str:
     collector = _role(job, "collector") + ' --coordinator "$URL" --host 0.0.0.0 --port 0'
     if job.join:
         lines = _header(job, job.collectors, f"{job.job_name}-collectors")
-        lines += [f"URL=$(cat -- {q(job.url_file)}) || {{ echo \"parallel-rl slurm: no running training in "
-                  f"{job.run_dir} (no {URL_FILE})\" >&2; exit 1; }}",
+        lines += [f"URL_FILE={q(job.url_file)}",
+                  'URL=$(cat -- "$URL_FILE") || { echo "parallel-rl slurm: no training runs there: no $URL_FILE" >&2; '
+                  'exit 1; }',
                   'echo "collectors joining $URL"',
                   f"exec srun --ntasks={job.collectors} {collector}", ""]
         return "\n".join(lines)
