@@ -18,6 +18,7 @@ from tests.support import get
 from tests.support.slurm import (SlurmCluster, fixed_port, poll_until, slurm_cluster,  # noqa: F401 (a fixture)
                                  wait_for_state)
 from tests.test_cluster import TOY_CONFIG
+from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401 (fixtures: moto's S3 server, a bucket)
 
 ROOT = Path(__file__).resolve().parent.parent
 CARTPOLE = str(ROOT / "configs" / "cartpole_dqn_parallel.py")
@@ -135,6 +136,17 @@ def test_a_directory_a_training_runs_in_is_refused_before_its_token_file_is_repl
         slurm(tmp_path, "-c", toy, "--shared-dir", str(shared), "--join", "--render-only")  # joining it is the point
     finally:
         lock.release()
+
+
+def test_on_s3_the_script_and_token_file_go_to_the_experiment_directory(tmp_path, toy, bucket, monkeypatch):
+    monkeypatch.delenv("PARALLEL_RL_TOKEN", raising=False)
+    exp = tmp_path / "exp"
+    slurm(tmp_path, "-c", toy, "--shared-dir", f"s3://{bucket}/run1", "--set", f"exp_name={exp}", "--render-only")
+    script = exp / "slurm" / "job.sh"
+    assert mode(script) == 0o600 and mode(exp / "run.token") == 0o600
+    text = script.read_text()
+    assert f"TOKEN_FILE={exp}/run.token" in text and f"#SBATCH --output={exp}/slurm/slurm-%j.out" in text
+    assert len(re.findall(rf"--shared-dir s3://{bucket}/run1 ", text)) == 3  # every role, on the bucket
 
 
 def test_a_run_directory_an_sbatch_line_cannot_name_is_refused(tmp_path, toy):
