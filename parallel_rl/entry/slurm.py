@@ -162,7 +162,7 @@ def render_script(job: SlurmJob) -> str:
               # a requeued (preempted) job continues from the saved state; the first start is a fresh run
               f"START={start}",
               'echo "REST API: $URL/api/v1 (job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}: $START)"',
-              # a background job of a script ignores SIGINT: scancel's SIGTERM is what stops the roles
+              # the coordinator runs in the batch step itself (no CPU of its own); scancel's SIGTERM reaches it there
               f'{_role(job, "coordinator")} --host 0.0.0.0 --port "$PORT" --advertise "$URL" $START &',
               "coordinator=$!",
               f'srun --ntasks=1 --nodes=1 --exact{gres} {_role(job, "learner")} --coordinator "$URL" '
