@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
 PYTEST_WORKERS ?= 4
 
-.PHONY: run serial test test-fast lint docs browser docker kubectl netns bench clean
+.PHONY: run serial test test-fast lint docs browser docker kubectl netns slurm bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ run: $(STAMP)
 serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
-test: $(STAMP) browser docker kubectl netns lint
+test: $(STAMP) browser docker kubectl netns slurm lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff]
@@ -63,6 +63,16 @@ netns:
 	  echo "installing iproute2, util-linux and iptables (Debian) for the separate-hosts tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 util-linux iptables) \
 	    >/dev/null || echo "could not install them: the separate-hosts tests will be skipped"; }
+
+# tests/test_slurm.py runs a real Slurm (Debian's 22.05: munged, slurmctld, slurmd, slurmdbd on a private MariaDB for
+# sacct) from a temporary directory: install what is missing (needs root and apt, else those tests are skipped)
+SLURM_PACKAGES := slurmctld slurmd slurmdbd slurm-client munge mariadb-server
+slurm:
+	@{ command -v slurmctld && command -v slurmd && command -v slurmdbd && command -v sbatch && command -v munged \
+	   && command -v mariadbd; } >/dev/null 2>&1 || { \
+	  echo "installing $(SLURM_PACKAGES) (Debian) for the Slurm tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES)) \
+	    >/dev/null || echo "could not install Slurm: the Slurm tests will be skipped"; }
 
 # skip the long end-to-end tests and the Docker one (CI runs everything)
 test-fast: $(STAMP)

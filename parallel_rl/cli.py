@@ -153,6 +153,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a group ends (its task, a lost rank), join the next one at the same address; for "
                         "ranks started on their own (compose, other hosts), not by the learner")
 
+    p = sub.add_parser("slurm", help="run one training as a Slurm batch job: render its sbatch script into the run "
+                                     "directory and submit it")
+    _add_config_args(p)
+    p.add_argument("--collectors", type=positive_int, default=2, metavar="N", help="collector tasks (default 2)")
+    p.add_argument("--partition", default=None, metavar="P", help="the Slurm partition (default: the cluster's)")
+    p.add_argument("--gres", default=None, metavar="GRES", help="the learner's generic resources, e.g. gpu:1")
+    p.add_argument("--shared-dir", default=None, metavar="DIR",
+                   help="shared store on the cluster's filesystem, or s3://bucket/prefix (overrides "
+                        "parallel.shared_dir); the script, token file and output go there (s3: the experiment dir)")
+    p.add_argument("--port", type=port_number, default=None, metavar="P",
+                   help="the coordinator's REST port on its node (default: 20000 + job id %% 12000)")
+    p.add_argument("--sbatch", dest="sbatch_options", action="append", default=[], metavar="OPTION",
+                   help="one more #SBATCH line, e.g. --sbatch=--time=02:00:00 (repeatable)")
+    fresh = p.add_mutually_exclusive_group()
+    fresh.add_argument("--resume", action="store_true",
+                       help="continue the training saved in the shared directory (a requeued job does so itself)")
+    fresh.add_argument("--join", action="store_true",
+                       help="submit a job of --collectors collectors that join the training running in the "
+                            "shared directory")
+    p.add_argument("--render-only", action="store_true", help="write the script and the token file; do not submit")
+
     from .after.commands import add_parsers as add_after_training
 
     add_after_training(sub, _add_config_args)  # eval, plot, export
@@ -211,9 +232,23 @@ def cmd_serial(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_slurm(args: argparse.Namespace) -> int:
+    from .commands import _load_checked
+    from .entry.slurm import job_for, submit_job
+
+    cfg = _load_checked(args)
+    job = job_for(cfg, args.config, args.overrides, args.collectors, args.shared_dir, partition=args.partition,
+                  gres=args.gres, port=args.port or None, resume=args.resume, join=args.join,
+                  sbatch_options=tuple(args.sbatch_options))
+    submit_job(job, render_only=args.render_only)
+    return 0
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serial":
         return cmd_serial(args)
+    if args.command == "slurm":
+        return cmd_slurm(args)
     from .after.commands import COMMANDS as AFTER_TRAINING
 
     if args.command in AFTER_TRAINING:
