@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 GROUP_BY = ("config", "name")
 CONFIDENCE = 0.95
 MAX_REPS = 1_000_000  # rliable's default is 50,000
+BATCH_VALUES = 10_000_000  # resampled values held at once (80 MB)
 MAX_GRID_POINTS = 200  # the curves' common env-step grid: the runs' eval steps, thinned to this many
 SEED_SUFFIX = re.compile(r"[_-](?:s|seed)(\d+)$")
 CSV_COLUMNS = ("row", "group", "run_dir", "seed", "final_env_steps", "final_score", "runs", "iqm", "ci_low",
@@ -79,16 +80,16 @@ def bootstrap_ci(samples: np.ndarray, statistic, reps: int, seed: int) -> Tuple[
     if len(samples) < 2:
         return samples[0], samples[0]
     res = bootstrap((samples,), statistic, n_resamples=reps, vectorized=True, axis=0, method="percentile",
-                    confidence_level=CONFIDENCE, rng=np.random.default_rng(seed), batch=max(1, 10_000_000 // max(
-                        1, samples.size)))
+                    confidence_level=CONFIDENCE, rng=np.random.default_rng(seed),
+                    batch=max(1, BATCH_VALUES // samples.size))  # bounded memory whatever --reps
     return res.confidence_interval.low, res.confidence_interval.high
 
 
-def run_seed(run: str, name: str) -> Optional[int]:
+def run_seed(run_dir: str, name: str) -> Optional[int]:
     """The run's seed: its config.json's ``seed`` when it saved one, else a seed suffix of its name (``_s1``)."""
     from ..config import RUN_CONFIG_NAME, read_run_config
 
-    path = os.path.join(run, RUN_CONFIG_NAME)
+    path = os.path.join(run_dir, RUN_CONFIG_NAME)
     if os.path.isfile(path):
         seed = read_run_config(path).get("seed")
         if isinstance(seed, int) and not isinstance(seed, bool):
