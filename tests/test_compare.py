@@ -120,6 +120,7 @@ def test_groups_by_config_by_name_and_by_group(tmp_path):
     assert groups(c, "--group", f"ab={a},{b}") == {"ab": [(a, "5"), (b, "6")], "lr_c": [(c, "7")]}
 
 
+@pytest.mark.slow
 def test_real_serial_runs_grouped_by_config_with_curves(tmp_path):
     for name, seed in (("cart_a", 0), ("cart_b", 1)):
         done = run_cli("serial", "-c", CARTPOLE, "--set", f"exp_name={tmp_path / name}", "--set", f"seed={seed}",
@@ -138,6 +139,29 @@ def test_real_serial_runs_grouped_by_config_with_curves(tmp_path):
     assert float(rows[2]["ci_low"]) == pytest.approx(scores[0]) and float(rows[2]["ci_high"]) == pytest.approx(scores[1])
     with open(tmp_path / "c.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_real_cluster_run_by_its_experiment_directory_or_its_store(tmp_path):
+    from parallel_rl.storage import SharedStorage
+    from tests.test_cluster import TOY_CONFIG
+
+    config = tmp_path / "toy.py"
+    config.write_text(TOY_CONFIG)
+    exp = tmp_path / "toy_s0"
+    done = run_cli("run", "-c", str(config), "--set", f"exp_name={exp}", "--collectors", "1", "--port", "0",
+                   timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # solved
+    history = SharedStorage(str(exp / "shared"), create=False).latest_coordinator_state()[0]["eval_history"]
+    for run_dir in (exp, exp / "shared"):
+        out = run_cli("compare", str(run_dir), "--csv", str(tmp_path / "c.csv"))
+        assert out.returncode == 0, out.stderr
+        run, group = read_csv(tmp_path / "c.csv")
+        assert (run["group"], run["seed"], group["group"]) == ("toy", "0", "toy")  # the exp_name its state holds
+        assert (float(run["final_env_steps"]), float(run["final_score"])) == (history[-1]["env_steps"],
+                                                                              history[-1]["eval_return"])
+    twice = run_cli("compare", str(exp), str(exp / "shared"))
+    assert twice.returncode == 2 and "named twice" in twice.stderr, twice.stderr
 
 
 @pytest.mark.parametrize("case", ["missing dir", "not a run", "no evaluations", "a file", "bad group", "twice",

@@ -108,6 +108,12 @@ def load_run(run_dir: str) -> Run:
     return Run(run_dir, name, run_seed(run_dir, name), history)
 
 
+def run_identity(run_dir: str) -> str:
+    """The same run however it is named: a cluster run's experiment directory and its shared store are one run."""
+    store = os.path.join(run_dir, "shared")
+    return os.path.realpath(store if os.path.isdir(os.path.join(store, "coordinator")) else run_dir)
+
+
 def parse_group(text: str) -> Tuple[str, List[str]]:
     """``--group NAME=DIR,DIR``: (name, run directories)."""
     name, sep, dirs = text.partition("=")
@@ -129,7 +135,7 @@ def make_groups(run_dirs: Sequence[str], named: Sequence[str], group_by: str = "
         for run_dir in dirs:
             if "\x00" in run_dir:  # not a path the OS takes
                 raise ConfigError(f"{run_dir!r} is not a directory (a NUL in its name); pass run directories")
-            key = os.path.realpath(run_dir)
+            key = run_identity(run_dir)
             if key in seen:
                 raise ConfigError(f"{run_dir!r} is named twice ({seen[key]} and {where}); compare each run once")
             seen[key] = where
