@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .after.commands import add_parsers as add_after_training
 
-    add_after_training(sub, _add_config_args)  # eval, plot, export
+    add_after_training(sub, _add_config_args)  # eval, plot, compare, export
 
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)

@@ -1,4 +1,4 @@
-"""The CLI's after-training commands: ``eval``, ``plot``, ``export`` (parsers and handlers)."""
+"""The CLI's after-training commands: ``eval``, ``plot``, ``compare``, ``export`` (parsers and handlers)."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +27,15 @@ A RUN_DIR is a serial run's experiment directory (its tensorboard/ scalars) or a
 shared store, whose coordinator state keeps the eval history). Runs with the same config (apart from
 exp_name and seed) are drawn as one line, their mean, with a min-max band. A --reference CSV has the
 columns x,return[,label]: published points drawn as markers.
+"""
+COMPARE_EXAMPLE = """example:
+  parallel-rl compare dqn_s0 dqn_s1 dqn_s2 ppo_s0 ppo_s1 ppo_s2 --csv scores.csv --png curves.png
+  parallel-rl compare --group lr1e-4=a_s0,a_s1 --group lr1e-3=b_s0,b_s1 --at-env-step 50000 --reps 5000
+
+Runs with the same config (apart from exp_name and seed; --group-by name: the same name without its seed
+suffix) form a group. Each run's final score is its last evaluation at or before --at-env-step (default:
+the smallest final env step among the runs); per group: IQM with a 95 % percentile-bootstrap CI over its
+runs, median and mean. A directory that is not a run, or has no evaluations: one line, exit 2, nothing written.
 """
 EXPORT_EXAMPLE = """example:
   parallel-rl export -c configs/cartpole_dqn.py --format onnx -o cartpole.onnx
@@ -71,6 +80,25 @@ def add_parsers(sub, config_args) -> None:
                    help="x axis (default env_steps)")
     p.add_argument("--reference", metavar="FILE", default=None, help="CSV of published points: x,return[,label]")
     p.add_argument("--title", default=None, help="the plot's title")
+
+    p = sub.add_parser("compare", help="compare groups of runs: IQM with bootstrap CIs, mean curves, CSV",
+                       epilog=COMPARE_EXAMPLE, formatter_class=_formatter,
+                       description="Compare runs as Agarwal et al. (2021) recommend: final scores as IQM with 95 %% "
+                                   "bootstrap CIs, mean curves with bootstrap bands.")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories (serial or cluster)")
+    p.add_argument("--group-by", choices=["config", "name"], default="config",
+                   help="how RUN_DIRs are grouped: config (the same config apart from exp_name and seed; the "
+                        "default) or name (the same name without its seed suffix _s1/-seed1)")
+    p.add_argument("--group", action="append", default=[], metavar="NAME=DIR,DIR",
+                   help="a group of its own of the runs named (repeatable)")
+    p.add_argument("--csv", metavar="OUT.csv", default=None, help="write a row per run and per group")
+    p.add_argument("--png", metavar="OUT.png", default=None,
+                   help="draw each group's mean curve with a 95 %% bootstrap band (.png or .svg)")
+    p.add_argument("--at-env-step", type=float, default=None, metavar="N",
+                   help="score each run by its last evaluation at or before N env steps (default: the smallest "
+                        "final env step among the runs)")
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
 
     p = sub.add_parser("export", help="write the acting policy as TorchScript or ONNX", epilog=EXPORT_EXAMPLE,
                        formatter_class=_formatter, description="Export the acting part of a policy "
@@ -180,4 +208,38 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"eval": cmd_eval, "export": cmd_export, "plot": cmd_plot}
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..commands import render_table
+    from .compare import check_options, make_groups, plot_groups, summarise, write_csv
+
+    check_options(args.csv, args.png, args.reps, args.seed, args.at_env_step)
+    groups = make_groups(args.runs, args.group, args.group_by)  # every run is read before anything is written
+    step = summarise(groups, args.at_env_step, args.reps, args.seed)
+    written = [write_csv(groups, args.csv)] if args.csv else []  # written before the tables: a failure is one line
+    if args.png:
+        written.append(plot_groups(groups, args.png, step, args.reps, args.seed))
+    how = "--at-env-step" if args.at_env_step is not None else "the smallest final env step among the runs"
+    print(f"compare: scores at env step {step:g} ({how}); IQM with a 95 % percentile-bootstrap CI over runs "
+          f"({args.reps} resamples, seed {args.seed})")
+
+    def num(x: float) -> str:
+        return f"{x:.6g}"
+
+    for group in groups:
+        print(f"\n{group.name}: {len(group.runs)} run(s)")
+        print(render_table([{"run": r.name, "seed": r.seed, "env_steps": num(r.final_env_steps),
+                             "score": num(r.final_score), "dir": r.run_dir} for r in group.runs],
+                           ["run", "seed", "env_steps", "score", "dir"]))
+    print()
+    print(render_table([{"group": g.name, "runs": len(g.runs), "iqm": num(g.iqm),
+                         "95% ci": f"[{num(g.ci[0])}, {num(g.ci[1])}]", "median": num(g.median),
+                         "mean": num(g.mean)} for g in groups], ["group", "runs", "iqm", "95% ci", "median", "mean"]))
+    for group in groups:
+        if group.note:
+            print(f"note: {group.name}: {group.note}")
+    for path in written:
+        print(f"compare: wrote {path}")
+    return 0
+
+
+COMMANDS = {"eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "compare": cmd_compare}

@@ -26,7 +26,7 @@ X_AXES = {"env_steps": "env steps", "wall": "wall time (s)", "updates": "updates
 
 
 def _coordinator_state(root: str) -> Optional[dict]:
-    """The newest coordinator state in the store at ``root`` (read only: plotting writes nothing there), None
+    """The newest coordinator state in the store at ``root`` (read only: plot and compare write nothing there), None
     when it has none; ConfigError naming the store when the state is damaged."""
     from ..storage import SharedStorage
 
@@ -35,7 +35,7 @@ def _coordinator_state(root: str) -> Optional[dict]:
     try:
         state = SharedStorage(root, create=False).latest_coordinator_state()
     except StorageError as exc:
-        raise ConfigError(f"cannot plot {root}: {exc}") from None
+        raise ConfigError(f"cannot read the run {root}: {exc}") from None
     return None if state is None else state[0]
 
 
@@ -49,8 +49,8 @@ def _from_coordinator_state(root: str) -> Optional[List[dict]]:
         points = [{"env_steps": float(p["env_steps"]), "wall": float(p["t"]), "updates": float(p["train_iter"]),
                    "return": float(p["eval_return"])} for p in history if p.get("eval_return") is not None]
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot plot {root}: its coordinator state's eval_history is damaged "
-                          f"({type(exc).__name__}: {exc}); plot another run or its tensorboard/ scalars") from None
+        raise ConfigError(f"cannot read the run {root}: its coordinator state's eval_history is damaged "
+                          f"({type(exc).__name__}: {exc}); pass another run or its tensorboard/ scalars") from None
     return points
 
 
@@ -120,7 +120,7 @@ def group_key(run_dir: str) -> Tuple[str, str]:
         try:
             cfg = read_run_config(path)
         except ConfigError as exc:
-            raise ConfigError(f"cannot plot {run_dir}: {exc}; repair or delete it (runs are then grouped by their "
+            raise ConfigError(f"cannot read the run {run_dir}: {exc}; repair or delete it (runs are then grouped by their "
                               f"directory names)") from None
         cfg.pop("exp_name", None)
         cfg.pop("seed", None)
