@@ -22,6 +22,7 @@ from ..data.buffer import create_buffer
 from ..errors import StorageError, StorageFaultError
 from ..transport import pack_array, unpack_array
 from ..storage import SharedStorage
+from ..storage.names import chunk_name, parse_chunk_name
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class ReplayIndex:
         self._refs: Dict[int, int] = {}
         self._next_id = 0
         self._doomed: List[tuple] = []  # (delete_at, name)
+        # chunks quarantined: their files are not kept for the chunk after them (forgotten once deleted)
+        self._quarantined: set = set()
         self.chunks_deleted = 0
         self.batches_served = 0
         # chunks found damaged by a learner and dropped from the index, and the rows they took with them
@@ -125,17 +128,25 @@ class ReplayIndex:
             entry = self._chunks.get(name)
             if entry is None or self._refs.get(entry[0], 0) <= 0:
                 return None
+            self._quarantined.add(name)
             rows = self.buffer.discard("chunk", [entry[0]])  # on_evict dooms the file
             self.chunks_quarantined += 1
             self.rows_quarantined += rows
             return rows
 
     def collect_garbage(self, force: bool = False) -> int:
-        """Delete chunk files no row references any more (after the grace period)."""
+        """Delete chunk files no row references any more (after the grace period), but not while the chunk its
+        collector wrote next is indexed: that chunk may refer to this one's frames (``frame_base``,
+        :mod:`parallel_rl.data.frames`), and the replay evicts this one first. Decided by the names alone (no
+        file is read): a collector's newest evicted chunk outlives its rows until the next one's rows leave."""
         now = time.monotonic()
         with self._lock:
             due = [n for t, n in self._doomed if force or t <= now]
             self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
+            held = set() if force else {n for n in due if self._next_indexed(n)}
+            if held:
+                self._doomed.extend((now + self.grace_seconds, n) for n in held)
+                due = [n for n in due if n not in held]
         gone: List[str] = []
         for i, name in enumerate(due):
             try:
@@ -153,11 +164,22 @@ class ReplayIndex:
             gone.append(name)
         with self._lock:
             for name in gone:
+                self._quarantined.discard(name)
                 entry = self._chunks.pop(name, None)
                 if entry is not None:
                     self._names.pop(entry[0], None)
                     self._refs.pop(entry[0], None)
         return len(gone)
+
+    def _next_indexed(self, name: str) -> Optional[str]:
+        """The chunk named after ``name`` in its collector's sequence when its rows are in the index (None
+        otherwise, or when ``name`` was quarantined: a damaged chunk's frames rebuild nothing)."""
+        parsed = parse_chunk_name(name)
+        if parsed is None or name in self._quarantined:
+            return None
+        nxt = chunk_name(parsed[0], parsed[1] + 1)
+        entry = self._chunks.get(nxt)
+        return nxt if entry is not None and self._refs.get(entry[0], 0) > 0 else None
 
     def remove_orphans(self, max_age: float) -> int:
         """Delete chunk files the index does not know and nobody wrote for ``max_age`` seconds: written by a
