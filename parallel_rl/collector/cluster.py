@@ -49,7 +49,6 @@ class ClusterCollector(BaseParallelCollector):
         # frame-stacked chunks refer to the frames of the chunk before them (parallel_rl.data.frames)
         self.frames = FramePacker()
         self._packed_version: Optional[int] = None
-        self.chunk_bytes = 0  # bytes of every chunk written
 
     def _build(self, seed: int) -> None:
         """The envs, the (CPU) policy and the serial collector this collector drives."""
@@ -162,14 +161,12 @@ class ClusterCollector(BaseParallelCollector):
         refers to the chunk before it for the frames they share. On-policy, not across policy versions: a
         version's rows leave the replay once trained on, and the next version's chunks must not wait for them."""
         if not self.env.frame_stack:
-            path, size = self.storage.chunks.write_sized(name, data)
-        else:
-            if self.policy.flow.on_policy and self._packed_version != self.policy_version:
-                self.frames.forget()
-            path, size = self.storage.chunks.write_sized(name, self.frames.pack(name, data))
-            self.frames.written(name)
-            self._packed_version = self.policy_version
-        self.chunk_bytes += size
+            return self.storage.write_chunk(name, data)
+        if self.policy.flow.on_policy and self._packed_version != self.policy_version:
+            self.frames.forget()
+        path = self.storage.write_chunk(name, self.frames.pack(name, data))
+        self.frames.written(name)
+        self._packed_version = self.policy_version
         return path
 
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:

@@ -247,7 +247,6 @@ class CollectorSlave(Slave, BaseCommCollector):
         steps = transitions = chunks = 0
         returns: List[float] = []
         task_started = time.monotonic()
-        bytes_before = self.collector.chunk_bytes
         games = {"win": 0, "draw": 0, "loss": 0}
         opponent = missing = None
         if task.spec.get("players") is not None:  # a two-player game (BattleClusterCollector)
@@ -309,8 +308,7 @@ class CollectorSlave(Slave, BaseCommCollector):
         mean_return = float(np.mean(returns)) if returns else None
         self.tb.scalars(self.collector.envstep, "collector/", env_steps_per_second=steps / elapsed if elapsed else 0.0,
                         mean_return=mean_return)
-        result = {"env_steps": steps, "transitions": transitions, "chunks": chunks,
-                  "chunk_bytes": self.collector.chunk_bytes - bytes_before, "episodes": len(returns),
+        result = {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
                   "mean_return": mean_return,
                   "policy_version": self.collector.policy_version, "completed": steps >= target}
         if opponent is not None:

@@ -33,14 +33,11 @@ class ChunkFiles(Family):
     def path(self, name: str) -> str:
         return self.store.resolve(self.relpath(name))
 
-    def write(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
-        return self.write_sized(name, columns)[0]
-
     @store_op("writing a chunk", write=True)
-    def write_sized(self, name: str, columns: Mapping[str, np.ndarray]) -> Tuple[str, int]:
-        """Write chunk ``name``; ``(its path, the bytes written)``."""
+    def write(self, name: str, columns: Mapping[str, np.ndarray]) -> str:
         path = self.path(name)
-        return path, save_npz(self.backend, path, columns)
+        save_npz(self.backend, path, columns)
+        return path
 
     @store_op("reading a chunk")
     def read(self, name: str) -> Dict[str, np.ndarray]:

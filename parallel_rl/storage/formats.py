@@ -44,12 +44,10 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> memoryview:
     return buffer.getbuffer()
 
 
-def save_npz(backend, path: str, arrays: Mapping[str, np.ndarray]) -> int:
-    """Write columns to ``path`` through ``backend``: one atomic write (a temp file renamed, or one PUT); returns
-    the bytes written."""
+def save_npz(backend, path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write columns to ``path`` through ``backend``: one atomic write (a temp file renamed, or one PUT)."""
     data = npz_bytes(arrays)
     backend.write_atomic(path, lambda f: f.write(data))
-    return data.nbytes
 
 
 def atomic_save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
