@@ -19,6 +19,7 @@ from parallel_rl.learner.pipeline import RowStore
 from parallel_rl.storage import SharedStorage
 from parallel_rl.storage.names import chunk_name
 from tests.support import damaged
+from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401  (fixtures)
 
 ROWS = 6
 
@@ -220,6 +221,22 @@ def test_a_reference_no_reader_could_follow_is_damage(store, change, expected):
     with pytest.raises(StorageError, match=f"{REF_NAME}.npz: not a valid step-data chunk") as read:
         store.read_chunk(REF_NAME)
     assert expected in str(read.value), read.value
+
+
+def test_chunks_fetched_together_from_an_object_store_resolve_their_bases(bucket):  # noqa: F811
+    """The learner's reads on an object store fetch a round of chunks at once (read_many): a referring chunk's
+    base comes from the same round when it is in it, from the bucket when not; gone, the chunk is damaged."""
+    store = SharedStorage(f"s3://{bucket}/run")
+    base, ref = referring_columns()
+    store.write_chunk(BASE_NAME, base)
+    store.write_chunk(REF_NAME, ref)
+    rows = stacked_rows(start=ROWS - 2)
+    for names in ([REF_NAME], [BASE_NAME, REF_NAME]):
+        got = store.read_chunks(names)
+        assert np.array_equal(unpack_frames(got[REF_NAME])["next_obs"], rows["next_obs"]), names
+    store.chunks.delete(BASE_NAME)
+    got = store.read_chunks([REF_NAME])[REF_NAME]
+    assert isinstance(got, StorageError) and "which is not on the store" in str(got), got
 
 
 def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the_learner(tmp_path):
