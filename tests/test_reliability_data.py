@@ -104,6 +104,33 @@ def test_a_chunks_file_stays_while_the_chunk_after_it_may_refer_to_its_frames(tm
     assert replay.stats()["chunks_deleted"] == 1
 
 
+def test_a_chunks_file_stays_while_rows_of_the_chunk_after_it_may_still_be_read(tmp_path):
+    """The chunk after it evicted too, a learner may still read its rows (sampled before) for a grace: they need
+    the base's frames until then (the rule's first version let the base go as soon as the chunk after it left the
+    index: a learner reading that chunk within its grace would have found it damaged)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "naive", "replay_buffer_size": 32}, storage, grace_seconds=0.0)
+    packer = FramePacker()
+    frames = np.arange(40, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+    for name, first in ((chunk_name("cw", 1), 0), (chunk_name("cw", 2), 16)):
+        rows = {"obs": np.stack([frames[t:t + 4] for t in range(first, first + 16)]),
+                "next_obs": np.stack([frames[t + 1:t + 5] for t in range(first, first + 16)]),
+                "action": np.zeros(16, np.int64)}
+        storage.write_chunk(name, packer.pack(name, rows))
+        packer.written(name)
+        replay.add_chunks([(name, 16, 0)], "collector-1")
+    storage.write_chunk("other-0000001", {"action": np.zeros(16, np.int64)})
+    replay.add_chunks([("other-0000001", 16, 0)], "collector-2")  # evicts cw-1: due at once (grace 0)
+    replay.collect_garbage()
+    replay.grace_seconds = 600.0  # cw-2's rows leave now, and may be read for 10 minutes
+    storage.write_chunk("other-0000002", {"action": np.zeros(16, np.int64)})
+    replay.add_chunks([("other-0000002", 16, 0)], "collector-2")
+    replay.collect_garbage()
+    assert storage.list_chunks() == [chunk_name("cw", 1), chunk_name("cw", 2), "other-0000001", "other-0000002"]
+    assert np.array_equal(unpack_frames(storage.read_chunk(chunk_name("cw", 2)))["next_obs"], rows["next_obs"])
+    assert replay.collect_garbage(force=True) == 2 and storage.list_chunks() == ["other-0000001", "other-0000002"]
+
+
 def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_factory, tmp_path):
     """Found by benchmarks/soak.py: chunks written by a collector killed before it announced them, and chunks
     announced to a coordinator killed before its next snapshot, stayed on the store for ever (~20 a kill)."""
