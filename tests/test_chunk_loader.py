@@ -239,6 +239,23 @@ def test_chunks_fetched_together_from_an_object_store_resolve_their_bases(bucket
     assert isinstance(got, StorageError) and "which is not on the store" in str(got), got
 
 
+def test_the_learners_cache_gives_a_chunk_the_frames_of_its_cached_base(tmp_path):
+    """A chunk after a cached one takes that one's own frames from the learner's cache: its base is not read from
+    the store again (its file removed here to show it), and the stacks rebuild the same."""
+    store = SharedStorage(str(tmp_path / "shared"))
+    base, ref = referring_columns()
+    store.write_chunk(BASE_NAME, base)
+    store.write_chunk(REF_NAME, ref)
+    rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: pytest.fail(why))
+    first, keep = rows.gather([BASE_NAME], np.zeros(ROWS, np.int64), np.arange(ROWS))
+    assert keep.all() and np.array_equal(first["obs"], stacked_rows()["obs"])
+    store.chunks.delete(BASE_NAME)
+    batch, keep = rows.gather([BASE_NAME, REF_NAME], np.array([1, 1, 0]), np.array([0, ROWS - 1, 2]))
+    expected = stacked_rows(start=ROWS - 2)
+    assert keep.all() and np.array_equal(batch["obs"], np.stack([expected["obs"][0], expected["obs"][-1],
+                                                                 stacked_rows()["obs"][2]]))
+
+
 def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the_learner(tmp_path):
     """The base is evicted and deleted, or lost; or damaged: the referring chunk cannot be rebuilt, and is
     the learner's damage to quarantine (its rows dropped, the coordinator told), never a crash."""

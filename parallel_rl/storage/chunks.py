@@ -40,25 +40,30 @@ class ChunkFiles(Family):
         return path
 
     @store_op("reading a chunk")
-    def read(self, name: str) -> Dict[str, np.ndarray]:
-        """Chunk ``name``'s columns (:func:`load_chunk`, frames of its base read from the store; FileNotFoundError
-        when it is not there)."""
+    def read(self, name: str, known: Optional[Callable[[str], Optional[np.ndarray]]] = None) -> "Chunk":
+        """Chunk ``name``'s columns (:func:`load_chunk`; FileNotFoundError when it is not there). The frames of
+        the chunk it refers to, if any, are ``known(base)`` (a reader's cache: that chunk's own pool, None when
+        not at hand) or read from the store."""
         path = self.path(name)
-        return load_chunk(path, self.backend.readable(path), self._own_frames)
+        return load_chunk(path, self.backend.readable(path), lambda base: self._own_frames(base, known))
 
-    def _own_frames(self, name: str) -> np.ndarray:
+    def _own_frames(self, name: str, known: Optional[Callable[[str], Optional[np.ndarray]]] = None) -> np.ndarray:
         """Chunk ``name``'s own frame pool (:func:`chunk_frames`): a base another chunk refers to."""
+        frames = None if known is None else known(name)
+        if frames is not None:
+            return frames
         path = self.path(name)
         return chunk_frames(path, self.backend.readable(path))
 
     @store_op("reading chunks")
-    def read_many(self, names: List[str]) -> Dict[str, Any]:
+    def read_many(self, names: List[str], known: Optional[Callable[[str], Optional[np.ndarray]]] = None
+                  ) -> Dict[str, Any]:
         """Several chunks at once: each one's columns, None for a chunk that is gone, the StorageError for one
         that is not a valid chunk (the others are read all the same); a fault of the store raises. Concurrent
         requests on an object store, where each request waits a round trip; one after the other on a local
-        disk."""
+        disk. ``known``: as :meth:`read`'s."""
         if not self.backend.remote:
-            return {name: self._read_or_why(name) for name in names}
+            return {name: self._read_or_why(name, known) for name in names}
         if not names:  # fsspec's cat() of no paths raises FileNotFoundError([])
             return {}
         paths = {self.path(name): name for name in names}
@@ -67,14 +72,14 @@ class ChunkFiles(Family):
         def own_frames(base: str) -> np.ndarray:  # a base fetched in the same round is not fetched again
             path = self.path(base)
             data = fetched.get(path)
-            return self._own_frames(base) if data is None else chunk_frames(path, io.BytesIO(data))
+            return self._own_frames(base, known) if data is None else chunk_frames(path, io.BytesIO(data))
 
         return {paths[path]: None if data is None else _decode_or_why(path, data, own_frames)
                 for path, data in fetched.items()}
 
-    def _read_or_why(self, name: str) -> Any:
+    def _read_or_why(self, name: str, known=None) -> Any:
         try:
-            return self.read(name)
+            return self.read(name, known)
         except FileNotFoundError:
             return None
         except StorageFaultError:
@@ -133,8 +138,15 @@ CHUNK_COLUMNS = frozenset({POOL_COLUMN, FRAME_BASE_COLUMN})
 KIND = "a valid step-data chunk"
 
 
-def load_chunk(path: str, source: Any,
-               own_frames: Optional[Callable[[str], np.ndarray]] = None) -> Dict[str, np.ndarray]:
+class Chunk(dict):
+    """A chunk's columns (name -> array) as :func:`load_chunk` hands them out. ``own_frames``: how many of its
+    frame pool's frames, the first, its own file holds (the others came from the chunk it refers to): the frames
+    the chunk after it may refer to (a reader that caches the pool passes them back: ``ChunkFiles.read``'s
+    ``known``); 0 for a chunk without frames."""
+    own_frames = 0
+
+
+def load_chunk(path: str, source: Any, own_frames: Optional[Callable[[str], np.ndarray]] = None) -> Chunk:
     """The columns of the chunk at ``path`` (read from ``source``: a local path, or the object's bytes already
     fetched), as every reader can use them: the one door a chunk comes in by.
 
@@ -155,7 +167,8 @@ def load_chunk(path: str, source: Any,
     StorageError naming the file and what is wrong for any damage whatever (any exception its parsing raises:
     :func:`.formats.open_npz`), FileNotFoundError when it is not there, the store's own OSError (or
     StorageFaultError) when the store fails the read, its own or its base's."""
-    columns = open_npz(path, source, functools.partial(_columns, path), KIND)
+    columns = Chunk(open_npz(path, source, functools.partial(_columns, path), KIND))
+    columns.own_frames = len(columns.get(POOL_COLUMN, ()))
     if FRAME_BASE_COLUMN not in columns:
         return columns
     base = str(columns.pop(FRAME_BASE_COLUMN)[0])
@@ -220,7 +233,7 @@ def _columns(path: str, f, nbytes: int) -> Dict[str, np.ndarray]:
     return columns
 
 
-def _resolve(columns: Dict[str, np.ndarray], base: str, base_pool: np.ndarray) -> Dict[str, np.ndarray]:
+def _resolve(columns: Chunk, base: str, base_pool: np.ndarray) -> Chunk:
     """A chunk whose negative frame indices point into ``base_pool`` (chunk ``base``'s own pool), self-contained:
     the base frames it uses appended to its own pool, its indices remapped. ValueError when they do not fit."""
     own = columns[POOL_COLUMN]
@@ -232,7 +245,8 @@ def _resolve(columns: Dict[str, np.ndarray], base: str, base_pool: np.ndarray) -
     if low < -len(base_pool):
         raise ValueError(f"it points at frame {-1 - low} of chunk {base!r}, whose pool holds {len(base_pool)}")
     used = np.unique(np.concatenate([-1 - r[r < 0] for r in refs]))
-    out = dict(columns)
+    out = Chunk(columns)
+    out.own_frames = len(own)
     out[POOL_COLUMN] = np.concatenate([own, base_pool[used]])
     for name, r in zip(STACKED_COLUMNS, refs):
         out[name + FRAMES_SUFFIX] = np.where(r < 0, len(own) + np.searchsorted(used, -1 - r), r).astype(r.dtype)
