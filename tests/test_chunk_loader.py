@@ -201,6 +201,19 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
     assert BASE not in back and (back["obs_frames"] >= 0).all()
     rebuilt, rows = unpack_frames(back), stacked_rows(start=ROWS - 2)
     assert all(np.array_equal(rebuilt[k], rows[k]) for k in rows)
+    # int8 indices over an own pool of 128 frames: the base's frame lands at 128, past int8 (it wrapped to -128)
+    narrow = {"frame_pool": np.arange(10, 138, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8),
+              "obs_frames": np.append(np.arange(128), -1).astype(np.int8)[:, None], BASE: np.array([BASE_NAME])}
+    narrow["next_obs_frames"] = narrow["obs_frames"]
+    store.write_chunk(REF_NAME, narrow)
+    obs = unpack_frames(store.read_chunk(REF_NAME))["obs"][:, 0, 0, 0]
+    assert obs.tolist() == list(range(10, 138)) + [base[POOL][0, 0, 0]]
+    # unsigned indices (none into the base): as valid (they raised OverflowError, past the door)
+    unsigned = {**packed_columns(), BASE: np.array([BASE_NAME])}
+    unsigned.update({k: unsigned[k].astype(np.uint16) for k in ("obs_frames", "next_obs_frames")})
+    store.write_chunk(REF_NAME, unsigned)
+    assert np.array_equal(unpack_frames(store.read_chunk(REF_NAME))["obs"], stacked_rows()["obs"])
+    store.write_chunk(REF_NAME, ref)
     assert store.chunk_layout(REF_NAME)[0] == ROWS
     # fetched together from an object store's read: the same
     assert np.array_equal(unpack_frames(store.chunks.read_many([REF_NAME])[REF_NAME])["obs"], rows["obs"])
@@ -211,6 +224,7 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
     (lambda c: {**c, BASE: np.array([REF_NAME])}, "a chunk may only refer to the chunk its collector"),
     (lambda c: {**c, BASE: np.array(["../../etc/passwd"])}, "a chunk may only refer to the chunk its collector"),
     (lambda c: {**c, "obs_frames": np.minimum(c["obs_frames"], -99)}, "points at frame 98 of chunk"),
+    (lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.uint16)}, "'obs_frames' points at frame 655"),  # -1: 65535
     (lambda c: {**c, BASE: np.array([1])}, "'frame_base' is int64[1]"),
     (lambda c: {**c, BASE: np.array([BASE_NAME] * 2)}, "'frame_base' is <U10[2]"),
     (lambda c: {k: v for k, v in plain_columns().items()} | {BASE: np.array([BASE_NAME])},

@@ -186,8 +186,9 @@ def load_chunk(path: str, source: Any, own_frames: Optional[Callable[[str], np.n
                            f"{' '.join(str(exc).split())[:300]})") from exc
     try:
         return _resolve(columns, base, pool)
-    except ValueError as exc:
-        raise StorageError(f"{path}: not {KIND} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 (any exception of resolving it is the chunk's damage, as open_npz's)
+        why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        raise StorageError(f"{path}: not {KIND} ({why})") from exc
 
 
 def chunk_frames(path: str, source: Any) -> np.ndarray:
@@ -240,7 +241,7 @@ def _resolve(columns: Chunk, base: str, base_pool: np.ndarray) -> Chunk:
     if base_pool.shape[1:] != own.shape[1:] or base_pool.dtype != own.dtype:
         raise ValueError(f"its frames are {own.dtype}{list(own.shape[1:])}, those of chunk {base!r} it refers to "
                          f"{base_pool.dtype}{list(base_pool.shape[1:])}")
-    refs = [columns[name + FRAMES_SUFFIX] for name in STACKED_COLUMNS]
+    refs = [columns[name + FRAMES_SUFFIX].astype(np.int64) for name in STACKED_COLUMNS]  # any integer dtype
     low = min(int(r.min()) for r in refs)
     if low < -len(base_pool):
         raise ValueError(f"it points at frame {-1 - low} of chunk {base!r}, whose pool holds {len(base_pool)}")
@@ -248,8 +249,10 @@ def _resolve(columns: Chunk, base: str, base_pool: np.ndarray) -> Chunk:
     out = Chunk(columns)
     out.own_frames = len(own)
     out[POOL_COLUMN] = np.concatenate([own, base_pool[used]])
+    # the writer's int32 (what every self-contained chunk has), wide enough for the pool whatever the file's dtype
+    dtype = np.int32 if len(out[POOL_COLUMN]) <= np.iinfo(np.int32).max else np.int64
     for name, r in zip(STACKED_COLUMNS, refs):
-        out[name + FRAMES_SUFFIX] = np.where(r < 0, len(own) + np.searchsorted(used, -1 - r), r).astype(r.dtype)
+        out[name + FRAMES_SUFFIX] = np.where(r < 0, len(own) + np.searchsorted(used, -1 - r), r).astype(dtype)
     return out
 
 
