@@ -1,11 +1,16 @@
 """Pixels (#25): the image data path next to bare loops doing the same work, and learning curves.
 
-    .venv/bin/python benchmarks/pixels.py [--seconds 10] [--only chunk collector minatar nature] [--device cuda]
+    .venv/bin/python benchmarks/pixels.py [--seconds 10] [--only chunk collector minatar nature run] [--device cuda]
     .venv/bin/python benchmarks/pixels.py --curve -c configs/minatar_breakout_dqn_parallel.py --seeds 0 1 2 \
         [--max-env-step 1000000] [--collectors 1] [--out benchmarks/results] [--target 9]
 
 - chunk: bytes per transition of the chunks a Pong collector writes (DQN's parallel config with 8 envs: stacks
   of 4, 3-step rows, 640-row chunks; frames stored once, ``parallel_rl.data.frames``). Target <= 8,500 (1.2 frames).
+- run: bytes per transition of the chunks a real ``parallel-rl run`` writes (issue 43 item 7): configs/pong_dqn_parallel.py
+  and configs/pong_ppo_parallel.py as shipped, 1 collector, ``--run-env-steps`` (4,000) env steps, the bytes of
+  every chunk file it wrote over their rows (its store watched while it runs: PPO's chunks leave the store once
+  trained on); and again with 64-row chunks
+  (``parallel.collector.chunk_size=64``, as short as a learner-paced collector cuts them). Target <= 8,500 each.
 - collector: env steps/s of a ClusterCollector on Pong (pong_dqn_parallel.py, 8 envs, the Nature CNN acting,
   epsilon 0.05), with and without writing its chunks, vs a bare loop of the same vector env (ALE's
   AtariVectorEnv, same preprocessing) and the same CNN forward, writing obs/next_obs rows to numpy arrays.
@@ -163,6 +168,54 @@ def collector_rates(seconds: float) -> dict:
             "chunk_bytes": written["bytes"] / max(1, written["rows"]), "chunk_rows": rows}
 
 
+# ---- run: the bytes a real cluster run writes ----------------------------------------------------------
+RUN_CONFIGS = ("configs/pong_dqn_parallel.py", "configs/pong_ppo_parallel.py")
+
+
+def run_chunk_bytes(config: str, env_steps: int, overrides=()) -> Tuple[int, int]:
+    """(bytes, rows) of every chunk file ``parallel-rl run -c config --collectors 1`` stopped after ``env_steps``
+    env steps wrote: its store's ``data/`` watched while it runs (each file's size and rows from its headers:
+    ``chunk_layout``). A chunk stays ``chunk_grace_seconds`` (10 s) after the replay let it go (PPO's, once
+    trained on), so a look every 0.2 s sees every one."""
+    import subprocess
+
+    from parallel_rl.storage import SharedStorage
+
+    seen = {}
+    with tempfile.TemporaryDirectory(prefix="pixels-run-") as tmp:
+        shared = os.path.join(tmp, "shared")
+        cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", config, "--collectors", "1", "--port", "0",
+               "--shared-dir", shared, "--set", f"parallel.commander.max_env_step={env_steps}",
+               "--set", f"exp_name={os.path.join(tmp, 'exp')}"]
+        for override in overrides:
+            cmd += ["--set", override]
+        with open(os.path.join(tmp, "run.log"), "w+") as log:
+            run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                storage = None
+                while True:
+                    finished = run.poll() is not None
+                    if storage is None and os.path.isdir(os.path.join(shared, "data")):
+                        storage = SharedStorage(shared)
+                    for name in [] if storage is None else storage.list_chunks():
+                        if name not in seen:
+                            try:
+                                rows, nbytes, _ = storage.chunk_layout(name)
+                            except FileNotFoundError:
+                                continue  # a fresh run's clean-up, or gone meanwhile
+                            seen[name] = (nbytes, rows)
+                    if finished:
+                        break
+                    time.sleep(0.2)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+            if run.returncode not in (0, 3) or not seen:  # 3: the budget ended it before the stop value
+                log.seek(0)
+                raise RuntimeError(f"{' '.join(cmd)} exited {run.returncode}: {log.read()[-2000:]}")
+    return sum(b for b, _ in seen.values()), sum(r for _, r in seen.values())
+
+
 # ---- (c) and (d): DQN learner updates ----------------------------------------------------------------
 def learner_rates(kind: str, seconds: float, device: str = "cpu") -> Tuple[float, float]:
     from parallel_rl.data import create_buffer
@@ -227,8 +280,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--curve", action="store_true", help="learning curves (benchmarks/curves.py's arguments)")
     parser.add_argument("--seconds", type=float, default=10.0, help="per side of each pair")
-    parser.add_argument("--only", nargs="+", choices=["chunk", "collector", "minatar", "nature"],
-                        default=["collector", "minatar", "nature"], help="chunk is measured with collector")
+    parser.add_argument("--only", nargs="+", choices=["chunk", "collector", "minatar", "nature", "run"],
+                        default=["collector", "minatar", "nature", "run"], help="chunk is measured with collector")
+    parser.add_argument("--run-env-steps", type=int, default=4000, help="env steps of each run of the run pair")
     parser.add_argument("--device", default="cpu", help="the learner pairs' device (cuda: both sides on the GPU)")
     args, rest = parser.parse_known_args()
     if args.curve:
@@ -246,6 +300,13 @@ def main() -> int:
         print(f"collector env steps/s, Pong, Nature CNN acting: library {r['lib']:.0f} vs bare {r['bare']:.0f} "
               f"-> {r['lib'] / r['bare']:.2f} (target >= 0.85); writing its chunks: {r['lib_w']:.0f} vs "
               f"{r['bare_w']:.0f} -> {r['lib_w'] / r['bare_w']:.2f}")
+    if "run" in args.only:
+        for config in RUN_CONFIGS:
+            for label, overrides in (("as shipped", ()), ("64-row chunks", ("parallel.collector.chunk_size=64",))):
+                nbytes, rows = run_chunk_bytes(config, args.run_env_steps, overrides)
+                print(f"parallel-rl run {config}, 1 collector, {args.run_env_steps:,} env steps, {label}: "
+                      f"{nbytes / max(rows, 1):,.0f} bytes per transition ({nbytes:,} B over {rows:,} transitions; "
+                      f"target <= 8,500; one frame 7,056)", flush=True)
     for kind in ("minatar", "nature"):
         if kind in args.only:
             bare, lib = learner_rates(kind, args.seconds, args.device)

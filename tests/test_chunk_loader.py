@@ -13,11 +13,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from parallel_rl.data.frames import POOL, is_packed, pack_frames, unpack_frames
+from parallel_rl.data.frames import BASE, POOL, FramePacker, is_packed, pack_frames, unpack_frames
 from parallel_rl.errors import StorageError, StorageFaultError
 from parallel_rl.learner.pipeline import RowStore
 from parallel_rl.storage import SharedStorage
+from parallel_rl.storage.names import chunk_name
 from tests.support import damaged
+from tests.test_s3 import bucket, s3_env, s3_server  # noqa: F401  (fixtures)
 
 ROWS = 6
 
@@ -28,14 +30,31 @@ def plain_columns():
             "reward": np.ones(ROWS, np.float32), "done": np.arange(ROWS) % 4 == 3}
 
 
-def packed_columns(side=2):
-    """A frame-stacked env's rows (stacks of 3 frames of side x side uint8, consecutive rows sharing frames),
-    packed."""
-    frames = np.arange(ROWS + 4, dtype=np.uint8)[:, None, None] * np.ones((1, side, side), np.uint8)
+def stacked_rows(side=2, start=0):
+    """A frame-stacked env's rows from step ``start`` on (stacks of 3 frames of side x side uint8, consecutive
+    rows sharing frames)."""
+    frames = np.arange(start, start + ROWS + 4, dtype=np.uint8)[:, None, None] * np.ones((1, side, side), np.uint8)
     obs = np.stack([frames[i:i + 3] for i in range(ROWS)])
     next_obs = np.stack([frames[i + 1:i + 4] for i in range(ROWS)])
-    return pack_frames({"obs": obs, "next_obs": next_obs, "action": np.arange(ROWS) % 2,
-                        "done": np.zeros(ROWS, bool)})
+    return {"obs": obs, "next_obs": next_obs, "action": np.arange(ROWS) % 2, "done": np.zeros(ROWS, bool)}
+
+
+def packed_columns(side=2):
+    return pack_frames(stacked_rows(side))
+
+
+# a chunk referring to the frames of the chunk before it (FramePacker), and that chunk
+BASE_NAME, REF_NAME = chunk_name("fz", 1), chunk_name("fz", 2)
+
+
+def referring_columns():
+    """(the base's columns, the columns of the chunk after it, which refer to the base's frames)."""
+    packer = FramePacker()
+    base = packer.pack(BASE_NAME, stacked_rows())
+    packer.written(BASE_NAME)
+    ref = packer.pack(REF_NAME, stacked_rows(start=ROWS - 2))
+    assert ref[BASE].tolist() == [BASE_NAME] and (ref["obs_frames"] < 0).any()
+    return base, ref
 
 
 def npz_file(members, compress=zipfile.ZIP_STORED):
@@ -60,7 +79,9 @@ def npy(value, shape=None, descr=None):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    return SharedStorage(str(tmp_path_factory.mktemp("fuzz") / "shared"))
+    store = SharedStorage(str(tmp_path_factory.mktemp("fuzz") / "shared"))
+    store.write_chunk(BASE_NAME, referring_columns()[0])  # the base the fuzzer's referring chunk needs
+    return store
 
 
 def put(store, name, data: bytes):
@@ -172,8 +193,104 @@ def test_a_packed_chunk_whose_frames_differ_from_the_cached_ones_is_damaged_not_
     assert [name for name, _ in damaged] == ["frames-3"] and "frames of uint8[3, 3]" in damaged[0][1], damaged
 
 
+# ---- a chunk that refers to the frames of the chunk before it -------------------------------------------------
+def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, tmp_path):
+    base, ref = referring_columns()
+    store.write_chunk(REF_NAME, ref)
+    back = store.read_chunk(REF_NAME)
+    assert BASE not in back and (back["obs_frames"] >= 0).all()
+    rebuilt, rows = unpack_frames(back), stacked_rows(start=ROWS - 2)
+    assert all(np.array_equal(rebuilt[k], rows[k]) for k in rows)
+    # int8 indices over an own pool of 128 frames: the base's frame lands at 128, past int8 (it wrapped to -128)
+    narrow = {"frame_pool": np.arange(10, 138, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8),
+              "obs_frames": np.append(np.arange(128), -1).astype(np.int8)[:, None], BASE: np.array([BASE_NAME])}
+    narrow["next_obs_frames"] = narrow["obs_frames"]
+    store.write_chunk(REF_NAME, narrow)
+    obs = unpack_frames(store.read_chunk(REF_NAME))["obs"][:, 0, 0, 0]
+    assert obs.tolist() == list(range(10, 138)) + [base[POOL][0, 0, 0]]
+    # unsigned indices (none into the base): as valid (they raised OverflowError, past the door)
+    unsigned = {**packed_columns(), BASE: np.array([BASE_NAME])}
+    unsigned.update({k: unsigned[k].astype(np.uint16) for k in ("obs_frames", "next_obs_frames")})
+    store.write_chunk(REF_NAME, unsigned)
+    assert np.array_equal(unpack_frames(store.read_chunk(REF_NAME))["obs"], stacked_rows()["obs"])
+    store.write_chunk(REF_NAME, ref)
+    assert store.chunk_layout(REF_NAME)[0] == ROWS
+    # fetched together from an object store's read: the same
+    assert np.array_equal(unpack_frames(store.chunks.read_many([REF_NAME])[REF_NAME])["obs"], rows["obs"])
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda c: {**c, BASE: np.array([chunk_name("fz", 0)])}, "a chunk may only refer to the chunk its collector"),
+    (lambda c: {**c, BASE: np.array([REF_NAME])}, "a chunk may only refer to the chunk its collector"),
+    (lambda c: {**c, BASE: np.array(["../../etc/passwd"])}, "a chunk may only refer to the chunk its collector"),
+    (lambda c: {**c, "obs_frames": np.minimum(c["obs_frames"], -99)}, "points at frame 98 of chunk"),
+    (lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.uint16)}, "'obs_frames' points at frame 655"),  # -1: 65535
+    (lambda c: {**c, BASE: np.array([1])}, "'frame_base' is int64[1]"),
+    (lambda c: {**c, BASE: np.array([BASE_NAME] * 2)}, "'frame_base' is <U10[2]"),
+    (lambda c: {k: v for k, v in plain_columns().items()} | {BASE: np.array([BASE_NAME])},
+     "in a chunk without frames"),
+])
+def test_a_reference_no_reader_could_follow_is_damage(store, change, expected):
+    store.write_chunk(REF_NAME, change(referring_columns()[1]))
+    with pytest.raises(StorageError, match=f"{REF_NAME}.npz: not a valid step-data chunk") as read:
+        store.read_chunk(REF_NAME)
+    assert expected in str(read.value), read.value
+
+
+def test_chunks_fetched_together_from_an_object_store_resolve_their_bases(bucket):  # noqa: F811
+    """The learner's reads on an object store fetch a round of chunks at once (read_many): a referring chunk's
+    base comes from the same round when it is in it, from the bucket when not; gone, the chunk is damaged."""
+    store = SharedStorage(f"s3://{bucket}/run")
+    base, ref = referring_columns()
+    store.write_chunk(BASE_NAME, base)
+    store.write_chunk(REF_NAME, ref)
+    rows = stacked_rows(start=ROWS - 2)
+    for names in ([REF_NAME], [BASE_NAME, REF_NAME]):
+        got = store.read_chunks(names)
+        assert np.array_equal(unpack_frames(got[REF_NAME])["next_obs"], rows["next_obs"]), names
+    store.chunks.delete(BASE_NAME)
+    got = store.read_chunks([REF_NAME])[REF_NAME]
+    assert isinstance(got, StorageError) and "which is not on the store" in str(got), got
+
+
+def test_the_learners_cache_gives_a_chunk_the_frames_of_its_cached_base(tmp_path):
+    """A chunk after a cached one takes that one's own frames from the learner's cache: its base is not read from
+    the store again (its file removed here to show it), and the stacks rebuild the same."""
+    store = SharedStorage(str(tmp_path / "shared"))
+    base, ref = referring_columns()
+    store.write_chunk(BASE_NAME, base)
+    store.write_chunk(REF_NAME, ref)
+    rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: pytest.fail(why))
+    first, keep = rows.gather([BASE_NAME], np.zeros(ROWS, np.int64), np.arange(ROWS))
+    assert keep.all() and np.array_equal(first["obs"], stacked_rows()["obs"])
+    store.chunks.delete(BASE_NAME)
+    batch, keep = rows.gather([BASE_NAME, REF_NAME], np.array([1, 1, 0]), np.array([0, ROWS - 1, 2]))
+    expected = stacked_rows(start=ROWS - 2)
+    assert keep.all() and np.array_equal(batch["obs"], np.stack([expected["obs"][0], expected["obs"][-1],
+                                                                 stacked_rows()["obs"][2]]))
+
+
+def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the_learner(tmp_path):
+    """The base is evicted and deleted, or lost; or damaged: the referring chunk cannot be rebuilt, and is
+    the learner's damage to quarantine (its rows dropped, the coordinator told), never a crash."""
+    store = SharedStorage(str(tmp_path / "shared"))
+    base, ref = referring_columns()
+    store.write_chunk(REF_NAME, ref)
+    damaged = []
+    rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: damaged.append((name, why)))
+    batch, keep = rows.gather([REF_NAME], np.zeros(2, np.int64), np.array([0, 1]))
+    assert batch is None and not keep.any()
+    assert [name for name, _ in damaged] == [REF_NAME] and "which is not on the store" in damaged[0][1], damaged
+    put(store, BASE_NAME, npz_file([("frame_pool.npy", npy(base[POOL], shape=(10**9, 2, 2)))]))
+    with pytest.raises(StorageError, match=f"refer to chunk '{BASE_NAME}', which cannot be read: .*declares"):
+        store.read_chunk(REF_NAME)
+    store.write_chunk(BASE_NAME, {"action": np.zeros(ROWS, np.int64)})  # a chunk, but without frames
+    with pytest.raises(StorageError, match="which cannot be read: .*with frames"):
+        store.read_chunk(REF_NAME)
+
+
 # ---- the property: any mutation of a valid chunk file --------------------------------------------------------
-BASES = {"plain": plain_columns(), "packed": packed_columns()}
+BASES = {"plain": plain_columns(), "packed": packed_columns(), "referring": referring_columns()[1]}
 DTYPES = ["|O", "<i8", "|V8", "<U0", ">f8", "|b1", "<M8[s]", "<f2", "|S3", "<u2", "<i4"]
 SIZES = st.one_of(st.integers(-3, 16), st.integers(2**20, 2**28), st.integers(2**36, 2**45))
 
@@ -232,16 +349,16 @@ def usable(columns):
 def test_fuzz_a_mutated_chunk_loads_valid_or_is_damage_within_its_size(store, base, members_changes,
                                                                        byte_changes):
     blob = mutated(base, members_changes, byte_changes)
-    put(store, "fuzz", blob)
+    put(store, REF_NAME, blob)  # the referring chunk's name: its base is on the store
     bound = 4 * len(blob) + (1 << 20)  # the file's bytes, a copy, and zipfile's buffers: never what headers claim
     results = []
     for read in (store.read_chunk, store.chunk_layout):
         tracemalloc.start()
         try:
-            results.append(read("fuzz"))
+            results.append(read(REF_NAME))
         except StorageError as exc:
             assert not isinstance(exc, StorageFaultError), exc
-            assert "fuzz.npz: not a valid step-data chunk" in str(exc), exc
+            assert f"{REF_NAME}.npz: not a valid step-data chunk" in str(exc), exc
             results.append(None)
         finally:
             peak = tracemalloc.get_traced_memory()[1]

@@ -8,9 +8,11 @@ import pytest
 
 from parallel_rl.collector.cluster import ClusterCollector
 from parallel_rl.config import compile_config
-from parallel_rl.data.frames import POOL, pack_frames, unpack_frames
+from parallel_rl.data.frames import BASE, POOL, pack_frames, unpack_frames
 from parallel_rl.learner.pipeline import RowStore
 from parallel_rl.storage import SharedStorage
+from parallel_rl.storage.formats import load_npz
+from parallel_rl.storage.names import chunk_name
 
 
 def collector_for(tmp_path, config, **env):
@@ -122,6 +124,60 @@ def test_pong_chunks_cost_at_most_8_5_kb_a_transition(tmp_path, config):
     finally:
         collector.close()
     assert storage.chunks.size("c1-0000000") / len(data["action"]) <= 8500
+
+
+@pytest.mark.parametrize("config", ["configs/pong_dqn_parallel.py", "configs/pong_ppo_parallel.py"])
+def test_short_pong_chunks_refer_to_the_chunk_before_and_cost_about_one_frame_a_transition(tmp_path, config):
+    """Issue 43 item 7: a learner-paced collector cuts short chunks (an allowance grant of 64 rows; one vector
+    step for a new policy's first chunk), and each self-contained chunk repeated its lanes' stack context (k - 1
+    older and n - 1 look-ahead frames a lane): ~14 KB a transition. Each chunk refers to the frames of the chunk
+    before it instead; the stacks read back, one chunk at a time and gathered by the learner's cache across
+    chunks, equal the env's own."""
+    collector, storage = collector_for(tmp_path, config)
+    envs = collector.env.num_envs
+    written = []
+    try:  # a new policy's first chunk: one vector step (its lanes' context: in the chunk before it)
+        for seq, rows in enumerate([64, envs, 2 * envs] + [64] * 9, start=1):
+            data, _ = collector.collect(rows, eps=1.0, random_collect=True)
+            collector.send_stepdata(chunk_name("c1", seq), data)
+            written.append((chunk_name("c1", seq), data))
+    finally:
+        collector.close()
+    for name, data in written:
+        back = unpack_frames(storage.read_chunk(name))
+        assert set(back) == set(data) and all(np.array_equal(back[k], data[k]) for k in data), name
+    # the first chunk holds its lanes' context once; every later one about a frame a transition
+    later = written[1:]
+    per_row = sum(storage.chunks.size(name) for name, _ in later) / sum(len(d["action"]) for _, d in later)
+    assert per_row <= 8500, f"{per_row:.0f} bytes a transition"
+    names = [name for name, _ in written]
+    store = RowStore(storage, slots=len(names), slot_rows=max(len(d["action"]) for _, d in written))
+    rng = np.random.default_rng(0)
+    local = rng.integers(0, len(names), 256)
+    rows = np.array([rng.integers(0, len(written[i][1]["action"])) for i in local])
+    batch, keep = store.gather(names, local, rows)
+    assert keep.all()
+    for key in ("obs", "next_obs"):
+        assert np.array_equal(batch[key], np.stack([written[i][1][key][r] for i, r in zip(local, rows)])), key
+
+
+def test_an_on_policy_collectors_new_version_starts_a_self_contained_chunk(tmp_path):
+    """A version's rows leave an on-policy replay once trained on: the next version's chunks must not refer to
+    them (an off-policy collector's chunks go on referring across versions)."""
+    collector, storage = collector_for(tmp_path, "configs/pong_ppo_parallel.py", collector_env_num=2)
+    try:
+        for seq in (1, 2):
+            data, _ = collector.collect(8, eps=0.0)
+            collector.send_stepdata(chunk_name("c1", seq), data)
+        storage.save_policy(1, collector.policy.model_state_dict())
+        assert collector.update_policy(1)
+        data, _ = collector.collect(8, eps=0.0)
+        collector.send_stepdata(chunk_name("c1", 3), data)
+    finally:
+        collector.close()
+    bases = [load_npz(storage.chunk_path(chunk_name("c1", seq))).get(BASE) for seq in (1, 2, 3)]
+    assert [None if b is None else b.tolist() for b in bases] == [None, [chunk_name("c1", 1)], None]
+    assert np.array_equal(unpack_frames(storage.read_chunk(chunk_name("c1", 3)))["obs"], data["obs"])
 
 
 def test_serial_replay_stores_frames_once_and_rebuilds_the_envs_stacks():

@@ -17,6 +17,7 @@ from parallel_rl.envs.registrars import import_env_modules
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.nets import ConvEncoder, encoder_layers
+from parallel_rl.storage import SharedStorage
 from tests.test_cluster import start_run
 from tests.test_serial import run_cli
 
@@ -240,19 +241,25 @@ PONG_TINY = ["--collectors", "1", "--set", "env.collector_env_num=4", "--set", "
 @pytest.mark.slow
 @pytest.mark.parametrize("config, extra", [
     ("configs/pong_dqn_parallel.py", ["--set", "policy.random_collect_size=500", "--set", "parallel.commander.eval_freq=100",
-                                      "--set", "parallel.collector.chunk_size=64"]),
+                                      "--set", "parallel.collector.chunk_size=64",
+                                      "--set", "policy.other.replay_buffer.replay_buffer_size=1000"]),
     ("configs/pong_ppo_parallel.py", ["--set", "policy.collect.n_sample=256", "--set", "policy.learn.batch_size=64",
                                       "--set", "parallel.commander.eval_freq=2", "--set", "parallel.collector.chunk_size=256"]),
 ])
 def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
-    """ALE's frame stacks end to end: packed chunks, a learner whose checkpoints the collectors and evaluators load
-    (the same spaces), whole-game evaluations; the run stops at its env step budget (exit 3: stop value not met)."""
+    """ALE's frame stacks end to end: packed chunks (each referring to the frames of the chunk before it), a
+    learner whose checkpoints the collectors and evaluators load (the same spaces), whole-game evaluations; the
+    run stops at its env step budget (exit 3: stop value not met). DQN's replay of 1,000 rows evicts chunks whose
+    frames the chunks after them refer to: the learner finds none damaged."""
     run, _url = start_run(cli, tmp_path, config, *PONG_TINY, *extra, "--set", "parallel.commander.max_env_step=2000")
     assert run.wait(240) == 3, run.output()[-3000:]
     assert re.search(r"eval of policy [1-9]\d*: mean return -?\d", run.output())
     found = re.search(r"^stopped: env step budget 2000 used up; .* policy_version=(\d+)", run.output(), re.M)
     assert found and int(found.group(1)) >= 2, run.output()[-3000:]
     assert "Traceback" not in run.output()
+    state, _arrays = SharedStorage(str(tmp_path / "exp" / "shared")).latest_coordinator_state()
+    assert state["learn_info"]["damaged_chunks"] == 0, state["learn_info"]
+    assert "is damaged" not in run.output(), run.output()[-3000:]
 
 
 @pytest.mark.parametrize("config", ["configs/pong_ppo.py", "configs/minatar_breakout_dqn.py"])

@@ -15,9 +15,10 @@ import pytest
 
 from parallel_rl.coordinator.replay import ReplayIndex
 from parallel_rl.data.buffer import AdvancedReplayBuffer, NaiveReplayBuffer
-from parallel_rl.data.frames import POOL, pack_frames
+from parallel_rl.data.frames import POOL, FramePacker, pack_frames, unpack_frames
 from parallel_rl.errors import StorageError
 from parallel_rl.storage import SharedStorage
+from parallel_rl.storage.names import chunk_name
 from tests.support import eventually, get
 from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 from tests.test_hardening import post_metadata
@@ -75,6 +76,59 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     assert storage.list_chunks() == ["gc-2"]
     stats = replay.stats()
     assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
+
+
+def test_a_chunks_file_stays_while_the_chunk_after_it_may_refer_to_its_frames(tmp_path):
+    """A collector's chunk refers to the frames of the chunk it wrote before (parallel_rl.data.frames), and the
+    replay evicts that one first: its file is deleted only once the chunk after it has left the index too,
+    and until then the referring chunk's stacks rebuild."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "naive", "replay_buffer_size": 32}, storage, grace_seconds=0.0)
+    packer = FramePacker()
+    names = [chunk_name("cw", seq) for seq in (1, 2, 3, 4)]
+    frames = np.arange(80, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+    for i, name in enumerate(names):
+        rows = {"obs": np.stack([frames[t:t + 4] for t in range(16 * i, 16 * i + 16)]),
+                "next_obs": np.stack([frames[t + 1:t + 5] for t in range(16 * i, 16 * i + 16)]),
+                "action": np.zeros(16, np.int64)}
+        storage.write_chunk(name, packer.pack(name, rows))
+        packer.written(name)
+        assert replay.add_chunks([(name, 16, 0)], "collector-1") == [True]  # from the third on, evicts one
+        replay.collect_garbage()
+        if i == 2:  # cw-1 evicted; cw-2, which refers to its frames, indexed
+            assert storage.list_chunks() == names[:3]
+            back = unpack_frames(storage.read_chunk(names[1]))["obs"]
+            assert np.array_equal(back, np.stack([frames[t:t + 4] for t in range(16, 32)]))
+    # cw-2 evicted too: cw-1 goes; cw-2 stays while cw-3 (referring to it) is indexed
+    assert storage.list_chunks() == names[1:]
+    assert replay.stats()["chunks_deleted"] == 1
+
+
+def test_a_chunks_file_stays_while_rows_of_the_chunk_after_it_may_still_be_read(tmp_path):
+    """The chunk after it evicted too, a learner may still read its rows (sampled before) for a grace: they need
+    the base's frames until then (the rule's first version let the base go as soon as the chunk after it left the
+    index: a learner reading that chunk within its grace would have found it damaged)."""
+    storage = SharedStorage(str(tmp_path / "shared"))
+    replay = ReplayIndex({"type": "naive", "replay_buffer_size": 32}, storage, grace_seconds=0.0)
+    packer = FramePacker()
+    frames = np.arange(40, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+    for name, first in ((chunk_name("cw", 1), 0), (chunk_name("cw", 2), 16)):
+        rows = {"obs": np.stack([frames[t:t + 4] for t in range(first, first + 16)]),
+                "next_obs": np.stack([frames[t + 1:t + 5] for t in range(first, first + 16)]),
+                "action": np.zeros(16, np.int64)}
+        storage.write_chunk(name, packer.pack(name, rows))
+        packer.written(name)
+        replay.add_chunks([(name, 16, 0)], "collector-1")
+    storage.write_chunk("other-0000001", {"action": np.zeros(16, np.int64)})
+    replay.add_chunks([("other-0000001", 16, 0)], "collector-2")  # evicts cw-1: due at once (grace 0)
+    replay.collect_garbage()
+    replay.grace_seconds = 600.0  # cw-2's rows leave now, and may be read for 10 minutes
+    storage.write_chunk("other-0000002", {"action": np.zeros(16, np.int64)})
+    replay.add_chunks([("other-0000002", 16, 0)], "collector-2")
+    replay.collect_garbage()
+    assert storage.list_chunks() == [chunk_name("cw", 1), chunk_name("cw", 2), "other-0000001", "other-0000002"]
+    assert np.array_equal(unpack_frames(storage.read_chunk(chunk_name("cw", 2)))["next_obs"], rows["next_obs"])
+    assert replay.collect_garbage(force=True) == 2 and storage.list_chunks() == ["other-0000001", "other-0000002"]
 
 
 def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_factory, tmp_path):

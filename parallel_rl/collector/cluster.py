@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import numpy as np
 from easydict import EasyDict
 
-from ..data.frames import pack_frames
+from ..data.frames import FramePacker
 from ..envs.env_manager import EnvManager
 from ..errors import ConfigError, StorageError, StorageFaultError
 from ..policy import create_policy
@@ -46,6 +46,9 @@ class ClusterCollector(BaseParallelCollector):
         self._evaluator: Optional[InteractionSerialEvaluator] = None
         # policy checkpoints found damaged (not loadable): logged once, never read again
         self.damaged_versions: Set[int] = set()
+        # frame-stacked chunks refer to the frames of the chunk before them (parallel_rl.data.frames)
+        self.frames = FramePacker()
+        self._packed_version: Optional[int] = None
 
     def _build(self, seed: int) -> None:
         """The envs, the (CPU) policy and the serial collector this collector drives."""
@@ -153,8 +156,18 @@ class ClusterCollector(BaseParallelCollector):
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
-        """Write a chunk atomically to the shared disk (frame stacks packed: each frame once); returns its path."""
-        return self.storage.write_chunk(name, pack_frames(data) if self.env.frame_stack else data)
+        """Write a chunk atomically to the shared disk; returns its path. Frame stacks are packed, each frame once
+        across this collector's consecutive chunks (:class:`~parallel_rl.data.frames.FramePacker`): a chunk
+        refers to the chunk before it for the frames they share. On-policy, not across policy versions: a
+        version's rows leave the replay once trained on, and the next version's chunks must not wait for them."""
+        if not self.env.frame_stack:
+            return self.storage.write_chunk(name, data)
+        if self.policy.flow.on_policy and self._packed_version != self.policy_version:
+            self.frames.forget()
+        path = self.storage.write_chunk(name, self.frames.pack(name, data))
+        self.frames.written(name)
+        self._packed_version = self.policy_version
+        return path
 
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""

@@ -22,6 +22,7 @@ from ..data.buffer import create_buffer
 from ..errors import StorageError, StorageFaultError
 from ..transport import pack_array, unpack_array
 from ..storage import SharedStorage
+from ..storage.names import chunk_name, parse_chunk_name
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,11 @@ class ReplayIndex:
         self._refs: Dict[int, int] = {}
         self._next_id = 0
         self._doomed: List[tuple] = []  # (delete_at, name)
+        # chunks quarantined (their files are not kept for the chunk after them), and when each chunk no row
+        # references any more is due for deletion (a learner may read its rows, and so its base's frames, until
+        # then): both forgotten once the file is deleted
+        self._quarantined: set = set()
+        self._released: Dict[str, float] = {}
         self.chunks_deleted = 0
         self.batches_served = 0
         # chunks found damaged by a learner and dropped from the index, and the rows they took with them
@@ -115,6 +121,7 @@ class ReplayIndex:
             self._refs[chunk_id] -= count
             if self._refs[chunk_id] <= 0:
                 self._doomed.append((delete_at, name))
+                self._released[name] = delete_at
 
     def quarantine(self, name: str) -> Optional[int]:
         """Drop chunk ``name``'s rows from the index: a learner could not read it (a damaged file, a column
@@ -125,17 +132,26 @@ class ReplayIndex:
             entry = self._chunks.get(name)
             if entry is None or self._refs.get(entry[0], 0) <= 0:
                 return None
+            self._quarantined.add(name)
             rows = self.buffer.discard("chunk", [entry[0]])  # on_evict dooms the file
             self.chunks_quarantined += 1
             self.rows_quarantined += rows
             return rows
 
     def collect_garbage(self, force: bool = False) -> int:
-        """Delete chunk files no row references any more (after the grace period)."""
+        """Delete chunk files no row references any more (after the grace period), but not while the chunk its
+        collector wrote next is indexed: that chunk may refer to this one's frames (``frame_base``,
+        :mod:`parallel_rl.data.frames`), and the replay evicts this one first; nor until that chunk's own grace is
+        over. Decided by the names alone (no file is read): a collector's newest evicted chunk outlives its rows
+        until the next one's rows leave."""
         now = time.monotonic()
         with self._lock:
             due = [n for t, n in self._doomed if force or t <= now]
             self._doomed = [(t, n) for t, n in self._doomed if not (force or t <= now)]
+            held = set() if force else {n for n in due if self._next_needs_it(n, now)}
+            if held:
+                self._doomed.extend((now + self.grace_seconds, n) for n in held)
+                due = [n for n in due if n not in held]
         gone: List[str] = []
         for i, name in enumerate(due):
             try:
@@ -153,11 +169,27 @@ class ReplayIndex:
             gone.append(name)
         with self._lock:
             for name in gone:
+                self._quarantined.discard(name)
+                self._released.pop(name, None)
                 entry = self._chunks.pop(name, None)
                 if entry is not None:
                     self._names.pop(entry[0], None)
                     self._refs.pop(entry[0], None)
         return len(gone)
+
+    def _next_needs_it(self, name: str, now: float) -> bool:
+        """Whether a learner may still read rows of the chunk named after ``name`` in its collector's sequence
+        (indexed, or its own grace not over), which may refer to ``name``'s frames; never for a quarantined
+        ``name`` (a damaged chunk's frames rebuild nothing). Only rows need the base: a chunk kept for the one
+        after it keeps no other."""
+        parsed = parse_chunk_name(name)
+        if parsed is None or name in self._quarantined:
+            return False
+        nxt = chunk_name(parsed[0], parsed[1] + 1)
+        entry = self._chunks.get(nxt)
+        if entry is None:
+            return False
+        return self._refs.get(entry[0], 0) > 0 or self._released.get(nxt, now) > now
 
     def remove_orphans(self, max_age: float) -> int:
         """Delete chunk files the index does not know and nobody wrote for ``max_age`` seconds: written by a
@@ -285,6 +317,8 @@ class ReplayIndex:
             self._next_id = int(state["chunks/next_id"])
             delete_at = time.monotonic() + self.grace_seconds
             self._doomed = [(delete_at, name) for name, (cid, *_rest) in self._chunks.items() if self._refs[cid] <= 0]
+            self._released = {name: delete_at for _, name in self._doomed}
+            self._quarantined = set()
             if "chunks/quarantined" in state:  # snapshots from before quarantines were counted have none
                 self.chunks_quarantined, self.rows_quarantined = (int(v) for v in state["chunks/quarantined"])
 

@@ -10,10 +10,18 @@ consecutive rows of a lane share all but one. A chunk of such rows is written *p
 
 The pool is built from the stacks' contents (equal frames are one entry, compared byte for byte), so what is
 rebuilt is exactly what the env gave, with no knowledge of lanes or episodes needed: the stack at an episode's
-start (ALE pads it with blank frames) and a row whose history began in the previous chunk of its lane rebuild
-like any other, because every chunk holds every frame its own rows refer to. The price of that is each lane's
-k - 1 older frames at the start of each chunk (and an episode's first frames): with 8 lanes, stacks of 4 and
-320-row chunks, ~8 % over one frame a transition. n-step rows (``next_obs`` n steps on) need nothing else.
+start (ALE pads it with blank frames) rebuilds like any other.
+
+A self-contained chunk (:func:`pack_frames`) holds every frame its own rows refer to; the price is each lane's
+k - 1 older frames and n - 1 look-ahead frames again in every chunk: 6 frames a lane for Pong's DQN, which on
+the short chunks a learner-paced collector cuts (~64 rows of 10 lanes) doubled the bytes a transition (14 KB).
+A collector's chunks are therefore packed by a :class:`FramePacker`, which lets a chunk refer to frames of the
+collector's *previous* chunk (its ``frame_base``, always the chunk named just before it: ``<writer>-<seq - 1>``)
+instead of storing them again: such references are negative indices, ``-1 - j`` for frame j of the base's own
+pool. The store's chunk loader (:func:`parallel_rl.storage.chunks.load_chunk`) resolves them when it reads the
+chunk and hands every reader a self-contained chunk; a base that is gone or damaged makes the chunk damaged
+(quarantined like any other). The coordinator keeps a chunk's file while the chunk after it is indexed
+(:meth:`parallel_rl.coordinator.replay.ReplayIndex.collect_garbage`), so eviction order cannot orphan a reference.
 
 Chunks of envs that are not frame stacks (``EnvManager.frame_stack == 0``) are written as they were.
 
@@ -21,17 +29,19 @@ The serial pipeline's in-memory replay keeps frames once too, across pushes: :cl
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Optional
 
 import numpy as np
 
-from ..storage.formats import FRAMES_SUFFIX, POOL_COLUMN, STACKED_COLUMNS
+from ..storage.formats import FRAME_BASE_COLUMN, FRAMES_SUFFIX, POOL_COLUMN, STACKED_COLUMNS
+from ..storage.names import chunk_name, parse_chunk_name
 from .columns import Columns
 
 # the store's names for them (its chunk loader checks a packed chunk's columns: parallel_rl.storage.chunks)
 POOL = POOL_COLUMN  # the chunk's distinct frames (a chunk-level column: not one entry per row)
 STACKS = STACKED_COLUMNS  # stacked columns; a packed chunk holds "<name>_frames" instead
 SUFFIX = FRAMES_SUFFIX
+BASE = FRAME_BASE_COLUMN  # the name of the chunk whose own pool a chunk's negative indices point into
 
 
 def is_packed(columns: Mapping[str, np.ndarray]) -> bool:
@@ -45,7 +55,14 @@ def is_packed_rows(rows: Mapping[str, np.ndarray]) -> bool:
 
 
 def pack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
-    """``columns`` with ``obs`` / ``next_obs`` frame stacks (n, k, H, W) replaced by pool indices and the pool."""
+    """``columns`` with ``obs`` / ``next_obs`` frame stacks (n, k, H, W) replaced by pool indices and the pool: a
+    self-contained chunk."""
+    return _pack(columns, {})[0]
+
+
+def _pack(columns: Mapping[str, np.ndarray], base: Mapping[bytes, int]):
+    """(packed columns, the chunk's own pool as frame bytes -> index); a frame found in ``base`` (another chunk's
+    own pool, frame bytes -> index j) is referred to as ``-1 - j`` instead of stored."""
     index: Dict[bytes, int] = {}
     pool = []
     out = {k: v for k, v in columns.items() if k not in STACKS}
@@ -57,13 +74,54 @@ def pack_frames(columns: Mapping[str, np.ndarray]) -> Columns:
             key = frame.tobytes()  # the frame's bytes: equal frames (and only they) share an entry
             j = index.get(key)
             if j is None:
+                b = base.get(key)
+                if b is not None:
+                    refs[i] = -1 - b
+                    continue
                 j = index[key] = len(pool)
                 pool.append(frame)
             refs[i] = j
         out[name + SUFFIX] = refs.reshape(n, k)
     frame_shape = columns[STACKS[0]].shape[2:]
-    out[POOL] = np.stack(pool).reshape((len(pool),) + frame_shape)
-    return out
+    dtype = np.asarray(columns[STACKS[0]]).dtype
+    out[POOL] = np.stack(pool).reshape((len(pool),) + frame_shape) if pool else np.zeros((0,) + frame_shape, dtype)
+    return out, index
+
+
+class FramePacker:
+    """Packs one collector's consecutive chunks, each referring to the frames of the chunk before it instead of
+    storing them again (the module's docstring): about one frame a transition whatever the chunks' length.
+
+    :meth:`pack` is given each chunk's name (``<writer>-<seq>``) before it is written and :meth:`written` once
+    it is; a chunk refers only to the chunk named just before it, and only when that one was written (a failed
+    write, or the first chunk, makes a self-contained chunk). :meth:`forget` starts over (a collector whose
+    previous chunk may leave the store before the next one is read: an on-policy collector's new version)."""
+
+    def __init__(self):
+        self._last: Optional[tuple] = None  # (name, its own pool: frame bytes -> index) of the last chunk written
+        self._packed: Optional[tuple] = None  # the same of the chunk packed and not written yet
+
+    def pack(self, name: str, columns: Mapping[str, np.ndarray]) -> Columns:
+        base_name, base = self._last if self._last is not None else (None, {})
+        parsed = parse_chunk_name(name)
+        if base_name is None or parsed is None or parsed[1] < 1 or base_name != chunk_name(parsed[0], parsed[1] - 1):
+            base_name, base = None, {}
+        out, index = _pack(columns, base)
+        if base_name is not None and (not len(out[POOL]) or all((out[s + SUFFIX] >= 0).all() for s in STACKS)):
+            out, index = _pack(columns, {})  # no frame of the base used, or none of its own: self-contained
+            base_name = None
+        if base_name is not None:
+            out[BASE] = np.array([base_name])
+        self._packed = (name, index)
+        return out
+
+    def written(self, name: str) -> None:
+        """Chunk ``name`` (the last one packed) is on the store: the next chunk may refer to its frames."""
+        if self._packed is not None and self._packed[0] == name:
+            self._last, self._packed = self._packed, None
+
+    def forget(self) -> None:
+        self._last = self._packed = None
 
 
 def unpack_frames(columns: Mapping[str, np.ndarray]) -> Columns:

@@ -36,11 +36,12 @@ PAGE_ROWS = 8
 
 
 class _Cached:
-    """A chunk in the cache: its rows sit at ``pages[r // page_rows] * page_rows + r % page_rows``."""
-    __slots__ = ("key", "pages", "rows", "pool")
+    """A chunk in the cache: its rows sit at ``pages[r // page_rows] * page_rows + r % page_rows``; its pool's first
+    ``own`` frames are its file's own (those the chunk after it may refer to)."""
+    __slots__ = ("key", "pages", "rows", "pool", "own")
 
-    def __init__(self, key: int, pages: np.ndarray, rows: int, pool: Optional[np.ndarray]):
-        self.key, self.pages, self.rows, self.pool = key, pages, rows, pool
+    def __init__(self, key: int, pages: np.ndarray, rows: int, pool: Optional[np.ndarray], own: int):
+        self.key, self.pages, self.rows, self.pool, self.own = key, pages, rows, pool, own
 
 
 class RowStore:
@@ -57,8 +58,9 @@ class RowStore:
     sizes.
 
     A packed chunk (a frame-stacked env's: :mod:`parallel_rl.data.frames`) keeps its frame pool beside its
-    pages, as the file holds it; :meth:`gather` rebuilds the rows' stacks from it, so the cache holds single
-    frames too.
+    pages, self-contained as the store's loader hands it out; :meth:`gather` rebuilds the rows' stacks from it,
+    so the cache holds single frames too. A chunk that refers to the frames of the chunk before it takes them
+    from the cache when that chunk is there (not read from the store again).
 
     A chunk that cannot be read as one of ours is damaged: whatever the store's chunk loader found wrong with it
     (:func:`parallel_rl.storage.chunks.load_chunk`: a damaged file, a column of Python objects, sizes its file
@@ -100,7 +102,7 @@ class RowStore:
             cols = fetched[name]
         else:
             try:
-                cols = self.storage.read_chunk(name)
+                cols = self.storage.read_chunk(name, self._known_frames)
             except FileNotFoundError:
                 cols = None
             except StorageFaultError:  # the store failed, not the file
@@ -113,6 +115,7 @@ class RowStore:
         if problem:
             self._damaged(name, problem)
             return None
+        own = getattr(cols, "own_frames", 0)
         pool = cols.pop(POOL, None)
         if pool is not None and self._frame is None:
             self._frame = (pool.shape[1:], pool.dtype)
@@ -135,8 +138,13 @@ class RowStore:
         for k, v in cols.items():
             self._columns[k][pos] = v
         self._keys += 1
-        entry = self._lru[name] = _Cached(self._keys, pages, n, pool)
+        entry = self._lru[name] = _Cached(self._keys, pages, n, pool, own)
         return entry
+
+    def _known_frames(self, name: str) -> Optional[np.ndarray]:
+        """The own frames of chunk ``name`` when it is cached (a chunk after it refers to them: not read again)."""
+        entry = self._lru.get(name)
+        return None if entry is None or entry.pool is None else entry.pool[:entry.own]
 
     def _check_thrash(self, rows: int) -> None:
         """Say once when most sampled rows need a file read: a replay of more rows than the cache holds reads
@@ -194,7 +202,8 @@ class RowStore:
         if len(chunks) > self.pages:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the cache's {self.pages} pages")
         # on an object store every read waits a round trip: fetch the misses together
-        fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
+        fetched = (self.storage.read_chunks([n for n in chunks if n not in self._lru], self._known_frames)
+                   if self.storage.remote else {})
         pinned: set = set()
         entries = []
         for name in chunks:

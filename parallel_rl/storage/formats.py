@@ -21,6 +21,10 @@ from .backends import LocalBackend, atomic_write
 POOL_COLUMN = "frame_pool"
 STACKED_COLUMNS = ("obs", "next_obs")
 FRAMES_SUFFIX = "_frames"
+# a packed chunk may refer to frames of the chunk its collector wrote just before it instead of storing them again:
+# "frame_base" (one str: that chunk's name) says which, and its index columns' negative entries -1 - j are frame j
+# of that chunk's own pool (parallel_rl.data.frames.FramePacker; resolved by storage.chunks.load_chunk)
+FRAME_BASE_COLUMN = "frame_base"
 # the longest .npy column header a chunk may have (numpy's default limit for untrusted files)
 NPY_MAX_HEADER = 10000
 # errors of the store that say the thing at a chunk's name is not a file: retrying cannot help, so the chunk is
