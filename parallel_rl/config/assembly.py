@@ -8,11 +8,12 @@ package stays cheap and torch-free).
 from __future__ import annotations
 
 import difflib
-from typing import Iterable, Mapping
+from typing import Iterable, List, Mapping, Type
 
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from .section import Section
 from .schema import _type_name, apply_overrides, load_config_file, merge, normalise, validate
 
 
@@ -95,6 +96,26 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     return tree
 
 
+def sections() -> List[Type[Section]]:
+    """Every typed section of the config tree (each knows its dotted path), in the reference's order."""
+    from ..slave.defaults import WorkerSection
+
+    return [WorkerSection]
+
+
+def section_values(cfg: Mapping, path: str) -> Mapping:
+    """The values of the section at the dotted ``path`` of a compiled config."""
+    for key in path.split("."):
+        cfg = cfg[key]
+    return cfg
+
+
+def check_sections(cfg: Mapping) -> None:
+    """Each typed section's check (its fields' ranges and choices, then its relations) on a compiled config."""
+    for section in sections():
+        section.check(section_values(cfg, section.path))
+
+
 def default_buffer_type(policy_cfg: Mapping) -> str:
     """The replay buffer type a policy's data flow needs: ``advanced`` for replay, ``segment`` for synchronous
     and ``rollout`` for asynchronous on-policy data."""
@@ -131,6 +152,7 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     normalise(cfg)
+    check_sections(cfg)
     validate(cfg)
     from ..data.flows import flow_of
 

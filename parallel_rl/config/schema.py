@@ -165,15 +165,6 @@ def validate(cfg: EasyDict) -> None:
         # the budget holds one whole request head at least (64 KiB: the server's max_request_header_size)
         raise ConfigError(f"parallel.coordinator needs read_ahead_bytes >= 65536 and max_connections_per_peer >= 1, "
                           f"got {ccfg.read_ahead_bytes=}, {ccfg.max_connections_per_peer=}")
-    worker = cfg.parallel.worker
-    if not worker.setup_timeout > 0:
-        raise ConfigError(f"parallel.worker.setup_timeout must be > 0 seconds, got {worker.setup_timeout}")
-    if not 0 < worker.storage_backoff <= worker.storage_max_backoff:
-        raise ConfigError("parallel.worker needs 0 < storage_backoff <= storage_max_backoff, got "
-                          f"{worker.storage_backoff=}, {worker.storage_max_backoff=}")
-    if not 0 <= worker.failure_backoff <= worker.failure_max_backoff:
-        raise ConfigError("parallel.worker needs 0 <= failure_backoff <= failure_max_backoff, got "
-                          f"{worker.failure_backoff=}, {worker.failure_max_backoff=}")
     commander = cfg.parallel.commander
     if commander.max_task_attempts < 1 or commander.task_failure_window < 0 or commander.max_repeated_failures < 0:
         raise ConfigError("parallel.commander needs max_task_attempts >= 1, task_failure_window >= 0 (0: the whole "
