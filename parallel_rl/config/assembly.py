@@ -7,24 +7,32 @@ package stays cheap and torch-free).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Iterable, List, Mapping, Type
 
 from easydict import EasyDict
 
 from ..errors import ConfigError
-from .section import Section
+from .section import Section, setting
 from .schema import _type_name, apply_overrides, load_config_file, merge, normalise, validate
 
 
-def serial_default_config() -> dict:
-    return dict(
-        # Budgets: 0 means unlimited. Reaching one ends the run: exit code 0 with no stop value
-        # (env.stop_value None), else 3 (the stop value was not reached).
-        max_env_step=0,
-        max_train_iter=0,
-        max_seconds=0.0,
-    )
+@dataclasses.dataclass(frozen=True)
+class SerialSection(Section):
+    """The serial pipeline's budgets (``parallel-rl serial``). Reaching one ends the run: exit code 0 with no stop
+    value (env.stop_value None), else 3 (the stop value was not reached)."""
+
+    path = "serial"
+    title = "Serial pipeline budgets"
+
+    max_env_step: int = setting(0, lo=0, doc="budget: stop after this many env steps (0: none)")
+    max_train_iter: int = setting(0, lo=0, doc="budget: stop after this many train iterations (0: none)")
+    max_seconds: float = setting(0.0, lo=0, doc="budget: stop after this many seconds (0: none)")
+
+
+def serial_default_config() -> EasyDict:
+    return SerialSection.defaults()
 
 
 def parallel_default_config() -> EasyDict:
@@ -35,7 +43,7 @@ def parallel_default_config() -> EasyDict:
     from ..entry.defaults import supervisor_default_config
     from ..learner.defaults import learner_default_config
     from ..slave.defaults import worker_default_config
-    from ..storage.shared import storage_default_config
+    from ..storage.defaults import storage_default_config
 
     return EasyDict(
         **storage_default_config(),
@@ -98,9 +106,15 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 
 def sections() -> List[Type[Section]]:
     """Every typed section of the config tree (each knows its dotted path), in the reference's order."""
+    from ..coordinator.defaults import CommanderSection, CoordinatorSection
+    from ..entry.defaults import SupervisorSection
+    from ..learner.defaults import LearnerSection
     from ..slave.defaults import WorkerSection
+    from ..runtime import SystemSection
+    from ..storage.defaults import StorageSection
 
-    return [WorkerSection]
+    return [SystemSection, StorageSection, CoordinatorSection, CommanderSection, LearnerSection, SupervisorSection, WorkerSection,
+            SerialSection]
 
 
 def section_values(cfg: Mapping, path: str) -> Mapping:

@@ -138,10 +138,6 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
-    for section, budgets in (("serial", cfg.serial), ("parallel.commander", cfg.parallel.commander)):
-        for key in BUDGETS:
-            if budgets[key] < 0:
-                raise ConfigError(f"{section}.{key} must be >= 0 (0: no budget), got {budgets[key]!r}")
     stop_value = cfg.env.stop_value
     if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
         raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
@@ -151,32 +147,6 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError("; ".join(bad_learn))
     if not 0.0 < cfg.policy.discount_factor <= 1.0:
         raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
-    supervisor = cfg.parallel.supervisor
-    if (supervisor.max_restarts < 0 or supervisor.restart_window < 0 or supervisor.backoff < 0
-            or supervisor.max_backoff < supervisor.backoff):
-        raise ConfigError("parallel.supervisor needs max_restarts >= 0, restart_window >= 0 (0: the whole run) and "
-                          f"0 <= backoff <= max_backoff, got {supervisor.max_restarts=}, {supervisor.restart_window=}, "
-                          f"{supervisor.backoff=}, {supervisor.max_backoff=}")
-    ccfg = cfg.parallel.coordinator
-    if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
-        raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
-                          f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
-    if ccfg.read_ahead_bytes < 64 * 1024 or ccfg.max_connections_per_peer < 1:
-        # the budget holds one whole request head at least (64 KiB: the server's max_request_header_size)
-        raise ConfigError(f"parallel.coordinator needs read_ahead_bytes >= 65536 and max_connections_per_peer >= 1, "
-                          f"got {ccfg.read_ahead_bytes=}, {ccfg.max_connections_per_peer=}")
-    commander = cfg.parallel.commander
-    if commander.max_task_attempts < 1 or commander.task_failure_window < 0 or commander.max_repeated_failures < 0:
-        raise ConfigError("parallel.commander needs max_task_attempts >= 1, task_failure_window >= 0 (0: the whole "
-                          f"run) and max_repeated_failures >= 0 (0: no limit), got {commander.max_task_attempts=}, "
-                          f"{commander.task_failure_window=}, {commander.max_repeated_failures=}")
-    system = cfg.system
-    if system.tensorboard_interval < 0 or system.tensorboard_max_mb < 0:
-        raise ConfigError(f"system needs tensorboard_interval >= 0 (0: every point) and tensorboard_max_mb >= 0 "
-                          f"(0: no cap), got {system.tensorboard_interval=}, {system.tensorboard_max_mb=}")
-    if cfg.parallel.coordinator.snapshot_interval <= 0:
-        raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
-                          f"{cfg.parallel.coordinator.snapshot_interval}")
     eps = cfg.policy.other.get("eps")
     if eps is not None and eps.type not in ("exp", "linear"):
         raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")
@@ -205,10 +175,6 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
                           f"got {cfg.policy.type!r}")
     learner = cfg.parallel.learner
-    if learner.world_size < 1 or learner.collective_timeout <= 0 or learner.max_rank_restarts < 0:
-        raise ConfigError(f"parallel.learner needs world_size >= 1, collective_timeout > 0 and "
-                          f"max_rank_restarts >= 0, got {learner.world_size=}, {learner.collective_timeout=}, "
-                          f"{learner.max_rank_restarts=}")
     if learner.world_size > cfg.policy.learn.batch_size:
         raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
                           f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")
