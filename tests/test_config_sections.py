@@ -68,7 +68,7 @@ def test_a_section_checks_its_fields_and_relations_in_isolation():
 
     assert Toy.defaults() == {"rate": 0.5, "mode": "a", "limit": None}
     Toy.check({"rate": 1, "mode": "b", "limit": None})
-    for values, match in [({"rate": 0, "mode": "a", "limit": None}, r"toy needs rate > 0 and <= 1, got toy.rate=0"),
+    for values, match in [({"rate": 0, "mode": "a", "limit": None}, r"toy needs rate in \(0, 1\], got toy.rate=0"),
                           ({"rate": 0.5, "mode": "c", "limit": None}, r"toy needs mode one of 'a', 'b', got toy.mode='c'"),
                           ({"rate": 0.5, "mode": "a", "limit": 0}, r"toy needs limit >= 1, or None, got toy.limit=0"),
                           ({"rate": float("nan"), "mode": "a", "limit": 1}, r"toy.rate=nan"),

@@ -108,12 +108,13 @@ def sections() -> List[Type[Section]]:
     """Every typed section of the config tree (each knows its dotted path), in the reference's order."""
     from ..coordinator.defaults import CommanderSection, CoordinatorSection
     from ..entry.defaults import SupervisorSection
+    from ..envs.defaults import EnvSection
     from ..learner.defaults import LearnerSection
     from ..slave.defaults import WorkerSection
     from ..runtime import SystemSection
     from ..storage.defaults import StorageSection
 
-    return [SystemSection, StorageSection, CoordinatorSection, CommanderSection, LearnerSection, SupervisorSection, WorkerSection,
+    return [EnvSection, SystemSection, StorageSection, CoordinatorSection, CommanderSection, LearnerSection, SupervisorSection, WorkerSection,
             SerialSection]
 
 

@@ -127,9 +127,6 @@ def validate(cfg: EasyDict) -> None:
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
     the flow checks itself (``parallel_rl.data.flows``, called by the assembly)."""
     positive = [
-        ("env.collector_env_num", cfg.env.collector_env_num),
-        ("env.evaluator_env_num", cfg.env.evaluator_env_num),
-        ("env.n_evaluator_episode", cfg.env.n_evaluator_episode),
         ("policy.learn.batch_size", cfg.policy.learn.batch_size),
         ("policy.collect.n_sample", cfg.policy.collect.n_sample),
         ("policy.nstep", cfg.policy.nstep),
@@ -138,10 +135,6 @@ def validate(cfg: EasyDict) -> None:
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
-    stop_value = cfg.env.stop_value
-    if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
-        raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
-                          f"its budget; got {stop_value!r}")
     bad_learn = _learn_out_of_range(cfg.policy.learn)
     if bad_learn:
         raise ConfigError("; ".join(bad_learn))
@@ -154,11 +147,6 @@ def validate(cfg: EasyDict) -> None:
     if buf_type == "sequence":
         raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
                           "windows for library use; the pipelines train on transitions: use advanced or naive")
-    if cfg.env.type not in ("gymnasium", "pettingzoo"):
-        raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
-    if not 0 <= cfg.env.step_latency_ms < 60_000 or (cfg.env.step_latency_ms and cfg.env.type != "gymnasium"):
-        raise ConfigError(f"env.step_latency_ms must be in [0, 60000) ms, and 0 unless env.type='gymnasium', got "
-                          f"{cfg.env.step_latency_ms!r} with env.type={cfg.env.type!r}")
     if cfg.policy.model.get("recurrent") and cfg.env.type != "gymnasium":
         raise ConfigError("policy.model.recurrent (a policy with memory) needs env.type='gymnasium': the two-player "
                           "collectors and evaluators carry no recurrent state yet; drop policy.model.recurrent")

@@ -43,13 +43,13 @@ def describe(f: dataclasses.Field) -> str:
     m = f.metadata
     if m.get("choices") is not None:
         return "one of " + ", ".join(repr(c) for c in m["choices"])
-    if m.get("lo") is not None and m.get("hi") is not None:
-        return f"in [{m['lo']!r}, {m['hi']!r}]" + (", or None" if m.get("nullable") else "")
-    low = (f">= {m['lo']!r}" if m.get("lo") is not None else f"> {m['above']!r}" if m.get("above") is not None
-           else "")
-    high = (f"<= {m['hi']!r}" if m.get("hi") is not None else f"< {m['below']!r}" if m.get("below") is not None
-            else "")
-    words = " and ".join(filter(None, [low, high]))
+    low = ("[", m["lo"]) if m.get("lo") is not None else ("(", m["above"]) if m.get("above") is not None else None
+    high = ("]", m["hi"]) if m.get("hi") is not None else (")", m["below"]) if m.get("below") is not None else None
+    if low and high:  # two-sided: an interval
+        return f"in {low[0]}{low[1]!r}, {high[1]!r}{high[0]}" + (", or None" if m.get("nullable") else "")
+    lower = f"{'>=' if low[0] == '[' else '>'} {low[1]!r}" if low else ""
+    upper = f"{'<=' if high[0] == ']' else '<'} {high[1]!r}" if high else ""
+    words = " and ".join(filter(None, [lower, upper]))
     if words and m.get("nullable"):
         words += ", or None"
     return words
