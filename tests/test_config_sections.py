@@ -40,22 +40,41 @@ def nested(path: str, key: str, value) -> dict:
     return tree
 
 
-CASES = [pytest.param(section, f.name, value, id=f"{section.path}.{f.name}={value!r}")
-         for section in sections() for f in section.fields() if bounded(f) for value in just_outside(f)]
+def cases():
+    """(policy type, section path, key, value just outside its range) for every bounded field of every section,
+    each algorithm's policy section under its own policy.type."""
+    from parallel_rl.policy.spec import POLICIES
+
+    out = {}
+    for policy_type in POLICIES:
+        for path, section in sections(policy_type):
+            owner = policy_type if path.startswith("policy") else "dqn"  # the other sections once
+            for f in filter(bounded, section.fields()):
+                for value in just_outside(f):
+                    out[(owner, path, f.name, repr(value))] = value
+    return [pytest.param(policy_type, path, key, value, id=f"{policy_type}:{path}.{key}={shown}")
+            for (policy_type, path, key, shown), value in out.items()]
+
+
+CASES = cases()
 
 
 def test_the_walk_covers_every_section_and_bounded_key():
     # a walk over nothing passes: the sections and their bounded keys are there to walk
-    walked = {(case.values[0].path, case.values[1]) for case in CASES}
-    assert len(walked) >= 50
-    assert {"parallel.worker", "parallel.coordinator", "parallel.commander", "parallel.learner", "system",
-            "serial"} <= {path for path, _ in walked}
+    walked = {(case.values[0], case.values[1], case.values[2]) for case in CASES}
+    assert len(walked) >= 150
+    assert {"parallel.worker", "parallel.coordinator", "parallel.commander", "parallel.learner", "system", "serial",
+            "env", "policy", "policy.learn", "policy.model.encoder", "policy.other.eps"} <= {p for _, p, _ in walked}
+    assert {("td3", "policy.learn", "policy_noise"), ("td3", "policy.learn", "policy_delay"),
+            ("sac", "policy.learn", "learning_rate_q")} <= walked
 
 
-@pytest.mark.parametrize("section, key, value", CASES)
-def test_every_value_just_outside_its_range_is_a_config_error_naming_key_and_value(section, key, value):
-    with pytest.raises(ConfigError, match=re.escape(f"{section.path}.{key}={value!r}")):
-        compile_config(nested(section.path, key, value))
+@pytest.mark.parametrize("policy_type, path, key, value", CASES)
+def test_every_value_just_outside_its_range_is_a_config_error_naming_key_and_value(policy_type, path, key, value):
+    user = nested(path, key, value)
+    user.setdefault("policy", {}).setdefault("type", policy_type)
+    with pytest.raises(ConfigError, match=re.escape(f"{path}.{key}={value!r}")):
+        compile_config(user)
 
 
 def test_a_section_checks_its_fields_and_relations_in_isolation():
@@ -83,3 +102,59 @@ def test_the_configuration_reference_is_current():
     done = subprocess.run([sys.executable, "-m", "parallel_rl.config.reference", "--check"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("user, match", [
+    ({"policy": {"type": "td3", "learn": {"policy_noise": -1}}}, r"policy.learn.policy_noise=-1"),
+    ({"policy": {"type": "td3", "learn": {"policy_delay": 0}}}, r"policy.learn.policy_delay=0"),
+    ({"policy": {"type": "sac", "learn": {"learning_rate_q": -1}}}, r"policy.learn.learning_rate_q=-1"),
+    ({"serial": {"max_env_step": -5}}, r"serial.max_env_step=-5"),
+    ({"parallel": {"commander": {"max_seconds": -1.0}}}, r"parallel.commander.max_seconds=-1.0"),
+    ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None \(or inf\)"),
+])
+def test_the_bad_values_of_issue_42_are_refused_at_compile_time(user, match):
+    # each of these compiled and failed only once a worker built the policy, or never (learning_rate_q: the
+    # project's own Adam skips torch's check)
+    with pytest.raises(ConfigError, match=match):
+        compile_config(user)
+
+
+def test_an_infinite_stop_value_compiles_to_none_which_crosses_json():
+    # inf crossed JSON as null and broke every cluster evaluator; it means "no stop value" and compiles to None
+    import json
+
+    cfg = compile_config({"env": {"stop_value": float("inf")}})
+    assert cfg.env.stop_value is None
+    assert json.loads(json.dumps(cfg.env, allow_nan=False))["stop_value"] is None
+
+
+def test_a_users_algorithm_comes_in_by_register_policy_with_its_section_and_bounds():
+    from parallel_rl.policy import POLICY_ACTION_SPACES, POLICY_DEFAULTS, PolicySpec, register_policy
+    from parallel_rl.policy.defaults import DQNLearn, DQNSection
+    from parallel_rl.policy.spec import POLICIES
+
+    @dataclasses.dataclass(frozen=True)
+    class MyLearn(DQNLearn):
+        temperature: float = setting(1.0, above=0, doc="my algorithm's temperature")
+
+    @dataclasses.dataclass(frozen=True)
+    class MySection(DQNSection):
+        type: str = setting("mine", doc="the algorithm")
+        learn: dict = setting(MyLearn, doc="training")
+
+    try:
+        register_policy(PolicySpec("mine", "parallel_rl.policy.dqn:DQNPolicy", MySection, ("discrete", "box")))
+        assert compile_config({"policy": {"type": "mine"}}).policy.learn.temperature == 1.0
+        assert POLICY_ACTION_SPACES["mine"] == ("discrete", "box") and POLICY_DEFAULTS["mine"]().type == "mine"
+        with pytest.raises(ConfigError, match=r"policy.learn.temperature=0.0"):
+            compile_config({"policy": {"type": "mine", "learn": {"temperature": 0.0}}})
+        # the seed form: a defaults function, no bounds beyond the schema's types
+        register_policy("mine_too", "parallel_rl.policy.dqn:DQNPolicy", lambda: {**DQNSection.defaults(),
+                                                                                  "type": "mine_too"})
+        assert compile_config({"policy": {"type": "mine_too"}}).policy.learn.batch_size == 64
+    finally:
+        POLICIES.pop("mine", None)
+        POLICIES.pop("mine_too", None)
+    with pytest.raises(ConfigError, match=r"unknown policy.type 'mine'"):
+        compile_config({"policy": {"type": "mine"}})
+

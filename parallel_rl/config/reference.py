@@ -33,14 +33,27 @@ def _default(value: Any) -> str:
     return "`" + _cell(json.dumps(value) if not isinstance(value, str) else repr(value)) + "`"
 
 
+def _table(lines: List[str], path: str, section: Any, heading: str) -> None:
+    lines += ["", f"## `{path}`{heading}: {section.title}", ""]
+    if section.__doc__ and not section.__doc__.startswith(section.__name__ + "("):  # a dataclass's own repr
+        lines += [_cell(" ".join(section.__doc__.split())), ""]
+    lines += ["| key | default | values | meaning |", "|---|---|---|---|"]
+    for key, row in section.reference().items():
+        lines.append(f"| `{key}` | {_default(row['default'])} | {_cell(row['values'])} | {_cell(row['doc'])} |")
+
+
 def render() -> str:
-    """The reference as Markdown: one table per section, in :func:`~.assembly.sections` order."""
+    """The reference as Markdown: one table per section, in :func:`~.assembly.top_sections` order, then each
+    algorithm's ``policy`` section (its own keys, bounds and defaults)."""
+    from ..policy.spec import POLICIES
+
     lines: List[str] = [HEADER.rstrip("\n")]
-    for section in sections():
-        lines += ["", f"## `{section.path}`: {section.title}", "", " ".join((section.__doc__ or "").split()), "",
-                  "| key | default | values | meaning |", "|---|---|---|---|"]
-        for key, row in section.reference().items():
-            lines.append(f"| `{key}` | {_default(row['default'])} | {_cell(row['values'])} | {_cell(row['doc'])} |")
+    for path, section in sections():
+        if not path.startswith("policy"):
+            _table(lines, path, section, "")
+    for name, spec in POLICIES.items():
+        for path, section in (spec.typed.walk() if spec.typed else ()):
+            _table(lines, path, section, f" (policy.type={name!r})")
     return "\n".join(lines) + "\n"
 
 

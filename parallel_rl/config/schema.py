@@ -77,39 +77,6 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
     return out
 
 
-# numeric policy.learn keys, checked for whichever policy type has them: (lowest, highest or None, whether the lowest
-# itself is allowed, whole numbers only, what the message says). A value outside (epoch_per_collect=-1) ran a whole
-# budget without a single update
-LEARN_RANGES = {
-    "epoch_per_collect": (1, None, True, True, "an int >= 1"),
-    "update_per_collect": (1, None, True, True, "an int >= 1"),
-    "unroll_len": (1, None, True, True, "an int >= 1"),
-    "learning_rate": (0.0, None, False, False, "> 0"),
-    "clip_ratio": (0.0, None, False, False, "> 0"),
-    "gae_lambda": (0.0, 1.0, True, False, "in [0, 1]"),
-    "lambda_": (0.0, 1.0, True, False, "in [0, 1]"),
-    "value_weight": (0.0, None, True, False, ">= 0"),
-    "entropy_weight": (0.0, None, True, False, ">= 0"),
-    "max_grad_norm": (0.0, None, True, False, ">= 0 (0: no clipping)"),
-    "lr_anneal_env_steps": (0, None, True, False, ">= 0 (0: constant)"),
-}
-
-
-def _learn_out_of_range(learn: Mapping) -> list:
-    """One message per ``policy.learn`` key of :data:`LEARN_RANGES` outside its range."""
-    bad = []
-    for key, (low, high, low_ok, whole, what) in LEARN_RANGES.items():
-        value = learn.get(key)
-        if value is None:
-            continue
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and (value >= low if low_ok else value > low) and (high is None or value <= high)
-              and (not whole or float(value).is_integer()))
-        if not ok:
-            bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
-    return bad
-
-
 # the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
 BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
 
@@ -127,22 +94,11 @@ def validate(cfg: EasyDict) -> None:
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
     the flow checks itself (``parallel_rl.data.flows``, called by the assembly)."""
     positive = [
-        ("policy.learn.batch_size", cfg.policy.learn.batch_size),
-        ("policy.collect.n_sample", cfg.policy.collect.n_sample),
-        ("policy.nstep", cfg.policy.nstep),
         ("policy.other.replay_buffer.replay_buffer_size", cfg.policy.other.replay_buffer.replay_buffer_size),
     ]
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
-    bad_learn = _learn_out_of_range(cfg.policy.learn)
-    if bad_learn:
-        raise ConfigError("; ".join(bad_learn))
-    if not 0.0 < cfg.policy.discount_factor <= 1.0:
-        raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
-    eps = cfg.policy.other.get("eps")
-    if eps is not None and eps.type not in ("exp", "linear"):
-        raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")
     buf_type = cfg.policy.other.replay_buffer.type
     if buf_type == "sequence":
         raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type
 
 from easydict import EasyDict
 
@@ -22,12 +22,14 @@ from ..errors import ConfigError
 def setting(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None, above: Optional[float] = None,
             below: Optional[float] = None, choices: Optional[Sequence[Any]] = None, doc: str = "",
             nullable: bool = False) -> Any:
-    """A section's field: its ``default``, its range (``lo <= value <= hi``, ``above < value < below``; None: no
+    """A section's field: its ``default`` (a :class:`Section` subclass: a section inside this one), its range (``lo <= value <= hi``, ``above < value < below``; None: no
     bound), or its ``choices``, and its ``doc`` (one or two sentences, as the reference prints it). ``nullable``:
     None is a value of its own (it says what it means in ``doc``), never checked against the range. A dict
     default is *open* when empty (any keys below it), as the schema's merge reads it."""
     meta = {"lo": lo, "hi": hi, "above": above, "below": below, "choices": tuple(choices) if choices else None,
             "doc": " ".join(doc.split()), "nullable": nullable}
+    if isinstance(default, type) and issubclass(default, Section):  # a section inside this one
+        return dataclasses.field(default_factory=default.defaults, metadata={**meta, "section": default})
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -90,6 +92,8 @@ class Section:
         path = cls.path if path is None else path
         for f in dataclasses.fields(cls):
             value = values.get(f.name)
+            if f.metadata.get("section") is not None and isinstance(value, Mapping):
+                f.metadata["section"].check(value, f"{path}.{f.name}")
             if not bounded(f) or (value is None and f.metadata.get("nullable")):
                 continue
             if not _in_range(f.metadata, value):
@@ -101,8 +105,17 @@ class Section:
         """The checks between this section's fields (none here): ConfigError naming the keys and values."""
 
     @classmethod
+    def walk(cls, path: Optional[str] = None) -> Iterator[Tuple[str, Type["Section"]]]:
+        """``(path, section)`` of this section and of each section inside it, depth first."""
+        path = cls.path if path is None else path
+        yield path, cls
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("section") is not None:
+                yield from f.metadata["section"].walk(f"{path}.{f.name}")
+
+    @classmethod
     def reference(cls) -> Dict[str, Dict[str, Any]]:
         """Each key's default, values (:func:`describe`) and doc, as the generated reference prints them."""
         defaults = cls.defaults()
         return {f.name: {"default": defaults[f.name], "values": describe(f), "doc": f.metadata.get("doc", "")}
-                for f in dataclasses.fields(cls)}
+                for f in dataclasses.fields(cls) if f.metadata.get("section") is None}
