@@ -2,6 +2,7 @@
 just outside its range (and a wrong choice) through compile_config, naming the key and the value; the generated
 configuration reference is current."""
 import dataclasses
+import pathlib
 import re
 import subprocess
 import sys
@@ -158,3 +159,41 @@ def test_a_users_algorithm_comes_in_by_register_policy_with_its_section_and_boun
     with pytest.raises(ConfigError, match=r"unknown policy.type 'mine'"):
         compile_config({"policy": {"type": "mine"}})
 
+
+CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """Every dotted key of ``tree``, sections included, with its value."""
+    out = {}
+    for key, value in tree.items():
+        out[f"{prefix}{key}"] = value
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def stated_defaults(path: pathlib.Path) -> list:
+    """The keys config ``path`` states at their default (restated_defaults), less those it inherits from the
+    configs it builds on (``runpy.run_path`` of another config: that one's to answer for) and those it sets back
+    to the default over a base's other value (it has to state those)."""
+    from parallel_rl.config import load_config_file
+    from parallel_rl.config.assembly import restated_defaults
+
+    bases = [CONFIGS / name for name in re.findall(r'"(\w+\.py)"', path.read_text()) if (CONFIGS / name).exists()]
+    inherited = set().union(*(_flat(load_config_file(str(base))) for base in bases))
+    return [key for key in restated_defaults(load_config_file(str(path))) if key not in inherited]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.py")))
+def test_a_shipped_config_states_only_what_differs_from_the_defaults(name):
+    # a restated default hides the keys that matter, and goes stale when the default moves
+    assert stated_defaults(CONFIGS / name) == []
+
+
+def test_a_restated_default_is_found(tmp_path):
+    config = tmp_path / "restating.py"
+    config.write_text('main_config = dict(exp_name="x", seed=0, env=dict(env_id="CartPole-v1", stop_value=195),\n'
+                      '                   policy=dict(type="ppo", learn=dict(batch_size=64, epoch_per_collect=3),\n'
+                      '                               other=dict(replay_buffer=dict(type="naive"))))\n')
+    assert stated_defaults(config) == ["seed", "env.stop_value", "policy.learn.batch_size"]
