@@ -10,30 +10,18 @@ collectors (``benchmarks/async.py``'s runs to 195, seeds 0-7: median 28.5k env s
 """
 main_config = dict(
     exp_name="cartpole_appo",
-    seed=0,
     env=dict(
         env_id="CartPole-v1",
-        collector_env_num=8,
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
-        stop_value=195,
     ),
     policy=dict(
         type="appo",
-        cuda=False,
-        model=dict(hidden_size_list=[64, 64]),
-        discount_factor=0.99,
         learn=dict(
             epoch_per_collect=4,
             batch_size=128,
             learning_rate=1e-3,
             clip_ratio=0.2,
-            value_weight=0.5,
             entropy_weight=0.0,
-            adv_norm=True,
             max_grad_norm=0.5,
-            rho_bar=1.0,
-            c_bar=1.0,
         ),
         # one segment per update: 8 envs x 64 steps
         collect=dict(n_sample=512),

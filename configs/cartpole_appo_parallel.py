@@ -16,11 +16,9 @@ main_config["exp_name"] = "cartpole_appo_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         # one iteration is one segment: evaluate every 2 policy versions (on a collector)
         eval_freq=2,
         max_env_step=200_000,
         max_seconds=300.0,
     ),
-    collector=dict(chunk_size=1024, flush_interval=0.05),
 )

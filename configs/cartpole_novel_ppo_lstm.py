@@ -18,35 +18,24 @@ orthogonal init, no observation normalization; it solved seed 0 and failed seeds
 """
 main_config = dict(
     exp_name="cartpole_novel_ppo_lstm",
-    seed=0,
     env=dict(
         env_id="CartPole-v1",
         mask_velocity=True,
-        collector_env_num=8,
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
         stop_value=500,
     ),
     policy=dict(
         type="ppo",
-        cuda=False,
         model=dict(hidden_size_list=[64], activation="relu", obs_norm=True,
                    recurrent=dict(type="lstm", hidden_size=64)),
         discount_factor=0.98,
         learn=dict(
             epoch_per_collect=20,
             batch_size=256,
-            unroll_len=32,
             learning_rate=1e-3,
             lr_anneal_env_steps=100_000,
-            clip_ratio=0.2,
             clip_anneal=True,
             adam_eps=1e-5,
             value_weight=1.0,
-            entropy_weight=0.0,
-            value_clip=False,
-            adv_norm=True,
-            max_grad_norm=0.5,
             gae_lambda=0.8,
         ),
         # one segment per update: 8 envs x 32 steps

@@ -19,7 +19,7 @@ main_config["exp_name"] = "cartpole_novel_ppo_lstm_parallel"
 # on the cluster, 44 by 22k serially with 16 envs, against 485 by 14k with 8)
 main_config["env"]["collector_env_num"] = 4
 del main_config["serial"]
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="segment", max_staleness=0, max_use=1))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=2048,
@@ -28,5 +28,5 @@ main_config["parallel"] = dict(
         max_env_step=100_000,
         max_seconds=1800.0,
     ),
-    collector=dict(chunk_size=256, flush_interval=0.05),
+    collector=dict(chunk_size=256),
 )

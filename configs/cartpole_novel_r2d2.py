@@ -16,38 +16,27 @@ units after the raw observation, one ReLU layer of 64 and a dueling head. Sequen
 """
 main_config = dict(
     exp_name="cartpole_novel_r2d2",
-    seed=0,
     env=dict(
         env_id="CartPole-v1",
         mask_velocity=True,
-        collector_env_num=8,
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
         # issue 29's target for R2D2 on this task: 400 within 100k env steps
         stop_value=400,
     ),
     policy=dict(
         type="r2d2",
-        model=dict(hidden_size_list=[64], dueling=True, recurrent=dict(type="lstm", hidden_size=64)),
         discount_factor=0.99,
         burnin_step=10,
-        nstep=5,
         learn=dict(
             unroll_len=20,
             update_per_collect=8,
             batch_size=32,
-            learning_rate=5e-4,
             target_update_freq=100,
-            value_rescale=True,
-            priority_eta=0.9,
         ),
         # sequences per collect call (8 x 20 = 160 new env steps)
-        collect=dict(n_sample=8),
         eval=dict(evaluator=dict(eval_freq=100)),
         other=dict(
-            eps=dict(type="exp", start=0.95, end=0.05, decay=10000),
             # 5000 sequences ~ the last 100k env steps
-            replay_buffer=dict(type="advanced", replay_buffer_size=5000, alpha=0.6, beta=0.4, anneal_step=4000),
+            replay_buffer=dict(replay_buffer_size=5000, anneal_step=4000),
         ),
     ),
     serial=dict(max_env_step=100_000),

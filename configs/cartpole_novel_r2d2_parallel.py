@@ -17,7 +17,6 @@ main_config["exp_name"] = "cartpole_novel_r2d2_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         # evaluations run on collectors, off the learner's CPU
         eval_freq=100,
         # the serial pipeline's replay ratio: 8 sequences of 20 new rows (160 env steps) per 8 updates
@@ -26,6 +25,6 @@ main_config["parallel"] = dict(
         max_seconds=900.0,
     ),
     # a chunk row is one sequence of 35 rows (20 new env steps): 16 sequences ~ 320 env steps a chunk
-    collector=dict(chunk_size=16, flush_interval=0.05),
-    learner=dict(publish_every=50, prefetch_batches=16, min_buffer_size=64),
+    collector=dict(chunk_size=16),
+    learner=dict(min_buffer_size=64),
 )

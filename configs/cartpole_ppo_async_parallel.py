@@ -16,14 +16,12 @@ main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__
 main_config["exp_name"] = "cartpole_ppo_async_parallel"
 del main_config["serial"]
 main_config["policy"]["flow"] = "async"
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="rollout", max_staleness=8))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         # every 5th version (the learner publishes every update)
         eval_freq=5,
         max_env_step=400_000,
         max_seconds=300.0,
     ),
-    collector=dict(chunk_size=1024, flush_interval=0.05),
 )

@@ -13,14 +13,12 @@ import runpy
 main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_ppo.py"))["main_config"])
 main_config["exp_name"] = "cartpole_ppo_parallel"
 del main_config["serial"]
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="segment", max_staleness=0, max_use=1))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         # one iteration is one segment: evaluate every other policy version (on a collector)
         eval_freq=2,
         max_env_step=200_000,
         max_seconds=300.0,
     ),
-    collector=dict(chunk_size=1024, flush_interval=0.05),
 )

@@ -18,17 +18,15 @@ of 1,000 fresh games against lookahead (500 per side) and 95.1 % against random.
 """
 main_config = dict(
     exp_name="connect_four_selfplay",
-    seed=0,
     env=dict(
         type="pettingzoo",
         env_id="pettingzoo.classic.connect_four_v3",
         collector_env_num=16,
-        evaluator_env_num=8,
         n_evaluator_episode=200,
         stop_value=0.65,
     ),
     policy=dict(
-        model=dict(hidden_size_list=[256, 256, 128], dueling=True),
+        model=dict(hidden_size_list=[256, 256, 128]),
         discount_factor=0.95,
         nstep=3,
         learn=dict(update_per_collect=16, batch_size=256, learning_rate=2.5e-4, target_update_freq=500),
@@ -41,11 +39,11 @@ main_config = dict(
             min_mean_win_rate=dict(random=0.9),
         )),
         other=dict(
-            eps=dict(type="exp", start=0.9, end=0.05, decay=100000),
+            eps=dict(start=0.9, decay=100000),
             replay_buffer=dict(type="naive", replay_buffer_size=200000),
         ),
     ),
-    league=dict(snapshot_every=2000, pool_size=10, bots=["random", "lookahead"], self_play_prob=0.3,
-                pfsp_weighting="hard"),
+    league=dict(snapshot_every=2000, bots=["random", "lookahead"], self_play_prob=0.3,
+                ),
     serial=dict(max_seconds=3600),
 )

@@ -8,7 +8,6 @@ deterministic episodes every 5,000 updates. ``configs/halfcheetah_sac_parallel.p
 """
 main_config = dict(
     exp_name="halfcheetah_sac",
-    seed=0,
     env=dict(
         env_id="HalfCheetah-v5",
         collector_env_num=1,
@@ -18,20 +17,12 @@ main_config = dict(
     ),
     policy=dict(
         type="sac",
-        model=dict(actor_hidden_size_list=[256, 256], critic_hidden_size_list=[256, 256]),
-        discount_factor=0.99,
-        nstep=1,
         random_collect_size=10_000,
         learn=dict(
-            update_per_collect=1,
-            batch_size=256,
             learning_rate_q=3e-4,
             learning_rate_policy=3e-4,
             learning_rate_alpha=3e-4,
-            target_theta=0.005,
             init_alpha=1.0,
-            auto_alpha=True,
-            target_entropy_per_dim=-1.0,
         ),
         collect=dict(n_sample=1),
         eval=dict(evaluator=dict(eval_freq=5000)),

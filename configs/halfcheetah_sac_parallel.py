@@ -20,6 +20,6 @@ main_config["parallel"] = dict(
         allowance_grant=64,
         max_env_step=100_000,
     ),
-    collector=dict(chunk_size=256, flush_interval=0.05),
-    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=1.0),
+    collector=dict(chunk_size=256),
+    learner=dict(publish_every=100, max_updates_per_transition=1.0),
 )

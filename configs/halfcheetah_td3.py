@@ -8,7 +8,6 @@ episodes every 5,000 updates. ``configs/halfcheetah_td3_parallel.py`` runs it as
 """
 main_config = dict(
     exp_name="halfcheetah_td3",
-    seed=0,
     env=dict(
         env_id="HalfCheetah-v5",
         collector_env_num=1,
@@ -18,21 +17,8 @@ main_config = dict(
     ),
     policy=dict(
         type="td3",
-        model=dict(actor_hidden_size_list=[256, 256], critic_hidden_size_list=[256, 256]),
-        discount_factor=0.99,
-        nstep=1,
         random_collect_size=10_000,
-        learn=dict(
-            update_per_collect=1,
-            batch_size=256,
-            learning_rate_actor=3e-4,
-            learning_rate_critic=3e-4,
-            target_theta=0.005,
-            policy_delay=2,
-            policy_noise=0.2,
-            noise_clip=0.5,
-        ),
-        collect=dict(n_sample=1, exploration_noise=0.1),
+        collect=dict(n_sample=1),
         eval=dict(evaluator=dict(eval_freq=5000)),
         other=dict(replay_buffer=dict(type="naive", replay_buffer_size=1_000_000)),
     ),

@@ -10,5 +10,5 @@ import runpy
 main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
                                                         "halfcheetah_td3_parallel.py"))["main_config"])
 main_config["exp_name"] = "halfcheetah_td3_paper_parallel"
-main_config["policy"]["model"].update(actor_hidden_size_list=[400, 300], critic_hidden_size_list=[400, 300])
-main_config["policy"]["learn"].update(batch_size=100, learning_rate_actor=1e-3, learning_rate_critic=1e-3)
+main_config["policy"]["model"] = dict(actor_hidden_size_list=[400, 300], critic_hidden_size_list=[400, 300])
+main_config["policy"]["learn"] = dict(batch_size=100, learning_rate_actor=1e-3, learning_rate_critic=1e-3)

@@ -10,7 +10,6 @@ only) and the log std starts at 0 as CleanRL's. ``configs/hopper_ppo_parallel.py
 """
 main_config = dict(
     exp_name="hopper_ppo",
-    seed=0,
     env=dict(
         env_id="Hopper-v5",
         collector_env_num=1,
@@ -20,22 +19,11 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        model=dict(hidden_size_list=[64, 64], init_log_std=0.0, obs_norm=True, obs_clip=10.0, orthogonal_init=True),
-        discount_factor=0.99,
+        model=dict(init_log_std=0.0, obs_norm=True, orthogonal_init=True),
         learn=dict(
-            epoch_per_collect=10,
-            batch_size=64,
-            learning_rate=3e-4,
             lr_anneal_env_steps=1_000_000,
-            clip_ratio=0.2,
-            value_weight=0.5,
-            entropy_weight=0.0,
             value_clip=True,
-            adv_norm=True,
-            max_grad_norm=0.5,
-            gae_lambda=0.95,
             reward_norm=True,
-            reward_clip=10.0,
         ),
         collect=dict(n_sample=2048),
         # one evaluation every 10 segments (20,480 env steps)

@@ -12,7 +12,7 @@ import runpy
 main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "hopper_ppo.py"))["main_config"])
 main_config["exp_name"] = "hopper_ppo_parallel"
 del main_config["serial"]
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="segment", max_staleness=0, max_use=1))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=20_480,
@@ -20,5 +20,4 @@ main_config["parallel"] = dict(
         eval_freq=10,
         max_env_step=1_000_000,
     ),
-    collector=dict(chunk_size=1024, flush_interval=0.05),
 )

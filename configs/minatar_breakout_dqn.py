@@ -22,23 +22,19 @@ Other games: ``--set env.env_id=MinAtar/SpaceInvaders-v1 --set 'policy.model.enc
 """
 main_config = dict(
     exp_name="minatar_breakout_dqn",
-    seed=0,
     env=dict(
         env_id="MinAtar/Breakout-v1",
         # minatar 1.0.15 registers its ids with gymnasium only when asked: env.import_names does it
         import_names=["minatar"],
         collector_env_num=4,
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
         stop_value=None,  # no stop value: trains to its budget, then exits 0
     ),
     policy=dict(
         type="dqn",
         model=dict(hidden_size_list=[], dueling=False, encoder=dict(type="minatar", shape=[10, 10, 4])),
-        discount_factor=0.99,
         nstep=1,
         random_collect_size=5000,
-        learn=dict(update_per_collect=4, batch_size=32, learning_rate=1e-4, target_update_freq=1000,
+        learn=dict(batch_size=32, learning_rate=1e-4, target_update_freq=1000,
                    double=False, max_grad_norm=0.0),
         collect=dict(n_sample=4),
         # one evaluation every 25,000 updates (25,000 env steps)

@@ -30,5 +30,5 @@ main_config["parallel"] = dict(
     # of them cached hold the whole replay (~220 MB of uint8/bool rows). The cache now keeps rows in pages of 8
     # (the defaults' 131k rows would hold the replay too); these are the settings the figures were measured with
     collector=dict(chunk_size=64, flush_interval=2.0),
-    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=1.0, chunk_cache_size=4096),
+    learner=dict(publish_every=100, max_updates_per_transition=1.0, chunk_cache_size=4096),
 )

@@ -20,12 +20,10 @@ gymnax-blines' sweep) 21-26 from 330k env steps on. Those two are set here.
 """
 main_config = dict(
     exp_name="minatar_breakout_ppo",
-    seed=0,
     env=dict(
         env_id="MinAtar/Breakout-v1",
         import_names=["minatar"],
         collector_env_num=64,
-        evaluator_env_num=8,
         n_evaluator_episode=32,
         stop_value=None,  # no stop value: trains to its budget, then exits 0
         # gymnax's MinAtar: no sticky actions, 1,000-step episodes (evaluations too)
@@ -33,7 +31,7 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        model=dict(hidden_size_list=[256, 256], encoder=dict(type="mlp", shape=[10, 10, 4]), activation="relu",
+        model=dict(hidden_size_list=[256, 256], encoder=dict(shape=[10, 10, 4]), activation="relu",
                    orthogonal_init=True),
         discount_factor=0.999,
         learn=dict(
@@ -41,13 +39,8 @@ main_config = dict(
             batch_size=1024,
             learning_rate=1e-3,
             adam_eps=1e-5,
-            clip_ratio=0.2,
-            value_weight=0.5,
             entropy_weight=0.01,
             value_clip=True,
-            adv_norm=True,
-            max_grad_norm=0.5,
-            gae_lambda=0.95,
         ),
         # one segment per update: 64 envs x 128 steps
         collect=dict(n_sample=8192),

@@ -14,7 +14,7 @@ main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__
 main_config["exp_name"] = "minatar_breakout_ppo_parallel"
 del main_config["serial"]
 main_config["env"]["collector_env_num"] = 32
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="segment", max_staleness=0, max_use=1))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(
         collector_task_env_steps=81_920,
@@ -24,5 +24,5 @@ main_config["parallel"] = dict(
     ),
     # a collector's share of a segment (32 envs x 128 steps) in one chunk: four files fewer a version (the
     # learner's env lanes run on across a collector's consecutive chunks either way)
-    collector=dict(chunk_size=4096, flush_interval=0.05),
+    collector=dict(chunk_size=4096),
 )

@@ -6,18 +6,14 @@ Sample Factory's and RLlib's).
 """
 main_config = dict(
     exp_name="pendulum_appo",
-    seed=0,
     env=dict(
         env_id="Pendulum-v1",
-        collector_env_num=8,
         evaluator_env_num=5,
         n_evaluator_episode=5,
         stop_value=-250,
     ),
     policy=dict(
         type="appo",
-        cuda=False,
-        model=dict(hidden_size_list=[64, 64], init_log_std=-0.5),
         # a short horizon: Pendulum's reward is dense and the swing-up takes ~100 steps
         discount_factor=0.9,
         learn=dict(
@@ -25,12 +21,8 @@ main_config = dict(
             batch_size=256,
             learning_rate=1e-3,
             clip_ratio=0.2,
-            value_weight=0.5,
             entropy_weight=0.0,
-            adv_norm=True,
             max_grad_norm=0.5,
-            rho_bar=1.0,
-            c_bar=1.0,
         ),
         collect=dict(n_sample=2048),
         eval=dict(evaluator=dict(eval_freq=5)),

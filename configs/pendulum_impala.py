@@ -14,4 +14,5 @@ main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__
 main_config["exp_name"] = "pendulum_impala"
 main_config["policy"]["type"] = "impala"
 del main_config["policy"]["learn"]["clip_ratio"]
+main_config["policy"]["learn"]["adv_norm"] = True  # APPO's default, not IMPALA's
 main_config["serial"]["max_env_step"] = 500_000

@@ -20,11 +20,9 @@ main_config["policy"]["learn"].update(epoch_per_collect=4, learning_rate=3e-4)
 del main_config["serial"]
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         # one iteration is one segment: evaluate every 5 policy versions (on a collector)
         eval_freq=5,
         max_env_step=800_000,
         max_seconds=600.0,
     ),
-    collector=dict(chunk_size=1024, flush_interval=0.05),
 )

@@ -19,7 +19,6 @@ RL Zoo's result: -217.9 +- 140 at 1e5 steps (``benchmark.md``).
 """
 main_config = dict(
     exp_name="pendulum_novel_ppo_lstm",
-    seed=0,
     env=dict(
         env_id="Pendulum-v1",
         mask_velocity=True,
@@ -30,22 +29,13 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        cuda=False,
         model=dict(hidden_size_list=[64], activation="relu", obs_norm=True, init_log_std=0.0, squash_mean=False,
                    use_sde=True, sde_sample_freq=4, recurrent=dict(type="lstm", hidden_size=64)),
         discount_factor=0.9,
         learn=dict(
-            epoch_per_collect=10,
             batch_size=128,
-            unroll_len=32,
             learning_rate=1e-3,
-            clip_ratio=0.2,
             value_weight=1.0,  # SB3's vf_coef 0.5 (its loss: vf_coef * mse; ours: value_weight * 0.5 * mse)
-            entropy_weight=0.0,
-            value_clip=False,
-            adv_norm=True,
-            max_grad_norm=0.5,
-            gae_lambda=0.95,
             adam_eps=1e-5,
         ),
         collect=dict(n_sample=4096),

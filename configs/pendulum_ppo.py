@@ -1,31 +1,19 @@
 """Pendulum-v1 PPO (continuous actions), serial pipeline: ``parallel-rl serial -c configs/pendulum_ppo.py``."""
 main_config = dict(
     exp_name="pendulum_ppo",
-    seed=0,
     env=dict(
         env_id="Pendulum-v1",
-        collector_env_num=8,
         evaluator_env_num=5,
         n_evaluator_episode=5,
         stop_value=-400,
     ),
     policy=dict(
         type="ppo",
-        cuda=False,
-        model=dict(hidden_size_list=[64, 64], init_log_std=-0.5),
         # a short horizon: Pendulum's reward is dense and the swing-up takes ~100 steps
         discount_factor=0.9,
         learn=dict(
-            epoch_per_collect=10,
             batch_size=256,
             learning_rate=1e-3,
-            clip_ratio=0.2,
-            value_weight=0.5,
-            entropy_weight=0.0,
-            value_clip=False,
-            adv_norm=True,
-            max_grad_norm=0.5,
-            gae_lambda=0.95,
         ),
         collect=dict(n_sample=2048),
         eval=dict(evaluator=dict(eval_freq=5)),

@@ -1,7 +1,6 @@
 """Pendulum-v1 SAC, serial pipeline: ``parallel-rl serial -c configs/pendulum_sac.py``."""
 main_config = dict(
     exp_name="pendulum_sac",
-    seed=0,
     env=dict(
         env_id="Pendulum-v1",
         collector_env_num=4,
@@ -11,24 +10,16 @@ main_config = dict(
     ),
     policy=dict(
         type="sac",
-        cuda=False,
         model=dict(actor_hidden_size_list=[128, 128], critic_hidden_size_list=[128, 128]),
-        discount_factor=0.99,
-        nstep=1,
         learn=dict(
             update_per_collect=4,
             batch_size=128,
-            learning_rate_q=1e-3,
-            learning_rate_policy=1e-3,
             learning_rate_alpha=3e-3,
-            target_theta=0.005,
-            init_alpha=0.2,
-            auto_alpha=True,
         ),
         # 4 envs x 1 step, 4 updates: one update per env step
         collect=dict(n_sample=4),
         eval=dict(evaluator=dict(eval_freq=1000)),
-        other=dict(replay_buffer=dict(type="advanced", replay_buffer_size=100_000)),
+        other=dict(replay_buffer=dict(replay_buffer_size=100_000)),
     ),
     serial=dict(max_env_step=30_000),
 )

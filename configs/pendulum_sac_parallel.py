@@ -11,15 +11,12 @@ main_config["exp_name"] = "pendulum_sac_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(
     commander=dict(
-        collector_task_env_steps=4096,
         eval_freq=500,
         # the serial replay ratio: one update per env step
         max_env_steps_per_update=1.0,
-        warmup_env_steps=1000,
         allowance_grant=64,
         max_env_step=30_000,
         max_seconds=300.0,
     ),
-    collector=dict(chunk_size=256, flush_interval=0.05),
-    learner=dict(publish_every=50, prefetch_batches=16, min_buffer_size=256),
+    collector=dict(chunk_size=256),
 )

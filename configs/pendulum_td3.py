@@ -5,7 +5,6 @@ CleanRL's td3_continuous_action settings (Adam 3e-4, batch 256, policy delay 2, 
 """
 main_config = dict(
     exp_name="pendulum_td3",
-    seed=0,
     env=dict(env_id="Pendulum-v1", collector_env_num=4, evaluator_env_num=5, n_evaluator_episode=5, stop_value=-250),
     policy=dict(
         type="td3",

@@ -20,7 +20,6 @@ chunks keep each frame once (``parallel_rl.data.frames``): ~1.1 GB of frames for
 """
 main_config = dict(
     exp_name="pong_dqn",
-    seed=0,
     env=dict(
         env_id="ALE/Pong-v5",
         import_names=["ale_py"],
@@ -37,8 +36,6 @@ main_config = dict(
     policy=dict(
         type="dqn",
         model=dict(hidden_size_list=[], dueling=False, encoder=dict(type="nature", shape=[4, 84, 84])),
-        discount_factor=0.99,
-        nstep=3,
         random_collect_size=20_000,
         learn=dict(update_per_collect=1, batch_size=32, learning_rate=1e-4, target_update_freq=500,
                    double=False, max_grad_norm=0.0),
@@ -46,7 +43,7 @@ main_config = dict(
         collect=dict(n_sample=10),
         eval=dict(evaluator=dict(eval_freq=50_000)),
         other=dict(
-            eps=dict(type="linear", start=1.0, end=0.05, decay=1_000_000),
+            eps=dict(type="linear", start=1.0, decay=1_000_000),
             replay_buffer=dict(type="naive", replay_buffer_size=100_000),
         ),
     ),

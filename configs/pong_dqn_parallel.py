@@ -24,5 +24,5 @@ main_config["parallel"] = dict(
     ),
     collector=dict(chunk_size=640, flush_interval=0.5),
     # the cache holds chunk_cache_size x chunk_size rows of single frames (~7.5 KB a row)
-    learner=dict(publish_every=100, prefetch_batches=16, max_updates_per_transition=0.1, chunk_cache_size=128),
+    learner=dict(publish_every=100, max_updates_per_transition=0.1, chunk_cache_size=128),
 )

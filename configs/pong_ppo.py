@@ -15,14 +15,12 @@ import runpy
 _dqn = runpy.run_path(os.path.join(os.path.dirname(__file__), "pong_dqn.py"))["main_config"]
 main_config = dict(
     exp_name="pong_ppo",
-    seed=0,
     env={**copy.deepcopy(_dqn["env"]), "collector_env_num": 8},
     policy=dict(
         type="ppo",
         model=dict(hidden_size_list=[], encoder=dict(type="nature", shape=[4, 84, 84])),
-        discount_factor=0.99,
-        learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=2.5e-4, clip_ratio=0.1, value_weight=0.5,
-                   entropy_weight=0.01, value_clip=True, adv_norm=True, max_grad_norm=0.5, gae_lambda=0.95),
+        learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=2.5e-4, clip_ratio=0.1,
+                   entropy_weight=0.01, value_clip=True),
         # one segment per update: 8 envs x 128 steps
         collect=dict(n_sample=1024),
         eval=dict(evaluator=dict(eval_freq=100)),

@@ -10,9 +10,9 @@ import runpy
 main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "pong_ppo.py"))["main_config"])
 main_config["exp_name"] = "pong_ppo_parallel"
 del main_config["serial"]
-main_config["policy"]["other"] = dict(replay_buffer=dict(type="segment", max_staleness=0, max_use=1))
+main_config["policy"]["other"] = dict()
 main_config["parallel"] = dict(
     commander=dict(collector_task_env_steps=8192, eval_freq=100, max_env_step=10_000_000),
-    collector=dict(chunk_size=1024, flush_interval=0.5),
+    collector=dict(flush_interval=0.5),
     learner=dict(chunk_cache_size=16),
 )

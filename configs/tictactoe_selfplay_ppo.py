@@ -17,11 +17,9 @@ main_config["exp_name"] = "tictactoe_selfplay_ppo"
 main_config["policy"] = dict(
     type="ppo",
     model=dict(hidden_size_list=[128, 128]),
-    discount_factor=0.99,
-    learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=1e-3, clip_ratio=0.2, value_weight=0.5,
-               entropy_weight=0.01, adv_norm=True, max_grad_norm=0.5, gae_lambda=0.95),
+    learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=1e-3,
+               entropy_weight=0.01),
     # rows per trained player and segment (self-play trains both players: twice this)
-    collect=dict(n_sample=512),
     eval=dict(evaluator={**_dqn["policy"]["eval"]["evaluator"], "eval_freq": 40}),
 )
 main_config["league"]["snapshot_every"] = 20  # segments

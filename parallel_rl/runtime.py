@@ -2,6 +2,7 @@
 that set-up reads."""
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -11,28 +12,38 @@ import threading
 from typing import Callable, List, Optional
 
 import numpy as np
+from easydict import EasyDict
+
+from .config.section import Section, setting
 
 logger = logging.getLogger(__name__)
 
 
-def system_default_config() -> dict:
-    """The ``system`` section of the config: what every process's set-up (:func:`setup_process`) reads."""
-    return dict(
-        # Threads per process for torch; with torch's default, two busy
-        # processes on a 2-core machine each run 7-8x slower.
-        torch_num_threads=1,
-        log_level="INFO",
-        # TensorBoard event files: <exp_name>/tensorboard (serial), <shared dir>/tensorboard/<worker id> (cluster:
-        # learner-1, collector-1, ..., and evaluator; <exp_name>/tensorboard/<worker id> in each process's working
-        # directory when the shared dir is an object store). A fresh `run` removes the earlier run's.
-        tensorboard=True,
-        # cluster: the learner's and each collector's scalars at most once per tag every this many seconds (the
-        # newest value in between is written when the worker's task ends; 0: every point); evaluations: every one
-        tensorboard_interval=10.0,
-        # cluster: each TensorBoard directory's event files together, in MiB: a writer starts a new file at a
-        # quarter of it and the directory's oldest files are deleted past it (0: no cap)
-        tensorboard_max_mb=64.0,
-    )
+@dataclasses.dataclass(frozen=True)
+class SystemSection(Section):
+    """What every process's set-up (:func:`setup_process`) reads."""
+
+    path = "system"
+    title = "Every process (threads, logging, TensorBoard)"
+
+    torch_num_threads: int = setting(1, lo=1, doc="""threads per process for torch; with torch's default, two busy
+        processes on a 2-core machine each run 7-8x slower""")
+    log_level: str = setting("INFO", doc="the log level: DEBUG, INFO, WARNING, ERROR (any case)")
+    tensorboard: bool = setting(True, doc="""TensorBoard event files: <exp_name>/tensorboard (serial), <shared
+        dir>/tensorboard/<worker id> (cluster: learner-1, collector-1, ..., and evaluator; <exp_name>/tensorboard/<worker
+        id> in each process's working directory when the shared dir is an object store). A fresh `run` removes the
+        earlier run's""")
+    tensorboard_interval: float = setting(10.0, lo=0, doc="""cluster: the learner's and each collector's scalars at
+        most once per tag every this many seconds (the newest value in between is written when the worker's task
+        ends; 0: every point); evaluations: every one""")
+    tensorboard_max_mb: float = setting(64.0, lo=0, doc="""cluster: each TensorBoard directory's event files
+        together, in MiB: a writer starts a new file at a quarter of it and the directory's oldest files are deleted
+        past it (0: no cap)""")
+
+
+def system_default_config() -> EasyDict:
+    """The ``system`` section's defaults (the seed name)."""
+    return SystemSection.defaults()
 
 
 def setup_logging(level: str = "INFO") -> None:

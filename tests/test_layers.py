@@ -36,7 +36,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("slave",),  # what every worker process is: its HTTP app, inbox/outbox, link to the coordinator
     ("policy", "data", "envs", "league"),
     ("protocol",),  # typed messages
-    ("storage", "runtime", "progress", "registry", "tblog", "config.schema"),  # config.schema: merge, coerce, validate
+    ("storage", "runtime", "progress", "registry", "tblog", "config.schema", "config.section"),  # config.schema: merge, coerce, validate; config.section: the typed section every component declares
     ("transport",),  # HTTP server, client, codec: on errors alone
     ("errors", "parallel_rl"),
 )

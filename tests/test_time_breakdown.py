@@ -60,7 +60,7 @@ def test_evaluators_can_step_their_envs_at_once_while_collectors_step_theirs_in_
 
 
 @pytest.mark.parametrize("settings, text", [
-    ({"step_latency_ms": -1}, "env.step_latency_ms must be in [0, 60000)"),
+    ({"step_latency_ms": -1}, "env needs step_latency_ms in [0, 60000)"),
     ({"step_latency_ms": 5, "vector_mode": "vector_entry_point"}, "use env.vector_mode sync"),
 ])
 def test_latency_settings_that_cannot_work_are_refused(settings, text):

@@ -119,9 +119,8 @@ def test_on_policy_vtrace_is_the_bootstrapped_discounted_return_and_gae():
 def test_truncation_weights_must_be_positive():
     from parallel_rl.policy import create_policy
 
-    cfg = compile_config({"policy": {"type": "impala", "learn": {"c_bar": 0.0}}})
-    with pytest.raises(ConfigError, match=r"c_bar=0.0"):
-        create_policy(cfg.policy, 4, 2)
+    with pytest.raises(ConfigError, match=r"c_bar=0.0"):  # at compile time, before any process starts
+        create_policy(compile_config({"policy": {"type": "impala", "learn": {"c_bar": 0.0}}}).policy, 4, 2)
 
 
 @pytest.mark.parametrize("lam", [1.0, 0.5])
@@ -150,7 +149,7 @@ def test_the_policys_targets_use_its_lambda(lam):
             segment["env_id"], cfg.policy.discount_factor, 1.0, 1.0)
     np.testing.assert_allclose(vs.numpy(), vtrace(*args, lam=lam).vs, rtol=1e-5, atol=1e-5)
     assert (lam == 1.0) == np.allclose(vs.numpy(), vtrace(*args, lam=1.0).vs, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ConfigError, match=r"policy.learn.lambda_ must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ConfigError, match=r"policy.learn needs lambda_ in \[0, 1\], got policy.learn.lambda_=1.5"):
         compile_config({"policy": {"type": "appo", "learn": {"lambda_": 1.5}}})
 
 

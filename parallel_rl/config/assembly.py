@@ -7,23 +7,31 @@ package stays cheap and torch-free).
 """
 from __future__ import annotations
 
-import difflib
-from typing import Iterable, Mapping
+import dataclasses
+from typing import Iterable, List, Mapping, Tuple, Type
 
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from .section import Section, setting
 from .schema import _type_name, apply_overrides, load_config_file, merge, normalise, validate
 
 
-def serial_default_config() -> dict:
-    return dict(
-        # Budgets: 0 means unlimited. Reaching one ends the run: exit code 0 with no stop value
-        # (env.stop_value None), else 3 (the stop value was not reached).
-        max_env_step=0,
-        max_train_iter=0,
-        max_seconds=0.0,
-    )
+@dataclasses.dataclass(frozen=True)
+class SerialSection(Section):
+    """The serial pipeline's budgets (``parallel-rl serial``). Reaching one ends the run: exit code 0 with no stop
+    value (env.stop_value None), else 3 (the stop value was not reached)."""
+
+    path = "serial"
+    title = "Serial pipeline budgets"
+
+    max_env_step: int = setting(0, lo=0, doc="budget: stop after this many env steps (0: none)")
+    max_train_iter: int = setting(0, lo=0, doc="budget: stop after this many train iterations (0: none)")
+    max_seconds: float = setting(0.0, lo=0, doc="budget: stop after this many seconds (0: none)")
+
+
+def serial_default_config() -> EasyDict:
+    return SerialSection.defaults()
 
 
 def parallel_default_config() -> EasyDict:
@@ -34,7 +42,7 @@ def parallel_default_config() -> EasyDict:
     from ..entry.defaults import supervisor_default_config
     from ..learner.defaults import learner_default_config
     from ..slave.defaults import worker_default_config
-    from ..storage.shared import storage_default_config
+    from ..storage.defaults import storage_default_config
 
     return EasyDict(
         **storage_default_config(),
@@ -54,17 +62,13 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     their keys, and a ``league`` section (opponent pool, payoff table, PFSP) is added."""
     from ..data.buffer import buffer_default_config
     from ..envs.env_manager import EnvManager
-    from ..policy.defaults import POLICY_DEFAULTS
+    from ..policy.spec import policy_spec
     from ..runtime import system_default_config
     from ..collector.serial import SampleSerialCollector
     from ..evaluator.serial import InteractionSerialEvaluator
     from ..learner.learner import BaseLearner
 
-    if policy_type not in POLICY_DEFAULTS:
-        close = difflib.get_close_matches(str(policy_type), list(POLICY_DEFAULTS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown policy.type {policy_type!r}{hint} (known: {', '.join(sorted(POLICY_DEFAULTS))})")
-    policy = POLICY_DEFAULTS[policy_type]()
+    policy = policy_spec(policy_type).defaults()
     if battle:
         from ..league import League
         from ..collector.battle import BattleSampleSerialCollector
@@ -93,6 +97,42 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
         tree.league = League.default_config()
         tree.parallel.commander.type = "league"  # the cluster keeps the opponent pool and payoff table
     return tree
+
+
+def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
+    """The typed sections of the config tree with policy ``policy_type`` (each knows its dotted path; sections
+    inside them are theirs), in the reference's order."""
+    from ..coordinator.defaults import CommanderSection, CoordinatorSection
+    from ..entry.defaults import SupervisorSection
+    from ..envs.defaults import EnvSection
+    from ..learner.defaults import LearnerSection
+    from ..policy.spec import policy_spec
+    from ..runtime import SystemSection
+    from ..slave.defaults import WorkerSection
+    from ..storage.defaults import StorageSection
+
+    policy = policy_spec(policy_type).typed
+    return [EnvSection, *([policy] if policy else []), SerialSection, SystemSection, StorageSection,
+            CoordinatorSection, CommanderSection, LearnerSection, SupervisorSection, WorkerSection]
+
+
+def sections(policy_type: str = "dqn") -> List[Tuple[str, Type[Section]]]:
+    """``(path, section)`` of every typed section of the tree with policy ``policy_type``, those inside others
+    included."""
+    return [pair for section in top_sections(policy_type) for pair in section.walk()]
+
+
+def section_values(cfg: Mapping, path: str) -> Mapping:
+    """The values of the section at the dotted ``path`` of a compiled config."""
+    for key in path.split("."):
+        cfg = cfg[key]
+    return cfg
+
+
+def check_sections(cfg: Mapping) -> None:
+    """Each typed section's check (its fields' ranges and choices, then its relations) on a compiled config."""
+    for section in top_sections(cfg["policy"]["type"]):
+        section.check(section_values(cfg, section.path))
 
 
 def default_buffer_type(policy_cfg: Mapping) -> str:
@@ -131,6 +171,7 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     normalise(cfg)
+    check_sections(cfg)
     validate(cfg)
     from ..data.flows import flow_of
 
@@ -151,3 +192,47 @@ def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
     """File + overrides -> compiled config (what every CLI command uses)."""
     user = load_config_file(path) if path else {}
     return compile_config(apply_overrides(user, overrides))
+
+
+# the keys that say what a config is (its name, algorithm and env): a config states them even at their default
+IDENTITY_KEYS = ("exp_name", "env.type", "env.env_id", "policy.type")
+
+
+def restated_defaults(user_cfg: Mapping) -> List[str]:
+    """The dotted keys of ``user_cfg`` (a config file's dict) whose value is the default it would compile to
+    anyway (the defaults of its own policy type, env type and buffer type), :data:`IDENTITY_KEYS` aside: a
+    config states only what differs from the defaults."""
+    from ..data.buffer import buffer_default_config
+
+    user_cfg = dict(user_cfg)
+    battle = _user_section(user_cfg, "env").get("type", "gymnasium") == "pettingzoo"
+    user_policy = _user_section(user_cfg, "policy")
+    defaults = default_config(user_policy.get("type", "dqn"), battle=battle)
+    flow_buffer = default_buffer_type({**defaults.policy, **user_policy})
+    buf_type = _user_section(user_cfg, "policy.other.replay_buffer").get("type", flow_buffer)
+    defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
+    defaults.policy.other.replay_buffer.type = flow_buffer  # the type the flow picks when the config names none
+    out: List[str] = []
+
+    def walk(path: str, user: Mapping, default: Mapping) -> None:
+        for key, value in user.items():
+            key_path = f"{path}.{key}" if path else str(key)
+            if key not in default or key_path in IDENTITY_KEYS:
+                continue
+            if isinstance(value, Mapping) and isinstance(default[key], Mapping):
+                if default[key]:  # an open dict (env_kwargs) has no defaults below it
+                    walk(key_path, value, default[key])
+            elif _same(value, default[key]):
+                out.append(key_path)
+
+    walk("", user_cfg, defaults)
+    return out
+
+
+def _same(value: object, default: object) -> bool:
+    """Whether ``value`` is ``default`` as the config compiles it (1 is 1.0; a tuple is a list; True is not 1)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return type(value) is type(default) and value == default
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return len(value) == len(default) and all(_same(v, d) for v, d in zip(value, default))
+    return value == default and (value is None) == (default is None)

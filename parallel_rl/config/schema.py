@@ -77,39 +77,6 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
     return out
 
 
-# numeric policy.learn keys, checked for whichever policy type has them: (lowest, highest or None, whether the lowest
-# itself is allowed, whole numbers only, what the message says). A value outside (epoch_per_collect=-1) ran a whole
-# budget without a single update
-LEARN_RANGES = {
-    "epoch_per_collect": (1, None, True, True, "an int >= 1"),
-    "update_per_collect": (1, None, True, True, "an int >= 1"),
-    "unroll_len": (1, None, True, True, "an int >= 1"),
-    "learning_rate": (0.0, None, False, False, "> 0"),
-    "clip_ratio": (0.0, None, False, False, "> 0"),
-    "gae_lambda": (0.0, 1.0, True, False, "in [0, 1]"),
-    "lambda_": (0.0, 1.0, True, False, "in [0, 1]"),
-    "value_weight": (0.0, None, True, False, ">= 0"),
-    "entropy_weight": (0.0, None, True, False, ">= 0"),
-    "max_grad_norm": (0.0, None, True, False, ">= 0 (0: no clipping)"),
-    "lr_anneal_env_steps": (0, None, True, False, ">= 0 (0: constant)"),
-}
-
-
-def _learn_out_of_range(learn: Mapping) -> list:
-    """One message per ``policy.learn`` key of :data:`LEARN_RANGES` outside its range."""
-    bad = []
-    for key, (low, high, low_ok, whole, what) in LEARN_RANGES.items():
-        value = learn.get(key)
-        if value is None:
-            continue
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and (value >= low if low_ok else value > low) and (high is None or value <= high)
-              and (not whole or float(value).is_integer()))
-        if not ok:
-            bad.append(f"policy.learn.{key} must be {what}, got {value!r}")
-    return bad
-
-
 # the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
 BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
 
@@ -127,77 +94,15 @@ def validate(cfg: EasyDict) -> None:
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
     the flow checks itself (``parallel_rl.data.flows``, called by the assembly)."""
     positive = [
-        ("env.collector_env_num", cfg.env.collector_env_num),
-        ("env.evaluator_env_num", cfg.env.evaluator_env_num),
-        ("env.n_evaluator_episode", cfg.env.n_evaluator_episode),
-        ("policy.learn.batch_size", cfg.policy.learn.batch_size),
-        ("policy.collect.n_sample", cfg.policy.collect.n_sample),
-        ("policy.nstep", cfg.policy.nstep),
         ("policy.other.replay_buffer.replay_buffer_size", cfg.policy.other.replay_buffer.replay_buffer_size),
     ]
     for name, value in positive:
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value}")
-    for section, budgets in (("serial", cfg.serial), ("parallel.commander", cfg.parallel.commander)):
-        for key in BUDGETS:
-            if budgets[key] < 0:
-                raise ConfigError(f"{section}.{key} must be >= 0 (0: no budget), got {budgets[key]!r}")
-    stop_value = cfg.env.stop_value
-    if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
-        raise ConfigError(f"env.stop_value must be a number, or None (or inf) for no stop value: the run trains to "
-                          f"its budget; got {stop_value!r}")
-    bad_learn = _learn_out_of_range(cfg.policy.learn)
-    if bad_learn:
-        raise ConfigError("; ".join(bad_learn))
-    if not 0.0 < cfg.policy.discount_factor <= 1.0:
-        raise ConfigError(f"policy.discount_factor must be in (0, 1], got {cfg.policy.discount_factor}")
-    supervisor = cfg.parallel.supervisor
-    if (supervisor.max_restarts < 0 or supervisor.restart_window < 0 or supervisor.backoff < 0
-            or supervisor.max_backoff < supervisor.backoff):
-        raise ConfigError("parallel.supervisor needs max_restarts >= 0, restart_window >= 0 (0: the whole run) and "
-                          f"0 <= backoff <= max_backoff, got {supervisor.max_restarts=}, {supervisor.restart_window=}, "
-                          f"{supervisor.backoff=}, {supervisor.max_backoff=}")
-    ccfg = cfg.parallel.coordinator
-    if ccfg.worker_retention < 0 or ccfg.max_ended_workers < 0:
-        raise ConfigError(f"parallel.coordinator needs worker_retention >= 0 and max_ended_workers >= 0, got "
-                          f"{ccfg.worker_retention=}, {ccfg.max_ended_workers=}")
-    if ccfg.read_ahead_bytes < 64 * 1024 or ccfg.max_connections_per_peer < 1:
-        # the budget holds one whole request head at least (64 KiB: the server's max_request_header_size)
-        raise ConfigError(f"parallel.coordinator needs read_ahead_bytes >= 65536 and max_connections_per_peer >= 1, "
-                          f"got {ccfg.read_ahead_bytes=}, {ccfg.max_connections_per_peer=}")
-    worker = cfg.parallel.worker
-    if not worker.setup_timeout > 0:
-        raise ConfigError(f"parallel.worker.setup_timeout must be > 0 seconds, got {worker.setup_timeout}")
-    if not 0 < worker.storage_backoff <= worker.storage_max_backoff:
-        raise ConfigError("parallel.worker needs 0 < storage_backoff <= storage_max_backoff, got "
-                          f"{worker.storage_backoff=}, {worker.storage_max_backoff=}")
-    if not 0 <= worker.failure_backoff <= worker.failure_max_backoff:
-        raise ConfigError("parallel.worker needs 0 <= failure_backoff <= failure_max_backoff, got "
-                          f"{worker.failure_backoff=}, {worker.failure_max_backoff=}")
-    commander = cfg.parallel.commander
-    if commander.max_task_attempts < 1 or commander.task_failure_window < 0 or commander.max_repeated_failures < 0:
-        raise ConfigError("parallel.commander needs max_task_attempts >= 1, task_failure_window >= 0 (0: the whole "
-                          f"run) and max_repeated_failures >= 0 (0: no limit), got {commander.max_task_attempts=}, "
-                          f"{commander.task_failure_window=}, {commander.max_repeated_failures=}")
-    system = cfg.system
-    if system.tensorboard_interval < 0 or system.tensorboard_max_mb < 0:
-        raise ConfigError(f"system needs tensorboard_interval >= 0 (0: every point) and tensorboard_max_mb >= 0 "
-                          f"(0: no cap), got {system.tensorboard_interval=}, {system.tensorboard_max_mb=}")
-    if cfg.parallel.coordinator.snapshot_interval <= 0:
-        raise ConfigError(f"parallel.coordinator.snapshot_interval must be > 0, got "
-                          f"{cfg.parallel.coordinator.snapshot_interval}")
-    eps = cfg.policy.other.get("eps")
-    if eps is not None and eps.type not in ("exp", "linear"):
-        raise ConfigError(f"policy.other.eps.type must be 'exp' or 'linear', got {eps.type!r}")
     buf_type = cfg.policy.other.replay_buffer.type
     if buf_type == "sequence":
         raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
                           "windows for library use; the pipelines train on transitions: use advanced or naive")
-    if cfg.env.type not in ("gymnasium", "pettingzoo"):
-        raise ConfigError(f"env.type must be 'gymnasium' or 'pettingzoo', got {cfg.env.type!r}")
-    if not 0 <= cfg.env.step_latency_ms < 60_000 or (cfg.env.step_latency_ms and cfg.env.type != "gymnasium"):
-        raise ConfigError(f"env.step_latency_ms must be in [0, 60000) ms, and 0 unless env.type='gymnasium', got "
-                          f"{cfg.env.step_latency_ms!r} with env.type={cfg.env.type!r}")
     if cfg.policy.model.get("recurrent") and cfg.env.type != "gymnasium":
         raise ConfigError("policy.model.recurrent (a policy with memory) needs env.type='gymnasium': the two-player "
                           "collectors and evaluators carry no recurrent state yet; drop policy.model.recurrent")
@@ -214,10 +119,6 @@ def validate(cfg: EasyDict) -> None:
         raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
                           f"got {cfg.policy.type!r}")
     learner = cfg.parallel.learner
-    if learner.world_size < 1 or learner.collective_timeout <= 0 or learner.max_rank_restarts < 0:
-        raise ConfigError(f"parallel.learner needs world_size >= 1, collective_timeout > 0 and "
-                          f"max_rank_restarts >= 0, got {learner.world_size=}, {learner.collective_timeout=}, "
-                          f"{learner.max_rank_restarts=}")
     if learner.world_size > cfg.policy.learn.batch_size:
         raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
                           f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")

@@ -27,6 +27,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from .defaults import VECTOR_MODES, EnvSection
 from .masked import sub_env_wrappers
 from .mujoco_messages import route_mujoco_messages, uses_mujoco
 from .registrars import import_env_modules
@@ -35,7 +36,6 @@ from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
 
-VECTOR_MODES = ("auto", "vector_entry_point", "sync", "async")
 
 
 def env_kwargs_of(env_cfg: EasyDict, evaluating: bool = False) -> dict:
@@ -53,39 +53,8 @@ class EnvManager:
 
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            # gymnasium | pettingzoo (a two-player zero-sum game: see parallel_rl.envs.multiagent)
-            type="gymnasium",
-            # a gymnasium id, or for pettingzoo a module with env()/parallel_env() or "module:factory"
-            env_id="CartPole-v1",
-            collector_env_num=8,
-            evaluator_env_num=8,
-            n_evaluator_episode=8,
-            stop_value=195.0,
-            # auto | vector_entry_point | sync | async
-            vector_mode="auto",
-            # the evaluators' envs (None: vector_mode). async steps an evaluation's envs at once, each in its own
-            # process: for envs that wait (a remote simulator, step_latency_ms), an evaluation then takes its
-            # longest episode's steps x the latency instead of evaluator_env_num x that
-            evaluator_vector_mode=None,
-            # kwargs for gymnasium.make_vec (open dict): for ALE ids those of ale_py's AtariVectorEnv (frameskip,
-            # stack_num, noop_max, reward_clipping, life_loss_info, ...)
-            env_kwargs={},
-            # evaluators' envs: these go over env_kwargs (open dict; Atari: reward_clipping=False and
-            # life_loss_info=False, so evaluations report whole-game returns)
-            eval_env_kwargs={},
-            # modules to import so that their envs register with gymnasium
-            import_names=[],
-            # pettingzoo: which factory of a module to use (auto | aec | parallel)
-            pettingzoo_api="auto",
-            # pettingzoo: "required" (the game must give action masks) | "none" (every action always legal)
-            action_mask="required",
-            # > 0: every step and reset of each sub-env takes this many ms of wall time, asleep (a simulator on
-            # another machine; see parallel_rl.envs.latency for how it adds up in sync and async vector envs)
-            step_latency_ms=0.0,
-            # zero the velocity entries (envs/masked.py): true (CartPole, Pendulum) or a list of indices; null: off
-            mask_velocity=None,
-        )
+        """The ``env`` section's defaults (:class:`~.defaults.EnvSection`)."""
+        return EnvSection.defaults()
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ from typing import Optional
 import gymnasium as gym
 
 from ..errors import ConfigError
-from ..policy.defaults import POLICY_ACTION_SPACES
+from ..policy.spec import POLICY_ACTION_SPACES
 from .env_manager import EnvManager
 from .multiagent import battle_env_spaces, is_battle_env
 from .registrars import import_env_modules

@@ -36,12 +36,11 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import ConfigError
+from .defaults import ACTION_MASK_MODES, PETTINGZOO_APIS
 from .spaces import ActionSpec
 
 logger = logging.getLogger(__name__)
 
-PETTINGZOO_APIS = ("auto", "aec", "parallel")
-ACTION_MASK_MODES = ("required", "none")
 ZERO_SUM_TOLERANCE = 1e-6
 
 

@@ -76,6 +76,6 @@ def check_observation_space(space: gym.Space, env_id: str = "?") -> Tuple[int, .
 
 
 def algorithms_for(kind: str) -> list:
-    from ..policy.defaults import POLICY_ACTION_SPACES
+    from ..policy.spec import POLICY_ACTION_SPACES
 
     return sorted(name for name, kinds in POLICY_ACTION_SPACES.items() if kind in kinds)

@@ -8,36 +8,16 @@ from __future__ import annotations
 
 import importlib
 
-from .defaults import POLICY_ACTION_SPACES, POLICY_DEFAULTS, dqn_default_config
+from .defaults import dqn_default_config
 from .epsilon import epsilon_schedule
+from .spec import POLICY_ACTION_SPACES, POLICY_DEFAULTS, PolicySpec, policy_spec, register_policy
 
-# name -> "module:Class", resolved lazily
-_POLICIES = {
-    "dqn": "parallel_rl.policy.dqn:DQNPolicy",
-    "r2d2": "parallel_rl.policy.r2d2:R2D2Policy",
-    "ppo": "parallel_rl.policy.ppo:PPOPolicy",
-    "sac": "parallel_rl.policy.sac:SACPolicy",
-    "td3": "parallel_rl.policy.td3:TD3Policy",
-    "impala": "parallel_rl.policy.impala:IMPALAPolicy",
-    "appo": "parallel_rl.policy.appo:APPOPolicy",
-}
 _LAZY = {"DQNPolicy": "parallel_rl.policy.dqn", "QNetwork": "parallel_rl.policy.dqn"}
 
 
-def register_policy(name: str, target: str, default_config, action_spaces=("discrete",)) -> None:
-    """Register a policy class (``"module:Class"``), its torch-free default config function and the
-    action spaces it trains on (``"discrete"``, ``"box"``)."""
-    _POLICIES[name] = target
-    POLICY_DEFAULTS[name] = default_config
-    POLICY_ACTION_SPACES[name] = tuple(action_spaces)
-
-
 def get_policy_cls(name: str):
-    from ..errors import ConfigError
-
-    if name not in _POLICIES:
-        raise ConfigError(f"unknown policy type {name!r} (known: {', '.join(sorted(_POLICIES))})")
-    module, _, attr = _POLICIES[name].partition(":")
+    """The class of ``policy.type`` ``name`` (its spec's target, imported now)."""
+    module, _, attr = policy_spec(name).target.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -58,5 +38,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DQNPolicy", "QNetwork", "POLICY_DEFAULTS", "create_policy", "dqn_default_config",
-           "epsilon_schedule", "get_policy_cls", "register_policy"]
+__all__ = ["DQNPolicy", "POLICY_ACTION_SPACES", "POLICY_DEFAULTS", "PolicySpec", "QNetwork", "create_policy",
+           "dqn_default_config", "epsilon_schedule", "get_policy_cls", "policy_spec", "register_policy"]

@@ -34,10 +34,9 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from .defaults import ENCODER_TYPES, LAYOUTS
 
-ENCODER_TYPES = ("mlp", "conv", "minatar", "nature")
 RECURRENT_TYPES = ("lstm", "gru")
-LAYOUTS = ("auto", "hwc", "chw")
 # the published conv stacks: (out channels, kernel, stride) per layer, no padding; and their fc width
 PUBLISHED_CONVS = {
     "minatar": ([(16, 3, 1)], 128),

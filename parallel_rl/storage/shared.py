@@ -37,24 +37,12 @@ from ..errors import PathOutsideRootError
 from .backends import FsspecBackend, LocalBackend, is_remote
 from .checkpoints import LeagueSnapshots, LearnerStates, PolicyCheckpoints
 from .chunks import ChunkFiles
+from .defaults import storage_default_config  # noqa: F401 (the section this module reads, by its seed name)
 from .health import StorageHealth
 from .names import (LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO,
                     check_name)
 from .states import CoordinatorStates
 from .videos import Videos
-
-
-def storage_default_config() -> dict:
-    """The shared store's keys of the run config's ``parallel`` section: its root and the object store's options."""
-    return dict(
-        # shared filesystem root: a local path or file:// URL, or an object store (s3://bucket/prefix, gs://, az://);
-        # empty: <exp_name>/shared
-        shared_dir="",
-        # options of the object store's fsspec filesystem, e.g. dict(endpoint_url=..., profile=...) for s3fs
-        # (credentials are better left to AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile: every worker
-        # receives this config)
-        storage_options={},
-    )
 
 
 def _family(method: str) -> property:

@@ -1,0 +1,79 @@
+"""The configuration reference, generated from the typed sections' fields: every key with its default, the values
+it takes and its doc. ``python -m parallel_rl.config.reference`` writes ``docs/configuration.md``
+(``--check``: exit 1 when the file is not current); a test keeps the committed file current."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, List
+
+from .assembly import sections
+
+HEADER = """# Configuration reference
+
+Generated from the typed config sections (`python -m parallel_rl.config.reference`; do not edit by hand: a test
+fails when this file is not current). Each section is a frozen dataclass of `setting()` fields
+(`parallel_rl/config/section.py`); `compile_config` refuses a value outside the range or choices shown here with a
+`ConfigError` naming the key and the value. A config file states only what differs from these defaults.
+"""
+
+DEFAULT_PATH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "docs", "configuration.md")
+
+
+def _cell(text: Any) -> str:
+    """``text`` fit for a Markdown table cell: no pipes, no HTML tags, no Sphinx roles."""
+    text = re.sub(r":(?:func|class|meth|mod|data):`~?([^`]+)`", r"`\1`", str(text))
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _default(value: Any) -> str:
+    return "`" + _cell(json.dumps(value) if not isinstance(value, str) else repr(value)) + "`"
+
+
+def _table(lines: List[str], path: str, section: Any, heading: str) -> None:
+    lines += ["", f"## `{path}`{heading}: {section.title}", ""]
+    if section.__doc__ and not section.__doc__.startswith(section.__name__ + "("):  # a dataclass's own repr
+        lines += [_cell(" ".join(section.__doc__.split())), ""]
+    lines += ["| key | default | values | meaning |", "|---|---|---|---|"]
+    for key, row in section.reference().items():
+        lines.append(f"| `{key}` | {_default(row['default'])} | {_cell(row['values'])} | {_cell(row['doc'])} |")
+
+
+def render() -> str:
+    """The reference as Markdown: one table per section, in :func:`~.assembly.top_sections` order, then each
+    algorithm's ``policy`` section (its own keys, bounds and defaults)."""
+    from ..policy.spec import POLICIES
+
+    lines: List[str] = [HEADER.rstrip("\n")]
+    for path, section in sections():
+        if not path.startswith("policy"):
+            _table(lines, path, section, "")
+    for name, spec in POLICIES.items():
+        for path, section in (spec.typed.walk() if spec.typed else ()):
+            _table(lines, path, section, f" (policy.type={name!r})")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parallel_rl.config.reference", description=__doc__)
+    parser.add_argument("--out", default=os.path.normpath(DEFAULT_PATH), help="the file to write")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file is not current; write nothing")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = open(args.out).read() if os.path.exists(args.out) else ""
+        if current != text:
+            print(f"{args.out} is not current: run python -m parallel_rl.config.reference", file=sys.stderr)
+            return 1
+        return 0
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
