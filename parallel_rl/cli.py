@@ -87,6 +87,14 @@ def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
                         "default: env PARALLEL_RL_TOKEN")
 
 
+def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help=f"where the trials' directories, logs and the table go (default: <exp_name>-{command})")
+    p.add_argument("--sampler-seed", type=int, default=0, metavar="N",
+                   help="seed of the sampler that draws the settings (default 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parallel-rl", description="Distributed RL training service.")
     # client options may also come before the sub-command: `parallel-rl --coordinator URL status`
@@ -173,6 +181,37 @@ def build_parser() -> argparse.ArgumentParser:
                        help="submit a job of --collectors collectors that join the training running in the "
                             "shared directory")
     p.add_argument("--render-only", action="store_true", help="write the script and the token file; do not submit")
+
+    p = sub.add_parser("sweep", help="seeds, a grid and random settings over one config: one training per trial, "
+                                     "results in one table")
+    _add_config_args(p)
+    p.add_argument("--seeds", default=None, metavar="0-4|0,2,5",
+                   help="the seeds of every setting: a range (both ends in) or a list (default: the config's seed)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a config key and its values, as JSON literals (else strings); every combination of the "
+                        "--grid keys runs (repeatable)")
+    p.add_argument("--random", type=positive_int, default=None, metavar="N",
+                   help="N random draws of the --space file's settings (Optuna's random sampler)")
+    p.add_argument("--space", default=None, metavar="SPACE.py",
+                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
+    _add_lab_args(p, "sweep")
+
+    p = sub.add_parser("tune", help="hyperparameter search with Optuna: TPE sampling, a median pruner fed by each "
+                                    "trial's evaluation curve, the study in SQLite (rerun: resumed)")
+    _add_config_args(p)
+    p.add_argument("--trials", type=positive_int, required=True, metavar="N",
+                   help="the study's total of finished trials (a rerun counts the earlier ones and adds the rest)")
+    p.add_argument("--space", required=True, metavar="SPACE.py",
+                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
+    p.add_argument("--storage", default=None, metavar="sqlite:///DIR/study.db",
+                   help="the study's storage (default sqlite:///OUT/study.db)")
+    p.add_argument("--study", default=None, metavar="NAME", help="the study's name (default: the config's name)")
+    p.add_argument("--startup-trials", type=positive_int, default=5, metavar="N",
+                   help="trials sampled at random and never pruned before TPE and the median pruner start "
+                        "(default 5)")
+    p.add_argument("--warmup-steps", type=int, default=0, metavar="ENV_STEPS",
+                   help="a trial is not pruned before this many env steps (default 0)")
+    _add_lab_args(p, "tune")
 
     from .after.commands import add_parsers as add_after_training
 
