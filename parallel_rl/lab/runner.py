@@ -144,8 +144,9 @@ class ProcessRunner:
                 proc.wait()
             with self._lock:
                 self._running.pop(trial.number, None)
-        if self.cluster:  # the state saved at the end holds the last evaluations
-            result.curve.extend(self._new_points(result, None, exp_dir))
+        # the run's own record once it ended (the coordinator's last state; serial: its TensorBoard scalars, in
+        # full precision where the progress line rounds to 0.1)
+        result.curve = self._history(exp_dir) or result.curve
         result.wall = time.perf_counter() - start
         result.exit_code = proc.returncode
         if result.curve:
@@ -168,15 +169,21 @@ class ProcessRunner:
             point = EvalPoint(int(match.group(3)), float(match.group(2)))
             seen = result.curve[-1].env_steps if result.curve else -1
             return [point] if point.env_steps > seen else []
+        seen = result.curve[-1].env_steps if result.curve else -1
+        return [point for point in self._history(exp_dir) if point.env_steps > seen]
+
+    @staticmethod
+    def _history(exp_dir: str) -> List[EvalPoint]:
+        """The run's evaluations as ``parallel-rl plot`` reads them (a cluster run's coordinator state through the
+        storage's validating loader, a serial run's TensorBoard scalars); none yet: []."""
         from ..after.plot import run_history
 
         try:
-            points = run_history(os.path.join(exp_dir, "shared"))
+            points = run_history(exp_dir)
         except ConfigError as exc:  # no state saved yet, or a damaged one: no new points now
             logger.debug("lab: no curve in %s yet: %s", exp_dir, exc)
             return []
-        seen = result.curve[-1].env_steps if result.curve else -1
-        return [EvalPoint(int(p["env_steps"]), float(p["return"])) for p in points if p["env_steps"] > seen]
+        return [EvalPoint(int(p["env_steps"]), float(p["return"])) for p in points]
 
     def _interrupt(self, proc: subprocess.Popen) -> None:
         """Ctrl-C for one training: it saves and exits (its reader drains its output meanwhile); one still running
