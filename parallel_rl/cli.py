@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value} is not in 0..2**32-1")
+    return value
+
+
 def coordinator_url(text: str) -> str:
     """``--coordinator`` (and ``PARALLEL_RL_COORDINATOR``): a URL with its scheme; ``localhost:8000`` failed
     deep in the HTTP library (LocationValueError)."""
@@ -91,7 +101,7 @@ def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"where the trials' directories, logs and the table go (default: <exp_name>-{command})")
-    p.add_argument("--sampler-seed", type=int, default=0, metavar="N",
+    p.add_argument("--sampler-seed", type=non_negative_int, default=0, metavar="N",
                    help="seed of the sampler that draws the settings (default 0)")
 
 
@@ -209,8 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-trials", type=positive_int, default=5, metavar="N",
                    help="trials sampled at random and never pruned before TPE and the median pruner start "
                         "(default 5)")
-    p.add_argument("--warmup-steps", type=int, default=0, metavar="ENV_STEPS",
+    p.add_argument("--warmup-steps", type=non_negative_int, default=0, metavar="ENV_STEPS",
                    help="a trial is not pruned before this many env steps (default 0)")
+    p.add_argument("--report-every", type=non_negative_int, default=0, metavar="ENV_STEPS",
+                   help="report each trial's curve to the pruner at the multiples of this many env steps (the "
+                        "newest evaluation at each), so that trials evaluated at different env steps (cluster "
+                        "configs) are compared at the same ones (default 0: each evaluation at its env step)")
     _add_lab_args(p, "tune")
 
     from .after.commands import add_parsers as add_after_training

@@ -389,7 +389,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     study_dir = os.path.join(out, study_name)
     tuner = Tuner(configs, args.space, ProcessRunner(args.config, args.overrides, study_dir, configs.cluster),
                   storage, study_name, seed=args.sampler_seed, startup_trials=args.startup_trials,
-                  warmup_steps=args.warmup_steps)
+                  warmup_steps=args.warmup_steps, report_every=args.report_every)
     heard: List[str] = []
 
     def stop(name: str) -> None:
@@ -397,6 +397,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tuner.interrupt()
 
     on_signals(stop)
+    if configs.cluster and not args.report_every:
+        print("tune: cluster trials evaluate at different env steps: pass --report-every ENV_STEPS for the pruner to "
+              "compare them at the same ones", flush=True)
     kept = tuner.finished()
     print(f"tune: study {study_name!r} in {storage}: {kept} finished trial(s) kept, up to {args.trials} in all; "
           f"trials in {study_dir}", flush=True)

@@ -132,7 +132,7 @@ class ProcessRunner:
                             continue
                         new = self._new_points(result, match, exp_dir)
                         result.curve.extend(new)
-                        if pruned_at is None and on_eval is not None and any([on_eval(p) for p in new]):
+                        if pruned_at is None and on_eval and not self._stopping and any([on_eval(p) for p in new]):
                             pruned_at = result.curve[-1].env_steps
                             log.write(f"lab: pruned at env step {pruned_at}: stopping this training\n")
                             self._interrupt(proc)

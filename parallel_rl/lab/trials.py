@@ -54,14 +54,16 @@ def parse_seeds(text: Optional[str]) -> List[Optional[int]]:
             first, last = (int(part) for part in text.split("-"))
             if last < first:
                 raise ValueError(f"the range {text!r} ends before it starts")
+            if last - first >= MAX_SEEDS:
+                raise ValueError(f"more than {MAX_SEEDS} seeds")
             seeds = list(range(first, last + 1))
         else:
             seeds = [int(part) for part in text.split(",")]
     except ValueError as exc:
         raise ConfigError(f"--seeds {text!r} is not a seed list ({exc}): use a range like 0-4 or a list like "
                           f"0,2,5") from None
-    if len(seeds) > MAX_SEEDS or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ConfigError(f"--seeds {text!r}: seeds must be distinct, >= 0 and at most {MAX_SEEDS}; use a range "
+    if len(seeds) > MAX_SEEDS or len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= 2**32:
+        raise ConfigError(f"--seeds {text!r}: seeds must be distinct, in 0..2**32-1 and at most {MAX_SEEDS}; use a range "
                           f"like 0-4 or a list like 0,2,5")
     return seeds
 

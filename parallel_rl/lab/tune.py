@@ -3,7 +3,8 @@
 TPE samples each trial's settings from the space file's ``space(trial)``; each trial trains through a
 :class:`~.runner.Runner` and reports its evaluation curve (``trial.report(eval_return, env_steps)``) as it comes;
 the median pruner stops a trial whose curve falls below the median of the earlier trials' at the same env step
-(the training saves and exits). A trial's value is its final eval return (maximised). The study lives in an
+(the training saves and exits). Serial runs evaluate at the same env steps whatever their settings; cluster runs
+do not, so their curves are compared at the multiples of ``report_every`` env steps. A trial's value is its final eval return (maximised). The study lives in an
 SQLite file: the same command run again resumes it (its finished trials are kept; ``--trials N`` is the total).
 
 Everything of study S goes under ``OUT/S/``: the trials' directories and logs, ``trials.csv`` (the study's table)
@@ -49,7 +50,7 @@ class Tuner:
     """One study: its storage, sampler and pruner, and the objective that trains a trial through ``runner``."""
 
     def __init__(self, configs: TrialConfigs, space_path: str, runner: Runner, storage: str, study_name: str,
-                 seed: int = 0, startup_trials: int = 5, warmup_steps: int = 0):
+                 seed: int = 0, startup_trials: int = 5, warmup_steps: int = 0, report_every: int = 0):
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the table says how each trial went
         self.optuna = optuna
@@ -57,6 +58,7 @@ class Tuner:
         self.space_path = space_path
         self.space = load_space(space_path)
         self.runner = runner
+        self.report_every = report_every
         self.interrupted = threading.Event()
         # the space's keys, checked on a draw of its own before the study is made: an unknown one stops here
         draft = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
@@ -101,8 +103,16 @@ class Tuner:
         if reason:
             result = TrialResult(spec, "failed", exit_code=2, note=reason)
         else:
+            reported = [-1]
+
             def on_eval(point: EvalPoint) -> bool:
-                trial.report(point.eval_return, point.env_steps)
+                """The pruner compares trials at the same step: each evaluation at its env step, or with
+                report_every the newest evaluation at each multiple of it that the curve passed."""
+                step = point.env_steps - point.env_steps % self.report_every if self.report_every else point.env_steps
+                if step <= reported[0]:
+                    return False
+                reported[0] = step
+                trial.report(point.eval_return, step)
                 return trial.should_prune()
 
             result = self.runner.run(spec, on_eval)
