@@ -205,6 +205,37 @@ def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_pa
 
 
 @pytest.mark.slow
+def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(tmp_path, flat_config):
+    out = tmp_path / "tune"
+    space = write_space(tmp_path, """
+        def space(trial):
+            return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
+    """)
+    args = ["-c", flat_config, "--trials", "2", "--space", space, "--out", str(out)]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    tune = CliProcess(tmp_path, "tune", "tune", *args, "--set", "serial.max_train_iter=0", "--set",
+                      "serial.max_env_step=100000000", "--set", "policy.eval.evaluator.eval_freq=1000", env=env,
+                      cwd=str(tmp_path), new_session=True)
+    try:
+        log = out / "flat" / "trial_000.log"
+        eventually(lambda: log.exists() and "eval_return=" in log.read_text(), timeout=120,
+                   message="the first trial's first evaluation")
+        os.killpg(tune.pid, signal.SIGINT)
+        assert tune.wait(120) == 130, tune.output()[-3000:]
+    finally:
+        tune.stop()
+    assert "the study is kept in sqlite:///" in tune.output()
+    assert log.read_text().rstrip().endswith("parallel-rl serial: interrupted")
+    [row] = table(out / "flat" / "trials.csv")
+    assert row["status"] == "failed" and row["note"].startswith("stopped by an interruption")
+
+    again = lab("tune", *args, cwd=tmp_path)  # the interrupted trial does not count: two more run
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "0 finished trial(s) kept" in again.stdout
+    assert [r["status"] for r in table(out / "flat" / "trials.csv")] == ["failed", "done", "done"]
+
+
+@pytest.mark.slow
 def test_a_cluster_trial_runs_as_parallel_rl_run_and_its_curve_comes_from_the_coordinator_state(tmp_path):
     from tests.test_cluster import TOY_CONFIG
 

@@ -109,7 +109,7 @@ class ProcessRunner:
                 return result
             os.makedirs(self.out_dir, exist_ok=True)
             log_path = f"{exp_dir}.log"
-            log = open(log_path, "w")
+            log = open(log_path, "w", buffering=1)  # line by line: the log is followed as it grows
             # a session of its own: Ctrl-C at a terminal reaches the sweep, which stops each training itself
             proc = subprocess.Popen(self.command(trial, exp_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, bufsize=1, start_new_session=True)
@@ -154,7 +154,7 @@ class ProcessRunner:
         if pruned_at is not None:
             result.status, result.note = "pruned", f"pruned at env step {pruned_at}"
         elif self._stopping:
-            result.status, result.note = "interrupted", f"stopped by the sweep's interruption; log {log_path}"
+            result.status, result.note = "interrupted", f"stopped by an interruption (Ctrl-C, SIGTERM); log {log_path}"
         elif proc.returncode in (0, 3):  # 3: the budget ran out before the stop value, a finished training
             result.status, result.note = "done", ""
         else:
