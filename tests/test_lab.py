@@ -88,6 +88,23 @@ def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complet
     assert (good["status"], good["exit"], float(good["eval_return"])) == ("done", "0", 5.0)
 
 
+@pytest.mark.slow
+def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
+    out = tmp_path / "sweep"
+    space = write_space(tmp_path, """
+        def space(trial):
+            return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
+    """)
+    proc = lab("sweep", "-c", flat_config, "--random", "2", "--space", space, "--out", str(out), "--parallel", "2",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = table(out / "results.csv")
+    rewards = [float(r["settings"].removeprefix("env.env_kwargs.reward=")) for r in rows]
+    assert len(set(rewards)) == 2 and all(0.0 <= reward <= 1.0 for reward in rewards)
+    for r, reward in zip(rows, rewards):
+        assert r["status"] == "done" and float(r["eval_return"]) == pytest.approx(5 * reward, rel=1e-6)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--grid", "policy.learn.learning_rate="], "--grid 'policy.learn.learning_rate=' has no values"),
     (["--grid", "policy.learn.learning_rate=1e-3,,1e-4"], "an empty value"),
