@@ -17,7 +17,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,mujoco,pixels,docs]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,mujoco,pixels,docs,lab]'
 	touch $(STAMP)
 
 run: $(STAMP)

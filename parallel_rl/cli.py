@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value} is not in 0..2**32-1")
+    return value
+
+
 def coordinator_url(text: str) -> str:
     """``--coordinator`` (and ``PARALLEL_RL_COORDINATOR``): a URL with its scheme; ``localhost:8000`` failed
     deep in the HTTP library (LocationValueError)."""
@@ -85,6 +95,14 @@ def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
     p.add_argument("--token-file", default=default, metavar="PATH",
                    help="read the cluster token from PATH (the file `parallel-rl run` prints: `token: in PATH`); "
                         "default: env PARALLEL_RL_TOKEN")
+
+
+def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help=f"where the trials' directories, logs and the table go (default: <exp_name>-{command})")
+    p.add_argument("--sampler-seed", type=non_negative_int, default=0, metavar="N",
+                   help="seed of the sampler that draws the settings (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,6 +191,41 @@ def build_parser() -> argparse.ArgumentParser:
                        help="submit a job of --collectors collectors that join the training running in the "
                             "shared directory")
     p.add_argument("--render-only", action="store_true", help="write the script and the token file; do not submit")
+
+    p = sub.add_parser("sweep", help="seeds, a grid and random settings over one config: one training per trial, "
+                                     "results in one table")
+    _add_config_args(p)
+    p.add_argument("--seeds", default=None, metavar="0-4|0,2,5",
+                   help="the seeds of every setting: a range (both ends in) or a list (default: the config's seed)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a config key and its values, as JSON literals (else strings); every combination of the "
+                        "--grid keys runs (repeatable)")
+    p.add_argument("--random", type=positive_int, default=None, metavar="N",
+                   help="N random draws of the --space file's settings (Optuna's random sampler)")
+    p.add_argument("--space", default=None, metavar="SPACE.py",
+                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
+    _add_lab_args(p, "sweep")
+
+    p = sub.add_parser("tune", help="hyperparameter search with Optuna: TPE sampling, a median pruner fed by each "
+                                    "trial's evaluation curve, the study in SQLite (rerun: resumed)")
+    _add_config_args(p)
+    p.add_argument("--trials", type=positive_int, required=True, metavar="N",
+                   help="the study's total of finished trials (a rerun counts the earlier ones and adds the rest)")
+    p.add_argument("--space", required=True, metavar="SPACE.py",
+                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
+    p.add_argument("--storage", default=None, metavar="sqlite:///DIR/study.db",
+                   help="the study's storage (default sqlite:///OUT/study.db)")
+    p.add_argument("--study", default=None, metavar="NAME", help="the study's name (default: the config's name)")
+    p.add_argument("--startup-trials", type=positive_int, default=5, metavar="N",
+                   help="trials sampled at random and never pruned before TPE and the median pruner start "
+                        "(default 5)")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=0, metavar="ENV_STEPS",
+                   help="a trial is not pruned before this many env steps (default 0)")
+    p.add_argument("--report-every", type=non_negative_int, default=0, metavar="ENV_STEPS",
+                   help="report each trial's curve to the pruner at the multiples of this many env steps (the "
+                        "newest evaluation at each), so that trials evaluated at different env steps (cluster "
+                        "configs) are compared at the same ones (default 0: each evaluation at its env step)")
+    _add_lab_args(p, "tune")
 
     from .after.commands import add_parsers as add_after_training
 

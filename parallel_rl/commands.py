@@ -317,6 +317,108 @@ def cmd_collectors(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- a lab's experiments: sweep, tune (parallel_rl.lab) ----------------------------------------------------------
+def _lab_start(args: argparse.Namespace, command: str):
+    """(configs, out dir, runner) of a sweep or search; a config that does not compile is exit 2 here."""
+    import os
+
+    from .lab import TrialConfigs
+
+    configs = TrialConfigs(args.config, args.overrides)
+    out = os.path.abspath(args.out or f"{configs.base.exp_name}-{command}")
+    return configs, out
+
+
+def _print_trial(command: str, result) -> None:
+    print(f"{command}: trial {result.trial.number} {result.status}: {result.trial.label()} seed="
+          f"{'config' if result.trial.seed is None else result.trial.seed} eval_return={result.eval_return:.4g} "
+          f"env_steps={result.env_steps} wall={result.wall:.0f}s" + (f" ({result.note})" if result.note else ""),
+          flush=True)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import os
+
+    from .lab import ProcessRunner
+    from .lab.sweep import COLUMNS, RESULTS_NAME, check_out_dir, check_trials, plan, random_settings, run_sweep
+    from .lab.trials import parse_grid, parse_seeds
+    from .runtime import on_signals, signal_exit_code
+
+    seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid)  # before anything is read or runs
+    if (args.random is None) != (args.space is None):
+        raise ConfigError("sweep: --random N and --space FILE go together (N draws of the space's settings)")
+    configs, out = _lab_start(args, "sweep")
+    check_out_dir(out, "sweep")
+    random = random_settings(args.space, args.random, args.sampler_seed) if args.random else []
+    trials = plan(configs, grid, seeds, random)
+    reasons = check_trials(configs, trials)  # an unknown key: exit 2 before anything runs
+    runner = ProcessRunner(args.config, args.overrides, out, configs.cluster)
+    heard: List[str] = []
+
+    def stop(name: str) -> None:
+        heard.append(name)
+        runner.stop_all()
+
+    on_signals(stop)
+    print(f"sweep: {len(trials)} trial(s), {args.parallel} at a time, in {out}", flush=True)
+    results = run_sweep(trials, reasons, runner, args.parallel, out, on_result=lambda r: _print_trial("sweep", r))
+    print(render_table([r.row() for r in results], COLUMNS), flush=True)
+    table = os.path.join(out, RESULTS_NAME)
+    if heard:
+        print(f"sweep: interrupted ({heard[0]}); the table of what ran is in {table}, each trial's directory and "
+              f"log in {out}", flush=True)
+        return signal_exit_code(heard[0])
+    print(f"sweep: table in {table}", flush=True)
+    failed = sum(r.status != "done" for r in results)
+    if failed:
+        print(f"parallel-rl sweep: {failed} of {len(results)} trial(s) failed; their reasons are in the table",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import os
+
+    from .lab import ProcessRunner
+    from .lab.tune import COLUMNS, TABLE_NAME, Tuner, storage_url
+    from .runtime import on_signals, signal_exit_code
+
+    configs, out = _lab_start(args, "tune")
+    study_name = args.study or os.path.splitext(os.path.basename(args.config))[0]
+    storage = storage_url(args.storage, out)
+    study_dir = os.path.join(out, study_name)
+    tuner = Tuner(configs, args.space, ProcessRunner(args.config, args.overrides, study_dir, configs.cluster),
+                  storage, study_name, seed=args.sampler_seed, startup_trials=args.startup_trials,
+                  warmup_steps=args.warmup_steps, report_every=args.report_every)
+    heard: List[str] = []
+
+    def stop(name: str) -> None:
+        heard.append(name)
+        tuner.interrupt()
+
+    on_signals(stop)
+    if configs.cluster and not args.report_every:
+        print("tune: cluster trials evaluate at different env steps: pass --report-every ENV_STEPS for the pruner to "
+              "compare them at the same ones", flush=True)
+    kept = tuner.finished()
+    print(f"tune: study {study_name!r} in {storage}: {kept} finished trial(s) kept, up to {args.trials} in all; "
+          f"trials in {study_dir}", flush=True)
+    try:
+        tuner.optimize(args.trials, args.parallel, on_result=lambda r: _print_trial("tune", r))
+    finally:  # the table of what ran, an unknown key's stop included
+        best = tuner.write_results(study_dir)
+    print(render_table(tuner.rows(), COLUMNS), flush=True)
+    print(f"tune: table in {os.path.join(study_dir, TABLE_NAME)}", flush=True)
+    if best:
+        print(f"tune: best trial {tuner.best().number} (eval return {tuner.best().value:g}); its config: {best}",
+              flush=True)
+    if heard:
+        print(f"tune: interrupted ({heard[0]}); the study is kept in {storage}: run the same command again to "
+              f"resume it", flush=True)
+        return signal_exit_code(heard[0])
+    return 0
+
+
 COMMANDS = {
     "run": cmd_run,
     "coordinator": cmd_coordinator,
@@ -326,6 +428,8 @@ COMMANDS = {
     "status": cmd_status,
     "tasks": cmd_tasks,
     "collectors": cmd_collectors,
+    "sweep": cmd_sweep,
+    "tune": cmd_tune,
 }
 
 

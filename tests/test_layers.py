@@ -25,7 +25,8 @@ PACKAGES = ("parallel_rl", "coordinator_app")
 # layers below it, never one above.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("cli", "__main__"),
-    ("commands", "after"),  # after: the after-training commands (eval, plot, export) and the notebook API
+    # after: the after-training commands (eval, plot, export) and the notebook API; lab: sweep and tune
+    ("commands", "after", "lab"),
     # other libraries' names: DI-engine's parallel_rl.worker and comm, tianshou's and torchrl's collectors
     ("worker", "compat"),
     ("config",),  # the assembly of every component's defaults (config.assembly), the launcher's included

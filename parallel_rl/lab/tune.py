@@ -1,0 +1,180 @@
+"""``parallel-rl tune``: hyperparameter search with Optuna, as RL Zoo's ``--optimize`` does it.
+
+TPE samples each trial's settings from the space file's ``space(trial)``; each trial trains through a
+:class:`~.runner.Runner` and reports its evaluation curve (``trial.report(eval_return, env_steps)``) as it comes;
+the median pruner stops a trial whose curve falls below the median of the earlier trials' at the same env step
+(the training saves and exits). Serial runs evaluate at the same env steps whatever their settings; cluster runs
+do not, so their curves are compared at the multiples of ``report_every`` env steps. A trial's value is its final eval return (maximised). The study lives in an
+SQLite file: the same command run again resumes it (its finished trials are kept; ``--trials N`` is the total).
+
+Everything of study S goes under ``OUT/S/``: the trials' directories and logs, ``trials.csv`` (the study's table)
+and ``best_config.py`` (the best trial's config: ``parallel-rl run -c OUT/S/best_config.py`` trains it).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import pprint
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+from ..errors import ConfigError
+from .runner import EvalPoint, Runner, TrialResult
+from .sweep import import_optuna, write_table
+from .trials import Trial, TrialConfigs, load_space, space_settings
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ["trial", "settings", "status", "eval_return", "env_steps", "wall_s", "note"]
+BEST_CONFIG_NAME = "best_config.py"
+TABLE_NAME = "trials.csv"
+SQLITE = "sqlite:///"
+STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "waiting"}
+
+
+class TrialFailed(Exception):
+    """A trial that ended without a value (its config, its training, an interruption): Optuna records it
+    FAIL and the study goes on."""
+
+
+def storage_url(text: Optional[str], out_dir: str) -> str:
+    """``--storage``: an SQLite URL (default ``sqlite:///OUT/study.db``)."""
+    url = text or f"sqlite:///{os.path.abspath(os.path.join(out_dir, 'study.db'))}"
+    if not url.startswith(SQLITE) or len(url) == len(SQLITE):
+        raise ConfigError(f"--storage {url!r} is not an SQLite URL: use sqlite:///PATH/study.db")
+    return url
+
+
+class Tuner:
+    """One study: its storage, sampler and pruner, and the objective that trains a trial through ``runner``."""
+
+    def __init__(self, configs: TrialConfigs, space_path: str, runner: Runner, storage: str, study_name: str,
+                 seed: int = 0, startup_trials: int = 5, warmup_steps: int = 0, report_every: int = 0):
+        optuna = import_optuna()
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # the table says how each trial went
+        self.optuna = optuna
+        self.configs = configs
+        self.space_path = space_path
+        self.space = load_space(space_path)
+        self.runner = runner
+        self.report_every = report_every
+        self.interrupted = threading.Event()
+        # the space's keys, checked on a draw of its own before the study is made: an unknown one stops here
+        draft = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
+        configs.check(Trial(0, space_settings(self.space, draft, space_path)))
+        os.makedirs(os.path.dirname(storage[len(SQLITE):]) or ".", exist_ok=True)
+        self.study = optuna.create_study(
+            storage=storage, study_name=study_name, load_if_exists=True, direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps))
+
+    def finished(self) -> int:
+        """Trials that came to an outcome (done, pruned, or failed with a reason); an interrupted one does not
+        count."""
+        return sum(1 for t in self.study.trials if "outcome" in t.user_attrs)
+
+    def optimize(self, total: int, parallel: int = 1, on_result: Optional[Callable[[TrialResult], None]] = None
+                 ) -> int:
+        """Run trials until the study has ``total`` finished ones (the earlier runs' count); returns how many
+        this call ran. A key the config does not know raises ConfigError: the study stops."""
+        todo = max(0, total - self.finished())
+        if todo:
+            def stop_when_interrupted(study, _trial) -> None:
+                if self.interrupted.is_set():
+                    study.stop()
+
+            self.study.optimize(lambda trial: self._objective(trial, on_result), n_trials=todo, n_jobs=parallel,
+                                catch=(TrialFailed,), callbacks=[stop_when_interrupted])
+        return todo
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop the trainings in flight and start no more trials."""
+        self.interrupted.set()
+        self.runner.stop_all()
+
+    def _objective(self, trial, on_result) -> float:
+        if self.interrupted.is_set():
+            raise TrialFailed("interrupted before it started")
+        settings = space_settings(self.space, trial, self.space_path)
+        trial.set_user_attr("settings", settings)
+        spec = Trial(trial.number, settings)
+        reason = self.configs.check(spec)  # an unknown key: ConfigError, the study stops
+        if reason:
+            result = TrialResult(spec, "failed", exit_code=2, note=reason)
+        else:
+            reported = [-1]
+
+            def on_eval(point: EvalPoint) -> bool:
+                """The pruner compares trials at the same step: each evaluation at its env step, or with
+                report_every the newest evaluation at each multiple of it that the curve passed."""
+                step = point.env_steps - point.env_steps % self.report_every if self.report_every else point.env_steps
+                if step <= reported[0]:
+                    return False
+                reported[0] = step
+                trial.report(point.eval_return, step)
+                return trial.should_prune()
+
+            result = self.runner.run(spec, on_eval)
+        trial.set_user_attr("env_steps", result.env_steps)
+        trial.set_user_attr("note", result.note)
+        if on_result:
+            on_result(result)
+        if result.status == "done" and math.isnan(result.eval_return):
+            result.status, result.note = "failed", "no evaluation before the training ended; raise its budget"
+            trial.set_user_attr("note", result.note)
+        if result.status != "interrupted":
+            trial.set_user_attr("outcome", result.status)
+        if result.status == "pruned":
+            raise self.optuna.TrialPruned(result.note)
+        if result.status != "done":
+            raise TrialFailed(result.note)
+        return result.eval_return
+
+    def rows(self) -> List[Dict[str, Any]]:
+        """The study's table: every trial, the earlier runs' included."""
+        rows = []
+        for t in self.study.trials:
+            value = t.value if t.value is not None else (
+                t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
+            duration = t.duration.total_seconds() if t.duration is not None else None
+            rows.append({"trial": t.number, "settings": Trial(t.number, t.user_attrs.get("settings", {})).label(),
+                         "status": STATES.get(t.state.name, t.state.name.lower()), "eval_return": value,
+                         "env_steps": t.user_attrs.get("env_steps"),
+                         "wall_s": None if duration is None else round(duration, 1),
+                         "note": t.user_attrs.get("note", "")})
+        return rows
+
+    def best(self):
+        """The best finished trial, None when none finished."""
+        done = [t for t in self.study.trials if t.state.name == "COMPLETE"]
+        return max(done, key=lambda t: t.value) if done else None
+
+    def write_results(self, out_dir: str) -> Optional[str]:
+        """``trials.csv`` and, when a trial finished, ``best_config.py``; returns the best config's path."""
+        os.makedirs(out_dir, exist_ok=True)
+        write_table(os.path.join(out_dir, TABLE_NAME), self.rows(), COLUMNS)
+        best = self.best()
+        if best is None:
+            return None
+        return write_best_config(os.path.join(out_dir, BEST_CONFIG_NAME), self.configs,
+                                 Trial(best.number, best.user_attrs.get("settings", {})), best.value,
+                                 self.study.study_name)
+
+
+def write_best_config(path: str, configs: TrialConfigs, trial: Trial, value: float, study_name: str) -> str:
+    """A Python config file: the study's config (with its ``--set``) and the best trial's settings."""
+    from ..config import apply_overrides
+
+    config = apply_overrides(configs.raw, trial.overrides())
+    text = (f'"""The best trial ({trial.number}, eval return {value:g}) of study {study_name!r}: '
+            f'{os.path.basename(configs.config_path)} with {trial.label()}.\n\n'
+            f'Train it: parallel-rl {"run" if configs.cluster else "serial"} -c {path}\n"""\n'
+            f'inf, nan = float("inf"), float("nan")  # as repr() writes them\n'
+            f"main_config = {pprint.pformat(config, sort_dicts=False)}\n")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
