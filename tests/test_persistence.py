@@ -33,7 +33,7 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
     assert path and path.startswith(coordinator.storage.state_dir)
 
     other = restarted(coordinator)
-    assert other.resume() and other.resumed_from == coordinator.storage.coordinator_states()[-1]
+    assert other.resume() and other.resumed_from == coordinator.storage.states.seqs()[-1]
     assert other.env_steps == 12 and other.episodes == 2 and other.replay.count() == 12
     assert other.summary()["train_return"] == coordinator.summary()["train_return"] == 1.0  # its episode window too
     assert [t.to_dict() for t in other.tasks.list()] == [t.to_dict() for t in coordinator.tasks.list()]
@@ -55,13 +55,13 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
 
 def test_snapshots_are_written_periodically_and_at_close(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory(coordinator=dict(snapshot_interval=0.1))
-    first = eventually(lambda: coordinator.storage.coordinator_states(), timeout=5, message="a periodic snapshot")
+    first = eventually(lambda: coordinator.storage.states.seqs(), timeout=5, message="a periodic snapshot")
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(30)
     collector.write_chunk(collector.received[0].task_id, "c-a", n=8)
     eventually(lambda: api(server, "/cluster").json()["state_saved_at"], timeout=5, message="state_saved_at")
     coordinator.close(notify_workers=False)
-    seqs = coordinator.storage.coordinator_states()
+    seqs = coordinator.storage.states.seqs()
     assert len(seqs) == 2 and seqs[-1] > first[-1]  # older ones are pruned: the newest and its fallback stay
     other = restarted(coordinator)
     assert other.resume() and other.env_steps == 8 and other.resumed_from == seqs[-1]
@@ -77,8 +77,8 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_one_before(coordinator_fact
     collector.write_chunk(task_id, "c-b", n=4)
     coordinator.save_state()
     storage = coordinator.storage
-    older, newest = storage.coordinator_states()
-    json_path, npz_path = storage.state_paths(newest)
+    older, newest = storage.states.seqs()
+    json_path, npz_path = storage.states.paths(newest)
     with open(npz_path, "r+b") as f:  # truncated: a torn write, a full disk
         f.truncate(100)
     other = restarted(coordinator)
@@ -93,7 +93,7 @@ def test_no_loadable_snapshot_is_refused_naming_the_files(coordinator_factory):
 
     coordinator, _ = coordinator_factory()
     coordinator.save_state()
-    json_path, _ = coordinator.storage.state_paths(coordinator.storage.coordinator_states()[-1])
+    json_path, _ = coordinator.storage.states.paths(coordinator.storage.states.seqs()[-1])
     with open(json_path, "w") as f:
         f.write('{"format": 1, "seq": ')  # cut short
     with pytest.raises(StorageError, match=f"no loadable coordinator state.*{json_path}.*--fresh"):
@@ -105,7 +105,7 @@ def test_a_state_of_a_newer_format_is_refused(coordinator_factory):
 
     coordinator, _ = coordinator_factory()
     coordinator.save_state()
-    json_path, _ = coordinator.storage.state_paths(coordinator.storage.coordinator_states()[-1])
+    json_path, _ = coordinator.storage.states.paths(coordinator.storage.states.seqs()[-1])
     with open(json_path) as f:
         meta = json.load(f)
     with open(json_path, "w") as f:
@@ -121,7 +121,7 @@ def test_state_files_hold_no_pickle(coordinator_factory, slaves):  # noqa: F811
     assert collector.got_task.wait(30)
     collector.write_chunk(collector.received[0].task_id, "c-a", n=8)
     coordinator.save_state()
-    _, npz_path = coordinator.storage.state_paths(coordinator.storage.coordinator_states()[-1])
+    _, npz_path = coordinator.storage.states.paths(coordinator.storage.states.seqs()[-1])
     with np.load(npz_path, allow_pickle=False) as npz:  # raises on an object array
         assert all(npz[k].dtype != object for k in npz.files)
 

@@ -43,12 +43,12 @@ def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path)
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 8}, storage, grace_seconds=0.0)
     names = [f"big-{i}" for i in range(3)]
     for name in names:
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
     assert replay.add_chunks([(name, 4, 0) for name in names], "collector-1") == [True, True, True]
     replay.collect_garbage(force=True)
     stats = replay.stats()
     # the first chunk's rows never fit: its file goes as an evicted chunk's does; the two others stay
-    assert storage.list_chunks() == names[1:]
+    assert storage.chunks.names() == names[1:]
     assert (stats["size"], stats["pushed"], stats["evicted"], stats["chunks"], stats["chunks_deleted"]) == (
         8, 12, 4, 2, 1)
 
@@ -61,7 +61,7 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 4}, storage, grace_seconds=0.0)
     names = ["gc-0", "gc-1", "gc-2"]
     for name in names:
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
         assert replay.add_chunks([(name, 4, 0)], "collector-1") == [True]  # each evicts the one before
     data = storage.data_dir
     os.rename(data, data + ".aside")
@@ -72,7 +72,7 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     os.remove(data)
     os.rename(data + ".aside", data)
     assert replay.collect_garbage(force=True) == 2
-    assert storage.list_chunks() == ["gc-2"]
+    assert storage.chunks.names() == ["gc-2"]
     stats = replay.stats()
     assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
 
@@ -83,18 +83,18 @@ def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_fact
     storage = SharedStorage(str(tmp_path / "shared"))
     hour_ago = os.path.getmtime(storage.data_dir) - 3600
     for name in ("orphan-old", "orphan-new"):
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
-    os.utime(storage.chunk_path("orphan-old"), (hour_ago, hour_ago))
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
+    os.utime(storage.chunks.path("orphan-old"), (hour_ago, hour_ago))
     coordinator, server = coordinator_factory()  # the first sweep runs as its control loop starts
-    eventually(lambda: storage.list_chunks() == ["orphan-new"], timeout=10,
+    eventually(lambda: storage.chunks.names() == ["orphan-new"], timeout=10,
                message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept")
     # an indexed chunk is never swept, however old
-    storage.write_chunk("indexed-old", {"action": np.zeros(4, np.int64)})
+    storage.chunks.write("indexed-old", {"action": np.zeros(4, np.int64)})
     assert coordinator.replay.add_chunks([("indexed-old", 4, 0)], "collector-1") == [True]
-    os.utime(storage.chunk_path("indexed-old"), (hour_ago, hour_ago))
+    os.utime(storage.chunks.path("indexed-old"), (hour_ago, hour_ago))
     assert coordinator.replay.remove_orphans(600.0) == 0
     assert coordinator.replay.remove_orphans(0.0) == 1  # orphan-new, now past an age of 0
-    assert storage.list_chunks() == ["indexed-old"]
+    assert storage.chunks.names() == ["indexed-old"]
 
 
 # ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
@@ -108,9 +108,9 @@ def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, 
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    object_column_npz(collector.storage.chunk_path("objects"), 4)
+    object_column_npz(collector.storage.chunks.path("objects"), 4)
     with pytest.raises(StorageError, match="Python objects"):
-        collector.storage.chunk_layout("objects")
+        collector.storage.chunks.layout("objects")
     message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "objects", "size": 4,
                "policy_version": -1, "env_steps": 4, "episode_returns": []}
     refused = post_metadata(server, collector, [message]).json()["refused"]
@@ -129,7 +129,7 @@ def test_damage_a_chunks_headers_show_is_refused_by_the_chunk_check(coordinator_
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    damage_packed(Path(collector.storage.chunk_path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
+    damage_packed(Path(collector.storage.chunks.path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
     message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "damaged", "size": 16,
                "policy_version": -1, "env_steps": 16, "episode_returns": []}
     refused = post_metadata(server, collector, [message]).json()["refused"]
@@ -144,7 +144,7 @@ def test_buffer_stats_are_one_snapshot_while_a_chunk_is_quarantined(tmp_path):
     storage = SharedStorage(str(tmp_path / "shared"))
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 64}, storage, grace_seconds=3600.0)
     for name in ("c-0", "c-1"):
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
     assert replay.add_chunks([("c-0", 4, 0), ("c-1", 4, 0)], "collector-1") == [True, True]
     buffer_stats = replay.buffer.stats
     quarantined = threading.Event()
@@ -175,7 +175,7 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
                     env={"PARALLEL_RL_TOKEN": TOKEN})
     eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] >= 6, timeout=60, message="6 chunks indexed")
     collector.stop()  # every chunk it wrote is announced now (it flushes before it exits)
-    names = coordinator.storage.list_chunks()
+    names = coordinator.storage.chunks.names()
     assert get(api, "/buffers")["buffers"][0]["chunks"] == len(names)
     zeros, objects = shared / "data" / f"{names[0]}.npz", shared / "data" / f"{names[1]}.npz"
     damaged_rows = [len(np.load(path)["obs"]) for path in (zeros, objects)]
@@ -279,7 +279,7 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
     rows = toy_rows(tmp_path, 16)
     packed = {name: pack_frames(rows) for name in (f"p-{i:07d}" for i in range(6))}
     for name, columns in packed.items():
-        collector.storage.write_chunk(name, columns)
+        collector.storage.chunks.write(name, columns)
         collector.send_metadata({"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name,
                                  "size": 16, "policy_version": -1, "env_steps": 16, "episode_returns": []},
                                 urgent=True)
@@ -305,10 +305,10 @@ def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(where, buck
     """The learner reads a round's chunks at once (concurrently on an object store): one damaged chunk comes back
     as its error, the others as their columns (it used to fail the whole round, and the learner's task)."""
     store = SharedStorage(str(tmp_path / "shared") if where == "local" else f"s3://{bucket}/run")
-    store.write_chunk("c1", {"obs": np.zeros((3, 2), np.float32)})
-    store.write_chunk("bad", {"obs": np.zeros((3, 2), np.float32)})
-    store.backend.write_atomic(store.chunk_path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
-    got = store.read_chunks(["c1", "bad", "gone"])
+    store.chunks.write("c1", {"obs": np.zeros((3, 2), np.float32)})
+    store.chunks.write("bad", {"obs": np.zeros((3, 2), np.float32)})
+    store.backend.write_atomic(store.chunks.path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
+    got = store.chunks.read_many(["c1", "bad", "gone"])
     assert len(got["c1"]["obs"]) == 3 and got["gone"] is None
     assert isinstance(got["bad"], StorageError) and "not a valid step-data chunk" in str(got["bad"])
     assert store.health.healthy
@@ -316,7 +316,7 @@ def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(where, buck
 
 # ---- 6. a fault of the store while the coordinator checks a chunk -------------------------------------------
 def chunk_message(collector, name, rows=4):
-    collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
+    collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
     return {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name, "size": rows,
             "policy_version": -1, "env_steps": rows, "episode_returns": []}
 

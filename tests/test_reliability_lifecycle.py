@@ -24,7 +24,7 @@ def test_chunks_waiting_out_their_grace_are_deleted_after_a_resume(tmp_path):
     buffer_cfg = EasyDict(type="naive", replay_buffer_size=8)
     replay = ReplayIndex(buffer_cfg, storage, grace_seconds=3600.0)
     for name in ("c-old", "c-new"):
-        storage.write_chunk(name, {"obs": np.zeros((8, 1), np.float32)})
+        storage.chunks.write(name, {"obs": np.zeros((8, 1), np.float32)})
         replay.add_chunk(name, 8, 0, "collector-1")
     assert replay.stats()["chunks_pending_delete"] == 1  # c-old's rows were pushed out by c-new's
     state = replay.state_dict()
@@ -33,7 +33,7 @@ def test_chunks_waiting_out_their_grace_are_deleted_after_a_resume(tmp_path):
     resumed.load_state_dict(state)
     assert resumed.stats()["chunks_pending_delete"] == 1
     assert resumed.collect_garbage() == 1
-    assert not storage.chunk_exists("c-old") and storage.chunk_exists("c-new")
+    assert not storage.chunks.exists("c-old") and storage.chunks.exists("c-new")
     assert resumed.count() == 8 and resumed.sample(4, 1, 0)["chunks"] == ["c-new"]
 
 
@@ -168,13 +168,13 @@ def test_a_checkpoint_that_does_not_fit_the_model_fails_the_run_naming_the_file(
     from parallel_rl.collector.shell import CollectorSlave
 
     coordinator, server = coordinator_factory(worker={"failure_backoff": 0.05})
-    coordinator.storage.save_policy(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
+    coordinator.storage.policies.save(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
     slave = CollectorSlave(server.url, token="test-token", request_timeout=2.0, max_retries=1).start()
     threading.Thread(target=slave.run, daemon=True).start()
     try:
         eventually(lambda: coordinator.state == "failed", timeout=30, message="the run failed")
         reason = coordinator.reason
-        assert coordinator.storage.policy_path(0) in reason and "does not fit" in reason, reason
+        assert coordinator.storage.policies.path(0) in reason and "does not fit" in reason, reason
         assert "\n" not in reason and coordinator.env_steps == 0
     finally:
         slave.close()
@@ -191,15 +191,15 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capl
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ClusterCollector(toy_cluster_config(tmp_path), storage, seed=0)
     try:
-        storage.save_policy(0, collector.policy.model_state_dict())
-        with open(storage.policy_path(1), "wb") as f:
+        storage.policies.save(0, collector.policy.model_state_dict())
+        with open(storage.policies.path(1), "wb") as f:
             f.write(b"not a checkpoint" * 64)
         assert collector.get_policy_update_info() == 1
         assert collector.update_policy(1) and collector.policy_version == 0
         assert not collector.update_policy(1) and collector.get_policy_update_info() is None
         assert collector.evaluate(1, 2)["policy_version"] == 0
         said = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
-        assert len(said) == 1 and storage.policy_path(1) in said[0]
+        assert len(said) == 1 and storage.policies.path(1) in said[0]
     finally:
         collector.close()
 

@@ -22,6 +22,7 @@ from .. import protocol
 from ..errors import (ForbiddenError, NotFoundError, ProtocolViolation, RequestRefused, StorageError,
                       StorageFaultError, UnavailableError)
 from ..protocol import Chunk, ChunkDamaged, Games, LearnInfo, Policy, TaskEnd
+from ..storage.names import check_name
 from .flow_control import LONG_POLL_RETRY_AFTER
 from .tasks import Task, TaskKind, TaskState
 from .workers import Worker
@@ -121,11 +122,11 @@ class MessageTable:
     # ---- chunk ------------------------------------------------------------------------------------------
     def _check_chunk(self, worker: Worker, msg: Chunk) -> Dict[str, Any]:
         c = self.c
-        name = c.storage.check_name(msg.chunk)
+        name = check_name(msg.chunk)
         task = self._owned_task(worker, msg.task_id)
         newest, version = c.policy_version, msg.policy_version
         if version > newest:  # a collector may load a checkpoint before its announcement reaches us
-            on_disk = c.storage.latest_policy_version()
+            on_disk = c.storage.policies.latest()
             newest = max(newest, -1 if on_disk is None else on_disk)
             if version > newest:
                 raise ProtocolViolation(f"policy_version {version} was never published (newest {newest})")
@@ -145,10 +146,10 @@ class MessageTable:
         storage, health = self.c.storage, self.c.check_health
         layout = self.chunk_layouts.get(worker.worker_id)
         try:
-            if layout is not None and storage.chunk_bytes(name) == layout[0] + layout[1] * size:
+            if layout is not None and storage.chunks.size(name) == layout[0] + layout[1] * size:
                 rows = None  # its size says it holds `size` rows
             else:
-                rows, nbytes, row_bytes = storage.chunk_layout(name)
+                rows, nbytes, row_bytes = storage.chunks.layout(name)
         except FileNotFoundError:
             raise ProtocolViolation(f"chunk {name!r} announced but not on the shared disk") from None
         if not health.healthy:  # the store answered a read again (a fault raised above)
@@ -250,7 +251,7 @@ class MessageTable:
 
     # ---- learner messages ------------------------------------------------------------------------------
     def _check_policy(self, worker: Worker, msg: Policy) -> Dict[str, Any]:
-        if not self.c.storage.policy_exists(msg.version):
+        if not self.c.storage.policies.exists(msg.version):
             raise ProtocolViolation(f"policy {msg.version} announced but its checkpoint is not on the shared disk")
         return {"version": msg.version}
 
@@ -280,7 +281,7 @@ class MessageTable:
             c.tasks.update_progress(m["task"].task_id, train_iter=worker.train_iter)
 
     def _check_chunk_damaged(self, worker: Worker, msg: ChunkDamaged) -> Dict[str, Any]:
-        return {"name": self.c.storage.check_name(msg.chunk), "error": " ".join(msg.error.split())[:300]}
+        return {"name": check_name(msg.chunk), "error": " ".join(msg.error.split())[:300]}
 
     def _apply_chunk_damaged(self, worker: Worker, m: Dict[str, Any]) -> None:
         """A learner could not read a chunk (a damaged file, a column of objects, rows of another layout): its

@@ -110,7 +110,7 @@ class Snapshots:
             arrays = state.pop("replay")
             self._seq += 1
             try:
-                path = self._c.storage.save_coordinator_state(self._seq, state, arrays)
+                path = self._c.storage.states.save(self._seq, state, arrays)
             except (OSError, StorageError, ValueError) as exc:
                 logger.error("coordinator: saving state %d failed (the previous snapshot stays): %s", self._seq, exc)
                 return None
@@ -122,7 +122,7 @@ class Snapshots:
 
         A damaged newest snapshot falls back to the one before; StorageError when none loads."""
         c = self._c
-        saved = c.storage.latest_coordinator_state()
+        saved = c.storage.states.latest()
         if saved is None:
             return False
         meta, arrays = saved
@@ -131,7 +131,7 @@ class Snapshots:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             # what the store's loader (storage.states.check_meta) leaves to the restoring parts: a section's insides
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise StorageError(f"{c.storage.state_paths(meta['seq'])[0]}: cannot be restored with this config "
+            raise StorageError(f"{c.storage.states.paths(meta['seq'])[0]}: cannot be restored with this config "
                                f"({why}); resume with the config that wrote it, or start over with --fresh") from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])

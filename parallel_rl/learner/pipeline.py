@@ -100,7 +100,7 @@ class RowStore:
             cols = fetched[name]
         else:
             try:
-                cols = self.storage.read_chunk(name)
+                cols = self.storage.chunks.read(name)
             except FileNotFoundError:
                 cols = None
             except StorageFaultError:  # the store failed, not the file
@@ -194,7 +194,8 @@ class RowStore:
         if len(chunks) > self.pages:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the cache's {self.pages} pages")
         # on an object store every read waits a round trip: fetch the misses together
-        fetched = self.storage.read_chunks([n for n in chunks if n not in self._lru]) if self.storage.remote else {}
+        misses = [n for n in chunks if n not in self._lru]
+        fetched = self.storage.chunks.read_many(misses) if self.storage.remote else {}
         pinned: set = set()
         entries = []
         for name in chunks:
