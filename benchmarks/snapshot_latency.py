@@ -75,7 +75,7 @@ def run(interval: float, rows: int, seconds: float, tmp: str, league: int = 0) -
     try:
         latencies = measure(server.url + "/api/v1/cluster", seconds)
         t = time.perf_counter()
-        coordinator.save_state()
+        coordinator.snapshots.save_state()
         one = time.perf_counter() - t
         t = time.perf_counter()
         commander_state = json.dumps(coordinator.commander.state_dict())

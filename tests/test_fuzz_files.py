@@ -249,7 +249,7 @@ def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_s
     loaded = bounded(storage.states.latest, len(json_blob) + len(npz_blob))
     coordinator = Coordinator(cfg, storage, "test-token")
     try:
-        resumed = coordinator.resume()
+        resumed = coordinator.snapshots.resume()
     except StorageError as exc:
         assert not isinstance(exc, StorageFaultError) and "\n" not in str(exc), exc
         resumed = exc

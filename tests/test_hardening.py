@@ -246,7 +246,7 @@ def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator
         control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3,
                                              retries=0)
         assert control["state"] in ("idle", "busy")
-    assert coordinator.long_polls_refused >= 16
+    assert coordinator.flow.long_polls_refused >= 16
     coordinator.finish("stopped", "test over")  # ends the waits
     for t in pollers:
         t.join(15)
@@ -345,7 +345,7 @@ def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factor
         assert picky.got_task.wait(10)
         failed = [t for t in coordinator.tasks.list() if t.state.value == "failed"]
         assert len(failed) == 1 and "cannot run this one" in failed[0].error
-        assert coordinator.get_worker(picky.worker_id).state.value == "busy"
+        assert coordinator.membership.get_worker(picky.worker_id).state.value == "busy"
         # the same worker, never marked lost (not a new registration after a loss)
         assert [w.worker_id for w in coordinator.workers.list()] == [picky.worker_id]
         assert coordinator.workers.counts()["collector"]["lost"] == 0

@@ -45,15 +45,15 @@ def test_snapshots_hold_no_lease_tokens_yet_workers_are_re_adopted(coordinator_f
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(30)
     lease = collector.coordinator.lease
-    path = coordinator.save_state()
+    path = coordinator.snapshots.save_state()
     with open(path) as f:
         assert lease not in f.read()
 
     other = restarted(coordinator)
-    assert other.resume()
-    assert other.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
+    assert other.snapshots.resume()
+    assert other.membership.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
     with pytest.raises(NotFoundError) as refused:
-        other.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
+        other.membership.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
     assert refused.value.http_status == 404
 
 
@@ -77,12 +77,12 @@ def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_fa
         starting.start()
         assert entered.wait(10)
         assert coordinator.workers.counts()["collector"]["connecting"] == 1
-        coordinator.save_state()
+        coordinator.snapshots.save_state()
         release.set()
         starting.join(10)
 
         other = restarted(coordinator)
-        assert other.resume()
+        assert other.snapshots.resume()
         (saved,) = other.workers.list("collector")
         assert saved.state.value == "setting_up"  # its heartbeats say when it is ready
         other.start()  # nothing heartbeats to this one: the lease (2 s) runs out
@@ -121,7 +121,7 @@ def test_a_slave_that_cannot_register_again_retries_then_exits_with_an_error(coo
     try:
         runner.start()
         assert slave.got_task.wait(30)
-        coordinator.mark_lost(coordinator.get_worker(slave.worker_id), "a test forgets it")
+        coordinator.membership.mark_lost(coordinator.membership.get_worker(slave.worker_id), "a test forgets it")
         runner.join(15)
         assert not runner.is_alive(), "the slave lives on, registered nowhere"
         assert len(connects) > 2  # retried, not given up after one try

@@ -292,24 +292,24 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
     first.storage.chunks.write("c-a", columns(8))
     assert first.replay.add_chunk("c-a", 8, 0, "collector-1")
     first.eval_history.append({"t": 1.0, "policy_version": 0, "env_steps": 8, "train_iter": 0, "eval_return": 2.5})
-    path = first.save_state()
+    path = first.snapshots.save_state()
     assert path.startswith(f"{bucket}/run/coordinator/state_") and path.endswith(".json")
     first.storage.chunks.write("c-b", columns(4))
     assert first.replay.add_chunk("c-b", 4, 0, "collector-1")
-    first.save_state()
+    first.snapshots.save_state()
     older, newest = first.storage.states.seqs()
     assert [k for k in objects(bucket, "run/coordinator/")] == [
         f"run/coordinator/state_{seq:09d}.{ext}" for seq in (older, newest) for ext in ("json", "npz")]
 
     second = coordinator()
-    assert second.resume() and second.resumed_from == newest
+    assert second.snapshots.resume() and second.snapshots.resumed_from == newest
     assert second.replay.count() == 12 and second.eval_history == first.eval_history
     assert sorted(second.replay.sample(4, 4, 0)["chunks"]) in (["c-a"], ["c-b"], ["c-a", "c-b"])
 
     boto3.client("s3").put_object(Bucket=bucket, Key=f"run/coordinator/state_{newest:09d}.npz", Body=b"truncated")
     third = coordinator()
     with caplog.at_level(logging.WARNING, logger="parallel_rl.storage"):
-        assert third.resume() and third.resumed_from == older
+        assert third.snapshots.resume() and third.snapshots.resumed_from == older
     assert third.replay.count() == 8
     assert f"state_{newest:09d}.npz" in caplog.text
 

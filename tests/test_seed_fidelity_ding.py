@@ -752,7 +752,7 @@ def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments
     second = slaves("collector", server.url, run=False)
     coordinator.deal_with_increase_collector()  # DI-engine: after a collector joined
     eventually(lambda: len(api(server, "/tasks?kind=collector").json()["tasks"]) >= 2, timeout=5)
-    coordinator.decrease_collector(first.worker_id)
+    coordinator.membership.decrease_collector(first.worker_id)
     coordinator.deal_with_decrease_collector()
     assert second.worker_id in {w["worker_id"] for w in api(server, "/collectors").json()["collectors"]}
 

@@ -61,11 +61,6 @@ class CoordinatorState:
     CLOSED = "closed"
 
 
-def _delegate(part: str, name: str) -> property:
-    """A name callers (the message table, tests) use on the coordinator, answered by one of its parts."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"``self.{part}.{name}``")
-
-
 class Coordinator(DingCallbacks):
     def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
@@ -126,20 +121,6 @@ class Coordinator(DingCallbacks):
         self.eval_history: List[Dict[str, Any]] = []
         self.throughput_history: List[Dict[str, Any]] = []
 
-    # the parts' names that the message table and the tests use on the coordinator
-    heartbeat = _delegate("membership", "heartbeat")
-    get_worker = _delegate("membership", "get_worker")
-    mark_lost = _delegate("membership", "mark_lost")
-    increase_collector = _delegate("membership", "increase_collector")
-    decrease_collector = _delegate("membership", "decrease_collector")
-    _storage_report = _delegate("membership", "storage_report")
-    control_for = _delegate("flow", "control_for")
-    long_poll = _delegate("flow", "long_poll")
-    wait_for_allowance = _delegate("flow", "wait_for_allowance")
-    long_polls_refused = _delegate("flow", "long_polls_refused")
-    _notify_progress = _delegate("flow", "notify_progress")
-    save_state = _delegate("snapshots", "save_state")
-
     def state_dict(self) -> Dict[str, Any]:
         """What a restarted coordinator needs (:meth:`Snapshots.state_dict`; DI-engine's name)."""
         return self.snapshots.state_dict()
@@ -153,8 +134,6 @@ class Coordinator(DingCallbacks):
 
     def error(self, s: str) -> None:
         logger.error("coordinator: %s", s)
-    resume = _delegate("snapshots", "resume")
-    resumed_from = _delegate("snapshots", "resumed_from")
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "Coordinator":

@@ -60,15 +60,15 @@ class MessageTable:
         announced. On-policy, ``loaded_version`` (the policy the collector acts with) must be the current one
         for its share of the next segment to end the wait."""
         c = self.c
-        worker = c.heartbeat(worker_id, lease)
+        worker = c.membership.heartbeat(worker_id, lease)
         answer: Dict[str, Any] = {"refused": self.check_and_apply(worker, messages) if messages else []}
         if wait_for_allowance > 0:
-            with c.long_poll() as slot:
+            with c.flow.long_poll() as slot:
                 if slot:
-                    c.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
+                    c.flow.wait_for_allowance(wait_for_allowance, policy_version, worker, loaded_version)
                 else:
                     answer["retry_after"] = LONG_POLL_RETRY_AFTER
-        answer["control"] = c.control_for(worker)
+        answer["control"] = c.flow.control_for(worker)
         return answer
 
     def check_and_apply(self, worker: Worker, messages: List[Any]) -> List[Dict[str, Any]]:
@@ -213,7 +213,7 @@ class MessageTable:
         if report is not None and not report["healthy"]:
             # failed on the shared store: no task for this worker for a while (before the commander hears of the
             # failure), or its next one would fail at once, and the next, in a hot loop
-            c._storage_report(worker, report)
+            c.membership.storage_report(worker, report)
             delay = worker.storage.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
             logger.warning("coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
                            worker.worker_id, m["task_id"], worker.storage.failures, delay)
@@ -264,7 +264,7 @@ class MessageTable:
                 c.policy_published_at[version] = time.time()
                 for old in [v for v in c.policy_published_at if v < version - 1000]:
                     del c.policy_published_at[old]
-        c._notify_progress()  # throttled collectors pick the new policy up now
+        c.flow.notify_progress()  # throttled collectors pick the new policy up now
         c.kick()
 
     def _check_learn_info(self, worker: Worker, msg: LearnInfo) -> Dict[str, Any]:
@@ -276,7 +276,7 @@ class MessageTable:
             worker.train_iter = m["train_iter"]
             c.train_iter = max(c.train_iter, worker.train_iter)
             c.learn_info = m["info"]
-        c._notify_progress()
+        c.flow.notify_progress()
         if m["task"] is not None:
             c.tasks.update_progress(m["task"].task_id, train_iter=worker.train_iter)
 
