@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from parallel_rl.errors import PathOutsideRootError, StorageError, StorageFaultError
-from parallel_rl.storage import SharedStorage, atomic_save_npz, load_npz
+from parallel_rl.storage import Backend, FsspecBackend, LocalBackend, SharedStorage, atomic_save_npz, load_npz
 
 
 @pytest.fixture
@@ -186,3 +186,12 @@ def test_the_coordinator_sweeps_stale_temp_files_when_it_starts(coordinator_fact
     os.utime(path, (time.time() - 3600,) * 2)
     coordinator_factory()
     eventually(lambda: not os.path.exists(path), timeout=5, message="stale temp file removed")
+
+
+def test_the_local_and_the_object_store_backends_are_backends(tmp_path):
+    """Each backend has every member of the declared Backend protocol (what SharedStorage and its families ask of
+    one; mypy checks the signatures, `make lint`), and a store is opened with one."""
+    for backend in (LocalBackend(str(tmp_path)), FsspecBackend("memory://bucket/run")):
+        assert isinstance(backend, Backend), f"{type(backend).__name__} lacks a member of storage.Backend"
+    assert isinstance(SharedStorage(str(tmp_path / "shared")).backend, Backend)
+

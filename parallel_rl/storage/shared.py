@@ -33,7 +33,7 @@ import time
 from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
-from .backends import FsspecBackend, LocalBackend, is_remote
+from .backends import Backend, FsspecBackend, LocalBackend, is_remote
 from .checkpoints import LeagueSnapshots, LearnerStates, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .health import StorageHealth
@@ -66,7 +66,7 @@ class SharedStorage:
     ``league``, ``states``, ``videos`` (``storage.chunks.write(name, columns)``, ``storage.policies.latest()``)."""
 
     def __init__(self, root: str, options: Optional[Mapping] = None, create: bool = True):
-        self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
+        self.backend: Backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
         self.remote = self.backend.remote
         self.health = StorageHealth()
