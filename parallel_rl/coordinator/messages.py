@@ -19,7 +19,7 @@ import operator
 import re
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Protocol, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple, overload
 
 from .. import protocol
 from ..errors import (ForbiddenError, NotFoundError, ProtocolViolation, RequestRefused, StorageError,
@@ -60,11 +60,11 @@ class MessageTable:
 
     def __init__(self, *, counters: RunCounters, lock: threading.RLock, tasks: TaskTable, replay: ReplayIndex,
                  storage: SharedStorage, check_health: StorageHealth, membership: Membership, flow: FlowControl,
-                 commander: Commander, worker_cfg: Mapping[str, Any], max_repeated_failures: int,
+                 commander: Commander, worker_cfg: Any, max_repeated_failures: int,
                  end_task: Callable[..., Optional[Task]], finish: Callable[[str, str], None],
                  kick: Callable[[], None]):
-        """``check_health``: the store as the message checks see it; ``worker_cfg``: ``parallel.worker`` (the
-        back-offs); ``end_task``, ``finish``, ``kick``: the coordinator's."""
+        """``check_health``: the store as the message checks see it; ``worker_cfg``: the ``parallel.worker``
+        section (its back-offs, read as attributes); ``end_task``, ``finish``, ``kick``: the coordinator's."""
         self.counters, self._lock = counters, lock
         self.tasks, self.replay, self.storage, self.check_health = tasks, replay, storage, check_health
         self.membership, self.flow, self.commander = membership, flow, commander
@@ -136,6 +136,12 @@ class MessageTable:
             raise UnavailableError(f"{exc}; the message is kept and sent again") from None
         except StorageError as exc:
             raise ProtocolViolation(str(exc)) from None
+
+    @overload
+    def _owned_task(self, worker: Worker, task_id: str) -> Task: ...
+
+    @overload
+    def _owned_task(self, worker: Worker, task_id: Optional[str]) -> Optional[Task]: ...
 
     def _owned_task(self, worker: Worker, task_id: Optional[str]) -> Optional[Task]:
         """The task ``task_id`` names (None for None), which must run on ``worker``."""
@@ -222,13 +228,14 @@ class MessageTable:
     # ---- task ends -------------------------------------------------------------------------------------
     def _check_task_end(self, worker: Worker, msg: TaskEnd) -> Dict[str, Any]:
         task = self._owned_task(worker, msg.task_id)
-        result, error, state = msg.result, msg.error, TASK_END_STATES[msg.TYPE]
+        result: Optional[Dict[str, Any]] = msg.result
+        error, state = msg.error, TASK_END_STATES[msg.TYPE]
         if state == TaskState.FAILED:
             error, result = error or "unknown error", None
         elif state == TaskState.FINISHED:
             error = None
             if task.kind == TaskKind.EVALUATOR:
-                protocol.check_eval_result(result)
+                protocol.check_eval_result(msg.result)
         storage = msg.storage.to_json() if msg.storage is not None and state == TaskState.FAILED else None
         return {"task_id": task.task_id, "kind": task.kind, "state": state, "result": result, "error": error,
                 "storage": storage}
