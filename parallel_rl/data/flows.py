@@ -79,8 +79,7 @@ class DataFlow:
         """Batches a learner's data thread asks for per round trip (and keeps ready)."""
         return int(learner_cfg["prefetch_batches"])
 
-    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Mapping[str, Any],
-                           envstep: int) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         """The serial pipelines' step after collecting ``data``."""
         raise NotImplementedError
 
@@ -128,8 +127,7 @@ class ReplayFlow(DataFlow):
     def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
         return int(learner_cfg["publish_every"])
 
-    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Mapping[str, Any],
-                           envstep: int) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         buffer.push(data, cur_collector_envstep=envstep)
         train_from_buffer(learner, buffer, learn, envstep)
 
@@ -191,8 +189,7 @@ class OnPolicyFlow(DataFlow):
         # bound counts updates: a version held back would age every row collected meanwhile
         return 1
 
-    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Mapping[str, Any],
-                           envstep: int) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         learner.train(data, envstep)  # one update on the rows (the policy's epochs), then they are dropped
 
 
@@ -234,10 +231,11 @@ class SegmentMeter(Meter):
         return min(ask, room, ask if left is None else left)  # whole vector steps that fit the chunk
 
 
-def train_from_buffer(learner: Any, buffer: Any, learn: Mapping[str, Any], envstep: int) -> None:
-    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back."""
-    for _ in range(learn["update_per_collect"]):
-        batch = buffer.sample(learn["batch_size"], learner.train_iter)
+def train_from_buffer(learner: Any, buffer: Any, learn: Any, envstep: int) -> None:
+    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back
+    (``learn``: the policy's learn section, read by attribute)."""
+    for _ in range(learn.update_per_collect):
+        batch = buffer.sample(learn.batch_size, learner.train_iter)
         if batch is None:
             break
         learner.train(batch, envstep)
