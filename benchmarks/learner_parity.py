@@ -60,12 +60,12 @@ def final_return(shared: str, episodes: int) -> tuple:
     """(mean greedy return, policy version) of the newest published policy, on fixed evaluation episodes."""
     cfg = load_config(CONFIG)
     storage = SharedStorage(shared)
-    version = storage.latest_policy_version()
+    version = storage.policies.latest()
     if version is None:
         raise SystemExit(f"no policy checkpoint under {shared}")
     env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=123)
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
-    policy.load_model_state_dict(storage.load_policy(version))
+    policy.load_model_state_dict(storage.policies.load(version))
     evaluator = InteractionSerialEvaluator(cfg.policy.eval.evaluator, env, policy.eval_mode,
                                            stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=1000)
     try:

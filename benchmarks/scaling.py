@@ -100,7 +100,7 @@ def write_chunks(root: str) -> list:
     names = []
     for i in range(CHUNKS):
         name = f"bench-{i:04d}"
-        storage.write_chunk(name, {
+        storage.chunks.write(name, {
             "obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
             "next_obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
             "action": rng.integers(0, 2, CHUNK_ROWS), "reward": rng.normal(size=CHUNK_ROWS).astype(np.float32),
@@ -270,7 +270,7 @@ def _announcers(url, token, shared, workers, prefix, per_worker, per_call, inter
     for worker_id, _ in workers:
         names[worker_id] = [f"{prefix}-{worker_id}-{i:06d}" for i in range(per_worker)]
         for name in names[worker_id]:
-            storage.write_chunk(name, one_row)
+            storage.chunks.write(name, one_row)
     sent, failures = [0] * len(workers), []
 
     def collector(k: int, worker_id: str, lease: str, phase: float) -> None:

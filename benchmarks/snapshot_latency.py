@@ -67,7 +67,7 @@ def run(interval: float, rows: int, seconds: float, tmp: str, league: int = 0) -
         fill_league(coordinator.commander.league, league)
     chunk = {"obs": np.zeros((1024, 4), np.float32), "action": np.zeros(1024, np.int64)}
     for i in range(rows // 1024 + 1):
-        storage.write_chunk(f"c-{i:05d}", chunk)
+        storage.chunks.write(f"c-{i:05d}", chunk)
         coordinator.replay.add_chunk(f"c-{i:05d}", 1024, 0, "collector-1")
     server = serve_coordinator(coordinator, "127.0.0.1", 0)
     server.start()
@@ -75,7 +75,7 @@ def run(interval: float, rows: int, seconds: float, tmp: str, league: int = 0) -
     try:
         latencies = measure(server.url + "/api/v1/cluster", seconds)
         t = time.perf_counter()
-        coordinator.save_state()
+        coordinator.snapshots.save_state()
         one = time.perf_counter() - t
         t = time.perf_counter()
         commander_state = json.dumps(coordinator.commander.state_dict())

@@ -514,11 +514,11 @@ def plant_videos(shared: str) -> Dict[str, str]:
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(shared)
-    videos = storage.videos_family.directory
+    videos = storage.videos.directory
     os.makedirs(videos, exist_ok=True)
     planted = {}
     for version, what in PLANTED.items():
-        name = storage.video_name(version)
+        name = storage.videos.name(version)
         path = os.path.join(videos, name)
         if what == "FIFO":
             os.mkfifo(path)
@@ -533,7 +533,7 @@ def release_fifos(shared: str, planted: Dict[str, str]) -> int:
     (a request thread of the coordinator, the bug of issue 41.4), and lets that reader go. Readers found."""
     from parallel_rl.storage import SharedStorage
 
-    videos = SharedStorage(shared, create=False).videos_family.directory
+    videos = SharedStorage(shared, create=False).videos.directory
     found = 0
     for name, what in planted.items():
         if what == "FIFO":
@@ -591,7 +591,7 @@ def damage_chunks(shared: str, damaged: Dict[str, str]) -> List[str]:
 
     storage = SharedStorage(shared, create=False)
     try:
-        state = storage.latest_coordinator_state()
+        state = storage.states.latest()
         if state is None:
             return ["no coordinator snapshot yet: nothing to damage"]
         names = state[1]["chunks/name"].tolist()
@@ -602,7 +602,7 @@ def damage_chunks(shared: str, damaged: Dict[str, str]) -> List[str]:
     for name, ref in zip(names, refs):
         if ref > 0 and name not in damaged:
             try:
-                aged.append((os.path.getmtime(storage.chunk_path(name)), name))
+                aged.append((os.path.getmtime(storage.chunks.path(name)), name))
             except OSError:
                 continue
     skipped = []
@@ -611,8 +611,8 @@ def damage_chunks(shared: str, damaged: Dict[str, str]) -> List[str]:
         while candidates:
             name = candidates.pop(0)
             try:
-                data = damaged_packed_chunk(storage.read_chunk(name), kind)
-                fd = os.open(storage.chunk_path(name), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)  # no O_CREAT
+                data = damaged_packed_chunk(storage.chunks.read(name), kind)
+                fd = os.open(storage.chunks.path(name), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)  # no O_CREAT
                 try:
                     os.write(fd, data)
                 finally:
@@ -650,7 +650,7 @@ def chunk_report(shared: str, events: List[Tuple[float, str]], t0: float, ended:
     chunks = {f[:-4] for f in files if f.endswith(".npz") and not f.startswith(".tmp-")}
     lines = []
     try:
-        meta, arrays = storage.latest_coordinator_state()
+        meta, arrays = storage.states.latest()
     except Exception as exc:  # noqa: BLE001 - a report: say what failed and go on
         return len(chunks), [f"cannot read the final coordinator snapshot: {type(exc).__name__}: {exc}"]
     names = arrays["chunks/name"].tolist()
@@ -687,7 +687,7 @@ def damage_report(shared: str, damaged: Dict[str, str], outputs: List[str]) -> T
     quarantined = {m for out in outputs for m in re.findall(r"cannot read chunk '([^']+)' \(.*\): quarantined", out)}
     found = {m for out in outputs for m in re.findall(r"chunk '([^']+)' is damaged, its rows are dropped", out)}
     try:
-        _, arrays = SharedStorage(shared, create=False).latest_coordinator_state()
+        _, arrays = SharedStorage(shared, create=False).states.latest()
         referenced = {n for n, r in zip(arrays["chunks/name"].tolist(), arrays["chunks/ints"][:, 3].tolist()) if r > 0}
     except Exception as exc:  # noqa: BLE001 - a report: say what failed and go on
         return {"unreadable": len(damaged)}, [f"cannot read the final coordinator snapshot: {exc}"]

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/storage.py [--s3 moto|seaweedfs] [--round-trips 200] [--runs 2] [--no-solve]
 
-1. Chunk round trip: ``SharedStorage.write_chunk`` + ``read_chunk`` of a full CartPole chunk (1024 rows,
+1. Chunk round trip: ``SharedStorage.chunks.write`` + ``chunks.read`` of a full CartPole chunk (1024 rows,
    every column the collector writes), local directory vs ``s3://bucket/prefix``; ms per round trip.
 2. Solve wall: ``parallel-rl run -c configs/cartpole_dqn_parallel.py`` to its stop value with
    ``--shared-dir`` a local directory vs ``s3://...`` (each run in its own working directory); seconds
@@ -76,12 +76,12 @@ def cartpole_chunk(rows: int = 1024) -> dict:
 def round_trip_ms(store: SharedStorage, n: int) -> float:
     chunk = cartpole_chunk()
     for i in range(5):  # warm-up: connections, imports
-        store.write_chunk(f"warm{i}", chunk)
-        store.read_chunk(f"warm{i}")
+        store.chunks.write(f"warm{i}", chunk)
+        store.chunks.read(f"warm{i}")
     start = time.perf_counter()
     for i in range(n):
-        store.write_chunk(f"c{i}", chunk)
-        store.read_chunk(f"c{i}")
+        store.chunks.write(f"c{i}", chunk)
+        store.chunks.read(f"c{i}")
     elapsed = time.perf_counter() - start
     store.reset()
     return 1000 * elapsed / n

@@ -104,7 +104,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if args.fresh:
         removed = storage.reset()
         print(f"coordinator: --fresh: removed {removed} file(s) of an earlier run from {storage.root}", flush=True)
-    elif coordinator.resume():
+    elif coordinator.snapshots.resume():
         print(f"coordinator: resumed the saved state of {storage.root}: env_steps={coordinator.env_steps} "
               f"train_iter={coordinator.train_iter} buffer={coordinator.replay.count()}", flush=True)
         if coordinator.system_shutdown_flag:  # the run had ended: reported (and served with --linger), not trained
@@ -140,7 +140,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         coordinator.wind_down(float(cfg.parallel.coordinator.final_report_timeout))
         coordinator.close(notify_workers=True)
         server.close()
-        coordinator.save_state()  # after the workers' last reports: a restart starts exactly here
+        coordinator.snapshots.save_state()  # after the workers' last reports: a restart starts exactly here
         dir_lock.release()
     if lingered:  # the exit code is the run's outcome, as without --linger
         print(f"coordinator: stopped by {interrupted[0]} (the run ended {coordinator.state})", flush=True)

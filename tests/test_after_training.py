@@ -283,12 +283,12 @@ def test_cluster_evaluator_records_every_n_evaluations(tmp_path):
     collector = ClusterCollector(cfg, storage, seed=0)
     try:
         for version in range(3):
-            storage.save_policy(version, collector.policy.model_state_dict())
+            storage.policies.save(version, collector.policy.model_state_dict())
             info = collector.evaluate(version, 2)
-            assert info.get("video") == (storage.video_name(version) if version != 1 else None)
+            assert info.get("video") == (storage.videos.name(version) if version != 1 else None)
     finally:
         collector.close()
-    assert [v["policy_version"] for v in storage.videos()] == [2, 0]  # newest first
+    assert [v["policy_version"] for v in storage.videos.listing()] == [2, 0]  # newest first
 
 
 def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path):
@@ -304,7 +304,7 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
     coordinator, server = coordinator_factory()
     data, info = encoded_bytes(compile_config({"env": {"env_id": "CartPole-v1"}}).env, random_act, seed=0)
     assert info["frames"] >= 8
-    SharedStorage(str(tmp_path / "shared")).save_video(7, data)
+    SharedStorage(str(tmp_path / "shared")).videos.save(7, data)
     listed = requests.get(server.url + "/api/v1/videos", timeout=5).json()["videos"]
     assert [(v["name"], v["policy_version"], v["url"]) for v in listed] == [
         ("video_000000007.mp4", 7, "/api/v1/videos/video_000000007.mp4")]
@@ -352,7 +352,7 @@ def test_cluster_run_records_videos_into_its_shared_store(cli, tmp_path):
               "--set", "policy.eval.evaluator.record_every=1", "--port", "0",
               env={"PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert run.wait(180) == 0, run.output()[-3000:]
-    videos = SharedStorage(str(tmp_path / "exp" / "shared")).videos()
+    videos = SharedStorage(str(tmp_path / "exp" / "shared")).videos.listing()
     assert videos and videos[0]["name"].endswith(".mp4"), run.output()[-3000:]
 
 

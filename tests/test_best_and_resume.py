@@ -43,27 +43,27 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
     assert solved, run.output()[-3000:]
     best_return, best_version = float(solved.group(1)), int(solved.group(2))
     store = SharedStorage(str(exp / "shared"), create=False)
-    record = store.best_policy_record()
+    record = store.policies.best_record()
     assert (record.version, round(record.eval_return, 1)) == (best_version, best_return)
-    assert store.policy_exists(best_version)
+    assert store.policies.exists(best_version)
 
     out = run_cli("eval", "-c", config, "--run", str(exp), "--episodes", "2")
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"eval: best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}" \
         in out.stdout, out.stdout + out.stderr
-    assert store.policy_path(best_version) in out.stdout
+    assert store.policies.path(best_version) in out.stdout
 
-    newest = store.latest_policy_version()
+    newest = store.policies.latest()
     out = run_cli("--json", "eval", "-c", config, "--run", str(exp), "--episodes", "2", "--checkpoint", "newest")
     assert out.returncode == 0, out.stdout + out.stderr
     chosen = json.loads(out.stdout)
-    assert chosen["checkpoint"] == store.policy_path(newest) and chosen["checkpoint_choice"].startswith(
+    assert chosen["checkpoint"] == store.policies.path(newest) and chosen["checkpoint_choice"].startswith(
         f"newest: version {newest}"), chosen
 
     agent = parallel_rl.load_policy(str(exp), config=config)  # `run` writes no config.json
-    assert agent.source == store.policy_path(best_version)
+    assert agent.source == store.policies.path(best_version)
     assert agent.act(np.zeros(agent.obs_shape, dtype=np.float32)) in range(2)
-    assert parallel_rl.load_policy(str(exp), config, checkpoint="newest").source == store.policy_path(newest)
+    assert parallel_rl.load_policy(str(exp), config, checkpoint="newest").source == store.policies.path(newest)
 
 
 def test_the_best_and_the_versions_under_evaluation_are_never_pruned(tmp_path, bucket):
@@ -79,16 +79,16 @@ def best_and_held_versions_are_never_pruned(root):
 
     store = SharedStorage(root)
     for version in range(0, 100, 10):
-        store.save_policy(version, {"w": np.full(2, version)})
-    store.hold_policy(30)  # under evaluation
-    store.keep_best_policy(BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25))
+        store.policies.save(version, {"w": np.full(2, version)})
+    store.policies.hold(30)  # under evaluation
+    store.policies.keep_best(BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25))
     store.prune_checkpoints(2)
-    assert store.policy_versions() == [20, 30, 80, 90]
-    assert store.best_policy_record() == BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25)
-    store.keep_best_policy(BestRecord(version=30, eval_return=9.0, env_steps=2000, train_iter=31))
+    assert store.policies.versions() == [20, 30, 80, 90]
+    assert store.policies.best_record() == BestRecord(version=20, eval_return=7.5, env_steps=1234, train_iter=25)
+    store.policies.keep_best(BestRecord(version=30, eval_return=9.0, env_steps=2000, train_iter=31))
     store.prune_checkpoints(2)  # the old best is released with the new one kept
-    assert store.policy_versions() == [30, 80, 90]
-    assert store.reset() and store.best_policy_record() is None and store.policy_versions() == []
+    assert store.policies.versions() == [30, 80, 90]
+    assert store.reset() and store.policies.best_record() is None and store.policies.versions() == []
 
 
 def test_a_resumed_coordinator_remembers_its_best_version(coordinator_factory, tmp_path):
@@ -97,7 +97,7 @@ def test_a_resumed_coordinator_remembers_its_best_version(coordinator_factory, t
     from parallel_rl.storage.checkpoints import BestRecord
 
     coordinator, _ = coordinator_factory()
-    coordinator.storage.save_policy(40, {"w": np.zeros(2)})
+    coordinator.storage.policies.save(40, {"w": np.zeros(2)})
     assert coordinator.best.evaluated(40, 4.5, env_steps=640, train_iter=41)
     assert not coordinator.best.evaluated(40, 3.0, env_steps=700, train_iter=50)  # worse: the best stays
     state = coordinator.state_dict()

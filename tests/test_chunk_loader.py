@@ -85,7 +85,7 @@ def store(tmp_path_factory):
 
 
 def put(store, name, data: bytes):
-    with open(store.chunk_path(name), "wb") as f:
+    with open(store.chunks.path(name), "wb") as f:
         f.write(data)
 
 
@@ -93,7 +93,7 @@ def damage(store, name, members, **kw):
     """Chunk ``name`` written as the zip of ``members``; what reading it raises (StorageError expected)."""
     put(store, name, npz_file(members, **kw))
     with pytest.raises(StorageError) as read:
-        store.read_chunk(name)
+        store.chunks.read(name)
     assert not isinstance(read.value, StorageFaultError) and store.health.healthy
     return str(read.value)
 
@@ -105,30 +105,30 @@ def test_a_header_declaring_terabytes_over_a_small_file_is_damage_found_before_a
     why = damage(store, "huge", members)
     assert "'frame_pool' declares uint8[800000000000]" in why, why
     with pytest.raises(StorageError, match="declares"):  # the coordinator's check (headers only) refuses it too
-        store.chunk_layout("huge")
+        store.chunks.layout("huge")
 
 
 def test_a_frame_index_past_the_pool_is_damage(store):
     columns = packed_columns()
     columns["next_obs_frames"] = columns["next_obs_frames"].copy()
     columns["next_obs_frames"][2, 1] = len(columns[POOL])
-    store.write_chunk("past", columns)
+    store.chunks.write("past", columns)
     with pytest.raises(StorageError, match=r"'next_obs_frames' points at frame \d+ of a pool of \d+"):
-        store.read_chunk("past")
+        store.chunks.read("past")
     columns["next_obs_frames"][2, 1] = -1
-    store.write_chunk("negative", columns)
+    store.chunks.write("negative", columns)
     with pytest.raises(StorageError, match="points at frame -1"):
-        store.read_chunk("negative")
+        store.chunks.read("negative")
 
 
 @pytest.mark.parametrize("missing", [POOL, "obs_frames", "next_obs_frames"])
 def test_a_packed_chunk_without_one_of_its_members_is_damage(store, missing):
     columns = {k: v for k, v in packed_columns().items() if k != missing}
-    store.write_chunk("partial", columns)
+    store.chunks.write("partial", columns)
     with pytest.raises(StorageError, match=f"a packed chunk without \\['{missing}'\\]"):
-        store.read_chunk("partial")
+        store.chunks.read("partial")
     with pytest.raises(StorageError, match="a packed chunk without"):
-        store.chunk_layout("partial")
+        store.chunks.layout("partial")
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -139,9 +139,9 @@ def test_a_packed_chunk_without_one_of_its_members_is_damage(store, missing):
     (lambda c: {**c, POOL: c[POOL][:0]}, "no frames"),
 ])
 def test_columns_no_reader_could_use_are_damage(store, change, expected):
-    store.write_chunk("odd", change(packed_columns()))
+    store.chunks.write("odd", change(packed_columns()))
     with pytest.raises(StorageError, match="not a valid step-data chunk") as read:
-        store.read_chunk("odd")
+        store.chunks.read("odd")
     assert expected in str(read.value)
 
 
@@ -163,7 +163,7 @@ def test_a_damaged_zip_directory_offset_is_damage_not_a_fault_of_the_store(store
     blob = bytearray(npz_file([(k + ".npy", npy(v)) for k, v in plain_columns().items()]))
     blob[-6] ^= 0x80
     put(store, "offset", bytes(blob))
-    for read in (store.read_chunk, store.chunk_layout):
+    for read in (store.chunks.read, store.chunks.layout):
         with pytest.raises(StorageError, match="offset.npz: not a valid step-data chunk") as damaged:
             read("offset")
         assert not isinstance(damaged.value, StorageFaultError) and store.health.healthy
@@ -171,21 +171,21 @@ def test_a_damaged_zip_directory_offset_is_damage_not_a_fault_of_the_store(store
 
 def test_valid_chunks_come_back_as_written(store):
     for name, columns in (("plain", plain_columns()), ("packed", packed_columns())):
-        store.write_chunk(name, columns)
-        back = store.read_chunk(name)
+        store.chunks.write(name, columns)
+        back = store.chunks.read(name)
         assert set(back) == set(columns) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype
                                                  for k, v in columns.items())
-        assert store.chunk_layout(name)[0] == ROWS
+        assert store.chunks.layout(name)[0] == ROWS
     fortran = np.asfortranarray(np.arange(12, dtype=np.float64).reshape(ROWS, 2))
-    store.write_chunk("fortran", {"obs": fortran})
-    assert np.array_equal(store.read_chunk("fortran")["obs"], fortran)
+    store.chunks.write("fortran", {"obs": fortran})
+    assert np.array_equal(store.chunks.read("fortran")["obs"], fortran)
 
 
 def test_a_packed_chunk_whose_frames_differ_from_the_cached_ones_is_damaged_not_fatal(store):
     """One batch's stacks are rebuilt from several chunks' pools into one array: a chunk whose frames have
     another shape (valid in itself) made that fail with a ValueError, which killed the learner's data thread."""
-    store.write_chunk("frames-2", packed_columns(side=2))
-    store.write_chunk("frames-3", packed_columns(side=3))
+    store.chunks.write("frames-2", packed_columns(side=2))
+    store.chunks.write("frames-3", packed_columns(side=3))
     damaged = []
     rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: damaged.append((name, why)))
     batch, keep = rows.gather(["frames-2", "frames-3"], np.array([0, 1, 0]), np.array([0, 0, 5]))
@@ -352,7 +352,7 @@ def test_fuzz_a_mutated_chunk_loads_valid_or_is_damage_within_its_size(store, ba
     put(store, REF_NAME, blob)  # the referring chunk's name: its base is on the store
     bound = 4 * len(blob) + (1 << 20)  # the file's bytes, a copy, and zipfile's buffers: never what headers claim
     results = []
-    for read in (store.read_chunk, store.chunk_layout):
+    for read in (store.chunks.read, store.chunks.layout):
         tracemalloc.start()
         try:
             results.append(read(REF_NAME))

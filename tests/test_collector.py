@@ -104,11 +104,11 @@ def test_zergling_collector_sees_new_checkpoints_on_the_disk(tmp_path):
     try:
         assert collector.get_policy_update_info() is None  # nothing published
         state = collector.policy.model_state_dict()
-        storage.save_policy(20, state)
+        storage.policies.save(20, state)
         assert collector.get_policy_update_info() == 20
         assert collector.update_policy(20) and collector.policy_version == 20
         assert collector.get_policy_update_info() is None  # nothing new since
-        storage.save_policy(40, state)
+        storage.policies.save(40, state)
         storage.prune_checkpoints(1)
         assert collector.get_policy_update_info() == 40
         assert collector.update_policy(40) and not collector.update_policy(20)  # never backwards

@@ -84,10 +84,10 @@ def test_increase_and_decrease_collector_are_the_rest_add_and_remove(coordinator
     coordinator, server = coordinator_factory()
     naive = NaiveCollector(token=TOKEN).start()  # no coordinator URL: waits to be added
     try:
-        worker = coordinator.increase_collector(naive.address)
+        worker = coordinator.membership.increase_collector(naive.address)
         assert worker.kind == "collector" and naive.connected.wait(5) and naive.collector_uid == worker.worker_id
-        coordinator.decrease_collector(worker.worker_id)
-        assert eventually(lambda: not coordinator.get_worker(worker.worker_id).state.active,
+        coordinator.membership.decrease_collector(worker.worker_id)
+        assert eventually(lambda: not coordinator.membership.get_worker(worker.worker_id).state.active,
                           message="collector removed")
     finally:
         naive.close()

@@ -34,7 +34,7 @@ def snapshot_run(run_dir, final: float, steps=(100, 200, 300, 400), config: dict
 
     history = [{"t": float(k), "policy_version": k, "env_steps": step, "train_iter": 10 * k,
                 "eval_return": final * k / len(steps), "train_return": None} for k, step in enumerate(steps, 1)]
-    SharedStorage(os.path.join(run_dir, "shared")).save_coordinator_state(
+    SharedStorage(os.path.join(run_dir, "shared")).states.save(
         1, {"exp_name": str(run_dir), "eval_history": history}, {})
     if config is not None:
         save_run_config(EasyDict(config), str(run_dir))
@@ -152,7 +152,7 @@ def test_a_real_cluster_run_by_its_experiment_directory_or_its_store(tmp_path):
     done = run_cli("run", "-c", str(config), "--set", f"exp_name={exp}", "--collectors", "1", "--port", "0",
                    timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # solved
-    history = SharedStorage(str(exp / "shared"), create=False).latest_coordinator_state()[0]["eval_history"]
+    history = SharedStorage(str(exp / "shared"), create=False).states.latest()[0]["eval_history"]
     for run_dir in (exp, exp / "shared"):
         out = run_cli("compare", str(run_dir), "--csv", str(tmp_path / "c.csv"))
         assert out.returncode == 0, out.stderr
@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(fake, tmp_path, case):
     from parallel_rl.storage import SharedStorage
 
     empty_state = tmp_path / "never_evaluated"
-    SharedStorage(str(empty_state / "shared")).save_coordinator_state(
+    SharedStorage(str(empty_state / "shared")).states.save(
         1, {"exp_name": str(empty_state), "eval_history": []}, {})
     (tmp_path / "not_a_run").mkdir()
     (tmp_path / "a_file").write_text("x")

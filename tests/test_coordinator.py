@@ -45,9 +45,9 @@ class ScriptedSlave(Slave):
     def write_chunk(self, task_id, name, n=8, version=0, first=0):
         """A chunk whose obs column counts up from ``first`` (so a sampled row says where it came from),
         collected with policy ``version`` (whose checkpoint is on the shared disk, as in a real run)."""
-        if version >= 0 and not os.path.exists(self.storage.policy_path(version)):
-            self.storage.save_policy(version, {})
-        self.storage.write_chunk(name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None],
+        if version >= 0 and not os.path.exists(self.storage.policies.path(version)):
+            self.storage.policies.save(version, {})
+        self.storage.chunks.write(name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None],
                                         "action": np.zeros(n, np.int64)})
         self.send_metadata({"type": "chunk", "task_id": task_id, "chunk": name, "size": n, "policy_version": version,
                             "env_steps": n, "episode_returns": [1.0]}, urgent=True)
@@ -55,7 +55,7 @@ class ScriptedSlave(Slave):
 
     def announce_policy(self, version):
         """A learner's policy announcement, with its checkpoint on the shared disk."""
-        self.storage.save_policy(version, {})
+        self.storage.policies.save(version, {})
         self.send_metadata({"type": "policy", "version": version}, urgent=True)
         self.outbox.flush(5.0)
 
@@ -108,7 +108,7 @@ def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory
     task = collector.received[0]
     sizes = {"b-1": 3, "b-2": 5, "b-3": 2}
     for name, n in sizes.items():
-        collector.storage.write_chunk(name, {"obs": np.arange(n, dtype=np.float32)[:, None],
+        collector.storage.chunks.write(name, {"obs": np.arange(n, dtype=np.float32)[:, None],
                                              "action": np.zeros(n, np.int64)})
 
     returns = {"b-1": [1.0, 3.0], "b-2": [], "b-3": [5.0]}
@@ -192,8 +192,8 @@ def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chu
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(str(tmp_path))
-    storage.write_chunk("long", {"obs": np.arange(100, 108, dtype=np.float32)[:, None]})
-    storage.write_chunk("short", {"obs": np.arange(200, 203, dtype=np.float32)[:, None]})
+    storage.chunks.write("long", {"obs": np.arange(100, 108, dtype=np.float32)[:, None]})
+    storage.chunks.write("short", {"obs": np.arange(200, 203, dtype=np.float32)[:, None]})
     store = RowStore(storage, slots=1, slot_rows=8)  # one slot: "short" is loaded where "long" was
     cols, keep = store.gather(["long"], np.zeros(2, np.int64), np.array([1, 5]))
     assert keep.all() and cols["obs"][:, 0].tolist() == [101.0, 105.0]
@@ -214,7 +214,7 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
     for i, name in enumerate(["c-a", "c-b", "c-c"]):
         collector.write_chunk(task_id, name, n=8, first=100 * (i + 1))
     learner = slaves("learner", server.url, run=False)
-    collector.storage.delete_chunk("c-c")  # indexed, then gone before the learner reads it
+    collector.storage.chunks.delete("c-c")  # indexed, then gone before the learner reads it
     # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
     pipeline = DataPipeline(learner.coordinator, learner.worker_id, collector.storage, batch_size=4,
                             prefetch=3, cache_size=2, chunk_rows=8).start()
@@ -545,7 +545,7 @@ def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, 
     storage = SharedStorage(str(tmp_path))
     names = [f"c{i}" for i in range(200)]
     for i, name in enumerate(names):  # 200 chunks of 4 rows; a batch's 64 rows from 64 of them
-        storage.write_chunk(name, {"obs": np.full((4, 1), i, dtype=np.float32)})
+        storage.chunks.write(name, {"obs": np.full((4, 1), i, dtype=np.float32)})
     store = RowStore(storage, slots=slots, slot_rows=slot_rows)
     rng = np.random.default_rng(0)
     for _ in range(400):  # 400 batches of 64 rows
@@ -566,7 +566,7 @@ def test_the_chunk_cache_returns_the_right_rows_of_chunks_of_any_size_as_it_evic
     rng = np.random.default_rng(1)
     sizes = {f"c{i}": int(rng.integers(1, 65)) for i in range(100)}
     for i, (name, n) in enumerate(sizes.items()):
-        storage.write_chunk(name, {"obs": (1000 * i + np.arange(n, dtype=np.float32))[:, None],
+        storage.chunks.write(name, {"obs": (1000 * i + np.arange(n, dtype=np.float32))[:, None],
                                    "act": np.full(n, i, dtype=np.int64)})
     store = RowStore(storage, slots=16, slot_rows=64)  # 1,024 rows for ~3,200
     names = list(sizes)

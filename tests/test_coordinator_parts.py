@@ -40,7 +40,7 @@ def test_refusals_keep_their_status_code_and_words(coordinator):
         coordinator.membership.add_worker("collector", "http://127.0.0.1:1")
     assert (refused.value.http_status, refused.value.code) == (422, "unreachable")
     with pytest.raises(NotFoundError, match="is not registered with this lease"):
-        coordinator.heartbeat("collector-9", "no-lease")
+        coordinator.membership.heartbeat("collector-9", "no-lease")
     with pytest.raises(NotFoundError, match="no collector 'collector-9'"):
         coordinator.membership.remove_worker("collector-9", "collector")
 

@@ -42,7 +42,7 @@ def test_dqn_replay_samples_rebuild_the_envs_stacks_across_episode_and_chunk_bou
         collector.close()
     rows = np.concatenate([w["done"] for w in written])
     assert rows.sum() >= 3  # lives were lost (terminations): stacks run on across them
-    on_disk = storage.read_chunk("c1-0000003")
+    on_disk = storage.chunks.read("c1-0000003")
     assert POOL in on_disk and "obs" not in on_disk and on_disk["obs_frames"].shape == (64, 4)
     store = RowStore(storage, slots=16, slot_rows=64)
     names = [f"c1-{i:07d}" for i in range(len(written))]
@@ -110,7 +110,7 @@ def test_packing_keeps_every_frame_once_and_non_stacked_envs_as_they_were(tmp_pa
         collector.send_stepdata("c1-0000000", data)
     finally:
         collector.close()
-    assert set(storage.read_chunk("c1-0000000")) == set(data)
+    assert set(storage.chunks.read("c1-0000000")) == set(data)
 
 
 @pytest.mark.parametrize("config", ["configs/pong_dqn_parallel.py", "configs/pong_ppo_parallel.py"])

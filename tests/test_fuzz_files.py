@@ -191,7 +191,7 @@ def saved_state(tmp_path_factory):
     storage = SharedStorage(str(tmp / "shared"))
     coordinator = Coordinator(cfg, storage, "test-token")
     coordinator.snapshots.save_state()
-    json_path, npz_path = storage.state_paths(storage.coordinator_states()[-1])
+    json_path, npz_path = storage.states.paths(storage.states.seqs()[-1])
     with open(json_path, "rb") as f, open(npz_path, "rb") as g:
         return Saved(cfg, f.read(), g.read())
 
@@ -243,13 +243,13 @@ def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_s
     json_blob = damaged(json.dumps(meta).encode(), json_bytes)
     npz_blob = damaged(npz_blob, npz_bytes)
     storage = SharedStorage(str(tmp_path / "shared"))
-    json_path, npz_path = storage.state_paths(1)
+    json_path, npz_path = storage.states.paths(1)
     put(json_path, json_blob)
     put(npz_path, npz_blob)
-    loaded = bounded(storage.latest_coordinator_state, len(json_blob) + len(npz_blob))
+    loaded = bounded(storage.states.latest, len(json_blob) + len(npz_blob))
     coordinator = Coordinator(cfg, storage, "test-token")
     try:
-        resumed = coordinator.resume()
+        resumed = coordinator.snapshots.resume()
     except StorageError as exc:
         assert not isinstance(exc, StorageFaultError) and "\n" not in str(exc), exc
         resumed = exc

@@ -29,7 +29,7 @@ def post_metadata(server, worker, messages, lease=None):
 
 
 def chunk_message(collector, task_id, name, rows, size=None, **extra):
-    collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
+    collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
     return {"type": "chunk", "task_id": task_id, "chunk": name, "size": rows if size is None else size,
             "policy_version": -1, "env_steps": rows, "episode_returns": [], **extra}
 
@@ -246,7 +246,7 @@ def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator
         control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3,
                                              retries=0)
         assert control["state"] in ("idle", "busy")
-    assert coordinator.long_polls_refused >= 16
+    assert coordinator.flow.long_polls_refused >= 16
     coordinator.finish("stopped", "test over")  # ends the waits
     for t in pollers:
         t.join(15)
@@ -286,10 +286,10 @@ def test_wrong_sizes_are_refused_once_the_workers_chunk_layout_is_known(coordina
     good = [chunk_message(collector, task_id, f"g-{k}", rows) for k, rows in enumerate((4, 7, 64, 4, 1))]
     assert post_metadata(server, collector, good).json()["refused"] == []
     truncated = chunk_message(collector, task_id, "t-1", 8)
-    path = collector.storage.chunk_path("t-1")
+    path = collector.storage.chunks.path("t-1")
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 16)
-    collector.storage.write_chunk("o-1", {"obs": np.zeros((4, 1), np.float32), "action": np.zeros(4, np.int64),
+    collector.storage.chunks.write("o-1", {"obs": np.zeros((4, 1), np.float32), "action": np.zeros(4, np.int64),
                                           "reward": np.zeros(4, np.float32)})
     bad = [
         chunk_message(collector, task_id, "b-1", 4, size=5),  # 4 rows on disk, 5 announced
@@ -345,7 +345,7 @@ def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factor
         assert picky.got_task.wait(10)
         failed = [t for t in coordinator.tasks.list() if t.state.value == "failed"]
         assert len(failed) == 1 and "cannot run this one" in failed[0].error
-        assert coordinator.get_worker(picky.worker_id).state.value == "busy"
+        assert coordinator.membership.get_worker(picky.worker_id).state.value == "busy"
         # the same worker, never marked lost (not a new registration after a loss)
         assert [w.worker_id for w in coordinator.workers.list()] == [picky.worker_id]
         assert coordinator.workers.counts()["collector"]["lost"] == 0
@@ -396,7 +396,7 @@ def test_fuzz_hostile_worker_messages(fuzz_cluster, specs, raw_nan, as_learner):
             name = f"f-{next(counter)}"
             rows = spec["rows"]
             if spec["file"] == "written":
-                collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32)})
+                collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32)})
             msg["chunk"] = name if spec["file"] != "../escape" else "../escape"
             msg["size"] = rows if spec["size"] == "rows" else spec["size"]
             msg["env_steps"] = rows if spec["env_steps"] == "rows" else spec["env_steps"]
@@ -442,11 +442,11 @@ def test_a_corrupt_newest_learner_state_falls_back_to_the_one_before(tmp_path):
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(str(tmp_path / "shared"))
-    storage.save_learner_state(100, {"train_iter": 100, "policy": {"w": torch.ones(2)}})
-    storage.save_learner_state(200, {"train_iter": 200, "policy": {"w": torch.zeros(2)}})
-    with open(storage.learner_path(200), "r+b") as f:  # torn or rotten on the disk
+    storage.learner_states.save(100, {"train_iter": 100, "policy": {"w": torch.ones(2)}})
+    storage.learner_states.save(200, {"train_iter": 200, "policy": {"w": torch.zeros(2)}})
+    with open(storage.learner_states.path(200), "r+b") as f:  # torn or rotten on the disk
         f.truncate(40)
-    version, state = storage.latest_good_learner_state()
+    version, state = storage.learner_states.latest_good()
     assert version == 100 and state["train_iter"] == 100 and state["policy"]["w"].tolist() == [1.0, 1.0]
 
 
@@ -527,7 +527,7 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
                            "--set", "parallel.commander.max_seconds=0")
     eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="the first run training")
     store = SharedStorage(str(shared))
-    chunks = set(store.list_chunks())  # written ones: a chunk being written is a temporary file until renamed
+    chunks = set(store.chunks.names())  # written ones: a chunk being written is a temporary file until renamed
     assert chunks
     for args in (["--shared-dir", str(shared)], ["--resume", str(shared)]):
         second = cli("second", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp2'}", *args)
@@ -535,7 +535,7 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
         assert re.search(rf"is in use by pid {first.pid} on \S+ \(parallel-rl run", second.output()), second.output()
         assert "REST API" not in second.output()
     assert get(url, "/buffers")["buffers"][0]["evicted"] == 0  # so every chunk file is still wanted
-    assert chunks <= set(store.list_chunks())
+    assert chunks <= set(store.chunks.names())
     assert first.proc.poll() is None and get(url, "/cluster")["state"] == "running"
     first.proc.send_signal(signal.SIGINT)
     assert first.wait(30) == 130
@@ -705,7 +705,7 @@ def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  #
     assert coordinator.wait(30) == 0, coordinator.output()[-3000:]
     for role in roles:
         assert role.wait(30) == 0, role.output()[-2000:]
-    meta, _ = SharedStorage(shared).latest_coordinator_state()
+    meta, _ = SharedStorage(shared).states.latest()
     tasks = [t for t in meta["tasks"]["tasks"] if t["worker_id"]]
     assert tasks and all(t["state"] in ("finished", "cancelled") for t in tasks), [
         (t["task_id"], t["state"], t["error"]) for t in tasks]

@@ -153,17 +153,17 @@ def test_a_retired_snapshot_stays_on_disk_while_a_task_still_names_it(tmp_path):
                                      assign=lambda task, worker: False, finish=lambda state, reason: None,
                                      policy_version=lambda: version[0], over=lambda: False))
     for v in (0, 5, 10):
-        storage.save_policy(v, {"w": [float(v)]})
+        storage.policies.save(v, {"w": [float(v)]})
     commander.step()
-    assert storage.league_snapshot_versions() == [0]
+    assert storage.league.versions() == [0]
     task = tasks.create(TaskKind.COLLECTOR, {"env_steps": 64, "players": {"train": MAIN, "opponent": "v0"}})
     tasks.start(task, "collector-1")
     version[0] = 5
     commander.step()  # v5 joins, v0 leaves the pool; the running task still names v0
-    assert commander.league.pool == ["first_legal", "v5"] and storage.league_snapshot_versions() == [0, 5]
+    assert commander.league.pool == ["first_legal", "v5"] and storage.league.versions() == [0, 5]
     tasks.end(task.task_id, TaskState.FINISHED, {"env_steps": 64})
     commander.step()
-    assert storage.league_snapshot_versions() == [5]
+    assert storage.league.versions() == [5]
     version[0] = 10
     commander.step()  # nobody names v5: its file goes with it
-    assert storage.league_snapshot_versions() == [10]
+    assert storage.league.versions() == [10]

@@ -41,9 +41,9 @@ def test_marine_writes_training_player_rows_only(marine):
 
 def test_marine_plays_a_league_snapshot_and_falls_back_when_it_is_gone(marine):
     collector, storage = marine
-    storage.save_policy(3, collector.policy.collect_mode.state_dict())
-    storage.snapshot_policy(3)
-    assert storage.league_snapshot_versions() == [3]
+    storage.policies.save(3, collector.policy.collect_mode.state_dict())
+    storage.league.freeze(3)
+    assert storage.league.versions() == [3]
     assert collector.set_opponent("v3") == ("v3", None)
     data, _ = collector.collect(4, eps=0.0)
     assert len(data["action"]) == 4
@@ -54,7 +54,7 @@ def test_marine_plays_a_league_snapshot_and_falls_back_when_it_is_gone(marine):
 
 def test_marine_evaluation_reports_the_stop_rule(marine):
     collector, storage = marine
-    storage.save_policy(0, collector.policy.collect_mode.state_dict())
+    storage.policies.save(0, collector.policy.collect_mode.state_dict())
     info = collector.evaluate(0, 4)
     assert set(info["results"]) == {"first_legal"} and isinstance(info["stop"], bool)
     assert info["policy_version"] == 0 and info["episodes"] == 8

@@ -211,8 +211,8 @@ def test_observation_statistics_of_every_collector_reach_the_learner_and_its_che
                          "--set", "policy.learn.epoch_per_collect=1", "--set", "parallel.commander.eval_freq=2", *SHORT)
     assert run.wait(120) == 0, run.output()[-3000:]  # no stop value: the budget is the goal
     storage = SharedStorage(str(tmp_path / "exp" / "shared"))
-    version = storage.latest_policy_version()
-    model = storage.load_policy(version)["model"]
+    version = storage.policies.latest()
+    model = storage.policies.load(version)["model"]
     # version V was trained on V segments of 256 rows, each collected by the two collectors together
     assert version >= 3 and float(model["obs_rms.count"]) == 256 * version
     assert float(model["obs_rms.var"].min()) > 0

@@ -61,7 +61,7 @@ def _write_chunks(root):
     for i in range(CHUNKS):
         rows = _batch(1000 + i, CHUNK_ROWS)
         del rows["weight"]
-        storage.write_chunk(f"c{i}", rows)
+        storage.chunks.write(f"c{i}", rows)
 
 
 def _learner(policy):

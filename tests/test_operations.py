@@ -61,7 +61,7 @@ def test_new_learner_resumes_from_the_latest_checkpoint(cluster):
     assert "learner-1 lost" in failed[0]["error"]
     assert workers(cluster, "learner")[0]["state"] == "lost"
     # ask the storage module, as the new learner will (a learner killed mid-write can leave a .tmp- file)
-    saved = SharedStorage(cluster.coordinator_shared).latest_learner_version()
+    saved = SharedStorage(cluster.coordinator_shared).learner_states.latest()
     assert saved is not None
     buffer_before = cluster.get("/buffers")["buffers"][0]["size"]
     cluster.start("learner", "learner-b")

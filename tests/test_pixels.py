@@ -144,7 +144,7 @@ def test_collector_chunks_keep_bool_observations(tmp_path):
         collector.send_stepdata("c1-0000001", data)
     finally:
         collector.close()
-    back = storage.read_chunk("c1-0000001")
+    back = storage.chunks.read("c1-0000001")
     rows = len(back["obs"])
     assert rows >= 256 and back["obs"].dtype == back["next_obs"].dtype == np.bool_
     assert back["obs"].shape[1:] == (10, 10, 4)
@@ -310,8 +310,8 @@ def test_ale_recording_acts_on_the_evaluators_frame_stacks(tmp_path):
         return rng.integers(0, 6, size=len(obs))
 
     storage = SharedStorage(str(tmp_path / "shared"))
-    assert record_to_store(storage, cfg, act, 3, seed=7) == storage.video_name(3)
-    assert [v["policy_version"] for v in storage.videos()] == [3]
+    assert record_to_store(storage, cfg, act, 3, seed=7) == storage.videos.name(3)
+    assert [v["policy_version"] for v in storage.videos.listing()] == [3]
     assert len(seen) == 100 and seen[0].shape == (1, 4, 84, 84) and seen[0].dtype == np.uint8
     assert not seen[0][0, :3].any() and seen[0][0, 3].any()  # ALE's first stack: three zero frames, then the screen
     rng = np.random.default_rng(0)

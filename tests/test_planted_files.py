@@ -170,25 +170,25 @@ def test_the_videos_api_serves_only_regular_files_inside_the_store(coordinator_f
     coordinator, server = coordinator_factory()
     storage = SharedStorage(str(tmp_path / "shared"))
     video = bytes(range(256)) * 8
-    storage.save_video(1, video)
+    storage.videos.save(1, video)
     videos = tmp_path / "shared" / "videos"
     secret = tmp_path / "secret.txt"
     secret.write_text("outside the store\n")
-    os.symlink(secret, videos / storage.video_name(2))
-    os.mkfifo(videos / storage.video_name(3))
-    os.mkdir(videos / storage.video_name(4))
-    fifo = videos / storage.video_name(3)
+    os.symlink(secret, videos / storage.videos.name(2))
+    os.mkfifo(videos / storage.videos.name(3))
+    os.mkdir(videos / storage.videos.name(4))
+    fifo = videos / storage.videos.name(3)
     try:
         listed = requests.get(server.url + "/api/v1/videos", timeout=5).json()["videos"]
         assert [v["policy_version"] for v in listed] == [1]
         for version in (2, 3, 4):
-            answer = requests.get(f"{server.url}/api/v1/videos/{storage.video_name(version)}", timeout=5)
+            answer = requests.get(f"{server.url}/api/v1/videos/{storage.videos.name(version)}", timeout=5)
             assert answer.status_code == 404, (version, answer.text)
             assert str(tmp_path) not in answer.text and "outside the store" not in answer.text
-        whole = requests.get(f"{server.url}/api/v1/videos/{storage.video_name(1)}", timeout=5)
+        whole = requests.get(f"{server.url}/api/v1/videos/{storage.videos.name(1)}", timeout=5)
         assert whole.status_code == 200 and whole.content == video
         assert whole.headers["Content-Length"] == str(len(video)) and "Last-Modified" in whole.headers
-        part = requests.get(f"{server.url}/api/v1/videos/{storage.video_name(1)}", headers={"Range": "bytes=10-19"},
+        part = requests.get(f"{server.url}/api/v1/videos/{storage.videos.name(1)}", headers={"Range": "bytes=10-19"},
                             timeout=5)
         assert part.status_code == 206 and part.content == video[10:20]
         assert requests.get(server.url + "/api/v1/health", timeout=5).json() == {"status": "ok"}
@@ -203,12 +203,12 @@ def test_a_videos_directory_that_is_a_link_is_not_served(tmp_path):
     from parallel_rl.storage import SharedStorage
 
     elsewhere = SharedStorage(str(tmp_path / "elsewhere"))
-    elsewhere.save_video(5, b"not in the store")
+    elsewhere.videos.save(5, b"not in the store")
     storage = SharedStorage(str(tmp_path / "shared"))
     os.symlink(tmp_path / "elsewhere" / "videos", tmp_path / "shared" / "videos")
-    assert storage.videos() == []
+    assert storage.videos.listing() == []
     with pytest.raises(FileNotFoundError):
-        storage.video_source(storage.video_name(5))
+        storage.videos.source(storage.videos.name(5))
 
 
 # ---- names: a trailing newline is not part of a valid name ----------------------------------------------------------
@@ -233,7 +233,7 @@ def cluster_state(root, eval_history) -> None:
     """A coordinator snapshot with ``eval_history`` in the store at ``root``, and no other directory there."""
     from parallel_rl.storage import SharedStorage
 
-    SharedStorage(str(root)).save_coordinator_state(1, {"eval_history": eval_history}, {"x": np.zeros(2)})
+    SharedStorage(str(root)).states.save(1, {"eval_history": eval_history}, {"x": np.zeros(2)})
     for name in ("data", "policy", "learner"):
         os.rmdir(root / name)
 

@@ -194,7 +194,7 @@ def send(coordinator, worker, *messages):
 def test_the_table_checks_against_the_coordinators_state_then_applies(coordinator):
     collector, task_id = join(coordinator, "collector")
     other, other_task = join(coordinator, "collector", 2)
-    coordinator.storage.write_chunk("c-1", {"obs": np.zeros((4, 1), np.float32)})
+    coordinator.storage.chunks.write("c-1", {"obs": np.zeros((4, 1), np.float32)})
     refused = send(coordinator, collector,
                    Chunk(chunk="c-1", size=4, policy_version=-1, env_steps=4, episode_returns=[2.0], task_id=task_id),
                    Chunk(chunk="c-2", size=4, policy_version=-1, task_id=task_id),  # no file
@@ -218,7 +218,7 @@ def test_the_table_checks_against_the_coordinators_state_then_applies(coordinato
 def test_the_table_applies_a_learners_messages(coordinator):
     learner, task_id = join(coordinator, "learner")
     assert [code for _, code, _ in send(coordinator, learner, Policy(version=3))] == ["bad_request"]
-    coordinator.storage.save_policy(3, {})
+    coordinator.storage.policies.save(3, {})
     assert send(coordinator, learner, Policy(version=3), LearnInfo(train_iter=12, info={"loss": 0.25},
                                                                    task_id=task_id)) == []
     assert (coordinator.policy_version, coordinator.train_iter, coordinator.learn_info) == (3, 12, {"loss": 0.25})

@@ -242,7 +242,7 @@ def test_cluster_r2d2_learns_the_toy_env_with_priorities_per_sequence(cli, tmp_p
     assert found, run.output()[-3000:]
     assert float(found.group(1)) >= 4.0, "the cluster's R2D2 did not learn the toy env (best return 5)"
     # the coordinator's replay index (its last snapshot): one row per sequence, each with its own priority
-    meta, arrays = SharedStorage(str(tmp_path / "exp" / "shared")).latest_coordinator_state()
+    meta, arrays = SharedStorage(str(tmp_path / "exp" / "shared")).states.latest()
     valid = arrays["buffer/meta/valid"]
     leaves = arrays["buffer/prio/leaves"][valid]
     assert valid.sum() >= 1500 // (UNROLL + 1) // 2, "fewer sequences than the env steps make"

@@ -44,12 +44,12 @@ def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path)
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 8}, storage, grace_seconds=0.0)
     names = [f"big-{i}" for i in range(3)]
     for name in names:
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
     assert replay.add_chunks([(name, 4, 0) for name in names], "collector-1") == [True, True, True]
     replay.collect_garbage(force=True)
     stats = replay.stats()
     # the first chunk's rows never fit: its file goes as an evicted chunk's does; the two others stay
-    assert storage.list_chunks() == names[1:]
+    assert storage.chunks.names() == names[1:]
     assert (stats["size"], stats["pushed"], stats["evicted"], stats["chunks"], stats["chunks_deleted"]) == (
         8, 12, 4, 2, 1)
 
@@ -62,7 +62,7 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 4}, storage, grace_seconds=0.0)
     names = ["gc-0", "gc-1", "gc-2"]
     for name in names:
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
         assert replay.add_chunks([(name, 4, 0)], "collector-1") == [True]  # each evicts the one before
     data = storage.data_dir
     os.rename(data, data + ".aside")
@@ -73,7 +73,7 @@ def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_l
     os.remove(data)
     os.rename(data + ".aside", data)
     assert replay.collect_garbage(force=True) == 2
-    assert storage.list_chunks() == ["gc-2"]
+    assert storage.chunks.names() == ["gc-2"]
     stats = replay.stats()
     assert (stats["chunks"], stats["chunks_pending_delete"], stats["chunks_deleted"]) == (1, 0, 2)
 
@@ -91,16 +91,16 @@ def test_a_chunks_file_stays_while_the_chunk_after_it_may_refer_to_its_frames(tm
         rows = {"obs": np.stack([frames[t:t + 4] for t in range(16 * i, 16 * i + 16)]),
                 "next_obs": np.stack([frames[t + 1:t + 5] for t in range(16 * i, 16 * i + 16)]),
                 "action": np.zeros(16, np.int64)}
-        storage.write_chunk(name, packer.pack(name, rows))
+        storage.chunks.write(name, packer.pack(name, rows))
         packer.written(name)
         assert replay.add_chunks([(name, 16, 0)], "collector-1") == [True]  # from the third on, evicts one
         replay.collect_garbage()
         if i == 2:  # cw-1 evicted; cw-2, which refers to its frames, indexed
-            assert storage.list_chunks() == names[:3]
-            back = unpack_frames(storage.read_chunk(names[1]))["obs"]
+            assert storage.chunks.names() == names[:3]
+            back = unpack_frames(storage.chunks.read(names[1]))["obs"]
             assert np.array_equal(back, np.stack([frames[t:t + 4] for t in range(16, 32)]))
     # cw-2 evicted too: cw-1 goes; cw-2 stays while cw-3 (referring to it) is indexed
-    assert storage.list_chunks() == names[1:]
+    assert storage.chunks.names() == names[1:]
     assert replay.stats()["chunks_deleted"] == 1
 
 
@@ -116,19 +116,19 @@ def test_a_chunks_file_stays_while_rows_of_the_chunk_after_it_may_still_be_read(
         rows = {"obs": np.stack([frames[t:t + 4] for t in range(first, first + 16)]),
                 "next_obs": np.stack([frames[t + 1:t + 5] for t in range(first, first + 16)]),
                 "action": np.zeros(16, np.int64)}
-        storage.write_chunk(name, packer.pack(name, rows))
+        storage.chunks.write(name, packer.pack(name, rows))
         packer.written(name)
         replay.add_chunks([(name, 16, 0)], "collector-1")
-    storage.write_chunk("other-0000001", {"action": np.zeros(16, np.int64)})
+    storage.chunks.write("other-0000001", {"action": np.zeros(16, np.int64)})
     replay.add_chunks([("other-0000001", 16, 0)], "collector-2")  # evicts cw-1: due at once (grace 0)
     replay.collect_garbage()
     replay.grace_seconds = 600.0  # cw-2's rows leave now, and may be read for 10 minutes
-    storage.write_chunk("other-0000002", {"action": np.zeros(16, np.int64)})
+    storage.chunks.write("other-0000002", {"action": np.zeros(16, np.int64)})
     replay.add_chunks([("other-0000002", 16, 0)], "collector-2")
     replay.collect_garbage()
-    assert storage.list_chunks() == [chunk_name("cw", 1), chunk_name("cw", 2), "other-0000001", "other-0000002"]
-    assert np.array_equal(unpack_frames(storage.read_chunk(chunk_name("cw", 2)))["next_obs"], rows["next_obs"])
-    assert replay.collect_garbage(force=True) == 2 and storage.list_chunks() == ["other-0000001", "other-0000002"]
+    assert storage.chunks.names() == [chunk_name("cw", 1), chunk_name("cw", 2), "other-0000001", "other-0000002"]
+    assert np.array_equal(unpack_frames(storage.chunks.read(chunk_name("cw", 2)))["next_obs"], rows["next_obs"])
+    assert replay.collect_garbage(force=True) == 2 and storage.chunks.names() == ["other-0000001", "other-0000002"]
 
 
 def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_factory, tmp_path):
@@ -137,18 +137,18 @@ def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_fact
     storage = SharedStorage(str(tmp_path / "shared"))
     hour_ago = os.path.getmtime(storage.data_dir) - 3600
     for name in ("orphan-old", "orphan-new"):
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
-    os.utime(storage.chunk_path("orphan-old"), (hour_ago, hour_ago))
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
+    os.utime(storage.chunks.path("orphan-old"), (hour_ago, hour_ago))
     coordinator, server = coordinator_factory()  # the first sweep runs as its control loop starts
-    eventually(lambda: storage.list_chunks() == ["orphan-new"], timeout=10,
+    eventually(lambda: storage.chunks.names() == ["orphan-new"], timeout=10,
                message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept")
     # an indexed chunk is never swept, however old
-    storage.write_chunk("indexed-old", {"action": np.zeros(4, np.int64)})
+    storage.chunks.write("indexed-old", {"action": np.zeros(4, np.int64)})
     assert coordinator.replay.add_chunks([("indexed-old", 4, 0)], "collector-1") == [True]
-    os.utime(storage.chunk_path("indexed-old"), (hour_ago, hour_ago))
+    os.utime(storage.chunks.path("indexed-old"), (hour_ago, hour_ago))
     assert coordinator.replay.remove_orphans(600.0) == 0
     assert coordinator.replay.remove_orphans(0.0) == 1  # orphan-new, now past an age of 0
-    assert storage.list_chunks() == ["indexed-old"]
+    assert storage.chunks.names() == ["indexed-old"]
 
 
 # ---- 5. a damaged chunk that passes the coordinator's check ---------------------------------------------
@@ -162,9 +162,9 @@ def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, 
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    object_column_npz(collector.storage.chunk_path("objects"), 4)
+    object_column_npz(collector.storage.chunks.path("objects"), 4)
     with pytest.raises(StorageError, match="Python objects"):
-        collector.storage.chunk_layout("objects")
+        collector.storage.chunks.layout("objects")
     message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "objects", "size": 4,
                "policy_version": -1, "env_steps": 4, "episode_returns": []}
     refused = post_metadata(server, collector, [message]).json()["refused"]
@@ -183,7 +183,7 @@ def test_damage_a_chunks_headers_show_is_refused_by_the_chunk_check(coordinator_
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
-    damage_packed(Path(collector.storage.chunk_path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
+    damage_packed(Path(collector.storage.chunks.path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
     message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "damaged", "size": 16,
                "policy_version": -1, "env_steps": 16, "episode_returns": []}
     refused = post_metadata(server, collector, [message]).json()["refused"]
@@ -198,7 +198,7 @@ def test_buffer_stats_are_one_snapshot_while_a_chunk_is_quarantined(tmp_path):
     storage = SharedStorage(str(tmp_path / "shared"))
     replay = ReplayIndex({"type": "advanced", "replay_buffer_size": 64}, storage, grace_seconds=3600.0)
     for name in ("c-0", "c-1"):
-        storage.write_chunk(name, {"action": np.zeros(4, np.int64)})
+        storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
     assert replay.add_chunks([("c-0", 4, 0), ("c-1", 4, 0)], "collector-1") == [True, True]
     buffer_stats = replay.buffer.stats
     quarantined = threading.Event()
@@ -229,7 +229,7 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
                     env={"PARALLEL_RL_TOKEN": TOKEN})
     eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] >= 6, timeout=60, message="6 chunks indexed")
     collector.stop()  # every chunk it wrote is announced now (it flushes before it exits)
-    names = coordinator.storage.list_chunks()
+    names = coordinator.storage.chunks.names()
     assert get(api, "/buffers")["buffers"][0]["chunks"] == len(names)
     zeros, objects = shared / "data" / f"{names[0]}.npz", shared / "data" / f"{names[1]}.npz"
     damaged_rows = [len(np.load(path)["obs"]) for path in (zeros, objects)]
@@ -333,7 +333,7 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
     rows = toy_rows(tmp_path, 16)
     packed = {name: pack_frames(rows) for name in (f"p-{i:07d}" for i in range(6))}
     for name, columns in packed.items():
-        collector.storage.write_chunk(name, columns)
+        collector.storage.chunks.write(name, columns)
         collector.send_metadata({"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name,
                                  "size": 16, "policy_version": -1, "env_steps": 16, "episode_returns": []},
                                 urgent=True)
@@ -362,10 +362,10 @@ def test_read_chunks_hands_back_a_damaged_chunk_and_reads_the_others(bucket, tmp
 
 
 def damaged_chunk_among_others(store):
-    store.write_chunk("c1", {"obs": np.zeros((3, 2), np.float32)})
-    store.write_chunk("bad", {"obs": np.zeros((3, 2), np.float32)})
-    store.backend.write_atomic(store.chunk_path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
-    got = store.read_chunks(["c1", "bad", "gone"])
+    store.chunks.write("c1", {"obs": np.zeros((3, 2), np.float32)})
+    store.chunks.write("bad", {"obs": np.zeros((3, 2), np.float32)})
+    store.backend.write_atomic(store.chunks.path("bad"), lambda f: f.write(b"PK\x03\x04 not a zip any more"))
+    got = store.chunks.read_many(["c1", "bad", "gone"])
     assert len(got["c1"]["obs"]) == 3 and got["gone"] is None
     assert isinstance(got["bad"], StorageError) and "not a valid step-data chunk" in str(got["bad"])
     assert store.health.healthy
@@ -373,7 +373,7 @@ def damaged_chunk_among_others(store):
 
 # ---- 6. a fault of the store while the coordinator checks a chunk -------------------------------------------
 def chunk_message(collector, name, rows=4):
-    collector.storage.write_chunk(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
+    collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
     return {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name, "size": rows,
             "policy_version": -1, "env_steps": rows, "episode_returns": []}
 

@@ -24,7 +24,7 @@ def test_chunks_waiting_out_their_grace_are_deleted_after_a_resume(tmp_path):
     buffer_cfg = EasyDict(type="naive", replay_buffer_size=8)
     replay = ReplayIndex(buffer_cfg, storage, grace_seconds=3600.0)
     for name in ("c-old", "c-new"):
-        storage.write_chunk(name, {"obs": np.zeros((8, 1), np.float32)})
+        storage.chunks.write(name, {"obs": np.zeros((8, 1), np.float32)})
         replay.add_chunk(name, 8, 0, "collector-1")
     assert replay.stats()["chunks_pending_delete"] == 1  # c-old's rows were pushed out by c-new's
     state = replay.state_dict()
@@ -33,7 +33,7 @@ def test_chunks_waiting_out_their_grace_are_deleted_after_a_resume(tmp_path):
     resumed.load_state_dict(state)
     assert resumed.stats()["chunks_pending_delete"] == 1
     assert resumed.collect_garbage() == 1
-    assert not storage.chunk_exists("c-old") and storage.chunk_exists("c-new")
+    assert not storage.chunks.exists("c-old") and storage.chunks.exists("c-new")
     assert resumed.count() == 8 and resumed.sample(4, 1, 0)["chunks"] == ["c-new"]
 
 
@@ -45,15 +45,15 @@ def test_snapshots_hold_no_lease_tokens_yet_workers_are_re_adopted(coordinator_f
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(30)
     lease = collector.coordinator.lease
-    path = coordinator.save_state()
+    path = coordinator.snapshots.save_state()
     with open(path) as f:
         assert lease not in f.read()
 
     other = restarted(coordinator)
-    assert other.resume()
-    assert other.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
+    assert other.snapshots.resume()
+    assert other.membership.heartbeat(collector.worker_id, lease).worker_id == collector.worker_id
     with pytest.raises(NotFoundError) as refused:
-        other.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
+        other.membership.heartbeat(collector.worker_id, lease[:-1] + ("A" if lease[-1] != "A" else "B"))
     assert refused.value.http_status == 404
 
 
@@ -77,12 +77,12 @@ def test_a_worker_saved_while_connecting_is_reaped_after_a_resume(coordinator_fa
         starting.start()
         assert entered.wait(10)
         assert coordinator.workers.counts()["collector"]["connecting"] == 1
-        coordinator.save_state()
+        coordinator.snapshots.save_state()
         release.set()
         starting.join(10)
 
         other = restarted(coordinator)
-        assert other.resume()
+        assert other.snapshots.resume()
         (saved,) = other.workers.list("collector")
         assert saved.state.value == "setting_up"  # its heartbeats say when it is ready
         other.start()  # nothing heartbeats to this one: the lease (2 s) runs out
@@ -121,7 +121,7 @@ def test_a_slave_that_cannot_register_again_retries_then_exits_with_an_error(coo
     try:
         runner.start()
         assert slave.got_task.wait(30)
-        coordinator.mark_lost(coordinator.get_worker(slave.worker_id), "a test forgets it")
+        coordinator.membership.mark_lost(coordinator.membership.get_worker(slave.worker_id), "a test forgets it")
         runner.join(15)
         assert not runner.is_alive(), "the slave lives on, registered nowhere"
         assert len(connects) > 2  # retried, not given up after one try
@@ -168,13 +168,13 @@ def test_a_checkpoint_that_does_not_fit_the_model_fails_the_run_naming_the_file(
     from parallel_rl.collector.shell import CollectorSlave
 
     coordinator, server = coordinator_factory(worker={"failure_backoff": 0.05})
-    coordinator.storage.save_policy(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
+    coordinator.storage.policies.save(0, {"model": {"encoder.0.weight": torch.zeros(3, 3)}})
     slave = CollectorSlave(server.url, token="test-token", request_timeout=2.0, max_retries=1).start()
     threading.Thread(target=slave.run, daemon=True).start()
     try:
         eventually(lambda: coordinator.state == "failed", timeout=30, message="the run failed")
         reason = coordinator.reason
-        assert coordinator.storage.policy_path(0) in reason and "does not fit" in reason, reason
+        assert coordinator.storage.policies.path(0) in reason and "does not fit" in reason, reason
         assert "\n" not in reason and coordinator.env_steps == 0
     finally:
         slave.close()
@@ -191,15 +191,15 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capl
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ClusterCollector(toy_cluster_config(tmp_path), storage, seed=0)
     try:
-        storage.save_policy(0, collector.policy.model_state_dict())
-        with open(storage.policy_path(1), "wb") as f:
+        storage.policies.save(0, collector.policy.model_state_dict())
+        with open(storage.policies.path(1), "wb") as f:
             f.write(b"not a checkpoint" * 64)
         assert collector.get_policy_update_info() == 1
         assert collector.update_policy(1) and collector.policy_version == 0
         assert not collector.update_policy(1) and collector.get_policy_update_info() is None
         assert collector.evaluate(1, 2)["policy_version"] == 0
         said = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
-        assert len(said) == 1 and storage.policy_path(1) in said[0]
+        assert len(said) == 1 and storage.policies.path(1) in said[0]
     finally:
         collector.close()
 

@@ -82,12 +82,12 @@ def check_replay_index(shared):
     from parallel_rl.storage import SharedStorage
 
     storage = SharedStorage(shared)
-    meta, arrays = storage.latest_coordinator_state()
+    meta, arrays = storage.states.latest()
     names = arrays["chunks/name"].tolist()
     ints = arrays["chunks/ints"]
     assert names and len(set(names)) == len(names)
     for name, size in zip(names, ints[:, 1].tolist()):
-        assert len(storage.read_chunk(name)["action"]) == size
+        assert len(storage.chunks.read(name)["action"]) == size
     _, count, pushed, _, evicted = arrays["buffer/counters"].tolist()
     assert int(ints[:, 3].sum()) == count == pushed - evicted
     return meta, arrays

@@ -27,27 +27,27 @@ def columns(n=8):
 def test_chunks_round_trip_and_leave_the_bucket_when_deleted(bucket):
     store = SharedStorage(f"s3://{bucket}/run")
     assert store.root == f"s3://{bucket}/run" and store.remote
-    store.write_chunk("c1", columns())
+    store.chunks.write("c1", columns())
     assert objects(bucket) == ["run/data/c1.npz"]  # one object, no temp object left behind
-    got = store.read_chunk("c1")
+    got = store.chunks.read("c1")
     assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in columns().items()}
-    assert store.list_chunks() == ["c1"] and store.chunk_exists("c1") and not store.chunk_exists("c2")
-    assert store.delete_chunk("c1")
+    assert store.chunks.names() == ["c1"] and store.chunks.exists("c1") and not store.chunks.exists("c2")
+    assert store.chunks.delete("c1")
     assert objects(bucket) == []
     with pytest.raises(FileNotFoundError):
-        store.read_chunk("c1")
+        store.chunks.read("c1")
 
 
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
     """SeaweedFS keeps the directory that a prefix's last object leaves (its filer is a file tree) and lists it as
     an empty object ``data/`` under ``data/``; moto (and AWS) forget the prefix. Either way nothing is in it."""
     store = SharedStorage(f"s3://{bucket}/run")
-    store.write_chunk("c1", columns())
-    store.save_policy(1, {})
-    assert store.delete_chunk("c1") and store.reset() == 1
+    store.chunks.write("c1", columns())
+    store.policies.save(1, {})
+    assert store.chunks.delete("c1") and store.reset() == 1
     for directory in ("data", "policy"):
         assert store.backend.listdir(store.resolve(directory)) == [], directory
-    assert store.list_chunks() == [] and store.policy_versions() == []
+    assert store.chunks.names() == [] and store.policies.versions() == []
 
 
 def test_nothing_is_unpickled_from_the_bucket(bucket):
@@ -55,24 +55,24 @@ def test_nothing_is_unpickled_from_the_bucket(bucket):
 
     store = SharedStorage(f"s3://{bucket}/run")
     with pytest.raises(StorageError, match="dtype object"):
-        store.write_chunk("bad", {"obs": np.array([{"a": 1}], dtype=object)})
+        store.chunks.write("bad", {"obs": np.array([{"a": 1}], dtype=object)})
     import io
 
     pickled = io.BytesIO()
     np.savez(pickled, obs=np.array([{"a": 1}], dtype=object))  # what an attacker could put there
     boto3.client("s3").put_object(Bucket=bucket, Key="run/data/evil.npz", Body=pickled.getvalue())
     with pytest.raises(StorageError, match="not a valid step-data chunk"):
-        store.read_chunk("evil")
+        store.chunks.read("evil")
     boto3.client("s3").put_object(Bucket=bucket, Key="run/policy/policy_000000001.pt", Body=b"not torch")
     with pytest.raises(StorageError, match="not a loadable checkpoint"):
-        store.load_policy(1)
+        store.policies.load(1)
 
 
 def test_names_from_messages_cannot_leave_the_prefix(bucket):
     store = SharedStorage(f"s3://{bucket}/run")
     for bad in ("../other", "a/../../x", "..", ""):
         with pytest.raises(PathOutsideRootError):
-            store.chunk_path(bad)
+            store.chunks.path(bad)
     with pytest.raises(PathOutsideRootError):
         store.resolve("data/../../elsewhere/x")
 
@@ -81,26 +81,26 @@ def test_checkpoints_are_versioned_pruned_and_announced(bucket):
     import torch
 
     store = SharedStorage(f"s3://{bucket}/run")
-    stamp = store.policy_dir_stamp()
+    stamp = store.policies.dir_stamp()
     for version in (3, 10, 7):
-        store.save_policy(version, {"w": torch.full((2,), float(version))})
-        store.save_learner_state(version, {"policy": {}, "train_iter": version})
-    assert store.policy_versions() == [3, 7, 10] and store.latest_policy_version() == 10
-    assert store.load_policy(7)["w"].tolist() == [7.0, 7.0]
-    assert store.load_learner_state(store.latest_learner_version()) == {"policy": {}, "train_iter": 10}
+        store.policies.save(version, {"w": torch.full((2,), float(version))})
+        store.learner_states.save(version, {"policy": {}, "train_iter": version})
+    assert store.policies.versions() == [3, 7, 10] and store.policies.latest() == 10
+    assert store.policies.load(7)["w"].tolist() == [7.0, 7.0]
+    assert store.learner_states.load(store.learner_states.latest()) == {"policy": {}, "train_iter": 10}
     assert store.prune_checkpoints(keep=1) == 4
     assert objects(bucket) == ["run/learner/learner_000000010.pt", "run/policy/policy_000000010.pt"]
     from tests.support import eventually
 
-    eventually(lambda: store.policy_dir_stamp() != stamp, timeout=5, message="the policy listing's stamp changed")
+    eventually(lambda: store.policies.dir_stamp() != stamp, timeout=5, message="the policy listing's stamp changed")
 
 
 def test_reset_removes_only_our_objects(bucket):
     import boto3
 
     store = SharedStorage(f"s3://{bucket}/run")
-    store.write_chunk("c1", columns())
-    store.save_policy(1, {})
+    store.chunks.write("c1", columns())
+    store.policies.save(1, {})
     boto3.client("s3").put_object(Bucket=bucket, Key="run/notes.txt", Body=b"mine")
     assert store.reset() == 2
     assert objects(bucket) == ["run/notes.txt"]
@@ -112,8 +112,8 @@ def test_endpoint_and_credentials_may_come_from_config_keys(bucket, s3_env, monk
     store = SharedStorage(f"s3://{bucket}/run", {"endpoint_url": s3_env["AWS_ENDPOINT_URL"],
                                                  "key": s3_env["AWS_ACCESS_KEY_ID"],
                                                  "secret": s3_env["AWS_SECRET_ACCESS_KEY"]})
-    store.write_chunk("c1", columns())
-    assert store.list_chunks() == ["c1"] and store.read_chunk("c1")["action"].tolist() == columns()["action"].tolist()
+    store.chunks.write("c1", columns())
+    assert store.chunks.names() == ["c1"] and store.chunks.read("c1")["action"].tolist() == columns()["action"].tolist()
 
 
 @pytest.mark.parametrize("url, cause", [
@@ -247,12 +247,12 @@ def test_read_chunks_fetches_several_and_reports_the_gone(bucket, tmp_path):
 
 
 def read_chunks_fetches_several_and_reports_the_gone(store):
-    store.write_chunk("c1", columns(3))
-    store.write_chunk("c2", columns(5))
-    got = store.read_chunks(["c1", "c2", "gone"])
+    store.chunks.write("c1", columns(3))
+    store.chunks.write("c2", columns(5))
+    got = store.chunks.read_many(["c1", "c2", "gone"])
     assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == \
         {"c1": 3, "c2": 5, "gone": None}
-    assert store.read_chunks([]) == {}  # a batch whose chunks are all cached asks for none
+    assert store.chunks.read_many([]) == {}  # a batch whose chunks are all cached asks for none
 
 
 def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, caplog):
@@ -270,27 +270,27 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
         return Coordinator(cfg, SharedStorage(url), token="t", commander=create_parallel_commander(cfg))
 
     first = coordinator()
-    first.storage.write_chunk("c-a", columns(8))
+    first.storage.chunks.write("c-a", columns(8))
     assert first.replay.add_chunk("c-a", 8, 0, "collector-1")
     first.eval_history.append({"t": 1.0, "policy_version": 0, "env_steps": 8, "train_iter": 0, "eval_return": 2.5})
-    path = first.save_state()
+    path = first.snapshots.save_state()
     assert path.startswith(f"{bucket}/run/coordinator/state_") and path.endswith(".json")
-    first.storage.write_chunk("c-b", columns(4))
+    first.storage.chunks.write("c-b", columns(4))
     assert first.replay.add_chunk("c-b", 4, 0, "collector-1")
-    first.save_state()
-    older, newest = first.storage.coordinator_states()
+    first.snapshots.save_state()
+    older, newest = first.storage.states.seqs()
     assert [k for k in objects(bucket, "run/coordinator/")] == [
         f"run/coordinator/state_{seq:09d}.{ext}" for seq in (older, newest) for ext in ("json", "npz")]
 
     second = coordinator()
-    assert second.resume() and second.resumed_from == newest
+    assert second.snapshots.resume() and second.snapshots.resumed_from == newest
     assert second.replay.count() == 12 and second.eval_history == first.eval_history
     assert sorted(second.replay.sample(4, 4, 0)["chunks"]) in (["c-a"], ["c-b"], ["c-a", "c-b"])
 
     boto3.client("s3").put_object(Bucket=bucket, Key=f"run/coordinator/state_{newest:09d}.npz", Body=b"truncated")
     third = coordinator()
     with caplog.at_level(logging.WARNING, logger="parallel_rl.storage"):
-        assert third.resume() and third.resumed_from == older
+        assert third.snapshots.resume() and third.snapshots.resumed_from == older
     assert third.replay.count() == 8
     assert f"state_{newest:09d}.npz" in caplog.text
 
@@ -306,11 +306,11 @@ def test_a_store_that_goes_away_is_a_fault_of_the_store(kind, tmp_path, monkeypa
         point_at(server, monkeypatch)
         boto3.client("s3").create_bucket(Bucket="going-away")
         store = SharedStorage("s3://going-away/run")
-        store.write_chunk("c1", columns())
+        store.chunks.write("c1", columns())
     finally:
         server.stop()
     with pytest.raises(StorageFaultError, match=r"writing a chunk failed on the shared store s3://going-away/run: "):
-        store.write_chunk("c2", columns())
+        store.chunks.write("c2", columns())
     with pytest.raises(StorageFaultError, match=r"reading a chunk failed"):
-        store.read_chunk("c1")
+        store.chunks.read("c1")
     assert not store.health.healthy and store.health.faults == 2

@@ -697,7 +697,7 @@ def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_t
     assert collector.got_task.wait(5)
     task_id = collector.received[0].task_id  # its spec: 64 env steps
     for name, n in (("d-1", 8), ("d-2", 56)):
-        collector.storage.write_chunk(name, {"obs": np.zeros((n, 1), np.float32), "action": np.zeros(n, np.int64)})
+        collector.storage.chunks.write(name, {"obs": np.zeros((n, 1), np.float32), "action": np.zeros(n, np.int64)})
     meta = {"policy_version": -1, "episode_returns": [1.0]}
     coordinator.deal_with_collector_send_data(task_id, "default", "d-1", {**meta, "size": 8, "env_steps": 8})
     assert api(server, "/buffers").json()["buffers"][0]["size"] == 8
@@ -752,7 +752,7 @@ def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments
     second = slaves("collector", server.url, run=False)
     coordinator.deal_with_increase_collector()  # DI-engine: after a collector joined
     eventually(lambda: len(api(server, "/tasks?kind=collector").json()["tasks"]) >= 2, timeout=5)
-    coordinator.decrease_collector(first.worker_id)
+    coordinator.membership.decrease_collector(first.worker_id)
     coordinator.deal_with_decrease_collector()
     assert second.worker_id in {w["worker_id"] for w in api(server, "/collectors").json()["collectors"]}
 
@@ -785,7 +785,7 @@ def test_flask_fs_collector_callbacks_start_hand_over_data_and_close(coordinator
         assert resource["cpu"] >= 1 and resource["gpu"] >= 0
         seen = [_within(slave.deal_with_collector_data) for _ in range(2)]  # what went to the coordinator
         chunk = next(m for m in seen if m["type"] == "chunk")
-        assert chunk["size"] > 0 and slave.storage.read_chunk(chunk["chunk"])["obs"].shape[0] == chunk["size"]
+        assert chunk["size"] > 0 and slave.storage.chunks.read(chunk["chunk"])["obs"].shape[0] == chunk["size"]
         slave.deal_with_collector_start({"task_id": "ding-task-1", "env_steps": 8})
         while True:  # the task runs in the worker loop, after the coordinator's
             message = _within(slave.deal_with_collector_data)

@@ -183,7 +183,7 @@ def test_a_port_in_use_fails_before_the_earlier_run_s_files_are_deleted(cli, tmp
 
     shared = tmp_path / "shared"
     storage = SharedStorage(str(shared))
-    storage.save_learner_state(100, {"train_iter": 100, "policy": {"w": torch.ones(2)}})
+    storage.learner_states.save(100, {"train_iter": 100, "policy": {"w": torch.ones(2)}})
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -193,7 +193,7 @@ def test_a_port_in_use_fails_before_the_earlier_run_s_files_are_deleted(cli, tmp
                        str(shared), "--port", port, env={"PARALLEL_RL_TOKEN": "t"})
             assert proc.wait(60) == 2, proc.output()[-3000:]
             assert f"cannot listen on 127.0.0.1:{port}" in proc.output() and "Traceback" not in proc.output()
-            assert storage.latest_good_learner_state()[0] == 100, f"{name} deleted the earlier run's files"
+            assert storage.learner_states.latest_good()[0] == 100, f"{name} deleted the earlier run's files"
 
 
 def test_a_collector_s_port_in_use_is_reported_before_torch_is_imported(cli, tmp_path):

@@ -70,26 +70,26 @@ def broken_data_dir(tmp_path):
 
 def test_a_failing_store_is_a_fault_not_a_bad_file(tmp_path, broken_data_dir):
     store = SharedStorage(str(tmp_path / "shared"))
-    store.write_chunk("c1", columns())
+    store.chunks.write("c1", columns())
     with pytest.raises(FileNotFoundError):  # not there is not a fault
-        store.read_chunk("gone")
+        store.chunks.read("gone")
     (tmp_path / "shared" / "data" / "bad.npz").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(StorageError) as bad:
-        store.read_chunk("bad")
+        store.chunks.read("bad")
     assert not isinstance(bad.value, StorageFaultError) and store.health.healthy  # a bad file is no fault
     (tmp_path / "shared" / "data" / "bad.npz").unlink()
 
     broken_data_dir.break_it()
     with pytest.raises(StorageFaultError, match=rf"writing a chunk failed on the shared store .*\({broken_data_dir.errno}\)"):
-        store.write_chunk("c2", columns())
+        store.chunks.write("c2", columns())
     report = store.health.to_dict()
     assert not report["healthy"] and broken_data_dir.errno in report["error"] and report["faults"] == 1
     assert check_health_report(report) == {k: report[k] for k in ("healthy", "error", "since", "faults")}
     assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "shared").rglob("*"))  # nothing half-written
 
     broken_data_dir.repair()
-    store.write_chunk("c2", columns())
-    assert store.health.healthy and store.health.faults == 1 and store.list_chunks() == ["c1", "c2"]
+    store.chunks.write("c2", columns())
+    assert store.health.healthy and store.health.faults == 1 and store.chunks.names() == ["c1", "c2"]
 
 
 def test_backoff_doubles_up_to_its_cap_and_stale_reports_change_nothing():

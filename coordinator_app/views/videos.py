@@ -17,7 +17,7 @@ _STORE_FAILING = "the shared store cannot be read now (the coordinator's log say
 @bp.get("")
 def list_videos():
     try:
-        videos = get_coordinator().storage.videos()
+        videos = get_coordinator().storage.videos.listing()
     except StorageFaultError:
         raise ApiError(503, "unavailable", _STORE_FAILING) from None
     return jsonify({"videos": [{**v, "url": f"/api/v1/videos/{v['name']}"} for v in videos]})
@@ -27,7 +27,7 @@ def list_videos():
 def get_video(name: str):
     """The MP4, with range requests answered (browsers read a video's length and seek with them)."""
     try:
-        video = get_coordinator().storage.video_source(name)  # an open regular file of the store, size, mtime
+        video = get_coordinator().storage.videos.source(name)  # an open regular file of the store, size, mtime
     except (FileNotFoundError, PathOutsideRootError):
         raise ApiError(404, "not_found", f"no video {name!r}; GET /api/v1/videos lists them") from None
     except StorageFaultError:

@@ -91,7 +91,7 @@ def _store_checkpoint(root: str, storage_options: Optional[dict], which: str) ->
     note = ""
     try:
         if which == "best":
-            record = storage.best_policy_record()
+            record = storage.policies.best_record()
             if record is not None:
                 try:
                     return _store_load(storage, record.version, f"best: {record.describe()}")
@@ -99,7 +99,7 @@ def _store_checkpoint(root: str, storage_options: Optional[dict], which: str) ->
                     note = f" (the best, version {record.version}, is gone)"
             else:
                 note = " (no evaluation has kept a best version yet)"
-        version = storage.latest_policy_version()
+        version = storage.policies.latest()
     except FileNotFoundError:
         return None
     except StorageFaultError:
@@ -114,7 +114,7 @@ def _store_checkpoint(root: str, storage_options: Optional[dict], which: str) ->
 def _store_load(storage, version: int, why: str) -> Checkpoint:
     try:
         with _checkpoint_load():
-            return Checkpoint(f"{storage.policy_path(version)}", storage.load_policy(version), why)
+            return Checkpoint(f"{storage.policies.path(version)}", storage.policies.load(version), why)
     except StorageFaultError:
         raise
     except StorageError as exc:

@@ -33,7 +33,7 @@ def _coordinator_state(root: str) -> Optional[dict]:
     if not os.path.isdir(os.path.join(root, "coordinator")):
         return None
     try:
-        state = SharedStorage(root, create=False).latest_coordinator_state()
+        state = SharedStorage(root, create=False).states.latest()
     except StorageError as exc:
         raise ConfigError(f"cannot read the run {root}: {exc}") from None
     return None if state is None else state[0]

@@ -92,11 +92,11 @@ class ClusterCollector(BaseParallelCollector):
         every batch of steps. The directory is listed again while its mtime is recent (two changes
         within one timestamp tick share an mtime). A directory whose changes show late, as on NFS with
         attribute caching, only delays this: the coordinator's control block announces policies too."""
-        stamp = self.storage.policy_dir_stamp()
+        stamp = self.storage.policies.dir_stamp()
         if stamp == self._policy_dir_stamp and time.time_ns() - stamp > _SETTLED_NS:
             return None
         self._policy_dir_stamp = stamp
-        latest = max((v for v in self.storage.policy_versions() if v not in self.damaged_versions), default=None)
+        latest = max((v for v in self.storage.policies.versions() if v not in self.damaged_versions), default=None)
         return latest if latest is not None and latest > self.policy_version else None
 
     def update_policy(self, version: int) -> bool:
@@ -124,14 +124,14 @@ class ClusterCollector(BaseParallelCollector):
         while version is not None:
             if version not in self.damaged_versions:
                 try:
-                    return version, self.storage.load_policy(version)
+                    return version, self.storage.policies.load(version)
                 except StorageFaultError:
                     raise
                 except StorageError as exc:
                     self.damaged_versions.add(version)
                     logger.error("collector: policy checkpoint %d cannot be loaded; using the newest one before it "
                                  "(this one is skipped from now on): %.500s", version, " ".join(str(exc).split()))
-            older = [v for v in self.storage.policy_versions() if floor < v < version]
+            older = [v for v in self.storage.policies.versions() if floor < v < version]
             version = older[-1] if older else None
         return None
 
@@ -143,7 +143,7 @@ class ClusterCollector(BaseParallelCollector):
             policy.load_model_state_dict(state)
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise ConfigError(f"policy checkpoint {self.storage.policy_path(version)} does not fit this collector's "
+            raise ConfigError(f"policy checkpoint {self.storage.policies.path(version)} does not fit this collector's "
                               f"model ({detail[:300]}); the learner and the collectors must build the same model "
                               f"from the same config (policy.model, env)") from None
 
@@ -161,10 +161,10 @@ class ClusterCollector(BaseParallelCollector):
         refers to the chunk before it for the frames they share. On-policy, not across policy versions: a
         version's rows leave the replay once trained on, and the next version's chunks must not wait for them."""
         if not self.env.frame_stack:
-            return self.storage.write_chunk(name, data)
+            return self.storage.chunks.write(name, data)
         if self.policy.flow.on_policy and self._packed_version != self.policy_version:
             self.frames.forget()
-        path = self.storage.write_chunk(name, self.frames.pack(name, data))
+        path = self.storage.chunks.write(name, self.frames.pack(name, data))
         self.frames.written(name)
         self._packed_version = self.policy_version
         return path
@@ -196,12 +196,12 @@ class ClusterCollector(BaseParallelCollector):
         try:
             found = self.newest_loadable(version)
         except FileNotFoundError:
-            latest = self.storage.latest_policy_version()
+            latest = self.storage.policies.latest()
             if latest is None or latest < version:
                 raise
             found = self.newest_loadable(latest)
         if found is None:
-            raise StorageError(f"policy checkpoint {self.storage.policy_path(version)} cannot be loaded and no "
+            raise StorageError(f"policy checkpoint {self.storage.policies.path(version)} cannot be loaded and no "
                                f"loadable one precedes it (see the log); the learner's next checkpoint will do")
         return found
 

@@ -73,7 +73,7 @@ class BattleClusterCollector(ClusterCollector):
             players, trained = [self.policy.collect_mode, self.policy.collect_mode], [0, 1]
         elif version is not None:
             try:
-                self._opponent_policy.load_model_state_dict(self.storage.load_league_snapshot(version))
+                self._opponent_policy.load_model_state_dict(self.storage.league.load(version))
                 players, trained = [self.policy.collect_mode, self._opponent_policy.eval_mode], [0]
             except FileNotFoundError:
                 logger.warning("marine collector: opponent %s left the league (its snapshot is gone); playing "

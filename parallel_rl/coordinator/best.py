@@ -28,7 +28,7 @@ class BestPolicy:
         if not isinstance(version, int):
             return
         try:
-            self.storage.hold_policy(version)
+            self.storage.policies.hold(version)
         except StorageError as exc:  # the evaluation goes on; its version may be pruned before it ends
             logger.error("coordinator: cannot hold policy %d for its evaluation: %s", version, exc)
 
@@ -42,7 +42,7 @@ class BestPolicy:
                     return False
                 record = BestRecord(int(version), float(eval_return), int(env_steps), int(train_iter))
                 try:
-                    self.storage.keep_best_policy(record)
+                    self.storage.policies.keep_best(record)
                 except FileNotFoundError:
                     logger.warning("coordinator: policy %d scored the best eval return so far (%.1f) but its "
                                    "checkpoint was pruned before it was held; the best kept stays %s (raise "
@@ -69,7 +69,7 @@ class BestPolicy:
         if self.record is not None and version == self.record.version:
             return
         try:
-            self.storage.release_policy(version)
+            self.storage.policies.release(version)
         except StorageError as exc:  # it stays held: kept on the disk, never deleted by pruning
             logger.error("coordinator: cannot release policy %d after its evaluation: %s", version, exc)
 
@@ -81,7 +81,7 @@ class BestPolicy:
         """Restore :meth:`state_dict`; the store's record wins when it is better (kept after the snapshot)."""
         saved = None if state is None else BestRecord.from_json(state, "the snapshot's best policy")
         try:
-            stored = self.storage.best_policy_record()
+            stored = self.storage.policies.best_record()
         except StorageError as exc:
             logger.warning("coordinator: %s", exc)
             stored = None

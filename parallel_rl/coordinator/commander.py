@@ -86,7 +86,7 @@ class SoloCommander:
             return
         free = self._free_workers("learner")
         if free:
-            spec = {"resume": c.storage.latest_learner_version() is not None}
+            spec = {"resume": c.storage.learner_states.latest() is not None}
             c.assign(c.create_task(TaskKind.LEARNER, spec), free[0])
 
     def _feed_collectors(self) -> None:
@@ -229,7 +229,7 @@ class LeagueCommander(SoloCommander):
             return
         storage = self.cluster.storage
         try:
-            storage.snapshot_policy(version)
+            storage.league.freeze(version)
         except FileNotFoundError:  # pruned already: the next version will do
             logger.warning("commander: policy %d is gone before it could join the league; waiting for the next",
                            version)
@@ -246,7 +246,7 @@ class LeagueCommander(SoloCommander):
                  for state in (TaskState.PENDING, TaskState.RUNNING)
                  for t in self.cluster.tasks(TaskKind.COLLECTOR.value, state.value)}
         for name in sorted(self._leaving - named):
-            self.cluster.storage.remove_league_snapshot(snapshot_version(name))
+            self.cluster.storage.league.remove(snapshot_version(name))
             self._leaving.discard(name)
 
     def _feed_collectors(self) -> None:

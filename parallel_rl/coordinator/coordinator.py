@@ -61,11 +61,6 @@ class CoordinatorState:
     CLOSED = "closed"
 
 
-def _delegate(part: str, name: str) -> property:
-    """A name callers (the message table, tests) use on the coordinator, answered by one of its parts."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"``self.{part}.{name}``")
-
-
 class Coordinator(DingCallbacks):
     def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
                  commander: Optional[Commander] = None):
@@ -93,23 +88,31 @@ class Coordinator(DingCallbacks):
                                      over=lambda: self.reason if self.system_shutdown_flag else None)
         self.flow = FlowControl(cfg, self.workers, self._lock, progress=self,
                                 epsilon=lambda env_steps: self.commander.epsilon(env_steps), replay=self.replay)
-        self.snapshots = Snapshots(self)
         self.best = BestPolicy(storage, int(cfg.parallel.learner.keep_checkpoints))
+        self.snapshots = Snapshots(self, lock=self._lock, tasks=self.tasks, workers=self.workers, replay=self.replay,
+                                   commander=self.commander, best=self.best, membership=self.membership,
+                                   states=self.storage.states, exp_name=cfg.exp_name, stop_value=cfg.env.stop_value,
+                                   interval=float(cfg.parallel.coordinator.snapshot_interval))
         self._wake = threading.Event()
         self._closing = threading.Event()
         # notified on every kick (task ends, workers joining and leaving): wind_down waits on it
         self._changed = threading.Condition()
-        self.messages = MessageTable(self)
         # the store as the message checks see it: unhealthy from a fault while checking a message (the message
         # is answered `unavailable` and sent again) until a chunk check reads the store again; the snapshots'
         # writes (storage.health) may work meanwhile, and must not hide that reads fail
         self.check_health = StorageHealth(None)  # its faults are logged by storage.health (_store_op), once
+        self.messages = MessageTable(counters=self, lock=self._lock, tasks=self.tasks, replay=self.replay,
+                                     storage=self.storage, check_health=self.check_health,
+                                     membership=self.membership, flow=self.flow, commander=self.commander,
+                                     worker_cfg=cfg.parallel.worker,
+                                     max_repeated_failures=cfg.parallel.commander.max_repeated_failures,
+                                     end_task=self._end_task, finish=self.finish, kick=self.kick)
         self.done_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.state = CoordinatorState.RUNNING
         self.reason = ""
         self.started_at = time.time()
-        self._t0 = time.monotonic()
+        self.uptime_origin = time.monotonic()  # what uptime counts from (a resume moves it back)
         self.env_steps = 0
         self.episodes = 0
         # the returns of the newest TRAIN_RETURN_WINDOW training episodes (the collectors' chunks report them): the
@@ -126,20 +129,6 @@ class Coordinator(DingCallbacks):
         self.eval_history: List[Dict[str, Any]] = []
         self.throughput_history: List[Dict[str, Any]] = []
 
-    # the parts' names that the message table and the tests use on the coordinator
-    heartbeat = _delegate("membership", "heartbeat")
-    get_worker = _delegate("membership", "get_worker")
-    mark_lost = _delegate("membership", "mark_lost")
-    increase_collector = _delegate("membership", "increase_collector")
-    decrease_collector = _delegate("membership", "decrease_collector")
-    _storage_report = _delegate("membership", "storage_report")
-    control_for = _delegate("flow", "control_for")
-    long_poll = _delegate("flow", "long_poll")
-    wait_for_allowance = _delegate("flow", "wait_for_allowance")
-    long_polls_refused = _delegate("flow", "long_polls_refused")
-    _notify_progress = _delegate("flow", "notify_progress")
-    save_state = _delegate("snapshots", "save_state")
-
     def state_dict(self) -> Dict[str, Any]:
         """What a restarted coordinator needs (:meth:`Snapshots.state_dict`; DI-engine's name)."""
         return self.snapshots.state_dict()
@@ -153,8 +142,6 @@ class Coordinator(DingCallbacks):
 
     def error(self, s: str) -> None:
         logger.error("coordinator: %s", s)
-    resume = _delegate("snapshots", "resume")
-    resumed_from = _delegate("snapshots", "resumed_from")
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "Coordinator":
@@ -222,7 +209,7 @@ class Coordinator(DingCallbacks):
             try:
                 for worker in self.membership.reap(ttl):
                     self.messages.forget_worker(worker.worker_id)
-                self._check_budgets()
+                self.check_budgets()
                 self.commander.step()
                 self.replay.collect_garbage()
                 self._sample_throughput()
@@ -245,7 +232,8 @@ class Coordinator(DingCallbacks):
                         "killed collectors, or announced after the last snapshot of a killed coordinator)",
                         orphans, max_age)
 
-    def _check_budgets(self) -> None:
+    def check_budgets(self) -> None:
+        """Finish the run (stopped) when a budget is used up: env steps, train iterations, seconds."""
         b = self.cfg.parallel.commander
         if b.max_env_step and self.env_steps >= b.max_env_step:
             self.finish(CoordinatorState.STOPPED, f"env step budget {b.max_env_step} used up")
@@ -263,7 +251,7 @@ class Coordinator(DingCallbacks):
 
     @property
     def uptime(self) -> float:
-        return time.monotonic() - self._t0
+        return time.monotonic() - self.uptime_origin
 
     # ---- tasks ----------------------------------------------------------------------------
     def assign(self, task: Task, worker: Worker) -> bool:

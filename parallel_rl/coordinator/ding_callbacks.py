@@ -46,8 +46,8 @@ class DingCallbacks:
     messages: Any
     replay: Any
     flow: Any
+    membership: Any
     system_shutdown_flag: bool
-    get_worker: Callable[[str], Any]
     kick: Callable[[], None]
     info: Callable[[str], None]
     error: Callable[[str], None]
@@ -71,7 +71,7 @@ class DingCallbacks:
 
     def _send_as_worker(self, task: Task, message: Dict[str, Any]) -> bool:
         """Check and apply ``message`` as the task's worker sent it; False (logged) when it is refused."""
-        worker = self.get_worker(task.worker_id)
+        worker = self.membership.get_worker(task.worker_id)
         refused = self.messages.check_and_apply(worker, [message])
         for r in refused:
             self.error(f"{message['type']} message for task({task.task_id}) refused: {r['message']}")

@@ -85,8 +85,8 @@ class ReplayIndex:
             if size <= 0:
                 raise StorageError(f"chunk {name!r}: size must be > 0, got {size}")
             if not checked:
-                path = self.storage.chunk_path(name)  # validates the name, refuses escapes
-                if not self.known(name) and not self.storage.chunk_exists(name):
+                path = self.storage.chunks.path(name)  # validates the name, refuses escapes
+                if not self.known(name) and not self.storage.chunks.exists(name):
                     raise StorageError(f"chunk {name!r} announced but {path} does not exist on the shared disk")
         with self._lock:
             added, ids, sizes, versions = [], [], [], []
@@ -155,7 +155,7 @@ class ReplayIndex:
         gone: List[str] = []
         for i, name in enumerate(due):
             try:
-                if self.storage.delete_chunk(name):
+                if self.storage.chunks.delete(name):
                     self.chunks_deleted += 1
             except StorageFaultError as exc:
                 # the store fails (read-only, EIO, an object store's 5xx): these chunks stay indexed and doomed
@@ -197,17 +197,17 @@ class ReplayIndex:
         snapshot (the soak, benchmarks/soak.py, found ~20 per coordinator kill). Returns the files removed."""
         cutoff, removed = time.time() - max_age, 0
         try:
-            for name in self.storage.list_chunks():
+            for name in self.storage.chunks.names():
                 if self.known(name):
                     continue
                 try:
-                    if self.storage.chunk_mtime(name) > cutoff:
+                    if self.storage.chunks.mtime(name) > cutoff:
                         continue
                 except FileNotFoundError:
                     continue
                 with self._lock:  # not indexed in the meantime: add_chunks decides under this lock
                     if name not in self._chunks:
-                        removed += self.storage.delete_chunk(name)
+                        removed += self.storage.chunks.delete(name)
         except StorageFaultError as exc:  # the next sweep tries again
             logger.warning("coordinator: sweeping chunk files the replay index does not know failed: %s", exc)
         return removed

@@ -7,8 +7,10 @@ it). :meth:`Snapshots.resume` loads the newest that loads (a damaged one falls b
 Saved workers that were active are re-adopted when they heartbeat again, lost when they do not; the tasks
 the snapshot has running wait for their worker's first heartbeat to be confirmed (:mod:`.membership`).
 
-A snapshot is of one coordinator, read and restored in place: this part reaches into the coordinator it
-was made for, and owns only the saving (sequence, lock, thread, times).
+A snapshot is of one coordinator, read and restored in place: this part is given the parts that save and
+restore their own state (tasks, workers, replay index, commander, best policy, membership), the store's
+coordinator snapshots, and the run itself (:class:`SavedRun`: the coordinator's counters, outcome, histories and
+clock); it owns only the saving (sequence, lock, thread, times).
 """
 from __future__ import annotations
 
@@ -16,10 +18,16 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Deque, Dict, List, Optional, Protocol
 
 from ..errors import StorageError
-from .tasks import TaskState
+from ..storage.states import CoordinatorStates
+from .best import BestPolicy
+from .commander_api import Commander
+from .membership import Membership
+from .replay import ReplayIndex
+from .tasks import TaskState, TaskTable
+from .workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +39,43 @@ def json_number(x: Optional[float]) -> Optional[float]:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+class SavedRun(Protocol):
+    """What a snapshot saves and restores of the run itself: the coordinator's counters, outcome, histories and
+    clock (read and written under its lock), and the two checks a resume runs again."""
+
+    state: str
+    reason: str
+    env_steps: int
+    episodes: int
+    train_iter: int
+    policy_version: int
+    last_eval_return: float
+    best_eval_return: float
+    train_returns: Deque[float]
+    learn_info: Dict[str, Any]
+    eval_history: List[Dict[str, Any]]
+    throughput_history: List[Dict[str, Any]]
+    started_at: float  # wall clock
+    uptime_origin: float  # the monotonic time uptime counts from
+
+    @property
+    def uptime(self) -> float: ...
+
+    def finish(self, state: str, reason: str) -> None: ...
+
+    def check_budgets(self) -> None: ...
+
+
 class Snapshots:
-    def __init__(self, coordinator):
-        self._c = coordinator
+    def __init__(self, run: SavedRun, *, lock: threading.RLock, tasks: TaskTable, workers: WorkerRegistry,
+                 replay: ReplayIndex, commander: Commander, best: BestPolicy, membership: Membership,
+                 states: CoordinatorStates, exp_name: str, stop_value: Optional[float], interval: float):
+        """``states``: the store's coordinator snapshots; ``stop_value``: ``env.stop_value`` (None: none);
+        ``interval``: ``parallel.coordinator.snapshot_interval``."""
+        self._run, self._lock = run, lock
+        self._tasks, self._workers, self._replay = tasks, workers, replay
+        self._commander, self._best, self._membership = commander, best, membership
+        self._states, self._exp_name, self._stop_value, self._interval = states, exp_name, stop_value, interval
         self._save_lock = threading.Lock()
         self._seq = 0
         self._thread: Optional[threading.Thread] = None
@@ -44,41 +86,41 @@ class Snapshots:
     def state_dict(self) -> Dict[str, Any]:
         """Everything a restarted coordinator needs, as JSON values; the replay index (numpy arrays) under
         ``replay``."""
-        c = self._c
-        with c._lock:
+        c = self._run
+        with self._lock:
             return {
-                "exp_name": c.cfg.exp_name,
+                "exp_name": self._exp_name,
                 "saved_at": time.time(),
                 # how the run ended (running while it trains): a coordinator started on this store again does not
                 # train a finished run again (Snapshots.end_if_finished)
                 "outcome": {"state": c.state, "reason": c.reason},
-                "tasks": c.tasks.state_dict(),
-                "tasks_forgotten": c.tasks.forgotten,
-                "workers": c.workers.state_dict(),
+                "tasks": self._tasks.state_dict(),
+                "tasks_forgotten": self._tasks.forgotten,
+                "workers": self._workers.state_dict(),
                 "counters": {"env_steps": c.env_steps, "episodes": c.episodes, "train_iter": c.train_iter,
                              "policy_version": c.policy_version,
                              "last_eval_return": json_number(c.last_eval_return),
                              "best_eval_return": json_number(c.best_eval_return),
-                             "last_eval_version": c.commander.last_eval_version,
-                             "best_policy": c.best.state_dict(),
+                             "last_eval_version": self._commander.last_eval_version,
+                             "best_policy": self._best.state_dict(),
                              "uptime": c.uptime, "started_at": c.started_at,
                              "train_returns": list(c.train_returns)},
                 "learn_info": dict(c.learn_info),
                 "eval_history": list(c.eval_history),
                 "throughput_history": list(c.throughput_history),
-                "commander": c.commander.state_dict(),
-                "replay": c.replay.state_dict(),
+                "commander": self._commander.state_dict(),
+                "replay": self._replay.state_dict(),
             }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; saved workers that were active get a fresh lease (re-adopted when they
         heartbeat again, lost when they do not)."""
-        c = self._c
-        with c._lock:
-            c.tasks.load_state_dict(state["tasks"])
-            c.tasks.forgotten = int(state.get("tasks_forgotten", 0))
+        c = self._run
+        with self._lock:
+            self._tasks.load_state_dict(state["tasks"])
+            self._tasks.forgotten = int(state.get("tasks_forgotten", 0))
             if "workers" in state:
-                c.workers.load_state_dict(state["workers"], c.membership.client)
+                self._workers.load_state_dict(state["workers"], self._membership.client)
             counters = state["counters"]
             c.env_steps, c.episodes = int(counters["env_steps"]), int(counters["episodes"])
             c.train_iter, c.policy_version = int(counters["train_iter"]), int(counters["policy_version"])
@@ -86,21 +128,21 @@ class Snapshots:
             c.last_eval_return = _float(counters.get("last_eval_return"))
             c.train_returns.clear()
             c.train_returns.extend(float(r) for r in counters.get("train_returns", []))
-            c.commander.last_eval_version = counters.get("last_eval_version")
-            c.best.load_state_dict(counters.get("best_policy"))  # a snapshot before bests were kept: none
+            self._commander.last_eval_version = counters.get("last_eval_version")
+            self._best.load_state_dict(counters.get("best_policy"))  # a snapshot before bests were kept: none
             if "uptime" in counters:  # the clock goes on from where the saved run stopped
-                c._t0 = time.monotonic() - float(counters["uptime"])
+                c.uptime_origin = time.monotonic() - float(counters["uptime"])
                 c.started_at = float(counters["started_at"])
             c.learn_info = dict(state.get("learn_info") or {})
             c.eval_history = list(state.get("eval_history", []))
             c.throughput_history = list(state.get("throughput_history", []))
-            c.replay.load_state_dict(state["replay"])
-            c.commander.load_state_dict(state.get("commander") or {})
+            self._replay.load_state_dict(state["replay"])
+            self._commander.load_state_dict(state.get("commander") or {})
             unconfirmed: Dict[str, list] = {}
-            for task in c.tasks.list():
+            for task in self._tasks.list():
                 if task.state == TaskState.RUNNING and task.worker_id:
                     unconfirmed.setdefault(task.worker_id, []).append(task.task_id)
-            c.membership.unconfirmed = unconfirmed
+            self._membership.unconfirmed = unconfirmed
 
     def save_state(self) -> Optional[str]:
         """Write a snapshot to the shared directory (the arrays are copied under the lock, written outside it);
@@ -110,7 +152,7 @@ class Snapshots:
             arrays = state.pop("replay")
             self._seq += 1
             try:
-                path = self._c.storage.save_coordinator_state(self._seq, state, arrays)
+                path = self._states.save(self._seq, state, arrays)
             except (OSError, StorageError, ValueError) as exc:
                 logger.error("coordinator: saving state %d failed (the previous snapshot stays): %s", self._seq, exc)
                 return None
@@ -121,8 +163,8 @@ class Snapshots:
         """Load the newest saved state from the shared directory; False when there is none.
 
         A damaged newest snapshot falls back to the one before; StorageError when none loads."""
-        c = self._c
-        saved = c.storage.latest_coordinator_state()
+        c = self._run
+        saved = self._states.latest()
         if saved is None:
             return False
         meta, arrays = saved
@@ -131,15 +173,15 @@ class Snapshots:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             # what the store's loader (storage.states.check_meta) leaves to the restoring parts: a section's insides
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise StorageError(f"{c.storage.state_paths(meta['seq'])[0]}: cannot be restored with this config "
+            raise StorageError(f"{self._states.paths(meta['seq'])[0]}: cannot be restored with this config "
                                f"({why}); resume with the config that wrote it, or start over with --fresh") from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])
         self.end_if_finished(meta.get("outcome") or {})
         logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
-                    "buffer=%d tasks=%d workers=%d", self._seq, c.storage.state_dir, c.env_steps,
-                    c.train_iter, c.policy_version, c.replay.count(), len(c.tasks.list()),
-                    len(c.workers.list()))
+                    "buffer=%d tasks=%d workers=%d", self._seq, self._states.directory, c.env_steps,
+                    c.train_iter, c.policy_version, self._replay.count(), len(self._tasks.list()),
+                    len(self._workers.list()))
         return True
 
     def end_if_finished(self, saved: Dict[str, Any]) -> None:
@@ -147,12 +189,11 @@ class Snapshots:
         instead of training on: a coordinator recreated on the store of a solved run (compose's ``up`` after it)
         reports it. Where the config it resumes with moves the goal (a stop value above the best evaluation, a
         budget raised) it trains on; a failed run is tried again (a restart is what a failure asks for)."""
-        c = self._c
-        stop_value = c.cfg.env.stop_value
+        c, stop_value = self._run, self._stop_value
         if (saved.get("state") == SOLVED and stop_value is not None
                 and c.best_eval_return >= stop_value):  # NaN (no evaluation) compares False
             c.finish(SOLVED, str(saved.get("reason") or "solved"))
-        c._check_budgets()  # the budgets are counters the snapshot restored
+        c.check_budgets()  # the budgets are counters the snapshot restored
 
     # ---- the snapshot thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -168,8 +209,7 @@ class Snapshots:
             self.save_state()
 
     def _loop(self) -> None:
-        interval = float(self._c.cfg.parallel.coordinator.snapshot_interval)
-        while not self._closing.wait(interval):
+        while not self._closing.wait(self._interval):
             self.save_state()
 
 

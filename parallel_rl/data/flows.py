@@ -57,7 +57,7 @@ class DataFlow:
     def default_buffer_type(self) -> str:
         return self.buffer_types[0]
 
-    def check_config(self, cfg: Mapping) -> None:
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
         """What this flow needs of a compiled config; ConfigError naming the key and the value."""
         buf_type = cfg["policy"]["other"]["replay_buffer"]["type"]
         if buf_type not in self.buffer_types:
@@ -67,19 +67,19 @@ class DataFlow:
                               f"{', '.join(self.buffer_types[:-1])}{' or ' if len(self.buffer_types) > 1 else ''}"
                               f"{self.buffer_types[-1]} (or leave the key out)")
 
-    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
         """Rows the learner's data pipeline hands over per update."""
         raise NotImplementedError
 
-    def publish_every(self, learner_cfg: Mapping) -> int:
+    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
         """Updates between two published policy versions."""
         raise NotImplementedError
 
-    def learner_prefetch(self, learner_cfg: Mapping) -> int:
+    def learner_prefetch(self, learner_cfg: Mapping[str, Any]) -> int:
         """Batches a learner's data thread asks for per round trip (and keeps ready)."""
         return int(learner_cfg["prefetch_batches"])
 
-    def train_on_collected(self, learner, buffer, data: Dict[str, Any], learn: Mapping, envstep: int) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         """The serial pipelines' step after collecting ``data``."""
         raise NotImplementedError
 
@@ -95,10 +95,10 @@ class Meter:
     """A collector's view of the control block (the coordinator's answer to its metadata): how many env steps
     it may still collect. ``None`` means no limit."""
 
-    def left(self, control: Mapping, version: int, unreported: int) -> Optional[int]:
+    def left(self, control: Mapping[str, Any], version: int, unreported: int) -> Optional[int]:
         raise NotImplementedError
 
-    def sent(self, control: Mapping, version: int, env_steps: int) -> None:
+    def sent(self, control: Mapping[str, Any], version: int, env_steps: int) -> None:
         """``env_steps`` collected with ``version`` just left in a chunk."""
 
     def clip(self, ask: int, left: Optional[int], room: int) -> int:
@@ -121,13 +121,13 @@ class ReplayFlow(DataFlow):
     name = "replay"
     buffer_types = ("advanced", "naive", "episode")
 
-    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
         return int(policy_cfg["learn"]["batch_size"])
 
-    def publish_every(self, learner_cfg: Mapping) -> int:
+    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
         return int(learner_cfg["publish_every"])
 
-    def train_on_collected(self, learner, buffer, data, learn, envstep) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         buffer.push(data, cur_collector_envstep=envstep)
         train_from_buffer(learner, buffer, learn, envstep)
 
@@ -142,13 +142,13 @@ class AllowanceMeter(Meter):
     def __init__(self) -> None:
         self.unreported = 0  # env steps sent in chunks since the last control block
 
-    def left(self, control, version, unreported):
-        allowed = control.get("allowed_env_steps")
+    def left(self, control: Mapping[str, Any], version: int, unreported: int) -> Optional[int]:
+        allowed: Optional[int] = control.get("allowed_env_steps")
         if allowed is None:
             return None
         return allowed - int(control.get("env_steps", 0)) - self.unreported - unreported
 
-    def sent(self, control, version, env_steps):
+    def sent(self, control: Mapping[str, Any], version: int, env_steps: int) -> None:
         self.unreported += env_steps
 
     def on_control(self) -> None:
@@ -164,7 +164,7 @@ class OnPolicyFlow(DataFlow):
     drop_extra = False  # every row of a call comes from the policy loaded now
     lanes = True
 
-    def check_config(self, cfg: Mapping) -> None:
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
         policy, envs = cfg["policy"], cfg["env"]["collector_env_num"]
         if policy["nstep"] != 1:
             raise ConfigError(f"policy.nstep must be 1 for the on-policy {policy['type']!r} (its advantage "
@@ -181,15 +181,15 @@ class OnPolicyFlow(DataFlow):
                               f"sac): the on-policy {policy['type']!r} trains on env lanes in time order, which "
                               f"are not split across ranks; use world_size=1")
 
-    def learner_batch_size(self, policy_cfg: Mapping) -> int:
+    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
         return int(policy_cfg["collect"]["n_sample"])
 
-    def publish_every(self, learner_cfg: Mapping) -> int:
+    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
         # synchronous collectors wait for every version; asynchronous ones act with the newest, and the staleness
         # bound counts updates: a version held back would age every row collected meanwhile
         return 1
 
-    def train_on_collected(self, learner, buffer, data, learn, envstep) -> None:
+    def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         learner.train(data, envstep)  # one update on the rows (the policy's epochs), then they are dropped
 
 
@@ -215,24 +215,25 @@ class SegmentMeter(Meter):
     def __init__(self) -> None:
         self._sent: Tuple[Any, int] = (None, 0)  # ((version, segment round), env steps sent with it)
 
-    def left(self, control, version, unreported):
+    def left(self, control: Mapping[str, Any], version: int, unreported: int) -> Optional[int]:
         if version < 0 or int(control.get("policy_version", -1)) != version:
             return 0
         key, sent = self._sent
         sent = sent if key == (version, control.get("segment_round")) else 0
         return int(control.get("segment_env_steps") or 0) - sent - unreported
 
-    def sent(self, control, version, env_steps):
+    def sent(self, control: Mapping[str, Any], version: int, env_steps: int) -> None:
         key, sent = self._sent
         now = (version, control.get("segment_round"))
         self._sent = (now, (sent if key == now else 0) + env_steps)
 
-    def clip(self, ask, left, room):
+    def clip(self, ask: int, left: Optional[int], room: int) -> int:
         return min(ask, room, ask if left is None else left)  # whole vector steps that fit the chunk
 
 
-def train_from_buffer(learner, buffer, learn: Mapping, envstep: int) -> None:
-    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back."""
+def train_from_buffer(learner: Any, buffer: Any, learn: Any, envstep: int) -> None:
+    """Off-policy: ``learn.update_per_collect`` updates on batches from the replay buffer, priorities fed back
+    (``learn``: the policy's learn section, read by attribute)."""
     for _ in range(learn.update_per_collect):
         batch = buffer.sample(learn.batch_size, learner.train_iter)
         if batch is None:
@@ -256,7 +257,7 @@ class AsyncFlow(OnPolicyFlow):
     # collector collect a batch past the queue would undo the bound
     new_version_ends_wait = False
 
-    def check_config(self, cfg: Mapping) -> None:
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
         super().check_config(cfg)
         batches = cfg["parallel"]["commander"]["rollout_queue_batches"]
         if not isinstance(batches, int) or isinstance(batches, bool) or batches < 0:
@@ -264,7 +265,7 @@ class AsyncFlow(OnPolicyFlow):
                               f">= 0 (3: collectors stay three batches ahead of the learner; 0: no limit), got "
                               f"{batches!r}")
 
-    def learner_prefetch(self, learner_cfg: Mapping) -> int:
+    def learner_prefetch(self, learner_cfg: Mapping[str, Any]) -> int:
         # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
         # ahead is one version older by the time it is trained on
         return 1
@@ -278,12 +279,12 @@ class QueueMeter(AllowanceMeter):
     (the coordinator's ``allowed_env_steps``; None: no limit), and nothing before a first policy is loaded
     (nothing to act with). A chunk holds whole vector steps, all of the version it is stamped with."""
 
-    def left(self, control, version, unreported):
+    def left(self, control: Mapping[str, Any], version: int, unreported: int) -> Optional[int]:
         return 0 if version < 0 else super().left(control, version, unreported)
 
     clip = SegmentMeter.clip  # whole vector steps, no more than the share left (rounded up to a vector step)
 
-    def woken_by_versions(self, version):
+    def woken_by_versions(self, version: int) -> bool:
         # waiting for room, a collector picks the newest version up when it gets room: waking it for each of
         # them (every update) would only cost a round trip. Before its first one, a version is what it waits for
         return version < 0
@@ -296,7 +297,7 @@ ASYNC = AsyncFlow()
 ON_POLICY_FLOWS = {flow.name: flow for flow in (SEGMENTS, ASYNC)}
 
 
-def flow_of(policy_cfg: Mapping) -> DataFlow:
+def flow_of(policy_cfg: Mapping[str, Any]) -> DataFlow:
     """The flow a policy config asks for: DI-engine's ``on_policy`` key decides between replay and on-policy
     data, and an on-policy type's ``flow`` key (``"segments"``, the default, or ``"async"``) between the
     synchronous and the asynchronous flow."""

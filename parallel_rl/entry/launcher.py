@@ -138,7 +138,7 @@ class LocalCluster:
             self.dir_lock.release()
             raise
         if resume:
-            if not self.coordinator.resume():
+            if not self.coordinator.snapshots.resume():
                 from ..errors import ConfigError
 
                 self.server.close()
@@ -388,7 +388,7 @@ class LocalCluster:
         finally:  # the server's threads are not daemons: left running, they keep the process from exiting
             self.server.close(timeout=2.0)
             try:
-                self.coordinator.save_state()  # after the workers' last reports: a resume starts exactly here
+                self.coordinator.snapshots.save_state()  # after the workers' last reports: a resume starts exactly here
             finally:
                 self.dir_lock.release()
 

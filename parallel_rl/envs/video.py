@@ -250,7 +250,7 @@ def record_to_store(storage, cfg: EasyDict, act: Callable[[np.ndarray], np.ndarr
         return None
     try:
         data, info = encoded_bytes(cfg.env, act, seed, scratch_dir=None)
-        storage.save_video(version, data)
+        storage.videos.save(version, data)
     except ConfigError as exc:
         _unrecordable.add(env_id)
         logger.error("evaluator: not recording videos of %s: %s", env_id, exc)
@@ -260,4 +260,4 @@ def record_to_store(storage, cfg: EasyDict, act: Callable[[np.ndarray], np.ndarr
         return None
     logger.info("evaluator: recorded policy %d (%d frames, return %.1f, %.2fs)", version, info["frames"],
                 info["return"], info["seconds"])
-    return storage.video_name(version)
+    return storage.videos.name(version)

@@ -102,7 +102,7 @@ class RowStore:
             cols = fetched[name]
         else:
             try:
-                cols = self.storage.read_chunk(name, self._known_frames)
+                cols = self.storage.chunks.read(name, self._known_frames)
             except FileNotFoundError:
                 cols = None
             except StorageFaultError:  # the store failed, not the file
@@ -202,8 +202,8 @@ class RowStore:
         if len(chunks) > self.pages:  # loading one would evict another this call still reads
             raise ValueError(f"{len(chunks)} chunks in one gather, more than the cache's {self.pages} pages")
         # on an object store every read waits a round trip: fetch the misses together
-        fetched = (self.storage.read_chunks([n for n in chunks if n not in self._lru], self._known_frames)
-                   if self.storage.remote else {})
+        misses = [n for n in chunks if n not in self._lru]
+        fetched = self.storage.chunks.read_many(misses, self._known_frames) if self.storage.remote else {}
         pinned: set = set()
         entries = []
         for name in chunks:

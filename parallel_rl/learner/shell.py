@@ -62,8 +62,8 @@ class LearnerSlave(Slave, BaseCommLearner):
         lcfg = self.cfg.parallel.learner
         with self.clock.timing("publishing"):
             if final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0:
-                self.storage.save_learner_state(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
-            self.storage.save_policy(train_iter, policy.model_state_dict())
+                self.storage.learner_states.save(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
+            self.storage.policies.save(train_iter, policy.model_state_dict())
             self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
             self.send_metadata(Policy(version=train_iter).to_json(), urgent=True)
 
@@ -113,7 +113,7 @@ class LearnerSlave(Slave, BaseCommLearner):
         learner = create_learner(store_saving(cfg.policy.learn.learner), policy.learn_mode, exp_dir=None,
                                  instance_name=f"learner {self.worker_id}")
         if resume:
-            found = self.storage.latest_good_learner_state()
+            found = self.storage.learner_states.latest_good()
             if found is not None:
                 version, state = found
                 policy.load_state_dict(state["policy"])

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple, Type, TypeGuard, Union, overload
 
 from ..errors import ProtocolViolation
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # counters and versions beyond this are not ours (JSON numbers lose integer precision past 2**53)
 MAX_COUNTER = 2**53
@@ -21,7 +24,7 @@ MAX_TASK_IDS = 1000  # tasks one heartbeat may name
 MAX_RANKS = 1024  # learner ranks one heartbeat may list
 
 
-def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", schema: Optional[dict] = None,
+def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", schema: Optional[Dict[str, Any]] = None,
          **kw: Any) -> Any:
     """A dataclass field with its wire limits (``lo``/``hi`` for integers) and its OpenAPI description;
     ``schema`` where its type hint says too little (a reference to another schema of the document)."""
@@ -43,7 +46,7 @@ def checked_int(msg: Dict[str, Any], name: str, lo: int, hi: Optional[int], defa
     return value
 
 
-def finite_number(value: Any) -> bool:
+def finite_number(value: Any) -> TypeGuard[Union[int, float]]:
     """Whether ``value`` is an int or a float that is finite as a float (an integer past float range is not:
     ``math.isfinite`` of it raises OverflowError)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
@@ -59,16 +62,24 @@ def check_eval_result(result: Dict[str, Any]) -> None:
     checked_int(result, "episodes", 0, MAX_STEPS_PER_MESSAGE, default=0)
 
 
-def _int(cls: type, obj: Dict[str, Any], name: str) -> int:
+def _int(cls: "Type[DataclassInstance]", obj: Dict[str, Any], name: str) -> int:
     """``obj[name]`` checked against the limits (and default) of ``cls``'s field ``name``."""
     return checked_int(obj, name, *_limits(cls, name))
 
 
 @functools.lru_cache(maxsize=None)
-def _limits(cls: type, name: str) -> Tuple[int, Optional[int], Any]:
+def _limits(cls: "Type[DataclassInstance]", name: str) -> Tuple[int, Optional[int], Any]:
     """``(lo, hi, default)`` of ``cls``'s integer field ``name`` (read once: messages are read by the thousand)."""
     f = cls.__dataclass_fields__[name]
     return f.metadata["lo"], f.metadata["hi"], f.default if f.default is not dataclasses.MISSING else None
+
+
+@overload
+def _string(obj: Dict[str, Any], name: str, optional: Literal[False] = False) -> str: ...
+
+
+@overload
+def _string(obj: Dict[str, Any], name: str, optional: bool) -> Optional[str]: ...
 
 
 def _string(obj: Dict[str, Any], name: str, optional: bool = False) -> Optional[str]:
@@ -80,7 +91,7 @@ def _string(obj: Dict[str, Any], name: str, optional: bool = False) -> Optional[
     return value
 
 
-def _json_fields(obj: Any) -> Dict[str, Any]:
+def _json_fields(obj: "DataclassInstance") -> Dict[str, Any]:
     """A dataclass's fields as JSON values; optional fields that are None are left out (a reader's default)."""
     out = {}
     for name, optional in _wire_fields(type(obj)):
@@ -92,7 +103,7 @@ def _json_fields(obj: Any) -> Dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=None)
-def _wire_fields(cls: type) -> Tuple[Tuple[str, bool], ...]:
+def _wire_fields(cls: "Type[DataclassInstance]") -> Tuple[Tuple[str, bool], ...]:
     """``(name, left out when None)`` of each field of ``cls`` (dataclasses.fields costs more than a message)."""
     return tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
 

@@ -1,7 +1,7 @@
 """The metadata messages (``POST /api/v1/workers/<id>/metadata``): one dataclass per wire ``type``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import Field, dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
 from ..errors import ProtocolViolation
@@ -19,6 +19,8 @@ class Message:
 
     TYPE: ClassVar[str]
     SENDERS: ClassVar[Tuple[str, ...]]
+    # every message is a dataclass (each subclass is declared one): the fields to_json writes
+    __dataclass_fields__: ClassVar[Dict[str, "Field[Any]"]]
 
     def __init_subclass__(cls, type: Optional[str] = None, senders: Tuple[str, ...] = (), **kw: Any):
         super().__init_subclass__(**kw)

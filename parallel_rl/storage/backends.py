@@ -13,7 +13,8 @@ import re
 import stat
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Mapping, NamedTuple, Optional
+from typing import (IO, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Type, Union,
+                    runtime_checkable)
 
 from ..errors import PathOutsideRootError, StorageError, StorageUnavailableError
 from .names import TEMP_PREFIX
@@ -25,7 +26,7 @@ LOCAL_PROTOCOLS = ("", "file", "local")
 _REMOTE_POLL_S = 0.25
 
 
-def split_url(url: str) -> tuple:
+def split_url(url: str) -> Tuple[str, str]:
     """(protocol, rest) of a shared-dir URL; a plain path has protocol ''."""
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", url or "")
     return (m.group(1).lower(), m.group(2)) if m else ("", url)
@@ -99,7 +100,7 @@ class LocalBackend:
 
     remote = False
     # what the store failing looks like (FileNotFoundError excepted): ENOSPC, EIO, ESTALE, EROFS, EACCES, ...
-    faults: tuple = (OSError,)
+    faults: Tuple[Type[BaseException], ...] = (OSError,)
 
     def __init__(self, url: str):
         self.base = os.path.realpath(os.path.abspath(split_url(url)[1]))
@@ -116,7 +117,7 @@ class LocalBackend:
         followed (its own size), so no path is resolved."""
         return os.lstat(os.path.join(self.base, relpath)).st_size
 
-    def prepare(self, directories) -> None:
+    def prepare(self, directories: Iterable[str]) -> None:
         try:
             for d in directories:
                 os.makedirs(d, exist_ok=True)
@@ -141,7 +142,7 @@ class LocalBackend:
             return f.read()
 
     @staticmethod
-    def readable(path: str):
+    def readable(path: str) -> str:
         """What numpy, torch and zipfile open: the path itself on a local disk."""
         return path
 
@@ -153,7 +154,7 @@ class LocalBackend:
     def mtime(path: str) -> float:
         return os.stat(path).st_mtime
 
-    def _parent_fd(self, path: str) -> tuple:
+    def _parent_fd(self, path: str) -> Tuple[int, str]:
         """(fd of the directory holding ``path``, its last name): walked down from the root without following a
         symbolic link at any level (a link to a directory outside the root is not entered). The caller closes it."""
         rel = os.path.relpath(path, self.base)
@@ -207,10 +208,10 @@ class LocalBackend:
             raise
 
 
-def _remote_faults() -> tuple:
+def _remote_faults() -> Tuple[Type[BaseException], ...]:
     """What an object store failing looks like: fsspec and s3fs raise OSError (5xx, timeouts, throttling); a
     connection the client cannot make raises botocore's or aiohttp's own errors."""
-    faults: list = [OSError]
+    faults: List[Type[BaseException]] = [OSError]
     try:
         import botocore.exceptions
 
@@ -231,7 +232,7 @@ class FsspecBackend:
 
     remote = True
 
-    def __init__(self, url: str, options: Optional[Mapping] = None):
+    def __init__(self, url: str, options: Optional[Mapping[str, Any]] = None):
         protocol, rest = split_url(url)
         if protocol not in ATOMIC_PROTOCOLS:
             raise StorageUnavailableError(
@@ -259,7 +260,7 @@ class FsspecBackend:
             raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
         self.url = f"{protocol}://{self.base}"
         self.protocol = protocol
-        self._stamp = (0.0, None, 0)  # (listed at, names, stamp)
+        self._stamp: Tuple[float, Optional[List[str]], int] = (0.0, None, 0)  # (listed at, names, stamp)
 
     def resolve(self, relpath: str) -> str:
         full = posixpath.normpath(posixpath.join(self.base, relpath))
@@ -268,9 +269,9 @@ class FsspecBackend:
         return full
 
     def size(self, relpath: str) -> int:
-        return self.fs.size(self.resolve(relpath))  # FileNotFoundError when absent
+        return int(self.fs.size(self.resolve(relpath)))  # FileNotFoundError when absent
 
-    def prepare(self, directories) -> None:
+    def prepare(self, directories: Iterable[str]) -> None:
         """Object stores have no directories: check that we can write and delete an object instead, so a
         wrong bucket, wrong credentials or an unreachable endpoint fail here, before anything starts."""
         probe = f"{self.base}/.probe-{os.getpid()}-{threading.get_ident()}"
@@ -312,7 +313,7 @@ class FsspecBackend:
         """Object stores have no directories: nothing to make."""
 
     def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(path)  # FileNotFoundError when absent
+        return bytes(self.fs.cat_file(path))  # FileNotFoundError when absent
 
     def readable(self, path: str) -> io.BytesIO:
         return io.BytesIO(self.fs.cat_file(path))  # FileNotFoundError when absent
@@ -351,7 +352,7 @@ class FsspecBackend:
         return [posixpath.basename(p) for p in paths if p != directory]
 
     def isfile(self, path: str) -> bool:
-        return self.fs.isfile(path)
+        return bool(self.fs.isfile(path))
 
     def dir_stamp(self, directory: str) -> int:
         """The local time (ns) at which the listing last changed; listed at most every ``_REMOTE_POLL_S``."""
@@ -366,7 +367,7 @@ class FsspecBackend:
         return stamp
 
     def mtime(self, path: str) -> float:
-        return self.fs.modified(path).timestamp()
+        return float(self.fs.modified(path).timestamp())
 
     def regular_mtime(self, path: str) -> float:
         """The object's mtime; FileNotFoundError when no object has that name (a "directory": a prefix of others)."""
@@ -381,3 +382,61 @@ class FsspecBackend:
         except (IsADirectoryError, NotADirectoryError):
             raise _not_regular(path) from None
         return OpenedFile(io.BytesIO(data), len(data), None)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Where the shared store's bytes live: what :class:`~parallel_rl.storage.SharedStorage` and its families ask
+    of :class:`LocalBackend` and :class:`FsspecBackend` (a new store is one more class with these members; the
+    storage tests check each backend against it). Paths are full paths inside the root (``resolve``'s), except
+    ``size``'s, which is relative to it. A remote backend also has ``read_many`` (the families ask it only when
+    ``remote``)."""
+
+    remote: bool  # an object store: no temp files, no directories, one PUT per file
+    faults: Tuple[Type[BaseException], ...]  # what the store failing raises (FileNotFoundError is not a fault)
+    base: str  # the root as this backend names it (a directory; a store's bucket/prefix)
+    url: str  # the root as other processes are told to open it
+
+    def resolve(self, relpath: str) -> str:
+        """The full path of ``relpath`` inside the root; PathOutsideRootError when it escapes."""
+        ...
+
+    def size(self, relpath: str) -> int: ...
+
+    def prepare(self, directories: Iterable[str]) -> None:
+        """Make the store usable (its directories; a store: a probe object): StorageUnavailableError if not."""
+        ...
+
+    def write_atomic(self, path: str, write: Callable[[Any], None], durable: bool = False) -> None:
+        """Write through ``write(fileobj)`` so that a reader sees the old file or the whole new one."""
+        ...
+
+    def makedirs(self, directory: str) -> None: ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def readable(self, path: str) -> Union[str, IO[bytes]]:
+        """What numpy, torch and zipfile open: a local path, or the object's bytes."""
+        ...
+
+    def unlink(self, path: str) -> bool:
+        """Remove ``path``; False when it was already gone."""
+        ...
+
+    def listdir(self, directory: str) -> List[str]: ...
+
+    def isfile(self, path: str) -> bool: ...
+
+    def dir_stamp(self, directory: str) -> int:
+        """A number that changes when the directory's listing changes (new checkpoints)."""
+        ...
+
+    def mtime(self, path: str) -> float: ...
+
+    def regular_mtime(self, path: str) -> float:
+        """The mtime of the regular file at ``path``; FileNotFoundError for anything else (a link, a FIFO, ...)."""
+        ...
+
+    def open_regular(self, path: str) -> OpenedFile:
+        """The regular file at ``path``, opened for reading; FileNotFoundError for anything else."""
+        ...

@@ -30,24 +30,19 @@ from __future__ import annotations
 import os
 import posixpath
 import time
-from operator import attrgetter
 from typing import Mapping, Optional
 
 from ..errors import PathOutsideRootError
-from .backends import FsspecBackend, LocalBackend, is_remote
+from .backends import Backend, FsspecBackend, LocalBackend, is_remote
 from .checkpoints import LeagueSnapshots, LearnerStates, PolicyCheckpoints
 from .chunks import ChunkFiles
 from .defaults import storage_default_config  # noqa: F401 (the section this module reads, by its seed name)
 from .health import StorageHealth
-from .names import (LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO,
-                    check_name)
+from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO
 from .states import CoordinatorStates
 from .videos import Videos
 
 
-def _family(method: str) -> property:
-    """A name :class:`SharedStorage`'s callers use for a family's method (``write_chunk`` is ``chunks.write``)."""
-    return property(attrgetter(method), doc=f"``{method}`` (see its docstring)")
 
 
 class SharedStorage:
@@ -57,11 +52,11 @@ class SharedStorage:
     ``options`` go to the fsspec filesystem of a remote root (``parallel.storage_options``). ``create=False`` opens
     it for reading only (``plot``, ``eval``): no directory is made and no probe object written.
 
-    Each artifact family is an object of its own (``chunks``, ``policies``, ``learner_states``, ``league``,
-    ``states``); the flat names below (``write_chunk``, ``save_policy``, ...) are those families' methods."""
+    Each artifact family is an object of its own, called directly: ``chunks``, ``policies``, ``learner_states``,
+    ``league``, ``states``, ``videos`` (``storage.chunks.write(name, columns)``, ``storage.policies.latest()``)."""
 
     def __init__(self, root: str, options: Optional[Mapping] = None, create: bool = True):
-        self.backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
+        self.backend: Backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
         self.remote = self.backend.remote
         self.health = StorageHealth()
@@ -70,7 +65,7 @@ class SharedStorage:
         self.learner_states = LearnerStates(self, LEARNER, "learner state")
         self.league = LeagueSnapshots(self, LEAGUE, "league snapshot")  # its directory: made by its first snapshot
         self.states = CoordinatorStates(self)
-        self.videos_family = Videos(self, VIDEO, "video")  # its directory: made by the first recorded episode
+        self.videos = Videos(self, VIDEO, "video")  # its directory: made by the first recorded episode
         self.data_dir, self.policy_dir = self.chunks.directory, self.policies.directory
         self.learner_dir, self.league_dir = self.learner_states.directory, self.league.directory
         self.state_dir = self.states.directory
@@ -87,59 +82,11 @@ class SharedStorage:
             raise PathOutsideRootError(f"invalid path {relpath!r}")
         return self.backend.resolve(relpath)
 
-    check_name = staticmethod(check_name)
 
     def local_dir(self, *parts: str, fallback: str) -> Optional[str]:
         """A directory for files that need a local filesystem (TensorBoard's event files): under the root
         when it is local, else under ``fallback`` (the process's experiment directory)."""
         return os.path.join(fallback if self.remote else self.root, *parts)
-
-    # ---- the families' methods, by the names callers use --------------------------------
-    chunk_path = _family("chunks.path")
-    write_chunk = _family("chunks.write")
-    read_chunk = _family("chunks.read")
-    read_chunks = _family("chunks.read_many")
-    chunk_exists = _family("chunks.exists")
-    chunk_layout = _family("chunks.layout")
-    chunk_bytes = _family("chunks.size")
-    delete_chunk = _family("chunks.delete")
-    chunk_mtime = _family("chunks.mtime")
-    list_chunks = _family("chunks.names")
-
-    policy_path = _family("policies.path")
-    save_policy = _family("policies.save")
-    policy_exists = _family("policies.exists")
-    load_policy = _family("policies.load")
-    policy_versions = _family("policies.versions")
-    latest_policy_version = _family("policies.latest")
-    policy_dir_stamp = _family("policies.dir_stamp")
-    hold_policy = _family("policies.hold")
-    release_policy = _family("policies.release")
-    keep_best_policy = _family("policies.keep_best")
-    best_policy_record = _family("policies.best_record")
-
-    learner_path = _family("learner_states.path")
-    save_learner_state = _family("learner_states.save")
-    load_learner_state = _family("learner_states.load")
-    latest_learner_version = _family("learner_states.latest")
-    latest_good_learner_state = _family("learner_states.latest_good")
-
-    league_snapshot_path = _family("league.path")
-    snapshot_policy = _family("league.freeze")
-    load_league_snapshot = _family("league.load")
-    remove_league_snapshot = _family("league.remove")
-    league_snapshot_versions = _family("league.versions")
-
-    state_paths = _family("states.paths")
-    coordinator_states = _family("states.seqs")
-    save_coordinator_state = _family("states.save")
-    load_coordinator_state = _family("states.load")
-    latest_coordinator_state = _family("states.latest")
-
-    video_name = _family("videos_family.name")
-    save_video = _family("videos_family.save")
-    videos = _family("videos_family.listing")
-    video_source = _family("videos_family.source")
 
     # ---- the whole store --------------------------------------------------------------
     def prune_checkpoints(self, keep: int) -> int:
