@@ -197,10 +197,10 @@ def run_chunk_bytes(config: str, env_steps: int, overrides=()) -> Tuple[int, int
                     finished = run.poll() is not None
                     if storage is None and os.path.isdir(os.path.join(shared, "data")):
                         storage = SharedStorage(shared)
-                    for name in [] if storage is None else storage.list_chunks():
+                    for name in [] if storage is None else storage.chunks.names():
                         if name not in seen:
                             try:
-                                rows, nbytes, _ = storage.chunk_layout(name)
+                                rows, nbytes, _ = storage.chunks.layout(name)
                             except FileNotFoundError:
                                 continue  # a fresh run's clean-up, or gone meanwhile
                             seen[name] = (nbytes, rows)

@@ -80,7 +80,7 @@ def npy(value, shape=None, descr=None):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     store = SharedStorage(str(tmp_path_factory.mktemp("fuzz") / "shared"))
-    store.write_chunk(BASE_NAME, referring_columns()[0])  # the base the fuzzer's referring chunk needs
+    store.chunks.write(BASE_NAME, referring_columns()[0])  # the base the fuzzer's referring chunk needs
     return store
 
 
@@ -196,8 +196,8 @@ def test_a_packed_chunk_whose_frames_differ_from_the_cached_ones_is_damaged_not_
 # ---- a chunk that refers to the frames of the chunk before it -------------------------------------------------
 def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, tmp_path):
     base, ref = referring_columns()
-    store.write_chunk(REF_NAME, ref)
-    back = store.read_chunk(REF_NAME)
+    store.chunks.write(REF_NAME, ref)
+    back = store.chunks.read(REF_NAME)
     assert BASE not in back and (back["obs_frames"] >= 0).all()
     rebuilt, rows = unpack_frames(back), stacked_rows(start=ROWS - 2)
     assert all(np.array_equal(rebuilt[k], rows[k]) for k in rows)
@@ -205,16 +205,16 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
     narrow = {"frame_pool": np.arange(10, 138, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8),
               "obs_frames": np.append(np.arange(128), -1).astype(np.int8)[:, None], BASE: np.array([BASE_NAME])}
     narrow["next_obs_frames"] = narrow["obs_frames"]
-    store.write_chunk(REF_NAME, narrow)
-    obs = unpack_frames(store.read_chunk(REF_NAME))["obs"][:, 0, 0, 0]
+    store.chunks.write(REF_NAME, narrow)
+    obs = unpack_frames(store.chunks.read(REF_NAME))["obs"][:, 0, 0, 0]
     assert obs.tolist() == list(range(10, 138)) + [base[POOL][0, 0, 0]]
     # unsigned indices (none into the base): as valid (they raised OverflowError, past the door)
     unsigned = {**packed_columns(), BASE: np.array([BASE_NAME])}
     unsigned.update({k: unsigned[k].astype(np.uint16) for k in ("obs_frames", "next_obs_frames")})
-    store.write_chunk(REF_NAME, unsigned)
-    assert np.array_equal(unpack_frames(store.read_chunk(REF_NAME))["obs"], stacked_rows()["obs"])
-    store.write_chunk(REF_NAME, ref)
-    assert store.chunk_layout(REF_NAME)[0] == ROWS
+    store.chunks.write(REF_NAME, unsigned)
+    assert np.array_equal(unpack_frames(store.chunks.read(REF_NAME))["obs"], stacked_rows()["obs"])
+    store.chunks.write(REF_NAME, ref)
+    assert store.chunks.layout(REF_NAME)[0] == ROWS
     # fetched together from an object store's read: the same
     assert np.array_equal(unpack_frames(store.chunks.read_many([REF_NAME])[REF_NAME])["obs"], rows["obs"])
 
@@ -231,9 +231,9 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
      "in a chunk without frames"),
 ])
 def test_a_reference_no_reader_could_follow_is_damage(store, change, expected):
-    store.write_chunk(REF_NAME, change(referring_columns()[1]))
+    store.chunks.write(REF_NAME, change(referring_columns()[1]))
     with pytest.raises(StorageError, match=f"{REF_NAME}.npz: not a valid step-data chunk") as read:
-        store.read_chunk(REF_NAME)
+        store.chunks.read(REF_NAME)
     assert expected in str(read.value), read.value
 
 
@@ -242,14 +242,14 @@ def test_chunks_fetched_together_from_an_object_store_resolve_their_bases(bucket
     base comes from the same round when it is in it, from the bucket when not; gone, the chunk is damaged."""
     store = SharedStorage(f"s3://{bucket}/run")
     base, ref = referring_columns()
-    store.write_chunk(BASE_NAME, base)
-    store.write_chunk(REF_NAME, ref)
+    store.chunks.write(BASE_NAME, base)
+    store.chunks.write(REF_NAME, ref)
     rows = stacked_rows(start=ROWS - 2)
     for names in ([REF_NAME], [BASE_NAME, REF_NAME]):
-        got = store.read_chunks(names)
+        got = store.chunks.read_many(names)
         assert np.array_equal(unpack_frames(got[REF_NAME])["next_obs"], rows["next_obs"]), names
     store.chunks.delete(BASE_NAME)
-    got = store.read_chunks([REF_NAME])[REF_NAME]
+    got = store.chunks.read_many([REF_NAME])[REF_NAME]
     assert isinstance(got, StorageError) and "which is not on the store" in str(got), got
 
 
@@ -258,8 +258,8 @@ def test_the_learners_cache_gives_a_chunk_the_frames_of_its_cached_base(tmp_path
     the store again (its file removed here to show it), and the stacks rebuild the same."""
     store = SharedStorage(str(tmp_path / "shared"))
     base, ref = referring_columns()
-    store.write_chunk(BASE_NAME, base)
-    store.write_chunk(REF_NAME, ref)
+    store.chunks.write(BASE_NAME, base)
+    store.chunks.write(REF_NAME, ref)
     rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: pytest.fail(why))
     first, keep = rows.gather([BASE_NAME], np.zeros(ROWS, np.int64), np.arange(ROWS))
     assert keep.all() and np.array_equal(first["obs"], stacked_rows()["obs"])
@@ -275,7 +275,7 @@ def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the
     the learner's damage to quarantine (its rows dropped, the coordinator told), never a crash."""
     store = SharedStorage(str(tmp_path / "shared"))
     base, ref = referring_columns()
-    store.write_chunk(REF_NAME, ref)
+    store.chunks.write(REF_NAME, ref)
     damaged = []
     rows = RowStore(store, slots=4, slot_rows=ROWS, on_damaged=lambda name, why: damaged.append((name, why)))
     batch, keep = rows.gather([REF_NAME], np.zeros(2, np.int64), np.array([0, 1]))
@@ -283,10 +283,10 @@ def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the
     assert [name for name, _ in damaged] == [REF_NAME] and "which is not on the store" in damaged[0][1], damaged
     put(store, BASE_NAME, npz_file([("frame_pool.npy", npy(base[POOL], shape=(10**9, 2, 2)))]))
     with pytest.raises(StorageError, match=f"refer to chunk '{BASE_NAME}', which cannot be read: .*declares"):
-        store.read_chunk(REF_NAME)
-    store.write_chunk(BASE_NAME, {"action": np.zeros(ROWS, np.int64)})  # a chunk, but without frames
+        store.chunks.read(REF_NAME)
+    store.chunks.write(BASE_NAME, {"action": np.zeros(ROWS, np.int64)})  # a chunk, but without frames
     with pytest.raises(StorageError, match="which cannot be read: .*with frames"):
-        store.read_chunk(REF_NAME)
+        store.chunks.read(REF_NAME)
 
 
 # ---- the property: any mutation of a valid chunk file --------------------------------------------------------

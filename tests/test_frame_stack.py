@@ -144,7 +144,7 @@ def test_short_pong_chunks_refer_to_the_chunk_before_and_cost_about_one_frame_a_
     finally:
         collector.close()
     for name, data in written:
-        back = unpack_frames(storage.read_chunk(name))
+        back = unpack_frames(storage.chunks.read(name))
         assert set(back) == set(data) and all(np.array_equal(back[k], data[k]) for k in data), name
     # the first chunk holds its lanes' context once; every later one about a frame a transition
     later = written[1:]
@@ -169,15 +169,15 @@ def test_an_on_policy_collectors_new_version_starts_a_self_contained_chunk(tmp_p
         for seq in (1, 2):
             data, _ = collector.collect(8, eps=0.0)
             collector.send_stepdata(chunk_name("c1", seq), data)
-        storage.save_policy(1, collector.policy.model_state_dict())
+        storage.policies.save(1, collector.policy.model_state_dict())
         assert collector.update_policy(1)
         data, _ = collector.collect(8, eps=0.0)
         collector.send_stepdata(chunk_name("c1", 3), data)
     finally:
         collector.close()
-    bases = [load_npz(storage.chunk_path(chunk_name("c1", seq))).get(BASE) for seq in (1, 2, 3)]
+    bases = [load_npz(storage.chunks.path(chunk_name("c1", seq))).get(BASE) for seq in (1, 2, 3)]
     assert [None if b is None else b.tolist() for b in bases] == [None, [chunk_name("c1", 1)], None]
-    assert np.array_equal(unpack_frames(storage.read_chunk(chunk_name("c1", 3)))["obs"], data["obs"])
+    assert np.array_equal(unpack_frames(storage.chunks.read(chunk_name("c1", 3)))["obs"], data["obs"])
 
 
 def test_serial_replay_stores_frames_once_and_rebuilds_the_envs_stacks():

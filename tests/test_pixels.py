@@ -257,7 +257,7 @@ def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
     found = re.search(r"^stopped: env step budget 2000 used up; .* policy_version=(\d+)", run.output(), re.M)
     assert found and int(found.group(1)) >= 2, run.output()[-3000:]
     assert "Traceback" not in run.output()
-    state, _arrays = SharedStorage(str(tmp_path / "exp" / "shared")).latest_coordinator_state()
+    state, _arrays = SharedStorage(str(tmp_path / "exp" / "shared")).states.latest()
     assert state["learn_info"]["damaged_chunks"] == 0, state["learn_info"]
     assert "is damaged" not in run.output(), run.output()[-3000:]
 
