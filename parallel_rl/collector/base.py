@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 from easydict import EasyDict
 
+from .defaults import CollectorSection
 from .serial import CollectStats
 
 logger = logging.getLogger(__name__)
@@ -24,14 +25,9 @@ class BaseParallelCollector(abc.ABC):
     @classmethod
     def default_config(cls) -> EasyDict:
         """The cluster collector's own section of the run config, ``parallel.collector``, with its defaults (as
-        DI-engine's ``config``; it reads ``env`` and ``policy`` too, whose defaults come from their components)."""
-        return EasyDict(
-            # transitions per chunk file, at most (a chunk also ends after flush_interval, at a new
-            # policy or when the allowance runs out). Every file costs its writer ~0.4 ms
-            chunk_size=1024,
-            # a partial chunk is flushed after this many seconds
-            flush_interval=0.05,
-        )
+        DI-engine's ``config``; it reads ``env`` and ``policy`` too, whose defaults come from their components):
+        :class:`~.defaults.CollectorSection`."""
+        return CollectorSection.defaults()
 
     # ---- DI-engine's helpers ----------------------------------------------------------------------
     def info(self, s: str) -> None:

@@ -37,7 +37,7 @@ def serial_default_config() -> EasyDict:
 def parallel_default_config() -> EasyDict:
     """The ``parallel`` section: the cluster's shared store and each cluster component's own section, each from
     beside the component that reads it."""
-    from ..collector.base import BaseParallelCollector
+    from ..collector.defaults import CollectorSection
     from ..coordinator.defaults import commander_default_config, coordinator_default_config
     from ..entry.defaults import supervisor_default_config
     from ..learner.defaults import learner_default_config
@@ -48,7 +48,7 @@ def parallel_default_config() -> EasyDict:
         **storage_default_config(),
         coordinator=coordinator_default_config(),
         commander=commander_default_config(),
-        collector=BaseParallelCollector.default_config(),
+        collector=CollectorSection.defaults(),
         learner=learner_default_config(),
         supervisor=supervisor_default_config(),
         worker=worker_default_config(),
@@ -102,6 +102,7 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
 def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
     """The typed sections of the config tree with policy ``policy_type`` (each knows its dotted path; sections
     inside them are theirs), in the reference's order."""
+    from ..collector.defaults import CollectorSection
     from ..coordinator.defaults import CommanderSection, CoordinatorSection
     from ..entry.defaults import SupervisorSection
     from ..envs.defaults import EnvSection
@@ -113,7 +114,7 @@ def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
 
     policy = policy_spec(policy_type).typed
     return [EnvSection, *([policy] if policy else []), SerialSection, SystemSection, StorageSection,
-            CoordinatorSection, CommanderSection, LearnerSection, SupervisorSection, WorkerSection]
+            CoordinatorSection, CommanderSection, CollectorSection, LearnerSection, SupervisorSection, WorkerSection]
 
 
 def sections(policy_type: str = "dqn") -> List[Tuple[str, Type[Section]]]:

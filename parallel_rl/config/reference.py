@@ -16,8 +16,21 @@ HEADER = """# Configuration reference
 
 Generated from the typed config sections (`python -m parallel_rl.config.reference`; do not edit by hand: a test
 fails when this file is not current). Each section is a frozen dataclass of `setting()` fields
-(`parallel_rl/config/section.py`); `compile_config` refuses a value outside the range or choices shown here with a
-`ConfigError` naming the key and the value. A config file states only what differs from these defaults.
+(`parallel_rl/config/section.py`), in the file of the component that reads it (`slave/defaults.py`,
+`coordinator/defaults.py`, `envs/defaults.py`, `policy/defaults.py`, ...); `compile_config` refuses a value outside
+the range or choices shown here with a `ConfigError` naming the key and the value
+(`parallel.worker needs setup_timeout > 0, got parallel.worker.setup_timeout=0`), and a relation between two keys
+of one section by that section's `check_relations`. A config file states only what differs from these defaults
+(a test fails when a shipped config in `configs/` restates one).
+
+Sections not typed yet (their defaults still come from `default_config()` beside their component, their checks
+from `config/schema.py:validate` and the data flows): `policy.learn.learner`,
+`policy.collect.collector`, `policy.eval.evaluator`, `policy.other.replay_buffer`, `league`.
+
+An algorithm is one `PolicySpec` (`parallel_rl/policy/spec.py`: its name, its `"module:Class"`, its `policy`
+section, the action spaces it trains on); `register_policy(PolicySpec(...))` adds your own, its section's fields
+checked like the built-in ones (the older `register_policy(name, target, default_config, action_spaces)` still
+works, with no bounds beyond the types).
 """
 
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "docs", "configuration.md")
