@@ -83,7 +83,7 @@ def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complet
         "parallel-rl sweep: 1 of 2 trial(s) failed; their reasons are in the table"]
     bad, good = table(out / "results.csv")
     assert (bad["status"], bad["exit"], bad["note"]) == (
-        "failed", "2", "policy.learn.learning_rate must be > 0, got -1.0")
+        "failed", "2", "policy.learn needs learning_rate > 0, got policy.learn.learning_rate=-1.0")
     assert not (out / "trial_000").exists(), "a trial whose config does not compile never starts"
     assert (good["status"], good["exit"], float(good["eval_return"])) == ("done", "0", 5.0)
 
