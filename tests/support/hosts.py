@@ -26,6 +26,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -268,3 +269,42 @@ class Network:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# ---- a cluster on hosts (tests/test_hosts.py, tests/test_faults.py) ------------------------------------------------
+TOKEN = "hosts-test-token"
+ENV = {"PARALLEL_RL_TOKEN": TOKEN}
+
+
+def start_coordinator(host: Host, config: str, shared, tmp_path: Path, *extra: str,
+                      env: Optional[Dict[str, str]] = None):
+    """`parallel-rl coordinator` bound to ``host``'s address, port picked by the OS; (its process, its REST URL)."""
+    coordinator = host.cli("coordinator", "coordinator", "-c", config, "--host", host.address, "--port", "0",
+                           "--shared-dir", str(shared), "--set", f"exp_name={Path(tmp_path) / 'exp'}", *extra,
+                           env={**ENV, **(env or {})})
+    url = coordinator.wait_line(rf"^REST API: (http://{re.escape(host.address)}:\d+)/api/v1$", timeout=120).group(1)
+    return coordinator, url
+
+
+def start_worker(host: Host, role: str, url: str, shared, *extra: str, name: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None) -> HostProcess:
+    """A ``role`` (learner, collector) on ``host`` that registers itself with the coordinator at ``url`` and
+    advertises ``host``'s address, port 9000 (as in deploy/k8s)."""
+    return host.cli(name or f"{role}-{host.name}", role, "--coordinator", url, "--host", host.address, "--port",
+                    "9000", "--advertise", host.url(9000), "--shared-dir", str(shared), *extra,
+                    env={**ENV, **(env or {})})
+
+
+def start_roles(network: Network, config: str, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None):
+    """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
+    collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
+    deploy/k8s); the data directory (``tmp_path/shared``) is the only thing they share, and host E is left for a
+    user's REST calls. ``extra``: more coordinator arguments; ``env``: more environment for every role (an object
+    store's credentials). Returns the hosts (a, b, c, d, e), the coordinator, its URL."""
+    a, b, c, d, e = (network.host(name) for name in "abcde")
+    shared = Path(tmp_path) / "shared"
+    coordinator, url = start_coordinator(a, config, shared, tmp_path, "--linger", *extra, env=env)
+    start_worker(b, "learner", url, shared, name="learner", env=env)
+    for host in (c, d):
+        start_worker(host, "collector", url, shared, name=f"collector-{host.name}", env=env)
+    return (a, b, c, d, e), coordinator, url
