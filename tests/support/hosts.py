@@ -295,16 +295,56 @@ def start_worker(host: Host, role: str, url: str, shared, *extra: str, name: Opt
                     env={**ENV, **(env or {})})
 
 
-def start_roles(network: Network, config: str, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None):
+def start_roles(network: Network, config: str, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None,
+                shared: Optional[str] = None):
     """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
     collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
     deploy/k8s); the data directory (``tmp_path/shared``) is the only thing they share, and host E is left for a
     user's REST calls. ``extra``: more coordinator arguments; ``env``: more environment for every role (an object
-    store's credentials). Returns the hosts (a, b, c, d, e), the coordinator, its URL."""
+    store's credentials); ``shared``: the store (an object store's URL) instead of the directory. Returns the hosts
+    (a, b, c, d, e), the coordinator, its URL."""
     a, b, c, d, e = (network.host(name) for name in "abcde")
-    shared = Path(tmp_path) / "shared"
+    shared = shared or Path(tmp_path) / "shared"
     coordinator, url = start_coordinator(a, config, shared, tmp_path, "--linger", *extra, env=env)
     start_worker(b, "learner", url, shared, name="learner", env=env)
     for host in (c, d):
         start_worker(host, "collector", url, shared, name=f"collector-{host.name}", env=env)
     return (a, b, c, d, e), coordinator, url
+
+
+def start_seaweedfs_on(host: Host, dir: Path, bucket: str, timeout: float = 120.0):
+    """SeaweedFS's S3 gateway (tests/support/seaweedfs.py's server, its default ports) running on ``host``, with
+    ``bucket`` made; returns the server (its ``env()`` points our processes at it). The test process cannot reach
+    a host, so readiness is a signed request made from ``host`` itself. Skips when the ``weed`` binary is missing."""
+    from . import seaweedfs
+
+    reason = seaweedfs.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    dir = Path(dir)
+    (dir / "data").mkdir(parents=True, exist_ok=True)
+    identities = dir / "s3-identities.json"
+    identities.write_text(json.dumps({"identities": [{
+        "name": "tests", "credentials": [{"accessKey": seaweedfs.ACCESS_KEY, "secretKey": seaweedfs.SECRET_KEY}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    # ports of their own on a host of its own, yet not SeaweedFS's defaults: weed names Unix sockets in the shared
+    # /tmp after them (seaweedfs.SeaweedFS.stop removes them), which another test's server would share
+    base = 20000 + int(host.address.rsplit(".", 2)[1]) * 160 + int(host.address.rsplit(".", 1)[1]) % 16 * 10
+    ports = {name: base + i for i, name in enumerate(seaweedfs.DEFAULT_PORTS)}
+    process = host.popen(seaweedfs._command(seaweedfs.weed_binary(), host.address, dir, ports, identities),
+                         name="seaweedfs", cwd=dir)
+    server = seaweedfs.SeaweedFS(f"http://{host.address}:{ports['s3']}", seaweedfs.ACCESS_KEY, seaweedfs.SECRET_KEY,
+                                 host.address, dir, ports, process.proc, process.log_path)
+    script = ("import sys, boto3, botocore.config, botocore.exceptions\n"
+              "c = boto3.client('s3', config=botocore.config.Config(connect_timeout=2, read_timeout=5, "
+              "retries={'max_attempts': 1}))\n"
+              "try:\n    c.create_bucket(Bucket=sys.argv[1])\n"
+              "except c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n")
+
+    def made():
+        if process.proc.poll() is not None:
+            raise AssertionError(f"SeaweedFS on {host.name} exited:\n{process.output()[-3000:]}")
+        return host.run([sys.executable, "-c", script, bucket], check=False, env=server.env()).returncode == 0
+
+    eventually(made, timeout=timeout, interval=0.5, message=f"SeaweedFS on {host.name} made bucket {bucket}")
+    return server
