@@ -212,7 +212,8 @@ class Membership:
         ``time_breakdown``: where the worker's time went (shown under the worker; the summary's bottleneck).
 
         ``unanswered_seconds``: how long the worker's calls have gone unanswered (its requests arrive, our answers
-        are lost on the way back): past the silence limit it is shown unreachable since then."""
+        are lost on the way back): past the silence limit it is shown unreachable since then. A heartbeat says it
+        (0: answered); other calls that renew the lease (metadata, samples) leave it as it is."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
             removed = self.workers.with_lease(worker_id, lease)
@@ -247,6 +248,8 @@ class Membership:
 
     def _answers_lost(self, worker: Worker, unanswered_seconds: Optional[float]) -> None:
         """Record (or clear) what ``worker`` says of our answers; a change is logged."""
+        if unanswered_seconds is None:  # not a heartbeat: it says nothing of our answers
+            return
         lost = unanswered_seconds is not None and unanswered_seconds > worker.silence_limit
         if lost and worker.answers_lost_since is None:
             worker.answers_lost_since = time.time() - float(unanswered_seconds)

@@ -271,6 +271,28 @@ class Network:
         self.close()
 
 
+# ---- partitions (tests/test_faults.py, benchmarks/hosts.py --partition) --------------------------------------------
+def cut(host: Host, peer: Host, *, answers_only_from_port: Optional[int] = None) -> List[List[str]]:
+    """Partition ``host`` from ``peer`` with iptables DROP rules inside ``host``: every packet between them (both
+    directions), or with ``answers_only_from_port``, only the packets carrying data that ``host`` sends from that
+    port to ``peer`` (its server's answers: requests arrive, TCP's handshake and ACKs pass, every answer is
+    dropped). Returns the rules, for :func:`heal`."""
+    if answers_only_from_port is None:
+        rules = [["INPUT", "-s", peer.address, "-j", "DROP"], ["OUTPUT", "-d", peer.address, "-j", "DROP"]]
+    else:
+        rules = [["OUTPUT", "-d", peer.address, "-p", "tcp", "--sport", str(answers_only_from_port),
+                  "-m", "length", "--length", "100:65535", "-j", "DROP"]]
+    for rule in rules:
+        host.run(["iptables", "-A", *rule])
+    return rules
+
+
+def heal(host: Host, rules: List[List[str]]) -> None:
+    """Delete the rules :func:`cut` added to ``host``."""
+    for rule in rules:
+        host.run(["iptables", "-D", *rule])
+
+
 # ---- a cluster on hosts (tests/test_hosts.py, tests/test_faults.py) ------------------------------------------------
 TOKEN = "hosts-test-token"
 ENV = {"PARALLEL_RL_TOKEN": TOKEN}
