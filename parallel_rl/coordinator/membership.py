@@ -250,7 +250,7 @@ class Membership:
         """Record (or clear) what ``worker`` says of our answers; a change is logged."""
         if unanswered_seconds is None:  # not a heartbeat: it says nothing of our answers
             return
-        lost = unanswered_seconds is not None and unanswered_seconds > worker.silence_limit
+        lost = unanswered_seconds > worker.silence_limit
         if lost and worker.answers_lost_since is None:
             worker.answers_lost_since = time.time() - float(unanswered_seconds)
             logger.warning("coordinator: %s at %s gets no answers from us for %.1fs (its requests arrive): "

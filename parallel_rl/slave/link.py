@@ -57,6 +57,8 @@ class CoordinatorLink:
     adoption_tasks: Set[str]  # the tasks the coordinator gave us since it last connected us
     _heartbeat_interval: float
     _heartbeat_ttl: float
+    # monotonic: our last answered heartbeat, while the heartbeats since went unanswered (None: answered)
+    _unanswered_since: Optional[float] = None
     # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
     reregister_seconds = REREGISTER_SECONDS
 
@@ -192,7 +194,7 @@ class CoordinatorLink:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
         health = self.storage_health()
         setup = self.readiness.report()
-        unanswered = getattr(self, "_unanswered_since", None)
+        unanswered = self._unanswered_since
         return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
                          unanswered_seconds=None if unanswered is None else round(time.monotonic() - unanswered, 3),
                          storage=None if health is None else StorageReport.from_json(health),
@@ -215,7 +217,7 @@ class CoordinatorLink:
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
-        self._unanswered_since: Optional[float] = None  # monotonic: our last answered heartbeat, while none is
+        self._unanswered_since = None
         while True:
             self._beat_now.wait(self._heartbeat_interval)  # or sooner: a set-up ended, a stop
             self._beat_now.clear()

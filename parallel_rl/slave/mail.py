@@ -67,8 +67,8 @@ class TaskInbox:
 
 
 # messages in one call at most: the coordinator checks each chunk's file on the store (on an object store a request
-# each), and a backlog sent whole after a store outage (110 chunks) outlasted the call's timeout, was sent again
-# grown, and was still unsent when the run ended: its chunk files were never indexed
+# each), and a backlog sent whole after a store outage (110 chunks) outlasted the call's timeout and was sent again,
+# grown, while the coordinator still checked the first copy
 MAX_BATCH = 32
 
 # message types of which only the newest matters (the coordinator keeps the highest policy version and the last
