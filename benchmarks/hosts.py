@@ -1,6 +1,17 @@
-"""Wall time to solve CartPole (DQN and PPO) with every role on a host of its own vs `parallel-rl run` on one host.
+"""Wall time to solve CartPole (DQN and PPO) with every role on a host of its own vs `parallel-rl run` on one host;
+with --partition, the recovery after a network partition between hosts.
 
     sudo .venv/bin/python benchmarks/hosts.py [--runs 3] [--collectors 2] [--algos dqn,ppo] [--set KEY=VALUE ...]
+    sudo .venv/bin/python benchmarks/hosts.py --partition collector|learner|asymmetric [--partition-seconds 30]
+        [--runs 3] [--algos dqn] [--set KEY=VALUE ...]
+
+--partition (issue 43's Measure): the roles on hosts as tests/test_faults.py starts them (coordinator on A, learner
+on B, collectors on C and D), the run given a time budget that outlasts the fault (the config's max_seconds, or
+warm-up + partition + 120 s); once every collector collects and the learner trains, the partitioned worker (the
+collector on C, or the learner) is cut off from the coordinator with iptables DROP rules (`asymmetric`: only the
+coordinator's answers to C are dropped) for --partition-seconds, then healed. Reported per run: seconds from the
+heal until that worker's env steps (or train iterations) grow again, and chunks lost: chunk files on the shared
+directory at the end that the replay index does not hold (target 0).
 
 Needs root (network namespaces: tests/support/hosts.py, the harness of tests/test_hosts.py). Separate hosts: the
 coordinator on host A (bound to A's address), the learner on B, each collector on a host of its own, registering
@@ -67,6 +78,66 @@ def time_run(config: str, collectors: int, overrides: list) -> tuple:
         return time.perf_counter() - start, outcome(proc.stdout + proc.stderr)
 
 
+def worker_progress(e, url: str, address: str) -> int:
+    """Env steps (collectors) or train iterations (learners) of every worker entry at ``address`` (the entry lost
+    in the partition and the one registered again after it)."""
+    return sum(w.get("env_steps", 0) + w.get("train_iter", 0)
+               for w in e.get_json(f"{url}/api/v1/workers")["workers"] if w["address"] == address)
+
+
+def time_partition(config: str, kind: str, seconds: float, overrides: list) -> tuple:
+    """One partition run: (seconds from the heal until the partitioned worker progresses again, chunks lost, how
+    the run ended)."""
+    from tests.support import eventually
+    from tests.support.hosts import Network, cut, heal, start_roles
+
+    if not any(o.startswith("parallel.commander.max_seconds=") for o in overrides):
+        overrides = overrides + [f"parallel.commander.max_seconds={seconds + 180:g}"]
+    sets = [arg for text in overrides for arg in ("--set", text)]
+    with tempfile.TemporaryDirectory(prefix="prl-partition-") as tmp, Network(Path(tmp)) as network:
+        tmp = Path(tmp)
+        (a, b, c, d, e), coordinator, url = start_roles(network, str(ROOT / config), tmp, *sets)
+
+        def working():
+            ws = e.get_json(f"{url}/api/v1/workers")["workers"]
+            return (sum(w["kind"] == "collector" and w["state"] == "busy" for w in ws) == 2
+                    and any(w["kind"] == "learner" and w.get("train_iter", 0) > 0 for w in ws))
+
+        eventually(working, timeout=DEADLINE, interval=0.5, message="the run working")
+        victim = b if kind == "learner" else c
+        if kind == "asymmetric":
+            ruled, rules = a, cut(a, c, answers_only_from_port=int(url.rsplit(":", 1)[1]))
+        else:
+            ruled, rules = victim, cut(victim, a)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:  # the fault lasts `seconds`: watched, not slept through
+            e.get_json(f"{url}/api/v1/cluster")
+        heal(ruled, rules)
+        healed, before = time.perf_counter(), worker_progress(e, url, victim.url(9000))
+        eventually(lambda: worker_progress(e, url, victim.url(9000)) > before, timeout=DEADLINE, interval=0.2,
+                   message="the partitioned worker progressing again")
+        recovery = time.perf_counter() - healed
+        line = coordinator.wait_line(r"^coordinator: (solved|stopped|failed)", timeout=DEADLINE)
+        (buffer,) = e.get_json(f"{url}/api/v1/buffers")["buffers"]
+        files = len(list((tmp / "shared" / "data").glob("*.npz")))
+        return recovery, max(0, files - buffer["chunks"]), line.group(1)
+
+
+def main_partition(args) -> int:
+    for algo in args.algos.split(","):
+        recoveries, lost = [], []
+        for i in range(args.runs):
+            recovery, chunks, how = time_partition(CONFIGS[algo], args.partition, args.partition_seconds,
+                                                   args.overrides)
+            recoveries.append(recovery)
+            lost.append(chunks)
+            print(f"{algo} {args.partition} partition of {args.partition_seconds:g}s, run {i}: progress again "
+                  f"{recovery:.1f}s after the heal, {chunks} chunk(s) lost, the run {how}", flush=True)
+        print(f"{algo} {args.partition}: recovery median {statistics.median(recoveries):.1f}s  max "
+              f"{max(recoveries):.1f}s; chunks lost {sum(lost)} (target 0)", flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -74,6 +145,9 @@ def main() -> int:
     parser.add_argument("--algos", default="dqn,ppo", help="comma-separated: " + ", ".join(CONFIGS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for both kinds of run (repeatable)")
+    parser.add_argument("--partition", choices=("collector", "learner", "asymmetric"),
+                        help="measure the recovery after this partition instead (see above)")
+    parser.add_argument("--partition-seconds", type=float, default=30.0)
     args = parser.parse_args()
     algos = args.algos.split(",")
     unknown = [a for a in algos if a not in CONFIGS]
@@ -82,6 +156,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("benchmarks/hosts.py: network namespaces need root: run it with sudo", file=sys.stderr)
         return 2
+    if args.partition:
+        return main_partition(args)
     for algo in algos:
         results = {"hosts": [], "run": []}
         for i in range(args.runs):

@@ -169,6 +169,13 @@ def openapi_document(version: str) -> Dict[str, Any]:
                                                   "gone"]},
                                "current_task": {"type": "string", "nullable": True},
                                "seconds_since_heartbeat": {"type": "number"},
+                               "unreachable_since": {
+                                   "type": "number", "nullable": True,
+                                   "description": "epoch seconds since which the coordinator and this worker do "
+                                                  "not reach each other: its last heartbeat, once it is silent "
+                                                  "past half its lease (and while it is lost for that), or since "
+                                                  "its heartbeats say our answers stopped reaching it; null: "
+                                                  "they do"},
                                "env_steps": {"type": "integer"}, "train_iter": {"type": "integer"},
                                "policy_version": {"type": "integer"},
                                "problems": {"type": "array", "items": {"type": "string"},
@@ -253,6 +260,14 @@ def openapi_document(version: str) -> Dict[str, Any]:
                     "bottleneck": {"type": "string",
                                    "description": "which side holds the other up and what to do, in one line, "
                                                   "from the active workers' time breakdowns (docs/scaling.md)"},
+                    "unreachable": {"type": "array", "description": "the workers the coordinator does not "
+                                    "reach now (a network partition, a stopped host), oldest fault first; a lost "
+                                    "one leaves the list when its address registers again",
+                                    "items": {"type": "object", "properties": {
+                                        "worker_id": {"type": "string"}, "kind": {"type": "string"},
+                                        "address": {"type": "string"}, "state": {"type": "string"},
+                                        "since": {"type": "number", "description": "epoch seconds"},
+                                        "seconds": {"type": "number", "description": "how long, until now"}}}},
                     "storage": {"type": "object", "required": ["healthy", "error", "since", "workers"],
                                 "description": "the shared store's health: unhealthy while any active worker (or "
                                                "the coordinator's own snapshots) reports it failing",

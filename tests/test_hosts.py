@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import eventually
+from tests.support.hosts import ENV, TOKEN, start_coordinator, start_roles
 from tests.test_cluster import TOY_CONFIG
 
-TOKEN = "hosts-test-token"
-ENV = {"PARALLEL_RL_TOKEN": TOKEN}
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -29,14 +28,6 @@ def toy_config(tmp_path):
     path = tmp_path / "toy.py"
     path.write_text(TOY_CONFIG)
     return str(path)
-
-
-def start_coordinator(host, config, shared, tmp_path, *extra):
-    """`parallel-rl coordinator` bound to ``host``'s address, port picked by the OS; its REST URL."""
-    coordinator = host.cli("coordinator", "coordinator", "-c", config, "--host", host.address, "--port", "0",
-                           "--shared-dir", str(shared), "--set", f"exp_name={tmp_path / 'exp'}", *extra, env=ENV)
-    url = coordinator.wait_line(rf"^REST API: (http://{re.escape(host.address)}:\d+)/api/v1$", timeout=120).group(1)
-    return coordinator, url
 
 
 def test_a_host_reaches_another_by_its_address_and_iptables_cuts_it_off(network, tmp_path, toy_config):
@@ -51,21 +42,6 @@ def test_a_host_reaches_another_by_its_address_and_iptables_cuts_it_off(network,
     a.run(["iptables", "-A", "INPUT", "-s", b.address, "-j", "DROP"])
     with pytest.raises(AssertionError, match="timed out"):
         b.get_json(f"{url}/api/v1/health", timeout=1.0)
-
-
-def start_roles(network, config, tmp_path, *extra):
-    """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
-    collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
-    deploy/k8s); the data directory is the only thing they share. Returns the hosts, the coordinator, its URL."""
-    a, b, c, d, e = (network.host(name) for name in "abcde")
-    shared = tmp_path / "shared"
-    coordinator, url = start_coordinator(a, config, shared, tmp_path, "--linger", *extra)
-    b.cli("learner", "learner", "--coordinator", url, "--host", b.address, "--port", "0", "--shared-dir",
-          str(shared), env=ENV)
-    for host in (c, d):
-        host.cli(f"collector-{host.name}", "collector", "--coordinator", url, "--host", host.address, "--port", "9000",
-                 "--advertise", host.url(9000), "--shared-dir", str(shared), env=ENV)
-    return (a, b, c, d, e), coordinator, url
 
 
 def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fifth(network, tmp_path, toy_config):

@@ -13,7 +13,9 @@ def health():
 
 @bp.get("/cluster")
 def cluster():
-    return jsonify(get_coordinator().summary())
+    """The summary, and the workers the coordinator does not reach now (which, since when: docs/failures.md)."""
+    c = get_coordinator()
+    return jsonify({**c.summary(), "unreachable": c.workers.unreachable()})
 
 
 @bp.get("/cluster/history")

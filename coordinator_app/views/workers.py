@@ -72,7 +72,8 @@ def heartbeat(worker_id: str):
                                               beat.tasks, ranks=beat.ranks,
                                               storage=beat.storage.to_json() if beat.storage else None,
                                               time_breakdown=beat.time_breakdown, ready=beat.ready,
-                                              setup_error=beat.setup_error)
+                                              setup_error=beat.setup_error,
+                                              unanswered_seconds=beat.unanswered_seconds or 0.0)
     return jsonify(coordinator.flow.control_for(worker))
 
 

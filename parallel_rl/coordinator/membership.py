@@ -120,6 +120,11 @@ class Membership:
         # which it really runs (a task it ended after the snapshot reported its end to the old process)
         self.unconfirmed: Dict[str, List[str]] = {}
 
+    @property
+    def silence_limit(self) -> float:
+        """Seconds without a heartbeat after which a worker is shown unreachable: half its lease."""
+        return float(self.cfg.parallel.coordinator.heartbeat_ttl) / 2
+
     def client(self, address: str) -> HttpClient:
         """The client that speaks to the worker at ``address`` for the coordinator."""
         return HttpClient(address, self.token, timeout=self.cfg.parallel.worker.request_timeout, max_retries=1)
@@ -146,6 +151,7 @@ class Membership:
         health = prove_slave(kind, address, self.token, float(wcfg.request_timeout), sender)
         client = self.client(address)
         worker = self.workers.register(kind, address, client, preferred_id)
+        worker.silence_limit = self.silence_limit
         if worker.client is not client:  # registered again while pending: the same worker
             client.close()
             logger.info("coordinator: %s at %s registered again while %s", worker.worker_id, address,
@@ -196,7 +202,8 @@ class Membership:
     def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
                   tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None,
                   storage: Optional[Dict[str, Any]] = None, time_breakdown: Optional[TimeBreakdown] = None,
-                  ready: Optional[bool] = None, setup_error: Optional[str] = None) -> Worker:
+                  ready: Optional[bool] = None, setup_error: Optional[str] = None,
+                  unanswered_seconds: Optional[float] = None) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
 
         ``ready``: the worker built its envs and model; one setting up becomes idle (it takes tasks).
@@ -212,7 +219,11 @@ class Membership:
         ``storage``: the worker's report on the shared store (checked by ``check_health_report``): shown under
         the worker and in the cluster summary; a healthy one ends the worker's backoff.
 
-        ``time_breakdown``: where the worker's time went (shown under the worker; the summary's bottleneck)."""
+        ``time_breakdown``: where the worker's time went (shown under the worker; the summary's bottleneck).
+
+        ``unanswered_seconds``: how long the worker's calls have gone unanswered (its requests arrive, our answers
+        are lost on the way back): past the silence limit it is shown unreachable since then. A heartbeat says it
+        (0: answered); other calls that renew the lease (metadata, samples) leave it as it is."""
         worker = self.workers.heartbeat(worker_id, lease)
         if worker is None:
             removed = self.workers.with_lease(worker_id, lease)
@@ -221,6 +232,7 @@ class Membership:
                 # a 404 would make it register again before the disconnect reaches it
                 return removed
             raise NotFoundError(f"worker {worker_id!r:.60} is not registered with this lease (register again)")
+        self._answers_lost(worker, unanswered_seconds)
         if problems is not None and problems[-20:] != worker.problems:  # unchanged (the usual case): no lock
             with self._lock:
                 if problems and problems != worker.problems:
@@ -243,6 +255,19 @@ class Membership:
             logger.info("coordinator: %s is set up", worker_id)
             self._kick()
         return worker
+
+    def _answers_lost(self, worker: Worker, unanswered_seconds: Optional[float]) -> None:
+        """Record (or clear) what ``worker`` says of our answers; a change is logged."""
+        if unanswered_seconds is None:  # not a heartbeat: it says nothing of our answers
+            return
+        lost = unanswered_seconds > worker.silence_limit
+        if lost and worker.answers_lost_since is None:
+            worker.answers_lost_since = time.time() - float(unanswered_seconds)
+            logger.warning("coordinator: %s at %s gets no answers from us for %.1fs (its requests arrive): "
+                           "unreachable", worker.worker_id, worker.address, unanswered_seconds)
+        elif not lost and worker.answers_lost_since is not None:
+            worker.answers_lost_since = None
+            logger.info("coordinator: %s at %s gets our answers again", worker.worker_id, worker.address)
 
     def _setup_failed(self, worker: Worker, error: str) -> None:
         """``worker`` could not build its envs or model: it is let go (no task would run there)."""
@@ -341,9 +366,13 @@ class Membership:
             logger.debug("coordinator: %s disconnect not acknowledged: %s", worker.worker_id, exc)
 
     def mark_lost(self, worker: Worker, reason: str) -> None:
+        """A worker lost while silent past its silence limit (its lease ran out; our call to it failed in a
+        partition) stays shown unreachable since its last heartbeat, until it registers again."""
         with self._lock:
             if not worker.state.active:
                 return
+            if time.monotonic() - worker.last_heartbeat > worker.silence_limit:
+                worker.lost_silent_since = worker.silent_since
             worker.state = WorkerState.LOST
             running = worker.running_tasks
         logger.warning("coordinator: %s at %s lost (%s); failing %s", worker.worker_id, worker.address, reason,

@@ -92,6 +92,13 @@ class Worker:
     # where its time went since it was set up, as its last heartbeat said (None before the first report)
     time_breakdown: Optional[TimeBreakdown] = field(default=None, repr=False)
 
+    # unreachability (GET /api/v1/cluster's ``unreachable``): a heartbeat is missed past ``silence_limit`` s (half
+    # the lease), or the worker says the answers to its calls stopped coming (``answers_lost_since``, epoch s: its
+    # requests arrive, our answers do not); a worker lost for its silence keeps the time its silence began
+    silence_limit: float = field(default=5.0, repr=False)
+    answers_lost_since: Optional[float] = field(default=None, repr=False)
+    lost_silent_since: Optional[float] = field(default=None, repr=False)
+
     # SHA-256 of ``lease`` (hex): what a call's lease is checked against, and all a snapshot keeps of it (a worker
     # restored from a snapshot has the digest only: its token stays with the slave)
     lease_digest: str = field(default="", repr=False)
@@ -112,6 +119,24 @@ class Worker:
         return (self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
                 and time.monotonic() >= self.retry_at)
 
+    @property
+    def silent_since(self) -> float:
+        """Epoch seconds of its last heartbeat."""
+        return time.time() - (time.monotonic() - self.last_heartbeat)
+
+    @property
+    def unreachable_since(self) -> Optional[float]:
+        """Epoch seconds since which the coordinator and this worker do not reach each other (None: they do):
+        its last heartbeat when it has been silent past ``silence_limit`` (lost for that silence: until it is
+        forgotten), or when the worker said our answers stopped reaching it."""
+        if self.state == WorkerState.LOST:
+            return self.lost_silent_since
+        if not self.state.active or self.state == WorkerState.CONNECTING:
+            return None
+        if time.monotonic() - self.last_heartbeat > self.silence_limit:
+            return self.silent_since
+        return self.answers_lost_since
+
     def back_off(self, backoff: float, max_backoff: float) -> float:
         """It reported a task failed: seconds before its next task (exponential in failures in a row, capped)."""
         self.failures += 1
@@ -129,6 +154,7 @@ class Worker:
             "current_task": self.current_task,
             "registered_at": self.registered_at,
             "seconds_since_heartbeat": round(time.monotonic() - self.last_heartbeat, 3),
+            "unreachable_since": self.unreachable_since,
             "policy_version": self.policy_version,
             "tasks_done": self.tasks_done,
             "problems": list(self.problems),
@@ -266,6 +292,20 @@ class WorkerRegistry:
                                 # no digest: no lease opens it (the worker registers again)
                                 lease_digest=digest or secrets.token_hex(32))
                 self._workers[worker.worker_id] = worker
+
+    def unreachable(self) -> List[Dict[str, Any]]:
+        """The workers the coordinator does not reach now, oldest fault first: active ones silent past their
+        limit or whose answers are lost, and ones lost for their silence whose address has not registered again
+        (a worker that comes back gets a new id: its old entry is history, not a fault)."""
+        now = time.time()
+        with self._lock:
+            back = {w.address for w in self._workers.values() if w.state.active}
+            out = [{"worker_id": w.worker_id, "kind": w.kind, "address": w.address, "state": w.state.value,
+                    "since": since, "seconds": round(max(0.0, now - since), 3)}
+                   for w in self._workers.values()
+                   for since in [w.unreachable_since]
+                   if since is not None and (w.state.active or w.address not in back)]
+        return sorted(out, key=lambda u: u["since"])
 
     def counts(self) -> Dict[str, Dict[str, int]]:
         with self._lock:

@@ -59,6 +59,10 @@ class Heartbeat:
                                                    "while it sets up, after connect answered)")
     setup_error: Optional[str] = wire(default=None, doc="why the worker's set-up failed (one line, 500 characters "
                                                         "kept): the coordinator lets it go")
+    unanswered_seconds: Optional[float] = wire(default=None, lo=0.0, hi=1e9,
+                                               doc="seconds since the worker's last call the coordinator answered, "
+                                                   "when its calls since went unanswered (the answers are lost on "
+                                                   "the way back): past half the lease it is shown unreachable")
 
     @classmethod
     def from_json(cls, body: Any) -> "Heartbeat":
@@ -81,10 +85,16 @@ class Heartbeat:
             raise ProtocolViolation(f"field 'ready' must be true or false, got {ready!r:.40}")
         if setup_error is not None and not isinstance(setup_error, str):
             raise ProtocolViolation(f"field 'setup_error' must be a string, got {setup_error!r:.40}")
+        unanswered = body.get("unanswered_seconds")
+        if unanswered is not None and (isinstance(unanswered, bool) or not isinstance(unanswered, (int, float))
+                                       or not 0 <= unanswered <= 1e9):
+            raise ProtocolViolation(f"field 'unanswered_seconds' must be a number of seconds in [0, 1e9], "
+                                    f"got {unanswered!r:.40}")
         return cls(problems=None if problems is None else [p[:500] for p in problems[-20:]], tasks=tasks, ranks=ranks,
                    storage=None if storage is None else StorageReport.from_json(storage),
                    time_breakdown=None if breakdown is None else TimeBreakdown.from_json(breakdown), ready=ready,
-                   setup_error=None if setup_error is None else setup_error[:500])
+                   setup_error=None if setup_error is None else setup_error[:500],
+                   unanswered_seconds=None if unanswered is None else float(unanswered))
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)

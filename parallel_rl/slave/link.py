@@ -25,6 +25,10 @@ REREGISTER_SECONDS = 30.0
 # a slave started with --coordinator retries its first registration this long (a coordinator still booting, as
 # under docker compose), then exits
 REGISTER_SECONDS = 60.0
+# a registered slave whose heartbeats go unanswered this long (or 3 leases, when longer) takes the coordinator for
+# gone and exits; shorter, a network partition of half a minute ended the workers it cut off (toy leases of 2 s:
+# after 6 s)
+SILENCE_SECONDS = 60.0
 
 
 class CoordinatorLink:
@@ -53,6 +57,8 @@ class CoordinatorLink:
     adoption_tasks: Set[str]  # the tasks the coordinator gave us since it last connected us
     _heartbeat_interval: float
     _heartbeat_ttl: float
+    # monotonic: our last answered heartbeat, while the heartbeats since went unanswered (None: answered)
+    _unanswered_since: Optional[float] = None
     # how long registering again (the coordinator forgot us) is retried before the slave exits with an error
     reregister_seconds = REREGISTER_SECONDS
 
@@ -188,7 +194,9 @@ class CoordinatorLink:
         """What each heartbeat tells the coordinator (a LearnerAggregator adds its ranks)."""
         health = self.storage_health()
         setup = self.readiness.report()
+        unanswered = self._unanswered_since
         return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
+                         unanswered_seconds=None if unanswered is None else round(time.monotonic() - unanswered, 3),
                          storage=None if health is None else StorageReport.from_json(health),
                          # the phases' clocks are made by the set-up
                          time_breakdown=self.time_breakdown() if setup["ready"] else None, **setup).to_json()
@@ -209,6 +217,7 @@ class CoordinatorLink:
 
     def _heartbeat_loop(self) -> None:
         last_ok = time.monotonic()
+        self._unanswered_since = None
         while True:
             self._beat_now.wait(self._heartbeat_interval)  # or sooner: a set-up ended, a stop
             self._beat_now.clear()
@@ -221,13 +230,14 @@ class CoordinatorLink:
                 control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", self.heartbeat_body(),
                                                 retries=0,
                                                 timeout=max(1.0, self._heartbeat_interval))
-                last_ok = time.monotonic()
+                last_ok, self._unanswered_since = time.monotonic(), None
                 self.on_control(control)
                 if control.get("state") == "gone" and self.worker_id == worker_id and not self._stop.is_set():
                     # removed, and the coordinator's disconnect call did not reach us (it is sent once, with a
                     # short timeout): its answer to our heartbeat says the same
                     self.leave("removed (told by the heartbeat's answer)")
             except RemoteError as exc:
+                self._unanswered_since = None  # an answer, if a refusal
                 # only for the identity this heartbeat was sent for: a late answer about an id we have since
                 # been let go from must not tear down the adoption that followed
                 if (exc.status == 404 and not self._stop.is_set() and not self._let_go.is_set()
@@ -237,9 +247,10 @@ class CoordinatorLink:
                     self._register_again()
             except ParallelRLError as exc:
                 silent = time.monotonic() - last_ok
+                self._unanswered_since = last_ok  # the next heartbeats say so: they may arrive, answers not
                 logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",
                                self.kind, worker_id, silent, exc)
-                if silent > 3 * self._heartbeat_ttl and self.coordinator_url:
+                if silent > max(3 * self._heartbeat_ttl, SILENCE_SECONDS) and self.coordinator_url:
                     self.fatal_error = f"coordinator {self.coordinator_url} unreachable for {silent:.0f}s"
                     logger.error("%s: %s; exiting", self.kind, self.fatal_error)
                     self.request_stop()

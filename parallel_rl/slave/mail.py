@@ -66,13 +66,40 @@ class TaskInbox:
             self._cond.notify_all()
 
 
+# messages in one call at most: the coordinator checks each chunk's file on the store (on an object store a request
+# each), and a backlog sent whole after a store outage (110 chunks) outlasted the call's timeout and was sent again,
+# grown, while the coordinator still checked the first copy
+MAX_BATCH = 32
+
+# message types of which only the newest matters (the coordinator keeps the highest policy version and the last
+# learn info): while the coordinator is out of reach the older ones queued are dropped, not sent
+LATEST_ONLY = ("policy", "learn_info")
+
+
+def coalesce(messages: List[dict]) -> List[dict]:
+    """``messages`` without those a newer message of the same ``LATEST_ONLY`` type (and task) supersedes. A learner
+    cut off from its coordinator's store for 30 s queued ~1,200 policy announcements (one per 10 iterations), each
+    checked on the store when they went at last: the batch outlasted the call's timeout, was sent again, grew, and
+    the announcements of checkpoints pruned meanwhile were refused."""
+    newest: Dict[tuple, int] = {}
+    for i, m in enumerate(messages):
+        if isinstance(m, dict) and m.get("type") in LATEST_ONLY:
+            newest[(m["type"], m.get("task_id"))] = i
+    if len(newest) == sum(1 for m in messages if isinstance(m, dict) and m.get("type") in LATEST_ONLY):
+        return messages
+    return [m for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("type") in LATEST_ONLY)
+            or newest[(m["type"], m.get("task_id"))] == i]
+
+
 class Outbox:
     """Batches metadata messages and sends them from one thread.
 
     A batch leaves when it is ``flush_interval`` old, at once for an urgent
     message, or on :meth:`flush`. Each answer carries a control block handed to
-    ``on_control``. A send that did not reach the coordinator keeps the
-    messages and retries with backoff; a batch the coordinator refused (a 4xx
+    ``on_control``. A batch holds at most ``MAX_BATCH`` messages (a backlog
+    goes in batches, one after the other). A send that did not reach the
+    coordinator keeps the messages and retries with backoff (of the
+    ``LATEST_ONLY`` kinds only the newest goes); a batch the coordinator refused (a 4xx
     answer) or that cannot be sent at all is dropped and logged, since retrying
     it would block every later message. Messages of a delivered batch that
     ``send`` hands to :meth:`defer` (the coordinator could not check them: its
@@ -130,7 +157,9 @@ class Outbox:
                     self._cond.wait(timeout)
                 if self._closed and not self._messages:
                     return
-                batch, self._messages, self._urgent = self._messages, [], False
+                queued = coalesce(self._messages)
+                batch, self._messages = queued[:MAX_BATCH], queued[MAX_BATCH:]
+                self._urgent = bool(self._messages)  # the rest goes right after this batch
                 self._batch = batch
             try:
                 control = self._send(batch)

@@ -298,3 +298,104 @@ class Network:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# ---- partitions (tests/test_faults.py, benchmarks/hosts.py --partition) --------------------------------------------
+def cut(host: Host, peer: Host, *, answers_only_from_port: Optional[int] = None) -> List[List[str]]:
+    """Partition ``host`` from ``peer`` with iptables DROP rules inside ``host``: every packet between them (both
+    directions), or with ``answers_only_from_port``, only the packets carrying data that ``host`` sends from that
+    port to ``peer`` (its server's answers: requests arrive, TCP's handshake and ACKs pass, every answer is
+    dropped). Returns the rules, for :func:`heal`."""
+    if answers_only_from_port is None:
+        rules = [["INPUT", "-s", peer.address, "-j", "DROP"], ["OUTPUT", "-d", peer.address, "-j", "DROP"]]
+    else:
+        rules = [["OUTPUT", "-d", peer.address, "-p", "tcp", "--sport", str(answers_only_from_port),
+                  "-m", "length", "--length", "100:65535", "-j", "DROP"]]
+    for rule in rules:
+        host.run(["iptables", "-A", *rule])
+    return rules
+
+
+def heal(host: Host, rules: List[List[str]]) -> None:
+    """Delete the rules :func:`cut` added to ``host``."""
+    for rule in rules:
+        host.run(["iptables", "-D", *rule])
+
+
+# ---- a cluster on hosts (tests/test_hosts.py, tests/test_faults.py) ------------------------------------------------
+TOKEN = "hosts-test-token"
+ENV = {"PARALLEL_RL_TOKEN": TOKEN}
+
+
+def start_coordinator(host: Host, config: str, shared, tmp_path: Path, *extra: str,
+                      env: Optional[Dict[str, str]] = None):
+    """`parallel-rl coordinator` bound to ``host``'s address, port picked by the OS; (its process, its REST URL)."""
+    coordinator = host.cli("coordinator", "coordinator", "-c", config, "--host", host.address, "--port", "0",
+                           "--shared-dir", str(shared), "--set", f"exp_name={Path(tmp_path) / 'exp'}", *extra,
+                           env={**ENV, **(env or {})})
+    url = coordinator.wait_line(rf"^REST API: (http://{re.escape(host.address)}:\d+)/api/v1$", timeout=120).group(1)
+    return coordinator, url
+
+
+def start_worker(host: Host, role: str, url: str, shared, *extra: str, name: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None) -> HostProcess:
+    """A ``role`` (learner, collector) on ``host`` that registers itself with the coordinator at ``url`` and
+    advertises ``host``'s address, port 9000 (as in deploy/k8s)."""
+    return host.cli(name or f"{role}-{host.name}", role, "--coordinator", url, "--host", host.address, "--port",
+                    "9000", "--advertise", host.url(9000), "--shared-dir", str(shared), *extra,
+                    env={**ENV, **(env or {})})
+
+
+def start_roles(network: Network, config: str, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None,
+                shared: Optional[str] = None):
+    """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
+    collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
+    deploy/k8s); the data directory (``tmp_path/shared``) is the only thing they share, and host E is left for a
+    user's REST calls. ``extra``: more coordinator arguments; ``env``: more environment for every role (an object
+    store's credentials); ``shared``: the store (an object store's URL) instead of the directory. Returns the hosts
+    (a, b, c, d, e), the coordinator, its URL."""
+    a, b, c, d, e = (network.host(name) for name in "abcde")
+    shared = shared or Path(tmp_path) / "shared"
+    coordinator, url = start_coordinator(a, config, shared, tmp_path, "--linger", *extra, env=env)
+    start_worker(b, "learner", url, shared, name="learner", env=env)
+    for host in (c, d):
+        start_worker(host, "collector", url, shared, name=f"collector-{host.name}", env=env)
+    return (a, b, c, d, e), coordinator, url
+
+
+def start_seaweedfs_on(host: Host, dir: Path, bucket: str, timeout: float = 120.0):
+    """SeaweedFS's S3 gateway (tests/support/seaweedfs.py's server, its default ports) running on ``host``, with
+    ``bucket`` made; returns the server (its ``env()`` points our processes at it). The test process cannot reach
+    a host, so readiness is a signed request made from ``host`` itself. Skips when the ``weed`` binary is missing."""
+    from . import seaweedfs
+
+    reason = seaweedfs.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    dir = Path(dir)
+    (dir / "data").mkdir(parents=True, exist_ok=True)
+    identities = dir / "s3-identities.json"
+    identities.write_text(json.dumps({"identities": [{
+        "name": "tests", "credentials": [{"accessKey": seaweedfs.ACCESS_KEY, "secretKey": seaweedfs.SECRET_KEY}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    # ports of their own on a host of its own, yet not SeaweedFS's defaults: weed names Unix sockets in the shared
+    # /tmp after them (seaweedfs.SeaweedFS.stop removes them), which another test's server would share
+    base = 20000 + int(host.address.rsplit(".", 2)[1]) * 160 + int(host.address.rsplit(".", 1)[1]) % 16 * 10
+    ports = {name: base + i for i, name in enumerate(seaweedfs.DEFAULT_PORTS)}
+    process = host.popen(seaweedfs._command(seaweedfs.weed_binary(), host.address, dir, ports, identities),
+                         name="seaweedfs", cwd=dir)
+    server = seaweedfs.SeaweedFS(f"http://{host.address}:{ports['s3']}", seaweedfs.ACCESS_KEY, seaweedfs.SECRET_KEY,
+                                 host.address, dir, ports, process.proc, process.log_path)
+    script = ("import sys, boto3, botocore.config, botocore.exceptions\n"
+              "c = boto3.client('s3', config=botocore.config.Config(connect_timeout=2, read_timeout=5, "
+              "retries={'max_attempts': 1}))\n"
+              "try:\n    c.create_bucket(Bucket=sys.argv[1])\n"
+              "except c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n")
+
+    def made():
+        if process.proc.poll() is not None:
+            raise AssertionError(f"SeaweedFS on {host.name} exited:\n{process.output()[-3000:]}")
+        return host.run([sys.executable, "-c", script, bucket], check=False, env=server.env()).returncode == 0
+
+    eventually(made, timeout=timeout, interval=0.5, message=f"SeaweedFS on {host.name} made bucket {bucket}")
+    return server
