@@ -30,10 +30,11 @@ test: $(STAMP) browser docker kubectl netns slurm lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff];
-# then mypy over the typed seams (protocol, storage backends, data flows): pyproject.toml's [tool.mypy], strict
-# there. `ruff format --check .` joins once the tree has been formatted (issue 42 item 8)
+# the formatter's check (the tree is formatted: `ruff format .` before committing); then mypy over the typed seams
+# (protocol, storage backends, data flows): pyproject.toml's [tool.mypy], strict there
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # the docs site (mkdocs.yml: Material theme, nav over docs/) into site/, every warning an error (a broken link

@@ -11,6 +11,7 @@ env steps; Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartP
 500 / -220 within 100k env steps, and feed-forward PPO on the masked CartPole for contrast; R2D2 (issue 29):
 CartPole with its velocities masked, eval >= 400 within 100k env steps, serial and cluster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,20 +52,35 @@ CASES = {
 
 
 def command_line(command: str, config: str, seed: int, exp: str) -> list:
-    return [sys.executable, "-m", "parallel_rl", command, "-c", config, "--set", f"seed={seed}",
-            "--set", f"exp_name={exp}"]
+    return [
+        sys.executable,
+        "-m",
+        "parallel_rl",
+        command,
+        "-c",
+        config,
+        "--set",
+        f"seed={seed}",
+        "--set",
+        f"exp_name={exp}",
+    ]
 
 
 def run_once(command: str, config: str, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        proc = subprocess.run(command_line(command, config, seed, f"{tmp}/exp"), capture_output=True,
-                              text=True, timeout=1800)  # recurrent PPO to 100k steps: 10-25 min on 2 cores
+        proc = subprocess.run(
+            command_line(command, config, seed, f"{tmp}/exp"), capture_output=True, text=True, timeout=1800
+        )  # recurrent PPO to 100k steps: 10-25 min on 2 cores
         wall = time.perf_counter() - start
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     m = SUMMARY.search(last)
-    return {"ok": proc.returncode == 0, "wall": wall, "env_steps": int(m.group(1)) if m else -1,
-            "line": last or proc.stderr.strip()[-200:]}
+    return {
+        "ok": proc.returncode == 0,
+        "wall": wall,
+        "env_steps": int(m.group(1)) if m else -1,
+        "line": last or proc.stderr.strip()[-200:],
+    }
 
 
 def main() -> int:
@@ -84,25 +100,31 @@ def main() -> int:
         for seed in range(args.seeds):
             r = run_once(command, config, seed)
             runs.append(r)
-            print(f"  seed {seed}: {'solved' if r['ok'] else 'FAILED'} in {r['wall']:.1f}s "
-                  f"env_steps={r['env_steps']}  | {r['line'][:160]}", flush=True)
+            print(
+                f"  seed {seed}: {'solved' if r['ok'] else 'FAILED'} in {r['wall']:.1f}s "
+                f"env_steps={r['env_steps']}  | {r['line'][:160]}",
+                flush=True,
+            )
         ok = [r for r in runs if r["ok"]]
         failed |= len(ok) < len(runs)
         if ok:
             wall = statistics.median(r["wall"] for r in ok)
             steps = statistics.median(r["env_steps"] for r in ok)
             medians[name] = wall
-            print(f"  {name}: {len(ok)}/{len(runs)} solved, median {wall:.1f}s wall, {steps:.0f} env steps",
-                  flush=True)
+            print(f"  {name}: {len(ok)}/{len(runs)} solved, median {wall:.1f}s wall, {steps:.0f} env steps", flush=True)
     base = medians.get("dqn-cartpole-serial")
     if base:
         print("median wall vs the DQN CartPole serial baseline of this run:")
         for name, wall in medians.items():
             print(f"  {name:>22}: {wall / base:.2f}x")
     if "ppo-cartpole-serial" in medians and "ppo-cartpole-cluster" in medians:
-        print(f"PPO CartPole cluster / serial wall: {medians['ppo-cartpole-cluster'] / medians['ppo-cartpole-serial']:.2f}x")
+        print(
+            f"PPO CartPole cluster / serial wall: {medians['ppo-cartpole-cluster'] / medians['ppo-cartpole-serial']:.2f}x"
+        )
     if "sac-pendulum-serial" in medians and "sac-pendulum-cluster" in medians:
-        print(f"SAC Pendulum cluster / serial wall: {medians['sac-pendulum-cluster'] / medians['sac-pendulum-serial']:.2f}x")
+        print(
+            f"SAC Pendulum cluster / serial wall: {medians['sac-pendulum-cluster'] / medians['sac-pendulum-serial']:.2f}x"
+        )
     return 1 if failed else 0
 
 

@@ -26,6 +26,7 @@ average ~20), which flatters the ratio to N x one.
 Then (unless ``--skip-appo``) the issue's APPO figures, :func:`appo_rows`: APPO vs synchronous PPO wall to
 eval 195 with 16 latency-bound collectors, and the APPO learner's busy fraction and stale-drop fraction.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,25 @@ def start_run(tmp: str, config: str, collectors: int, *settings: str) -> tuple:
     """A `parallel-rl run` (output to a file: a full pipe would block it) and its REST API URL."""
     log = open(os.path.join(tmp, "run.log"), "w+")
     sets = [a for s in settings for a in ("--set", s)]
-    proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", "run", "-c", config, "--collectors", str(collectors),
-                             "--set", f"exp_name={tmp}/exp", *sets], stdout=log, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "run",
+            "-c",
+            config,
+            "--collectors",
+            str(collectors),
+            "--set",
+            f"exp_name={tmp}/exp",
+            *sets,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = re.search(r"^REST API: (\S+)$", open(log.name).read(), re.M)
@@ -78,9 +95,16 @@ def snapshot(url: str) -> Dict:
     """Time, the cluster's env steps and the active workers' time breakdowns (cumulative seconds)."""
     cluster = requests.get(url + "/cluster", timeout=10).json()
     workers = requests.get(url + "/workers", timeout=10).json()["workers"]
-    return {"t": time.monotonic(), "env_steps": cluster["env_steps"], "bottleneck": cluster.get("bottleneck"),
-            "workers": {w["worker_id"]: (w["kind"], w["time_breakdown"]) for w in workers
-                        if w["state"] in ("idle", "busy") and w["time_breakdown"]}}
+    return {
+        "t": time.monotonic(),
+        "env_steps": cluster["env_steps"],
+        "bottleneck": cluster.get("bottleneck"),
+        "workers": {
+            w["worker_id"]: (w["kind"], w["time_breakdown"])
+            for w in workers
+            if w["state"] in ("idle", "busy") and w["time_breakdown"]
+        },
+    }
 
 
 def window_shares(first: Dict, last: Dict, kind: str) -> Dict[str, float]:
@@ -108,12 +132,20 @@ FLAT_OUT = ("parallel.commander.max_env_steps_per_update=0", "parallel.learner.m
 ENDLESS = ("parallel.commander.eval_freq=100000000", "env.stop_value=100000", "parallel.commander.max_seconds=100000")
 
 
-def measure(n: int, args: argparse.Namespace, config: str = "configs/cartpole_dqn_parallel.py",
-            settings: tuple = FLAT_OUT) -> Dict:
+def measure(
+    n: int, args: argparse.Namespace, config: str = "configs/cartpole_dqn_parallel.py", settings: tuple = FLAT_OUT
+) -> Dict:
     """Env steps/s of a cluster with ``n`` latency-bound collectors, over a window after warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_run(tmp, config, n, f"env.step_latency_ms={args.latency_ms}",
-                              f"env.collector_env_num={args.envs}", *settings, *ENDLESS)
+        proc, url = start_run(
+            tmp,
+            config,
+            n,
+            f"env.step_latency_ms={args.latency_ms}",
+            f"env.collector_env_num={args.envs}",
+            *settings,
+            *ENDLESS,
+        )
         try:
             deadline = time.monotonic() + 120
             while busy_collectors(url) < n:
@@ -129,11 +161,16 @@ def measure(n: int, args: argparse.Namespace, config: str = "configs/cartpole_dq
             stop(proc)
     collectors, learner = window_shares(first, last, "collector"), window_shares(first, last, "learner")
     pushed = sum(b["pushed"] for b in buffers)
-    return {"n": n, "steps": (last["env_steps"] - first["env_steps"]) / (last["t"] - first["t"]),
-            "env_step": collectors.get("env_step"), "waiting": collectors.get("waiting"),
-            "learner_busy": 1.0 - learner["waiting_for_data"] if learner else None,
-            "dropped": sum(b.get("dropped_stale") or 0 for b in buffers) / pushed if pushed else None,
-            "bottleneck": last["bottleneck"], "load": os.getloadavg()[0]}
+    return {
+        "n": n,
+        "steps": (last["env_steps"] - first["env_steps"]) / (last["t"] - first["t"]),
+        "env_step": collectors.get("env_step"),
+        "waiting": collectors.get("waiting"),
+        "learner_busy": 1.0 - learner["waiting_for_data"] if learner else None,
+        "dropped": sum(b.get("dropped_stale") or 0 for b in buffers) / pushed if pushed else None,
+        "bottleneck": last["bottleneck"],
+        "load": os.getloadavg()[0],
+    }
 
 
 # an evaluation's envs step at once, each in its own process, as a user of a remote simulator would have them: in
@@ -146,9 +183,17 @@ def wall_to_solve(config: str, n: int, args: argparse.Namespace, seed: int, sett
     stopped unsolved. ``settings``: more ``--set`` values for this run."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.monotonic()
-        proc, _url = start_run(tmp, config, n, f"env.step_latency_ms={args.latency_ms}",
-                               f"env.collector_env_num={args.envs}", f"seed={seed}",
-                               f"parallel.commander.max_seconds={args.max_seconds}", *EVALUATOR_AT_ONCE, *settings)
+        proc, _url = start_run(
+            tmp,
+            config,
+            n,
+            f"env.step_latency_ms={args.latency_ms}",
+            f"env.collector_env_num={args.envs}",
+            f"seed={seed}",
+            f"parallel.commander.max_seconds={args.max_seconds}",
+            *EVALUATOR_AT_ONCE,
+            *settings,
+        )
         try:
             proc.wait(args.max_seconds + 120)
         finally:
@@ -173,8 +218,11 @@ def appo_rows(args: argparse.Namespace) -> None:
       for data; target >= 0.9 when the collectors outpace it: measured again with 2 collectors on CartPole
       without latency, which do) and the fraction of pushed rows dropped as too stale (target <= 5 %)."""
     n = args.appo_collectors
-    print(f"\nCartPole to eval 195, {n} latency-bound collectors ({args.latency_ms:g} ms per env step), "
-          f"wall from the command's start:", flush=True)
+    print(
+        f"\nCartPole to eval 195, {n} latency-bound collectors ({args.latency_ms:g} ms per env step), "
+        f"wall from the command's start:",
+        flush=True,
+    )
     ratios = []
     for seed in range(args.appo_seeds):
         appo, appo_steps = wall_to_solve(APPO_CONFIG, n, args, seed, args.appo_set)
@@ -182,19 +230,30 @@ def appo_rows(args: argparse.Namespace) -> None:
         ratio = appo / ppo if appo and ppo else None
         if ratio:
             ratios.append(ratio)
-        print(f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s ({appo_steps} env steps)'}  sync PPO "
-              f"{'-' if ppo is None else f'{ppo:.1f} s ({ppo_steps} env steps)'}  ratio "
-              f"{'-' if ratio is None else f'{ratio:.2f}'}  load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"  seed {seed}: APPO {'-' if appo is None else f'{appo:.1f} s ({appo_steps} env steps)'}  sync PPO "
+            f"{'-' if ppo is None else f'{ppo:.1f} s ({ppo_steps} env steps)'}  ratio "
+            f"{'-' if ratio is None else f'{ratio:.2f}'}  load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     if ratios:
-        print(f"  APPO / sync PPO wall, median over {len(ratios)} solved seeds: {statistics.median(ratios):.2f} "
-              f"(target <= 0.5)", flush=True)
-    for label, collectors, latency in ((f"{n} latency-bound collectors", n, args.latency_ms),
-                                       ("2 collectors without latency (they outpace the learner)", 2, 0.0)):
+        print(
+            f"  APPO / sync PPO wall, median over {len(ratios)} solved seeds: {statistics.median(ratios):.2f} "
+            f"(target <= 0.5)",
+            flush=True,
+        )
+    for label, collectors, latency in (
+        (f"{n} latency-bound collectors", n, args.latency_ms),
+        ("2 collectors without latency (they outpace the learner)", 2, 0.0),
+    ):
         r = measure(collectors, argparse.Namespace(**{**vars(args), "latency_ms": latency}), APPO_CONFIG, ())
-        print(f"APPO, {label}, a {args.seconds:g} s window: {r['steps']:.0f} env steps/s, learner busy "
-              f"{percent(r['learner_busy'])} (target >= 90% when collectors outpace it), rows dropped as too stale "
-              f"{percent(r['dropped'])} (target <= 5%), collectors waiting {percent(r['waiting'])}, load "
-              f"{r['load']:.1f}; {r['bottleneck']}", flush=True)
+        print(
+            f"APPO, {label}, a {args.seconds:g} s window: {r['steps']:.0f} env steps/s, learner busy "
+            f"{percent(r['learner_busy'])} (target >= 90% when collectors outpace it), rows dropped as too stale "
+            f"{percent(r['dropped'])} (target <= 5%), collectors waiting {percent(r['waiting'])}, load "
+            f"{r['load']:.1f}; {r['bottleneck']}",
+            flush=True,
+        )
 
 
 def overlap_bound(args: argparse.Namespace) -> None:
@@ -206,13 +265,15 @@ def overlap_bound(args: argparse.Namespace) -> None:
     n = args.appo_collectors
     sync = measure(n, args, PPO_CONFIG, tuple(args.ppo_set))
     appo = measure(n, args, APPO_CONFIG, tuple(args.appo_set))
-    print(f"\nthe overlap's ceiling, {n} collectors at {args.latency_ms:g} ms, a {args.seconds:g} s window each, no "
-          f"evaluations:\n  sync PPO {sync['steps']:.0f} env steps/s (collectors waiting {percent(sync['waiting'])}, "
-          f"learner busy {percent(sync['learner_busy'])})\n  APPO {appo['steps']:.0f} env steps/s (collectors waiting "
-          f"{percent(appo['waiting'])}, learner busy {percent(appo['learner_busy'])})\n  APPO / sync PPO wall at "
-          f"equal env steps >= {sync['steps'] / appo['steps']:.2f} (the target 0.5 needs APPO to need "
-          f"{0.5 * appo['steps'] / sync['steps']:.2f}x sync PPO's env steps or fewer); load {os.getloadavg()[0]:.1f}",
-          flush=True)
+    print(
+        f"\nthe overlap's ceiling, {n} collectors at {args.latency_ms:g} ms, a {args.seconds:g} s window each, no "
+        f"evaluations:\n  sync PPO {sync['steps']:.0f} env steps/s (collectors waiting {percent(sync['waiting'])}, "
+        f"learner busy {percent(sync['learner_busy'])})\n  APPO {appo['steps']:.0f} env steps/s (collectors waiting "
+        f"{percent(appo['waiting'])}, learner busy {percent(appo['learner_busy'])})\n  APPO / sync PPO wall at "
+        f"equal env steps >= {sync['steps'] / appo['steps']:.2f} (the target 0.5 needs APPO to need "
+        f"{0.5 * appo['steps'] / sync['steps']:.2f}x sync PPO's env steps or fewer); load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -225,31 +286,52 @@ def main() -> None:
     parser.add_argument("--skip-appo", action="store_true")
     parser.add_argument("--appo-collectors", type=int, default=16)
     parser.add_argument("--appo-seeds", type=int, default=3)
-    parser.add_argument("--appo-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for the APPO runs to 195 (as parallel-rl's --set)")
-    parser.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for the sync PPO runs to 195")
+    parser.add_argument(
+        "--appo-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the APPO runs to 195 (as parallel-rl's --set)",
+    )
+    parser.add_argument(
+        "--ppo-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the sync PPO runs to 195",
+    )
     parser.add_argument("--max-seconds", type=float, default=300.0, help="a run to 195 gives up after this")
-    parser.add_argument("--overlap-only", action="store_true",
-                        help="only the overlap's ceiling: sync PPO's and APPO's env steps/s, no runs to 195")
+    parser.add_argument(
+        "--overlap-only",
+        action="store_true",
+        help="only the overlap's ceiling: sync PPO's and APPO's env steps/s, no runs to 195",
+    )
     args = parser.parse_args()
     if args.overlap_only:
         overlap_bound(args)
         return
     counts = sorted(set(args.collectors) | {1})
     ceiling = 1000.0 / args.latency_ms
-    print(f"latency-bound CartPole: {args.latency_ms:g} ms per env step, {args.envs} envs per collector in turn "
-          f"(a collector's ceiling: {ceiling:.0f} env steps/s); load before {os.getloadavg()[0]:.1f}", flush=True)
-    print(f"{'N':>3}  {'env steps/s':>11}  {'ratio vs N x one':>16}  {'vs N x ceiling':>14}  "
-          f"{'collectors: env step':>20}  {'waiting':>7}  {'learner busy':>12}  {'load':>5}  bottleneck", flush=True)
+    print(
+        f"latency-bound CartPole: {args.latency_ms:g} ms per env step, {args.envs} envs per collector in turn "
+        f"(a collector's ceiling: {ceiling:.0f} env steps/s); load before {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    print(
+        f"{'N':>3}  {'env steps/s':>11}  {'ratio vs N x one':>16}  {'vs N x ceiling':>14}  "
+        f"{'collectors: env step':>20}  {'waiting':>7}  {'learner busy':>12}  {'load':>5}  bottleneck",
+        flush=True,
+    )
     one = None
     for n in counts:
         r = measure(n, args)
         one = r["steps"] if n == 1 else one
-        print(f"{n:>3}  {r['steps']:>11.0f}  {r['steps'] / (n * one):>16.2f}  {r['steps'] / (n * ceiling):>14.2f}  "
-              f"{percent(r['env_step']):>20}  "
-              f"{percent(r['waiting']):>7}  {percent(r['learner_busy']):>12}  {r['load']:>5.1f}  {r['bottleneck']}",
-              flush=True)
+        print(
+            f"{n:>3}  {r['steps']:>11.0f}  {r['steps'] / (n * one):>16.2f}  {r['steps'] / (n * ceiling):>14.2f}  "
+            f"{percent(r['env_step']):>20}  "
+            f"{percent(r['waiting']):>7}  {percent(r['learner_busy']):>12}  {r['load']:>5.1f}  {r['bottleneck']}",
+            flush=True,
+        )
     if not args.skip_appo:
         appo_rows(args)
         overlap_bound(args)

@@ -10,6 +10,7 @@ steps every env each vector step, so it moves at the pace of the slowest env;
 collect mode (epsilon-greedy) and push 1-step transitions into a replay buffer.
 Prints env steps/s of each and their ratio (target: AsyncCollector >= 1.5x).
 """
+
 from __future__ import annotations
 
 import argparse

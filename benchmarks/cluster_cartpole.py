@@ -10,6 +10,7 @@ serial pipeline on the same seeds is timed in the same run as a baseline.
 variant (the cluster config with those overrides instead), run right after the
 first on each seed, so that two settings are compared in the same minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,13 @@ def main() -> int:
     parser.add_argument("--config", default="configs/cartpole_dqn_parallel.py")
     parser.add_argument("--no-serial", action="store_true", help="skip the serial baseline")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="cluster config override")
-    parser.add_argument("--vs-set", action="append", default=None, metavar="KEY=VALUE",
-                        help="a second cluster variant with these overrides, alternating with the first")
+    parser.add_argument(
+        "--vs-set",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a second cluster variant with these overrides, alternating with the first",
+    )
     args = parser.parse_args()
     variants = {"cluster": args.set}
     if args.vs_set is not None:
@@ -52,30 +58,62 @@ def main() -> int:
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
             for label, settings in variants.items():
-                ok, wall, line = timed([sys.executable, "-m", "parallel_rl", "run", "-c", args.config,
-                                        "--collectors", str(args.collectors), "--set", f"seed={seed}",
-                                        "--set", f"exp_name={tmp}/{label}",
-                                        *[a for setting in settings for a in ("--set", setting)]])
+                ok, wall, line = timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "parallel_rl",
+                        "run",
+                        "-c",
+                        args.config,
+                        "--collectors",
+                        str(args.collectors),
+                        "--set",
+                        f"seed={seed}",
+                        "--set",
+                        f"exp_name={tmp}/{label}",
+                        *[a for setting in settings for a in ("--set", setting)],
+                    ]
+                )
                 m = SUMMARY.search(line)
-                print(f"{label} seed {seed}: {'solved' if ok else 'FAILED'} in {wall:.2f}s "
-                      f"({'env_steps=%s train_iter=%s' % m.groups() if m else line})", flush=True)
+                print(
+                    f"{label} seed {seed}: {'solved' if ok else 'FAILED'} in {wall:.2f}s "
+                    f"({'env_steps=%s train_iter=%s' % m.groups() if m else line})",
+                    flush=True,
+                )
                 if ok:
                     results[label].append(wall)
             if not args.no_serial:
-                ok, wall, line = timed([sys.executable, "-m", "parallel_rl", "serial", "-c", "configs/cartpole_dqn.py",
-                                        "--set", f"seed={seed}", "--set", f"exp_name={tmp}/serial"])
+                ok, wall, line = timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "parallel_rl",
+                        "serial",
+                        "-c",
+                        "configs/cartpole_dqn.py",
+                        "--set",
+                        f"seed={seed}",
+                        "--set",
+                        f"exp_name={tmp}/serial",
+                    ]
+                )
                 print(f" serial seed {seed}: {'solved' if ok else 'FAILED'} in {wall:.2f}s", flush=True)
                 if ok:
                     results["serial"].append(wall)
-    print(f"CartPole-v1 DQN to eval mean >= 195, {args.collectors} collectors + 1 learner, "
-          f"{len(results['cluster'])}/{args.seeds} solved")
+    print(
+        f"CartPole-v1 DQN to eval mean >= 195, {args.collectors} collectors + 1 learner, "
+        f"{len(results['cluster'])}/{args.seeds} solved"
+    )
     for label, values in results.items():
         if values:
             print(describe(label, values))
     for label in variants:
         if results[label] and results["serial"]:
-            print(f"   ratio: {label} median / serial median = "
-                  f"{statistics.median(results[label]) / statistics.median(results['serial']):.2f}")
+            print(
+                f"   ratio: {label} median / serial median = "
+                f"{statistics.median(results[label]) / statistics.median(results['serial']):.2f}"
+            )
     return 0 if all(len(results[label]) == args.seeds for label in variants) else 1
 
 

@@ -23,6 +23,7 @@ recovers serial's count: --publish 10 615; without the head start the lag costs 
 680, 5 runs over 800; with --ahead 256: 685, 4), the head start's rows standing in for the ones still on their way.
 The cluster's extra updates are the price of acting and learning a few dozen updates apart, not one bug.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,21 @@ def iterations_to_solve(raw: dict, seed: int, args: argparse.Namespace) -> int:
         actor = create_policy(cfg.policy, cenv.obs_dim, cenv.action_spec, seed=seed)
         actor.load_model_state_dict(policy.model_state_dict())
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=None)
-    collector = create_serial_collector(cfg.policy.collect.collector, cenv, actor.collect_mode, nstep=cfg.policy.nstep,
-                                        discount_factor=cfg.policy.discount_factor)
-    evaluator = InteractionSerialEvaluator(cfg.policy.eval.evaluator, eenv, policy.eval_mode, cfg.env.stop_value,
-                                           cfg.env.n_evaluator_episode, seed=seed + 20_000)
+    collector = create_serial_collector(
+        cfg.policy.collect.collector,
+        cenv,
+        actor.collect_mode,
+        nstep=cfg.policy.nstep,
+        discount_factor=cfg.policy.discount_factor,
+    )
+    evaluator = InteractionSerialEvaluator(
+        cfg.policy.eval.evaluator,
+        eenv,
+        policy.eval_mode,
+        cfg.env.stop_value,
+        cfg.env.n_evaluator_episode,
+        seed=seed + 20_000,
+    )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     eps, learn = exploration_schedule(cfg.policy), cfg.policy.learn
     batches: collections.deque = collections.deque()
@@ -73,8 +85,11 @@ def iterations_to_solve(raw: dict, seed: int, args: argparse.Namespace) -> int:
                 last_eval = learner.train_iter
                 if evaluator.eval(None, learner.train_iter, collector.envstep)[0]:
                     return learner.train_iter
-            data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                     policy_kwargs={"eps": eps(collector.envstep)})
+            data = collector.collect(
+                cfg.policy.collect.n_sample,
+                train_iter=learner.train_iter,
+                policy_kwargs={"eps": eps(collector.envstep)},
+            )
             buffer.push(data, cur_collector_envstep=collector.envstep)
             if buffer.count() < max(args.min_buffer, learn.batch_size):
                 continue
@@ -113,9 +128,11 @@ def main() -> None:
         iters.append(iterations_to_solve(raw, seed, args))
         print(f"seed {seed}: {iters[-1]} iterations", flush=True)
     slow = sum(i > 800 for i in iters)
-    print(f"ahead={args.ahead} publish={args.publish} prefetch={args.prefetch} min_buffer={args.min_buffer}: "
-          f"mean {statistics.mean(iters):.0f} median {statistics.median(iters):.0f} iterations, {slow}/{len(iters)} "
-          f"over 800 ({args.max_iter} = not solved)")
+    print(
+        f"ahead={args.ahead} publish={args.publish} prefetch={args.prefetch} min_buffer={args.min_buffer}: "
+        f"mean {statistics.mean(iters):.0f} median {statistics.median(iters):.0f} iterations, {slow}/{len(iters)} "
+        f"over 800 ({args.max_iter} = not solved)"
+    )
 
 
 if __name__ == "__main__":

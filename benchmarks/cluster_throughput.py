@@ -14,6 +14,7 @@
    delivered into the coordinator's buffer.
 Targets: learner >= 0.8 of bare, collectors >= 0.7 of bare, propagation p95 <= 100 ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,21 @@ from parallel_rl.config import compile_config  # noqa: E402
 
 def measure_cluster(seconds: float, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", "configs/cartpole_dqn_parallel.py",
-               "--set", "parallel.commander.eval_freq=100000000", "--set", "env.stop_value=100000",
-               "--set", f"exp_name={tmp}/exp", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "run",
+            "-c",
+            "configs/cartpole_dqn_parallel.py",
+            "--set",
+            "parallel.commander.eval_freq=100000000",
+            "--set",
+            "env.stop_value=100000",
+            "--set",
+            f"exp_name={tmp}/exp",
+            *extra,
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             url = re.match(r"REST API: (\S+)", proc.stdout.readline()).group(1)
@@ -65,10 +78,17 @@ def measure_cluster(seconds: float, extra: list[str]) -> dict:
     dt = t2 - t1
     chunks = (b2["chunks"] + b2["chunks_deleted"]) - (b1["chunks"] + b1["chunks_deleted"])
     messages, cpu = c2["messages"] - c1["messages"], c2["cpu"] - c1["cpu"]
-    return {"updates": (c2["train_iter"] - c1["train_iter"]) / dt, "pushed": (b2["pushed"] - b1["pushed"]) / dt,
-            "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt, "propagation": c2["policy_propagation_ms"],
-            "coordinator_cpu": cpu / dt, "chunks": chunks / dt, "messages": messages / dt,
-            "cpu_per_chunk_us": 1e6 * cpu / max(1, chunks), "cpu_per_message_us": 1e6 * cpu / max(1, messages)}
+    return {
+        "updates": (c2["train_iter"] - c1["train_iter"]) / dt,
+        "pushed": (b2["pushed"] - b1["pushed"]) / dt,
+        "env_steps": (c2["env_steps"] - c1["env_steps"]) / dt,
+        "propagation": c2["policy_propagation_ms"],
+        "coordinator_cpu": cpu / dt,
+        "chunks": chunks / dt,
+        "messages": messages / dt,
+        "cpu_per_chunk_us": 1e6 * cpu / max(1, chunks),
+        "cpu_per_message_us": 1e6 * cpu / max(1, messages),
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -93,16 +113,35 @@ def measure_one_collector(seconds: float) -> float:
         env = dict(os.environ, PARALLEL_RL_TOKEN="bench")
         common = ["--shared-dir", f"{tmp}/shared"]
         coordinator = subprocess.Popen(
-            [sys.executable, "-m", "parallel_rl", "coordinator", "-c", "configs/cartpole_dqn_parallel.py",
-             "--port", "0", "--set", "parallel.commander.max_env_steps_per_update=0",
-             "--set", f"exp_name={tmp}/exp", *common], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=env)
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "coordinator",
+                "-c",
+                "configs/cartpole_dqn_parallel.py",
+                "--port",
+                "0",
+                "--set",
+                "parallel.commander.max_env_steps_per_update=0",
+                "--set",
+                f"exp_name={tmp}/exp",
+                *common,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         collector = None
         try:
             url = re.match(r"REST API: (\S+)", coordinator.stdout.readline()).group(1)
-            collector = subprocess.Popen([sys.executable, "-m", "parallel_rl", "collector", "--coordinator",
-                                          url[: -len("/api/v1")], *common], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, env=env)
+            collector = subprocess.Popen(
+                [sys.executable, "-m", "parallel_rl", "collector", "--coordinator", url[: -len("/api/v1")], *common],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
 
             def pushed():
                 return time.monotonic(), requests.get(url + "/buffers", timeout=5).json()["buffers"][0]["pushed"]
@@ -133,29 +172,40 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="cluster runs per scenario (this machine is noisy)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
-                                                                     "save_ckpt_after_run": False}}}}})
+    cfg = compile_config(
+        {"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}}
+    )
     bare_updates, _ = hot_loops.learner_rates(cfg, 3.0, "advanced")
     bare_steps, _ = hot_loops.collector_rates(cfg, 3.0, cfg.policy.nstep)
     print(f"bare loops (alone): {bare_updates:.0f} updates/s, {bare_steps:.0f} env steps/s", flush=True)
     on = [measure_cluster(args.seconds, []) for _ in range(args.repeat)]
     # collectors flat out, and free to use every CPU (no core reserved for the learner)
-    off = [measure_cluster(args.seconds, ["--set", "parallel.commander.max_env_steps_per_update=0",
-                                          "--set", "parallel.learner.dedicated_cpu=false"])
-           for _ in range(args.repeat)]
+    off = [
+        measure_cluster(
+            args.seconds,
+            ["--set", "parallel.commander.max_env_steps_per_update=0", "--set", "parallel.learner.dedicated_cpu=false"],
+        )
+        for _ in range(args.repeat)
+    ]
     updates = [r["updates"] for r in on]
     p95 = [r["propagation"]["p95"] for r in on if r["propagation"]["p95"] is not None]
     p50 = [r["propagation"]["p50"] for r in on if r["propagation"]["p50"] is not None]
     steps = [r["env_steps"] for r in off]
     alone = [measure_one_collector(args.seconds) for _ in range(args.repeat)]
     print(f"{args.repeat} runs per scenario, {args.seconds:g} s windows")
-    print(f"learner updates/s in the cluster (shipped config): {spread(updates)}; "
-          f"ratio to bare {statistics.median(updates) / bare_updates:.2f}")
+    print(
+        f"learner updates/s in the cluster (shipped config): {spread(updates)}; "
+        f"ratio to bare {statistics.median(updates) / bare_updates:.2f}"
+    )
     print(f"policy propagation (shipped config): p50 {spread(p50)} ms, p95 {spread(p95)} ms")
-    print(f"one collector process, no learner, transitions/s into the buffer: {spread(alone)}; "
-          f"ratio to one bare loop {statistics.median(alone) / bare_steps:.2f}")
-    print(f"2 collectors flat out beside a training learner, env steps/s into the buffer: {spread(steps)}; "
-          f"ratio to one bare loop {statistics.median(steps) / bare_steps:.2f}")
+    print(
+        f"one collector process, no learner, transitions/s into the buffer: {spread(alone)}; "
+        f"ratio to one bare loop {statistics.median(alone) / bare_steps:.2f}"
+    )
+    print(
+        f"2 collectors flat out beside a training learner, env steps/s into the buffer: {spread(steps)}; "
+        f"ratio to one bare loop {statistics.median(steps) / bare_steps:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ timed until the coordinator's `/api/v1/cluster` says `solved` (the coordinator r
 the answer stays readable), then `docker compose down -v`. The baseline, `parallel-rl run` with the same
 config and collectors (command start to exit), is timed in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def compose(project: str, env: dict, *args: str) -> str:
-    return subprocess.run(["docker", "compose", "-p", project, "-f", str(ROOT / "docker-compose.yml"), *args],
-                          check=True, capture_output=True, text=True, env=env, timeout=600).stdout
+    return subprocess.run(
+        ["docker", "compose", "-p", project, "-f", str(ROOT / "docker-compose.yml"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    ).stdout
 
 
 def time_compose(collectors: int) -> float:
@@ -54,9 +61,24 @@ def time_compose(collectors: int) -> float:
 def time_run(collectors: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", "configs/cartpole_dqn_parallel.py",
-                        "--collectors", str(collectors), "--set", f"exp_name={tmp}/exp"],
-                       check=True, capture_output=True, timeout=600, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "run",
+                "-c",
+                "configs/cartpole_dqn_parallel.py",
+                "--collectors",
+                str(collectors),
+                "--set",
+                f"exp_name={tmp}/exp",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+            cwd=ROOT,
+        )
         return time.perf_counter() - start
 
 
@@ -69,8 +91,10 @@ def main() -> int:
     for i in range(args.runs):
         results["compose"].append(time_compose(args.collectors))
         results["run"].append(time_run(args.collectors))
-        print(f"run {i}: compose up -> solved {results['compose'][-1]:.1f}s, "
-              f"parallel-rl run {results['run'][-1]:.1f}s", flush=True)
+        print(
+            f"run {i}: compose up -> solved {results['compose'][-1]:.1f}s, parallel-rl run {results['run'][-1]:.1f}s",
+            flush=True,
+        )
     for label, values in results.items():
         print(f"{label:>8}: median {statistics.median(values):.1f}s  min {min(values):.1f}s  max {max(values):.1f}s")
     ratio = statistics.median(results["compose"]) / statistics.median(results["run"])

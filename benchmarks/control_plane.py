@@ -16,6 +16,7 @@ throttled at different moments do; 256 threads started together would beat in on
 Reports heartbeat p50/p99/max for both, their ratio, and how many workers the coordinator
 marked lost (target: p99 <= 100 ms loaded, none lost).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,17 @@ def stub_slaves(token: str) -> tuple[ServerThread, dict]:
     def health(w):
         address = f"{request.host_url.rstrip('/')}/{w}"
         challenge = request.args.get("challenge", "")
-        return jsonify({"status": "ok", "kind": "collector", "worker_id": None, "pid": None, "running": [],
-                        "address": address, "proof": slave_proof(token, challenge, address)})
+        return jsonify(
+            {
+                "status": "ok",
+                "kind": "collector",
+                "worker_id": None,
+                "pid": None,
+                "running": [],
+                "address": address,
+                "proof": slave_proof(token, challenge, address),
+            }
+        )
 
     @app.post("/<w>/slave/v1/connect")
     def connect(w):
@@ -82,8 +92,9 @@ def long_poll_process(url, token, workers, phases, start, stop, results) -> None
             return
         while not stop.is_set():
             try:
-                answer = client.post(f"/api/v1/workers/{worker_id}/metadata",
-                                     {"messages": [], "wait_for_allowance": 1.0}, retries=0)
+                answer = client.post(
+                    f"/api/v1/workers/{worker_id}/metadata", {"messages": [], "wait_for_allowance": 1.0}, retries=0
+                )
             except ParallelRLError as exc:
                 failures.append(f"{worker_id} long-poll: {exc}")
                 stop.wait(1.0)
@@ -94,8 +105,9 @@ def long_poll_process(url, token, workers, phases, start, stop, results) -> None
                 stop.wait(float(answer["retry_after"]))
 
     start.wait(120)
-    threads = [threading.Thread(target=loop, args=(w, lease, phase), daemon=True)
-               for (w, lease), phase in zip(workers, phases)]
+    threads = [
+        threading.Thread(target=loop, args=(w, lease, phase), daemon=True) for (w, lease), phase in zip(workers, phases)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -109,16 +121,24 @@ def heartbeat_buckets(url: str) -> dict:
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
         text = response.read().decode()
-    counts = {float(le): float(v) for le, v in re.findall(
-        r'^parallel_rl_control_message_seconds_bucket\{endpoint="heartbeat",le="([^"]+)"\} (\S+)$', text, re.M)}
+    counts = {
+        float(le): float(v)
+        for le, v in re.findall(
+            r'^parallel_rl_control_message_seconds_bucket\{endpoint="heartbeat",le="([^"]+)"\} (\S+)$', text, re.M
+        )
+    }
     total = counts.get(float("inf")) or max(counts.values(), default=0.0)
     return {le: counts.get(le, 0.0) / total for le in (0.01, 0.1)} if total else {}
 
 
 def percentiles(samples: list) -> dict:
     ms = np.array(samples) * 1000
-    return {"n": len(ms), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
-            "max": float(ms.max())}
+    return {
+        "n": len(ms),
+        "p50": float(np.percentile(ms, 50)),
+        "p99": float(np.percentile(ms, 99)),
+        "max": float(ms.max()),
+    }
 
 
 def main() -> int:
@@ -129,8 +149,9 @@ def main() -> int:
     args = parser.parse_args()
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, log = start_coordinator(tmp, token, ["--set", "parallel.commander.warmup_env_steps=0",
-                                                   "--set", "parallel.commander.max_seconds=0"])
+        proc, log = start_coordinator(
+            tmp, token, ["--set", "parallel.commander.warmup_env_steps=0", "--set", "parallel.commander.max_seconds=0"]
+        )
         try:
             return run(args, proc, log, token)
         finally:
@@ -144,9 +165,25 @@ def start_coordinator(tmp: str, token: str, extra: list) -> tuple:
     env = {**os.environ, "PARALLEL_RL_TOKEN": token, "PYTHONPATH": ROOT}
     log = open(os.path.join(tmp, "coordinator.log"), "w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "parallel_rl", "coordinator", "-c", os.path.join(ROOT, "configs/cartpole_dqn_parallel.py"),
-         "--port", "0", "--shared-dir", os.path.join(tmp, "shared"), "--set", f"exp_name={tmp}/exp", *extra],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "coordinator",
+            "-c",
+            os.path.join(ROOT, "configs/cartpole_dqn_parallel.py"),
+            "--port",
+            "0",
+            "--shared-dir",
+            os.path.join(tmp, "shared"),
+            "--set",
+            f"exp_name={tmp}/exp",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     return proc, log
 
 
@@ -212,12 +249,24 @@ def run(args, proc, log, token) -> int:
     ctx = multiprocessing.get_context("spawn")
     poll_start, poll_stop, poll_results = ctx.Event(), ctx.Event(), ctx.Queue()
     rng = np.random.default_rng(0)
-    pollers = ctx.Process(target=long_poll_process, args=(url, token, list(leases.values()),
-                                                          list(rng.uniform(0, 1, len(leases))), poll_start,
-                                                          poll_stop, poll_results), daemon=True)
+    pollers = ctx.Process(
+        target=long_poll_process,
+        args=(
+            url,
+            token,
+            list(leases.values()),
+            list(rng.uniform(0, 1, len(leases))),
+            poll_start,
+            poll_stop,
+            poll_results,
+        ),
+        daemon=True,
+    )
     pollers.start()
-    threads = [threading.Thread(target=heartbeats, args=(worker_id, lease, rng.uniform(0, 1)), daemon=True)
-               for worker_id, lease in leases.values()]
+    threads = [
+        threading.Thread(target=heartbeats, args=(worker_id, lease, rng.uniform(0, 1)), daemon=True)
+        for worker_id, lease in leases.values()
+    ]
     for t in threads:
         t.start()
     time.sleep(args.baseline_seconds)  # the measurement window
@@ -236,17 +285,25 @@ def run(args, proc, log, token) -> int:
     lost = [w["worker_id"] for w in workers if w["state"] == "lost"]
     stub.close()
     base, loaded = percentiles(beats["baseline"]), percentiles(beats["loaded"])
-    print(f"baseline (no long-polls): {base['n']} heartbeats, p50 {base['p50']:.1f} ms, p99 {base['p99']:.1f} ms, "
-          f"max {base['max']:.1f} ms")
-    print(f"{args.collectors} collectors long-polling: {loaded['n']} heartbeats, p50 {loaded['p50']:.1f} ms, "
-          f"p99 {loaded['p99']:.1f} ms, max {loaded['max']:.1f} ms; {polls[0]} long-polls answered, "
-          f"{polls[1]} of them 'retry_after' (no slot)")
-    print(f"heartbeat p99 loaded / baseline: {loaded['p99'] / base['p99']:.2f}; target p99 <= 100 ms: "
-          f"{'met' if loaded['p99'] <= 100 else 'NOT met'}")
+    print(
+        f"baseline (no long-polls): {base['n']} heartbeats, p50 {base['p50']:.1f} ms, p99 {base['p99']:.1f} ms, "
+        f"max {base['max']:.1f} ms"
+    )
+    print(
+        f"{args.collectors} collectors long-polling: {loaded['n']} heartbeats, p50 {loaded['p50']:.1f} ms, "
+        f"p99 {loaded['p99']:.1f} ms, max {loaded['max']:.1f} ms; {polls[0]} long-polls answered, "
+        f"{polls[1]} of them 'retry_after' (no slot)"
+    )
+    print(
+        f"heartbeat p99 loaded / baseline: {loaded['p99'] / base['p99']:.2f}; target p99 <= 100 ms: "
+        f"{'met' if loaded['p99'] <= 100 else 'NOT met'}"
+    )
     if server_side:
-        print(f"inside the coordinator (Flask, from the request's start to its answer; queueing in the HTTP server and "
-              f"the client not included): {server_side[0.1]:.2%} of heartbeats within 100 ms, "
-              f"{server_side[0.01]:.2%} within 10 ms")
+        print(
+            f"inside the coordinator (Flask, from the request's start to its answer; queueing in the HTTP server and "
+            f"the client not included): {server_side[0.1]:.2%} of heartbeats within 100 ms, "
+            f"{server_side[0.01]:.2%} within 10 ms"
+        )
     print(f"workers marked lost: {len(lost)} {lost[:5]}; failed calls: {len(failures)} {failures[:3]}")
     return 0 if not lost and not failures else 1
 

@@ -16,6 +16,7 @@ to the stop value (a few seconds). Measured, median of --repeats:
             (with - without) / with, of the medians (and the median of each back-to-back pair's share)
 Target: eval >= 0.8x bare env steps/s; video <= 5 % of `eval --video`'s wall time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,8 +84,12 @@ def bare_vector_loop(q_network, episodes: int, num_envs: int, seed: int) -> tupl
 def trained_checkpoint(tmp: str) -> str:
     exp = os.path.join(tmp, "cartpole_dqn")
     env = {**os.environ, "PYTHONPATH": REPO}
-    subprocess.run([sys.executable, "-m", "parallel_rl", "serial", "-c", CONFIG, "--set", f"exp_name={exp}"],
-                   check=False, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "parallel_rl", "serial", "-c", CONFIG, "--set", f"exp_name={exp}"],
+        check=False,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     return exp
 
 
@@ -98,8 +103,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(CONFIG)
         set_torch_threads(cfg.system.torch_num_threads)
-        checkpoint = (read_checkpoint(args.checkpoint) if args.checkpoint
-                      else find_checkpoint(cfg, run=trained_checkpoint(tmp)))
+        checkpoint = (
+            read_checkpoint(args.checkpoint) if args.checkpoint else find_checkpoint(cfg, run=trained_checkpoint(tmp))
+        )
         policy = build_policy(cfg, checkpoint)
         print(f"network: {checkpoint.source}; {args.episodes} episodes, median of {args.repeats}")
         rates = {"eval": [], "bare": [], "bare-vec": []}
@@ -142,33 +148,44 @@ def eval_wall(argv: list) -> dict:
         code = cli(["--json", *argv])
     if code != 0:
         raise SystemExit(f"parallel-rl {' '.join(argv)} exited {code}")
-    return {"wall": time.perf_counter() - start, "evaluation": json.loads(out.getvalue())["seconds"],
-            "recorder_cpu": children_cpu() - cpu}
+    return {
+        "wall": time.perf_counter() - start,
+        "evaluation": json.loads(out.getvalue())["seconds"],
+        "recorder_cpu": children_cpu() - cpu,
+    }
 
 
 def video_share(checkpoint: str, episodes: int, repeats: int, tmp: str) -> None:
     """`eval` with and without `--video`, interleaved; medians and the video's share of the wall time."""
+
     def command(n: int, video: bool) -> list:
-        return (["eval", "-c", CONFIG, "--checkpoint", checkpoint, "--episodes", str(n), "--seed", "0"]
-                + (["--video", os.path.join(tmp, "videos")] if video else []))
+        return ["eval", "-c", CONFIG, "--checkpoint", checkpoint, "--episodes", str(n), "--seed", "0"] + (
+            ["--video", os.path.join(tmp, "videos")] if video else []
+        )
 
     for video in (False, True):  # the command's first imports (the CLI, imageio-ffmpeg) go untimed
         eval_wall(command(10, video))
     runs = {False: [], True: []}
     for r in range(repeats):  # which goes first alternates: a drift in the box's load hits both alike
-        for video in ((False, True) if r % 2 == 0 else (True, False)):
+        for video in (False, True) if r % 2 == 0 else (True, False):
             runs[video].append(eval_wall(command(episodes, video)))
-    without, with_video = ({key: statistics.median(run[key] for run in runs[video]) for key in runs[video][0]}
-                           for video in (False, True))
+    without, with_video = (
+        {key: statistics.median(run[key] for run in runs[video]) for key in runs[video][0]} for video in (False, True)
+    )
     share = (with_video["wall"] - without["wall"]) / with_video["wall"]
     pairs = ", ".join(f"{a['wall']:.2f}/{b['wall']:.2f}" for a, b in zip(runs[False], runs[True]))
     print(f"eval {without['wall']:.2f}s, eval --video {with_video['wall']:.2f}s (medians of {repeats}; all: {pairs})")
-    print(f"  of which the evaluation {without['evaluation']:.2f}s / {with_video['evaluation']:.2f}s; the recording "
-          f"process and its ffmpeg used {with_video['recorder_cpu']:.2f}s of CPU beside it")
+    print(
+        f"  of which the evaluation {without['evaluation']:.2f}s / {with_video['evaluation']:.2f}s; the recording "
+        f"process and its ffmpeg used {with_video['recorder_cpu']:.2f}s of CPU beside it"
+    )
     # each pair ran back to back: the median of the pairs' shares sheds a load spike that hit one run of a pair
     paired = statistics.median((b["wall"] - a["wall"]) / b["wall"] for a, b in zip(runs[False], runs[True]))
-    print(f"video of 1 episode: {100 * share:.1f}% of `eval --video` wall time (target <= 5%); the median of the "
-          f"pairs' shares {100 * paired:.1f}%")
+    print(
+        f"video of 1 episode: {100 * share:.1f}% of `eval --video` wall time (target <= 5%); the median of the "
+        f"pairs' shares {100 * paired:.1f}%"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ config, collectors and overrides, is timed from command start to exit in the sam
 on the same box). Target: separate hosts / run <= 1.15 (medians). A run that ends without solving (a budget given
 with --set parallel.commander.max_seconds=..., e.g. to see the script work) is reported with how it ended.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,12 +59,27 @@ def time_hosts(config: str, collectors: int, overrides: list) -> tuple:
         shared, env = str(tmp / "shared"), {"PARALLEL_RL_TOKEN": TOKEN}
         url = a.url(8000)
         start = time.perf_counter()
-        coordinator = a.cli("coordinator", "coordinator", "-c", str(ROOT / config), "--host", a.address, "--port",
-                            "8000", "--shared-dir", shared, "--set", f"exp_name={tmp / 'exp'}", *sets, env=env)
+        coordinator = a.cli(
+            "coordinator",
+            "coordinator",
+            "-c",
+            str(ROOT / config),
+            "--host",
+            a.address,
+            "--port",
+            "8000",
+            "--shared-dir",
+            shared,
+            "--set",
+            f"exp_name={tmp / 'exp'}",
+            *sets,
+            env=env,
+        )
         b.cli("learner", "learner", "--coordinator", url, "--host", b.address, "--port", "9000", *sets, env=env)
         for host in hosts:
-            host.cli(host.name, "collector", "--coordinator", url, "--host", host.address, "--port", "9000",
-                     *sets, env=env)
+            host.cli(
+                host.name, "collector", "--coordinator", url, "--host", host.address, "--port", "9000", *sets, env=env
+            )
         coordinator.wait(timeout=DEADLINE)
         return time.perf_counter() - start, outcome(coordinator.output())
 
@@ -72,17 +88,37 @@ def time_run(config: str, collectors: int, overrides: list) -> tuple:
     sets = [arg for text in overrides for arg in ("--set", text)]
     with tempfile.TemporaryDirectory(prefix="prl-run-") as tmp:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", config, "--collectors",
-                               str(collectors), "--set", f"exp_name={tmp}/exp", *sets], capture_output=True,
-                              text=True, timeout=DEADLINE, cwd=ROOT, env={**os.environ, "TMPDIR": tmp})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "run",
+                "-c",
+                config,
+                "--collectors",
+                str(collectors),
+                "--set",
+                f"exp_name={tmp}/exp",
+                *sets,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            cwd=ROOT,
+            env={**os.environ, "TMPDIR": tmp},
+        )
         return time.perf_counter() - start, outcome(proc.stdout + proc.stderr)
 
 
 def worker_progress(e, url: str, address: str) -> int:
     """Env steps (collectors) or train iterations (learners) of every worker entry at ``address`` (the entry lost
     in the partition and the one registered again after it)."""
-    return sum(w.get("env_steps", 0) + w.get("train_iter", 0)
-               for w in e.get_json(f"{url}/api/v1/workers")["workers"] if w["address"] == address)
+    return sum(
+        w.get("env_steps", 0) + w.get("train_iter", 0)
+        for w in e.get_json(f"{url}/api/v1/workers")["workers"]
+        if w["address"] == address
+    )
 
 
 def time_partition(config: str, kind: str, seconds: float, overrides: list) -> tuple:
@@ -100,8 +136,9 @@ def time_partition(config: str, kind: str, seconds: float, overrides: list) -> t
 
         def working():
             ws = e.get_json(f"{url}/api/v1/workers")["workers"]
-            return (sum(w["kind"] == "collector" and w["state"] == "busy" for w in ws) == 2
-                    and any(w["kind"] == "learner" and w.get("train_iter", 0) > 0 for w in ws))
+            return sum(w["kind"] == "collector" and w["state"] == "busy" for w in ws) == 2 and any(
+                w["kind"] == "learner" and w.get("train_iter", 0) > 0 for w in ws
+            )
 
         eventually(working, timeout=DEADLINE, interval=0.5, message="the run working")
         victim = b if kind == "learner" else c
@@ -114,8 +151,12 @@ def time_partition(config: str, kind: str, seconds: float, overrides: list) -> t
             e.get_json(f"{url}/api/v1/cluster")
         heal(ruled, rules)
         healed, before = time.perf_counter(), worker_progress(e, url, victim.url(9000))
-        eventually(lambda: worker_progress(e, url, victim.url(9000)) > before, timeout=DEADLINE, interval=0.2,
-                   message="the partitioned worker progressing again")
+        eventually(
+            lambda: worker_progress(e, url, victim.url(9000)) > before,
+            timeout=DEADLINE,
+            interval=0.2,
+            message="the partitioned worker progressing again",
+        )
         recovery = time.perf_counter() - healed
         line = coordinator.wait_line(r"^coordinator: (solved|stopped|failed)", timeout=DEADLINE)
         (buffer,) = e.get_json(f"{url}/api/v1/buffers")["buffers"]
@@ -127,14 +168,21 @@ def main_partition(args) -> int:
     for algo in args.algos.split(","):
         recoveries, lost = [], []
         for i in range(args.runs):
-            recovery, chunks, how = time_partition(CONFIGS[algo], args.partition, args.partition_seconds,
-                                                   args.overrides)
+            recovery, chunks, how = time_partition(
+                CONFIGS[algo], args.partition, args.partition_seconds, args.overrides
+            )
             recoveries.append(recovery)
             lost.append(chunks)
-            print(f"{algo} {args.partition} partition of {args.partition_seconds:g}s, run {i}: progress again "
-                  f"{recovery:.1f}s after the heal, {chunks} chunk(s) lost, the run {how}", flush=True)
-        print(f"{algo} {args.partition}: recovery median {statistics.median(recoveries):.1f}s  max "
-              f"{max(recoveries):.1f}s; chunks lost {sum(lost)} (target 0)", flush=True)
+            print(
+                f"{algo} {args.partition} partition of {args.partition_seconds:g}s, run {i}: progress again "
+                f"{recovery:.1f}s after the heal, {chunks} chunk(s) lost, the run {how}",
+                flush=True,
+            )
+        print(
+            f"{algo} {args.partition}: recovery median {statistics.median(recoveries):.1f}s  max "
+            f"{max(recoveries):.1f}s; chunks lost {sum(lost)} (target 0)",
+            flush=True,
+        )
     return 0
 
 
@@ -143,10 +191,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--collectors", type=int, default=2)
     parser.add_argument("--algos", default="dqn,ppo", help="comma-separated: " + ", ".join(CONFIGS))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for both kinds of run (repeatable)")
-    parser.add_argument("--partition", choices=("collector", "learner", "asymmetric"),
-                        help="measure the recovery after this partition instead (see above)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for both kinds of run (repeatable)",
+    )
+    parser.add_argument(
+        "--partition",
+        choices=("collector", "learner", "asymmetric"),
+        help="measure the recovery after this partition instead (see above)",
+    )
     parser.add_argument("--partition-seconds", type=float, default=30.0)
     args = parser.parse_args()
     algos = args.algos.split(",")
@@ -166,8 +223,10 @@ def main() -> int:
                 results[label].append(seconds)
                 print(f"{algo} run {i}: {label:>5} {how} in {seconds:.1f}s", flush=True)
         for label, values in results.items():
-            print(f"{algo} {label:>5}: median {statistics.median(values):.1f}s  min {min(values):.1f}s  "
-                  f"max {max(values):.1f}s")
+            print(
+                f"{algo} {label:>5}: median {statistics.median(values):.1f}s  min {min(values):.1f}s  "
+                f"max {max(values):.1f}s"
+            )
         ratio = statistics.median(results["hosts"]) / statistics.median(results["run"])
         print(f"{algo} separate hosts / run (medians): {ratio:.2f} (target <= 1.15)", flush=True)
     return 0

@@ -18,6 +18,7 @@
   the clipped loss, Adam with grad clipping (``--only ppo_lstm``). Target >= 0.85.
 Target: library >= 85% of bare.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,13 @@ def collector_rates(cfg, seconds: float, nstep: int) -> tuple[float, float]:
     obs, _ = raw.reset(seed=0)
     rng = np.random.default_rng(0)
     size = 1 << 16
-    store = {"obs": np.zeros((size, 4), np.float32), "next_obs": np.zeros((size, 4), np.float32),
-             "action": np.zeros(size, np.int64), "reward": np.zeros(size, np.float32),
-             "done": np.zeros(size, bool)}
+    store = {
+        "obs": np.zeros((size, 4), np.float32),
+        "next_obs": np.zeros((size, 4), np.float32),
+        "action": np.zeros(size, np.int64),
+        "reward": np.zeros(size, np.float32),
+        "done": np.zeros(size, bool),
+    }
     state = {"obs": obs, "pos": 0, "reset": np.zeros(8, bool)}
 
     def bare_step():
@@ -87,9 +92,12 @@ def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     n, batch_size = 20000, cfg.policy.learn.batch_size
     data = {
-        "obs": rng.random((n, 4), dtype=np.float32), "action": rng.integers(0, 2, n),
-        "reward": rng.random(n, dtype=np.float32), "next_obs": rng.random((n, 4), dtype=np.float32),
-        "done": rng.random(n) < 0.05, "discount": np.full(n, 0.97, np.float32),
+        "obs": rng.random((n, 4), dtype=np.float32),
+        "action": rng.integers(0, 2, n),
+        "reward": rng.random(n, dtype=np.float32),
+        "next_obs": rng.random((n, 4), dtype=np.float32),
+        "done": rng.random(n) < 0.05,
+        "discount": np.full(n, 0.97, np.float32),
         "collect_iter": np.zeros(n, np.int64),
     }
     # bare: what one writes by hand
@@ -104,8 +112,9 @@ def learner_rates(cfg, seconds: float, buffer_type: str) -> tuple[float, float]:
         q = model(obs).gather(1, tensors["action"][idx].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             next_a = model(nxt).argmax(1, keepdim=True)
-            td_target = tensors["reward"][idx] + tensors["discount"][idx] * (~tensors["done"][idx]).float() * \
-                target(nxt).gather(1, next_a).squeeze(1)
+            td_target = tensors["reward"][idx] + tensors["discount"][idx] * (~tensors["done"][idx]).float() * target(
+                nxt
+            ).gather(1, next_a).squeeze(1)
         loss = F.smooth_l1_loss(q, td_target)
         opt.zero_grad()
         loss.backward()
@@ -135,18 +144,40 @@ def actor_critic_rates(kind: str, seconds: float, device: str = "cpu", cuda_grap
     rng = np.random.default_rng(0)
     n, obs_dim, act_dim, batch_size, gamma, tau = 100_000, 17, 6, 256, 0.99, 0.005
     data = {
-        "obs": rng.normal(size=(n, obs_dim)).astype(np.float32), "action": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
-        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
-        "done": np.zeros(n, bool), "discount": np.full(n, gamma, np.float32), "collect_iter": np.zeros(n, np.int64),
+        "obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "next_obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
+        "done": np.zeros(n, bool),
+        "discount": np.full(n, gamma, np.float32),
+        "collect_iter": np.zeros(n, np.int64),
     }
-    cfg = compile_config({"env": {"env_id": "Pendulum-v1"}, "policy": {"type": kind, "learn": {
-        "batch_size": batch_size, "cuda_graph": cuda_graph, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
-    spec = ActionSpec("box", shape=(act_dim,), low=np.full(act_dim, -1.0, np.float32), high=np.full(act_dim, 1.0, np.float32))
+    cfg = compile_config(
+        {
+            "env": {"env_id": "Pendulum-v1"},
+            "policy": {
+                "type": kind,
+                "learn": {
+                    "batch_size": batch_size,
+                    "cuda_graph": cuda_graph,
+                    "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}},
+                },
+            },
+        }
+    )
+    spec = ActionSpec(
+        "box", shape=(act_dim,), low=np.full(act_dim, -1.0, np.float32), high=np.full(act_dim, 1.0, np.float32)
+    )
     tensors = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
 
     def net(inp, out):
-        return torch.nn.Sequential(torch.nn.Linear(inp, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                   torch.nn.ReLU(), torch.nn.Linear(256, out)).to(device)
+        return torch.nn.Sequential(
+            torch.nn.Linear(inp, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, out),
+        ).to(device)
 
     actor = net(obs_dim, 2 * act_dim if kind == "sac" else act_dim)
     actor_target = net(obs_dim, act_dim)
@@ -161,7 +192,9 @@ def actor_critic_rates(kind: str, seconds: float, device: str = "cpu", cuda_grap
         mean, log_std = actor(obs).chunk(2, -1)
         std = log_std.clamp(-20, 2).exp()
         u = mean + std * torch.randn_like(mean)
-        logp = torch.distributions.Normal(mean, std).log_prob(u).sum(-1) - (2 * (np.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        logp = torch.distributions.Normal(mean, std).log_prob(u).sum(-1) - (
+            2 * (np.log(2) - u - F.softplus(-2 * u))
+        ).sum(-1)
         return torch.tanh(u), logp
 
     def bare_update():
@@ -239,10 +272,13 @@ def ppo_lstm_rates(seconds: float) -> tuple[float, float]:
     hidden, T = int(model.recurrent.hidden_size), 32
     act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[model.activation]
     order = np.lexsort((np.arange(len(segment["env_id"])), segment["env_id"]))
-    grid = {k: torch.from_numpy(v[order][: 8 * T].reshape(8, T, *v.shape[1:]).swapaxes(0, 1).copy())
-            for k, v in segment.items() if k in ("obs", "action", "reward", "done", "end", "logp", "value",
-                                                   "hidden_h", "hidden_c", "next_obs")}
+    grid = {
+        k: torch.from_numpy(v[order][: 8 * T].reshape(8, T, *v.shape[1:]).swapaxes(0, 1).copy())
+        for k, v in segment.items()
+        if k in ("obs", "action", "reward", "done", "end", "logp", "value", "hidden_h", "hidden_c", "next_obs")
+    }
     lstms = torch.nn.ModuleList(torch.nn.LSTM(4, hidden) for _ in range(2))
+
     def head(out):
         sizes = [hidden] + list(model.hidden_size_list)
         layers = [m for a, b in zip(sizes[:-1], sizes[1:]) for m in (torch.nn.Linear(a, b), act())]
@@ -300,23 +336,35 @@ def ppo_lstm_rates(seconds: float) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--only", nargs="*", choices=("collector", "learner", "sac", "td3", "ppo_lstm"),
-                        default=("collector", "learner", "sac", "td3", "ppo_lstm"))
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=("collector", "learner", "sac", "td3", "ppo_lstm"),
+        default=("collector", "learner", "sac", "td3", "ppo_lstm"),
+    )
     parser.add_argument("--device", default="cpu", help="sac/td3: where both loops train (cuda on a GPU machine)")
-    parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
-                        help="sac/td3 on cuda: the library's update without its CUDA graph (policy.learn.cuda_graph)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1: the learner's default, system.torch_num_threads)")
+    parser.add_argument(
+        "--no-cuda-graph",
+        dest="cuda_graph",
+        action="store_false",
+        help="sac/td3 on cuda: the library's update without its CUDA graph (policy.learn.cuda_graph)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1: the learner's default, system.torch_num_threads)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for kind in ("sac", "td3"):
         if kind in args.only:
             bare, lib = actor_critic_rates(kind, args.seconds, args.device, args.cuda_graph)
             graph = ", CUDA graph" if args.device.startswith("cuda") and args.cuda_graph else ""
-            print(f"{kind} learner updates/s (256x256, batch 256, {args.device}{graph}, {args.threads} threads): library {lib:7.1f}  bare {bare:7.1f}  "
-                  f"ratio {lib / bare:.2f}")
-    cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
-                                                                     "save_ckpt_after_run": False}}}}})
+            print(
+                f"{kind} learner updates/s (256x256, batch 256, {args.device}{graph}, {args.threads} threads): library {lib:7.1f}  bare {bare:7.1f}  "
+                f"ratio {lib / bare:.2f}"
+            )
+    cfg = compile_config(
+        {"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}}
+    )
     for nstep in (1, 3) if "collector" in args.only else ():
         bare, lib = collector_rates(cfg, args.seconds, nstep)
         print(f"collector env steps/s (nstep={nstep}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
@@ -325,8 +373,10 @@ def main() -> None:
         print(f"learner updates/s ({kind:8s}): library {lib:7.0f}  bare {bare:7.0f}  ratio {lib / bare:.2f}")
     if "ppo_lstm" in args.only:
         bare, lib = ppo_lstm_rates(args.seconds)
-        print(f"ppo_lstm learner updates/s (2 LSTMs of 64, 8 sequences of 32): library {lib:7.1f}  bare {bare:7.1f}  "
-              f"ratio {lib / bare:.2f}")
+        print(
+            f"ppo_lstm learner updates/s (2 LSTMs of 64, 8 sequences of 32): library {lib:7.1f}  bare {bare:7.1f}  "
+            f"ratio {lib / bare:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Prints every run's final return, each world size's mean, and the ratio of the me
 The cluster is asynchronous (collection and training interleave as the OS schedules them), so two runs
 of one seed are not identical even with one learner: compare means over seeds, with their spread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,19 +40,41 @@ SUMMARY = re.compile(r"env_steps=(\d+) train_iter=(\d+)")
 
 def train(seed: int, world_size: int, iters: int, shared: str) -> dict:
     """One `parallel-rl run` to the update budget; its env steps, updates and wall seconds."""
-    cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", CONFIG, "--shared-dir", shared,
-           "--set", f"seed={seed}", "--set", f"exp_name={shared}/exp",
-           "--set", f"parallel.learner.world_size={world_size}",
-           "--set", f"parallel.commander.max_train_iter={iters}",
-           "--set", "parallel.commander.max_env_step=0", "--set", "parallel.commander.max_seconds=0",
-           "--set", "parallel.commander.eval_freq=1000000000", "--set", "env.stop_value=Infinity"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "parallel_rl",
+        "run",
+        "-c",
+        CONFIG,
+        "--shared-dir",
+        shared,
+        "--set",
+        f"seed={seed}",
+        "--set",
+        f"exp_name={shared}/exp",
+        "--set",
+        f"parallel.learner.world_size={world_size}",
+        "--set",
+        f"parallel.commander.max_train_iter={iters}",
+        "--set",
+        "parallel.commander.max_env_step=0",
+        "--set",
+        "parallel.commander.max_seconds=0",
+        "--set",
+        "parallel.commander.eval_freq=1000000000",
+        "--set",
+        "env.stop_value=Infinity",
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - start
     found = SUMMARY.findall(proc.stdout)
     if proc.returncode != 0 or not found:
-        raise SystemExit(f"seed {seed} world_size {world_size}: parallel-rl run exited {proc.returncode}: "
-                         f"{(proc.stderr or proc.stdout).strip()[-600:]}")
+        raise SystemExit(
+            f"seed {seed} world_size {world_size}: parallel-rl run exited {proc.returncode}: "
+            f"{(proc.stderr or proc.stdout).strip()[-600:]}"
+        )
     env_steps, train_iter = map(int, found[-1])
     return {"env_steps": env_steps, "train_iter": train_iter, "wall": wall}
 
@@ -66,8 +89,14 @@ def final_return(shared: str, episodes: int) -> tuple:
     env = EnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=123)
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0)
     policy.load_model_state_dict(storage.policies.load(version))
-    evaluator = InteractionSerialEvaluator(cfg.policy.eval.evaluator, env, policy.eval_mode,
-                                           stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=1000)
+    evaluator = InteractionSerialEvaluator(
+        cfg.policy.eval.evaluator,
+        env,
+        policy.eval_mode,
+        stop_value=cfg.env.stop_value,
+        n_evaluator_episode=episodes,
+        seed=1000,
+    )
     try:
         _, info = evaluator.eval()
     finally:
@@ -83,9 +112,12 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2], help="learner world sizes")
     args = parser.parse_args()
     batch = load_config(CONFIG).policy.learn.batch_size
-    print(f"CartPole-v1 DQN, {args.iters} updates of {batch} samples per run "
-          f"({args.iters * batch} samples trained), seeds 0..{args.seeds - 1}; final policy on "
-          f"{args.episodes} greedy episodes", flush=True)
+    print(
+        f"CartPole-v1 DQN, {args.iters} updates of {batch} samples per run "
+        f"({args.iters * batch} samples trained), seeds 0..{args.seeds - 1}; final policy on "
+        f"{args.episodes} greedy episodes",
+        flush=True,
+    )
     returns = {size: [] for size in args.sizes}
     for seed in range(args.seeds):
         for size in args.sizes:
@@ -93,15 +125,20 @@ def main() -> int:
                 run = train(seed, size, args.iters, shared)
                 ret, version = final_return(shared, args.episodes)
             returns[size].append(ret)
-            print(f"  seed {seed} world_size {size}: final return {ret:6.1f} (policy version {version}; "
-                  f"{run['train_iter']} updates, {run['env_steps']} env steps, {run['wall']:.0f} s; "
-                  f"load {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"  seed {seed} world_size {size}: final return {ret:6.1f} (policy version {version}; "
+                f"{run['train_iter']} updates, {run['env_steps']} env steps, {run['wall']:.0f} s; "
+                f"load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
     base = statistics.mean(returns[args.sizes[0]])
     print(f"\n| learner world size | final return per seed | mean | x world size {args.sizes[0]} |\n|---|---|---|---|")
     for size, values in returns.items():
         mean = statistics.mean(values)
-        print(f"| {size} | {' / '.join(f'{v:.1f}' for v in values)} | {mean:.1f} | "
-              f"{mean / base if base else float('nan'):.2f} |")
+        print(
+            f"| {size} | {' / '.join(f'{v:.1f}' for v in values)} | {mean:.1f} | "
+            f"{mean / base if base else float('nan'):.2f} |"
+        )
     return 0
 
 

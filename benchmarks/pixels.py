@@ -27,6 +27,7 @@ torch thread (the product's default), and the ratio is of the summed rates: the 
 ``--curve``: the curve runner of ``benchmarks/curves.py`` (as ``benchmarks/mujoco.py``) with the pixel references
 below (Young & Tian 2019's DQN, read off their figures, returns over training episodes; gymnax-blines' PPO).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,15 @@ def bare_network(kind: str, shape, actions: int) -> nn.Module:
         convs = nn.Sequential(nn.Conv2d(channels, 16, 3), nn.ReLU(), nn.Flatten())
         features, fc = 16 * (shape[0] - 2) * (shape[1] - 2), 128
     else:
-        convs = nn.Sequential(nn.Conv2d(shape[0], 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-                              nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten())
+        convs = nn.Sequential(
+            nn.Conv2d(shape[0], 32, 8, 4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, 2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
         features, fc = 3136, 512
     return nn.Sequential(convs, nn.Linear(features, fc), nn.ReLU(), nn.Linear(fc, actions))
 
@@ -140,8 +148,13 @@ def collector_rates(seconds: float) -> dict:
     obs, _ = raw.reset(seed=0)
     rng = np.random.default_rng(0)
     size = 4096
-    store = {"obs": np.zeros((size, *obs.shape[1:]), np.uint8), "next_obs": np.zeros((size, *obs.shape[1:]), np.uint8),
-             "action": np.zeros(size, np.int64), "reward": np.zeros(size, np.float32), "done": np.zeros(size, bool)}
+    store = {
+        "obs": np.zeros((size, *obs.shape[1:]), np.uint8),
+        "next_obs": np.zeros((size, *obs.shape[1:]), np.uint8),
+        "action": np.zeros(size, np.int64),
+        "reward": np.zeros(size, np.float32),
+        "done": np.zeros(size, bool),
+    }
     state = {"obs": obs, "pos": 0, "reset": np.zeros(num, bool)}
 
     def bare_step() -> int:
@@ -164,8 +177,14 @@ def collector_rates(seconds: float) -> dict:
     finally:
         collector.close()
         raw.close()
-    return {"bare": bare, "lib": lib, "bare_w": bare_w, "lib_w": lib_w,
-            "chunk_bytes": written["bytes"] / max(1, written["rows"]), "chunk_rows": rows}
+    return {
+        "bare": bare,
+        "lib": lib,
+        "bare_w": bare_w,
+        "lib_w": lib_w,
+        "chunk_bytes": written["bytes"] / max(1, written["rows"]),
+        "chunk_rows": rows,
+    }
 
 
 # ---- run: the bytes a real cluster run writes ----------------------------------------------------------
@@ -184,9 +203,24 @@ def run_chunk_bytes(config: str, env_steps: int, overrides=()) -> Tuple[int, int
     seen = {}
     with tempfile.TemporaryDirectory(prefix="pixels-run-") as tmp:
         shared = os.path.join(tmp, "shared")
-        cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", config, "--collectors", "1", "--port", "0",
-               "--shared-dir", shared, "--set", f"parallel.commander.max_env_step={env_steps}",
-               "--set", f"exp_name={os.path.join(tmp, 'exp')}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "run",
+            "-c",
+            config,
+            "--collectors",
+            "1",
+            "--port",
+            "0",
+            "--shared-dir",
+            shared,
+            "--set",
+            f"parallel.commander.max_env_step={env_steps}",
+            "--set",
+            f"exp_name={os.path.join(tmp, 'exp')}",
+        ]
         for override in overrides:
             cmd += ["--set", override]
         with open(os.path.join(tmp, "run.log"), "w+") as log:
@@ -235,9 +269,15 @@ def learner_rates(kind: str, seconds: float, device: str = "cpu") -> Tuple[float
     else:
         frames = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
         next_frames = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
-    data = {"obs": frames, "next_obs": next_frames, "action": rng.integers(0, actions, n),
-            "reward": rng.random(n, dtype=np.float32), "done": rng.random(n) < 0.01,
-            "discount": np.full(n, gamma ** int(cfg.policy.nstep), np.float32), "collect_iter": np.zeros(n, np.int64)}
+    data = {
+        "obs": frames,
+        "next_obs": next_frames,
+        "action": rng.integers(0, actions, n),
+        "reward": rng.random(n, dtype=np.float32),
+        "done": rng.random(n) < 0.01,
+        "discount": np.full(n, gamma ** int(cfg.policy.nstep), np.float32),
+        "collect_iter": np.zeros(n, np.int64),
+    }
     lr, target_every = float(cfg.policy.learn.learning_rate), int(cfg.policy.learn.target_update_freq)
 
     # bare: what one writes by hand (CleanRL's DQN update)
@@ -280,8 +320,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--curve", action="store_true", help="learning curves (benchmarks/curves.py's arguments)")
     parser.add_argument("--seconds", type=float, default=10.0, help="per side of each pair")
-    parser.add_argument("--only", nargs="+", choices=["chunk", "collector", "minatar", "nature", "run"],
-                        default=["collector", "minatar", "nature", "run"], help="chunk is measured with collector")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=["chunk", "collector", "minatar", "nature", "run"],
+        default=["collector", "minatar", "nature", "run"],
+        help="chunk is measured with collector",
+    )
     parser.add_argument("--run-env-steps", type=int, default=4000, help="env steps of each run of the run pair")
     parser.add_argument("--device", default="cpu", help="the learner pairs' device (cuda: both sides on the GPU)")
     args, rest = parser.parse_known_args()
@@ -295,23 +340,32 @@ def main() -> int:
     import_env_modules(["ale_py", "minatar"])
     if {"chunk", "collector"} & set(args.only):
         r = collector_rates(args.seconds)
-        print(f"chunk bytes per transition (Pong, stack 4, {r['chunk_rows']}-row chunks): {r['chunk_bytes']:,.0f} "
-              f"(target <= 8,500; one frame 7,056)")
-        print(f"collector env steps/s, Pong, Nature CNN acting: library {r['lib']:.0f} vs bare {r['bare']:.0f} "
-              f"-> {r['lib'] / r['bare']:.2f} (target >= 0.85); writing its chunks: {r['lib_w']:.0f} vs "
-              f"{r['bare_w']:.0f} -> {r['lib_w'] / r['bare_w']:.2f}")
+        print(
+            f"chunk bytes per transition (Pong, stack 4, {r['chunk_rows']}-row chunks): {r['chunk_bytes']:,.0f} "
+            f"(target <= 8,500; one frame 7,056)"
+        )
+        print(
+            f"collector env steps/s, Pong, Nature CNN acting: library {r['lib']:.0f} vs bare {r['bare']:.0f} "
+            f"-> {r['lib'] / r['bare']:.2f} (target >= 0.85); writing its chunks: {r['lib_w']:.0f} vs "
+            f"{r['bare_w']:.0f} -> {r['lib_w'] / r['bare_w']:.2f}"
+        )
     if "run" in args.only:
         for config in RUN_CONFIGS:
             for label, overrides in (("as shipped", ()), ("64-row chunks", ("parallel.collector.chunk_size=64",))):
                 nbytes, rows = run_chunk_bytes(config, args.run_env_steps, overrides)
-                print(f"parallel-rl run {config}, 1 collector, {args.run_env_steps:,} env steps, {label}: "
-                      f"{nbytes / max(rows, 1):,.0f} bytes per transition ({nbytes:,} B over {rows:,} transitions; "
-                      f"target <= 8,500; one frame 7,056)", flush=True)
+                print(
+                    f"parallel-rl run {config}, 1 collector, {args.run_env_steps:,} env steps, {label}: "
+                    f"{nbytes / max(rows, 1):,.0f} bytes per transition ({nbytes:,} B over {rows:,} transitions; "
+                    f"target <= 8,500; one frame 7,056)",
+                    flush=True,
+                )
     for kind in ("minatar", "nature"):
         if kind in args.only:
             bare, lib = learner_rates(kind, args.seconds, args.device)
-            print(f"DQN learner updates/s, {kind} network, batch 32, {args.device}: library {lib:.1f} vs bare "
-                  f"{bare:.1f} -> {lib / bare:.2f} (target >= 0.9)")
+            print(
+                f"DQN learner updates/s, {kind} network, batch 32, {args.device}: library {lib:.1f} vs bare "
+                f"{bare:.1f} -> {lib / bare:.2f} (target >= 0.9)"
+            )
     return 0
 
 

@@ -16,6 +16,7 @@ full state at 200). Printed per role, median over the runs:
 DQN on CartPole is noisy (a seed solves in 4-10 s): read ``extra`` with that in mind; ``recovery`` is
 the direct measure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,13 @@ def free_port() -> int:
 
 
 def cli(*args: str, log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN})
+    return subprocess.Popen(
+        [sys.executable, "-m", "parallel_rl", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN},
+    )
 
 
 def learners(url: str) -> Optional[Dict[str, int]]:
@@ -114,8 +120,10 @@ def one_run(role: Optional[str], seed: int, kill_at: int, tmp: str) -> tuple:
             shared = os.path.join(tmp, "shared")
             coordinator_args = ["coordinator", *common, "--port", str(port), "--shared-dir", shared]
             coordinator = cli(*coordinator_args, log=log)
-            procs += [cli(r, "--coordinator", url, "--shared-dir", shared, log=log)
-                      for r in ("learner", "collector", "collector")]
+            procs += [
+                cli(r, "--coordinator", url, "--shared-dir", shared, log=log)
+                for r in ("learner", "collector", "collector")
+            ]
             main = coordinator
         else:
             main = cli("run", *common, "--port", str(port), log=log)
@@ -157,11 +165,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--kill-at", type=int, default=300, help="kill once the cluster reports this many iterations")
-    parser.add_argument("--roles", nargs="+", default=["learner", "collector", "coordinator"],
-                        choices=["learner", "collector", "coordinator"])
+    parser.add_argument(
+        "--roles",
+        nargs="+",
+        default=["learner", "collector", "coordinator"],
+        choices=["learner", "collector", "coordinator"],
+    )
     args = parser.parse_args()
-    scenarios = (["run"] if {"learner", "collector"} & set(args.roles) else []) + \
-                (["roles"] if "coordinator" in args.roles else []) + list(args.roles)
+    scenarios = (
+        (["run"] if {"learner", "collector"} & set(args.roles) else [])
+        + (["roles"] if "coordinator" in args.roles else [])
+        + list(args.roles)
+    )
     walls: Dict[str, List[Optional[float]]] = {s: [] for s in scenarios}
     recoveries: Dict[str, List[float]] = {s: [] for s in args.roles}
     for seed in range(args.runs):
@@ -175,18 +190,26 @@ def main() -> int:
             walls[scenario].append(wall if ok else None)
             if recovery is not None:
                 recoveries[scenario].append(recovery)
-            print(f"seed {seed} {scenario:>11}: {'solved' if ok else 'FAILED'} in {wall:.2f}s"
-                  + (f", training resumed {recovery:.2f}s after the kill" if recovery is not None else ""),
-                  flush=True)
-    print(f"CartPole-v1 DQN, 1 learner + 2 collectors, victim killed at {args.kill_at} iterations, "
-          f"median over {args.runs} runs")
+            print(
+                f"seed {seed} {scenario:>11}: {'solved' if ok else 'FAILED'} in {wall:.2f}s"
+                + (f", training resumed {recovery:.2f}s after the kill" if recovery is not None else ""),
+                flush=True,
+            )
+    print(
+        f"CartPole-v1 DQN, 1 learner + 2 collectors, victim killed at {args.kill_at} iterations, "
+        f"median over {args.runs} runs"
+    )
     for role in args.roles:
         base = "roles" if role == "coordinator" else "run"
         extra = [w - b for w, b in zip(walls[role], walls[base]) if w is not None and b is not None]
         rec = recoveries[role]
-        print(f"{role:>11}: training resumed after {statistics.median(rec):.2f}s (max {max(rec):.2f}s, "
-              f"{len(rec)}/{args.runs} measured); extra wall time vs baseline {statistics.median(extra):+.2f}s "
-              f"(runs: {', '.join(f'{e:+.2f}' for e in extra)})" if rec and extra else f"{role:>11}: no measurement")
+        print(
+            f"{role:>11}: training resumed after {statistics.median(rec):.2f}s (max {max(rec):.2f}s, "
+            f"{len(rec)}/{args.runs} measured); extra wall time vs baseline {statistics.median(extra):+.2f}s "
+            f"(runs: {', '.join(f'{e:+.2f}' for e in extra)})"
+            if rec and extra
+            else f"{role:>11}: no measurement"
+        )
     for base in ("run", "roles"):
         if base in walls:
             ok = [w for w in walls[base] if w is not None]

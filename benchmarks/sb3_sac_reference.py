@@ -11,6 +11,7 @@ critic learning rate 1e-3, a fixed temperature 0.2), those of ``configs/*_sac_ti
     PYTHONPATH=/tmp/sb3lib .venv/bin/python -P benchmarks/sb3_sac_reference.py [ENV_STEPS] [--env Hopper-v5]
         [--seed N] [--lr 1e-3] [--ent-coef 0.2]
 """
+
 import argparse
 import time
 
@@ -30,8 +31,16 @@ args = parser.parse_args()
 torch.set_num_threads(1)
 env = gym.make(args.env)
 ent_coef = args.ent_coef if args.ent_coef == "auto" else float(args.ent_coef)
-model = SAC("MlpPolicy", env, learning_starts=10_000, learning_rate=args.lr, ent_coef=ent_coef, seed=args.seed,
-            device="cpu", verbose=0)
+model = SAC(
+    "MlpPolicy",
+    env,
+    learning_starts=10_000,
+    learning_rate=args.lr,
+    ent_coef=ent_coef,
+    seed=args.seed,
+    device="cpu",
+    verbose=0,
+)
 eval_env = gym.make(args.env)
 eval_env.reset(seed=args.seed + 10_000)
 start = time.time()
@@ -41,5 +50,8 @@ while done < args.env_steps:
     done += 5000
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=5, deterministic=True)
     alpha = float(model.log_ent_coef.exp()) if args.ent_coef == "auto" else ent_coef
-    print(f"sb3 env={args.env} seed={args.seed} env_steps={done} eval_return={mean:.1f} "
-          f"wall={time.time() - start:.0f}s ent_coef={alpha:.4f}", flush=True)
+    print(
+        f"sb3 env={args.env} seed={args.seed} env_steps={done} eval_return={mean:.1f} "
+        f"wall={time.time() - start:.0f}s ent_coef={alpha:.4f}",
+        flush=True,
+    )

@@ -35,6 +35,7 @@ Prints a table per part and writes a PNG plot (throughput vs workers, with the i
 Targets (#13): N <= C-2 collectors >= 0.85 N x one; 2 ranks >= 1.6x one; coordinator >= 5k
 announcements/s and p99 <= 50 ms with 256 simulated collectors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,13 +78,17 @@ def powers_up_to(n: int) -> list:
 def collectors(counts: list, seconds: float) -> list:
     rows = []
     for n in counts:
-        r = cluster_throughput.measure_cluster(seconds, ["--collectors", str(n), "--set",
-                                                         "parallel.commander.max_env_steps_per_update=0"])
+        r = cluster_throughput.measure_cluster(
+            seconds, ["--collectors", str(n), "--set", "parallel.commander.max_env_steps_per_update=0"]
+        )
         rows.append({"n": n, **r})
-        print(f"  {n} collector(s): {r['env_steps']:.0f} env steps/s, {r['updates']:.0f} learner updates/s; "
-              f"coordinator {r['coordinator_cpu']:.2f} cores for {r['chunks']:.0f} chunks/s and {r['messages']:.0f} "
-              f"HTTP messages/s: {r['cpu_per_chunk_us']:.0f} us per chunk, {r['cpu_per_message_us']:.0f} us per "
-              f"message; load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"  {n} collector(s): {r['env_steps']:.0f} env steps/s, {r['updates']:.0f} learner updates/s; "
+            f"coordinator {r['coordinator_cpu']:.2f} cores for {r['chunks']:.0f} chunks/s and {r['messages']:.0f} "
+            f"HTTP messages/s: {r['cpu_per_chunk_us']:.0f} us per chunk, {r['cpu_per_message_us']:.0f} us per "
+            f"message; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     return rows
 
 
@@ -91,8 +96,17 @@ def collectors(counts: list, seconds: float) -> list:
 def _learner_cfg(batch: int):
     from parallel_rl.config import compile_config
 
-    return compile_config({"policy": {"model": {"hidden_size_list": HIDDEN}, "learn": {
-        "batch_size": batch, "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}})
+    return compile_config(
+        {
+            "policy": {
+                "model": {"hidden_size_list": HIDDEN},
+                "learn": {
+                    "batch_size": batch,
+                    "learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}},
+                },
+            }
+        }
+    )
 
 
 def write_chunks(root: str) -> list:
@@ -100,12 +114,17 @@ def write_chunks(root: str) -> list:
     names = []
     for i in range(CHUNKS):
         name = f"bench-{i:04d}"
-        storage.chunks.write(name, {
-            "obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
-            "next_obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
-            "action": rng.integers(0, 2, CHUNK_ROWS), "reward": rng.normal(size=CHUNK_ROWS).astype(np.float32),
-            "done": (rng.random(CHUNK_ROWS) < 0.05).astype(np.float32),
-            "discount": np.full(CHUNK_ROWS, 0.99, np.float32)})
+        storage.chunks.write(
+            name,
+            {
+                "obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
+                "next_obs": rng.normal(size=(CHUNK_ROWS, 4)).astype(np.float32),
+                "action": rng.integers(0, 2, CHUNK_ROWS),
+                "reward": rng.normal(size=CHUNK_ROWS).astype(np.float32),
+                "done": (rng.random(CHUNK_ROWS) < 0.05).astype(np.float32),
+                "discount": np.full(CHUNK_ROWS, 0.99, np.float32),
+            },
+        )
         names.append(name)
     return names
 
@@ -134,9 +153,13 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
     rng = np.random.default_rng(rank)
 
     def refs():
-        return {"chunk": np.asarray(names)[rng.integers(0, len(names), batch)],
-                "row": rng.integers(0, CHUNK_ROWS, batch), "weight": np.ones(batch, np.float32),
-                "index": np.arange(batch), "uid": np.arange(batch)}
+        return {
+            "chunk": np.asarray(names)[rng.integers(0, len(names), batch)],
+            "row": rng.integers(0, CHUNK_ROWS, batch),
+            "weight": np.ones(batch, np.float32),
+            "index": np.arange(batch),
+            "uid": np.arange(batch),
+        }
 
     storage = SharedStorage(root)
     if size == 1:  # what a single learner does per batch: gather the rows (cached chunks), train
@@ -166,6 +189,7 @@ def _rank(rank: int, size: int, root: str, names: list, seconds: float, ports, r
 
         def update():
             step.send(Op.TRAIN, refs())
+
     for _ in range(3):  # warm-up: every chunk file read once, allocations made
         update()
     if size > 1:
@@ -191,13 +215,17 @@ def learner_ranks(sizes: list, seconds: float, rounds: int = 1, batch: int = BAT
         for k in range(rounds):
             for size in sizes:
                 ports, results = ctx.Queue(), ctx.Queue()
-                procs = [ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results, batch))
-                         for r in range(size)]
+                procs = [
+                    ctx.Process(target=_rank, args=(r, size, root, names, seconds, ports, results, batch))
+                    for r in range(size)
+                ]
                 for p in procs:
                     p.start()
                 try:
-                    got = {r: (updates, cpu, rest) for r, updates, cpu, *rest in
-                           (results.get(timeout=seconds + 120) for _ in procs)}
+                    got = {
+                        r: (updates, cpu, rest)
+                        for r, updates, cpu, *rest in (results.get(timeout=seconds + 120) for _ in procs)
+                    }
                 except queue.Empty:
                     raise SystemExit(f"world size {size}: no result (exit codes {[p.exitcode for p in procs]})")
                 finally:
@@ -211,16 +239,24 @@ def learner_ranks(sizes: list, seconds: float, rounds: int = 1, batch: int = BAT
                 ceiling = updates * batch / max(cpu for _, cpu, _ in got.values())
                 load = os.getloadavg()[0]
                 per_size[size].append((rate, ceiling, load))
-                print(f"  round {k + 1}: world size {size}: {rate:.0f} samples trained/s "
-                      f"({rate / per_size[sizes[0]][k][0]:.2f}x world size {sizes[0]}); {ceiling:.0f} per CPU-second "
-                      f"of the busiest rank ({ceiling / per_size[sizes[0]][k][1]:.2f}x); load average {load:.1f}",
-                      flush=True)
+                print(
+                    f"  round {k + 1}: world size {size}: {rate:.0f} samples trained/s "
+                    f"({rate / per_size[sizes[0]][k][0]:.2f}x world size {sizes[0]}); {ceiling:.0f} per CPU-second "
+                    f"of the busiest rank ({ceiling / per_size[sizes[0]][k][1]:.2f}x); load average {load:.1f}",
+                    flush=True,
+                )
     base = per_size[sizes[0]]
-    return [{"n": size, "samples": float(np.median([r for r, _, _ in points])),
-             "ratio": float(np.median([r / b[0] for (r, _, _), b in zip(points, base)])),
-             "rounds": [r / b[0] for (r, _, _), b in zip(points, base)], "loads": [load for _, _, load in points],
-             "cpu_ratio": float(np.median([c / b[1] for (_, c, _), b in zip(points, base)]))}
-            for size, points in per_size.items()]
+    return [
+        {
+            "n": size,
+            "samples": float(np.median([r for r, _, _ in points])),
+            "ratio": float(np.median([r / b[0] for (r, _, _), b in zip(points, base)])),
+            "rounds": [r / b[0] for (r, _, _), b in zip(points, base)],
+            "loads": [load for _, _, load in points],
+            "cpu_ratio": float(np.median([c / b[1] for (_, c, _), b in zip(points, base)])),
+        }
+        for size, points in per_size.items()
+    ]
 
 
 # ---- 3. the coordinator alone ------------------------------------------------------------------------
@@ -231,12 +267,24 @@ def coordinator_alone(counts: list, seconds: float, files: int, per_call: int, p
     for n in counts:
         token = secrets.token_urlsafe(24)
         with tempfile.TemporaryDirectory() as tmp:
-            proc, log = control_plane.start_coordinator(tmp, token, [
-                "--set", "parallel.commander.warmup_env_steps=0", "--set", "parallel.commander.max_seconds=0",
-                "--set", "parallel.commander.max_env_steps_per_update=0",
-                "--set", "parallel.commander.collector_task_env_steps=1000000000",
-                "--set", "parallel.coordinator.heartbeat_ttl=600",  # the simulated collectors send no heartbeats
-                "--set", "parallel.coordinator.chunk_grace_seconds=600"])
+            proc, log = control_plane.start_coordinator(
+                tmp,
+                token,
+                [
+                    "--set",
+                    "parallel.commander.warmup_env_steps=0",
+                    "--set",
+                    "parallel.commander.max_seconds=0",
+                    "--set",
+                    "parallel.commander.max_env_steps_per_update=0",
+                    "--set",
+                    "parallel.commander.collector_task_env_steps=1000000000",
+                    "--set",
+                    "parallel.coordinator.heartbeat_ttl=600",  # the simulated collectors send no heartbeats
+                    "--set",
+                    "parallel.coordinator.chunk_grace_seconds=600",
+                ],
+            )
             stub = None
             try:
                 url = control_plane.coordinator_url(proc, log)
@@ -248,8 +296,22 @@ def coordinator_alone(counts: list, seconds: float, files: int, per_call: int, p
                 if rate > 0:  # enough files for the paced window, and some to spare
                     windows.append((f"{rate:g}/s", rate, max(per_call, int(1.3 * rate * seconds / n))))
                 for w, (mode, offered, per_worker) in enumerate(windows):
-                    rows.append(_announce(url, token, proc.pid, shared, workers, f"w{w}", per_worker, seconds,
-                                          per_call, processes, offered, mode))
+                    rows.append(
+                        _announce(
+                            url,
+                            token,
+                            proc.pid,
+                            shared,
+                            workers,
+                            f"w{w}",
+                            per_worker,
+                            seconds,
+                            per_call,
+                            processes,
+                            offered,
+                            mode,
+                        )
+                    )
             finally:
                 if stub is not None:
                     stub.close()
@@ -259,8 +321,9 @@ def coordinator_alone(counts: list, seconds: float, files: int, per_call: int, p
     return rows
 
 
-def _announcers(url, token, shared, workers, prefix, per_worker, per_call, interval, phases, ready, start, stop,
-                results) -> None:
+def _announcers(
+    url, token, shared, workers, prefix, per_worker, per_call, interval, phases, ready, start, stop, results
+) -> None:
     """Simulated collectors in a process of their own (one thread each, real HTTP calls): each writes its
     1-row chunk files, then announces them ``per_call`` per metadata call, flat out (``interval`` 0) or
     one call every ``interval`` s from its ``phase``; puts (announced, failed calls, first failures, CPU s)."""
@@ -286,18 +349,34 @@ def _announcers(url, token, shared, workers, prefix, per_worker, per_call, inter
                 next_call += interval
             elif stop.is_set():
                 return
-            batch = mine[j:j + per_call]
+            batch = mine[j : j + per_call]
             try:
-                answer = client.post(f"/api/v1/workers/{worker_id}/metadata", {"messages": [
-                    {"type": "chunk", "chunk": name, "size": 1, "policy_version": -1, "env_steps": 1,
-                     "episode_returns": []} for name in batch]}, retries=0)
+                answer = client.post(
+                    f"/api/v1/workers/{worker_id}/metadata",
+                    {
+                        "messages": [
+                            {
+                                "type": "chunk",
+                                "chunk": name,
+                                "size": 1,
+                                "policy_version": -1,
+                                "env_steps": 1,
+                                "episode_returns": [],
+                            }
+                            for name in batch
+                        ]
+                    },
+                    retries=0,
+                )
             except ParallelRLError as exc:
                 failures.append(f"{worker_id}: {exc}")
                 continue
             sent[k] += len(batch) - len(answer.get("refused") or [])
 
-    threads = [threading.Thread(target=collector, args=(k, w, lease, phase), daemon=True)
-               for k, ((w, lease), phase) in enumerate(zip(workers, phases))]
+    threads = [
+        threading.Thread(target=collector, args=(k, w, lease, phase), daemon=True)
+        for k, ((w, lease), phase) in enumerate(zip(workers, phases))
+    ]
     for t in threads:
         t.start()
     ready.put(len(workers))
@@ -308,18 +387,48 @@ def _announcers(url, token, shared, workers, prefix, per_worker, per_call, inter
     results.put((sum(sent), len(failures), failures[:3], time.process_time() - cpu))
 
 
-def _announce(url: str, token: str, pid: int, shared: str, workers: list, prefix: str, per_worker: int, seconds: float,
-              per_call: int, processes: int, rate: float, mode: str) -> dict:
+def _announce(
+    url: str,
+    token: str,
+    pid: int,
+    shared: str,
+    workers: list,
+    prefix: str,
+    per_worker: int,
+    seconds: float,
+    per_call: int,
+    processes: int,
+    rate: float,
+    mode: str,
+) -> dict:
     n = len(workers)
     ctx = multiprocessing.get_context("spawn")
     ready, results, start, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
     interval = per_call * n / rate if rate > 0 else 0.0
     phases = list(np.random.default_rng(0).uniform(0, interval, n)) if interval else [0.0] * n
     shares = [list(range(p, n, processes)) for p in range(min(processes, n))]
-    procs = [ctx.Process(target=_announcers, args=(url, token, shared, [workers[k] for k in share], prefix,
-                                                   per_worker, per_call, interval, [phases[k] for k in share],
-                                                   ready, start, stop, results), daemon=True)
-             for share in shares]
+    procs = [
+        ctx.Process(
+            target=_announcers,
+            args=(
+                url,
+                token,
+                shared,
+                [workers[k] for k in share],
+                prefix,
+                per_worker,
+                per_call,
+                interval,
+                [phases[k] for k in share],
+                ready,
+                start,
+                stop,
+                results,
+            ),
+            daemon=True,
+        )
+        for share in shares
+    ]
     for p in procs:
         p.start()
     for _ in procs:  # every file written, every thread waiting
@@ -351,14 +460,26 @@ def _announce(url: str, token: str, pid: int, shared: str, workers: list, prefix
     rate_out = announced / elapsed
     coord_cores = (cpu1 - cpu0) / elapsed
     lat = control_plane.percentiles(latencies) if latencies else {"p50": float("nan"), "p99": float("nan")}
-    out = {"n": n, "mode": mode, "announcements": rate_out, "coordinator_cpu": coord_cores,
-           "cpu_us": 1e6 * (cpu1 - cpu0) / max(1, announced), "client_cpu": sum(o[3] for o in outcomes) / elapsed,
-           "p50": lat["p50"], "p99": lat["p99"], "failures": sum(o[1] for o in outcomes),
-           "ran_out": announced >= n * per_worker, "load": os.getloadavg()[0]}
-    print(f"  {n} simulated collectors, {mode}: {rate_out:.0f} announcements/s; coordinator CPU {coord_cores:.2f} "
-          f"cores ({out['cpu_us']:.0f} us per announcement), clients {out['client_cpu']:.2f} cores; GET /cluster "
-          f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; {out['failures']} failed calls {failures[:1]}"
-          f"{' (ran out of chunk files)' if out['ran_out'] else ''}; load {out['load']:.1f}", flush=True)
+    out = {
+        "n": n,
+        "mode": mode,
+        "announcements": rate_out,
+        "coordinator_cpu": coord_cores,
+        "cpu_us": 1e6 * (cpu1 - cpu0) / max(1, announced),
+        "client_cpu": sum(o[3] for o in outcomes) / elapsed,
+        "p50": lat["p50"],
+        "p99": lat["p99"],
+        "failures": sum(o[1] for o in outcomes),
+        "ran_out": announced >= n * per_worker,
+        "load": os.getloadavg()[0],
+    }
+    print(
+        f"  {n} simulated collectors, {mode}: {rate_out:.0f} announcements/s; coordinator CPU {coord_cores:.2f} "
+        f"cores ({out['cpu_us']:.0f} us per announcement), clients {out['client_cpu']:.2f} cores; GET /cluster "
+        f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; {out['failures']} failed calls {failures[:1]}"
+        f"{' (ran out of chunk files)' if out['ran_out'] else ''}; load {out['load']:.1f}",
+        flush=True,
+    )
     return out
 
 
@@ -370,8 +491,10 @@ def plot(path: str, coll: list, ranks: list, coord: list) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, rows, key, label in ((axes[0], coll, "env_steps", "env steps/s into the buffer"),
-                                 (axes[1], ranks, "samples", "samples trained/s (3x512 MLP)")):
+    for ax, rows, key, label in (
+        (axes[0], coll, "env_steps", "env steps/s into the buffer"),
+        (axes[1], ranks, "samples", "samples trained/s (3x512 MLP)"),
+    ):
         n = [r["n"] for r in rows]
         ax.plot(n, [r[key] for r in rows], "o-", label="measured")
         ax.plot(n, [rows[0][key] * k for k in n], "--", color="gray", label="ideal (N x one)")
@@ -403,10 +526,12 @@ def main() -> None:
     parser.add_argument("--simulated", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--files", type=int, default=40000, help="chunk files announced at most per point")
     parser.add_argument("--per-call", type=int, default=8, help="chunk announcements per metadata call")
-    parser.add_argument("--client-processes", type=int, default=4,
-                        help="processes the simulated collectors are spread over (part 3)")
-    parser.add_argument("--rate", type=float, default=5000.0,
-                        help="announcements/s in all for part 3's paced window (0: flat out only)")
+    parser.add_argument(
+        "--client-processes", type=int, default=4, help="processes the simulated collectors are spread over (part 3)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=5000.0, help="announcements/s in all for part 3's paced window (0: flat out only)"
+    )
     parser.add_argument("--out", default="scaling.png")
     parser.add_argument("--batch", type=int, default=BATCH, help="global batch of part 2 (split between the ranks)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of learner world sizes (part 2)")
@@ -418,29 +543,47 @@ def main() -> None:
         print("1. collectors (parallel-rl run, CartPole, collectors flat out, evaluation off)", flush=True)
         coll = collectors(powers_up_to(args.max_collectors), args.seconds)
     if "ranks" not in args.skip:
-        print(f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {args.batch}, 1 torch thread each)", flush=True)
+        print(
+            f"2. learner ranks (DQN, {'x'.join(map(str, HIDDEN))} MLP, batch {args.batch}, 1 torch thread each)",
+            flush=True,
+        )
         ranks = learner_ranks(powers_up_to(args.max_ranks), args.seconds, args.rounds, args.batch)
     if "coordinator" not in args.skip:
-        print(f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
-              flush=True)
-        coord = coordinator_alone(args.simulated, args.seconds, args.files, args.per_call, args.client_processes,
-                                  args.rate)
-    print("\n| collectors | env steps/s | x one | learner updates/s | coordinator CPU (cores) | chunks/s | HTTP messages/s "
-          "| CPU us per chunk | CPU us per message |\n|---|---|---|---|---|---|---|---|---|")
+        print(
+            f"3. the coordinator alone, simulated collectors announcing 1-row chunks, {args.per_call} per call",
+            flush=True,
+        )
+        coord = coordinator_alone(
+            args.simulated, args.seconds, args.files, args.per_call, args.client_processes, args.rate
+        )
+    print(
+        "\n| collectors | env steps/s | x one | learner updates/s | coordinator CPU (cores) | chunks/s | HTTP messages/s "
+        "| CPU us per chunk | CPU us per message |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for r in coll:
-        print(f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} "
-              f"| {r['coordinator_cpu']:.2f} | {r['chunks']:.0f} | {r['messages']:.0f} | {r['cpu_per_chunk_us']:.0f} "
-              f"| {r['cpu_per_message_us']:.0f} |")
-    print("\n| learner ranks | samples trained/s (median) | x one (median of rounds) | x one per round | load average "
-          "per round | samples per CPU-second of the busiest rank: x one |\n|---|---|---|---|---|---|")
+        print(
+            f"| {r['n']} | {r['env_steps']:.0f} | {r['env_steps'] / coll[0]['env_steps']:.2f} | {r['updates']:.0f} "
+            f"| {r['coordinator_cpu']:.2f} | {r['chunks']:.0f} | {r['messages']:.0f} | {r['cpu_per_chunk_us']:.0f} "
+            f"| {r['cpu_per_message_us']:.0f} |"
+        )
+    print(
+        "\n| learner ranks | samples trained/s (median) | x one (median of rounds) | x one per round | load average "
+        "per round | samples per CPU-second of the busiest rank: x one |\n|---|---|---|---|---|---|"
+    )
     for r in ranks:
-        print(f"| {r['n']} | {r['samples']:.0f} | {r['ratio']:.2f} | {' / '.join(f'{x:.2f}' for x in r['rounds'])} | "
-              f"{' / '.join(f'{x:.1f}' for x in r['loads'])} | {r['cpu_ratio']:.2f} |")
-    print("\n| simulated collectors | offered | announcements/s | coordinator CPU (cores) | CPU us per announcement "
-          "| GET /cluster p50 ms | p99 ms | load |\n|---|---|---|---|---|---|---|---|")
+        print(
+            f"| {r['n']} | {r['samples']:.0f} | {r['ratio']:.2f} | {' / '.join(f'{x:.2f}' for x in r['rounds'])} | "
+            f"{' / '.join(f'{x:.1f}' for x in r['loads'])} | {r['cpu_ratio']:.2f} |"
+        )
+    print(
+        "\n| simulated collectors | offered | announcements/s | coordinator CPU (cores) | CPU us per announcement "
+        "| GET /cluster p50 ms | p99 ms | load |\n|---|---|---|---|---|---|---|---|"
+    )
     for r in coord:
-        print(f"| {r['n']} | {r['mode']} | {r['announcements']:.0f} | {r['coordinator_cpu']:.2f} | {r['cpu_us']:.0f} "
-              f"| {r['p50']:.1f} | {r['p99']:.1f} | {r['load']:.1f} |")
+        print(
+            f"| {r['n']} | {r['mode']} | {r['announcements']:.0f} | {r['coordinator_cpu']:.2f} | {r['cpu_us']:.0f} "
+            f"| {r['p50']:.1f} | {r['p99']:.1f} | {r['load']:.1f} |"
+        )
     plot(args.out, coll, ranks, [r for r in coord if r["mode"] == "flat out"])
 
 

@@ -17,6 +17,7 @@ first mover never lose to random and win >= 90 %, as second mover lose <= 5 %.
 Connect Four: >= 90 % against random and >= 60 % against lookahead, both sides
 averaged.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,11 +37,12 @@ from parallel_rl.storage import torch_load  # noqa: E402
 from parallel_rl.evaluator.battle import SIDES, BattleInteractionSerialEvaluator  # noqa: E402
 
 TARGETS = {
-    "pettingzoo.classic.tictactoe_v3": lambda r: (r["random"]["first"]["loss"] == 0.0
-                                                  and r["random"]["first"]["win"] >= 0.90
-                                                  and r["random"]["second"]["loss"] <= 0.05),
-    "pettingzoo.classic.connect_four_v3": lambda r: (mean_win(r, "random") >= 0.90
-                                                     and mean_win(r, "lookahead") >= 0.60),
+    "pettingzoo.classic.tictactoe_v3": lambda r: (
+        r["random"]["first"]["loss"] == 0.0
+        and r["random"]["first"]["win"] >= 0.90
+        and r["random"]["second"]["loss"] <= 0.05
+    ),
+    "pettingzoo.classic.connect_four_v3": lambda r: mean_win(r, "random") >= 0.90 and mean_win(r, "lookahead") >= 0.60,
 }
 
 
@@ -52,9 +54,14 @@ def final_check(cfg, policy, opponents, games: int, seed: int) -> dict:
     env = BattleEnvManager.from_cfg(cfg.env, cfg.env.evaluator_env_num, seed=seed)
     n = env.action_spec.n
     evaluator = BattleInteractionSerialEvaluator(
-        {"max_seconds": 0}, env, policy.eval_mode,
+        {"max_seconds": 0},
+        env,
+        policy.eval_mode,
         {name: create_bot(name, seed=seed + i, n_actions=n) for i, name in enumerate(opponents)},
-        stop_value=1.0, n_evaluator_episode=games, seed=seed)
+        stop_value=1.0,
+        n_evaluator_episode=games,
+        seed=seed,
+    )
     _, info = evaluator.eval()
     evaluator.close()
     return info["results"]
@@ -74,13 +81,19 @@ def policy_for(cfg, state: dict = None):
 def progress(info: dict) -> None:
     """One line per evaluation during training: where the run is and its mean win rate per opponent."""
     rates = ", ".join(f"{o} {rate:.3f}" for o, rate in info["win_rate"].items())
-    print(f"  eval at {info['elapsed']:.0f}s: {info['train_iter']} updates, {info['envstep']} env steps, "
-          f"{info['games']} games; mean win rate {rates}", flush=True)
+    print(
+        f"  eval at {info['elapsed']:.0f}s: {info['train_iter']} updates, {info['envstep']} env steps, "
+        f"{info['games']} games; mean win rate {rates}",
+        flush=True,
+    )
 
 
 def describe(results: dict) -> str:
-    return "; ".join(f"vs {o} {side}: win {r['win']:.3f} draw {r['draw']:.3f} loss {r['loss']:.3f}"
-                     for o, sides in results.items() for side, r in sides.items())
+    return "; ".join(
+        f"vs {o} {side}: win {r['win']:.3f} draw {r['draw']:.3f} loss {r['loss']:.3f}"
+        for o, sides in results.items()
+        for side, r in sides.items()
+    )
 
 
 def main() -> int:
@@ -100,8 +113,16 @@ def main() -> int:
     met_all = True
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = load_config(args.config, [f"seed={seed}", f"exp_name={tmp}/exp", "system.tensorboard=false",
-                                            "system.log_level=WARNING", *args.overrides])
+            cfg = load_config(
+                args.config,
+                [
+                    f"seed={seed}",
+                    f"exp_name={tmp}/exp",
+                    "system.tensorboard=false",
+                    "system.log_level=WARNING",
+                    *args.overrides,
+                ],
+            )
             setup_process(cfg)
             baseline = final_check(cfg, policy_for(cfg), opponents, args.games, seed=12345 + seed)
             games = []
@@ -115,19 +136,26 @@ def main() -> int:
                 state = torch_load(os.path.join(tmp, "exp", "ckpt", name))
                 if checked and state["train_iter"] == next(iter(checked.values()))[0]:
                     break  # the best evaluation was the last one: the same policy
-                checked[name] = (state["train_iter"], final_check(cfg, policy_for(cfg, state), opponents,
-                                                                  args.games, seed=54321 + seed))
-        print(f"seed {seed}: {'stop rule met' if result.solved else 'NOT met: ' + result.reason} after "
-              f"{games[-1] if games else 0} training games, {result.env_steps} env steps (moves), "
-              f"{result.train_iter} updates, {wall:.1f}s wall", flush=True)
+                checked[name] = (
+                    state["train_iter"],
+                    final_check(cfg, policy_for(cfg, state), opponents, args.games, seed=54321 + seed),
+                )
+        print(
+            f"seed {seed}: {'stop rule met' if result.solved else 'NOT met: ' + result.reason} after "
+            f"{games[-1] if games else 0} training games, {result.env_steps} env steps (moves), "
+            f"{result.train_iter} updates, {wall:.1f}s wall",
+            flush=True,
+        )
         print(f"  baseline, untrained policy: {describe(baseline)}")
         met_any = False
         for name, (train_iter, final) in checked.items():
             met = TARGETS.get(cfg.env.env_id, lambda r: True)(final)
             met_any |= met
             print(f"  final check of {name} ({train_iter} updates; {args.games} games per side): {describe(final)}")
-            print("    win rate over baseline: " + ", ".join(
-                f"{o}: x{mean_win(final, o) / max(mean_win(baseline, o), 1e-9):.2f}" for o in opponents))
+            print(
+                "    win rate over baseline: "
+                + ", ".join(f"{o}: x{mean_win(final, o) / max(mean_win(baseline, o), 1e-9):.2f}" for o in opponents)
+            )
             print(f"    issue #12 target for {cfg.env.env_id}: {'MET' if met else 'NOT MET'}", flush=True)
         met_all &= met_any
     return 0 if met_all else 1
@@ -143,8 +171,10 @@ def check_checkpoint(args, opponents) -> int:
     start = time.perf_counter()
     final = final_check(cfg, policy_for(cfg, state), opponents, args.games, seed=54321 + int(cfg.seed))
     met = TARGETS.get(cfg.env.env_id, lambda r: True)(final)
-    print(f"{args.checkpoint} ({state.get('train_iter')} updates), {args.games} games per side "
-          f"({time.perf_counter() - start:.1f}s): {describe(final)}")
+    print(
+        f"{args.checkpoint} ({state.get('train_iter')} updates), {args.games} games per side "
+        f"({time.perf_counter() - start:.1f}s): {describe(final)}"
+    )
     print(f"  issue #12 target for {cfg.env.env_id}: {'MET' if met else 'NOT MET'}", flush=True)
     return 0 if met else 1
 

@@ -5,6 +5,7 @@
 Each seed runs `parallel-rl serial` as a fresh process (so torch's import is
 counted, as a user would see it) and reads the final summary line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,21 +23,41 @@ def run_once(config: str, seed: int, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "parallel_rl", "serial", "-c", config, "--set", f"seed={seed}",
-             "--set", f"exp_name={tmp}/exp", *extra],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "serial",
+                "-c",
+                config,
+                "--set",
+                f"seed={seed}",
+                "--set",
+                f"exp_name={tmp}/exp",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         wall = time.perf_counter() - start
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     m = SUMMARY.search(last)
-    return {"seed": seed, "ok": proc.returncode == 0, "wall": wall,
-            "env_steps": int(m.group(1)) if m else -1, "train_iter": int(m.group(2)) if m else -1,
-            "line": last or proc.stderr.strip()[-200:]}
+    return {
+        "seed": seed,
+        "ok": proc.returncode == 0,
+        "wall": wall,
+        "env_steps": int(m.group(1)) if m else -1,
+        "train_iter": int(m.group(2)) if m else -1,
+        "line": last or proc.stderr.strip()[-200:],
+    }
 
 
 def describe(label: str, values: list[float], unit: str = "") -> str:
-    return (f"{label:>12}: median {statistics.median(values):.2f}{unit}  "
-            f"min {min(values):.2f}{unit}  max {max(values):.2f}{unit}")
+    return (
+        f"{label:>12}: median {statistics.median(values):.2f}{unit}  "
+        f"min {min(values):.2f}{unit}  max {max(values):.2f}{unit}"
+    )
 
 
 def main() -> int:
@@ -54,16 +75,21 @@ def main() -> int:
     for seed in range(args.seeds):
         r = run_once(args.config, seed, extra)
         runs.append(r)
-        print(f"seed {seed}: {'solved' if r['ok'] else 'FAILED'} in {r['wall']:.2f}s "
-              f"(env_steps={r['env_steps']} train_iter={r['train_iter']})", flush=True)
+        print(
+            f"seed {seed}: {'solved' if r['ok'] else 'FAILED'} in {r['wall']:.2f}s "
+            f"(env_steps={r['env_steps']} train_iter={r['train_iter']})",
+            flush=True,
+        )
     ok = [r for r in runs if r["ok"]]
     print(f"serial CartPole-v1 DQN, {len(ok)}/{len(runs)} seeds solved; `import torch` alone: {floor:.2f}s")
     if ok:
         print(describe("wall time", [r["wall"] for r in ok], "s"))
         print(describe("env steps", [r["env_steps"] for r in ok]))
         print(describe("train iters", [r["train_iter"] for r in ok]))
-        print(f"{'vs import':>12}: median wall time is {statistics.median(r['wall'] for r in ok) / floor:.1f}x "
-              f"a bare torch import")
+        print(
+            f"{'vs import':>12}: median wall time is {statistics.median(r['wall'] for r in ok) / floor:.1f}x "
+            f"a bare torch import"
+        )
     return 0 if len(ok) == len(runs) else 1
 
 

@@ -11,6 +11,7 @@ snapshot takes. ``--league N``: the tic-tac-toe self-play cluster config instead
 snapshots (the last ``pool_size`` in the pool, the rest retired) that have each played ``main`` and the
 bots (a payoff table of N + 3 players), saved with every snapshot; prints the league's share too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,14 +96,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base, _, size, _ = run(3600.0, args.rows, args.seconds, tmp, args.league)
         busy, one, _, (league_s, league_bytes) = run(0.05, args.rows, args.seconds, tmp, args.league)
-    print(f"GET /api/v1/cluster, buffer {size} rows (full)" + (f", league of {args.league} snapshots" if args.league else ""))
+    print(
+        f"GET /api/v1/cluster, buffer {size} rows (full)"
+        + (f", league of {args.league} snapshots" if args.league else "")
+    )
     print(f"  no snapshots:         {stats(base)}")
     print(f"  snapshot every 0.05s: {stats(busy)}")
-    print(f"  p99 ratio {sorted(busy)[int(0.99 * len(busy))] / sorted(base)[int(0.99 * len(base))]:.2f}x; "
-          f"median ratio {statistics.median(busy) / statistics.median(base):.2f}x; one snapshot takes {1000 * one:.1f} ms")
+    print(
+        f"  p99 ratio {sorted(busy)[int(0.99 * len(busy))] / sorted(base)[int(0.99 * len(base))]:.2f}x; "
+        f"median ratio {statistics.median(busy) / statistics.median(base):.2f}x; one snapshot takes {1000 * one:.1f} ms"
+    )
     if args.league:
-        print(f"  the commander's state (the league) in it: {league_bytes} bytes of JSON, {1000 * league_s:.2f} ms "
-              f"to take and encode")
+        print(
+            f"  the commander's state (the league) in it: {league_bytes} bytes of JSON, {1000 * league_s:.2f} ms "
+            f"to take and encode"
+        )
     return 0
 
 

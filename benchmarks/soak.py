@@ -57,6 +57,7 @@ zombie, no chunk leaked, and with the attacks: 2,000 hostile connections opened,
 listed, no GET timed out, no reader left blocked on the FIFO), damaged chunks quarantined with none left indexed.
 Exit code 0 when every criterion passed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -121,6 +122,7 @@ def fixed_port(rng: random.Random) -> int:
 
 # ---- processes -------------------------------------------------------------------------------------
 
+
 def proc_stat(pid: int) -> Optional[Tuple[str, int]]:
     """(state, parent pid) from /proc, None when gone."""
     try:
@@ -178,15 +180,24 @@ class Cluster:
         self.tmp, self.shared, self.port, self.mark = tmp, shared, port, mark
         self.url = f"http://127.0.0.1:{port}"
         budget = max(60.0, args.minutes * 60 - 30)
-        self.sets = [f"seed={args.seed}", f"exp_name={tmp}/exp", "env.stop_value=100000",
-                     "parallel.commander.max_env_step=0", f"parallel.commander.max_seconds={budget:g}",
-                     "parallel.commander.max_task_attempts=1000", "parallel.supervisor.max_restarts=1000",
-                     f"parallel.coordinator.orphan_chunk_max_age={ORPHAN_AGE:g}"]
+        self.sets = [
+            f"seed={args.seed}",
+            f"exp_name={tmp}/exp",
+            "env.stop_value=100000",
+            "parallel.commander.max_env_step=0",
+            f"parallel.commander.max_seconds={budget:g}",
+            "parallel.commander.max_task_attempts=1000",
+            "parallel.supervisor.max_restarts=1000",
+            f"parallel.coordinator.orphan_chunk_max_age={ORPHAN_AGE:g}",
+        ]
         self.proc: Optional[subprocess.Popen] = None
         self.incarnation = 0
         self.logs: List[str] = []
-        self.env = {**os.environ, MARK: mark, "PYTHONPATH": os.pathsep.join(
-            p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+        self.env = {
+            **os.environ,
+            MARK: mark,
+            "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p),
+        }
 
     def start(self, resume: bool) -> None:
         self.incarnation += 1
@@ -197,8 +208,9 @@ class Cluster:
         for s in self.sets:
             cmd += ["--set", s]
         with open(path, "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT
+            )
 
     def output(self, which: int = -1) -> str:
         with open(self.logs[which], errors="replace") as f:
@@ -222,6 +234,7 @@ def wait_for_training(cluster: Cluster, deadline: float) -> bool:
 
 
 # ---- the store turning read-only -------------------------------------------------------------------
+
 
 class Store:
     """data/ and policy/ of the shared directory, turned read-only and back."""
@@ -252,8 +265,9 @@ class Store:
         ok = True
         for d in self.dirs:
             if self.mounted:
-                r = subprocess.run(["mount", "-o", f"remount,{'ro' if ro else 'rw'},bind", d, d],
-                                   capture_output=True, text=True)
+                r = subprocess.run(
+                    ["mount", "-o", f"remount,{'ro' if ro else 'rw'},bind", d, d], capture_output=True, text=True
+                )
                 ok = ok and r.returncode == 0
                 if r.returncode:
                     log(f"remount {d} failed: {r.stderr.strip()}")
@@ -273,6 +287,7 @@ class Store:
 
 
 # ---- hostile clients --------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Pool:
@@ -295,12 +310,31 @@ CHAOS_POOLS = [Pool("idle", IDLE_CLIENTS), Pool("slow", SLOW_CLIENTS, feed=SLOW_
 ENDLESS = b"x" * 1_000_000  # a trickle that outlasts any deadline (the server cuts it first)
 ATTACK_POOLS = [
     Pool("stranger_idle", STRANGERS // 4, source="127.0.0.2"),
-    Pool("stranger_head", STRANGERS // 4, b"GET /api/v1/cluster HTTP/1.1\r\nHost: x\r\nX-Pad: ", ENDLESS,
-         (0.5, 1.5), "127.0.0.3"),
-    Pool("stranger_body", STRANGERS // 4, b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nContent-Type: "
-         b"application/json\r\nContent-Length: 100000000\r\n\r\n{", ENDLESS, (0.5, 1.5), "127.0.0.4"),
-    Pool("stranger_expect", STRANGERS // 4, b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nExpect: "
-         b"100-continue\r\nContent-Length: 100\r\n\r\n", b"x" * 100, (0.5, 1.5), "127.0.0.5"),
+    Pool(
+        "stranger_head",
+        STRANGERS // 4,
+        b"GET /api/v1/cluster HTTP/1.1\r\nHost: x\r\nX-Pad: ",
+        ENDLESS,
+        (0.5, 1.5),
+        "127.0.0.3",
+    ),
+    Pool(
+        "stranger_body",
+        STRANGERS // 4,
+        b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        b"application/json\r\nContent-Length: 100000000\r\n\r\n{",
+        ENDLESS,
+        (0.5, 1.5),
+        "127.0.0.4",
+    ),
+    Pool(
+        "stranger_expect",
+        STRANGERS // 4,
+        b"POST /api/v1/collectors HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
+        b"x" * 100,
+        (0.5, 1.5),
+        "127.0.0.5",
+    ),
 ]
 OPENS_PER_TICK = 25  # a pool opens at most this many connections a tick (0.1 s): no connect storm
 
@@ -363,7 +397,7 @@ class Clients(threading.Thread):
                     pool, sent, due = state
                     if sent < len(pool.feed) and now >= due:
                         try:
-                            s.send(pool.feed[sent:sent + 1])
+                            s.send(pool.feed[sent : sent + 1])
                             state[1] += 1
                             state[2] = now + self.rng.uniform(*pool.every)
                         except BlockingIOError:
@@ -381,7 +415,9 @@ class Clients(threading.Thread):
                     if data:
                         if data.startswith(b"HTTP/"):
                             status = data.split(b" ", 2)[1:2]
-                            self.stats[f"{pool.name}_answered_{status[0].decode(errors='replace') if status else '?'}"] += 1
+                            self.stats[
+                                f"{pool.name}_answered_{status[0].decode(errors='replace') if status else '?'}"
+                            ] += 1
                             if pool.feed and conns[s][1] >= len(pool.feed):
                                 self.stats[f"{pool.name}_request_completed"] += 1
                         continue  # the server closes after an error answer: seen as b"" next
@@ -572,8 +608,14 @@ def damaged_packed_chunk(columns: Dict[str, np.ndarray], kind: str) -> bytes:
                 np.lib.format.write_array(npy, value)
                 archive.writestr(key + ".npy", npy.getvalue())
             npy = io.BytesIO()
-            np.lib.format.write_array_header_1_0(npy, {"descr": np.lib.format.dtype_to_descr(pool.dtype),
-                                                       "fortran_order": False, "shape": (800_000_000_000,)})
+            np.lib.format.write_array_header_1_0(
+                npy,
+                {
+                    "descr": np.lib.format.dtype_to_descr(pool.dtype),
+                    "fortran_order": False,
+                    "shape": (800_000_000_000,),
+                },
+            )
             npy.write(pool.tobytes())
             archive.writestr(POOL_COLUMN + ".npy", npy.getvalue())
     return out.getvalue()
@@ -637,6 +679,7 @@ def proc_status(pid: int) -> Optional[Tuple[float, int]]:
 
 # ---- the end: chunks and processes ------------------------------------------------------------------
 
+
 def chunk_report(shared: str, events: List[Tuple[float, str]], t0: float, ended: float) -> Tuple[int, List[str]]:
     """(leaked count, lines): every chunk file must be in the final snapshot's index, or be younger than the
     coordinator's orphan sweep can have removed (``ended``: wall time the run ended)."""
@@ -659,19 +702,27 @@ def chunk_report(shared: str, events: List[Tuple[float, str]], t0: float, ended:
     grace = {n for n, r in refs.items() if r <= 0}
     unindexed = sorted(chunks - set(refs))
     # not yet ORPHAN_AGE old at the last sweep the run made: the next run's (a resume's) sweep removes them
-    young = [n for n in unindexed if os.path.getmtime(os.path.join(data, n + ".npz")) > ended - ORPHAN_AGE - SWEEP_EVERY]
+    young = [
+        n for n in unindexed if os.path.getmtime(os.path.join(data, n + ".npz")) > ended - ORPHAN_AGE - SWEEP_EVERY
+    ]
     leaked = [n for n in unindexed if n not in young]
     missing = sorted(referenced - chunks)
-    lines.append(f"chunk files on the store: {len(chunks)}; referenced by the final snapshot (state {meta.get('seq', '?')}): "
-                 f"{len(referenced & chunks)}; indexed, waiting out their deletion grace: {len(grace & chunks)}; "
-                 f"temp files of killed writers (removed after 10 min): {len(temp)}")
-    lines.append(f"unindexed chunk files younger than the orphan sweep ({ORPHAN_AGE:g} s + its {SWEEP_EVERY:g} s "
-                 f"interval) at the run's end: {len(young)}")
+    lines.append(
+        f"chunk files on the store: {len(chunks)}; referenced by the final snapshot (state {meta.get('seq', '?')}): "
+        f"{len(referenced & chunks)}; indexed, waiting out their deletion grace: {len(grace & chunks)}; "
+        f"temp files of killed writers (removed after 10 min): {len(temp)}"
+    )
+    lines.append(
+        f"unindexed chunk files younger than the orphan sweep ({ORPHAN_AGE:g} s + its {SWEEP_EVERY:g} s "
+        f"interval) at the run's end: {len(young)}"
+    )
     lines.append(f"LEAKED chunks (on the store, not indexed, old enough to have been swept): {len(leaked)}")
     for name in leaked[:20]:
         mtime = os.path.getmtime(os.path.join(data, name + ".npz"))
         before = [e for e in events if e[0] <= mtime + 0.5]
-        last = f"last event before it: {before[-1][1]} at +{before[-1][0] - t0:.1f}s" if before else "no event before it"
+        last = (
+            f"last event before it: {before[-1][1]} at +{before[-1][0] - t0:.1f}s" if before else "no event before it"
+        )
         lines.append(f"  {name}.npz written at +{mtime - t0:.1f}s ({last})")
     if missing:
         lines.append(f"indexed with rows but missing from the store: {len(missing)} (e.g. {missing[:3]})")
@@ -693,14 +744,22 @@ def damage_report(shared: str, damaged: Dict[str, str], outputs: List[str]) -> T
         return {"unreadable": len(damaged)}, [f"cannot read the final coordinator snapshot: {exc}"]
     counts, lines = Counter(), []
     for name, kind in sorted(damaged.items()):
-        fate = ("quarantined" if name in quarantined else "found damaged by a learner, not quarantined"
-                if name in found else "STILL REFERENCED by the final snapshot" if name in referenced
-                else "left the index unread")
+        fate = (
+            "quarantined"
+            if name in quarantined
+            else "found damaged by a learner, not quarantined"
+            if name in found
+            else "STILL REFERENCED by the final snapshot"
+            if name in referenced
+            else "left the index unread"
+        )
         counts[fate] += 1
         counts[f"{kind}: {fate}"] += 1
-    lines.append(f"damaged packed chunks: {len(damaged)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if ':' not in k) or 'none'})")
+    lines.append(
+        f"damaged packed chunks: {len(damaged)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if ':' not in k) or 'none'})"
+    )
     for kind in DAMAGE_KINDS:
-        per = {k.split(': ', 1)[1]: v for k, v in counts.items() if k.startswith(kind + ': ')}
+        per = {k.split(": ", 1)[1]: v for k, v in counts.items() if k.startswith(kind + ": ")}
         if per:
             lines.append(f"  {kind}: {per}")
     return counts, lines
@@ -741,14 +800,19 @@ def children_of_any(pid: int) -> Dict[int, str]:
 
 # ---- main -------------------------------------------------------------------------------------------
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, shared dir)")
-    parser.add_argument("--attacks", action=argparse.BooleanOptionalAction, default=True,
-                        help="beside the chaos, 2,000 connections without the token, a FIFO and a symlink planted "
-                             "in videos/, damaged packed chunks (default: on; --no-attacks for the chaos alone)")
+    parser.add_argument(
+        "--attacks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="beside the chaos, 2,000 connections without the token, a FIFO and a symlink planted "
+        "in videos/, damaged packed chunks (default: on; --no-attacks for the chaos alone)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     # SIGTERM (`timeout`, a CI runner) unwinds like Ctrl-C: the finally below kills the cluster, closes the
@@ -788,16 +852,20 @@ def main() -> int:
     damaged: Dict[str, str] = {}  # chunk name -> how it was damaged
     damage_skipped: List[str] = []
     damage_kills = 0  # learners killed after chunks were damaged (not counted in `kills`)
-    log(f"dir {tmp}; port {port}; store flips: {store.how}; subreaper: {subreaper}; "
-        f"{args.minutes:g} min, seed {args.seed}")
+    log(
+        f"dir {tmp}; port {port}; store flips: {store.how}; subreaper: {subreaper}; "
+        f"{args.minutes:g} min, seed {args.seed}"
+    )
     try:
         cluster.start(resume=False)
         popen_pids.add(cluster.proc.pid)
         # the clients start once training does: the coordinator's RSS and threads then are the baseline
         training = wait_for_training(cluster, min(end, t0 + 180))
         baseline = proc_status(cluster.proc.pid)
-        log(f"{'training' if training else 'NOT training yet (going on)'}; coordinator (pid {cluster.proc.pid}) "
-            f"before any client: " + (f"RSS {baseline[0]:.0f} MiB, {baseline[1]} threads" if baseline else "gone"))
+        log(
+            f"{'training' if training else 'NOT training yet (going on)'}; coordinator (pid {cluster.proc.pid}) "
+            f"before any client: " + (f"RSS {baseline[0]:.0f} MiB, {baseline[1]} threads" if baseline else "gone")
+        )
         if args.attacks:
             probe.planted = planted = plant_videos(shared)
             log(f"planted in videos/: {planted}; {STRANGERS} strangers' connections from 127.0.0.2-5")
@@ -853,8 +921,10 @@ def main() -> int:
                     except ProcessLookupError:
                         pass
                 events.append((time.time(), f"chunks damaged, learner {learners} killed"))
-                log(f"damaged on the store: {[(n, damaged[n]) for n in damaged if n not in before]}; "
-                    f"SIGKILL learner {learners or '(none running: the next starts cold)'}")
+                log(
+                    f"damaged on the store: {[(n, damaged[n]) for n in damaged if n not in before]}; "
+                    f"SIGKILL learner {learners or '(none running: the next starts cold)'}"
+                )
             if not quiet and now >= next_kill:
                 next_kill = now + rng.uniform(20, 60)
                 role = rng.choice(["learner", "collector", "coordinator"])
@@ -925,61 +995,87 @@ def main() -> int:
     elif stopped and not failed and ended_by_itself:
         outcome = f"AT ITS BUDGET (exit {code}): {stopped.group(0)}"
     else:
-        last = (failed.group(0) if failed else (out.strip().splitlines() or ["(no output)"])[-1])
+        last = failed.group(0) if failed else (out.strip().splitlines() or ["(no output)"])[-1]
         outcome = f"FAILED (exit {code}{'' if ended_by_itself else ', stopped by the soak'}): {last}"
     restarts = Counter()
     for i in range(len(cluster.logs)):
         for m in re.finditer(r"launcher: \S+ exited with code \S+ .*?; restarting a (\w+)", cluster.output(i)):
             restarts[m.group(1)] += 1
-    resumed = sum(len(re.findall(r"^resumed \S+: env_steps=", cluster.output(i), re.M))
-                  for i in range(len(cluster.logs)))
+    resumed = sum(
+        len(re.findall(r"^resumed \S+: env_steps=", cluster.output(i), re.M)) for i in range(len(cluster.logs))
+    )
     for i in range(len(cluster.logs) - 1):  # every run but the last was killed by the soak: no ending line
         resume_failures += re.findall(r"^parallel-rl run: .*$", cluster.output(i), re.M)
     ended_wall = time.time() - (time.monotonic() - run_ended)
     leaked, chunk_lines = chunk_report(shared, events, wall0, ended_wall)
-    swept = sum(int(m) for i in range(len(cluster.logs)) for m in re.findall(
-        r"coordinator: removed (\d+) chunk file\(s\) no replay index knew", cluster.output(i)))
+    swept = sum(
+        int(m)
+        for i in range(len(cluster.logs))
+        for m in re.findall(r"coordinator: removed (\d+) chunk file\(s\) no replay index knew", cluster.output(i))
+    )
     chunk_lines.insert(1, f"orphan chunk files the coordinator swept during the soak: {swept}")
 
     print()
     print(f"=== soak: {args.minutes:g} min, seed {args.seed}, CartPole DQN (1 learner, 2 collectors), port {port}")
-    print(f"kills: learner {kills['learner']}, collector {kills['collector']}, coordinator {kills['coordinator']}"
-          + (f"; learner {damage_kills} more after damaging chunks" if args.attacks else "")
-          + (f" (skipped, no such process at that moment: {dict(skipped)})" if skipped else ""))
-    print(f"restarts seen: launcher restarted learner {restarts['learner']}, collector {restarts['collector']}; "
-          f"coordinator restarted by the soak {coordinator_restarts} (`run --resume` lines 'resumed': {resumed})")
+    print(
+        f"kills: learner {kills['learner']}, collector {kills['collector']}, coordinator {kills['coordinator']}"
+        + (f"; learner {damage_kills} more after damaging chunks" if args.attacks else "")
+        + (f" (skipped, no such process at that moment: {dict(skipped)})" if skipped else "")
+    )
+    print(
+        f"restarts seen: launcher restarted learner {restarts['learner']}, collector {restarts['collector']}; "
+        f"coordinator restarted by the soak {coordinator_restarts} (`run --resume` lines 'resumed': {resumed})"
+    )
     if resume_failures:
         print(f"lines ending killed runs (none expected): {resume_failures}")
-    print(f"store read-only flips (5 s each): {flips}" + (f", {flip_failures} failed" if flip_failures else "")
-          + f" [{store.how}]; probe saw the store unhealthy in {probe.storage_unhealthy_seen} /cluster reads")
+    print(
+        f"store read-only flips (5 s each): {flips}"
+        + (f", {flip_failures} failed" if flip_failures else "")
+        + f" [{store.how}]; probe saw the store unhealthy in {probe.storage_unhealthy_seen} /cluster reads"
+    )
     print(f"run ended: {outcome}")
-    print(f"processes left: {len(left_alive)} alive, {len(zombie_lines)} zombie(s); orphans of killed runs "
-          f"reaped by the soak: {adopted_reaped}; processes of the soak seen: {len(seen | popen_pids)}")
+    print(
+        f"processes left: {len(left_alive)} alive, {len(zombie_lines)} zombie(s); orphans of killed runs "
+        f"reaped by the soak: {adopted_reaped}; processes of the soak seen: {len(seen | popen_pids)}"
+    )
     for line in left_lines + zombie_lines:
         print(f"  {line}")
     for line in chunk_lines:
         print(line)
     if probe.buffers:
         b = probe.buffers["buffers"][0]
-        print(f"last GET /api/v1/buffers: size {b['size']}, chunks {b['chunks']}, pending delete "
-              f"{b['chunks_pending_delete']}, deleted {b['chunks_deleted']}, quarantined {b['chunks_quarantined']}")
-    print(f"REST latency (GET /health every 0.5 s): {quantiles(probe.rest)}; failed requests: "
-          f"{dict(probe.failures) or 0}")
+        print(
+            f"last GET /api/v1/buffers: size {b['size']}, chunks {b['chunks']}, pending delete "
+            f"{b['chunks_pending_delete']}, deleted {b['chunks_deleted']}, quarantined {b['chunks_quarantined']}"
+        )
+    print(
+        f"REST latency (GET /health every 0.5 s): {quantiles(probe.rest)}; failed requests: {dict(probe.failures) or 0}"
+    )
     ages = probe.heartbeat_age
-    print("heartbeat age of active workers (GET /workers every 2 s; heartbeats every 1 s): "
-          + (f"p50 {statistics.median(ages):.2f} s, p99 {sorted(ages)[int(0.99 * (len(ages) - 1))]:.2f} s, "
-             f"max {max(ages):.2f} s ({len(ages)} samples)" if ages else "no samples"))
+    print(
+        "heartbeat age of active workers (GET /workers every 2 s; heartbeats every 1 s): "
+        + (
+            f"p50 {statistics.median(ages):.2f} s, p99 {sorted(ages)[int(0.99 * (len(ages) - 1))]:.2f} s, "
+            f"max {max(ages):.2f} s ({len(ages)} samples)"
+            if ages
+            else "no samples"
+        )
+    )
     print(f"hostile clients (300 idle, 20 slow): {clients.report(CHAOS_POOLS)}")
     base = f"RSS {baseline[0]:.0f} MiB, {baseline[1]} threads" if baseline else "unknown"
     rss_bound = (baseline[0] if baseline else 0.0) + RSS_GROWTH_BOUND_MIB
     end_status = f"RSS {last_status[0]:.0f} MiB, {last_status[1]} threads" if last_status else "no sample"
-    print(f"coordinator (the `run` process, every incarnation): before any client {base}; peak RSS {rss_peak:.0f} "
-          f"MiB, peak threads {threads_peak}; at the end (last sample before the run ended) {end_status}")
+    print(
+        f"coordinator (the `run` process, every incarnation): before any client {base}; peak RSS {rss_peak:.0f} "
+        f"MiB, peak threads {threads_peak}; at the end (last sample before the run ended) {end_status}"
+    )
     criteria = [
-        ("run ended solved or at its budget", bool(solved or (stopped and ended_by_itself and not failed)),
-         outcome),
-        ("coordinator RSS under its bound", bool(baseline) and rss_peak <= rss_bound,
-         f"peak {rss_peak:.0f} MiB <= {rss_bound:.0f} MiB (before any client + {RSS_GROWTH_BOUND_MIB} MiB)"),
+        ("run ended solved or at its budget", bool(solved or (stopped and ended_by_itself and not failed)), outcome),
+        (
+            "coordinator RSS under its bound",
+            bool(baseline) and rss_peak <= rss_bound,
+            f"peak {rss_peak:.0f} MiB <= {rss_bound:.0f} MiB (before any client + {RSS_GROWTH_BOUND_MIB} MiB)",
+        ),
         ("no process left", not left_alive, f"{len(left_alive)} alive 15 s after the run"),
         ("no zombie", not zombie_lines, f"{len(zombie_lines)} in state Z under the soak"),
         ("no chunk leaked", leaked == 0, f"{leaked} leaked"),
@@ -987,30 +1083,50 @@ def main() -> int:
     if args.attacks:
         opened, closed = clients.total("stranger_", "opened"), clients.total("stranger_", "closed_by_server")
         answered = {k: v for k, v in clients.stats.items() if k.startswith("stranger_") and "_answered_" in k}
-        print(f"hostile connections without the token: {opened} opened, {closed} turned away (closed by the "
-              f"server; answered: {sum(answered.values())})" + (f"; bind() refused {sorted(clients.sources_refused)}"
-                                                               " (127.0.0.1 used)" if clients.sources_refused else ""))
+        print(
+            f"hostile connections without the token: {opened} opened, {closed} turned away (closed by the "
+            f"server; answered: {sum(answered.values())})"
+            + (
+                f"; bind() refused {sorted(clients.sources_refused)} (127.0.0.1 used)"
+                if clients.sources_refused
+                else ""
+            )
+        )
         print(f"  {clients.report(ATTACK_POOLS)}")
-        print(f"planted files GETs (every 2 s): {json.dumps(dict(sorted(probe.planted_answers.items())))}; "
-              f"readers found blocked on the FIFO at the end: {fifo_readers_blocked}")
+        print(
+            f"planted files GETs (every 2 s): {json.dumps(dict(sorted(probe.planted_answers.items())))}; "
+            f"readers found blocked on the FIFO at the end: {fifo_readers_blocked}"
+        )
         fates, damage_lines = damage_report(shared, damaged, [cluster.output(i) for i in range(len(cluster.logs))])
         for line in damage_lines:
             print(line)
         if damage_skipped:
-            print(f"  chunks that could not be damaged (deleted since, store read-only): {len(damage_skipped)}, "
-                  f"e.g. {damage_skipped[:2]}")
-        bad_planted = {k: v for k, v in probe.planted_answers.items()
-                       if not (k.endswith((": 404", "listing: 200")) or "refused" in k)}
+            print(
+                f"  chunks that could not be damaged (deleted since, store read-only): {len(damage_skipped)}, "
+                f"e.g. {damage_skipped[:2]}"
+            )
+        bad_planted = {
+            k: v
+            for k, v in probe.planted_answers.items()
+            if not (k.endswith((": 404", "listing: 200")) or "refused" in k)
+        }
         answered_planted = sum(v for k, v in probe.planted_answers.items() if "refused" not in k)
         criteria += [
             (f"{STRANGERS} hostile connections opened", opened >= STRANGERS, f"{opened} opened, {closed} turned away"),
-            ("planted files answered 404 and never listed, no GET hung", answered_planted > 0 and not bad_planted
-             and not fifo_readers_blocked, f"{answered_planted} answered; other answers {bad_planted or 'none'}; "
-             f"FIFO readers blocked {fifo_readers_blocked}"),
-            ("damaged chunks quarantined, none left indexed", fates.get("quarantined", 0) > 0
-             and not fates.get("STILL REFERENCED by the final snapshot") and not fates.get("unreadable"),
-             f"{fates.get('quarantined', 0)} of {len(damaged)} quarantined, "
-             f"{fates.get('STILL REFERENCED by the final snapshot', 0)} still referenced"),
+            (
+                "planted files answered 404 and never listed, no GET hung",
+                answered_planted > 0 and not bad_planted and not fifo_readers_blocked,
+                f"{answered_planted} answered; other answers {bad_planted or 'none'}; "
+                f"FIFO readers blocked {fifo_readers_blocked}",
+            ),
+            (
+                "damaged chunks quarantined, none left indexed",
+                fates.get("quarantined", 0) > 0
+                and not fates.get("STILL REFERENCED by the final snapshot")
+                and not fates.get("unreadable"),
+                f"{fates.get('quarantined', 0)} of {len(damaged)} quarantined, "
+                f"{fates.get('STILL REFERENCED by the final snapshot', 0)} still referenced",
+            ),
         ]
     print("criteria:")
     for what, passed, detail in criteria:

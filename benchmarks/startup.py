@@ -12,6 +12,7 @@ Each round also times the floor under "every worker registered": a fresh interpr
 nothing else, and one that imports what the fork server preloads (``parallel_rl.entry.preload``: torch,
 gymnasium, TensorBoard's writer, the roles) — a worker forked from the fork server cannot register before that.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,10 +39,29 @@ def one_run(tree: str, collectors: int) -> Dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", "run", "-c", "configs/cartpole_dqn_parallel.py",
-                                 "--collectors", str(collectors), "--set", f"exp_name={tmp}/exp",
-                                 "--set", "env.stop_value=100000", "--set", "parallel.commander.max_env_step=10000000"],
-                                cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "run",
+                "-c",
+                "configs/cartpole_dqn_parallel.py",
+                "--collectors",
+                str(collectors),
+                "--set",
+                f"exp_name={tmp}/exp",
+                "--set",
+                "env.stop_value=100000",
+                "--set",
+                "parallel.commander.max_env_step=10000000",
+            ],
+            cwd=tree,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         events: list = []
         cond = threading.Condition()
 
@@ -66,8 +86,10 @@ def one_run(tree: str, collectors: int) -> Dict[str, float]:
                         i += 1
                     left = deadline - time.perf_counter()
                     if left <= 0 or proc.poll() is not None:
-                        raise RuntimeError(f"no {pattern.pattern!r} line within {DEADLINE:g}s; the log ends with "
-                                           f"{''.join(e[1] for e in events[-5:])}")
+                        raise RuntimeError(
+                            f"no {pattern.pattern!r} line within {DEADLINE:g}s; the log ends with "
+                            f"{''.join(e[1] for e in events[-5:])}"
+                        )
                     cond.wait(min(left, 0.5))
 
         try:
@@ -85,8 +107,11 @@ def one_run(tree: str, collectors: int) -> Dict[str, float]:
             os.kill(pid, signal.SIGKILL)
             started, m, index = wait_for(STARTED, None, mark)  # the restarted collector, under a new name
             registered, _, _ = wait_for(REGISTERED, m.group(1), index)
-            return {"all_registered": all_registered, "kill_to_registered": registered - killed,
-                    "started_to_registered": registered - started}
+            return {
+                "all_registered": all_registered,
+                "kill_to_registered": registered - killed,
+                "started_to_registered": registered - started,
+            }
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

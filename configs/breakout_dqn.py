@@ -3,6 +3,7 @@
 ``pong_dqn.py``'s settings (tianshou's Atari DQN, ALE's preprocessing with episodic life and FIRE at reset) on
 Breakout (4 actions). Not measured on this box (Atari scores need the GPU).
 """
+
 import copy
 import os
 import runpy

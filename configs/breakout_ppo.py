@@ -2,6 +2,7 @@
 
 ``pong_ppo.py``'s settings (CleanRL's Atari PPO) on Breakout. Not measured on this box (Atari scores need the GPU).
 """
+
 import copy
 import os
 import runpy

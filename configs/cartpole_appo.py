@@ -8,6 +8,7 @@ truncated importance weights (rho_bar = c_bar = 1, the paper's, Sample Factory's
 V-trace's lambda stays 1.0 (``learn.lambda_``): 0.95, PPO's GAE lambda, solved later with 16 latency-bound
 collectors (``benchmarks/async.py``'s runs to 195, seeds 0-7: median 28.5k env steps against 21.2k).
 """
+
 main_config = dict(
     exp_name="cartpole_appo",
     env=dict(

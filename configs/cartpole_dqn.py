@@ -1,4 +1,5 @@
 """CartPole-v1 DQN, serial pipeline: ``parallel-rl serial -c configs/cartpole_dqn.py``."""
+
 main_config = dict(
     exp_name="cartpole_dqn",
     env=dict(

@@ -4,6 +4,7 @@ The algorithm settings are those of ``cartpole_dqn.py`` (same env, model and
 hyperparameters); this file adds the cluster's. The coordinator sends the
 compiled config to every worker it adopts, so workers need no config file.
 """
+
 import copy
 import os
 import runpy

@@ -6,6 +6,7 @@ rate 5e-4, grad_clip 40 by global norm, entropy_coeff 0, train batches of 500 en
 rho_bar = c_bar = 1. RLlib's example weighs the value loss 0.05 with layers shared by actor and critic; the
 networks here are separate, so the weight only scales the critic's gradient (0.5, RLlib's default).
 """
+
 main_config = dict(
     exp_name="cartpole_impala",
     env=dict(

@@ -6,12 +6,14 @@ on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions
 lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
 synchronous segments instead). The buffer is the flow's default (rollout).
 """
+
 import copy
 import os
 import runpy
 
 main_config = copy.deepcopy(
-    runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_impala.py"))["main_config"])
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_impala.py"))["main_config"]
+)
 main_config["exp_name"] = "cartpole_impala_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

@@ -16,6 +16,7 @@ state the collector stored with their first row. RL Zoo's result: 500.0 +- 0 at 
 (The first version of this file took RecurrentPPO's own defaults instead: an LSTM of 256, 64-64 tanh heads,
 orthogonal init, no observation normalization; it solved seed 0 and failed seeds 1 and 2.)
 """
+
 main_config = dict(
     exp_name="cartpole_novel_ppo_lstm",
     env=dict(
@@ -25,8 +26,9 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        model=dict(hidden_size_list=[64], activation="relu", obs_norm=True,
-                   recurrent=dict(type="lstm", hidden_size=64)),
+        model=dict(
+            hidden_size_list=[64], activation="relu", obs_norm=True, recurrent=dict(type="lstm", hidden_size=64)
+        ),
         discount_factor=0.98,
         learn=dict(
             epoch_per_collect=20,

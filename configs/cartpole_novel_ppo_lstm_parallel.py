@@ -7,12 +7,14 @@ from chunk to chunk and from policy version to policy version, storing with ever
 the learner cuts each chunk's lanes into sequences of ``unroll_len`` rows and re-runs the LSTM over them from
 those stored states.
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "cartpole_novel_ppo_lstm.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_novel_ppo_lstm.py"))["main_config"]
+)
 main_config["exp_name"] = "cartpole_novel_ppo_lstm_parallel"
 # RL Zoo's 8 envs in all: 4 in each of `parallel-rl run`'s 2 collectors, so a segment is 8 lanes x 32 steps as in
 # serial (with 8 envs each, 16 lanes x 16 steps, the masked task learned far slower: eval 24 by 38k env steps

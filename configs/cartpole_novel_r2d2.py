@@ -14,6 +14,7 @@ here than 4 updates and a target copied every 200); the target network copied ev
 units after the raw observation, one ReLU layer of 64 and a dueling head. Sequences are prioritized
 (alpha 0.6, beta 0.4 -> 1; priority 0.9 max|td| + 0.1 mean|td|, the paper's).
 """
+
 main_config = dict(
     exp_name="cartpole_novel_r2d2",
     env=dict(

@@ -7,12 +7,14 @@ envs' LSTM states across chunks and policy versions and cuts each env's rows int
 rows + n-step target rows) with the state the first row was acted with; a chunk row is a whole sequence, so
 the coordinator's prioritized replay index samples and re-prioritizes sequences.
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "cartpole_novel_r2d2.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "cartpole_novel_r2d2.py"))["main_config"]
+)
 main_config["exp_name"] = "cartpole_novel_r2d2_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

@@ -1,4 +1,5 @@
 """CartPole-v1 PPO, serial pipeline: ``parallel-rl serial -c configs/cartpole_ppo.py``."""
+
 main_config = dict(
     exp_name="cartpole_ppo",
     env=dict(

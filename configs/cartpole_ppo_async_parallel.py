@@ -8,6 +8,7 @@ versions of the iteration it trains them at, each row once, and publishes every 
 behaviour policy's ``logp`` (recorded with every row) bounds the update on rows a few versions old; rows
 older than ``max_staleness`` are dropped and counted (``dropped_stale`` in ``GET /api/v1/buffers``).
 """
+
 import copy
 import os
 import runpy

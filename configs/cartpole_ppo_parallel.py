@@ -6,6 +6,7 @@ on-policy: every update is published, the collectors together collect one segmen
 learner trains on segments of the current version only (``max_staleness=0``), each once
 (``max_use=1``: its ``epoch_per_collect`` epochs), and the coordinator drops them.
 """
+
 import copy
 import os
 import runpy

@@ -16,6 +16,7 @@ hovered at 50-62 % from 28,000 to 48,000 updates; with these it climbed to 60-65
 by 56,000-64,000 updates, and the best checkpoint (64,000 updates) won 66.6 %
 of 1,000 fresh games against lookahead (500 per side) and 95.1 % against random.
 """
+
 main_config = dict(
     exp_name="connect_four_selfplay",
     env=dict(
@@ -31,19 +32,24 @@ main_config = dict(
         nstep=3,
         learn=dict(update_per_collect=16, batch_size=256, learning_rate=2.5e-4, target_update_freq=500),
         collect=dict(n_sample=256),
-        eval=dict(evaluator=dict(
-            eval_freq=4000,
-            max_seconds=300.0,
-            opponents=["random", "lookahead"],
-            stop_opponent="lookahead",
-            min_mean_win_rate=dict(random=0.9),
-        )),
+        eval=dict(
+            evaluator=dict(
+                eval_freq=4000,
+                max_seconds=300.0,
+                opponents=["random", "lookahead"],
+                stop_opponent="lookahead",
+                min_mean_win_rate=dict(random=0.9),
+            )
+        ),
         other=dict(
             eps=dict(start=0.9, decay=100000),
             replay_buffer=dict(type="naive", replay_buffer_size=200000),
         ),
     ),
-    league=dict(snapshot_every=2000, bots=["random", "lookahead"], self_play_prob=0.3,
-                ),
+    league=dict(
+        snapshot_every=2000,
+        bots=["random", "lookahead"],
+        self_play_prob=0.3,
+    ),
     serial=dict(max_seconds=3600),
 )

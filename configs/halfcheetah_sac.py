@@ -6,6 +6,7 @@ networks, Polyak 0.005, gamma 0.99, one update per env step, temperature tuned t
 starting at 1.0, uniform replay of 1M transitions, 10k env steps of random actions first. Evaluation: 5
 deterministic episodes every 5,000 updates. ``configs/halfcheetah_sac_parallel.py`` runs it as a cluster.
 """
+
 main_config = dict(
     exp_name="halfcheetah_sac",
     env=dict(

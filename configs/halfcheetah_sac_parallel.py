@@ -4,11 +4,14 @@ The algorithm settings are those of ``halfcheetah_sac.py`` (RL Zoo's); this file
 update per env step (collectors wait for the learner past ``random_collect_size + train_iter`` env steps,
 the learner never makes more updates than there are transitions), an evaluation every 5,000 updates.
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "halfcheetah_sac.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "halfcheetah_sac.py"))["main_config"]
+)
 main_config["exp_name"] = "halfcheetah_sac_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

@@ -6,6 +6,7 @@ batch 256, 256x256 networks, Polyak 0.005, gamma 0.99, policy delay 2, target po
 10k env steps as in the TD3 paper's HalfCheetah runs (CleanRL uses 25k). Evaluation: 5 deterministic
 episodes every 5,000 updates. ``configs/halfcheetah_td3_parallel.py`` runs it as a cluster.
 """
+
 main_config = dict(
     exp_name="halfcheetah_td3",
     env=dict(

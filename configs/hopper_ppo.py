@@ -8,6 +8,7 @@ running statistics (clipped at 10), rewards scaled by the running std of the dis
 10). Differences: our Gaussian's mean is squashed into the action bounds (CleanRL clips the sampled action
 only) and the log std starts at 0 as CleanRL's. ``configs/hopper_ppo_parallel.py`` runs it as a cluster.
 """
+
 main_config = dict(
     exp_name="hopper_ppo",
     env=dict(

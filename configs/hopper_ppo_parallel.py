@@ -5,6 +5,7 @@ The algorithm settings are those of ``hopper_ppo.py`` (CleanRL's); this file add
 (each its share), the learner trains on it once and publishes the next version with the observation
 statistics it has gathered so far (collectors and evaluators act with those, frozen).
 """
+
 import copy
 import os
 import runpy

@@ -20,6 +20,7 @@ Other games: ``--set env.env_id=MinAtar/SpaceInvaders-v1 --set 'policy.model.enc
 ``minatar_freeway_dqn.py``, with their optimizer and action set).
 ``configs/minatar_breakout_dqn_parallel.py`` runs it as a cluster.
 """
+
 main_config = dict(
     exp_name="minatar_breakout_dqn",
     env=dict(
@@ -34,8 +35,7 @@ main_config = dict(
         model=dict(hidden_size_list=[], dueling=False, encoder=dict(type="minatar", shape=[10, 10, 4])),
         nstep=1,
         random_collect_size=5000,
-        learn=dict(batch_size=32, learning_rate=1e-4, target_update_freq=1000,
-                   double=False, max_grad_norm=0.0),
+        learn=dict(batch_size=32, learning_rate=1e-4, target_update_freq=1000, double=False, max_grad_norm=0.0),
         collect=dict(n_sample=4),
         # one evaluation every 25,000 updates (25,000 env steps)
         eval=dict(evaluator=dict(eval_freq=25_000)),

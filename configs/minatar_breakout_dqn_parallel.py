@@ -5,12 +5,14 @@ cluster's: one update per env step (collectors wait for the learner past ``rando
 env steps, the learner never makes more updates than there are transitions), an evaluation every 25,000
 updates, 1M env steps (the budget of the 1M-step references).
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "minatar_breakout_dqn.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "minatar_breakout_dqn.py"))["main_config"]
+)
 main_config["exp_name"] = "minatar_breakout_dqn_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

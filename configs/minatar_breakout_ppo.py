@@ -18,6 +18,7 @@ of the final policy broke exactly 7 bricks (1M env steps, serial seed 0); orthog
 (``model.orthogonal_init``: CleanRL's, a near-uniform first policy) gave 11-12, and lr 1e-3 (the other rate of
 gymnax-blines' sweep) 21-26 from 330k env steps on. Those two are set here.
 """
+
 main_config = dict(
     exp_name="minatar_breakout_ppo",
     env=dict(
@@ -31,8 +32,9 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        model=dict(hidden_size_list=[256, 256], encoder=dict(shape=[10, 10, 4]), activation="relu",
-                   orthogonal_init=True),
+        model=dict(
+            hidden_size_list=[256, 256], encoder=dict(shape=[10, 10, 4]), activation="relu", orthogonal_init=True
+        ),
         discount_factor=0.999,
         learn=dict(
             epoch_per_collect=4,

@@ -19,13 +19,16 @@ rollout, as ``cartpole_novel_ppo_lstm.py`` does with 32), so a 1,024-row minibat
 size (the width of MinAtar's own hidden layer) and the unroll length are our choices, not a published setting.
 No learning run has been made with this file (a test runs it for a few hundred env steps).
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "minatar_breakout_ppo.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "minatar_breakout_ppo.py"))["main_config"]
+)
 main_config["exp_name"] = "minatar_breakout_ppo_lstm"
-main_config["policy"]["model"].update(encoder=dict(type="minatar", shape=[10, 10, 4]),
-                                      recurrent=dict(type="lstm", hidden_size=128))
+main_config["policy"]["model"].update(
+    encoder=dict(type="minatar", shape=[10, 10, 4]), recurrent=dict(type="lstm", hidden_size=128)
+)
 main_config["policy"]["learn"]["unroll_len"] = 128

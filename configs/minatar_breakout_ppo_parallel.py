@@ -5,12 +5,14 @@ cluster's, as ``cartpole_ppo_parallel.py`` does: the two collectors (``run``'s d
 collect one 8,192-step segment per policy version (each 32 envs x 128 steps: gymnax-blines' 64 x 128), the
 learner trains on it once and publishes the next version; an evaluation every 10 versions (81,920 env steps).
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "minatar_breakout_ppo.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "minatar_breakout_ppo.py"))["main_config"]
+)
 main_config["exp_name"] = "minatar_breakout_ppo_parallel"
 del main_config["serial"]
 main_config["env"]["collector_env_num"] = 32

@@ -11,12 +11,14 @@ makes its steps tiny while gradients are small: their own curve is flat for ~250
 Adam. Their reference (returns over training episodes, read off their figures): ~48 at 1M env steps,
 ~50 at 5M. As a cluster: ``configs/minatar_freeway_dqn_parallel.py`` (measured there).
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "minatar_breakout_dqn.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "minatar_breakout_dqn.py"))["main_config"]
+)
 main_config["exp_name"] = "minatar_freeway_dqn"
 main_config["env"]["env_id"] = "MinAtar/Freeway-v1"
 main_config["env"]["env_kwargs"] = dict(use_minimal_action_set=False)

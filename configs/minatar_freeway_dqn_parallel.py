@@ -5,6 +5,7 @@ and their full action set of 6: that file says why) with ``minatar_breakout_dqn_
 (one update per env step, 1M env steps). Their reference (returns over training episodes, read off their
 figures): ~48 at 1M env steps.
 """
+
 import copy
 import os
 import runpy
@@ -14,4 +15,5 @@ main_config = copy.deepcopy(runpy.run_path(os.path.join(here, "minatar_freeway_d
 main_config["exp_name"] = "minatar_freeway_dqn_parallel"
 del main_config["serial"]
 main_config["parallel"] = copy.deepcopy(
-    runpy.run_path(os.path.join(here, "minatar_breakout_dqn_parallel.py"))["main_config"]["parallel"])
+    runpy.run_path(os.path.join(here, "minatar_breakout_dqn_parallel.py"))["main_config"]["parallel"]
+)

@@ -5,12 +5,14 @@
 this box yet. As a cluster: ``parallel-rl run -c configs/minatar_breakout_dqn_parallel.py --set
 env.env_id=MinAtar/Seaquest-v1 --set 'policy.model.encoder.shape=[10,10,10]'``.
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__),
-                                                        "minatar_breakout_dqn.py"))["main_config"])
+main_config = copy.deepcopy(
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "minatar_breakout_dqn.py"))["main_config"]
+)
 main_config["exp_name"] = "minatar_seaquest_dqn"
 main_config["env"]["env_id"] = "MinAtar/Seaquest-v1"
 main_config["policy"]["model"]["encoder"]["shape"] = [10, 10, 10]

@@ -4,6 +4,7 @@ PPO's Pendulum settings (``pendulum_ppo.py``: a short horizon, gamma 0.9, 2,048-
 minibatches, learning rate 1e-3, clip 0.2) on APPO's V-trace targets (rho_bar = c_bar = 1: the paper's,
 Sample Factory's and RLlib's).
 """
+
 main_config = dict(
     exp_name="pendulum_appo",
     env=dict(

@@ -6,12 +6,12 @@ on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions
 lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
 synchronous segments instead). The buffer is the flow's default (rollout).
 """
+
 import copy
 import os
 import runpy
 
-main_config = copy.deepcopy(
-    runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_appo.py"))["main_config"])
+main_config = copy.deepcopy(runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_appo.py"))["main_config"])
 main_config["exp_name"] = "pendulum_appo_parallel"
 del main_config["serial"]
 main_config["parallel"] = dict(

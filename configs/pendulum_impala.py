@@ -6,6 +6,7 @@ advantages, the truncated importance weights (rho_bar = c_bar = 1, the paper's) 
 ratio over the passes after the first. Measured: -245 at 246k env steps serial (seed 0; 4 passes or 1 pass did
 not learn within 300k).
 """
+
 import copy
 import os
 import runpy

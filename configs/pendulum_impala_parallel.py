@@ -6,12 +6,14 @@ on the newest ``policy.collect.n_sample`` rows within ``max_staleness`` versions
 lag between the behaviour policy that collected a row and the learner's (``flow="segments"`` runs it on PPO's
 synchronous segments instead). The buffer is the flow's default (rollout).
 """
+
 import copy
 import os
 import runpy
 
 main_config = copy.deepcopy(
-    runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_impala.py"))["main_config"])
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "pendulum_impala.py"))["main_config"]
+)
 main_config["exp_name"] = "pendulum_impala_parallel"
 # rows lag the learner by a few versions here (the queue and the pipeline): without PPO's clipped ratio, 10 passes
 # at 1e-3 over such rows did not learn within 500k env steps (best -576, -736, -1,150 on seeds 0-2); 4 passes at

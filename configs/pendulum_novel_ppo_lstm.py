@@ -17,6 +17,7 @@ Measured while choosing (serial, 100k env steps, seeds 0-4, best eval >= -220): 
 solved (with gSDE; without gSDE seed 0 reached -537), with the linear mean 5 of 5 (README's benchmark table).
 RL Zoo's result: -217.9 +- 140 at 1e5 steps (``benchmark.md``).
 """
+
 main_config = dict(
     exp_name="pendulum_novel_ppo_lstm",
     env=dict(
@@ -29,8 +30,16 @@ main_config = dict(
     ),
     policy=dict(
         type="ppo",
-        model=dict(hidden_size_list=[64], activation="relu", obs_norm=True, init_log_std=0.0, squash_mean=False,
-                   use_sde=True, sde_sample_freq=4, recurrent=dict(type="lstm", hidden_size=64)),
+        model=dict(
+            hidden_size_list=[64],
+            activation="relu",
+            obs_norm=True,
+            init_log_std=0.0,
+            squash_mean=False,
+            use_sde=True,
+            sde_sample_freq=4,
+            recurrent=dict(type="lstm", hidden_size=64),
+        ),
         discount_factor=0.9,
         learn=dict(
             batch_size=128,

@@ -1,4 +1,5 @@
 """Pendulum-v1 PPO (continuous actions), serial pipeline: ``parallel-rl serial -c configs/pendulum_ppo.py``."""
+
 main_config = dict(
     exp_name="pendulum_ppo",
     env=dict(

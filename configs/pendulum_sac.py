@@ -1,4 +1,5 @@
 """Pendulum-v1 SAC, serial pipeline: ``parallel-rl serial -c configs/pendulum_sac.py``."""
+
 main_config = dict(
     exp_name="pendulum_sac",
     env=dict(

@@ -2,6 +2,7 @@
 
 The algorithm settings are those of ``pendulum_sac.py``; this file adds the cluster's.
 """
+
 import copy
 import os
 import runpy

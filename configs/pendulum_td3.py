@@ -3,6 +3,7 @@
 CleanRL's td3_continuous_action settings (Adam 3e-4, batch 256, policy delay 2, target noise 0.2 clipped at
 0.5, exploration noise 0.1) with smaller networks and 1,000 random warm-up steps for this small task.
 """
+
 main_config = dict(
     exp_name="pendulum_td3",
     env=dict(env_id="Pendulum-v1", collector_env_num=4, evaluator_env_num=5, n_evaluator_episode=5, stop_value=-250),

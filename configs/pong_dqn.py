@@ -18,6 +18,7 @@ need the GPU; ``configs/pong_dqn_parallel.py`` runs it as a cluster. Memory: the
 chunks keep each frame once (``parallel_rl.data.frames``): ~1.1 GB of frames for the 100k transitions, not the
 5.6 GB of obs and next_obs stacks.
 """
+
 main_config = dict(
     exp_name="pong_dqn",
     env=dict(
@@ -28,17 +29,32 @@ main_config = dict(
         n_evaluator_episode=4,
         stop_value=20,
         # ale_py.vector_env.AtariVectorEnv's own preprocessing
-        env_kwargs=dict(frameskip=4, img_height=84, img_width=84, grayscale=True, stack_num=4, noop_max=30,
-                        use_fire_reset=True, repeat_action_probability=0.0, life_loss_info=True,
-                        reward_clipping=True),
+        env_kwargs=dict(
+            frameskip=4,
+            img_height=84,
+            img_width=84,
+            grayscale=True,
+            stack_num=4,
+            noop_max=30,
+            use_fire_reset=True,
+            repeat_action_probability=0.0,
+            life_loss_info=True,
+            reward_clipping=True,
+        ),
         eval_env_kwargs=dict(life_loss_info=False, reward_clipping=False),
     ),
     policy=dict(
         type="dqn",
         model=dict(hidden_size_list=[], dueling=False, encoder=dict(type="nature", shape=[4, 84, 84])),
         random_collect_size=20_000,
-        learn=dict(update_per_collect=1, batch_size=32, learning_rate=1e-4, target_update_freq=500,
-                   double=False, max_grad_norm=0.0),
+        learn=dict(
+            update_per_collect=1,
+            batch_size=32,
+            learning_rate=1e-4,
+            target_update_freq=500,
+            double=False,
+            max_grad_norm=0.0,
+        ),
         # 10 envs x 1 step, one update: 0.1 update per env step
         collect=dict(n_sample=10),
         eval=dict(evaluator=dict(eval_freq=50_000)),

@@ -6,6 +6,7 @@ steps), chunks of 640 rows (each 84x84 frame stored once, ``parallel_rl.data.fra
 lane's k - 1 older frames and the n - 1 frames its last rows look ahead, ~40 frames for 10 lanes, 6 % of 640
 rows), an evaluation every 50,000 updates.
 """
+
 import copy
 import os
 import runpy

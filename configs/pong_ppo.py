@@ -8,6 +8,7 @@ gradient norm 0.5, normalized advantages, the Nature CNN. Differences: CleanRL's
 CNN, here each has its own; CleanRL anneals the learning rate to 0, ours stays. Not measured on this box
 (Atari scores need the GPU); ``configs/pong_ppo_parallel.py`` runs it as a cluster.
 """
+
 import copy
 import os
 import runpy
@@ -19,8 +20,14 @@ main_config = dict(
     policy=dict(
         type="ppo",
         model=dict(hidden_size_list=[], encoder=dict(type="nature", shape=[4, 84, 84])),
-        learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=2.5e-4, clip_ratio=0.1,
-                   entropy_weight=0.01, value_clip=True),
+        learn=dict(
+            epoch_per_collect=4,
+            batch_size=256,
+            learning_rate=2.5e-4,
+            clip_ratio=0.1,
+            entropy_weight=0.01,
+            value_clip=True,
+        ),
         # one segment per update: 8 envs x 128 steps
         collect=dict(n_sample=1024),
         eval=dict(evaluator=dict(eval_freq=100)),

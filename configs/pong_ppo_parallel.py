@@ -3,6 +3,7 @@
 ``pong_ppo.py``'s settings (CleanRL's Atari PPO) with the cluster's: synchronous segments (the learner trains
 on each segment of its current policy version once), chunks of 1,024 rows, an evaluation every 100 segments.
 """
+
 import copy
 import os
 import runpy

@@ -6,6 +6,7 @@ lookahead bots (PFSP); it is evaluated against the random bot from both sides
 the issue's target: never loses as first mover, wins >= 90 % as first mover,
 loses <= 5 % as second mover (``env.stop_value``: the mean win rate of both sides).
 """
+
 main_config = dict(
     exp_name="tictactoe_selfplay",
     env=dict(
@@ -21,17 +22,21 @@ main_config = dict(
         discount_factor=0.9,
         learn=dict(update_per_collect=8, batch_size=128, target_update_freq=200),
         collect=dict(n_sample=128),
-        eval=dict(evaluator=dict(
-            eval_freq=1000,
-            min_win_rate=dict(first=0.9),
-            max_loss_rate=dict(first=0.0, second=0.05),
-        )),
+        eval=dict(
+            evaluator=dict(
+                eval_freq=1000,
+                min_win_rate=dict(first=0.9),
+                max_loss_rate=dict(first=0.0, second=0.05),
+            )
+        ),
         other=dict(
             eps=dict(start=0.9, decay=20000),
             replay_buffer=dict(type="naive", replay_buffer_size=50000),
         ),
     ),
-    league=dict(snapshot_every=400, bots=["random", "lookahead"],
-                ),
+    league=dict(
+        snapshot_every=400,
+        bots=["random", "lookahead"],
+    ),
     serial=dict(max_env_step=1_000_000, max_seconds=1200),
 )

@@ -7,6 +7,7 @@ and learns) plays itself, its past snapshots and the random and lookahead bots (
 one on-policy segment: every row the trained player(s) completed, GAE over each player's own moves.
 One learner iteration is one segment, so snapshots and evaluations are counted in segments.
 """
+
 import copy
 import os
 import runpy
@@ -17,8 +18,7 @@ main_config["exp_name"] = "tictactoe_selfplay_ppo"
 main_config["policy"] = dict(
     type="ppo",
     model=dict(hidden_size_list=[128, 128]),
-    learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=1e-3,
-               entropy_weight=0.01),
+    learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=1e-3, entropy_weight=0.01),
     # rows per trained player and segment (self-play trains both players: twice this)
     eval=dict(evaluator={**_dqn["policy"]["eval"]["evaluator"], "eval_freq": 40}),
 )

@@ -3,6 +3,7 @@
 One blueprint per resource; views stay thin and call into
 :class:`parallel_rl.coordinator.Coordinator`, kept in ``app.extensions``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
@@ -13,12 +14,16 @@ from parallel_rl.transport import install_json_errors
 
 from .context import get_coordinator, require_read_token, require_token, start_worker
 
-__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator",
-           "start_worker"]
+__all__ = ["create_app", "get_coordinator", "require_read_token", "require_token", "serve_coordinator", "start_worker"]
 
 
-def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str] = None,
-                      start_worker: Optional[Callable[[str], dict]] = None):
+def serve_coordinator(
+    coordinator,
+    host: str,
+    port: int,
+    advertise: Optional[str] = None,
+    start_worker: Optional[Callable[[str], dict]] = None,
+):
     """A cheroot server (not started) for ``coordinator``'s REST API on ``host:port`` (0: the OS picks).
 
     Workers reach the coordinator at ``advertise``, else its configured ``advertise``, else the served address
@@ -33,12 +38,19 @@ def serve_coordinator(coordinator, host: str, port: int, advertise: Optional[str
     app = create_app(coordinator)
     if start_worker is not None:
         app.extensions["parallel_rl.start_worker"] = start_worker
-    server = ServerThread(app, host, port,
-                          threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots), name="coordinator",
-                          max_body_bytes=2 * int(ccfg.max_body_bytes), connection_limit=int(ccfg.max_connections),
-                          max_connections=int(ccfg.get("max_open_connections", 0)), token=coordinator.token,
-                          read_ahead_bytes=int(ccfg.read_ahead_bytes),
-                          max_connections_per_peer=int(ccfg.max_connections_per_peer))
+    server = ServerThread(
+        app,
+        host,
+        port,
+        threads=int(ccfg.request_threads) + int(ccfg.long_poll_slots),
+        name="coordinator",
+        max_body_bytes=2 * int(ccfg.max_body_bytes),
+        connection_limit=int(ccfg.max_connections),
+        max_connections=int(ccfg.get("max_open_connections", 0)),
+        token=coordinator.token,
+        read_ahead_bytes=int(ccfg.read_ahead_bytes),
+        max_connections_per_peer=int(ccfg.max_connections_per_peer),
+    )
     membership = coordinator.membership
     membership.advertise_url = advertise or membership.advertise_url or server.url
     # bound to every interface and no URL given: each worker added by its URL is told our address on the

@@ -1,5 +1,6 @@
 """What a view takes from the app serving the request: the coordinator, and the token checks. Apart from the
 app factory (``coordinator_app``), which imports the views: a view importing the factory was an import circle."""
+
 from __future__ import annotations
 
 from flask import current_app
@@ -19,8 +20,12 @@ def start_worker(kind: str) -> dict:
     starts it, as it starts the first ones); 400 elsewhere: a coordinator on its own starts no processes."""
     start = current_app.extensions.get("parallel_rl.start_worker")
     if start is None:
-        raise ApiError(400, "bad_request", f"missing field 'address': this coordinator starts no processes "
-                                           f"(only `parallel-rl run` does); add a running {kind} by its URL")
+        raise ApiError(
+            400,
+            "bad_request",
+            f"missing field 'address': this coordinator starts no processes "
+            f"(only `parallel-rl run` does); add a running {kind} by its URL",
+        )
     return start(kind)
 
 

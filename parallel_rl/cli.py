@@ -4,6 +4,7 @@ Exit codes: 0 solved (or a budget reached by a run with no stop value), 1 a
 failure with a one-line reason, 2 a usage or config error, 3 a training
 budget ran out before the stop value, 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,24 +61,41 @@ def coordinator_url(text: str) -> str:
 
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     env_config = os.environ.get("PARALLEL_RL_CONFIG")
-    p.add_argument("-c", "--config", required=required and not env_config, default=env_config,
-                   help="config file: Python defining main_config, or YAML (.yaml, .yml) with the same keys "
-                        "(env PARALLEL_RL_CONFIG)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)")
+    p.add_argument(
+        "-c",
+        "--config",
+        required=required and not env_config,
+        default=env_config,
+        help="config file: Python defining main_config, or YAML (.yaml, .yml) with the same keys "
+        "(env PARALLEL_RL_CONFIG)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)",
+    )
 
 
 def _add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="address to bind (default from config, 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=None, help="port to bind; 0 lets the OS pick (printed)")
-    p.add_argument("--shared-dir", default=None,
-                   help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")
+    p.add_argument(
+        "--shared-dir",
+        default=None,
+        help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)",
+    )
 
 
 def _add_coordinator_url(p: argparse.ArgumentParser, default: object = None) -> None:
-    p.add_argument("--coordinator", type=coordinator_url,
-                   default=os.environ.get("PARALLEL_RL_COORDINATOR") if default is None else default,
-                   help="coordinator URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_COORDINATOR)")
+    p.add_argument(
+        "--coordinator",
+        type=coordinator_url,
+        default=os.environ.get("PARALLEL_RL_COORDINATOR") if default is None else default,
+        help="coordinator URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_COORDINATOR)",
+    )
 
 
 def _client_parent() -> argparse.ArgumentParser:
@@ -92,17 +110,30 @@ def _client_parent() -> argparse.ArgumentParser:
 
 
 def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
-    p.add_argument("--token-file", default=default, metavar="PATH",
-                   help="read the cluster token from PATH (the file `parallel-rl run` prints: `token: in PATH`); "
-                        "default: env PARALLEL_RL_TOKEN")
+    p.add_argument(
+        "--token-file",
+        default=default,
+        metavar="PATH",
+        help="read the cluster token from PATH (the file `parallel-rl run` prints: `token: in PATH`); "
+        "default: env PARALLEL_RL_TOKEN",
+    )
 
 
 def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help=f"where the trials' directories, logs and the table go (default: <exp_name>-{command})")
-    p.add_argument("--sampler-seed", type=non_negative_int, default=0, metavar="N",
-                   help="seed of the sampler that draws the settings (default 0)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help=f"where the trials' directories, logs and the table go (default: <exp_name>-{command})",
+    )
+    p.add_argument(
+        "--sampler-seed",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="seed of the sampler that draws the settings (default 0)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,116 +146,229 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serial", help="train in one process (serial pipeline)")
     _add_config_args(p)
-    p.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue the serial run whose experiment directory is DIR (policy, optimizer, env steps, "
-                        "train iterations, best eval return; the replay buffer starts empty)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        default=None,
+        help="continue the serial run whose experiment directory is DIR (policy, optimizer, env steps, "
+        "train iterations, best eval return; the replay buffer starts empty)",
+    )
 
     p = sub.add_parser("run", help="run a whole cluster as local processes")
     _add_config_args(p)
     p.add_argument("--collectors", type=positive_int, default=2, help="number of collector processes (default 2)")
     p.add_argument("--port", type=port_number, default=None, help="coordinator REST port (0: OS picks)")
     p.add_argument("--host", default=None, help="coordinator bind address")
-    p.add_argument("--shared-dir", default=None,
-                   help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)")
-    p.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue the interrupted run whose shared directory is DIR (counters, buffer, policy, "
-                        "eval history, learner state)")
+    p.add_argument(
+        "--shared-dir",
+        default=None,
+        help="shared store: a local path, file://, or s3://bucket/prefix (overrides parallel.shared_dir)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        default=None,
+        help="continue the interrupted run whose shared directory is DIR (counters, buffer, policy, "
+        "eval history, learner state)",
+    )
 
     p = sub.add_parser("coordinator", help="run the coordinator (master)")
     _add_config_args(p)
     _add_server_args(p)
-    p.add_argument("--advertise", default=None,
-                   help="URL workers use to reach the coordinator (default http://HOST:PORT)")
+    p.add_argument(
+        "--advertise", default=None, help="URL workers use to reach the coordinator (default http://HOST:PORT)"
+    )
     fresh = p.add_mutually_exclusive_group()
-    fresh.add_argument("--resume", action="store_true",
-                       help="require saved coordinator state in the shared directory and continue from it "
-                            "(without this flag saved state is resumed too; with none, it starts fresh)")
-    fresh.add_argument("--fresh", action="store_true",
-                       help="discard saved coordinator state in the shared directory and start over")
-    p.add_argument("--linger", action="store_true",
-                   help="when training ends, let the workers go but keep serving the REST API, /metrics and the "
-                        "dashboard until stopped (SIGTERM/Ctrl-C); the exit code is still the run's outcome")
+    fresh.add_argument(
+        "--resume",
+        action="store_true",
+        help="require saved coordinator state in the shared directory and continue from it "
+        "(without this flag saved state is resumed too; with none, it starts fresh)",
+    )
+    fresh.add_argument(
+        "--fresh", action="store_true", help="discard saved coordinator state in the shared directory and start over"
+    )
+    p.add_argument(
+        "--linger",
+        action="store_true",
+        help="when training ends, let the workers go but keep serving the REST API, /metrics and the "
+        "dashboard until stopped (SIGTERM/Ctrl-C); the exit code is still the run's outcome",
+    )
 
     for role in ("learner", "collector"):
         p = sub.add_parser(role, help=f"run a {role} slave that registers with a coordinator")
         _add_config_args(p, required=False)
         _add_server_args(p)
         _add_coordinator_url(p)
-        p.add_argument("--advertise", default=None,
-                       help="URL the coordinator should use to reach this worker (default http://HOST:PORT)")
-        p.add_argument("--worker-id", default=None,
-                       help="the worker id to ask the coordinator for (given when free; default: it picks)")
-        p.add_argument("--insecure-no-token", action="store_true",
-                       help="start without PARALLEL_RL_TOKEN: anybody who reaches the port can connect this worker "
-                            "and choose what it imports and runs (local experiments only; logged loudly)")
-        p.add_argument("--max-tasks", type=int, default=0,
-                       help="exit after this many tasks (0: no limit; evaluations run inside a collector task "
-                            "do not count)")
+        p.add_argument(
+            "--advertise",
+            default=None,
+            help="URL the coordinator should use to reach this worker (default http://HOST:PORT)",
+        )
+        p.add_argument(
+            "--worker-id",
+            default=None,
+            help="the worker id to ask the coordinator for (given when free; default: it picks)",
+        )
+        p.add_argument(
+            "--insecure-no-token",
+            action="store_true",
+            help="start without PARALLEL_RL_TOKEN: anybody who reaches the port can connect this worker "
+            "and choose what it imports and runs (local experiments only; logged loudly)",
+        )
+        p.add_argument(
+            "--max-tasks",
+            type=int,
+            default=0,
+            help="exit after this many tasks (0: no limit; evaluations run inside a collector task do not count)",
+        )
 
-    p = sub.add_parser("learner-rank", help="run learner rank $RANK of $WORLD_SIZE (parallel.learner.world_size), "
-                                            "joining rank 0 at $MASTER_ADDR:$MASTER_PORT")
-    p.add_argument("--shared-dir", default=None,
-                   help="the shared store's root on this host (default: the path rank 0 uses)")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds the rendezvous and each collective may wait (parallel.learner.collective_timeout)")
-    p.add_argument("--rejoin", action="store_true",
-                   help="after a group ends (its task, a lost rank), join the next one at the same address; for "
-                        "ranks started on their own (compose, other hosts), not by the learner")
+    p = sub.add_parser(
+        "learner-rank",
+        help="run learner rank $RANK of $WORLD_SIZE (parallel.learner.world_size), "
+        "joining rank 0 at $MASTER_ADDR:$MASTER_PORT",
+    )
+    p.add_argument(
+        "--shared-dir", default=None, help="the shared store's root on this host (default: the path rank 0 uses)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds the rendezvous and each collective may wait (parallel.learner.collective_timeout)",
+    )
+    p.add_argument(
+        "--rejoin",
+        action="store_true",
+        help="after a group ends (its task, a lost rank), join the next one at the same address; for "
+        "ranks started on their own (compose, other hosts), not by the learner",
+    )
 
-    p = sub.add_parser("slurm", help="run one training as a Slurm batch job: render its sbatch script into the run "
-                                     "directory and submit it")
+    p = sub.add_parser(
+        "slurm",
+        help="run one training as a Slurm batch job: render its sbatch script into the run directory and submit it",
+    )
     _add_config_args(p)
     p.add_argument("--collectors", type=positive_int, default=2, metavar="N", help="collector tasks (default 2)")
     p.add_argument("--partition", default=None, metavar="P", help="the Slurm partition (default: the cluster's)")
     p.add_argument("--gres", default=None, metavar="GRES", help="the learner's generic resources, e.g. gpu:1")
-    p.add_argument("--shared-dir", default=None, metavar="DIR",
-                   help="shared store on the cluster's filesystem, or s3://bucket/prefix (overrides "
-                        "parallel.shared_dir); the script, token file and output go there (s3: the experiment dir)")
-    p.add_argument("--port", type=port_number, default=None, metavar="P",
-                   help="the coordinator's REST port on its node (default: 20000 + job id %% 12000)")
-    p.add_argument("--sbatch", dest="sbatch_options", action="append", default=[], metavar="OPTION",
-                   help="one more #SBATCH line, e.g. --sbatch=--time=02:00:00 (repeatable)")
+    p.add_argument(
+        "--shared-dir",
+        default=None,
+        metavar="DIR",
+        help="shared store on the cluster's filesystem, or s3://bucket/prefix (overrides "
+        "parallel.shared_dir); the script, token file and output go there (s3: the experiment dir)",
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=None,
+        metavar="P",
+        help="the coordinator's REST port on its node (default: 20000 + job id %% 12000)",
+    )
+    p.add_argument(
+        "--sbatch",
+        dest="sbatch_options",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="one more #SBATCH line, e.g. --sbatch=--time=02:00:00 (repeatable)",
+    )
     fresh = p.add_mutually_exclusive_group()
-    fresh.add_argument("--resume", action="store_true",
-                       help="continue the training saved in the shared directory (a requeued job does so itself)")
-    fresh.add_argument("--join", action="store_true",
-                       help="submit a job of --collectors collectors that join the training running in the "
-                            "shared directory")
+    fresh.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the training saved in the shared directory (a requeued job does so itself)",
+    )
+    fresh.add_argument(
+        "--join",
+        action="store_true",
+        help="submit a job of --collectors collectors that join the training running in the shared directory",
+    )
     p.add_argument("--render-only", action="store_true", help="write the script and the token file; do not submit")
 
-    p = sub.add_parser("sweep", help="seeds, a grid and random settings over one config: one training per trial, "
-                                     "results in one table")
+    p = sub.add_parser(
+        "sweep", help="seeds, a grid and random settings over one config: one training per trial, results in one table"
+    )
     _add_config_args(p)
-    p.add_argument("--seeds", default=None, metavar="0-4|0,2,5",
-                   help="the seeds of every setting: a range (both ends in) or a list (default: the config's seed)")
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a config key and its values, as JSON literals (else strings); every combination of the "
-                        "--grid keys runs (repeatable)")
-    p.add_argument("--random", type=positive_int, default=None, metavar="N",
-                   help="N random draws of the --space file's settings (Optuna's random sampler)")
-    p.add_argument("--space", default=None, metavar="SPACE.py",
-                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
+    p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="0-4|0,2,5",
+        help="the seeds of every setting: a range (both ends in) or a list (default: the config's seed)",
+    )
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a config key and its values, as JSON literals (else strings); every combination of the "
+        "--grid keys runs (repeatable)",
+    )
+    p.add_argument(
+        "--random",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="N random draws of the --space file's settings (Optuna's random sampler)",
+    )
+    p.add_argument(
+        "--space",
+        default=None,
+        metavar="SPACE.py",
+        help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)",
+    )
     _add_lab_args(p, "sweep")
 
-    p = sub.add_parser("tune", help="hyperparameter search with Optuna: TPE sampling, a median pruner fed by each "
-                                    "trial's evaluation curve, the study in SQLite (rerun: resumed)")
+    p = sub.add_parser(
+        "tune",
+        help="hyperparameter search with Optuna: TPE sampling, a median pruner fed by each "
+        "trial's evaluation curve, the study in SQLite (rerun: resumed)",
+    )
     _add_config_args(p)
-    p.add_argument("--trials", type=positive_int, required=True, metavar="N",
-                   help="the study's total of finished trials (a rerun counts the earlier ones and adds the rest)")
-    p.add_argument("--space", required=True, metavar="SPACE.py",
-                   help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)")
-    p.add_argument("--storage", default=None, metavar="sqlite:///DIR/study.db",
-                   help="the study's storage (default sqlite:///OUT/study.db)")
+    p.add_argument(
+        "--trials",
+        type=positive_int,
+        required=True,
+        metavar="N",
+        help="the study's total of finished trials (a rerun counts the earlier ones and adds the rest)",
+    )
+    p.add_argument(
+        "--space",
+        required=True,
+        metavar="SPACE.py",
+        help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="sqlite:///DIR/study.db",
+        help="the study's storage (default sqlite:///OUT/study.db)",
+    )
     p.add_argument("--study", default=None, metavar="NAME", help="the study's name (default: the config's name)")
-    p.add_argument("--startup-trials", type=positive_int, default=5, metavar="N",
-                   help="trials sampled at random and never pruned before TPE and the median pruner start "
-                        "(default 5)")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=0, metavar="ENV_STEPS",
-                   help="a trial is not pruned before this many env steps (default 0)")
-    p.add_argument("--report-every", type=non_negative_int, default=0, metavar="ENV_STEPS",
-                   help="report each trial's curve to the pruner at the multiples of this many env steps (the "
-                        "newest evaluation at each), so that trials evaluated at different env steps (cluster "
-                        "configs) are compared at the same ones (default 0: each evaluation at its env step)")
+    p.add_argument(
+        "--startup-trials",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="trials sampled at random and never pruned before TPE and the median pruner start (default 5)",
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=non_negative_int,
+        default=0,
+        metavar="ENV_STEPS",
+        help="a trial is not pruned before this many env steps (default 0)",
+    )
+    p.add_argument(
+        "--report-every",
+        type=non_negative_int,
+        default=0,
+        metavar="ENV_STEPS",
+        help="report each trial's curve to the pruner at the multiples of this many env steps (the "
+        "newest evaluation at each), so that trials evaluated at different env steps (cluster "
+        "configs) are compared at the same ones (default 0: each evaluation at its env step)",
+    )
     _add_lab_args(p, "tune")
 
     from .after.commands import add_parsers as add_after_training
@@ -240,8 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("collectors", help="list, add or remove collectors", parents=client)
     csub = p.add_subparsers(dest="action", metavar="ACTION")
-    a = csub.add_parser("add", help="add a running collector slave by URL; without one, `parallel-rl run` starts "
-                                    "one more collector", parents=client)
+    a = csub.add_parser(
+        "add",
+        help="add a running collector slave by URL; without one, `parallel-rl run` starts one more collector",
+        parents=client,
+    )
     a.add_argument("url", nargs="?", default=None)
     r = csub.add_parser("remove", help="remove a collector by worker id", parents=client)
     r.add_argument("worker_id")
@@ -265,17 +412,25 @@ def cmd_serial(args: argparse.Namespace) -> int:
     pipeline, extra = serial_pipeline, {"resume": args.resume} if args.resume else {}
     if is_battle_env(cfg.env):  # a two-player game: the self-play pipeline
         if args.resume:
-            raise ConfigError(f"--resume {args.resume}: self-play runs (two-player games) cannot be resumed yet; "
-                              f"start over without --resume")
+            raise ConfigError(
+                f"--resume {args.resume}: self-play runs (two-player games) cannot be resumed yet; "
+                f"start over without --resume"
+            )
         from .entry.selfplay import selfplay_pipeline as pipeline
     # off a terminal a line per evaluation (min_interval inf: the forced updates only), as before the bar
     with ProgressReporter(cfg.env.stop_value, name="serial", min_interval=math.inf) as reporter:
+
         def progress(info: dict) -> None:
             """After an evaluation (its info: a line), or after a collect (numbers for the bar)."""
             evaluated = "eval_episode_return_mean" in info
-            reporter.update(info["envstep"], info["train_iter"], info.get("eval_episode_return_mean", math.nan),
-                            best_return=info.get("best_return", math.nan), force=evaluated,
-                            train_return=info.get("train_return", math.nan))
+            reporter.update(
+                info["envstep"],
+                info["train_iter"],
+                info.get("eval_episode_return_mean", math.nan),
+                best_return=info.get("best_return", math.nan),
+                force=evaluated,
+                train_return=info.get("train_return", math.nan),
+            )
 
         result = pipeline(cfg, progress=progress, **extra)
     print(result.summary(), flush=True)
@@ -290,9 +445,19 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     from .entry.slurm import job_for, submit_job
 
     cfg = _load_checked(args)
-    job = job_for(cfg, args.config, args.overrides, args.collectors, args.shared_dir, partition=args.partition,
-                  gres=args.gres, port=args.port or None, resume=args.resume, join=args.join,
-                  sbatch_options=tuple(args.sbatch_options))
+    job = job_for(
+        cfg,
+        args.config,
+        args.overrides,
+        args.collectors,
+        args.shared_dir,
+        partition=args.partition,
+        gres=args.gres,
+        port=args.port or None,
+        resume=args.resume,
+        join=args.join,
+        sbatch_options=tuple(args.sbatch_options),
+    )
     submit_job(job, render_only=args.render_only)
     return 0
 

@@ -1,5 +1,6 @@
 """The cluster commands of the CLI: roles (coordinator, learner, collector),
 the local launcher (run) and the REST client for people (status, tasks, collectors)."""
+
 from __future__ import annotations
 
 import argparse
@@ -55,9 +56,11 @@ def _check_port_free(host: str, port: int, role: str) -> None:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         socket.create_server((host, port), family=family).close()
     except OSError as exc:
-        raise BindError(f"{role}: cannot listen on {host}:{port}: {exc.strerror or exc}; another process holds "
-                        f"the port or the host is not an address of this machine: choose another --port (0 lets "
-                        f"the OS pick) or --host") from None
+        raise BindError(
+            f"{role}: cannot listen on {host}:{port}: {exc.strerror or exc}; another process holds "
+            f"the port or the host is not an address of this machine: choose another --port (0 lets "
+            f"the OS pick) or --host"
+        ) from None
 
 
 # ---- roles ---------------------------------------------------------------------------------------
@@ -74,8 +77,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = _load_checked(args)
         setup_process(cfg, need_torch=False)
         host, port = _coordinator_address(args, cfg)
-        return run_local_cluster(cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides,
-                                 resume=args.resume)
+        return run_local_cluster(
+            cfg, args.collectors, host, port, args.shared_dir, args.config, args.overrides, resume=args.resume
+        )
     finally:  # every way out (a bad config, a port in use, a signal before the cluster): no fork server left
         forkserver.stop()
 
@@ -85,8 +89,14 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     from .coordinator import Coordinator
     from .transport import token_from_env
-    from .runtime import (freeze_startup_objects, on_signals, outcome_exit_code, run_storage, setup_process,
-                          signal_exit_code)
+    from .runtime import (
+        freeze_startup_objects,
+        on_signals,
+        outcome_exit_code,
+        run_storage,
+        setup_process,
+        signal_exit_code,
+    )
     from .storage import lock_shared_dir
 
     cfg = _load_checked(args)
@@ -94,9 +104,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     storage = run_storage(cfg, args.shared_dir)  # fails fast
     token = token_from_env()
     if not token:  # made up here, it would have to be printed for the workers, and printed tokens end up in logs
-        raise ConfigError("set PARALLEL_RL_TOKEN (the cluster token) before starting the coordinator, e.g. "
-                          "export PARALLEL_RL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))'); "
-                          "`parallel-rl run` makes one for its own processes")
+        raise ConfigError(
+            "set PARALLEL_RL_TOKEN (the cluster token) before starting the coordinator, e.g. "
+            "export PARALLEL_RL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))'); "
+            "`parallel-rl run` makes one for its own processes"
+        )
     dir_lock = lock_shared_dir(storage, "parallel-rl coordinator")  # another run must not wipe it under us
     coordinator = Coordinator(cfg, storage, token)
     # bound before --fresh deletes anything: a port in use must not cost the saved state
@@ -105,14 +117,22 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         removed = storage.reset()
         print(f"coordinator: --fresh: removed {removed} file(s) of an earlier run from {storage.root}", flush=True)
     elif coordinator.snapshots.resume():
-        print(f"coordinator: resumed the saved state of {storage.root}: env_steps={coordinator.env_steps} "
-              f"train_iter={coordinator.train_iter} buffer={coordinator.replay.count()}", flush=True)
+        print(
+            f"coordinator: resumed the saved state of {storage.root}: env_steps={coordinator.env_steps} "
+            f"train_iter={coordinator.train_iter} buffer={coordinator.replay.count()}",
+            flush=True,
+        )
         if coordinator.system_shutdown_flag:  # the run had ended: reported (and served with --linger), not trained
-            print(f"coordinator: the run in {storage.root} already ended {coordinator.state} "
-                  f"({coordinator.reason}); not training it again (--fresh starts a new run)", flush=True)
+            print(
+                f"coordinator: the run in {storage.root} already ended {coordinator.state} "
+                f"({coordinator.reason}); not training it again (--fresh starts a new run)",
+                flush=True,
+            )
     elif args.resume:
-        raise ConfigError(f"coordinator --resume: no saved coordinator state in {storage.state_dir}; "
-                          f"pass the --shared-dir of the run to continue, or drop --resume to start fresh")
+        raise ConfigError(
+            f"coordinator --resume: no saved coordinator state in {storage.state_dir}; "
+            f"pass the --shared-dir of the run to continue, or drop --resume to start fresh"
+        )
     server.start()
     coordinator.start()
     freeze_startup_objects()
@@ -133,8 +153,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             lingered = True
             coordinator.membership.release_workers()
             print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
-            print(f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
-                  f"dashboard) until stopped", flush=True)
+            print(
+                f"coordinator: --linger: workers let go; still serving {server.url} (REST API, /metrics, "
+                f"dashboard) until stopped",
+                flush=True,
+            )
             stopped.wait()
     finally:  # the server closes after the workers' final reports (bounded), not before
         coordinator.wind_down(float(cfg.parallel.coordinator.final_report_timeout))
@@ -166,11 +189,19 @@ def cmd_slave(args: argparse.Namespace) -> int:
 
         SharedStorage(args.shared_dir, cfg.parallel.storage_options)
     wcfg = cfg.parallel.worker
-    slave = slave_class(args.command)(args.coordinator, host=args.host or "127.0.0.1", port=args.port or 0,
-                       advertise=args.advertise, token=token_from_env(), shared_dir=args.shared_dir,
-                       max_tasks=args.max_tasks, request_timeout=wcfg.request_timeout, max_retries=wcfg.max_retries,
-                       worker_id=args.worker_id,
-                       insecure_no_token=args.insecure_no_token)
+    slave = slave_class(args.command)(
+        args.coordinator,
+        host=args.host or "127.0.0.1",
+        port=args.port or 0,
+        advertise=args.advertise,
+        token=token_from_env(),
+        shared_dir=args.shared_dir,
+        max_tasks=args.max_tasks,
+        request_timeout=wcfg.request_timeout,
+        max_retries=wcfg.max_retries,
+        worker_id=args.worker_id,
+        insecure_no_token=args.insecure_no_token,
+    )
     heard: List[str] = []
 
     def stop(name: str) -> None:
@@ -180,8 +211,11 @@ def cmd_slave(args: argparse.Namespace) -> int:
     on_signals(stop)
     print(f"{args.command}: serving on {slave.address}", flush=True)
     if not args.coordinator:
-        print(f"{args.command}: no --coordinator: waiting to be added with "
-              f"`parallel-rl {args.command}s add {slave.address}`", flush=True)
+        print(
+            f"{args.command}: no --coordinator: waiting to be added with "
+            f"`parallel-rl {args.command}s add {slave.address}`",
+            flush=True,
+        )
     try:
         slave.start()
     except ParallelRLError:
@@ -214,6 +248,7 @@ def _client(args: argparse.Namespace):
 
 def render_table(rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> str:
     """Plain aligned columns (what `kubectl get` prints)."""
+
     def cell(value: Any) -> str:
         if value is None:
             return "-"
@@ -266,8 +301,12 @@ def readable(key: str, value: Any) -> str:
     if isinstance(value, float):
         return readable_number(value)
     if isinstance(value, dict):
-        return "  ".join(f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n) if isinstance(v, dict)
-                         else f"{k}={readable(k, v)}" for k, v in value.items())
+        return "  ".join(
+            f"{k}: " + " ".join(f"{s}={n}" for s, n in v.items() if n)
+            if isinstance(v, dict)
+            else f"{k}={readable(k, v)}"
+            for k, v in value.items()
+        )
     if isinstance(value, list):
         return ",".join(readable(key, v) for v in value)
     return str(value)
@@ -295,8 +334,15 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-WORKER_COLUMNS = ["worker_id", "address", "state", "current_task", "seconds_since_heartbeat", "env_steps",
-                  "policy_version"]
+WORKER_COLUMNS = [
+    "worker_id",
+    "address",
+    "state",
+    "current_task",
+    "seconds_since_heartbeat",
+    "env_steps",
+    "policy_version",
+]
 
 
 def cmd_collectors(args: argparse.Namespace) -> int:
@@ -330,10 +376,12 @@ def _lab_start(args: argparse.Namespace, command: str):
 
 
 def _print_trial(command: str, result) -> None:
-    print(f"{command}: trial {result.trial.number} {result.status}: {result.trial.label()} seed="
-          f"{'config' if result.trial.seed is None else result.trial.seed} eval_return={result.eval_return:.4g} "
-          f"env_steps={result.env_steps} wall={result.wall:.0f}s" + (f" ({result.note})" if result.note else ""),
-          flush=True)
+    print(
+        f"{command}: trial {result.trial.number} {result.status}: {result.trial.label()} seed="
+        f"{'config' if result.trial.seed is None else result.trial.seed} eval_return={result.eval_return:.4g} "
+        f"env_steps={result.env_steps} wall={result.wall:.0f}s" + (f" ({result.note})" if result.note else ""),
+        flush=True,
+    )
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -365,14 +413,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(render_table([r.row() for r in results], COLUMNS), flush=True)
     table = os.path.join(out, RESULTS_NAME)
     if heard:
-        print(f"sweep: interrupted ({heard[0]}); the table of what ran is in {table}, each trial's directory and "
-              f"log in {out}", flush=True)
+        print(
+            f"sweep: interrupted ({heard[0]}); the table of what ran is in {table}, each trial's directory and "
+            f"log in {out}",
+            flush=True,
+        )
         return signal_exit_code(heard[0])
     print(f"sweep: table in {table}", flush=True)
     failed = sum(r.status != "done" for r in results)
     if failed:
-        print(f"parallel-rl sweep: {failed} of {len(results)} trial(s) failed; their reasons are in the table",
-              file=sys.stderr)
+        print(
+            f"parallel-rl sweep: {failed} of {len(results)} trial(s) failed; their reasons are in the table",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -387,9 +440,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     study_name = args.study or os.path.splitext(os.path.basename(args.config))[0]
     storage = storage_url(args.storage, out)
     study_dir = os.path.join(out, study_name)
-    tuner = Tuner(configs, args.space, ProcessRunner(args.config, args.overrides, study_dir, configs.cluster),
-                  storage, study_name, seed=args.sampler_seed, startup_trials=args.startup_trials,
-                  warmup_steps=args.warmup_steps, report_every=args.report_every)
+    tuner = Tuner(
+        configs,
+        args.space,
+        ProcessRunner(args.config, args.overrides, study_dir, configs.cluster),
+        storage,
+        study_name,
+        seed=args.sampler_seed,
+        startup_trials=args.startup_trials,
+        warmup_steps=args.warmup_steps,
+        report_every=args.report_every,
+    )
     heard: List[str] = []
 
     def stop(name: str) -> None:
@@ -398,11 +459,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     on_signals(stop)
     if configs.cluster and not args.report_every:
-        print("tune: cluster trials evaluate at different env steps: pass --report-every ENV_STEPS for the pruner to "
-              "compare them at the same ones", flush=True)
+        print(
+            "tune: cluster trials evaluate at different env steps: pass --report-every ENV_STEPS for the pruner to "
+            "compare them at the same ones",
+            flush=True,
+        )
     kept = tuner.finished()
-    print(f"tune: study {study_name!r} in {storage}: {kept} finished trial(s) kept, up to {args.trials} in all; "
-          f"trials in {study_dir}", flush=True)
+    print(
+        f"tune: study {study_name!r} in {storage}: {kept} finished trial(s) kept, up to {args.trials} in all; "
+        f"trials in {study_dir}",
+        flush=True,
+    )
     try:
         tuner.optimize(args.trials, args.parallel, on_result=lambda r: _print_trial("tune", r))
     finally:  # the table of what ran, an unknown key's stop included
@@ -410,11 +477,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(render_table(tuner.rows(), COLUMNS), flush=True)
     print(f"tune: table in {os.path.join(study_dir, TABLE_NAME)}", flush=True)
     if best:
-        print(f"tune: best trial {tuner.best().number} (eval return {tuner.best().value:g}); its config: {best}",
-              flush=True)
+        print(
+            f"tune: best trial {tuner.best().number} (eval return {tuner.best().value:g}); its config: {best}",
+            flush=True,
+        )
     if heard:
-        print(f"tune: interrupted ({heard[0]}); the study is kept in {storage}: run the same command again to "
-              f"resume it", flush=True)
+        print(
+            f"tune: interrupted ({heard[0]}); the study is kept in {storage}: run the same command again to resume it",
+            flush=True,
+        )
         return signal_exit_code(heard[0])
     return 0
 
@@ -442,5 +513,7 @@ def dispatch(args: argparse.Namespace) -> int:
     except AuthError as exc:
         if args.command not in CLIENT_COMMANDS:
             raise
-        raise AuthError(f"{exc}; pass --token-file PATH (`parallel-rl run` prints it: `token: in PATH`) or export "
-                        f"PARALLEL_RL_TOKEN, the cluster's token") from None
+        raise AuthError(
+            f"{exc}; pass --token-file PATH (`parallel-rl run` prints it: `token: in PATH`) or export "
+            f"PARALLEL_RL_TOKEN, the cluster's token"
+        ) from None

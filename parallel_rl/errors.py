@@ -3,6 +3,7 @@
 Messages say what went wrong *and* how to fix it: they are printed to users
 as one line by the CLI.
 """
+
 from __future__ import annotations
 
 

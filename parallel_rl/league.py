@@ -15,6 +15,7 @@ plays itself (``self``), otherwise an opponent from the pool with weight
 1 (``"uniform"``), where ``p`` is ``main``'s score against it (win = 1, draw =
 1/2) with a prior of one drawn game (an unplayed opponent counts as p = 1/2).
 """
+
 from __future__ import annotations
 
 import logging
@@ -66,8 +67,9 @@ class League:
     def __init__(self, cfg: Optional[EasyDict] = None, seed: Optional[int] = None):
         cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
         if cfg.snapshot_every <= 0 or cfg.pool_size <= 0:
-            raise ConfigError(f"league.snapshot_every and league.pool_size must be > 0, got "
-                              f"{cfg.snapshot_every=} {cfg.pool_size=}")
+            raise ConfigError(
+                f"league.snapshot_every and league.pool_size must be > 0, got {cfg.snapshot_every=} {cfg.pool_size=}"
+            )
         if not 0.0 <= cfg.self_play_prob <= 1.0:
             raise ConfigError(f"league.self_play_prob must be in [0, 1], got {cfg.self_play_prob}")
         if cfg.pfsp_weighting not in WEIGHTINGS:
@@ -157,10 +159,15 @@ class League:
         """Everything :meth:`load_state_dict` restores, as plain JSON values (the coordinator's snapshot keeps it:
         a resumed coordinator has the same pool, payoff table and games)."""
         with self._lock:
-            return {"bots": list(self.bots), "snapshots": list(self.snapshots), "retired": list(self.retired),
-                    "payoff": {a: {b: list(counts) for b, counts in row.items()} for a, row in self._payoff.items()},
-                    "games": self.games, "last_snapshot": self._last_snapshot,
-                    "rng": self._rng.bit_generator.state}
+            return {
+                "bots": list(self.bots),
+                "snapshots": list(self.snapshots),
+                "retired": list(self.retired),
+                "payoff": {a: {b: list(counts) for b, counts in row.items()} for a, row in self._payoff.items()},
+                "games": self.games,
+                "last_snapshot": self._last_snapshot,
+                "rng": self._rng.bit_generator.state,
+            }
 
     def load_state_dict(self, state: Dict) -> None:
         """Restore :meth:`state_dict` (ValueError naming the field when it does not fit).
@@ -173,13 +180,18 @@ class League:
             for b, counts in row.items():
                 counts = [int(c) for c in counts]
                 if len(counts) != len(OUTCOMES) or min(counts) < 0:
-                    raise ValueError(f"league payoff[{a!r}][{b!r}] must be {len(OUTCOMES)} counts >= 0 "
-                                     f"({'/'.join(OUTCOMES)}), got {counts}")
+                    raise ValueError(
+                        f"league payoff[{a!r}][{b!r}] must be {len(OUTCOMES)} counts >= 0 "
+                        f"({'/'.join(OUTCOMES)}), got {counts}"
+                    )
                 payoff.setdefault(str(a), {})[str(b)] = counts
         last = state.get("last_snapshot")
         if names["bots"] != list(self.cfg.bots):
-            logger.info("league: the pool's bots are %s (league.bots), the saved state had %s",
-                        list(self.cfg.bots), names["bots"])
+            logger.info(
+                "league: the pool's bots are %s (league.bots), the saved state had %s",
+                list(self.cfg.bots),
+                names["bots"],
+            )
         with self._lock:
             self.bots, self.snapshots, self.retired = list(self.cfg.bots), names["snapshots"], names["retired"]
             self._payoff = payoff
@@ -192,10 +204,22 @@ class League:
         """Players, the payoff table (``payoff[a][b] = {wins, draws, losses, games, win_rate}``) and games."""
         with self._lock:
             payoff = {
-                a: {b: {"wins": w, "draws": d, "losses": lo, "games": w + d + lo,
-                        "win_rate": w / (w + d + lo) if w + d + lo else None}
-                    for b, (w, d, lo) in row.items()}
+                a: {
+                    b: {
+                        "wins": w,
+                        "draws": d,
+                        "losses": lo,
+                        "games": w + d + lo,
+                        "win_rate": w / (w + d + lo) if w + d + lo else None,
+                    }
+                    for b, (w, d, lo) in row.items()
+                }
                 for a, row in self._payoff.items()
             }
-            return {"players": [MAIN] + self.bots + self.snapshots, "pool": self.bots + self.snapshots,
-                    "retired": list(self.retired), "payoff": payoff, "games": self.games}
+            return {
+                "players": [MAIN] + self.bots + self.snapshots,
+                "pool": self.bots + self.snapshots,
+                "retired": list(self.retired),
+                "payoff": payoff,
+                "games": self.games,
+            }

@@ -1,4 +1,5 @@
 """Progress output for long runs: a live tqdm bar on a terminal, plain lines otherwise."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,15 @@ class ProgressReporter:
     started from. Use it as a context manager or call :meth:`close`: it puts the log handlers back.
     """
 
-    def __init__(self, stop_value: Optional[float], name: str = "train", stream: Optional[TextIO] = None,
-                 live: Optional[bool] = None, min_interval: float = 1.0, start_envstep: int = 0):
+    def __init__(
+        self,
+        stop_value: Optional[float],
+        name: str = "train",
+        stream: Optional[TextIO] = None,
+        live: Optional[bool] = None,
+        min_interval: float = 1.0,
+        start_envstep: int = 0,
+    ):
         if live is None:
             live = stream.isatty() if stream is not None else sys.stdout.isatty() and sys.stderr.isatty()
         self.live = live
@@ -54,8 +62,13 @@ class ProgressReporter:
             encoding = getattr(self.stream, "encoding", None) or "utf-8"  # None: an in-memory stream
             self._unicode = "—█".encode(encoding, errors="replace") == "—█".encode("utf-8")
             # the whole line is ours ({unit}: tqdm adds nothing to it); without {bar} tqdm cuts it to the width
-            self._bar = tqdm(total=None, file=self.stream, bar_format="{unit}", dynamic_ncols=True,
-                             unit=self._text(start_envstep, 0, 0.0, None))
+            self._bar = tqdm(
+                total=None,
+                file=self.stream,
+                bar_format="{unit}",
+                dynamic_ncols=True,
+                unit=self._text(start_envstep, 0, 0.0, None),
+            )
             self._redirect.enter_context(logging_redirect_tqdm())
             logging.captureWarnings(True)  # warnings too go through logging, so through tqdm
             self._redirect.callback(logging.captureWarnings, False)
@@ -71,9 +84,16 @@ class ProgressReporter:
         tqdm on a terminal, so no line lands on the bar's; ``stream`` itself otherwise."""
         return DummyTqdmFile(stream) if self.live else stream
 
-    def update(self, envstep: int, train_iter: int, eval_return: float = math.nan,
-               best_return: float = math.nan, workers: Optional[str] = None, force: bool = False,
-               train_return: float = math.nan) -> None:
+    def update(
+        self,
+        envstep: int,
+        train_iter: int,
+        eval_return: float = math.nan,
+        best_return: float = math.nan,
+        workers: Optional[str] = None,
+        force: bool = False,
+        train_return: float = math.nan,
+    ) -> None:
         """The run's numbers now; a NaN return is "none new": the last known one is shown (none yet: ``—``)."""
         for attr, value in (("_eval", eval_return), ("_best", best_return), ("_train", train_return)):
             if value is not None and not math.isnan(value):
@@ -94,9 +114,15 @@ class ProgressReporter:
         goal = " (no stop value)" if self.stop_value is None else f"/{self.stop_value:g}"
         best = _number(self._best)
         train = _number(self._train)
-        print(f"[{self.name} {elapsed:6.1f}s] eval_return={_number(self._eval) or 'n/a'}{goal}"
-              + (f" best={best}" if best else "") + (f" train_return={train}" if train else "") + " "
-              + " ".join(fields), file=self.stream, flush=True)
+        print(
+            f"[{self.name} {elapsed:6.1f}s] eval_return={_number(self._eval) or 'n/a'}{goal}"
+            + (f" best={best}" if best else "")
+            + (f" train_return={train}" if train else "")
+            + " "
+            + " ".join(fields),
+            file=self.stream,
+            flush=True,
+        )
 
     def _text(self, envstep: int, train_iter: int, rate: float, workers: Optional[str]) -> str:
         """The bar's line: the name, the eval return against the stop value (drawn, then in numbers), then the
@@ -106,8 +132,11 @@ class ProgressReporter:
         if self.stop_value is None:
             head = f"{self.name} eval={value} (no stop value)"
         else:
-            frac = 0.0 if math.isnan(self._eval) or self.stop_value <= 0 else \
-                max(0.0, min(1.0, self._eval / self.stop_value))
+            frac = (
+                0.0
+                if math.isnan(self._eval) or self.stop_value <= 0
+                else max(0.0, min(1.0, self._eval / self.stop_value))
+            )
             bar = format(Bar(frac, 12, charset=Bar.UTF if self._unicode else Bar.ASCII))
             head = f"{self.name} |{bar}| eval={value}/{self.stop_value:g}"
         fields = [head, f"env_steps={envstep}", f"steps/s={rate:.0f}"]
@@ -135,6 +164,8 @@ def episode_progress(total: int, name: str = "eval", live: Optional[bool] = None
     if not (sys.stdout.isatty() and sys.stderr.isatty() if live is None else live):
         yield lambda done: None
         return
-    with tqdm(total=total, desc=name, unit="episode", file=sys.stderr, dynamic_ncols=True) as bar, \
-            logging_redirect_tqdm():
+    with (
+        tqdm(total=total, desc=name, unit="episode", file=sys.stderr, dynamic_ncols=True) as bar,
+        logging_redirect_tqdm(),
+    ):
         yield lambda done: bar.update(done - bar.n)

@@ -1,4 +1,5 @@
 """Name -> class registries so users plug in their own parts by name."""
+
 from __future__ import annotations
 
 import difflib

@@ -1,5 +1,6 @@
 """Process set-up shared by every role: logging, torch threads, seeds; the defaults of the ``system`` section
 that set-up reads."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,19 +27,34 @@ class SystemSection(Section):
     path = "system"
     title = "Every process (threads, logging, TensorBoard)"
 
-    torch_num_threads: int = setting(1, lo=1, doc="""threads per process for torch; with torch's default, two busy
-        processes on a 2-core machine each run 7-8x slower""")
+    torch_num_threads: int = setting(
+        1,
+        lo=1,
+        doc="""threads per process for torch; with torch's default, two busy
+        processes on a 2-core machine each run 7-8x slower""",
+    )
     log_level: str = setting("INFO", doc="the log level: DEBUG, INFO, WARNING, ERROR (any case)")
-    tensorboard: bool = setting(True, doc="""TensorBoard event files: <exp_name>/tensorboard (serial), <shared
+    tensorboard: bool = setting(
+        True,
+        doc="""TensorBoard event files: <exp_name>/tensorboard (serial), <shared
         dir>/tensorboard/<worker id> (cluster: learner-1, collector-1, ..., and evaluator; <exp_name>/tensorboard/<worker
         id> in each process's working directory when the shared dir is an object store). A fresh `run` removes the
-        earlier run's""")
-    tensorboard_interval: float = setting(10.0, lo=0, doc="""cluster: the learner's and each collector's scalars at
+        earlier run's""",
+    )
+    tensorboard_interval: float = setting(
+        10.0,
+        lo=0,
+        doc="""cluster: the learner's and each collector's scalars at
         most once per tag every this many seconds (the newest value in between is written when the worker's task
-        ends; 0: every point); evaluations: every one""")
-    tensorboard_max_mb: float = setting(64.0, lo=0, doc="""cluster: each TensorBoard directory's event files
+        ends; 0: every point); evaluations: every one""",
+    )
+    tensorboard_max_mb: float = setting(
+        64.0,
+        lo=0,
+        doc="""cluster: each TensorBoard directory's event files
         together, in MiB: a writer starts a new file at a quarter of it and the directory's oldest files are deleted
-        past it (0: no cap)""")
+        past it (0: no cap)""",
+    )
 
 
 def system_default_config() -> EasyDict:
@@ -50,8 +66,9 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     if not any(getattr(h, "_parallel_rl", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
-                                               "%H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
         handler._parallel_rl = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
@@ -236,8 +253,9 @@ def _watch_signals() -> None:
                 for callback in callbacks:
                     _call(callback, name)
 
-    guarded_thread(watch, "signal-watcher",
-                   lambda reason: logging.getLogger(__name__).error("signals: %s", reason)).start()
+    guarded_thread(
+        watch, "signal-watcher", lambda reason: logging.getLogger(__name__).error("signals: %s", reason)
+    ).start()
 
 
 def _call(callback: Callable[[str], None], name: str) -> None:

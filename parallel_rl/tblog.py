@@ -1,4 +1,5 @@
 """TensorBoard event files through the ``tensorboard`` package's own writer (numpy only, no torch)."""
+
 from __future__ import annotations
 
 import logging
@@ -141,8 +142,9 @@ class TensorBoardLogger:
             except FileNotFoundError:
                 pass
             total -= size
-            logger.debug("tensorboard: removed %s (the directory's event files are capped at %d bytes)", path,
-                         self.max_bytes)
+            logger.debug(
+                "tensorboard: removed %s (the directory's event files are capped at %d bytes)", path, self.max_bytes
+            )
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         """One scalar under its full tag: a torch ``SummaryWriter``'s call, so this logger can be handed to code
@@ -169,9 +171,11 @@ def worker_logger(system: Mapping[str, Any], logdir: Optional[str], every_point:
     """The logger of a cluster worker's directory (``system``: the config's section): off unless
     ``system.tensorboard``; at most one point per tag every ``system.tensorboard_interval`` s (``every_point``:
     all of them, an evaluator's); the directory capped at ``system.tensorboard_max_mb``."""
-    return TensorBoardLogger(logdir if system["tensorboard"] else None,
-                             interval=0.0 if every_point else float(system["tensorboard_interval"]),
-                             max_bytes=int(float(system["tensorboard_max_mb"]) * 2**20))
+    return TensorBoardLogger(
+        logdir if system["tensorboard"] else None,
+        interval=0.0 if every_point else float(system["tensorboard_interval"]),
+        max_bytes=int(float(system["tensorboard_max_mb"]) * 2**20),
+    )
 
 
 def _event_files(logdir: str) -> list:

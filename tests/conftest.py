@@ -1,4 +1,5 @@
 """Shared fixtures: configs on the deterministic toy env, temp experiment dirs."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """``parallel_rl_test/Flat-v0``: the toy Counting env whose every step earns ``reward`` whatever the action, so an
 evaluation's return is exactly ``reward * episode_length`` from the first one on (a learning curve known in
 advance: the lab's pruning tests). Imported by the processes of a test run through ``env.import_names``."""
+
 import gymnasium as gym
 
 from parallel_rl.envs.toy import CountingEnv

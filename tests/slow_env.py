@@ -1,6 +1,7 @@
 """``parallel_rl_test/Slow-v0``: the toy Counting env whose constructor takes ``build_seconds`` (a heavy env: an
 emulator loading its ROM, a simulator compiling its scene on a loaded box), so that a worker's set-up outlasts the
 coordinator's connect timeout. Imported by the processes of a test run through ``env.import_names``."""
+
 import time
 
 import gymnasium as gym

@@ -1,5 +1,6 @@
 """After training: `parallel-rl eval / plot / export` as real CLI processes on a tiny serial run's checkpoints,
 exported files against the torch policy, the notebook API's documented example."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ CARTPOLE = os.path.join(REPO, "configs", "cartpole_dqn.py")
 
 def run_cli(*args: str, cwd=None, timeout: float = 120.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+    )
 
 
 def untrained_run(run_dir, config_name: str) -> str:
@@ -41,8 +43,19 @@ def untrained_run(run_dir, config_name: str) -> str:
 
 
 def train_cartpole(exp_dir, seed: int = 0, steps: int = 600) -> str:
-    done = run_cli("serial", "-c", CARTPOLE, "--set", f"exp_name={exp_dir}", "--set", f"seed={seed}",
-                   "--set", f"serial.max_env_step={steps}", "--set", "policy.eval.evaluator.eval_freq=10")
+    done = run_cli(
+        "serial",
+        "-c",
+        CARTPOLE,
+        "--set",
+        f"exp_name={exp_dir}",
+        "--set",
+        f"seed={seed}",
+        "--set",
+        f"serial.max_env_step={steps}",
+        "--set",
+        "policy.eval.evaluator.eval_freq=10",
+    )
     assert done.returncode == 3, done.stdout + done.stderr  # the budget ran out before the stop value
     return str(exp_dir)
 
@@ -67,8 +80,20 @@ def test_eval_prints_a_table_and_json(runs):
 
 def test_eval_records_videos(runs, tmp_path):
     pytest.importorskip("imageio_ffmpeg")
-    out = run_cli("eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "4", "--video", str(tmp_path / "v"),
-                  "--video-episodes", "2", "--json")
+    out = run_cli(
+        "eval",
+        "-c",
+        CARTPOLE,
+        "--run",
+        runs[0],
+        "--episodes",
+        "4",
+        "--video",
+        str(tmp_path / "v"),
+        "--video-episodes",
+        "2",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     videos = json.loads(out.stdout)["videos"]
     assert [os.path.basename(v) for v in videos] == ["episode-0.mp4", "episode-1.mp4"]
@@ -84,8 +109,24 @@ def test_eval_video_is_the_evaluated_episode(runs, tmp_path):
     """The recording runs beside the evaluation, in its own process: its MP4s are still the evaluation's first
     episodes (sync vector envs: env i starts from seed + i, as the recording's episode i does)."""
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
-    out = run_cli("eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "3", "--seed", "5", "--video",
-                  str(tmp_path / "v"), "--video-episodes", "3", "--set", "env.vector_mode=sync", "--json")
+    out = run_cli(
+        "eval",
+        "-c",
+        CARTPOLE,
+        "--run",
+        runs[0],
+        "--episodes",
+        "3",
+        "--seed",
+        "5",
+        "--video",
+        str(tmp_path / "v"),
+        "--video-episodes",
+        "3",
+        "--set",
+        "env.vector_mode=sync",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     lengths = []
@@ -95,7 +136,8 @@ def test_eval_video_is_the_evaluated_episode(runs, tmp_path):
         lengths.append(sum(1 for _ in reader) - 1)  # a frame per step and one of the last state
     # CartPole pays 1 a step: three returns are three lengths, fixed by their mean, min and max
     assert (sum(lengths) / 3, min(lengths), max(lengths)) == pytest.approx(
-        (result["return_mean"], result["return_min"], result["return_max"])), (lengths, result)
+        (result["return_mean"], result["return_min"], result["return_max"])
+    ), (lengths, result)
 
 
 def test_eval_records_videos_of_atari_configs(tmp_path):
@@ -106,8 +148,19 @@ def test_eval_records_videos_of_atari_configs(tmp_path):
     pytest.importorskip("ale_py")
     config = untrained_run(tmp_path, "pong_dqn.py")
     short = ["--set", "env.eval_env_kwargs.max_num_frames_per_episode=400"]
-    out = run_cli("eval", "-c", config, "--run", str(tmp_path), "--episodes", "1", "--video", str(tmp_path / "v"),
-                  *short, "--json")
+    out = run_cli(
+        "eval",
+        "-c",
+        config,
+        "--run",
+        str(tmp_path),
+        "--episodes",
+        "1",
+        "--video",
+        str(tmp_path / "v"),
+        *short,
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["length_mean"] == 100, result
@@ -130,8 +183,7 @@ def test_a_failed_recording_is_one_line_and_exit_2(runs, tmp_path):
     assert out.stderr.startswith("parallel-rl eval: error: --video: ") and str(not_a_dir) in out.stderr
 
 
-@pytest.mark.parametrize("case", ["no checkpoint", "unreadable file", "wrong env", "wrong algorithm",
-                                  "bad episodes"])
+@pytest.mark.parametrize("case", ["no checkpoint", "unreadable file", "wrong env", "wrong algorithm", "bad episodes"])
 def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, case):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
@@ -139,8 +191,17 @@ def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, case):
     ckpt = os.path.join(runs[0], "ckpt", ckpt)
     args = {
         "no checkpoint": ["eval", "-c", CARTPOLE, "--run", str(tmp_path)],
-        "unreadable file": ["export", "-c", CARTPOLE, "--checkpoint", str(garbage), "--format", "torchscript",
-                            "-o", str(tmp_path / "x.torchscript")],
+        "unreadable file": [
+            "export",
+            "-c",
+            CARTPOLE,
+            "--checkpoint",
+            str(garbage),
+            "--format",
+            "torchscript",
+            "-o",
+            str(tmp_path / "x.torchscript"),
+        ],
         "wrong env": ["eval", "-c", os.path.join(REPO, "configs", "pendulum_sac.py"), "--checkpoint", ckpt],
         "wrong algorithm": ["eval", "-c", os.path.join(REPO, "configs", "cartpole_ppo.py"), "--checkpoint", ckpt],
         "bad episodes": ["eval", "-c", CARTPOLE, "--run", runs[0], "--episodes", "0"],
@@ -239,8 +300,9 @@ def _has(module: str) -> bool:
 
 
 def test_export_cli_and_load_policy_of_a_run(runs, tmp_path):
-    out = run_cli("export", "-c", CARTPOLE, "--run", runs[0], "--format", "torchscript", "-o",
-                  str(tmp_path / "p.torchscript"))
+    out = run_cli(
+        "export", "-c", CARTPOLE, "--run", runs[0], "--format", "torchscript", "-o", str(tmp_path / "p.torchscript")
+    )
     assert out.returncode == 0, out.stderr
     import parallel_rl
 
@@ -254,7 +316,7 @@ def test_export_cli_and_load_policy_of_a_run(runs, tmp_path):
 def test_readme_notebook_example_runs(tmp_path, monkeypatch):
     """The notebook example of the docs' "After training" page, as written (in a scratch directory)."""
     text = open(os.path.join(REPO, "docs", "after-training.md")).read()
-    section = text[text.index("# After training"):]
+    section = text[text.index("# After training") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(REPO)
@@ -275,10 +337,13 @@ def test_cluster_evaluator_records_every_n_evaluations(tmp_path):
     from parallel_rl.storage import SharedStorage
     from parallel_rl.collector.cluster import ClusterCollector
 
-    cfg = compile_config({"exp_name": str(tmp_path / "exp"), "env": {"env_id": "CartPole-v1", "collector_env_num": 1,
-                                                                     "evaluator_env_num": 2},
-                          "policy": {"model": {"hidden_size_list": [16]},
-                                     "eval": {"evaluator": {"record_every": 2}}}})
+    cfg = compile_config(
+        {
+            "exp_name": str(tmp_path / "exp"),
+            "env": {"env_id": "CartPole-v1", "collector_env_num": 1, "evaluator_env_num": 2},
+            "policy": {"model": {"hidden_size_list": [16]}, "eval": {"evaluator": {"record_every": 2}}},
+        }
+    )
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ClusterCollector(cfg, storage, seed=0)
     try:
@@ -307,7 +372,8 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
     SharedStorage(str(tmp_path / "shared")).videos.save(7, data)
     listed = requests.get(server.url + "/api/v1/videos", timeout=5).json()["videos"]
     assert [(v["name"], v["policy_version"], v["url"]) for v in listed] == [
-        ("video_000000007.mp4", 7, "/api/v1/videos/video_000000007.mp4")]
+        ("video_000000007.mp4", 7, "/api/v1/videos/video_000000007.mp4")
+    ]
     whole = requests.get(server.url + listed[0]["url"], timeout=5)
     assert whole.status_code == 200 and whole.headers["Content-Type"] == "video/mp4" and whole.content == data
     part = requests.get(server.url + listed[0]["url"], headers={"Range": "bytes=0-99"}, timeout=5)
@@ -318,10 +384,14 @@ def test_videos_api_and_dashboard_plays_the_newest(coordinator_factory, tmp_path
     try:
         browser.set_page_load_timeout(30)
         browser.get(server.url + "/")
-        duration = eventually(lambda: browser.execute_script(
-            "const v = document.getElementById('episode-video');"
-            "return v && !v.closest('[hidden]') && v.readyState >= 1 && v.duration > 0 ? v.duration : 0;"),
-            timeout=20, message="the dashboard's <video> loaded with a duration")
+        duration = eventually(
+            lambda: browser.execute_script(
+                "const v = document.getElementById('episode-video');"
+                "return v && !v.closest('[hidden]') && v.readyState >= 1 && v.duration > 0 ? v.duration : 0;"
+            ),
+            timeout=20,
+            message="the dashboard's <video> loaded with a duration",
+        )
         assert abs(duration - info["frames"] / 50) < 0.2  # CartPole renders at 50 fps
         assert "policy v7" in browser.find_element("id", "video-caption").text
     finally:
@@ -347,10 +417,23 @@ def test_cluster_run_records_videos_into_its_shared_store(cli, tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     from parallel_rl.storage import SharedStorage
 
-    run = cli("run", "run", "-c", os.path.join(REPO, "configs", "cartpole_dqn_parallel.py"),
-              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "env.stop_value=5", "--collectors", "1",
-              "--set", "policy.eval.evaluator.record_every=1", "--port", "0",
-              env={"PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    run = cli(
+        "run",
+        "run",
+        "-c",
+        os.path.join(REPO, "configs", "cartpole_dqn_parallel.py"),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "env.stop_value=5",
+        "--collectors",
+        "1",
+        "--set",
+        "policy.eval.evaluator.record_every=1",
+        "--port",
+        "0",
+        env={"PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    )
     assert run.wait(180) == 0, run.output()[-3000:]
     videos = SharedStorage(str(tmp_path / "exp" / "shared")).videos.listing()
     assert videos and videos[0]["name"].endswith(".mp4"), run.output()[-3000:]

@@ -1,4 +1,5 @@
 """PPO and SAC: their updates on small deterministic problems, GAE by hand, spaces and devices."""
+
 import numpy as np
 import pytest
 import torch
@@ -82,8 +83,12 @@ def test_ppo_discrete_update_learns_and_keeps_the_ratio_inside_the_clip_range():
 
 
 def test_ppo_box_actions_move_toward_the_best_action():
-    with EnvManager("parallel_rl/Spaces-v0", 4, seed=0, env_kwargs={"action_space": "box", "obs_space": "box2d",
-                                                                   "episode_length": 5}) as env:
+    with EnvManager(
+        "parallel_rl/Spaces-v0",
+        4,
+        seed=0,
+        env_kwargs={"action_space": "box", "obs_space": "box2d", "episode_length": 5},
+    ) as env:
         _, policy, collector = _ppo(env, epoch_per_collect=4, batch_size=32, learning_rate=3e-3)
         obs = env.reset()
         start = np.abs(policy.forward_eval(obs) - 0.5).mean()
@@ -96,8 +101,15 @@ def test_ppo_box_actions_move_toward_the_best_action():
 
 
 def test_sac_temperature_moves_toward_target_entropy_and_critic_loss_falls():
-    cfg = compile_config({"policy": {"type": "sac", "learn": {"batch_size": 64, "init_alpha": 1.0},
-                                     "model": {"actor_hidden_size_list": [32], "critic_hidden_size_list": [32]}}})
+    cfg = compile_config(
+        {
+            "policy": {
+                "type": "sac",
+                "learn": {"batch_size": 64, "init_alpha": 1.0},
+                "model": {"actor_hidden_size_list": [32], "critic_hidden_size_list": [32]},
+            }
+        }
+    )
     with EnvManager("parallel_rl/Spaces-v0", 4, seed=0, env_kwargs={"action_space": "box", "episode_length": 5}) as env:
         policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
         collector = SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99)
@@ -115,10 +127,18 @@ def test_sac_temperature_moves_toward_target_entropy_and_critic_loss_falls():
 @pytest.mark.parametrize(
     "user, match",
     [
-        ({"env": {"env_id": "Pendulum-v1"}}, r"policy.type='dqn' does not fit env 'Pendulum-v1'.*Box.*fit: appo, impala, ppo, sac, td3"),
-        ({"policy": {"type": "sac"}}, r"policy.type='sac' does not fit env 'CartPole-v1'.*Discrete.*fit: appo, dqn, impala, ppo"),
-        ({"env": {"env_id": "parallel_rl/Spaces-v0", "env_kwargs": {"action_space": "multidiscrete"}}},
-         r"'parallel_rl/Spaces-v0' has action space MultiDiscrete.*Discrete \(algorithms: appo, dqn, impala, ppo, r2d2\)"),
+        (
+            {"env": {"env_id": "Pendulum-v1"}},
+            r"policy.type='dqn' does not fit env 'Pendulum-v1'.*Box.*fit: appo, impala, ppo, sac, td3",
+        ),
+        (
+            {"policy": {"type": "sac"}},
+            r"policy.type='sac' does not fit env 'CartPole-v1'.*Discrete.*fit: appo, dqn, impala, ppo",
+        ),
+        (
+            {"env": {"env_id": "parallel_rl/Spaces-v0", "env_kwargs": {"action_space": "multidiscrete"}}},
+            r"'parallel_rl/Spaces-v0' has action space MultiDiscrete.*Discrete \(algorithms: appo, dqn, impala, ppo, r2d2\)",
+        ),
         ({"policy": {"type": "ppo", "device": "gpu"}}, r"policy.device must be one of"),
         ({"policy": {"type": "ppx"}}, r"unknown policy.type 'ppx'; did you mean 'ppo'"),
         ({"policy": {"type": "ppo", "other": {"eps": {"start": 1.0}}}}, r"unknown config key 'policy.other.eps'"),

@@ -1,4 +1,5 @@
 """The REST API contract: OpenAPI document vs app, error shapes and codes, and a fuzz test (no 5xx)."""
+
 import json
 import re
 import threading
@@ -44,7 +45,7 @@ def test_openapi_matches_the_app_both_ways(server):
     app_ops = set()
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/api/v1"):
-            path = re.sub(r"<[^>]+>", "X", rule.rule[len("/api/v1"):])
+            path = re.sub(r"<[^>]+>", "X", rule.rule[len("/api/v1") :])
             app_ops |= {(path, m) for m in rule.methods - {"HEAD", "OPTIONS"}}
     assert doc_ops == app_ops
 
@@ -77,23 +78,42 @@ def test_required_request_fields_are_enforced(server):
 
 
 def test_bad_input_codes(server):
-    assert_error(call(server, "POST", "/collectors", data="{not json", headers={**AUTH, "Content-Type":
-                                                                                 "application/json"}),
-                 400, "bad_request")
+    assert_error(
+        call(server, "POST", "/collectors", data="{not json", headers={**AUTH, "Content-Type": "application/json"}),
+        400,
+        "bad_request",
+    )
     assert_error(call(server, "POST", "/collectors", json=[1, 2], headers=AUTH), 400, "bad_request")
     assert_error(call(server, "POST", "/collectors", json={"address": 5}, headers=AUTH), 400, "bad_request")
-    assert_error(call(server, "POST", "/collectors", json={"address": "not a url"}, headers=AUTH), 400,
-                 "bad_request")
+    assert_error(call(server, "POST", "/collectors", json={"address": "not a url"}, headers=AUTH), 400, "bad_request")
     assert_error(call(server, "POST", "/collectors", json={"address": "http://127.0.0.1:1"}), 401, "unauthorized")
-    assert_error(call(server, "POST", "/collectors", json={"address": "http://127.0.0.1:1"},
-                      headers={"Authorization": "Bearer wrong"}), 403, "forbidden")
+    assert_error(
+        call(
+            server,
+            "POST",
+            "/collectors",
+            json={"address": "http://127.0.0.1:1"},
+            headers={"Authorization": "Bearer wrong"},
+        ),
+        403,
+        "forbidden",
+    )
     assert_error(call(server, "DELETE", "/collectors/nope", headers=AUTH), 404, "not_found")
     assert_error(call(server, "GET", "/tasks/nope"), 404, "not_found")
     assert_error(call(server, "GET", "/tasks?state=bogus"), 400, "bad_request")
     assert_error(call(server, "GET", "/tasks?limit=0"), 400, "bad_request")
     assert_error(call(server, "PUT", "/cluster"), 405, "method_not_allowed")
-    assert_error(call(server, "POST", "/collectors", data=b"x" * (5 * 1024 * 1024),
-                      headers={**AUTH, "Content-Type": "application/json"}), 413, "payload_too_large")
+    assert_error(
+        call(
+            server,
+            "POST",
+            "/collectors",
+            data=b"x" * (5 * 1024 * 1024),
+            headers={**AUTH, "Content-Type": "application/json"},
+        ),
+        413,
+        "payload_too_large",
+    )
     assert_error(call(server, "GET", "/nothing/here"), 404, "not_found")
 
 
@@ -106,10 +126,14 @@ def test_adding_an_address_twice_conflicts(server, tmp_path):
         assert first.status_code == 201 and first.json()["state"] in ("setting_up", "idle", "busy")
         worker = f"/collectors/{first.json()['worker_id']}"
         # while it sets up, adding it again is the same worker (tests/test_connect.py); once ready, a conflict
-        eventually(lambda: call(server, "GET", worker).json()["state"] in ("idle", "busy"), timeout=30,
-                   message="the collector set up")
-        assert_error(call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH),
-                     409, "conflict")
+        eventually(
+            lambda: call(server, "GET", worker).json()["state"] in ("idle", "busy"),
+            timeout=30,
+            message="the collector set up",
+        )
+        assert_error(
+            call(server, "POST", "/collectors", json={"address": slave.address}, headers=AUTH), 409, "conflict"
+        )
     finally:
         slave.request_stop()
         slave.close()
@@ -124,16 +148,45 @@ def test_read_auth_when_configured(coordinator_factory):
 
 # ---- fuzz: no input gets a 5xx -------------------------------------------------------------------
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=12,
 )
-messages = st.lists(st.fixed_dictionaries(
-    {"type": st.sampled_from(["chunk", "task_done", "task_failed", "task_cancelled", "policy", "learn_info", "x"])},
-    optional={k: json_values for k in ("task_id", "chunk", "size", "policy_version", "version", "train_iter",
-                                       "result", "info", "env_steps", "episode_returns", "error")}), max_size=3)
-known_fields = ["address", "messages", "worker_id", "batch_size", "batches", "train_iter", "wait", "priorities",
-                "wait_for_allowance", "type", "self"]
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["chunk", "task_done", "task_failed", "task_cancelled", "policy", "learn_info", "x"])},
+        optional={
+            k: json_values
+            for k in (
+                "task_id",
+                "chunk",
+                "size",
+                "policy_version",
+                "version",
+                "train_iter",
+                "result",
+                "info",
+                "env_steps",
+                "episode_returns",
+                "error",
+            )
+        },
+    ),
+    max_size=3,
+)
+known_fields = [
+    "address",
+    "messages",
+    "worker_id",
+    "batch_size",
+    "batches",
+    "train_iter",
+    "wait",
+    "priorities",
+    "wait_for_allowance",
+    "type",
+    "self",
+]
 bodies = st.one_of(
     json_values,
     st.dictionaries(st.sampled_from(known_fields), json_values, max_size=5),
@@ -141,9 +194,27 @@ bodies = st.one_of(
     # worker addresses only ever point at loopback (a fuzz test never sends traffic elsewhere)
     st.fixed_dictionaries({"address": st.builds("http://127.0.0.1:{}".format, st.integers(1, 65535))}),
 )
-segments = st.sampled_from(["collectors", "learners", "tasks", "buffers", "workers", "cluster", "health", "default",
-                            "collector-1", "learner-1", "heartbeat", "metadata", "sample", "openapi.json", "%00",
-                            "..", "x" * 300]) | st.text(min_size=1, max_size=8)
+segments = st.sampled_from(
+    [
+        "collectors",
+        "learners",
+        "tasks",
+        "buffers",
+        "workers",
+        "cluster",
+        "health",
+        "default",
+        "collector-1",
+        "learner-1",
+        "heartbeat",
+        "metadata",
+        "sample",
+        "openapi.json",
+        "%00",
+        "..",
+        "x" * 300,
+    ]
+) | st.text(min_size=1, max_size=8)
 
 
 params = {
@@ -159,8 +230,9 @@ def requests_(draw):
     """(method, path): mostly documented operations with plausible or random parameters, sometimes junk."""
     if draw(st.integers(0, 4)) == 0:
         method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH"]))
-        return method, "/" + "/".join(requests.utils.quote(p, safe="")
-                                      for p in draw(st.lists(segments, min_size=1, max_size=4)))
+        return method, "/" + "/".join(
+            requests.utils.quote(p, safe="") for p in draw(st.lists(segments, min_size=1, max_size=4))
+        )
     template, method = draw(st.sampled_from(_operations()))
     path = re.sub(r"\{([^}]+)\}", lambda m: requests.utils.quote(draw(params[m.group(1)]), safe=""), template)
     return method, path
@@ -187,13 +259,22 @@ def busy_server(coordinator_factory, tmp_path):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(request=requests_(),
-       body=bodies, with_token=st.booleans(),
-       query=st.dictionaries(st.sampled_from(["kind", "state", "limit", "offset"]), st.text(max_size=6), max_size=3))
+@given(
+    request=requests_(),
+    body=bodies,
+    with_token=st.booleans(),
+    query=st.dictionaries(st.sampled_from(["kind", "state", "limit", "offset"]), st.text(max_size=6), max_size=3),
+)
 def test_fuzz_never_5xx(busy_server, request, body, with_token, query):
     (server, _), (method, url) = busy_server, request
-    response = call(server, method, url, params=query, data=json.dumps(body),
-                    headers={"Content-Type": "application/json", **(AUTH if with_token else {})})
+    response = call(
+        server,
+        method,
+        url,
+        params=query,
+        data=json.dumps(body),
+        headers={"Content-Type": "application/json", **(AUTH if with_token else {})},
+    )
     assert response.status_code < 500, (method, url, body, response.text)
     if response.status_code >= 400:
         assert set(response.json()) == {"error"}
@@ -204,8 +285,13 @@ def test_fuzz_never_5xx(busy_server, request, body, with_token, query):
 def test_fuzz_worker_messages_never_5xx(busy_server, body):
     """Random message batches from a registered worker: bad ones get 400, none a 5xx."""
     server, lease = busy_server
-    response = call(server, "POST", "/workers/collector-1/metadata", data=json.dumps(body),
-                    headers={"Content-Type": "application/json", LEASE_HEADER: lease, **AUTH})
+    response = call(
+        server,
+        "POST",
+        "/workers/collector-1/metadata",
+        data=json.dumps(body),
+        headers={"Content-Type": "application/json", LEASE_HEADER: lease, **AUTH},
+    )
     assert response.status_code in (200, 400, 404), (body, response.text)
     if response.status_code == 200:
         assert "control" in response.json()

@@ -1,5 +1,6 @@
 """docs/api.md's member-by-member table is the strict audit's (benchmarks/api_audit.py) current output, and every
 member that is not as the seed documents say has a documented reason."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_audit(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "api_audit.py"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "api_audit.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_difference_has_a_reason_and_docs_hold_the_current_table():

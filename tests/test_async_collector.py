@@ -1,4 +1,5 @@
 """tianshou's AsyncCollector: only the ready envs step (EnvManager.step_ready over AsyncVectorEnv workers)."""
+
 import functools
 import multiprocessing
 
@@ -80,7 +81,9 @@ def test_counts_steps_episodes_and_returns_like_collector():
         # may collect more than asked: at most what came back in the last step beyond n_step
         assert 40 <= stats.n_collected_steps <= 40 + 3 - 1
         assert len(buffer) == stats.n_collected_steps  # 1-step transitions, one per env step
-        assert stats.returns.tolist() == [5.0] * stats.n_collected_episodes and stats.n_collected_episodes >= 40 // 5 - 3
+        assert (
+            stats.returns.tolist() == [5.0] * stats.n_collected_episodes and stats.n_collected_episodes >= 40 // 5 - 3
+        )
         assert (buffer.sample(len(buffer))["reward"] == 1.0).all()
         episodes = collector.collect(n_episode=4)  # every episode finished by the 4th: 4 or more
         assert 4 <= episodes.n_collected_episodes <= 4 + 3 - 1

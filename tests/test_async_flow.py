@@ -2,6 +2,7 @@
 for room in the learner's bounded queue (``parallel.commander.rollout_queue_batches``); the learner gets the
 oldest queued rows within ``max_staleness`` versions, each row once; older rows are dropped and counted. PPO
 runs on it here (the V-trace policies pick it by default)."""
+
 import signal
 import threading
 import time
@@ -19,8 +20,11 @@ from tests.test_coordinator import TOKEN, slaves  # noqa: F401  (fixture)
 
 
 def rows(n, version, first=0):
-    return {"chunk": np.full(n, 7, np.int64), "row": np.arange(first, first + n, dtype=np.int32),
-            "collect_iter": np.full(n, version, np.int64)}
+    return {
+        "chunk": np.full(n, 7, np.int64),
+        "row": np.arange(first, first + n, dtype=np.int32),
+        "collect_iter": np.full(n, version, np.int64),
+    }
 
 
 def adds_up(buffer):
@@ -33,8 +37,9 @@ def adds_up(buffer):
 # ---- the buffer and the config -------------------------------------------------------------------------------
 def test_rollout_buffer_hands_out_the_oldest_fresh_rows_once_and_counts_what_it_drops():
     evicted = []
-    buffer = RolloutReplayBuffer({"replay_buffer_size": 16, "max_staleness": 2},
-                                 on_evict=lambda r: evicted.append(r["row"].tolist()))
+    buffer = RolloutReplayBuffer(
+        {"replay_buffer_size": 16, "max_staleness": 2}, on_evict=lambda r: evicted.append(r["row"].tolist())
+    )
     buffer.push(rows(4, version=0))
     buffer.push(rows(4, version=1, first=10))
     buffer.push(rows(4, version=2, first=20))
@@ -63,21 +68,31 @@ def test_the_flow_key_picks_the_asynchronous_flow_for_an_on_policy_type():
     assert flow_of(cfg.policy) is ASYNC and cfg.policy.other.replay_buffer.type == "rollout"
     assert cfg.policy.other.replay_buffer.max_staleness == 8 and cfg.policy.other.replay_buffer.max_use == 1
     assert flow_of(compile_config({"policy": {"type": "ppo"}}).policy) is SEGMENTS
-    with pytest.raises(ConfigError, match=r"policy.flow must be 'segments' or 'async' for the on-policy 'ppo', "
-                                          r"got 'asnyc'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"policy.flow must be 'segments' or 'async' for the on-policy 'ppo', "
+        r"got 'asnyc'",
+    ):
         compile_config({"policy": {"type": "ppo", "flow": "asnyc"}})
-    with pytest.raises(ConfigError, match=r"type='segment' does not fit the on-policy 'ppo' \(policy.flow='async'\): "
-                                          r"use rollout"):
+    with pytest.raises(
+        ConfigError,
+        match=r"type='segment' does not fit the on-policy 'ppo' \(policy.flow='async'\): "
+        r"use rollout",
+    ):
         compile_config({"policy": {"type": "ppo", "flow": "async", "other": {"replay_buffer": {"type": "segment"}}}})
     with pytest.raises(ConfigError, match="unknown config key 'policy.flow'"):
         compile_config({"policy": {"type": "dqn", "flow": "async"}})  # replay has one flow
     with pytest.raises(ConfigError, match="policy.nstep must be 1"):
         compile_config({"policy": {"type": "ppo", "flow": "async", "nstep": 3}})
     assert cfg.parallel.commander.rollout_queue_batches == 3
-    with pytest.raises(ConfigError, match=r"rollout_queue_batches must be a whole number of learner batches >= 0 "
-                                          r"\(3: .*got -1"):
-        compile_config({"policy": {"type": "ppo", "flow": "async"},
-                        "parallel": {"commander": {"rollout_queue_batches": -1}}})
+    with pytest.raises(
+        ConfigError,
+        match=r"rollout_queue_batches must be a whole number of learner batches >= 0 "
+        r"\(3: .*got -1",
+    ):
+        compile_config(
+            {"policy": {"type": "ppo", "flow": "async"}, "parallel": {"commander": {"rollout_queue_batches": -1}}}
+        )
     with pytest.raises(ConfigError, match="world_size=2 needs an off-policy algorithm"):
         compile_config({"policy": {"type": "ppo", "flow": "async"}, "parallel": {"learner": {"world_size": 2}}})
 
@@ -106,19 +121,31 @@ def test_a_sample_request_says_how_many_batches_the_learner_holds():
 
 # ---- the coordinator's side, over HTTP -----------------------------------------------------------------------
 def async_toy_config(tmp_path, **replay_buffer):
-    return compile_config({
-        "exp_name": str(tmp_path / "exp"),
-        "env": {"env_id": "parallel_rl/Counting-v0", "env_kwargs": {"episode_length": 5}, "collector_env_num": 2},
-        "policy": {"type": "ppo", "flow": "async", "model": {"hidden_size_list": [16]},
-                   "other": {"replay_buffer": {"replay_buffer_size": 64, **replay_buffer}}},
-        "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0, "long_poll_slots": 8},
-                     "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
-                     "commander": {"collector_task_env_steps": 64}, "collector": {"chunk_size": 16}},
-    })
+    return compile_config(
+        {
+            "exp_name": str(tmp_path / "exp"),
+            "env": {"env_id": "parallel_rl/Counting-v0", "env_kwargs": {"episode_length": 5}, "collector_env_num": 2},
+            "policy": {
+                "type": "ppo",
+                "flow": "async",
+                "model": {"hidden_size_list": [16]},
+                "other": {"replay_buffer": {"replay_buffer_size": 64, **replay_buffer}},
+            },
+            "parallel": {
+                "coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0, "long_poll_slots": 8},
+                "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
+                "commander": {"collector_task_env_steps": 64},
+                "collector": {"chunk_size": 16},
+            },
+        }
+    )
 
 
-def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinator_factory, slaves,  # noqa: F811
-                                                                       tmp_path):
+def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    tmp_path,
+):
     """Chunks of policy versions 0..5 (4 rows each, their obs say the version); the learner at iteration 5,
     holding one batch untrained (``ahead`` 1), trains the next one at 6: only versions 4 and 5 are within
     max_staleness=2, oldest first; versions 0..3 are dropped and counted, and no row is handed out twice."""
@@ -132,9 +159,17 @@ def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinat
     eventually(lambda: get(server.url + "/api/v1", "/buffers")["buffers"][0]["pushed"] == 24, message="24 rows")
 
     def sample(train_iter, ahead, batch_size=4):
-        answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": batch_size, "batches": 4, "train_iter": train_iter,
-            "ahead": ahead, "wait": 0.0})
+        answer = learner.coordinator.post(
+            "/api/v1/buffers/default/sample",
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": batch_size,
+                "batches": 4,
+                "train_iter": train_iter,
+                "ahead": ahead,
+                "wait": 0.0,
+            },
+        )
         return [[answer["chunks"][i] for i in b["chunk"]] for b in answer["batches"]], answer["batches"]
 
     chunks, batches = sample(5, 1)
@@ -152,7 +187,8 @@ def test_rows_older_than_max_staleness_are_never_handed_to_the_learner(coordinat
 
 
 def test_collectors_share_the_room_in_the_learners_queue_and_wait_for_room_not_for_versions(
-        coordinator_factory, slaves, tmp_path):  # noqa: F811
+    coordinator_factory, slaves, tmp_path
+):  # noqa: F811
     """The queue holds rollout_queue_batches (2) * n_sample (8) = 16 rows: each collector's allowance is its share
     of the room (rounded up to whole vector steps of 2 envs), computed from the rows queued, so a collector that
     leaves holds none back. A throttled collector is not woken by a new version, only by room: the learner
@@ -167,8 +203,9 @@ def test_collectors_share_the_room_in_the_learners_queue_and_wait_for_room_not_f
     learner.announce_policy(0)
 
     def room(slave, **body):
-        control = slave.coordinator.post(f"/api/v1/workers/{slave.worker_id}/metadata",
-                                         {"messages": [], **body}, timeout=12)["control"]
+        control = slave.coordinator.post(
+            f"/api/v1/workers/{slave.worker_id}/metadata", {"messages": [], **body}, timeout=12
+        )["control"]
         return control["allowed_env_steps"] - control["env_steps"]
 
     assert room(a) == 16  # alone: the whole queue
@@ -191,9 +228,17 @@ def test_collectors_share_the_room_in_the_learners_queue_and_wait_for_room_not_f
     learner.announce_policy(1)  # no room yet: the waiter waits on
 
     def take(train_iter):
-        answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": 8, "batches": 1, "train_iter": train_iter, "ahead": 1,
-            "wait": 0.0})
+        answer = learner.coordinator.post(
+            "/api/v1/buffers/default/sample",
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": 8,
+                "batches": 1,
+                "train_iter": train_iter,
+                "ahead": 1,
+                "wait": 0.0,
+            },
+        )
         return sum(len(batch["uid"]) for batch in answer["batches"])
 
     assert take(0) == 8  # 8 rows of room: one batch still queued, the learner is not short of data
@@ -228,8 +273,10 @@ def cartpole_async_config(tmp_path, heartbeat_ttl=10.0, **commander):
 def start_cluster(coordinator_factory, cli, tmp_path, cfg, collectors=("collector-a", "collector-b")):
     coordinator, server = coordinator_factory(cfg=cfg, token=TOKEN)
     shared = str(tmp_path / "shared")
-    procs = [cli(name, "collector", "--coordinator", server.url, "--shared-dir", shared,
-                 env={"PARALLEL_RL_TOKEN": TOKEN}) for name in collectors]
+    procs = [
+        cli(name, "collector", "--coordinator", server.url, "--shared-dir", shared, env={"PARALLEL_RL_TOKEN": TOKEN})
+        for name in collectors
+    ]
     return coordinator, server, shared, procs
 
 
@@ -251,7 +298,8 @@ def heartbeats(api, kind, count):
 
 @pytest.mark.slow
 def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing_is_dropped(
-        coordinator_factory, cli, tmp_path):
+    coordinator_factory, cli, tmp_path
+):
     """Two collectors and a learner at the default queue (3 batches of 256 rows): while the learner is stopped
     (SIGSTOP) the collectors fill the queue and then wait for room (without the bound they outran it and most
     rows aged out unused): rows pushed stay within those handed to the learner (or dropped) + the queue + one
@@ -264,8 +312,9 @@ def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing
     queue = cfg.parallel.commander.rollout_queue_batches * 256
     coordinator, server, shared, procs = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
-    learner = cli("learner", "learner", "--coordinator", server.url, "--shared-dir", shared,
-                  env={"PARALLEL_RL_TOKEN": TOKEN})
+    learner = cli(
+        "learner", "learner", "--coordinator", server.url, "--shared-dir", shared, env={"PARALLEL_RL_TOKEN": TOKEN}
+    )
     eventually(lambda: get(api, "/cluster")["train_iter"] >= 2, timeout=90, message="the learner trained twice")
     learner.proc.send_signal(signal.SIGSTOP)
     before = get(api, "/buffers")["buffers"][0]
@@ -281,8 +330,11 @@ def test_collectors_wait_for_room_while_the_learner_is_paused_and_nearly_nothing
 
     try:
         # no version comes out while the learner is stopped, so no row ages: none may be dropped meanwhile
-        eventually(lambda: within_bound(before["dropped_stale"])["size"] >= queue, timeout=60,
-                   message="the collectors filling the queue")
+        eventually(
+            lambda: within_bound(before["dropped_stale"])["size"] >= queue,
+            timeout=60,
+            message="the collectors filling the queue",
+        )
         heartbeats(api, "collector", 10)  # the collectors, throttled, stay within the bound meanwhile
         within_bound(before["dropped_stale"])
     finally:
@@ -329,16 +381,20 @@ def test_a_killed_collector_and_a_restarted_learner_train_nothing_twice_or_stale
     cfg = cartpole_async_config(tmp_path, heartbeat_ttl=3.0)  # the dead learner's task is given to the next soon
     coordinator, server, shared, (doomed, _) = start_cluster(coordinator_factory, cli, tmp_path, cfg)
     api = server.url + "/api/v1"
-    first = cli("learner-a", "learner", "--coordinator", server.url, "--shared-dir", shared,
-                env={"PARALLEL_RL_TOKEN": TOKEN})
+    first = cli(
+        "learner-a", "learner", "--coordinator", server.url, "--shared-dir", shared, env={"PARALLEL_RL_TOKEN": TOKEN}
+    )
     eventually(lambda: get(api, "/cluster")["train_iter"] >= 3, timeout=90, message="the first learner trained")
     doomed.proc.send_signal(signal.SIGKILL)  # it collects all the time: mid-rollout
     first.proc.send_signal(signal.SIGKILL)
     first.wait(10)
     killed_at = get(api, "/cluster")
     queue = cfg.parallel.commander.rollout_queue_batches * 256
-    eventually(lambda: get(api, "/buffers")["buffers"][0]["size"] >= queue, timeout=60,
-               message="the surviving collector filling the queue without a learner")
+    eventually(
+        lambda: get(api, "/buffers")["buffers"][0]["size"] >= queue,
+        timeout=60,
+        message="the surviving collector filling the queue without a learner",
+    )
     handed_before = get(api, "/buffers")["buffers"][0]["sampled"]
 
     learner = recording_learner(server.url)

@@ -1,4 +1,5 @@
 """Two-player games: the PettingZoo adapter, masked actions, battle collectors and evaluator (exact counts)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,11 @@ from parallel_rl.envs.multiagent import BattleEnvManager, battle_env_spaces
 from parallel_rl.errors import ConfigError
 from parallel_rl.policy import create_policy
 from parallel_rl.policy.bots import create_bot
-from parallel_rl.worker import (BattleEpisodeSerialCollector, BattleInteractionSerialEvaluator,
-                                BattleSampleSerialCollector)
+from parallel_rl.worker import (
+    BattleEpisodeSerialCollector,
+    BattleInteractionSerialEvaluator,
+    BattleSampleSerialCollector,
+)
 
 COUNTDOWN = "parallel_rl.envs.toy_battle:countdown_env"
 
@@ -77,8 +81,11 @@ def test_illegal_action_is_refused_by_the_env():
 
 
 def test_parallel_api_game_through_pettingzoo_conversion():
-    env = BattleEnvManager.from_cfg(EasyDict(env_id="parallel_rl.envs.toy_battle:duel_parallel_env",
-                                             env_kwargs={"rounds": 3}, action_mask="none"), 1, seed=0)
+    env = BattleEnvManager.from_cfg(
+        EasyDict(env_id="parallel_rl.envs.toy_battle:duel_parallel_env", env_kwargs={"rounds": 3}, action_mask="none"),
+        1,
+        seed=0,
+    )
     env.reset()
     results, transitions = [], 0
     for _ in range(6):  # 3 rounds, two moves each
@@ -90,8 +97,9 @@ def test_parallel_api_game_through_pettingzoo_conversion():
 
 
 # ---- masked actions -----------------------------------------------------------------------------
-masks = st.integers(1, 9).flatmap(lambda n: st.lists(st.lists(st.booleans(), min_size=n, max_size=n)
-                                                     .filter(any), min_size=1, max_size=16))
+masks = st.integers(1, 9).flatmap(
+    lambda n: st.lists(st.lists(st.booleans(), min_size=n, max_size=n).filter(any), min_size=1, max_size=16)
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +133,19 @@ def test_masked_actions_are_always_legal(dqn, ppo, mask, eps, seed):
 
 
 def test_dqn_target_uses_only_legal_next_actions():
-    cfg = compile_config({"policy": {"model": {"hidden_size_list": [8], "dueling": False},
-                                     "learn": {"double": False}}})
+    cfg = compile_config({"policy": {"model": {"hidden_size_list": [8], "dueling": False}, "learn": {"double": False}}})
     policy = create_policy(cfg.policy, 2, 3, seed=0)
     obs = np.zeros((1, 2), dtype=np.float32)
     with_all = policy.target_network(__import__("torch").as_tensor(obs)).detach().numpy()[0]
     worst = int(np.argmin(with_all))
-    batch = {"obs": obs, "next_obs": obs, "action": np.zeros(1, np.int64), "reward": np.zeros(1, np.float32),
-             "done": np.zeros(1, bool), "discount": np.ones(1, np.float32)}
+    batch = {
+        "obs": obs,
+        "next_obs": obs,
+        "action": np.zeros(1, np.int64),
+        "reward": np.zeros(1, np.float32),
+        "done": np.zeros(1, bool),
+        "discount": np.ones(1, np.float32),
+    }
     mask = np.zeros((1, 3), dtype=bool)
     mask[0, worst] = True
     q_before = policy.model(__import__("torch").as_tensor(obs)).detach().numpy()[0, 0]
@@ -144,8 +157,9 @@ def test_dqn_target_uses_only_legal_next_actions():
 # ---- battle collectors --------------------------------------------------------------------------
 def test_sample_collector_exact_rows_per_trained_player():
     first = create_bot("first_legal")
-    collector = BattleSampleSerialCollector(EasyDict(trained_players=[0, 1]), countdown(2, start=5),
-                                            [first, first], discount_factor=0.9)
+    collector = BattleSampleSerialCollector(
+        EasyDict(trained_players=[0, 1]), countdown(2, start=5), [first, first], discount_factor=0.9
+    )
     data = collector.collect(n_sample=7)
     assert [len(d["obs"]) for d in data] == [7, 7]
     stats = collector.last_stats
@@ -185,8 +199,7 @@ def test_sample_collector_only_trained_player_rows():
 
 def test_episode_collector_exact_games_and_rows():
     first = create_bot("first_legal")
-    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(2, start=5),
-                                             [first, first])
+    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(2, start=5), [first, first])
     games = collector.collect(n_episode=3)
     assert len(games[0]) == len(games[1]) == 3
     # every game: 5 moves, seat 0 (3 rows) and seat 1 (2 rows); the last row of each player is done
@@ -206,8 +219,9 @@ def test_sample_collector_nstep_rows_exact():
     """countdown(5), both players take 1: seat 0 moves at counters 5, 3, 1 (and wins), seat 1 at 4, 2.
     With nstep=2 a row spans two of the player's own moves: its view then, after the opponent replied."""
     first = create_bot("first_legal")
-    collector = BattleSampleSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5),
-                                            [first, first], discount_factor=0.9, nstep=2)
+    collector = BattleSampleSerialCollector(
+        EasyDict(trained_players=[0, 1]), countdown(1, start=5), [first, first], discount_factor=0.9, nstep=2
+    )
     data = collector.collect(n_sample=2, keep_extra=True)
     seat0, seat1 = data  # game 1: player 0 sits in seat 0
     # obs = [counter / 5, moves / 100]
@@ -236,8 +250,9 @@ def test_sample_collector_nstep_rows_exact():
 
 def test_episode_collector_nstep_rows_exact():
     first = create_bot("first_legal")
-    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5),
-                                             [first, first], discount_factor=0.5, nstep=3)
+    collector = BattleEpisodeSerialCollector(
+        EasyDict(trained_players=[0, 1]), countdown(1, start=5), [first, first], discount_factor=0.5, nstep=3
+    )
     (g0,), (g1,) = collector.collect(n_episode=1)
     # player 0 (seat 0) wins: rewards 0, 0, 1 over its three moves
     np.testing.assert_allclose(g0["reward"], [0.25, 0.5, 1.0])
@@ -252,8 +267,13 @@ def test_episode_collector_nstep_rows_exact():
 def test_truncated_game_rows_bootstrap_in_nstep_windows():
     first = create_bot("first_legal")
     # max_moves=3: the game is cut short as a draw after 3 moves (seat 0 moved twice, seat 1 once)
-    collector = BattleEpisodeSerialCollector(EasyDict(trained_players=[0, 1]), countdown(1, start=5, max_moves=3),
-                                             [first, first], discount_factor=0.5, nstep=2)
+    collector = BattleEpisodeSerialCollector(
+        EasyDict(trained_players=[0, 1]),
+        countdown(1, start=5, max_moves=3),
+        [first, first],
+        discount_factor=0.5,
+        nstep=2,
+    )
     (g0,), (g1,) = collector.collect(n_episode=1)
     np.testing.assert_allclose(g0["reward"], [0.0, 0.0])
     assert g0["done"].tolist() == [False, False]  # truncated: the target still bootstraps from next_obs
@@ -283,11 +303,18 @@ def test_collectors_pass_policy_kwargs_to_trained_players_only():
 def test_evaluator_exact_rates_with_scripted_players():
     env = countdown(2, start=5)
     evaluator = BattleInteractionSerialEvaluator(
-        None, env, PerfectCountdownPlayer(5), {"first_legal": create_bot("first_legal")}, stop_value=1.0,
-        n_evaluator_episode=4)
+        None,
+        env,
+        PerfectCountdownPlayer(5),
+        {"first_legal": create_bot("first_legal")},
+        stop_value=1.0,
+        n_evaluator_episode=4,
+    )
     stop, info = evaluator.eval()
-    assert info["results"]["first_legal"] == {"first": {"win": 1.0, "draw": 0.0, "loss": 0.0, "games": 4},
-                                              "second": {"win": 1.0, "draw": 0.0, "loss": 0.0, "games": 4}}
+    assert info["results"]["first_legal"] == {
+        "first": {"win": 1.0, "draw": 0.0, "loss": 0.0, "games": 4},
+        "second": {"win": 1.0, "draw": 0.0, "loss": 0.0, "games": 4},
+    }
     assert stop and info["win_rate"] == {"first_legal": 1.0}
     assert evaluator.envstep > 0
     evaluator.close()
@@ -295,16 +322,18 @@ def test_evaluator_exact_rates_with_scripted_players():
 
 def test_evaluator_first_legal_mirror_and_draws():
     first = create_bot("first_legal")
-    evaluator = BattleInteractionSerialEvaluator(None, countdown(2, start=5), first, {"first_legal": first},
-                                                 stop_value=0.5, n_evaluator_episode=2)
+    evaluator = BattleInteractionSerialEvaluator(
+        None, countdown(2, start=5), first, {"first_legal": first}, stop_value=0.5, n_evaluator_episode=2
+    )
     stop, info = evaluator.eval()
     # "take 1" against "take 1": the first mover makes the 5th move and wins
     assert info["results"]["first_legal"]["first"]["win"] == 1.0
     assert info["results"]["first_legal"]["second"]["loss"] == 1.0
     assert info["win_rate"]["first_legal"] == 0.5 and stop
     evaluator.close()
-    drawn = BattleInteractionSerialEvaluator(None, countdown(2, start=5, max_moves=3), first, {"first_legal": first},
-                                             stop_value=0.5, n_evaluator_episode=2)
+    drawn = BattleInteractionSerialEvaluator(
+        None, countdown(2, start=5, max_moves=3), first, {"first_legal": first}, stop_value=0.5, n_evaluator_episode=2
+    )
     stop, info = drawn.eval()
     assert info["results"]["first_legal"]["first"] == {"win": 0.0, "draw": 1.0, "loss": 0.0, "games": 2}
     assert not stop
@@ -314,15 +343,21 @@ def test_evaluator_first_legal_mirror_and_draws():
 def test_evaluator_side_bounds_block_the_stop():
     first = create_bot("first_legal")
     cfg = EasyDict(max_loss_rate=dict(first=1.0, second=0.0))
-    evaluator = BattleInteractionSerialEvaluator(cfg, countdown(2, start=5), first, {"first_legal": first},
-                                                 stop_value=0.5, n_evaluator_episode=2)
+    evaluator = BattleInteractionSerialEvaluator(
+        cfg, countdown(2, start=5), first, {"first_legal": first}, stop_value=0.5, n_evaluator_episode=2
+    )
     stop, info = evaluator.eval()
     assert info["win_rate"]["first_legal"] == 0.5 and not stop  # loses every game as second mover
     evaluator.close()
     cfg = EasyDict(min_mean_win_rate={"perfect": 0.5})
-    evaluator = BattleInteractionSerialEvaluator(cfg, countdown(2, start=5), first,
-                                                 {"first_legal": first, "perfect": PerfectCountdownPlayer(5)},
-                                                 stop_value=0.5, n_evaluator_episode=2)
+    evaluator = BattleInteractionSerialEvaluator(
+        cfg,
+        countdown(2, start=5),
+        first,
+        {"first_legal": first, "perfect": PerfectCountdownPlayer(5)},
+        stop_value=0.5,
+        n_evaluator_episode=2,
+    )
     stop, info = evaluator.eval()
     assert info["win_rate"] == {"first_legal": 0.5, "perfect": 0.0} and not stop  # the other opponent's bound
     evaluator.close()

@@ -1,6 +1,7 @@
 """The best evaluated policy of a run (kept on the store, never pruned, what eval/export/load_policy take by
 default, saying which) and `serial --resume DIR` (issue 40, "Missing" 1 and 2): real `parallel-rl run` / `serial`
 / `eval` processes on the toy env, real files."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_cli(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def toy_config(tmp_path) -> str:
@@ -49,8 +51,10 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
 
     out = run_cli("eval", "-c", config, "--run", str(exp), "--episodes", "2")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"eval: best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}" \
-        in out.stdout, out.stdout + out.stderr
+    assert (
+        f"eval: best: version {best_version}, eval return {best_return:.1f} at env step {record.env_steps}"
+        in out.stdout
+    ), out.stdout + out.stderr
     assert store.policies.path(best_version) in out.stdout
 
     newest = store.policies.latest()
@@ -58,7 +62,8 @@ def test_a_cluster_run_keeps_its_best_version_and_eval_takes_it_by_default(cli, 
     assert out.returncode == 0, out.stdout + out.stderr
     chosen = json.loads(out.stdout)
     assert chosen["checkpoint"] == store.policies.path(newest) and chosen["checkpoint_choice"].startswith(
-        f"newest: version {newest}"), chosen
+        f"newest: version {newest}"
+    ), chosen
 
     agent = parallel_rl.load_policy(str(exp), config=config)  # `run` writes no config.json
     assert agent.source == store.policies.path(best_version)
@@ -133,5 +138,8 @@ def test_serial_resume_of_a_directory_with_nothing_to_resume_is_one_line(tmp_pat
     out = run_cli("serial", "-c", config, "--resume", str(tmp_path / "nothing"))
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("parallel-rl serial: error: --resume ") \
-        and "no saved serial state" in lines[0], out.stderr
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("parallel-rl serial: error: --resume ")
+        and "no saved serial state" in lines[0]
+    ), out.stderr

@@ -51,16 +51,26 @@ def test_push_validates_columns():
     with pytest.raises(ValueError, match="columns"):
         buf.push({"obs": np.zeros((1, 2), np.float32)})
     with pytest.raises(ValueError, match="different lengths"):
-        buf.push({"obs": np.zeros((1, 2), np.float32), "action": np.zeros(2, np.int64),
-                  "collect_iter": np.zeros(1, np.int64)})
+        buf.push(
+            {
+                "obs": np.zeros((1, 2), np.float32),
+                "action": np.zeros(2, np.int64),
+                "collect_iter": np.zeros(1, np.int64),
+            }
+        )
 
 
 def test_prioritized_sampling_follows_priorities():
     buf = AdvancedReplayBuffer({"replay_buffer_size": 8, "alpha": 1.0, "beta": 1.0})
     slots = buf.push(rows(0, 2))
     uid = buf.sample(2)["uid"]  # any sample to learn uids
-    buf.update({"index": slots, "uid": np.sort(uid) if len(set(uid)) == 2 else np.array([0, 1]),
-                "priority": np.array([9.0, 1.0])})
+    buf.update(
+        {
+            "index": slots,
+            "uid": np.sort(uid) if len(set(uid)) == 2 else np.array([0, 1]),
+            "priority": np.array([9.0, 1.0]),
+        }
+    )
     sample = draw(buf, 2, 500)
     share0 = np.mean(sample["action"] == 0)
     assert 0.85 < share0 < 0.95  # expected 0.9

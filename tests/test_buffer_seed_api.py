@@ -1,4 +1,5 @@
 """Buffers under DI-engine's names: replace=False by default, sample_range, IS / replay_buffer_idx keys."""
+
 import numpy as np
 import pytest
 
@@ -42,10 +43,16 @@ def test_di_engine_keys_are_emitted_and_accepted():
     np.testing.assert_array_equal(batch["replay_unique_id"], batch["uid"])
     # priorities fed back under DI-engine's names take effect: one row gets all the mass
     target = int(batch["replay_buffer_idx"][0])
-    buffer.update({"replay_buffer_idx": np.arange(16), "replay_unique_id": np.arange(16),  # uid = push order
-                   "priority": np.full(16, 1e-9)})
-    buffer.update({"replay_buffer_idx": np.array([target]), "replay_unique_id": np.array([target]),
-                   "priority": np.array([1e9])})
+    buffer.update(
+        {
+            "replay_buffer_idx": np.arange(16),
+            "replay_unique_id": np.arange(16),  # uid = push order
+            "priority": np.full(16, 1e-9),
+        }
+    )
+    buffer.update(
+        {"replay_buffer_idx": np.array([target]), "replay_unique_id": np.array([target]), "priority": np.array([1e9])}
+    )
     assert set(buffer.sample(8)["index"]) == {target}
 
 

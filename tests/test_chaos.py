@@ -1,4 +1,5 @@
 """Chaos: CartPole still solves while a driver SIGKILLs a random process every few seconds."""
+
 import os
 import random
 import re
@@ -67,8 +68,18 @@ def test_roles_solve_while_any_process_is_killed_and_restarted(cli, tmp_path):
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
     args = {
-        "coordinator": ("coordinator", "-c", CONFIG, "--port", port, "--shared-dir", shared,
-                        "--set", f"exp_name={tmp_path / 'exp'}", *CHAOS),
+        "coordinator": (
+            "coordinator",
+            "-c",
+            CONFIG,
+            "--port",
+            port,
+            "--shared-dir",
+            shared,
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            *CHAOS,
+        ),
         "learner": ("learner", "--coordinator", url, "--shared-dir", shared),
         "collector": ("collector", "--coordinator", url, "--shared-dir", shared),
     }

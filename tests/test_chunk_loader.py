@@ -3,6 +3,7 @@
 which hands back a chunk every reader can use as it is, or raises the store's damage error (StorageError), never
 another exception, and never allocates more than the file's size warrants, whatever its headers declare.
 Real files on a real store; hypothesis mutates valid plain and packed chunk files."""
+
 import io
 import tracemalloc
 import warnings
@@ -26,16 +27,20 @@ ROWS = 6
 
 def plain_columns():
     rng = np.random.default_rng(0)
-    return {"obs": rng.random((ROWS, 3), dtype=np.float32), "action": np.arange(ROWS, dtype=np.int64),
-            "reward": np.ones(ROWS, np.float32), "done": np.arange(ROWS) % 4 == 3}
+    return {
+        "obs": rng.random((ROWS, 3), dtype=np.float32),
+        "action": np.arange(ROWS, dtype=np.int64),
+        "reward": np.ones(ROWS, np.float32),
+        "done": np.arange(ROWS) % 4 == 3,
+    }
 
 
 def stacked_rows(side=2, start=0):
     """A frame-stacked env's rows from step ``start`` on (stacks of 3 frames of side x side uint8, consecutive
     rows sharing frames)."""
     frames = np.arange(start, start + ROWS + 4, dtype=np.uint8)[:, None, None] * np.ones((1, side, side), np.uint8)
-    obs = np.stack([frames[i:i + 3] for i in range(ROWS)])
-    next_obs = np.stack([frames[i + 1:i + 4] for i in range(ROWS)])
+    obs = np.stack([frames[i : i + 3] for i in range(ROWS)])
+    next_obs = np.stack([frames[i + 1 : i + 4] for i in range(ROWS)])
     return {"obs": obs, "next_obs": next_obs, "action": np.arange(ROWS) % 2, "done": np.zeros(ROWS, bool)}
 
 
@@ -70,8 +75,11 @@ def npz_file(members, compress=zipfile.ZIP_STORED):
 def npy(value, shape=None, descr=None):
     """An .npy member of ``value``; with ``shape`` / ``descr`` its header declares those over its own bytes."""
     out = io.BytesIO()
-    header = {"descr": np.lib.format.dtype_to_descr(value.dtype) if descr is None else descr,
-              "fortran_order": False, "shape": value.shape if shape is None else tuple(shape)}
+    header = {
+        "descr": np.lib.format.dtype_to_descr(value.dtype) if descr is None else descr,
+        "fortran_order": False,
+        "shape": value.shape if shape is None else tuple(shape),
+    }
     np.lib.format.write_array_header_1_0(out, header)
     out.write(np.ascontiguousarray(value).tobytes())
     return out.getvalue()
@@ -131,13 +139,16 @@ def test_a_packed_chunk_without_one_of_its_members_is_damage(store, missing):
         store.chunks.layout("partial")
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.float32)}, "frame indices are integers"),
-    (lambda c: {**c, "action": c["action"].astype("datetime64[s]")}, "has dtype datetime64"),
-    (lambda c: {**c, "action": c["action"][:-1]}, "columns of different or no lengths"),
-    (lambda c: {k: v[:0] for k, v in c.items()}, "columns of different or no lengths [0]"),
-    (lambda c: {**c, POOL: c[POOL][:0]}, "no frames"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.float32)}, "frame indices are integers"),
+        (lambda c: {**c, "action": c["action"].astype("datetime64[s]")}, "has dtype datetime64"),
+        (lambda c: {**c, "action": c["action"][:-1]}, "columns of different or no lengths"),
+        (lambda c: {k: v[:0] for k, v in c.items()}, "columns of different or no lengths [0]"),
+        (lambda c: {**c, POOL: c[POOL][:0]}, "no frames"),
+    ],
+)
 def test_columns_no_reader_could_use_are_damage(store, change, expected):
     store.chunks.write("odd", change(packed_columns()))
     with pytest.raises(StorageError, match="not a valid step-data chunk") as read:
@@ -173,8 +184,9 @@ def test_valid_chunks_come_back_as_written(store):
     for name, columns in (("plain", plain_columns()), ("packed", packed_columns())):
         store.chunks.write(name, columns)
         back = store.chunks.read(name)
-        assert set(back) == set(columns) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype
-                                                 for k, v in columns.items())
+        assert set(back) == set(columns) and all(
+            np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in columns.items()
+        )
         assert store.chunks.layout(name)[0] == ROWS
     fortran = np.asfortranarray(np.arange(12, dtype=np.float64).reshape(ROWS, 2))
     store.chunks.write("fortran", {"obs": fortran})
@@ -202,8 +214,11 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
     rebuilt, rows = unpack_frames(back), stacked_rows(start=ROWS - 2)
     assert all(np.array_equal(rebuilt[k], rows[k]) for k in rows)
     # int8 indices over an own pool of 128 frames: the base's frame lands at 128, past int8 (it wrapped to -128)
-    narrow = {"frame_pool": np.arange(10, 138, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8),
-              "obs_frames": np.append(np.arange(128), -1).astype(np.int8)[:, None], BASE: np.array([BASE_NAME])}
+    narrow = {
+        "frame_pool": np.arange(10, 138, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8),
+        "obs_frames": np.append(np.arange(128), -1).astype(np.int8)[:, None],
+        BASE: np.array([BASE_NAME]),
+    }
     narrow["next_obs_frames"] = narrow["obs_frames"]
     store.chunks.write(REF_NAME, narrow)
     obs = unpack_frames(store.chunks.read(REF_NAME))["obs"][:, 0, 0, 0]
@@ -219,17 +234,25 @@ def test_a_chunk_referring_to_the_chunk_before_comes_back_self_contained(store, 
     assert np.array_equal(unpack_frames(store.chunks.read_many([REF_NAME])[REF_NAME])["obs"], rows["obs"])
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda c: {**c, BASE: np.array([chunk_name("fz", 0)])}, "a chunk may only refer to the chunk its collector"),
-    (lambda c: {**c, BASE: np.array([REF_NAME])}, "a chunk may only refer to the chunk its collector"),
-    (lambda c: {**c, BASE: np.array(["../../etc/passwd"])}, "a chunk may only refer to the chunk its collector"),
-    (lambda c: {**c, "obs_frames": np.minimum(c["obs_frames"], -99)}, "points at frame 98 of chunk"),
-    (lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.uint16)}, "'obs_frames' points at frame 655"),  # -1: 65535
-    (lambda c: {**c, BASE: np.array([1])}, "'frame_base' is int64[1]"),
-    (lambda c: {**c, BASE: np.array([BASE_NAME] * 2)}, "'frame_base' is <U10[2]"),
-    (lambda c: {k: v for k, v in plain_columns().items()} | {BASE: np.array([BASE_NAME])},
-     "in a chunk without frames"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda c: {**c, BASE: np.array([chunk_name("fz", 0)])}, "a chunk may only refer to the chunk its collector"),
+        (lambda c: {**c, BASE: np.array([REF_NAME])}, "a chunk may only refer to the chunk its collector"),
+        (lambda c: {**c, BASE: np.array(["../../etc/passwd"])}, "a chunk may only refer to the chunk its collector"),
+        (lambda c: {**c, "obs_frames": np.minimum(c["obs_frames"], -99)}, "points at frame 98 of chunk"),
+        (
+            lambda c: {**c, "obs_frames": c["obs_frames"].astype(np.uint16)},
+            "'obs_frames' points at frame 655",
+        ),  # -1: 65535
+        (lambda c: {**c, BASE: np.array([1])}, "'frame_base' is int64[1]"),
+        (lambda c: {**c, BASE: np.array([BASE_NAME] * 2)}, "'frame_base' is <U10[2]"),
+        (
+            lambda c: {k: v for k, v in plain_columns().items()} | {BASE: np.array([BASE_NAME])},
+            "in a chunk without frames",
+        ),
+    ],
+)
 def test_a_reference_no_reader_could_follow_is_damage(store, change, expected):
     store.chunks.write(REF_NAME, change(referring_columns()[1]))
     with pytest.raises(StorageError, match=f"{REF_NAME}.npz: not a valid step-data chunk") as read:
@@ -266,8 +289,9 @@ def test_the_learners_cache_gives_a_chunk_the_frames_of_its_cached_base(tmp_path
     store.chunks.delete(BASE_NAME)
     batch, keep = rows.gather([BASE_NAME, REF_NAME], np.array([1, 1, 0]), np.array([0, ROWS - 1, 2]))
     expected = stacked_rows(start=ROWS - 2)
-    assert keep.all() and np.array_equal(batch["obs"], np.stack([expected["obs"][0], expected["obs"][-1],
-                                                                 stacked_rows()["obs"][2]]))
+    assert keep.all() and np.array_equal(
+        batch["obs"], np.stack([expected["obs"][0], expected["obs"][-1], stacked_rows()["obs"][2]])
+    )
 
 
 def test_a_chunk_whose_base_is_gone_or_damaged_is_damaged_and_quarantined_by_the_learner(tmp_path):
@@ -299,12 +323,14 @@ member_change = st.one_of(
     st.tuples(st.just("dtype"), st.integers(0, 9), st.sampled_from(DTYPES)),
     st.tuples(st.just("drop"), st.integers(0, 9)),
     st.tuples(st.just("twice"), st.integers(0, 9)),
-    st.tuples(st.just("value"), st.integers(0, 9), st.integers(-2**31, 2**31 - 1)),
+    st.tuples(st.just("value"), st.integers(0, 9), st.integers(-(2**31), 2**31 - 1)),
 )
 byte_change = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
-                                        min_size=1, max_size=6)),
+    st.tuples(
+        st.just("flip"),
+        st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=6),
+    ),
 )
 
 
@@ -344,10 +370,12 @@ def usable(columns):
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)  # examples: the profile's
-@given(base=st.sampled_from(sorted(BASES)), members_changes=st.lists(member_change, max_size=3),
-       byte_changes=st.lists(byte_change, max_size=2))
-def test_fuzz_a_mutated_chunk_loads_valid_or_is_damage_within_its_size(store, base, members_changes,
-                                                                       byte_changes):
+@given(
+    base=st.sampled_from(sorted(BASES)),
+    members_changes=st.lists(member_change, max_size=3),
+    byte_changes=st.lists(byte_change, max_size=2),
+)
+def test_fuzz_a_mutated_chunk_loads_valid_or_is_damage_within_its_size(store, base, members_changes, byte_changes):
     blob = mutated(base, members_changes, byte_changes)
     put(store, REF_NAME, blob)  # the referring chunk's name: its base is on the store
     bound = 4 * len(blob) + (1 << 20)  # the file's bytes, a copy, and zipfile's buffers: never what headers claim
@@ -365,8 +393,13 @@ def test_fuzz_a_mutated_chunk_loads_valid_or_is_damage_within_its_size(store, ba
             tracemalloc.stop()
         assert peak <= bound, f"{read.__name__} of a {len(blob)}-byte file allocated {peak} bytes"
     columns, layout = results
-    event("loaded" if columns is not None else
-          "damage seen by the headers" if layout is None else "damage seen in the data")
+    event(
+        "loaded"
+        if columns is not None
+        else "damage seen by the headers"
+        if layout is None
+        else "damage seen in the data"
+    )
     if columns is not None:  # what loads is usable, and the coordinator's check agrees on its rows
         assert layout is not None and layout[:2] == (usable(columns), len(blob))
     assert store.health.healthy

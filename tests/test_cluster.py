@@ -1,4 +1,5 @@
 """`parallel-rl run` as a user runs it: real processes, real HTTP on 127.0.0.1, real files."""
+
 import os
 import re
 import signal
@@ -80,19 +81,27 @@ def test_run_solves_toy_env_and_cleans_up(cli, tmp_path, toy_config):
     assert child_pids(run.pid) == []
     shared = tmp_path / "exp" / "shared"
     # and run.token unless PARALLEL_RL_TOKEN was exported (tests/test_supervisor.py)
-    assert sorted(set(os.listdir(shared)) - {"run.token"}) == ["coordinator", "data", "learner", "policy", "run.lock",
-                                                               "tensorboard"]
+    assert sorted(set(os.listdir(shared)) - {"run.token"}) == [
+        "coordinator",
+        "data",
+        "learner",
+        "policy",
+        "run.lock",
+        "tensorboard",
+    ]
     assert os.listdir(shared / "policy"), "the learner published checkpoints"
     assert os.listdir(shared / "coordinator"), "the coordinator saved its state"
-    assert {"learner/loss", "learner/q_value", "learner/updates_per_second",
-            "learner/longest_update_seconds"} <= tensorboard_tags(
-        shared / "tensorboard" / "learner-1")
+    assert {
+        "learner/loss",
+        "learner/q_value",
+        "learner/updates_per_second",
+        "learner/longest_update_seconds",
+    } <= tensorboard_tags(shared / "tensorboard" / "learner-1")
     assert "evaluator/eval_return" in tensorboard_tags(shared / "tensorboard" / "evaluator")
 
 
 @pytest.mark.parametrize("stop_value, code", [('float("inf")', 0), ("1000.0", 3)])
-def test_a_run_that_reaches_its_budget_exits_0_without_a_stop_value_and_3_with_one(cli, tmp_path, stop_value,
-                                                                                    code):
+def test_a_run_that_reaches_its_budget_exits_0_without_a_stop_value_and_3_with_one(cli, tmp_path, stop_value, code):
     """Budget mode: with no stop value (``float("inf")`` in the file, None in the compiled config, which JSON
     carries to every worker) the budget is the goal, exit 0, as in the serial pipeline; every evaluation used to
     fail ('the evaluator needs stop_value') and the run end with exit 1. With a stop value not reached the
@@ -140,8 +149,7 @@ def test_cartpole_solves_despite_a_killed_collector(cli, tmp_path):
     assert run.wait(300) == 0, run.output()[-3000:]
     assert re.search(r"^solved: eval return", run.output(), re.M)
     # lost at once, not when its lease runs out: the launcher sees its child die (or it refuses a task first)
-    assert re.search(rf"{victim['worker_id']} at \S+ lost \((process exited with code -9|refused task)",
-                     run.output())
+    assert re.search(rf"{victim['worker_id']} at \S+ lost \((process exited with code -9|refused task)", run.output())
 
 
 def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
@@ -165,8 +173,17 @@ def test_ctrl_c_leaves_no_process_behind(cli, tmp_path, toy_config):
 def test_busy_collectors_may_use_every_cpu(cli, tmp_path, toy_config):
     # no replay ratio and a latency-bound env: the collectors never wait for the learner, they wait for their
     # envs; confined to the learner's leftover CPUs they would collect less
-    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--set",
-                         "parallel.commander.max_env_steps_per_update=0", "--set", "env.step_latency_ms=2")
+    run, url = start_run(
+        cli,
+        tmp_path,
+        toy_config,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.commander.max_env_steps_per_update=0",
+        "--set",
+        "env.step_latency_ms=2",
+    )
     run.wait_line(r"launcher: the collectors wait \d+% of their time: every process on CPUs", timeout=90)
     cpus = sorted(os.sched_getaffinity(0))
     pids = worker_pids(run.pid)
@@ -185,9 +202,13 @@ def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
     eventually(lambda: get(url, "/cluster")["train_iter"] > 45, timeout=60, message="training")
     old = learner_pid(run)
     os.kill(old, signal.SIGKILL)
-    learner = eventually(lambda: [w for w in get(url, "/learners")["learners"]
-                                  if w["worker_id"] == "learner-2" and w["state"] == "busy"], timeout=60,
-                         message="a restarted learner at work")[0]
+    learner = eventually(
+        lambda: [
+            w for w in get(url, "/learners")["learners"] if w["worker_id"] == "learner-2" and w["state"] == "busy"
+        ],
+        timeout=60,
+        message="a restarted learner at work",
+    )[0]
     assert learner["pid"] != old and learner["pid"] in worker_pids(run.pid)
     states = {w["worker_id"]: w["state"] for w in get(url, "/learners")["learners"]}
     assert states["learner-1"] == "lost"
@@ -210,15 +231,22 @@ def test_dead_learner_is_restarted_and_resumes(cli, tmp_path, toy_config):
 
 
 def test_learner_dying_past_its_restart_budget_fails_the_run(cli, tmp_path, toy_config):
-    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000",
-                         "--set", "parallel.supervisor.max_restarts=0")
-    eventually(lambda: [w for w in get(url, "/learners")["learners"] if w["state"] == "busy"], timeout=60,
-               message="busy learner")
+    run, url = start_run(
+        cli, tmp_path, toy_config, "--set", "env.stop_value=1000", "--set", "parallel.supervisor.max_restarts=0"
+    )
+    eventually(
+        lambda: [w for w in get(url, "/learners")["learners"] if w["state"] == "busy"],
+        timeout=60,
+        message="busy learner",
+    )
     children = worker_pids(run.pid)
     os.kill(learner_pid(run), signal.SIGKILL)
     assert run.wait(30) == 1
-    assert re.search(r"failed: learner kept dying: learner-1 exited with code -9 after 0 restart\(s\) "
-                     r"\(parallel.supervisor.max_restarts=0\)", run.output()), run.output()[-2000:]
+    assert re.search(
+        r"failed: learner kept dying: learner-1 exited with code -9 after 0 restart\(s\) "
+        r"\(parallel.supervisor.max_restarts=0\)",
+        run.output(),
+    ), run.output()[-2000:]
     assert not [pid for pid in children if alive(pid)]
 
 
@@ -227,18 +255,31 @@ def test_killed_collector_is_reaped_and_its_task_replaced(cli, tmp_path, toy_con
     busy = eventually(lambda: busy_collectors(url, 2), timeout=60, message="two busy collectors")
     victim = busy[0]
     os.kill(victim["pid"], signal.SIGKILL)
-    lost = eventually(lambda: [w for w in get(url, "/collectors")["collectors"] if w["state"] == "lost"],
-                      timeout=5, message="collector marked lost")[0]
+    lost = eventually(
+        lambda: [w for w in get(url, "/collectors")["collectors"] if w["state"] == "lost"],
+        timeout=5,
+        message="collector marked lost",
+    )[0]
     assert lost["worker_id"] == victim["worker_id"]
     # lost at once, not when its lease runs out: the launcher sees its child die (or it refuses a task first)
-    failed = eventually(lambda: [t for t in get(url, "/tasks?kind=collector&state=failed")["tasks"]
-                                 if t["worker_id"] == lost["worker_id"]], timeout=5, message="failed task")
+    failed = eventually(
+        lambda: [
+            t for t in get(url, "/tasks?kind=collector&state=failed")["tasks"] if t["worker_id"] == lost["worker_id"]
+        ],
+        timeout=5,
+        message="failed task",
+    )
     assert len(failed) == 1 and re.search(r"lost: (process exited with code -9|refused task)", failed[0]["error"])
     # the replacement goes to the survivor or to the collector the launcher started in the dead one's place
-    replacement = eventually(lambda: [t for t in get(url, "/tasks?kind=collector")["tasks"]
-                                      if t["replaces"] == failed[0]["task_id"] and t["worker_id"]
-                                      and t["worker_id"] != lost["worker_id"]],
-                             timeout=20, message="replacement task on another collector")[0]
+    replacement = eventually(
+        lambda: [
+            t
+            for t in get(url, "/tasks?kind=collector")["tasks"]
+            if t["replaces"] == failed[0]["task_id"] and t["worker_id"] and t["worker_id"] != lost["worker_id"]
+        ],
+        timeout=20,
+        message="replacement task on another collector",
+    )[0]
     assert replacement["attempts"] >= 1
     # nothing it wrote was dropped: every transition pushed is still in the buffer
     buffer = get(url, "/buffers")["buffers"][0]

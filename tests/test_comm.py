@@ -1,4 +1,5 @@
 """DI-engine's comm interfaces, factories and NaiveCollector against a live coordinator."""
+
 import threading
 
 import pytest
@@ -30,8 +31,9 @@ def test_flask_fs_slaves_implement_the_comm_interfaces():
 
 
 def test_create_comm_collector_and_learner_build_our_flask_fs_classes():
-    collector = create_comm_collector({"type": "flask_fs", "import_names": [], "host": "127.0.0.1", "port": 0,
-                                       "token": TOKEN})
+    collector = create_comm_collector(
+        {"type": "flask_fs", "import_names": [], "host": "127.0.0.1", "port": 0, "token": TOKEN}
+    )
     learner = create_comm_learner({"type": "flask_fs", "host": "127.0.0.1", "port": 0, "token": TOKEN})
     try:
         assert type(collector) is CollectorSlave and type(learner) is LearnerSlave
@@ -47,10 +49,12 @@ def test_create_comm_collector_builds_a_users_class_registered_by_import_names(t
         "from parallel_rl.worker import NaiveCollector, register_comm_collector\n"
         "@register_comm_collector('my_comm')\n"
         "class MyCollector(NaiveCollector):\n"
-        "    pass\n")
+        "    pass\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    collector = create_comm_collector({"type": "my_comm", "import_names": ["my_comm_module"], "port": 0,
-                                       "token": TOKEN})
+    collector = create_comm_collector(
+        {"type": "my_comm", "import_names": ["my_comm_module"], "port": 0, "token": TOKEN}
+    )
     try:
         assert type(collector).__name__ == "MyCollector" and isinstance(collector, BaseCommCollector)
     finally:
@@ -58,7 +62,9 @@ def test_create_comm_collector_builds_a_users_class_registered_by_import_names(t
 
 
 def test_unknown_comm_type_is_a_clear_error_listing_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"unknown comm_collector type 'flsk_fs'.*known: flask_fs, (my_comm, )?naive\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown comm_collector type 'flsk_fs'.*known: flask_fs, (my_comm, )?naive\)"
+    ):
         create_comm_collector({"type": "flsk_fs"})
     with pytest.raises(ConfigError, match=r"unknown comm_learner type 'nope'.*known: flask_fs"):
         create_comm_learner({"type": "nope"})
@@ -72,8 +78,10 @@ def test_naive_collector_joins_a_live_coordinator_and_relays_one_task(coordinato
     naive.start()
     runner = threading.Thread(target=naive.run, daemon=True)
     runner.start()
-    done = eventually(lambda: [t.to_dict() for t in coordinator.tasks.list(kind="collector", state="finished")],
-                      message="relayed collector task finished")
+    done = eventually(
+        lambda: [t.to_dict() for t in coordinator.tasks.list(kind="collector", state="finished")],
+        message="relayed collector task finished",
+    )
     assert done[0]["result"] == {"relayed": {"env_steps": 64}}
     assert naive.relayed == [{"task_id": done[0]["task_id"], "spec": {"env_steps": 64}}]
     runner.join(10)
@@ -87,7 +95,8 @@ def test_increase_and_decrease_collector_are_the_rest_add_and_remove(coordinator
         worker = coordinator.membership.increase_collector(naive.address)
         assert worker.kind == "collector" and naive.connected.wait(5) and naive.collector_uid == worker.worker_id
         coordinator.membership.decrease_collector(worker.worker_id)
-        assert eventually(lambda: not coordinator.membership.get_worker(worker.worker_id).state.active,
-                          message="collector removed")
+        assert eventually(
+            lambda: not coordinator.membership.get_worker(worker.worker_id).state.active, message="collector removed"
+        )
     finally:
         naive.close()

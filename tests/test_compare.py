@@ -1,6 +1,7 @@
 """`parallel-rl compare` through the real CLI: runs whose coordinator state is written by the store's own snapshot
 writer (exact eval curves: known scores, so the IQM and its CI are checked against a direct computation), real
 serial runs (their TensorBoard scalars and config.json), and bad input: one line, exit 2, nothing written."""
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +20,9 @@ WIDE = [1.0, 2.0, 3.0, 4.0, 6.0, 9.0, 50.0, 100.0]
 
 def run_cli(*args: str, cwd=None, timeout: float = 120.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+    )
 
 
 def snapshot_run(run_dir, final: float, steps=(100, 200, 300, 400), config: dict | None = None) -> str:
@@ -32,10 +34,20 @@ def snapshot_run(run_dir, final: float, steps=(100, 200, 300, 400), config: dict
     from parallel_rl.config import save_run_config
     from parallel_rl.storage import SharedStorage
 
-    history = [{"t": float(k), "policy_version": k, "env_steps": step, "train_iter": 10 * k,
-                "eval_return": final * k / len(steps), "train_return": None} for k, step in enumerate(steps, 1)]
+    history = [
+        {
+            "t": float(k),
+            "policy_version": k,
+            "env_steps": step,
+            "train_iter": 10 * k,
+            "eval_return": final * k / len(steps),
+            "train_return": None,
+        }
+        for k, step in enumerate(steps, 1)
+    ]
     SharedStorage(os.path.join(run_dir, "shared")).states.save(
-        1, {"exp_name": str(run_dir), "eval_history": history}, {})
+        1, {"exp_name": str(run_dir), "eval_history": history}, {}
+    )
     if config is not None:
         save_run_config(EasyDict(config), str(run_dir))
     return str(run_dir)
@@ -48,8 +60,11 @@ def read_csv(path) -> list:
 
 def tree(path) -> dict:
     """Every file under ``path`` with its size and modification time (to see that nothing changed)."""
-    return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
-            for d, _, files in os.walk(path) for f in files}
+    return {
+        os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
+        for d, _, files in os.walk(path)
+        for f in files
+    }
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +73,7 @@ def fake(tmp_path_factory):
     base = tmp_path_factory.mktemp("fake")
     wide = [snapshot_run(base / f"wide_s{i}", score) for i, score in enumerate(WIDE)]
     solo = snapshot_run(base / "solo", 7.0)
-    short = [snapshot_run(base / "short_s0", 30.0, steps=(100, 200, 300)),
-             snapshot_run(base / "short_s1", 40.0)]
+    short = [snapshot_run(base / "short_s0", 30.0, steps=(100, 200, 300)), snapshot_run(base / "short_s1", 40.0)]
     return {"base": base, "wide": wide, "solo": solo, "short": short}
 
 
@@ -111,8 +125,11 @@ def test_groups_by_config_by_name_and_by_group(tmp_path):
         out = run_cli("compare", *args, "--csv", str(tmp_path / "g.csv"))
         assert out.returncode == 0, out.stderr
         rows = read_csv(tmp_path / "g.csv")
-        return {g["group"]: [(r["run_dir"], r["seed"]) for r in rows if r["row"] == "run" and r["group"] == g["group"]]
-                for g in rows if g["row"] == "group"}
+        return {
+            g["group"]: [(r["run_dir"], r["seed"]) for r in rows if r["row"] == "run" and r["group"] == g["group"]]
+            for g in rows
+            if g["row"] == "group"
+        }
 
     # by config (the default): a and b differ in exp_name and seed only; seeds from config.json
     assert groups(a, b, c) == {"lr": [(a, "5"), (b, "6")], "lr_c": [(c, "7")]}
@@ -123,20 +140,35 @@ def test_groups_by_config_by_name_and_by_group(tmp_path):
 @pytest.mark.slow
 def test_real_serial_runs_grouped_by_config_with_curves(tmp_path):
     for name, seed in (("cart_a", 0), ("cart_b", 1)):
-        done = run_cli("serial", "-c", CARTPOLE, "--set", f"exp_name={tmp_path / name}", "--set", f"seed={seed}",
-                       "--set", "serial.max_env_step=600", "--set", "policy.eval.evaluator.eval_freq=10",
-                       timeout=240)
+        done = run_cli(
+            "serial",
+            "-c",
+            CARTPOLE,
+            "--set",
+            f"exp_name={tmp_path / name}",
+            "--set",
+            f"seed={seed}",
+            "--set",
+            "serial.max_env_step=600",
+            "--set",
+            "policy.eval.evaluator.eval_freq=10",
+            timeout=240,
+        )
         assert done.returncode == 3, done.stdout + done.stderr  # the budget ran out before the stop value
     runs = [str(tmp_path / "cart_a"), str(tmp_path / "cart_b")]
-    out = run_cli("compare", *runs, "--csv", str(tmp_path / "c.csv"), "--png", str(tmp_path / "c.png"),
-                  "--reps", "500")
+    out = run_cli("compare", *runs, "--csv", str(tmp_path / "c.csv"), "--png", str(tmp_path / "c.png"), "--reps", "500")
     assert out.returncode == 0, out.stderr
     rows = read_csv(tmp_path / "c.csv")
-    assert [(r["row"], r["group"], r["seed"]) for r in rows] == [("run", "cart", "0"), ("run", "cart", "1"),
-                                                                 ("group", "cart", "")]
+    assert [(r["row"], r["group"], r["seed"]) for r in rows] == [
+        ("run", "cart", "0"),
+        ("run", "cart", "1"),
+        ("group", "cart", ""),
+    ]
     scores = sorted(float(r["final_score"]) for r in rows[:2])
     assert float(rows[2]["iqm"]) == pytest.approx(np.mean(scores))  # two runs: the IQM is their mean
-    assert float(rows[2]["ci_low"]) == pytest.approx(scores[0]) and float(rows[2]["ci_high"]) == pytest.approx(scores[1])
+    assert float(rows[2]["ci_low"]) == pytest.approx(scores[0]) and float(rows[2]["ci_high"]) == pytest.approx(
+        scores[1]
+    )
     with open(tmp_path / "c.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -149,8 +181,9 @@ def test_a_real_cluster_run_by_its_experiment_directory_or_its_store(tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     exp = tmp_path / "toy_s0"
-    done = run_cli("run", "-c", str(config), "--set", f"exp_name={exp}", "--collectors", "1", "--port", "0",
-                   timeout=240)
+    done = run_cli(
+        "run", "-c", str(config), "--set", f"exp_name={exp}", "--collectors", "1", "--port", "0", timeout=240
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]  # solved
     history = SharedStorage(str(exp / "shared"), create=False).states.latest()[0]["eval_history"]
     for run_dir in (exp, exp / "shared"):
@@ -158,20 +191,23 @@ def test_a_real_cluster_run_by_its_experiment_directory_or_its_store(tmp_path):
         assert out.returncode == 0, out.stderr
         run, group = read_csv(tmp_path / "c.csv")
         assert (run["group"], run["seed"], group["group"]) == ("toy", "0", "toy")  # the exp_name its state holds
-        assert (float(run["final_env_steps"]), float(run["final_score"])) == (history[-1]["env_steps"],
-                                                                              history[-1]["eval_return"])
+        assert (float(run["final_env_steps"]), float(run["final_score"])) == (
+            history[-1]["env_steps"],
+            history[-1]["eval_return"],
+        )
     twice = run_cli("compare", str(exp), str(exp / "shared"))
     assert twice.returncode == 2 and "named twice" in twice.stderr, twice.stderr
 
 
-@pytest.mark.parametrize("case", ["missing dir", "not a run", "no evaluations", "a file", "bad group", "twice",
-                                  "reps 0", "png suffix", "too early"])
+@pytest.mark.parametrize(
+    "case",
+    ["missing dir", "not a run", "no evaluations", "a file", "bad group", "twice", "reps 0", "png suffix", "too early"],
+)
 def test_bad_input_is_one_line_exit_2_and_nothing_written(fake, tmp_path, case):
     from parallel_rl.storage import SharedStorage
 
     empty_state = tmp_path / "never_evaluated"
-    SharedStorage(str(empty_state / "shared")).states.save(
-        1, {"exp_name": str(empty_state), "eval_history": []}, {})
+    SharedStorage(str(empty_state / "shared")).states.save(1, {"exp_name": str(empty_state), "eval_history": []}, {})
     (tmp_path / "not_a_run").mkdir()
     (tmp_path / "a_file").write_text("x")
     good = fake["wide"][:2]

@@ -1,4 +1,5 @@
 """tianshou-style Collector over the serial collectors (docs/api.md lists the differences)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
 """torchrl-style SyncDataCollector over the serial collector (docs/api.md lists the differences)."""
+
 import multiprocessing
 import threading
 

@@ -6,6 +6,7 @@ runs them under a real one).
    host names mapped to 127.0.0.1, ports remapped, the volume a temp dir) and check that the
    cluster forms, trains, and that stopping a collector deregisters it.
 """
+
 import re
 import signal
 
@@ -73,6 +74,7 @@ def test_dockerfile():
 
 def interpolate(value: str, env: dict) -> str:
     """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error}."""
+
     def sub(m):
         name, op, arg = m.group(1), m.group(2), m.group(3)
         if env.get(name):
@@ -103,10 +105,13 @@ def test_services_run_as_local_processes(compose, cli, tmp_path):
 
     def start(name: str, replica: str):
         svc = compose["services"][name]
-        env = {k: interpolate(v, host_env).replace("http://coordinator:8000", port_map["url"])
-               for k, v in svc["environment"].items()}
-        extra = ["--set", "env.stop_value=100000", "--set", f"exp_name={tmp_path / 'exp'}"] \
-            if name == "coordinator" else []
+        env = {
+            k: interpolate(v, host_env).replace("http://coordinator:8000", port_map["url"])
+            for k, v in svc["environment"].items()
+        }
+        extra = (
+            ["--set", "env.stop_value=100000", "--set", f"exp_name={tmp_path / 'exp'}"] if name == "coordinator" else []
+        )
         procs[replica] = cli(replica, *local_command(svc, port_map, shared), *extra, env=env)
         return procs[replica]
 
@@ -120,12 +125,14 @@ def test_services_run_as_local_processes(compose, cli, tmp_path):
     def busy(kind):
         return [w for w in requests.get(f"{api}/{kind}s", timeout=5).json()[f"{kind}s"] if w["state"] == "busy"]
 
-    eventually(lambda: len(busy("collector")) == 2 and len(busy("learner")) == 1, timeout=90,
-               message="the cluster formed")
+    eventually(
+        lambda: len(busy("collector")) == 2 and len(busy("learner")) == 1, timeout=90, message="the cluster formed"
+    )
     collectors = busy("collector")
     assert len({w["address"] for w in collectors}) == 2  # each replica advertises its own address
-    eventually(lambda: requests.get(f"{api}/cluster", timeout=5).json()["train_iter"] > 50, timeout=60,
-               message="training")
+    eventually(
+        lambda: requests.get(f"{api}/cluster", timeout=5).json()["train_iter"] > 50, timeout=60, message="training"
+    )
     # `docker compose stop collector` sends SIGTERM: the replica deregisters and exits 0
     procs["collector-2"].proc.send_signal(signal.SIGTERM)
     assert procs["collector-2"].wait(30) == 0

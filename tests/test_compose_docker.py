@@ -12,6 +12,7 @@ what is missing when root with apt-get; otherwise the test fails saying what to 
 The learner joins after the collector operations (`--scale learner=0` first), so that they happen
 while the run is young: CartPole is solved within a few hundred updates.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,19 +42,25 @@ TORCH_WHEEL_GLOB = "torch-2.13.0*.whl"
 def sh(*args: str, timeout: float, env: dict | None = None, check: bool = True) -> str:
     proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
 def docker_ready() -> None:
     """Engine, Compose v2 and the base image, installed by .ci/docker.sh when missing (a no-op when present)."""
     if shutil.which("docker") is None and os.geteuid() != 0:
-        pytest.fail("the compose test needs Docker: install Docker Engine and the Compose v2 plugin "
-                    "(Debian: apt-get install docker.io, then .ci/docker.sh compose), or run `make test` as root")
+        pytest.fail(
+            "the compose test needs Docker: install Docker Engine and the Compose v2 plugin "
+            "(Debian: apt-get install docker.io, then .ci/docker.sh compose), or run `make test` as root"
+        )
     proc = subprocess.run([str(DOCKER_SH), "all"], capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:
-        pytest.fail(f"the compose test needs a Docker engine with Compose v2 and python:3.11-slim; "
-                    f".ci/docker.sh could not provide them:\n{proc.stderr[-2000:]}")
+        pytest.fail(
+            f"the compose test needs a Docker engine with Compose v2 and python:3.11-slim; "
+            f".ci/docker.sh could not provide them:\n{proc.stderr[-2000:]}"
+        )
 
 
 def stage_build_inputs() -> dict:
@@ -89,8 +96,17 @@ class Project:
         self.env.pop("PARALLEL_RL_CONFIG", None)
 
     def compose(self, *args: str, timeout: float = 120) -> str:
-        return sh("docker", "compose", "-p", self.name, "-f", str(ROOT / "docker-compose.yml"), *args,
-                  timeout=timeout, env=self.env)
+        return sh(
+            "docker",
+            "compose",
+            "-p",
+            self.name,
+            "-f",
+            str(ROOT / "docker-compose.yml"),
+            *args,
+            timeout=timeout,
+            env=self.env,
+        )
 
     def containers(self, service: str | None = None, all_: bool = True) -> list:
         label = f"label=com.docker.compose.project={self.name}"
@@ -102,8 +118,10 @@ class Project:
 
     def leftovers(self) -> dict:
         label = f"label=com.docker.compose.project={self.name}"
-        return {kind: sh("docker", kind, "ls", "-q", "--filter", label, timeout=30).split()
-                for kind in ("container", "network", "volume")}
+        return {
+            kind: sh("docker", kind, "ls", "-q", "--filter", label, timeout=30).split()
+            for kind in ("container", "network", "volume")
+        }
 
 
 def address(container: dict) -> str:
@@ -184,6 +202,7 @@ def run_cluster(project: Project) -> None:
         return c["RestartCount"] >= 1 and c["State"]["Running"] and c
 
     eventually(restarted, timeout=60, interval=0.2, message="learner container restarted")
+
     def ended():
         summary = get("/cluster")
         return summary["state"] != "running" and summary
@@ -197,7 +216,9 @@ def run_cluster(project: Project) -> None:
 
     # the coordinator serves on (--linger); the workers were let go and exit 0
     def workers_exited():
-        workers = [c for c in project.containers() if c["Config"]["Labels"]["com.docker.compose.service"] != "coordinator"]
+        workers = [
+            c for c in project.containers() if c["Config"]["Labels"]["com.docker.compose.service"] != "coordinator"
+        ]
         return all(not c["State"]["Running"] for c in workers) and workers
 
     for c in eventually(workers_exited, timeout=60, interval=0.5, message="workers exited"):

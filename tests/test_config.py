@@ -39,27 +39,47 @@ def test_unknown_top_level_key():
         ({"policy": {"learn": {"batch_size": "big"}}}, "batch_size must be int"),
         ({"policy": {"learn": {"double": 1}}}, "double must be bool"),
         ({"policy": {"learn": 5}}, "policy.learn must be a dict"),
-        ({"policy": {"learn": {"batch_size": 0}}}, r"policy.learn needs batch_size >= 1, got policy.learn.batch_size=0"),
+        (
+            {"policy": {"learn": {"batch_size": 0}}},
+            r"policy.learn needs batch_size >= 1, got policy.learn.batch_size=0",
+        ),
         ({"policy": {"discount_factor": 1.5}}, "discount_factor"),
         ({"policy": {"other": {"replay_buffer": {"type": "nope"}}}}, "unknown buffer type 'nope'"),
         # the PPO family's learn keys: epoch_per_collect=-1 once ran a whole budget without an update
-        ({"policy": {"type": "ppo", "learn": {"epoch_per_collect": -1}}}, r"policy.learn needs epoch_per_collect >= 1, got policy.learn.epoch_per_collect=-1"),
-        ({"policy": {"type": "ppo", "learn": {"gae_lambda": 1.5, "clip_ratio": 0.0}}},
-         r"policy.learn needs clip_ratio > 0, got policy.learn.clip_ratio=0.0"),
-        ({"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}}, r"policy.learn needs entropy_weight >= 0, got policy.learn.entropy_weight=-0.01"),
-        ({"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}}, r"policy.learn needs learning_rate > 0, got policy.learn.learning_rate=0.0"),
+        (
+            {"policy": {"type": "ppo", "learn": {"epoch_per_collect": -1}}},
+            r"policy.learn needs epoch_per_collect >= 1, got policy.learn.epoch_per_collect=-1",
+        ),
+        (
+            {"policy": {"type": "ppo", "learn": {"gae_lambda": 1.5, "clip_ratio": 0.0}}},
+            r"policy.learn needs clip_ratio > 0, got policy.learn.clip_ratio=0.0",
+        ),
+        (
+            {"policy": {"type": "impala", "learn": {"entropy_weight": -0.01}}},
+            r"policy.learn needs entropy_weight >= 0, got policy.learn.entropy_weight=-0.01",
+        ),
+        (
+            {"policy": {"type": "dqn", "learn": {"learning_rate": 0.0}}},
+            r"policy.learn needs learning_rate > 0, got policy.learn.learning_rate=0.0",
+        ),
         # budgets: 0 is none, a negative one used to be accepted (and meant none)
         ({"serial": {"max_env_step": -1}}, r"serial needs max_env_step >= 0, got serial.max_env_step=-1"),
         ({"serial": {"max_seconds": -0.5}}, r"serial needs max_seconds >= 0, got serial.max_seconds=-0.5"),
-        ({"parallel": {"commander": {"max_train_iter": -10}}},
-         r"parallel.commander needs max_train_iter >= 0, got parallel.commander.max_train_iter=-10"),
+        (
+            {"parallel": {"commander": {"max_train_iter": -10}}},
+            r"parallel.commander needs max_train_iter >= 0, got parallel.commander.max_train_iter=-10",
+        ),
         ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None .* got nan"),
         ({"env": {"stop_value": float("-inf")}}, r"env.stop_value must be a number, or None .* got -inf"),
         # what strangers' connections may hold (#41): a budget below one request head refuses every stranger
-        ({"parallel": {"coordinator": {"read_ahead_bytes": 1000}}},
-         r"read_ahead_bytes >= 65536, got .*read_ahead_bytes=1000"),
-        ({"parallel": {"coordinator": {"max_connections_per_peer": 0}}},
-         r"max_connections_per_peer >= 1, got .*max_connections_per_peer=0"),
+        (
+            {"parallel": {"coordinator": {"read_ahead_bytes": 1000}}},
+            r"read_ahead_bytes >= 65536, got .*read_ahead_bytes=1000",
+        ),
+        (
+            {"parallel": {"coordinator": {"max_connections_per_peer": 0}}},
+            r"max_connections_per_peer >= 1, got .*max_connections_per_peer=0",
+        ),
     ],
 )
 def test_bad_values_are_config_errors(user, match):
@@ -176,12 +196,15 @@ def test_a_yaml_config_loads_equal_to_the_same_python_config(tmp_path, suffix):
     assert from_yaml.policy.learn.learning_rate == 1e-4 and from_yaml.env.stop_value is None
 
 
-@pytest.mark.parametrize("name, text, match", [
-    ("c.json", "{}", r"'.*c.json' is neither a Python \(.py\) nor a YAML \(.yaml, .yml\) config file"),
-    ("c.yml", "- just\n- a list\n", r"c.yml must hold a mapping of config keys at its top level, got list"),
-    ("c.yml", "", r"c.yml must hold a mapping of config keys at its top level, got NoneType"),
-    ("c.yaml", "env: {stop_value: 1\npolicy: [\n", r"c.yaml is not valid YAML: .* line \d+, column \d+$"),
-])
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("c.json", "{}", r"'.*c.json' is neither a Python \(.py\) nor a YAML \(.yaml, .yml\) config file"),
+        ("c.yml", "- just\n- a list\n", r"c.yml must hold a mapping of config keys at its top level, got list"),
+        ("c.yml", "", r"c.yml must hold a mapping of config keys at its top level, got NoneType"),
+        ("c.yaml", "env: {stop_value: 1\npolicy: [\n", r"c.yaml is not valid YAML: .* line \d+, column \d+$"),
+    ],
+)
 def test_config_files_of_other_kinds_are_one_line_config_errors(tmp_path, name, text, match):
     (tmp_path / name).write_text(text)
     with pytest.raises(ConfigError, match=match) as raised:
@@ -196,8 +219,11 @@ def test_shipped_configs_compile():
 
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
-BUDGET_CONFIGS = sorted(p.name for pattern in ("halfcheetah_*.py", "hopper_*.py", "minatar_*.py", "breakout_*.py")
-                        for p in CONFIGS.glob(pattern))
+BUDGET_CONFIGS = sorted(
+    p.name
+    for pattern in ("halfcheetah_*.py", "hopper_*.py", "minatar_*.py", "breakout_*.py")
+    for p in CONFIGS.glob(pattern)
+)
 
 
 @pytest.mark.parametrize("name", BUDGET_CONFIGS)
@@ -221,11 +247,19 @@ def test_parallel_section_is_each_cluster_components_own_defaults():
     from parallel_rl.slave.link import worker_default_config
     from parallel_rl.storage.shared import storage_default_config
 
-    own = dict(storage_default_config(), coordinator=Coordinator.default_config(),
-               commander=commander_default_config(), collector=BaseParallelCollector.default_config(),
-               learner=learner_default_config(), supervisor=supervisor_default_config(), worker=worker_default_config())
+    own = dict(
+        storage_default_config(),
+        coordinator=Coordinator.default_config(),
+        commander=commander_default_config(),
+        collector=BaseParallelCollector.default_config(),
+        learner=learner_default_config(),
+        supervisor=supervisor_default_config(),
+        worker=worker_default_config(),
+    )
     parallel = default_config().parallel
     assert list(parallel) == list(own) and parallel == own
     assert parallel.shared_dir == "" and parallel.coordinator.heartbeat_ttl == 10.0 and parallel.worker.max_retries == 3
     parallel.learner.publish_every = 1  # each call builds the sections anew: a change does not reach the next
-    assert default_config().parallel.learner == learner_default_config() and learner_default_config().publish_every == 50
+    assert (
+        default_config().parallel.learner == learner_default_config() and learner_default_config().publish_every == 50
+    )

@@ -1,6 +1,7 @@
 """The typed config sections (parallel_rl/config/section.py): every bounded field of every section refuses a value
 just outside its range (and a wrong choice) through compile_config, naming the key and the value; the generated
 configuration reference is current."""
+
 import dataclasses
 import pathlib
 import re
@@ -53,8 +54,10 @@ def cases():
             for f in filter(bounded, section.fields()):
                 for value in just_outside(f):
                     out[(owner, path, f.name, repr(value))] = value
-    return [pytest.param(policy_type, path, key, value, id=f"{policy_type}:{path}.{key}={shown}")
-            for (policy_type, path, key, shown), value in out.items()]
+    return [
+        pytest.param(policy_type, path, key, value, id=f"{policy_type}:{path}.{key}={shown}")
+        for (policy_type, path, key, shown), value in out.items()
+    ]
 
 
 CASES = cases()
@@ -64,10 +67,24 @@ def test_the_walk_covers_every_section_and_bounded_key():
     # a walk over nothing passes: the sections and their bounded keys are there to walk
     walked = {(case.values[0], case.values[1], case.values[2]) for case in CASES}
     assert len(walked) >= 150
-    assert {"parallel.worker", "parallel.coordinator", "parallel.commander", "parallel.learner", "system", "serial",
-            "env", "policy", "policy.learn", "policy.model.encoder", "policy.other.eps"} <= {p for _, p, _ in walked}
-    assert {("td3", "policy.learn", "policy_noise"), ("td3", "policy.learn", "policy_delay"),
-            ("sac", "policy.learn", "learning_rate_q")} <= walked
+    assert {
+        "parallel.worker",
+        "parallel.coordinator",
+        "parallel.commander",
+        "parallel.learner",
+        "system",
+        "serial",
+        "env",
+        "policy",
+        "policy.learn",
+        "policy.model.encoder",
+        "policy.other.eps",
+    } <= {p for _, p, _ in walked}
+    assert {
+        ("td3", "policy.learn", "policy_noise"),
+        ("td3", "policy.learn", "policy_delay"),
+        ("sac", "policy.learn", "learning_rate_q"),
+    } <= walked
 
 
 @pytest.mark.parametrize("policy_type, path, key, value", CASES)
@@ -88,11 +105,13 @@ def test_a_section_checks_its_fields_and_relations_in_isolation():
 
     assert Toy.defaults() == {"rate": 0.5, "mode": "a", "limit": None}
     Toy.check({"rate": 1, "mode": "b", "limit": None})
-    for values, match in [({"rate": 0, "mode": "a", "limit": None}, r"toy needs rate in \(0, 1\], got toy.rate=0"),
-                          ({"rate": 0.5, "mode": "c", "limit": None}, r"toy needs mode one of 'a', 'b', got toy.mode='c'"),
-                          ({"rate": 0.5, "mode": "a", "limit": 0}, r"toy needs limit >= 1, or None, got toy.limit=0"),
-                          ({"rate": float("nan"), "mode": "a", "limit": 1}, r"toy.rate=nan"),
-                          ({"rate": True, "mode": "a", "limit": 1}, r"toy.rate=True")]:
+    for values, match in [
+        ({"rate": 0, "mode": "a", "limit": None}, r"toy needs rate in \(0, 1\], got toy.rate=0"),
+        ({"rate": 0.5, "mode": "c", "limit": None}, r"toy needs mode one of 'a', 'b', got toy.mode='c'"),
+        ({"rate": 0.5, "mode": "a", "limit": 0}, r"toy needs limit >= 1, or None, got toy.limit=0"),
+        ({"rate": float("nan"), "mode": "a", "limit": 1}, r"toy.rate=nan"),
+        ({"rate": True, "mode": "a", "limit": 1}, r"toy.rate=True"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             Toy.check(values)
 
@@ -100,19 +119,23 @@ def test_a_section_checks_its_fields_and_relations_in_isolation():
 def test_the_configuration_reference_is_current():
     # docs/configuration.md is generated from the fields: a field added, bounded or documented differently fails
     # this until `python -m parallel_rl.config.reference` is run again
-    done = subprocess.run([sys.executable, "-m", "parallel_rl.config.reference", "--check"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "parallel_rl.config.reference", "--check"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("user, match", [
-    ({"policy": {"type": "td3", "learn": {"policy_noise": -1}}}, r"policy.learn.policy_noise=-1"),
-    ({"policy": {"type": "td3", "learn": {"policy_delay": 0}}}, r"policy.learn.policy_delay=0"),
-    ({"policy": {"type": "sac", "learn": {"learning_rate_q": -1}}}, r"policy.learn.learning_rate_q=-1"),
-    ({"serial": {"max_env_step": -5}}, r"serial.max_env_step=-5"),
-    ({"parallel": {"commander": {"max_seconds": -1.0}}}, r"parallel.commander.max_seconds=-1.0"),
-    ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None \(or inf\)"),
-])
+@pytest.mark.parametrize(
+    "user, match",
+    [
+        ({"policy": {"type": "td3", "learn": {"policy_noise": -1}}}, r"policy.learn.policy_noise=-1"),
+        ({"policy": {"type": "td3", "learn": {"policy_delay": 0}}}, r"policy.learn.policy_delay=0"),
+        ({"policy": {"type": "sac", "learn": {"learning_rate_q": -1}}}, r"policy.learn.learning_rate_q=-1"),
+        ({"serial": {"max_env_step": -5}}, r"serial.max_env_step=-5"),
+        ({"parallel": {"commander": {"max_seconds": -1.0}}}, r"parallel.commander.max_seconds=-1.0"),
+        ({"env": {"stop_value": float("nan")}}, r"env.stop_value must be a number, or None \(or inf\)"),
+    ],
+)
 def test_the_bad_values_of_issue_42_are_refused_at_compile_time(user, match):
     # each of these compiled and failed only once a worker built the policy, or never (learning_rate_q: the
     # project's own Adam skips torch's check)
@@ -150,8 +173,9 @@ def test_a_users_algorithm_comes_in_by_register_policy_with_its_section_and_boun
         with pytest.raises(ConfigError, match=r"policy.learn.temperature=0.0"):
             compile_config({"policy": {"type": "mine", "learn": {"temperature": 0.0}}})
         # the seed form: a defaults function, no bounds beyond the schema's types
-        register_policy("mine_too", "parallel_rl.policy.dqn:DQNPolicy", lambda: {**DQNSection.defaults(),
-                                                                                  "type": "mine_too"})
+        register_policy(
+            "mine_too", "parallel_rl.policy.dqn:DQNPolicy", lambda: {**DQNSection.defaults(), "type": "mine_too"}
+        )
         assert compile_config({"policy": {"type": "mine_too"}}).policy.learn.batch_size == 64
     finally:
         POLICIES.pop("mine", None)
@@ -193,7 +217,9 @@ def test_a_shipped_config_states_only_what_differs_from_the_defaults(name):
 
 def test_a_restated_default_is_found(tmp_path):
     config = tmp_path / "restating.py"
-    config.write_text('main_config = dict(exp_name="x", seed=0, env=dict(env_id="CartPole-v1", stop_value=195),\n'
-                      '                   policy=dict(type="ppo", learn=dict(batch_size=64, epoch_per_collect=3),\n'
-                      '                               other=dict(replay_buffer=dict(type="naive"))))\n')
+    config.write_text(
+        'main_config = dict(exp_name="x", seed=0, env=dict(env_id="CartPole-v1", stop_value=195),\n'
+        '                   policy=dict(type="ppo", learn=dict(batch_size=64, epoch_per_collect=3),\n'
+        '                               other=dict(replay_buffer=dict(type="naive"))))\n'
+    )
     assert stated_defaults(config) == ["seed", "env.stop_value", "policy.learn.batch_size"]

@@ -2,6 +2,7 @@
 and model afterwards, reporting when it is ready; a registration of an address still pending is the same worker;
 messages queued across a re-registration are sent again under the new id; a bad config in the connect body is a
 400 naming the key. Real coordinators and slaves on 127.0.0.1, real CLI processes."""
+
 import pytest
 import requests
 
@@ -13,9 +14,15 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 # ---- 41.9: the connect body's config ---------------------------------------------------------------------------
-@pytest.mark.parametrize("config, key", [({"env": 5}, "env"), ({"policy": "dqn"}, "policy"),
-                                         ({"policy": {"other": []}}, "policy.other"),
-                                         ({"policy": {"other": {"replay_buffer": 1}}}, "policy.other.replay_buffer")])
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ({"env": 5}, "env"),
+        ({"policy": "dqn"}, "policy"),
+        ({"policy": {"other": []}}, "policy.other"),
+        ({"policy": {"other": {"replay_buffer": 1}}}, "policy.other.replay_buffer"),
+    ],
+)
 def test_a_connect_whose_config_has_a_section_of_the_wrong_type_is_a_400_naming_it(tmp_path, config, key):
     """`"config": {"env": 5}` used to be a 500 (AttributeError: 'int' object has no attribute 'get')."""
     from parallel_rl.collector.shell import CollectorSlave
@@ -23,8 +30,12 @@ def test_a_connect_whose_config_has_a_section_of_the_wrong_type_is_a_400_naming_
     slave = CollectorSlave("http://127.0.0.1:9", token=TOKEN, shared_dir=str(tmp_path / "shared"))
     slave.server.start()
     try:
-        answer = requests.post(slave.address + "/slave/v1/connect", headers=AUTH, timeout=5,
-                               json={"worker_id": "collector-1", "config": config})
+        answer = requests.post(
+            slave.address + "/slave/v1/connect",
+            headers=AUTH,
+            timeout=5,
+            json={"worker_id": "collector-1", "config": config},
+        )
         assert answer.status_code == 400, answer.text
         message = answer.json()["error"]["message"]
         assert f"{key} must be a dict" in message, message
@@ -41,12 +52,24 @@ def test_workers_whose_set_up_outlasts_the_connect_timeout_register_and_train(cl
     from tests.test_cluster import TOY_CONFIG
 
     config = tmp_path / "slow.py"
-    config.write_text(TOY_CONFIG.replace('env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5)',
-                                         'env_id="parallel_rl_test/Slow-v0", import_names=["tests.slow_env"], '
-                                         'env_kwargs=dict(episode_length=5, build_seconds=3.0)'))
+    config.write_text(
+        TOY_CONFIG.replace(
+            'env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5)',
+            'env_id="parallel_rl_test/Slow-v0", import_names=["tests.slow_env"], '
+            "env_kwargs=dict(episode_length=5, build_seconds=3.0)",
+        )
+    )
     assert "Slow-v0" in config.read_text()
-    run = cli("run", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
-              "--set", "parallel.worker.request_timeout=2.0")
+    run = cli(
+        "run",
+        "run",
+        "-c",
+        str(config),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "parallel.worker.request_timeout=2.0",
+    )
     assert run.wait(150) == 0, run.output()[-3000:]
     output = run.output()
     assert "refused to connect" not in output and "already registered" not in output, output[-3000:]
@@ -76,11 +99,18 @@ def test_a_registration_of_an_address_still_pending_is_the_same_worker(coordinat
         starting.start()
         assert entered.wait(10)
         again = {}
-        second = threading.Thread(target=lambda: again.update(
-            answer=api(server, "/collectors", method="POST", json={"address": slave.address})), daemon=True)
+        second = threading.Thread(
+            target=lambda: again.update(
+                answer=api(server, "/collectors", method="POST", json={"address": slave.address})
+            ),
+            daemon=True,
+        )
         second.start()
-        eventually(lambda: len(connects) == 2 or "answer" in again, timeout=15,
-                   message="the second registration connecting (or answered)")
+        eventually(
+            lambda: len(connects) == 2 or "answer" in again,
+            timeout=15,
+            message="the second registration connecting (or answered)",
+        )
         release.set()
         second.join(15)
         starting.join(15)
@@ -139,11 +169,27 @@ def test_chunks_announced_around_a_lost_lease_are_all_indexed_after_the_collecto
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
     env = {"PARALLEL_RL_TOKEN": TOKEN}
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port, "--shared-dir", str(shared),
-                      "--set", "env.stop_value=1000", "--set", "parallel.commander.max_seconds=300",
-                      "--set", "parallel.commander.max_env_steps_per_update=0",  # no learner: unthrottled
-                      "--set", "policy.other.replay_buffer.replay_buffer_size=1000000",  # nothing evicted
-                      "--set", f"exp_name={tmp_path / 'exp'}", env=env)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        str(shared),
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.commander.max_seconds=300",
+        "--set",
+        "parallel.commander.max_env_steps_per_update=0",  # no learner: unthrottled
+        "--set",
+        "policy.other.replay_buffer.replay_buffer_size=1000000",  # nothing evicted
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        env=env,
+    )
     coordinator.wait_line(r"^REST API: ")
     collector = cli("collector", "collector", "--coordinator", url, "--shared-dir", str(shared), env=env)
     eventually(lambda: get(url, "/api/v1/buffers")["buffers"][0]["chunks"] >= 5, timeout=60, message="collecting")
@@ -171,7 +217,10 @@ def test_chunks_announced_around_a_lost_lease_are_all_indexed_after_the_collecto
     files = sorted(f for f in os.listdir(shared / "data") if f.endswith(".npz"))
     indexed = get(url, "/api/v1/buffers")["buffers"][0]["chunks"]
     # (the old task's end report is dropped on purpose: the coordinator failed that task when it lost the worker)
-    dropped = [line for line in collector.output().splitlines()
-               if "dropping" in line and "tasks of an earlier registration" not in line]
+    dropped = [
+        line
+        for line in collector.output().splitlines()
+        if "dropping" in line and "tasks of an earlier registration" not in line
+    ]
     assert indexed == len(files), (indexed, len(files), dropped[:5])
     assert not dropped, dropped[:5]

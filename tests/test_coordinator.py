@@ -1,4 +1,5 @@
 """The coordinator with real HTTP on 127.0.0.1 and scripted slaves built on the real slave shell."""
+
 import os
 import threading
 import time
@@ -47,10 +48,21 @@ class ScriptedSlave(Slave):
         collected with policy ``version`` (whose checkpoint is on the shared disk, as in a real run)."""
         if version >= 0 and not os.path.exists(self.storage.policies.path(version)):
             self.storage.policies.save(version, {})
-        self.storage.chunks.write(name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None],
-                                        "action": np.zeros(n, np.int64)})
-        self.send_metadata({"type": "chunk", "task_id": task_id, "chunk": name, "size": n, "policy_version": version,
-                            "env_steps": n, "episode_returns": [1.0]}, urgent=True)
+        self.storage.chunks.write(
+            name, {"obs": np.arange(first, first + n, dtype=np.float32)[:, None], "action": np.zeros(n, np.int64)}
+        )
+        self.send_metadata(
+            {
+                "type": "chunk",
+                "task_id": task_id,
+                "chunk": name,
+                "size": n,
+                "policy_version": version,
+                "env_steps": n,
+                "episode_returns": [1.0],
+            },
+            urgent=True,
+        )
         self.outbox.flush(5.0)
 
     def announce_policy(self, version):
@@ -95,7 +107,8 @@ def test_self_registered_collector_gets_a_collector_task(coordinator_factory, sl
     assert body["state"] == "running" and body["worker_id"] == collector.worker_id and body["attempts"] == 1
     workers = api(server, "/collectors").json()["collectors"]
     assert [(w["worker_id"], w["state"], w["current_task"]) for w in workers] == [
-        (collector.worker_id, "busy", task.task_id)]
+        (collector.worker_id, "busy", task.task_id)
+    ]
 
 
 def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory, slaves):
@@ -108,19 +121,29 @@ def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory
     task = collector.received[0]
     sizes = {"b-1": 3, "b-2": 5, "b-3": 2}
     for name, n in sizes.items():
-        collector.storage.chunks.write(name, {"obs": np.arange(n, dtype=np.float32)[:, None],
-                                             "action": np.zeros(n, np.int64)})
+        collector.storage.chunks.write(
+            name, {"obs": np.arange(n, dtype=np.float32)[:, None], "action": np.zeros(n, np.int64)}
+        )
 
     returns = {"b-1": [1.0, 3.0], "b-2": [], "b-3": [5.0]}
 
     def chunk(name, n):
-        return {"type": "chunk", "task_id": task.task_id, "chunk": name, "size": n, "policy_version": -1,
-                "env_steps": n, "episode_returns": returns[name]}
+        return {
+            "type": "chunk",
+            "task_id": task.task_id,
+            "chunk": name,
+            "size": n,
+            "policy_version": -1,
+            "env_steps": n,
+            "episode_returns": returns[name],
+        }
 
     assert api(server, "/cluster").json()["train_return"] is None  # no training episode has ended
 
-    answer = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [
-        chunk("b-1", 3), chunk("b-2", 5), chunk("b-1", 3), chunk("b-3", 7), chunk("b-3", 2)]})
+    answer = collector.coordinator.post(
+        f"/api/v1/workers/{collector.worker_id}/metadata",
+        {"messages": [chunk("b-1", 3), chunk("b-2", 5), chunk("b-1", 3), chunk("b-3", 7), chunk("b-3", 2)]},
+    )
     assert [(r["index"], r["code"]) for r in answer["refused"]] == [(3, "bad_request")]
     buffers = api(server, "/buffers").json()["buffers"]
     assert (buffers[0]["size"], buffers[0]["pushed"], buffers[0]["chunks"]) == (10, 10, 3)
@@ -130,8 +153,10 @@ def test_a_batch_of_chunk_announcements_is_indexed_once_each(coordinator_factory
     learner = slaves("learner", server.url, run=False)
     seen = set()
     for train_iter in range(1, 4):
-        answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": 10, "batches": 1, "train_iter": train_iter})
+        answer = learner.coordinator.post(
+            "/api/v1/buffers/default/sample",
+            {"worker_id": learner.worker_id, "batch_size": 10, "batches": 1, "train_iter": train_iter},
+        )
         batch = answer["batches"][0]
         seen |= {(answer["chunks"][c], r) for c, r in zip(batch["chunk"], batch["row"])}
     assert seen == {(name, row) for name, n in sizes.items() for row in range(n)}
@@ -150,38 +175,77 @@ def test_chunks_reach_the_buffer_and_learners_sample_references(coordinator_fact
     assert api(server, f"/tasks/{task.task_id}").json()["progress"] == {"env_steps": 8, "chunks": 1}
     learner = slaves("learner", server.url, run=False)
     client = learner.coordinator  # the learner's own client: it carries the worker's lease
-    answer = client.post("/api/v1/buffers/default/sample",
-                         {"worker_id": learner.worker_id, "batch_size": 4, "batches": 3, "train_iter": 5})
+    answer = client.post(
+        "/api/v1/buffers/default/sample",
+        {"worker_id": learner.worker_id, "batch_size": 4, "batches": 3, "train_iter": 5},
+    )
     assert len(answer["batches"]) == 3 and answer["chunks"] == ["c-1"]
     batch = answer["batches"][0]
     assert batch["chunk"] == [0] * 4 and len(batch["row"]) == 4 and set(batch["row"]) <= set(range(8))
     # the same references packed: little-endian bytes in base64
-    packed = client.post("/api/v1/buffers/default/sample", {"worker_id": learner.worker_id, "batch_size": 4,
-                                                            "batches": 2, "train_iter": 5, "encoding": "base64"})
+    packed = client.post(
+        "/api/v1/buffers/default/sample",
+        {"worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "train_iter": 5, "encoding": "base64"},
+    )
     assert packed["chunks"] == ["c-1"] and packed["batches"][0]["row"]["dtype"] == "<i4"
     rows = unpack_array(packed["batches"][0]["row"], np.int64)
     assert len(rows) == 4 and set(rows.tolist()) <= set(range(8))
     # priorities ride along with the next request, as lists or packed
-    client.post("/api/v1/buffers/default/sample", {
-        "worker_id": learner.worker_id, "batch_size": 4, "batches": 1, "train_iter": 6,
-        "priorities": {"index": batch["index"], "uid": batch["uid"], "priority": [5.0] * 4}})
+    client.post(
+        "/api/v1/buffers/default/sample",
+        {
+            "worker_id": learner.worker_id,
+            "batch_size": 4,
+            "batches": 1,
+            "train_iter": 6,
+            "priorities": {"index": batch["index"], "uid": batch["uid"], "priority": [5.0] * 4},
+        },
+    )
     assert api(server, "/cluster").json()["train_iter"] == 6
     sampled = packed["batches"][1]
-    client.post("/api/v1/buffers/default/sample", {
-        "worker_id": learner.worker_id, "batch_size": 4, "batches": 1, "train_iter": 7,
-        "priorities": {"index": sampled["index"], "uid": sampled["uid"],
-                       "priority": pack_array(np.full(4, 5.0), "<f4")}})
+    client.post(
+        "/api/v1/buffers/default/sample",
+        {
+            "worker_id": learner.worker_id,
+            "batch_size": 4,
+            "batches": 1,
+            "train_iter": 7,
+            "priorities": {
+                "index": sampled["index"],
+                "uid": sampled["uid"],
+                "priority": pack_array(np.full(4, 5.0), "<f4"),
+            },
+        },
+    )
     with pytest.raises(RemoteError) as bad:
-        client.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": 4, "batches": 1,
-            "priorities": {"index": sampled["index"], "uid": sampled["uid"],
-                           "priority": {"dtype": "object", "base64": ""}}})
+        client.post(
+            "/api/v1/buffers/default/sample",
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": 4,
+                "batches": 1,
+                "priorities": {
+                    "index": sampled["index"],
+                    "uid": sampled["uid"],
+                    "priority": {"dtype": "object", "base64": ""},
+                },
+            },
+        )
     assert bad.value.status == 400 and "priorities" in str(bad.value)
     with pytest.raises(RemoteError, match="finite") as bad:
-        client.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": 4, "batches": 1,
-            "priorities": {"index": sampled["index"], "uid": sampled["uid"],
-                           "priority": pack_array(np.full(4, np.nan), "<f4")}})
+        client.post(
+            "/api/v1/buffers/default/sample",
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": 4,
+                "batches": 1,
+                "priorities": {
+                    "index": sampled["index"],
+                    "uid": sampled["uid"],
+                    "priority": pack_array(np.full(4, np.nan), "<f4"),
+                },
+            },
+        )
     assert bad.value.status == 400
 
 
@@ -216,8 +280,9 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
     learner = slaves("learner", server.url, run=False)
     collector.storage.chunks.delete("c-c")  # indexed, then gone before the learner reads it
     # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
-    pipeline = DataPipeline(learner.coordinator, learner.worker_id, collector.storage, batch_size=4,
-                            prefetch=3, cache_size=2, chunk_rows=8).start()
+    pipeline = DataPipeline(
+        learner.coordinator, learner.worker_id, collector.storage, batch_size=4, prefetch=3, cache_size=2, chunk_rows=8
+    ).start()
     try:
         batches = [eventually(lambda: pipeline.get(timeout=0.2), message="a batch") for _ in range(30)]
     finally:
@@ -239,8 +304,9 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
 def test_sample_waits_for_enough_data_then_answers_empty(coordinator_factory, slaves):
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 1000})
     learner = slaves("learner", server.url, run=False)
-    answer = learner.coordinator.post("/api/v1/buffers/default/sample", {
-        "worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2})
+    answer = learner.coordinator.post(
+        "/api/v1/buffers/default/sample", {"worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2}
+    )
     assert answer["batches"] == []
 
 
@@ -270,15 +336,19 @@ def test_evaluations_stay_on_the_collector_that_built_its_evaluator(coordinator_
     ran = []
     for version in range(3):
         learner.announce_policy(version)
-        found = eventually(lambda: [(c, t) for c in collectors
-                                    for t in [c.inbox.take(lambda t: t.kind == "evaluator")] if t is not None],
-                           message=f"evaluator task of policy {version}")
-        (collector, task), = found
+        found = eventually(
+            lambda: [
+                (c, t) for c in collectors for t in [c.inbox.take(lambda t: t.kind == "evaluator")] if t is not None
+            ],
+            message=f"evaluator task of policy {version}",
+        )
+        ((collector, task),) = found
         assert task.spec["policy_version"] == version
         ran.append(collector.worker_id)
         collector.report_end(task, "task_done", {"eval_episode_return_mean": 1.0, "episodes": 2})  # below 4.0
-        eventually(lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "finished",
-                   message="evaluation reported")
+        eventually(
+            lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "finished", message="evaluation reported"
+        )
     assert ran == [ran[0]] * 3
 
 
@@ -291,18 +361,25 @@ def test_lost_collector_task_fails_and_is_replaced(coordinator_factory, slaves):
     assert survivor.got_task.wait(5)
     doomed._stop.set()  # heartbeats stop, like a SIGKILLed process (the lease runs out)
     doomed.server.close()
-    failed = eventually(lambda: api(server, f"/tasks/{first.task_id}").json()["state"] == "failed", timeout=10,
-                        message="task failed after the TTL")
+    failed = eventually(
+        lambda: api(server, f"/tasks/{first.task_id}").json()["state"] == "failed",
+        timeout=10,
+        message="task failed after the TTL",
+    )
     assert failed
     worker = api(server, f"/collectors/{doomed.worker_id}").json()
     assert worker["state"] == "lost" and worker["seconds_since_heartbeat"] >= 2.0
-    replacement = eventually(lambda: [t for t in api(server, "/tasks?kind=collector").json()["tasks"]
-                                      if t["replaces"] == first.task_id], message="replacement task")[0]
+    replacement = eventually(
+        lambda: [t for t in api(server, "/tasks?kind=collector").json()["tasks"] if t["replaces"] == first.task_id],
+        message="replacement task",
+    )[0]
     assert replacement["attempts"] >= 1 and replacement["state"] in ("pending", "running")
     for ev in survivor.finish.values():
         ev.set()  # the survivor frees up and takes the replacement
-    eventually(lambda: api(server, f"/tasks/{replacement['task_id']}").json()["worker_id"] == survivor.worker_id,
-               message="replacement on the survivor")
+    eventually(
+        lambda: api(server, f"/tasks/{replacement['task_id']}").json()["worker_id"] == survivor.worker_id,
+        message="replacement on the survivor",
+    )
 
 
 def test_budget_stops_the_run(coordinator_factory, slaves):
@@ -320,16 +397,22 @@ def test_collectors_wait_for_the_learner(coordinator_factory, slaves):
     assert collector.got_task.wait(5)
     collector.write_chunk(collector.received[0].task_id, "c-2", n=8)
     client = collector.coordinator  # the collector's own client: it carries the worker's lease
-    control = client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                          {"messages": [], "wait_for_allowance": 0.2})["control"]
+    control = client.post(
+        f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [], "wait_for_allowance": 0.2}
+    )["control"]
     assert control["allowed_env_steps"] == 8 and control["env_steps"] == 8  # not allowed: waited, timed out
     learner = slaves("learner", server.url, run=False)
     result = {}
 
     def wait():
         started = time.monotonic()
-        result.update(client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=10))
+        result.update(
+            client.post(
+                f"/api/v1/workers/{collector.worker_id}/metadata",
+                {"messages": [], "wait_for_allowance": 8.0},
+                timeout=10,
+            )
+        )
         result["waited"] = time.monotonic() - started
 
     waiter = threading.Thread(target=wait)
@@ -354,9 +437,13 @@ def test_a_new_policy_ends_a_throttled_collectors_wait(coordinator_factory, slav
 
     def wait(version, seconds=8.0):
         started = time.monotonic()
-        result.update(client.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                  {"messages": [], "wait_for_allowance": seconds, "policy_version": version},
-                                  timeout=10))
+        result.update(
+            client.post(
+                f"/api/v1/workers/{collector.worker_id}/metadata",
+                {"messages": [], "wait_for_allowance": seconds, "policy_version": version},
+                timeout=10,
+            )
+        )
         result["waited"] = time.monotonic() - started
 
     waiter = threading.Thread(target=wait, args=(-1,))
@@ -383,8 +470,9 @@ def test_removed_collector_gets_no_new_tasks(coordinator_factory, slaves):
     task, worker_id = collector.received[0], collector.worker_id
     response = api(server, f"/collectors/{worker_id}", method="DELETE")
     assert response.status_code == 200 and response.json()["state"] in ("leaving", "gone")
-    eventually(lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "cancelled",
-               message="running task wrapped up")
+    eventually(
+        lambda: api(server, f"/tasks/{task.task_id}").json()["state"] == "cancelled", message="running task wrapped up"
+    )
     eventually(lambda: api(server, f"/collectors/{worker_id}").json()["state"] == "gone", message="collector gone")
     # a self-registered collector that was let go exits its worker loop
     eventually(lambda: collector.stopping, message="collector stopped")
@@ -424,8 +512,9 @@ def test_coordinator_state_round_trip(coordinator_factory, slaves, tmp_path):
     assert collector.got_task.wait(5)
     collector.write_chunk(collector.received[0].task_id, "c-s", n=8, version=1)
     state = coordinator.state_dict()
-    other = Coordinator(coordinator.cfg, SharedStorage(str(tmp_path / "shared")), commander=create_parallel_commander(
-        coordinator.cfg))
+    other = Coordinator(
+        coordinator.cfg, SharedStorage(str(tmp_path / "shared")), commander=create_parallel_commander(coordinator.cfg)
+    )
     other.load_state_dict(state)
     assert other.env_steps == 8 and other.replay.count() == 8
     assert [t.task_id for t in other.tasks.list()] == [t.task_id for t in coordinator.tasks.list()]
@@ -508,6 +597,7 @@ def test_a_busy_worker_s_refusal_puts_the_task_back_without_using_an_attempt(coo
     """A slave that answers 409 (still ending a task it was told to stop) is asked again after a back-off, and
     the same task runs on it with one attempt: busy refusals used to fail the task each time, and a learner's
     three attempts went in milliseconds (the run ended as failed)."""
+
     class BusyAtFirst(ScriptedSlave):
         refusals = []
 
@@ -553,7 +643,9 @@ def test_the_learner_says_when_its_chunk_cache_cannot_hold_the_replay(tmp_path, 
         local = np.arange(64)
         cols, keep = store.gather(chunks, local, rng.integers(0, 4, size=64))
         assert keep.all() and (cols["obs"][:, 0] == [int(chunks[i][1:]) for i in local]).all()
-    assert ("needed" in caplog.text and "chunk_cache_size x chunk_size about the replay's size" in caplog.text) == warned
+    assert (
+        "needed" in caplog.text and "chunk_cache_size x chunk_size about the replay's size" in caplog.text
+    ) == warned
 
 
 def test_the_chunk_cache_returns_the_right_rows_of_chunks_of_any_size_as_it_evicts(tmp_path):
@@ -566,8 +658,9 @@ def test_the_chunk_cache_returns_the_right_rows_of_chunks_of_any_size_as_it_evic
     rng = np.random.default_rng(1)
     sizes = {f"c{i}": int(rng.integers(1, 65)) for i in range(100)}
     for i, (name, n) in enumerate(sizes.items()):
-        storage.chunks.write(name, {"obs": (1000 * i + np.arange(n, dtype=np.float32))[:, None],
-                                   "act": np.full(n, i, dtype=np.int64)})
+        storage.chunks.write(
+            name, {"obs": (1000 * i + np.arange(n, dtype=np.float32))[:, None], "act": np.full(n, i, dtype=np.int64)}
+        )
     store = RowStore(storage, slots=16, slot_rows=64)  # 1,024 rows for ~3,200
     names = list(sizes)
     for _ in range(300):

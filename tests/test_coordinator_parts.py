@@ -1,5 +1,6 @@
 """The coordinator's parts (#22 item 1): the commander behind its declared interface, and the parts' refusals as
 domain errors with the status, code and words the REST API has always answered. No server: plain calls."""
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ machine with CUDA the recorded graph must give the eager update's numbers (the f
 warm-ups, the rest replays), before and after a state load (which replaces the optimizer tensors the graph
 recorded); without CUDA that test is skipped saying so.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,18 +19,26 @@ from parallel_rl.policy.graphs import GraphedUpdate
 
 
 def losses(kind: str, device: str, cuda_graph: bool, updates: int = 8) -> list:
-    cfg = compile_config({"env": {"env_id": "Pendulum-v1"},
-                          "policy": {"type": kind, "learn": {"batch_size": 32, "cuda_graph": cuda_graph}}})
+    cfg = compile_config(
+        {
+            "env": {"env_id": "Pendulum-v1"},
+            "policy": {"type": kind, "learn": {"batch_size": 32, "cuda_graph": cuda_graph}},
+        }
+    )
     spec = ActionSpec("box", shape=(2,), low=np.full(2, -1.0, np.float32), high=np.full(2, 1.0, np.float32))
     policy = create_policy(cfg.policy, 5, spec, seed=0, device=device)
     rng = np.random.default_rng(0)
     out = []
     for i in range(updates):
-        batch = {"obs": rng.normal(size=(32, 5)).astype(np.float32),
-                 "next_obs": rng.normal(size=(32, 5)).astype(np.float32),
-                 "action": rng.uniform(-1, 1, (32, 2)).astype(np.float32),
-                 "reward": rng.normal(size=32).astype(np.float32), "done": np.zeros(32, bool),
-                 "discount": np.full(32, 0.99, np.float32), "index": np.arange(32)}
+        batch = {
+            "obs": rng.normal(size=(32, 5)).astype(np.float32),
+            "next_obs": rng.normal(size=(32, 5)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (32, 2)).astype(np.float32),
+            "reward": rng.normal(size=32).astype(np.float32),
+            "done": np.zeros(32, bool),
+            "discount": np.full(32, 0.99, np.float32),
+            "index": np.arange(32),
+        }
         if i == updates // 2:
             policy.load_state_dict(policy.state_dict())
         info = policy.forward_learn(batch)

@@ -1,4 +1,5 @@
 """InteractionSerialEvaluator / VectorEvalMonitor under DI-engine's names; collectors' reset(_policy=, _env=)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ class InfoCountingEnv(CountingEnv):
 
 
 def evaluator(env, policy):
-    return InteractionSerialEvaluator(InteractionSerialEvaluator.default_config(), env, policy, stop_value=3.0,
-                                      n_evaluator_episode=4)
+    return InteractionSerialEvaluator(
+        InteractionSerialEvaluator.default_config(), env, policy, stop_value=3.0, n_evaluator_episode=4
+    )
 
 
 def test_env_info_is_kept_only_when_asked_and_reaches_the_eval_monitor():
@@ -66,8 +68,9 @@ def test_collector_reset_takes_di_engine_keyword_names(toy_env):
 
 
 def test_env_info_handles_nested_info_dicts():
-    env = EnvManager.from_env(gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(InfoCountingEnv(2))] * 2))
+    env = EnvManager.from_env(
+        gym.vector.SyncVectorEnv([lambda: gym.wrappers.RecordEpisodeStatistics(InfoCountingEnv(2))] * 2)
+    )
     ev = evaluator(env, ConstantPolicy(1))
     stop, info = ev.eval()
     assert info["episode_info"] == {"score_mean": 20.0}  # the nested "episode" dict is kept but not averaged

@@ -6,6 +6,7 @@ partition), and checks what the issue asks: during the fault `GET /api/v1/cluste
 and since when; after the heal env steps grow again; every chunk file a collector wrote is in the replay index
 (none silently lost: rows left it only as counted evictions); every worker process exits once the run is over (no
 zombie). The roles' logs are under the test's tmp_path (<name>.log) when one fails."""
+
 import re
 import shutil
 import sys
@@ -34,8 +35,11 @@ def iptables():
 @pytest.fixture
 def toy_config(tmp_path, iptables):
     path = tmp_path / "toy.py"
-    path.write_text(TOY_CONFIG.replace("stop_value=4.0", "stop_value=None")
-                    .replace("max_seconds=90.0", f"max_seconds={BUDGET_SECONDS}"))
+    path.write_text(
+        TOY_CONFIG.replace("stop_value=4.0", "stop_value=None").replace(
+            "max_seconds=90.0", f"max_seconds={BUDGET_SECONDS}"
+        )
+    )
     return str(path)
 
 
@@ -46,8 +50,9 @@ def workers(e, url):
 def working(e, url, collectors=2):
     """Every collector collecting and the learner training (the run's start, or its recovery)."""
     ws = workers(e, url)
-    return (len([w for w in ws if w["kind"] == "collector" and w["state"] == "busy"]) == collectors
-            and any(w["kind"] == "learner" and w["state"] == "busy" and w["train_iter"] > 0 for w in ws))
+    return len([w for w in ws if w["kind"] == "collector" and w["state"] == "busy"]) == collectors and any(
+        w["kind"] == "learner" and w["state"] == "busy" and w["train_iter"] > 0 for w in ws
+    )
 
 
 def hold(seconds, check):
@@ -69,8 +74,12 @@ def progress(e, url, address):
 def recovers(e, url, address, timeout=RECOVERY_SECONDS):
     """Seconds from now until the worker at ``address`` makes progress again (env steps or train iterations)."""
     start, before = time.monotonic(), progress(e, url, address)
-    eventually(lambda: progress(e, url, address) > before, timeout=timeout, interval=0.5,
-               message=f"the worker at {address} making progress again after the heal")
+    eventually(
+        lambda: progress(e, url, address) > before,
+        timeout=timeout,
+        interval=0.5,
+        message=f"the worker at {address} making progress again after the heal",
+    )
     return time.monotonic() - start
 
 
@@ -91,12 +100,17 @@ def check_no_chunk_lost(e, url, chunk_files):
     """Every chunk file on the store (``chunk_files()`` of them) is in the replay index (an unannounced one would
     be an orphan, swept unseen), once the announcements in flight are applied (the workers' last calls may still
     be checked on the store when they exit); every row the index took is in the buffer or counted as evicted."""
+
     def buffer():
         (found,) = e.get_json(f"{url}/api/v1/buffers")["buffers"]
         return found
 
-    eventually(lambda: chunk_files() <= buffer()["chunks"], timeout=END_SECONDS, interval=1.0,
-               message="every chunk file on the store in the replay index")
+    eventually(
+        lambda: chunk_files() <= buffer()["chunks"],
+        timeout=END_SECONDS,
+        interval=1.0,
+        message="every chunk file on the store in the replay index",
+    )
     stats = buffer()
     assert stats["pushed"] == stats["size"] + stats["evicted"], stats
     assert stats["pushed"] > 0 and stats["sampled"] > 0, stats
@@ -119,6 +133,7 @@ def unreachable_during(e, url, victim, began):
             assert began - 2.0 <= u["since"] <= time.time(), (began, u)
             assert u["address"] == victim["address"], u
         return listed
+
     return truth
 
 
@@ -138,14 +153,19 @@ def partition(network, tmp_path, toy_config, victim_host, cut_off):
     assert hold(PARTITION_SECONDS, truth), f"{victim['worker_id']} was not listed as unreachable at the end"
     heal(ruled, rules)
     recovers(e, url, address)
-    eventually(lambda: working(e, url) and not unreachable(e, url), timeout=RECOVERY_SECONDS, interval=0.5,
-               message="every worker working again and none unreachable")
+    eventually(
+        lambda: working(e, url) and not unreachable(e, url),
+        timeout=RECOVERY_SECONDS,
+        interval=0.5,
+        message="every worker working again and none unreachable",
+    )
     finish(coordinator, network.hosts, e, url, lambda: len(list((tmp_path / "shared" / "data").glob("*.npz"))))
 
 
 @pytest.mark.slow
 def test_a_collector_partitioned_from_the_coordinator_for_30s_comes_back_and_nothing_is_lost(
-        network, tmp_path, toy_config):
+    network, tmp_path, toy_config
+):
     """Collector C is cut off from the coordinator (both directions) for 30 s while it collects: /cluster names it
     unreachable since the partition began (its last heartbeat), through its loss (its lease, 2 s) to the heal; it
     waits for its allowance and keeps its unsent chunks; after the heal it registers again (a new id), delivers
@@ -167,6 +187,7 @@ def test_an_asymmetric_partition_requests_arrive_answers_are_lost(network, tmp_p
     lease (heartbeats arrive), but C's heartbeats say their answers stopped coming, and /cluster lists C as
     unreachable since then; C's chunks, announced again and again, are indexed once; after the heal C collects
     on under its own id."""
+
     def cut_off(hosts, url):
         port = int(url.rsplit(":", 1)[1])
         return hosts[0], cut(hosts[0], hosts[2], answers_only_from_port=port)
@@ -185,8 +206,7 @@ def test_the_coordinator_partitioned_from_the_object_store_for_30s_resumes_index
     f = network.host("f")
     store = start_seaweedfs_on(f, tmp_path / "seaweedfs", "faults")
     try:
-        hosts, coordinator, url = start_roles(network, toy_config, tmp_path,
-                                              env=store.env(), shared="s3://faults/run")
+        hosts, coordinator, url = start_roles(network, toy_config, tmp_path, env=store.env(), shared="s3://faults/run")
         (a, b, c, d, e) = hosts
         eventually(lambda: working(e, url), timeout=START_SECONDS, interval=0.5, message="the run working")
         began = time.time()
@@ -204,17 +224,27 @@ def test_the_coordinator_partitioned_from_the_object_store_for_30s_resumes_index
         eventually(truth, timeout=30, interval=0.5, message="/cluster saying the store fails for the coordinator")
         assert hold(PARTITION_SECONDS, truth), "the store was reported healthy while the coordinator was cut off"
         heal(a, rules)
-        eventually(lambda: e.get_json(f"{url}/api/v1/cluster")["storage"]["healthy"], timeout=RECOVERY_SECONDS,
-                   interval=0.5, message="the store healthy again")
+        eventually(
+            lambda: e.get_json(f"{url}/api/v1/cluster")["storage"]["healthy"],
+            timeout=RECOVERY_SECONDS,
+            interval=0.5,
+            message="the store healthy again",
+        )
         before = e.get_json(f"{url}/api/v1/cluster")["env_steps"]
-        eventually(lambda: e.get_json(f"{url}/api/v1/cluster")["env_steps"] > before, timeout=RECOVERY_SECONDS,
-                   interval=0.5, message="env steps growing again")
+        eventually(
+            lambda: e.get_json(f"{url}/api/v1/cluster")["env_steps"] > before,
+            timeout=RECOVERY_SECONDS,
+            interval=0.5,
+            message="env steps growing again",
+        )
 
         def chunk_objects():
-            script = ("import boto3\n"
-                      "pages = boto3.client('s3').get_paginator('list_objects_v2').paginate(Bucket='faults', "
-                      "Prefix='run/data/')\n"
-                      "print(sum(o['Key'].endswith('.npz') for p in pages for o in p.get('Contents', [])))\n")
+            script = (
+                "import boto3\n"
+                "pages = boto3.client('s3').get_paginator('list_objects_v2').paginate(Bucket='faults', "
+                "Prefix='run/data/')\n"
+                "print(sum(o['Key'].endswith('.npz') for p in pages for o in p.get('Contents', [])))\n"
+            )
             return int(e.run([sys.executable, "-c", script], env=store.env()).stdout)
 
         finish(coordinator, network.hosts, e, url, chunk_objects)

@@ -1,6 +1,7 @@
 """Frame stacks stored as single frames and rebuilt on read (parallel_rl.data.frames): the stacks a learner
 reads back from chunks equal the env's own, across lost lives, game overs (resets) and chunk boundaries, for
 DQN's replay samples (rows of many chunks) and PPO's segments (whole chunks)."""
+
 import runpy
 
 import numpy as np
@@ -96,9 +97,13 @@ def test_packing_keeps_every_frame_once_and_non_stacked_envs_as_they_were(tmp_pa
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (10, 84, 84), dtype=np.uint8)
     # two lanes' rows, time-major: a stack is the last 4 frames, next_obs one frame on
-    obs = np.stack([frames[t:t + 4] for t in range(6)])
-    rows = {"obs": obs, "next_obs": np.stack([frames[t + 1:t + 5] for t in range(6)]),
-            "action": np.arange(6), "done": np.zeros(6, bool)}
+    obs = np.stack([frames[t : t + 4] for t in range(6)])
+    rows = {
+        "obs": obs,
+        "next_obs": np.stack([frames[t + 1 : t + 5] for t in range(6)]),
+        "action": np.arange(6),
+        "done": np.zeros(6, bool),
+    }
     packed = pack_frames(rows)
     assert len(packed[POOL]) == 10 and packed["obs_frames"].dtype == np.int32
     back = unpack_frames(packed)

@@ -4,6 +4,7 @@ values. Whatever comes in, argparse refuses it (exit 2) or the command ends with
 error; never an uncaught exception. Only commands that fail fast: every config given is not one (a missing or
 damaged file), every coordinator refuses connections, and the roles that serve (collector, learner, their ranks)
 are left out."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,16 @@ def commands(parser: argparse.ArgumentParser, prefix=()) -> dict:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 words = prefix + (name,)
-                options = [(a.option_strings, a.nargs != 0, a.required) for a in sub._actions
-                           if a.option_strings and not isinstance(a, argparse._HelpAction)]
-                positionals = [a.dest for a in sub._actions
-                               if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]
+                options = [
+                    (a.option_strings, a.nargs != 0, a.required)
+                    for a in sub._actions
+                    if a.option_strings and not isinstance(a, argparse._HelpAction)
+                ]
+                positionals = [
+                    a.dest
+                    for a in sub._actions
+                    if not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+                ]
                 out[words] = (options, positionals)
                 out.update(commands(sub, words))
     return out
@@ -40,11 +47,40 @@ def commands(parser: argparse.ArgumentParser, prefix=()) -> dict:
 
 COMMANDS = {words: spec for words, spec in commands(build_parser()).items() if words[0] not in SERVING}
 VALUES = st.one_of(
-    st.text(max_size=20), st.integers().map(str), st.floats().map(str),
-    st.sampled_from(["", "-1", "0", "65536", "99999999999999999999", "nan", "inf", "http://[::1:1",
-                     "http://127.0.0.1:99999", REFUSED, "a=b", "env.stop_value=1e999", "x.y=[[[[", "policy=",
-                     "../../etc/passwd", "/dev/null", "/", "missing.py", "x" * 5000, "json", "onnx", "torchscript",
-                     "collector", "running", "--json", "-c"]))
+    st.text(max_size=20),
+    st.integers().map(str),
+    st.floats().map(str),
+    st.sampled_from(
+        [
+            "",
+            "-1",
+            "0",
+            "65536",
+            "99999999999999999999",
+            "nan",
+            "inf",
+            "http://[::1:1",
+            "http://127.0.0.1:99999",
+            REFUSED,
+            "a=b",
+            "env.stop_value=1e999",
+            "x.y=[[[[",
+            "policy=",
+            "../../etc/passwd",
+            "/dev/null",
+            "/",
+            "missing.py",
+            "x" * 5000,
+            "json",
+            "onnx",
+            "torchscript",
+            "collector",
+            "running",
+            "--json",
+            "-c",
+        ]
+    ),
+)
 
 
 @st.composite

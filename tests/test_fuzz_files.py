@@ -4,6 +4,7 @@ loader returns what its readers can use or raises the store's damage error, Stor
 ``config.json``, beside the store: ConfigError), never another exception, and allocates no more than the file's
 size warrants. Chunks have theirs in tests/test_chunk_loader.py. Real files on a real store; hypothesis mutates
 valid files of each family."""
+
 from __future__ import annotations
 
 import io
@@ -24,18 +25,20 @@ from parallel_rl.errors import ConfigError, StorageError, StorageFaultError
 from parallel_rl.storage import SharedStorage
 from tests.support import damaged, toy_cluster_config
 
-JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from([2**64, -(10**30)]),
-                              st.floats(), st.text(max_size=12)),
-                    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=3)),
-                    max_leaves=8)
+JSON = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.sampled_from([2**64, -(10**30)]), st.floats(), st.text(max_size=12)
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=8,
+)
 byte_change = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
-                                        min_size=1, max_size=6)),
+    st.tuples(
+        st.just("flip"),
+        st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=6),
+    ),
 )
-
-
 
 
 def bounded(read, size: int):
@@ -75,7 +78,7 @@ def with_record_size(blob: bytes, member: str, size: int) -> bytes:
     at = blob.find(b"PK\x01\x02")
     while at != -1:
         length = struct.unpack_from("<H", blob, at + 28)[0]
-        if blob[at + 46:at + 46 + length].decode(errors="replace").endswith(member):
+        if blob[at + 46 : at + 46 + length].decode(errors="replace").endswith(member):
             struct.pack_into("<II", blob, at + 20, size, size)
         at = blob.find(b"PK\x01\x02", at + 1)
     return bytes(blob)
@@ -157,9 +160,13 @@ def test_a_checkpoint_of_the_wrong_kind_is_damage(store, family, wrong):
     checkpoints = getattr(store, attr)
     put(checkpoints.path(5), WRONG[wrong])
     loaded = bounded(lambda: checkpoints.load(5), len(WRONG[wrong]))
-    if family != "learner" and wrong in ("a learner state without its policy", "a negative iteration",
-                                         "an iteration that is a float", "an iteration that is a tensor",
-                                         "a learner state whose policy is a number"):
+    if family != "learner" and wrong in (
+        "a learner state without its policy",
+        "a negative iteration",
+        "an iteration that is a float",
+        "an iteration that is a tensor",
+        "a learner state whose policy is a number",
+    ):
         usable_checkpoint(family, loaded)  # a policy checkpoint of other names: the model's loader says what
         return
     assert isinstance(loaded, StorageError), f"{wrong}: loaded {loaded!r:.200}"
@@ -231,11 +238,15 @@ def mutate_json(meta, path, value):
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-@given(json_changes=st.lists(json_mutation(), max_size=3), json_bytes=st.lists(byte_change, max_size=1),
-       npz_bytes=st.lists(byte_change, max_size=1))
+@given(
+    json_changes=st.lists(json_mutation(), max_size=3),
+    json_bytes=st.lists(byte_change, max_size=1),
+    npz_bytes=st.lists(byte_change, max_size=1),
+)
 @example(json_changes=[([1], "seq")], json_bytes=[], npz_bytes=[])
-def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_state, json_changes, json_bytes,
-                                                               npz_bytes):
+def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(
+    tmp_path, saved_state, json_changes, json_bytes, npz_bytes
+):
     cfg, json_blob, npz_blob = saved_state
     meta = json.loads(json_blob)
     for path, value in json_changes:
@@ -253,8 +264,13 @@ def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_s
     except StorageError as exc:
         assert not isinstance(exc, StorageFaultError) and "\n" not in str(exc), exc
         resumed = exc
-    event("state damage" if isinstance(loaded, StorageError) else
-          "restored" if resumed is True else "refused when restored")
+    event(
+        "state damage"
+        if isinstance(loaded, StorageError)
+        else "restored"
+        if resumed is True
+        else "refused when restored"
+    )
     if isinstance(loaded, StorageError):
         assert isinstance(resumed, StorageError), resumed
     if resumed is True:  # what was restored answers as a coordinator's state does
@@ -263,8 +279,11 @@ def test_fuzz_a_damaged_coordinator_state_resumes_or_is_damage(tmp_path, saved_s
 
 # ---- the run's config.json (beside the store: what load_policy and plot read) ------------------------------
 @settings(deadline=None)
-@given(changes=st.lists(json_mutation(), max_size=3), raw=st.lists(byte_change, max_size=1),
-       whole=st.one_of(st.none(), JSON))
+@given(
+    changes=st.lists(json_mutation(), max_size=3),
+    raw=st.lists(byte_change, max_size=1),
+    whole=st.one_of(st.none(), JSON),
+)
 def test_fuzz_a_damaged_run_config_is_one_config_error(tmp_path_factory, changes, raw, whole):
     directory = tmp_path_factory.mktemp("run")
     cfg = toy_cluster_config(directory)

@@ -4,6 +4,7 @@ from the protocol's dataclasses and then mutated (wrong types, huge and non-fini
 strings), random query strings and path segments. Whatever comes in, the answer is 2xx, 3xx or a 4xx with the
 JSON error shape and a one-line message; never a 5xx. Afterwards each server still answers its health check and
 the process runs the threads it ran before."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,21 +28,39 @@ from tests.test_coordinator import TOKEN, ScriptedSlave
 HUGE_INTS = st.sampled_from([2**31, 2**53 + 1, 2**63, 2**64, 10**400, -(10**400), -1, 0])
 ODD_FLOATS = st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, -1e308, 5e-324, -0.0])
 NUMBERS = st.one_of(st.integers(), HUGE_INTS, st.floats(), ODD_FLOATS)
-TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["", "x" * 5000, "../../etc/passwd", "/etc/passwd",
-                                                        "a\nb", "\x00", "%2e%2e", "😀" * 10]))
+TEXT = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["", "x" * 5000, "../../etc/passwd", "/etc/passwd", "a\nb", "\x00", "%2e%2e", "😀" * 10]),
+)
 SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
-JSON = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                     st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 def deep(n: int, opener: str = "[", closer: str = "]") -> str:
     return opener * n + closer * n
 
 
-ADDRESSES = st.one_of(st.sampled_from(["http://[::1:1", "http://127.0.0.1:99999", "http://127.0.0.1:-1",
-                                       "http://127.0.0.1:0", "http://127.0.0.1", "ftp://127.0.0.1:1", "http://:1",
-                                       "http://127.0.0.1:1x", "http://127.0.0.1:1/"]),
-                      st.integers(1, 65535).map(lambda p: f"http://127.0.0.1:{p}"), TEXT)
+ADDRESSES = st.one_of(
+    st.sampled_from(
+        [
+            "http://[::1:1",
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:-1",
+            "http://127.0.0.1:0",
+            "http://127.0.0.1",
+            "ftp://127.0.0.1:1",
+            "http://:1",
+            "http://127.0.0.1:1x",
+            "http://127.0.0.1:1/",
+        ]
+    ),
+    st.integers(1, 65535).map(lambda p: f"http://127.0.0.1:{p}"),
+    TEXT,
+)
 
 
 def value_of(hint, name: str = "") -> st.SearchStrategy:
@@ -88,15 +107,27 @@ MESSAGE_BODIES = st.one_of(*[body_of(cls) for cls in MESSAGES.values()])
 # each route's own body, near-valid: what its view reads (the slave's have no dataclass: their fields as its
 # views read them); other routes get any of them
 ROUTE_BODIES = {
-    "workers.add_worker": st.one_of(body_of(BY_NAME["Registration"]),
-                                    body_of(BY_NAME["Registration"], address=ADDRESSES)),
+    "workers.add_worker": st.one_of(
+        body_of(BY_NAME["Registration"]), body_of(BY_NAME["Registration"], address=ADDRESSES)
+    ),
     "workers.heartbeat": body_of(BY_NAME["Heartbeat"]),
-    "workers.metadata": st.one_of(body_of(BY_NAME["MetadataBatch"]),
-                                  body_of(BY_NAME["MetadataBatch"], messages=st.lists(MESSAGE_BODIES, max_size=4))),
+    "workers.metadata": st.one_of(
+        body_of(BY_NAME["MetadataBatch"]),
+        body_of(BY_NAME["MetadataBatch"], messages=st.lists(MESSAGE_BODIES, max_size=4)),
+    ),
     "buffers.sample": body_of(BY_NAME["SampleRequest"]),
-    "connect": st.fixed_dictionaries({}, optional={
-        "worker_id": TEXT, "config": st.one_of(st.just({}), JSON), "coordinator": TEXT, "shared_dir": TEXT,
-        "lease": TEXT, "heartbeat_interval": NUMBERS, "heartbeat_ttl": NUMBERS}),
+    "connect": st.fixed_dictionaries(
+        {},
+        optional={
+            "worker_id": TEXT,
+            "config": st.one_of(st.just({}), JSON),
+            "coordinator": TEXT,
+            "shared_dir": TEXT,
+            "lease": TEXT,
+            "heartbeat_interval": NUMBERS,
+            "heartbeat_ttl": NUMBERS,
+        },
+    ),
     "start_task": st.fixed_dictionaries({}, optional={"task_id": TEXT, "kind": TEXT, "spec": JSON}),
     "disconnect": st.fixed_dictionaries({}, optional={"reason": JSON}),
 }
@@ -108,17 +139,45 @@ def encoded(value) -> bytes:
 
 
 ODD_BODIES = st.one_of(
-    st.sampled_from([b"", b"{", b"null", b"[]", b"\xff\xfe", b'{"a": NaN}', b'{"a": Infinity}', b"1e999",
-                     deep(100000).encode(), ('{"a":' * 3000 + "1" + "}" * 3000).encode()]),
-    st.binary(max_size=64))
+    st.sampled_from(
+        [
+            b"",
+            b"{",
+            b"null",
+            b"[]",
+            b"\xff\xfe",
+            b'{"a": NaN}',
+            b'{"a": Infinity}',
+            b"1e999",
+            deep(100000).encode(),
+            ('{"a":' * 3000 + "1" + "}" * 3000).encode(),
+        ]
+    ),
+    st.binary(max_size=64),
+)
 
 # ---- requests --------------------------------------------------------------------------------------------
-SEGMENTS = st.one_of(TEXT.map(lambda s: quote(s, safe="") if s not in ("", ".", "..") else "x"),
-                     st.sampled_from(["collectors", "learners", "collector-1", "learner-1", "%2e%2e",
-                                      "..%2f..%2fetc", "video_000000001.mp4", "dashboard.html", "..%2f__init__.py"]))
-QUERIES = st.dictionaries(st.sampled_from(["kind", "state", "limit", "offset", "challenge", "x", ""]),
-                          st.one_of(TEXT, st.integers().map(str), st.sampled_from(["-1", "1e9", "nan", "99999999999"
-                                                                                   "999999999999"])), max_size=3)
+SEGMENTS = st.one_of(
+    TEXT.map(lambda s: quote(s, safe="") if s not in ("", ".", "..") else "x"),
+    st.sampled_from(
+        [
+            "collectors",
+            "learners",
+            "collector-1",
+            "learner-1",
+            "%2e%2e",
+            "..%2f..%2fetc",
+            "video_000000001.mp4",
+            "dashboard.html",
+            "..%2f__init__.py",
+        ]
+    ),
+)
+QUERIES = st.dictionaries(
+    st.sampled_from(["kind", "state", "limit", "offset", "challenge", "x", ""]),
+    st.one_of(TEXT, st.integers().map(str), st.sampled_from(["-1", "1e9", "nan", "99999999999999999999999"])),
+    max_size=3,
+)
 
 
 # what a token holder may legitimately send to take the slave out of the run (it then exits, as designed): drawn
@@ -129,8 +188,11 @@ LETS_THE_SLAVE_GO = {"disconnect", "connect", "workers.remove_worker"}
 
 def routes(app) -> list:
     """(rule, endpoint, method) of every route of ``app`` (HEAD and OPTIONS are Flask's own)."""
-    return sorted((rule.rule, rule.endpoint, method) for rule in app.url_map.iter_rules()
-                  for method in rule.methods - {"HEAD", "OPTIONS"})
+    return sorted(
+        (rule.rule, rule.endpoint, method)
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods - {"HEAD", "OPTIONS"}
+    )
 
 
 def fill(rule: str, segments: list) -> str:
@@ -150,8 +212,9 @@ def servers(coordinator_factory, tmp_path):
     runner.start()
     eventually(lambda: slave.connected.is_set(), message="the slave registered")
     session = requests.Session()
-    targets = ([(server.url, *route) for route in routes(create_app())]
-               + [(slave.server.url, *route) for route in routes(slave.app)])
+    targets = [(server.url, *route) for route in routes(create_app())] + [
+        (slave.server.url, *route) for route in routes(slave.app)
+    ]
     yield session, targets, slave, (server.url + "/api/v1/health", slave.server.url + "/slave/v1/health")
     session.close()
     for ev in slave.finish.values():
@@ -177,8 +240,12 @@ def test_fuzz_every_route_answers_4xx_json_never_5xx(servers, data):
     token_header = {"Authorization": f"Bearer {TOKEN}"}
     if data is None:
         for address in ["http://[::1:1", "http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://127.0.0.1:0"]:
-            answer = session.post(healths[0].replace("/health", "/collectors"), json={"address": address},
-                                  headers=token_header, timeout=30)
+            answer = session.post(
+                healths[0].replace("/health", "/collectors"),
+                json={"address": address},
+                headers=token_header,
+                timeout=30,
+            )
             check_answer(answer, f"POST /collectors {address}")
             assert answer.status_code == 400 and address in answer.json()["error"]["message"], answer.text
         return
@@ -188,8 +255,12 @@ def test_fuzz_every_route_answers_4xx_json_never_5xx(servers, data):
     segments = data.draw(st.lists(st.one_of(st.sampled_from(own), SEGMENTS), min_size=1, max_size=3), label="path")
     path = fill(rule, segments)
     query = data.draw(QUERIES, label="query")
-    headers = dict(data.draw(st.sampled_from([token_header, {}, {"Authorization": "Bearer wrong"},
-                                              {"Authorization": "Basic x"}]), label="auth"))
+    headers = dict(
+        data.draw(
+            st.sampled_from([token_header, {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}]),
+            label="auth",
+        )
+    )
     if endpoint in LETS_THE_SLAVE_GO and headers == token_header:
         headers = {"Authorization": "Bearer wrong"}  # the servers must stay up for the next example
     lease = slave.coordinator.lease if slave.coordinator is not None else None
@@ -199,13 +270,17 @@ def test_fuzz_every_route_answers_4xx_json_never_5xx(servers, data):
     if method in ("POST", "PUT", "PATCH", "DELETE"):
         own_body = ROUTE_BODIES.get(endpoint, ANY_BODY)
         body = data.draw(st.one_of(own_body.map(encoded), ANY_BODY.map(encoded), ODD_BODIES), label="body")
-        headers["Content-Type"] = data.draw(st.sampled_from(["application/json", "application/json",
-                                                             "text/plain"]), label="content type")
+        headers["Content-Type"] = data.draw(
+            st.sampled_from(["application/json", "application/json", "text/plain"]), label="content type"
+        )
     url = base + path + ("?" + urlencode(query) if query else "")
     answer = session.request(method, url, data=body, headers=headers, timeout=30)
     check_answer(answer, f"{method} {url} {body[:300] if body else b''}")
     event(f"{method} {rule} -> {answer.status_code}")
     for health in healths:
         assert session.get(health, timeout=30).status_code == 200, health
-    eventually(lambda: threading.active_count() <= threads, timeout=10,
-               message=f"the thread count back to {threads} after {method} {url}")
+    eventually(
+        lambda: threading.active_count() <= threads,
+        timeout=10,
+        message=f"the thread count back to {threads} after {method} {url}",
+    )

@@ -1,5 +1,6 @@
 """gSDE for PPO's Box actions (policy.model.use_sde; policy/gsde.py), and the PPO keys RL Zoo's recurrent
 settings need (model.activation, learn.clip_anneal, learn.adam_eps), and eval.sample."""
+
 import numpy as np
 import pytest
 import torch
@@ -13,9 +14,16 @@ from tests.test_serial import run_cli
 
 
 def _ppo(env, model=None, **learn):
-    cfg = compile_config({"env": {"env_id": "Pendulum-v1"},
-                          "policy": {"type": "ppo", "model": {"hidden_size_list": [16], **(model or {})},
-                                     "learn": {"batch_size": 32, "epoch_per_collect": 2, **learn}}})
+    cfg = compile_config(
+        {
+            "env": {"env_id": "Pendulum-v1"},
+            "policy": {
+                "type": "ppo",
+                "model": {"hidden_size_list": [16], **(model or {})},
+                "learn": {"batch_size": 32, "epoch_per_collect": 2, **learn},
+            },
+        }
+    )
     return create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
 
 
@@ -66,8 +74,9 @@ def test_gsde_learns_its_log_std_matrix_and_no_state_independent_one():
 
 def test_clip_anneals_with_the_learning_rate_and_adam_eps_and_activation_are_set():
     with EnvManager("Pendulum-v1", 2, seed=0) as env:
-        policy = _ppo(env, {"activation": "relu"}, learning_rate=1e-3, lr_anneal_env_steps=256, clip_anneal=True,
-                      adam_eps=1e-5)
+        policy = _ppo(
+            env, {"activation": "relu"}, learning_rate=1e-3, lr_anneal_env_steps=256, clip_anneal=True, adam_eps=1e-5
+        )
         segment = SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99).collect(64)
     assert any(isinstance(m, torch.nn.ReLU) for m in policy.model.actor.modules())
     assert policy.optimizer.eps == 1e-5
@@ -81,9 +90,21 @@ def test_clip_anneals_with_the_learning_rate_and_adam_eps_and_activation_are_set
 
 
 def test_recurrent_ppo_with_gsde_trains_serially_end_to_end(tmp_path):
-    proc = run_cli("serial", "-c", "configs/pendulum_novel_ppo_lstm.py", "--set", f"exp_name={tmp_path}/exp",
-                   "--set", "serial.max_env_step=2048", "--set", "policy.collect.n_sample=512",
-                   "--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1")
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/pendulum_novel_ppo_lstm.py",
+        "--set",
+        f"exp_name={tmp_path}/exp",
+        "--set",
+        "serial.max_env_step=2048",
+        "--set",
+        "policy.collect.n_sample=512",
+        "--set",
+        "env.n_evaluator_episode=1",
+        "--set",
+        "env.evaluator_env_num=1",
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]  # 3: the budget ended it before the stop value
     assert "env step budget 2048 used up" in proc.stdout
 
@@ -110,23 +131,34 @@ def test_a_linear_mean_is_not_squashed_and_eval_and_export_clip_it_to_the_bounds
 
 def test_gsde_on_discrete_actions_is_a_config_error():
     with EnvManager("CartPole-v1", 1, seed=0) as env:
-        cfg = compile_config({"env": {"env_id": "CartPole-v1"},
-                              "policy": {"type": "ppo", "model": {"use_sde": True, "sde_sample_freq": 4}}})
+        cfg = compile_config(
+            {
+                "env": {"env_id": "CartPole-v1"},
+                "policy": {"type": "ppo", "model": {"use_sde": True, "sde_sample_freq": 4}},
+            }
+        )
         with pytest.raises(ConfigError, match="use_sde"):
             create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
 
 
-@pytest.mark.parametrize("env_id,model", [("CartPole-v1", {}), ("Pendulum-v1", {}),
-                                          ("Pendulum-v1", {"squash_mean": False})])
+@pytest.mark.parametrize(
+    "env_id,model", [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"squash_mean": False})]
+)
 def test_eval_sample_draws_evaluation_actions_from_the_policy(env_id, model):
     """policy.eval.sample: the evaluator's actions are drawn from the policy (in the action bounds), not its most
     likely action; the default stays greedy (the same action for the same observation every time)."""
     with EnvManager(env_id, 64, seed=0) as env:
         obs = env.reset()
         spec = env.action_spec
-    cfgs = {sample: compile_config({"env": {"env_id": env_id},
-                                    "policy": {"type": "ppo", "model": {"hidden_size_list": [16], **model},
-                                               "eval": {"sample": sample}}}) for sample in (False, True)}
+    cfgs = {
+        sample: compile_config(
+            {
+                "env": {"env_id": env_id},
+                "policy": {"type": "ppo", "model": {"hidden_size_list": [16], **model}, "eval": {"sample": sample}},
+            }
+        )
+        for sample in (False, True)
+    }
     greedy, sampling = (create_policy(cfgs[s].policy, obs.shape[1], spec, seed=0, device="cpu") for s in (False, True))
     sampling.load_state_dict(greedy.state_dict())
     first = greedy.forward_eval(obs)

@@ -1,5 +1,6 @@
 """The control plane under faults and hostile input (issue #16): one regression test per finding, and a
 property-based fuzz of worker messages. Real coordinator over HTTP on 127.0.0.1, real slave shells."""
+
 import itertools
 import json
 import math
@@ -24,22 +25,35 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def post_metadata(server, worker, messages, lease=None):
     """A metadata batch as ``worker`` (with its lease unless another is given); the raw response."""
-    return requests.post(f"{server.url}/api/v1/workers/{worker.worker_id}/metadata", json={"messages": messages},
-                         headers={**AUTH, LEASE_HEADER: lease or worker.coordinator.lease}, timeout=5)
+    return requests.post(
+        f"{server.url}/api/v1/workers/{worker.worker_id}/metadata",
+        json={"messages": messages},
+        headers={**AUTH, LEASE_HEADER: lease or worker.coordinator.lease},
+        timeout=5,
+    )
 
 
 def chunk_message(collector, task_id, name, rows, size=None, **extra):
     collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
-    return {"type": "chunk", "task_id": task_id, "chunk": name, "size": rows if size is None else size,
-            "policy_version": -1, "env_steps": rows, "episode_returns": [], **extra}
+    return {
+        "type": "chunk",
+        "task_id": task_id,
+        "chunk": name,
+        "size": rows if size is None else size,
+        "policy_version": -1,
+        "env_steps": rows,
+        "episode_returns": [],
+        **extra,
+    }
 
 
 # ---- 1. outbox death -------------------------------------------------------------------------------
 def test_nan_in_learn_info_goes_as_null_and_the_outbox_lives_on(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory()
     learner = slaves("learner", server.url, run=False)
-    learner.send_metadata({"type": "learn_info", "train_iter": 3, "info": {"loss": math.nan, "q": math.inf}},
-                          urgent=True)
+    learner.send_metadata(
+        {"type": "learn_info", "train_iter": 3, "info": {"loss": math.nan, "q": math.inf}}, urgent=True
+    )
     assert learner.outbox.flush(5.0)
     learner.send_metadata({"type": "learn_info", "train_iter": 4, "info": {"loss": 0.5}}, urgent=True)
     assert learner.outbox.flush(5.0)
@@ -67,8 +81,11 @@ def test_a_dead_worker_thread_is_reported_and_ends_the_slave(coordinator_factory
 
 
 # ---- 2. learner data thread death ----------------------------------------------------------------
-def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator_factory, slaves,  # noqa: F811
-                                                                    tmp_path):
+def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    tmp_path,
+):
     """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
     the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
     tests/test_reliability_data.py)."""
@@ -82,8 +99,9 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(coordinator
     data = tmp_path / "shared" / "data"
     data.rename(data.with_name("data.away"))  # after the chunk was announced
     data.write_bytes(b"not a directory")
-    pipeline = DataPipeline(learner.coordinator, learner.worker_id, learner.storage, batch_size=4, prefetch=2,
-                            cache_size=4, chunk_rows=16).start()
+    pipeline = DataPipeline(
+        learner.coordinator, learner.worker_id, learner.storage, batch_size=4, prefetch=2, cache_size=4, chunk_rows=16
+    ).start()
     try:
         error = eventually(lambda: pipeline.error, message="the data thread's error")
     finally:
@@ -98,9 +116,11 @@ def test_a_refused_message_is_named_and_the_rest_of_its_batch_applies(coordinato
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     task_id = collector.received[0].task_id
-    batch = [chunk_message(collector, task_id, "p-1", 4), {"type": "chunk", "task_id": task_id, "chunk": "p-2",
-                                                          "size": -5, "policy_version": -1},
-             chunk_message(collector, task_id, "p-3", 4)]
+    batch = [
+        chunk_message(collector, task_id, "p-1", 4),
+        {"type": "chunk", "task_id": task_id, "chunk": "p-2", "size": -5, "policy_version": -1},
+        chunk_message(collector, task_id, "p-3", 4),
+    ]
     answer = post_metadata(server, collector, batch)
     assert answer.status_code == 200, answer.text
     refused = answer.json()["refused"]
@@ -108,8 +128,9 @@ def test_a_refused_message_is_named_and_the_rest_of_its_batch_applies(coordinato
     assert "size" in refused[0]["message"]
     assert coordinator.env_steps == 8 and coordinator.replay.count() == 8
     # through the slave's outbox: the refused message is dropped (and counted), the next one still goes
-    collector.send_metadata({"type": "chunk", "task_id": task_id, "chunk": "p-4", "size": 0,
-                             "policy_version": -1}, urgent=True)
+    collector.send_metadata(
+        {"type": "chunk", "task_id": task_id, "chunk": "p-4", "size": 0, "policy_version": -1}, urgent=True
+    )
     assert collector.outbox.flush(5.0)
     collector.send_metadata(chunk_message(collector, task_id, "p-5", 4), urgent=True)
     assert collector.outbox.flush(5.0)
@@ -122,9 +143,12 @@ def test_a_malformed_batch_applies_nothing(coordinator_factory, slaves):  # noqa
     assert collector.got_task.wait(10)
     good = chunk_message(collector, collector.received[0].task_id, "m-1", 4)
     body = json.dumps({"messages": [good, {"type": "chunk", "size": math.nan}]})  # NaN is not JSON
-    answer = requests.post(f"{server.url}/api/v1/workers/{collector.worker_id}/metadata", data=body,
-                           headers={**AUTH, LEASE_HEADER: collector.coordinator.lease,
-                                    "Content-Type": "application/json"}, timeout=5)
+    answer = requests.post(
+        f"{server.url}/api/v1/workers/{collector.worker_id}/metadata",
+        data=body,
+        headers={**AUTH, LEASE_HEADER: collector.coordinator.lease, "Content-Type": "application/json"},
+        timeout=5,
+    )
     assert answer.status_code == 400 and "NaN" in answer.json()["error"]["message"]
     assert coordinator.env_steps == 0 and coordinator.replay.count() == 0
 
@@ -141,10 +165,13 @@ def test_task_messages_only_from_the_owner_and_calls_only_with_the_lease(coordin
     assert answer["refused"][0]["code"] == "forbidden" and other.worker_id in answer["refused"][0]["message"]
     assert coordinator.tasks.get(task_id).state.value == "running"
     # the owner's id with another worker's lease, or with none, is not the owner
-    assert post_metadata(server, owner, [{"type": "task_done", "task_id": task_id}],
-                         lease=other.coordinator.lease).status_code == 404
-    beat = requests.post(f"{server.url}/api/v1/workers/{owner.worker_id}/heartbeat", json={}, headers=AUTH,
-                         timeout=5)
+    assert (
+        post_metadata(
+            server, owner, [{"type": "task_done", "task_id": task_id}], lease=other.coordinator.lease
+        ).status_code
+        == 404
+    )
+    beat = requests.post(f"{server.url}/api/v1/workers/{owner.worker_id}/heartbeat", json={}, headers=AUTH, timeout=5)
     assert beat.status_code == 404
     assert coordinator.tasks.get(task_id).state.value == "running"
     assert post_metadata(server, owner, [{"type": "task_done", "task_id": task_id}]).json()["refused"] == []
@@ -171,8 +198,11 @@ def test_an_oversized_body_is_refused_before_it_is_buffered(coordinator_factory)
     coordinator, server = coordinator_factory(coordinator={"max_body_bytes": 64 * 1024})
     with socket.create_connection((server.host, server.port), timeout=5) as sock:
         # a token holder's (a stranger's body is refused before its size matters: tests/test_strangers.py)
-        sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                     + TOKEN.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
+        sock.sendall(
+            b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + TOKEN.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{"
+        )
         answer = sock.recv(200)  # never sent the gigabyte: a server that waits for it times out here
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
@@ -189,11 +219,14 @@ def test_idle_connections_and_stalled_requests_leave_heartbeats_answered(coordin
     stalled = [socket.create_connection((server.host, server.port), timeout=5) for _ in range(8)]
     try:
         for sock in stalled:  # 100 bytes promised, 1 sent
-            sock.sendall(b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\n"
-                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            sock.sendall(
+                b"POST /api/v1/workers/collector-1/metadata HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
         for _ in range(20):  # each within its 3 s timeout, no retry
-            control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {},
-                                                 timeout=3, retries=0)
+            control = collector.coordinator.post(
+                f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3, retries=0
+            )
             assert control["state"] in ("idle", "busy")
     finally:
         for sock in idle + stalled:
@@ -206,8 +239,13 @@ def start_long_polls(collector, n):
     answers = []
 
     def long_poll():
-        answers.append(collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                                  {"messages": [], "wait_for_allowance": 8.0}, timeout=15))
+        answers.append(
+            collector.coordinator.post(
+                f"/api/v1/workers/{collector.worker_id}/metadata",
+                {"messages": [], "wait_for_allowance": 8.0},
+                timeout=15,
+            )
+        )
 
     pollers = [threading.Thread(target=long_poll) for _ in range(n)]
     for t in pollers:
@@ -220,15 +258,21 @@ def test_long_polls_give_up_their_turn_so_batches_are_still_applied(coordinator_
     waits: more long-polls than turns leave batches answered at once, not after the long-polls."""
     from parallel_rl.coordinator.flow_control import ADMITTED
 
-    coordinator, server = coordinator_factory(commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0},
-                                              coordinator={"long_poll_slots": ADMITTED + 1})
+    coordinator, server = coordinator_factory(
+        commander={"max_env_steps_per_update": 4.0, "warmup_env_steps": 0},
+        coordinator={"long_poll_slots": ADMITTED + 1},
+    )
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     answers, pollers = start_long_polls(collector, ADMITTED + 2)
     # every slot waiting, one more answered at once: each took its turn and gave it back
     eventually(lambda: any("retry_after" in a for a in answers), timeout=5, message="a long-poll beyond the slots")
-    answer = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": [
-        chunk_message(collector, collector.received[0].task_id, "t-1", 4)]}, timeout=3, retries=0)
+    answer = collector.coordinator.post(
+        f"/api/v1/workers/{collector.worker_id}/metadata",
+        {"messages": [chunk_message(collector, collector.received[0].task_id, "t-1", 4)]},
+        timeout=3,
+        retries=0,
+    )
     assert answer["refused"] == [] and coordinator.replay.count() == 4
     coordinator.finish("stopped", "test over")  # ends the waits
     for t in pollers:
@@ -243,8 +287,9 @@ def test_heartbeats_are_answered_while_every_long_poll_slot_is_taken(coordinator
     answers, pollers = start_long_polls(collector, 24)  # more than all 16 + 8 server threads
     eventually(lambda: sum("retry_after" in a for a in answers) >= 16, message="long-polls beyond the slots")
     for _ in range(5):  # with every slot taken, heartbeats still find a thread
-        control = collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3,
-                                             retries=0)
+        control = collector.coordinator.post(
+            f"/api/v1/workers/{collector.worker_id}/heartbeat", {}, timeout=3, retries=0
+        )
         assert control["state"] in ("idle", "busy")
     assert coordinator.flow.long_polls_refused >= 16
     coordinator.finish("stopped", "test over")  # ends the waits
@@ -289,8 +334,9 @@ def test_wrong_sizes_are_refused_once_the_workers_chunk_layout_is_known(coordina
     path = collector.storage.chunks.path("t-1")
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 16)
-    collector.storage.chunks.write("o-1", {"obs": np.zeros((4, 1), np.float32), "action": np.zeros(4, np.int64),
-                                          "reward": np.zeros(4, np.float32)})
+    collector.storage.chunks.write(
+        "o-1", {"obs": np.zeros((4, 1), np.float32), "action": np.zeros(4, np.int64), "reward": np.zeros(4, np.float32)}
+    )
     bad = [
         chunk_message(collector, task_id, "b-1", 4, size=5),  # 4 rows on disk, 5 announced
         chunk_message(collector, task_id, "b-2", 64, size=63),
@@ -315,8 +361,12 @@ def test_a_retried_assignment_runs_the_task_once(coordinator_factory, slaves):  
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     task = collector.received[0]
-    again = requests.post(collector.address + "/slave/v1/tasks", headers=AUTH, timeout=5,
-                          json={"task_id": task.task_id, "kind": task.kind, "spec": task.spec})
+    again = requests.post(
+        collector.address + "/slave/v1/tasks",
+        headers=AUTH,
+        timeout=5,
+        json={"task_id": task.task_id, "kind": task.kind, "spec": task.spec},
+    )
     assert again.status_code == 202 and again.json()["duplicate"] is True
     collector.finish[task.task_id].set()
     eventually(lambda: coordinator.tasks.get(task.task_id).state.value == "finished", message="task finished")
@@ -357,18 +407,36 @@ def test_a_task_refused_by_a_slave_fails_but_the_worker_stays(coordinator_factor
 
 
 # ---- fuzz: hostile worker messages ---------------------------------------------------------------
-numbers = (st.integers(-2**70, 2**70) | st.sampled_from([0, 1, 4, -1, 2**53, 2**63])
-           | st.floats(allow_nan=True, allow_infinity=True) | st.none() | st.booleans() | st.text(max_size=4))
-chunk_specs = st.fixed_dictionaries({"type": st.just("chunk"), "rows": st.integers(1, 6),
-                                     "size": st.one_of(st.just("rows"), numbers),
-                                     "policy_version": numbers | st.just(-1), "env_steps": numbers | st.just("rows"),
-                                     "episode_returns": st.lists(numbers, max_size=3),
-                                     "file": st.sampled_from(["written", "missing", "../escape"])})
+numbers = (
+    st.integers(-(2**70), 2**70)
+    | st.sampled_from([0, 1, 4, -1, 2**53, 2**63])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.none()
+    | st.booleans()
+    | st.text(max_size=4)
+)
+chunk_specs = st.fixed_dictionaries(
+    {
+        "type": st.just("chunk"),
+        "rows": st.integers(1, 6),
+        "size": st.one_of(st.just("rows"), numbers),
+        "policy_version": numbers | st.just(-1),
+        "env_steps": numbers | st.just("rows"),
+        "episode_returns": st.lists(numbers, max_size=3),
+        "file": st.sampled_from(["written", "missing", "../escape"]),
+    }
+)
 other_messages = st.fixed_dictionaries(
     {"type": st.sampled_from(["task_done", "task_failed", "task_cancelled", "policy", "learn_info", "x"])},
-    optional={"task_id": st.sampled_from(["own", "other", "collector-999999"]) | numbers,
-              "version": numbers, "train_iter": numbers, "info": st.dictionaries(st.text(max_size=3), numbers),
-              "result": st.none() | st.dictionaries(st.text(max_size=3), numbers), "error": numbers})
+    optional={
+        "task_id": st.sampled_from(["own", "other", "collector-999999"]) | numbers,
+        "version": numbers,
+        "train_iter": numbers,
+        "info": st.dictionaries(st.text(max_size=3), numbers),
+        "result": st.none() | st.dictionaries(st.text(max_size=3), numbers),
+        "error": numbers,
+    },
+)
 
 
 @pytest.fixture
@@ -381,8 +449,7 @@ def fuzz_cluster(coordinator_factory, slaves):  # noqa: F811
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(specs=st.lists(chunk_specs | other_messages, max_size=4), raw_nan=st.booleans(),
-       as_learner=st.booleans())
+@given(specs=st.lists(chunk_specs | other_messages, max_size=4), raw_nan=st.booleans(), as_learner=st.booleans())
 def test_fuzz_hostile_worker_messages(fuzz_cluster, specs, raw_nan, as_learner):
     """NaN/inf, negative and huge numbers, wrong roles, foreign tasks, chunk files whose size does not match:
     no 5xx, no dead thread, nothing applied from a refused message or batch."""
@@ -404,16 +471,28 @@ def test_fuzz_hostile_worker_messages(fuzz_cluster, specs, raw_nan, as_learner):
         elif msg.get("task_id") in ("own", "other"):
             msg["task_id"] = own_task if msg["task_id"] == "own" else "learner-000000"
         messages.append(msg)
-    before = (coordinator.env_steps, coordinator.replay.count(), coordinator.policy_version, coordinator.train_iter,
-              coordinator.episodes)
+    before = (
+        coordinator.env_steps,
+        coordinator.replay.count(),
+        coordinator.policy_version,
+        coordinator.train_iter,
+        coordinator.episodes,
+    )
     running = {t.task_id for t in coordinator.tasks.list(state="running")}
-    response = requests.post(f"{server.url}/api/v1/workers/{sender.worker_id}/metadata",
-                             data=json.dumps({"messages": messages}, allow_nan=True),
-                             headers={**AUTH, LEASE_HEADER: sender.coordinator.lease,
-                                      "Content-Type": "application/json"}, timeout=5)
+    response = requests.post(
+        f"{server.url}/api/v1/workers/{sender.worker_id}/metadata",
+        data=json.dumps({"messages": messages}, allow_nan=True),
+        headers={**AUTH, LEASE_HEADER: sender.coordinator.lease, "Content-Type": "application/json"},
+        timeout=5,
+    )
     assert response.status_code < 500, response.text
-    after = (coordinator.env_steps, coordinator.replay.count(), coordinator.policy_version, coordinator.train_iter,
-             coordinator.episodes)
+    after = (
+        coordinator.env_steps,
+        coordinator.replay.count(),
+        coordinator.policy_version,
+        coordinator.train_iter,
+        coordinator.episodes,
+    )
     if response.status_code != 200:
         assert after == before, response.text  # a refused batch applies nothing
     else:
@@ -523,8 +602,17 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     config.write_text(TOY_CONFIG)
     shared = tmp_path / "shared"
     # no time budget: the first run must still be running when the second ones are done (SIGINT ends it)
-    first, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000", "--shared-dir", str(shared),
-                           "--set", "parallel.commander.max_seconds=0")
+    first, url = start_run(
+        cli,
+        tmp_path,
+        str(config),
+        "--set",
+        "env.stop_value=1000",
+        "--shared-dir",
+        str(shared),
+        "--set",
+        "parallel.commander.max_seconds=0",
+    )
     eventually(lambda: get(url, "/cluster")["train_iter"] > 0, timeout=60, message="the first run training")
     store = SharedStorage(str(shared))
     chunks = set(store.chunks.names())  # written ones: a chunk being written is a temporary file until renamed
@@ -540,8 +628,18 @@ def test_a_second_run_on_a_shared_directory_in_use_fails_and_wipes_nothing(cli, 
     first.proc.send_signal(signal.SIGINT)
     assert first.wait(30) == 130
     # the lock ends with its run: the directory can be resumed now
-    again = cli("again", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}", "--resume", str(shared),
-                "--set", "env.stop_value=1000")
+    again = cli(
+        "again",
+        "run",
+        "-c",
+        str(config),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--resume",
+        str(shared),
+        "--set",
+        "env.stop_value=1000",
+    )
     again.wait_line(r"^REST API: ")
     again.proc.send_signal(signal.SIGINT)
     assert again.wait(30) == 130
@@ -585,12 +683,15 @@ class RecordingServer:
 JUNK = b"<html>internal admin page: db password hunter2</html>"
 
 
-@pytest.mark.parametrize("status, body", [
-    (200, JUNK),  # anything at all
-    (500, JUNK),
-    (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1}).encode()),  # looks like a collector
-    (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1, "proof": "0" * 64}).encode()),
-])
+@pytest.mark.parametrize(
+    "status, body",
+    [
+        (200, JUNK),  # anything at all
+        (500, JUNK),
+        (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1}).encode()),  # looks like a collector
+        (200, json.dumps({"status": "ok", "kind": "collector", "pid": 1, "proof": "0" * 64}).encode()),
+    ],
+)
 def test_adding_a_collector_sends_no_token_to_a_stranger_and_echoes_nothing(coordinator_factory, status, body):
     """`POST /api/v1/collectors` with the address of a server that is not one of our slaves: 422, the token
     and the config never leave the coordinator, and the answer says nothing of what the stranger sent."""
@@ -613,8 +714,11 @@ def test_adding_a_collector_sends_no_token_to_a_stranger_and_echoes_nothing(coor
         stranger.close()
 
 
-def test_a_slave_with_another_token_is_not_adopted_and_a_real_one_is(coordinator_factory, slaves,  # noqa: F811
-                                                                       tmp_path):
+def test_a_slave_with_another_token_is_not_adopted_and_a_real_one_is(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    tmp_path,
+):
     """The challenge tells our slaves from strangers: one holding another token is refused before anything is
     sent to it; ours is refused under another name than the address it advertises (a relay could pose as
     it) and adopted under its own."""
@@ -668,6 +772,7 @@ def test_ended_workers_are_forgotten_and_their_connections_closed(coordinator_fa
         worker_id = added.json()["worker_id"]
         assert slave.connected.wait(10)
         assert api(server, f"/learners/{worker_id}", "DELETE").status_code == 200
+
         def gone() -> bool:  # gone, or gone and already forgotten
             answer = api(server, f"/learners/{worker_id}")
             return (answer.status_code == 404 or answer.json()["state"] == "gone") and not slave.connected.is_set()
@@ -699,8 +804,11 @@ def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  #
 
     coordinator, url, shared = cluster.coordinator, cluster.url, cluster.coordinator_shared
     roles = [cluster.start(role, f"{role}-{n}") for n, role in enumerate(("learner", "collector", "collector"))]
-    eventually(lambda: requests.get(f"{url}/api/v1/cluster", timeout=5).json()["train_iter"] >= 30, timeout=90,
-               message="training")
+    eventually(
+        lambda: requests.get(f"{url}/api/v1/cluster", timeout=5).json()["train_iter"] >= 30,
+        timeout=90,
+        message="training",
+    )
     coordinator.proc.send_signal(signal.SIGTERM)
     assert coordinator.wait(30) == 0, coordinator.output()[-3000:]
     for role in roles:
@@ -708,7 +816,8 @@ def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  #
     meta, _ = SharedStorage(shared).states.latest()
     tasks = [t for t in meta["tasks"]["tasks"] if t["worker_id"]]
     assert tasks and all(t["state"] in ("finished", "cancelled") for t in tasks), [
-        (t["task_id"], t["state"], t["error"]) for t in tasks]
+        (t["task_id"], t["state"], t["error"]) for t in tasks
+    ]
     collected = sum(t["result"]["env_steps"] for t in tasks if t["kind"] == "collector")
     assert meta["counters"]["env_steps"] == collected > 0
     learned = [t["result"]["train_iter"] for t in tasks if t["kind"] == "learner"]
@@ -730,9 +839,22 @@ def test_a_stale_task_end_from_an_earlier_coordinator_cannot_end_a_new_task(cli,
     shared = str(tmp_path / "shared")
     first_ids = []
     for n, extra in enumerate([[], ["--fresh"]]):
-        coordinator = cli(f"coordinator-{n}", "coordinator", "-c", str(config), "--port", "0", "--shared-dir",
-                          shared, "--set", "env.stop_value=1000", "--set", f"exp_name={tmp_path / 'exp'}", *extra,
-                          env={"PARALLEL_RL_TOKEN": TOKEN})
+        coordinator = cli(
+            f"coordinator-{n}",
+            "coordinator",
+            "-c",
+            str(config),
+            "--port",
+            "0",
+            "--shared-dir",
+            shared,
+            "--set",
+            "env.stop_value=1000",
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            *extra,
+            env={"PARALLEL_RL_TOKEN": TOKEN},
+        )
         url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
         worker = slaves("collector", url, worker_id="collector-1")
         assert worker.got_task.wait(30) and worker.worker_id == "collector-1"
@@ -744,9 +866,12 @@ def test_a_stale_task_end_from_an_earlier_coordinator_cannot_end_a_new_task(cli,
             worker.close()
     stale, current = first_ids
     assert stale != current
-    answer = requests.post(f"{url}/api/v1/workers/collector-1/metadata",
-                           json={"messages": [{"type": "task_done", "task_id": stale, "result": {}}]},
-                           headers={**AUTH, LEASE_HEADER: worker.coordinator.lease}, timeout=5).json()
+    answer = requests.post(
+        f"{url}/api/v1/workers/collector-1/metadata",
+        json={"messages": [{"type": "task_done", "task_id": stale, "result": {}}]},
+        headers={**AUTH, LEASE_HEADER: worker.coordinator.lease},
+        timeout=5,
+    ).json()
     assert [r["code"] for r in answer["refused"]] == ["not_found"]
     task = requests.get(f"{url}/api/v1/tasks/{current}", timeout=5).json()
     assert task["state"] == "running" and task["worker_id"] == "collector-1"

@@ -8,6 +8,7 @@ hosts: the coordinator serves on the address it binds and is reached by that add
 name stands for it), workers register themselves (`--coordinator`) and the coordinator calls them back at the
 address they advertise (`--advertise http://$(POD_IP):9000`), a worker advertising a loopback address is refused
 with an error that says so, and every role answers its health endpoint (the readiness probes) across hosts."""
+
 import json
 import re
 import shutil
@@ -56,8 +57,10 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     addresses = {w["kind"]: set() for w in workers}
     for w in workers:
         addresses[w["kind"]].add(re.sub(r":\d+$", "", w["address"]))
-    assert addresses == {"learner": {f"http://{b.address}"},
-                         "collector": {f"http://{c.address}", f"http://{d.address}"}}, workers
+    assert addresses == {
+        "learner": {f"http://{b.address}"},
+        "collector": {f"http://{c.address}", f"http://{d.address}"},
+    }, workers
     finished = e.get_json(f"{url}/api/v1/tasks?kind=collector")["tasks"]
     assert {t["worker_id"] for t in finished} == {w["worker_id"] for w in workers if w["kind"] == "collector"}
     status = e.run([sys.executable, "-m", "parallel_rl", "status", "--coordinator", url, "--json"])
@@ -76,15 +79,27 @@ def test_cartpole_solves_with_every_role_on_its_own_host(network, tmp_path):
 
 
 def test_a_collector_bound_to_all_interfaces_advertises_its_address_on_the_route_to_the_coordinator(
-        network, tmp_path, toy_config):
+    network, tmp_path, toy_config
+):
     """`collector --host 0.0.0.0` without --advertise (a container's or a pod's way) advertised its host name's
     address, a loopback one on this machine (and on Debian's 127.0.1.1), and the coordinator on another host
     could not reach it ("cannot reach a collector at http://127.0.0.1:9000"): it advertises the address of its
     interface on the route to the coordinator."""
     a, c, e = network.host("a"), network.host("c"), network.host("e")
     coordinator, url = start_coordinator(a, toy_config, tmp_path / "shared", tmp_path, "--set", "env.stop_value=1000")
-    collector = c.cli("collector", "collector", "--coordinator", url, "--host", "0.0.0.0", "--port", "9000",
-                      "--shared-dir", str(tmp_path / "shared"), env=ENV)
+    collector = c.cli(
+        "collector",
+        "collector",
+        "--coordinator",
+        url,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "9000",
+        "--shared-dir",
+        str(tmp_path / "shared"),
+        env=ENV,
+    )
     collector.wait_line(rf"^collector: serving on {re.escape(c.url(9000))}$")
 
     def busy():
@@ -97,14 +112,14 @@ def test_a_collector_bound_to_all_interfaces_advertises_its_address_on_the_route
 
 
 def test_a_collector_advertising_loopback_from_another_host_is_told_why_it_cannot_be_reached(
-        network, tmp_path, toy_config):
+    network, tmp_path, toy_config
+):
     """A collector on C started without --host (it binds and advertises 127.0.0.1) registers with a coordinator on
     A: A cannot reach C's loopback. The collector exits with the coordinator's one-line error, which now says that
     its address is a loopback one seen from another host and how to fix it (it only said "cannot reach")."""
     a, c = network.host("a"), network.host("c")
     _, url = start_coordinator(a, toy_config, tmp_path / "shared", tmp_path, "--set", "env.stop_value=1000")
-    collector = c.cli("collector", "collector", "--coordinator", url, "--shared-dir", str(tmp_path / "shared"),
-                      env=ENV)
+    collector = c.cli("collector", "collector", "--coordinator", url, "--shared-dir", str(tmp_path / "shared"), env=ENV)
     advertised = collector.wait_line(r"^collector: serving on (http://127\.0\.0\.1:\d+)$").group(1)
     code = collector.wait(timeout=60)  # the coordinator's probe (request_timeout, 5 s) and the collector's retries
     assert code == 1, collector.output()[-2000:]
@@ -121,8 +136,13 @@ def pod(deployment: dict, host, config: str, shared, tmp_path):
     env = {}
     for var in c["env"]:
         source = var.get("valueFrom", {})
-        env[var["name"]] = (var["value"] if "value" in var else host.address if "fieldRef" in source
-                            and source["fieldRef"]["fieldPath"] == "status.podIP" else TOKEN)
+        env[var["name"]] = (
+            var["value"]
+            if "value" in var
+            else host.address
+            if "fieldRef" in source and source["fieldRef"]["fieldPath"] == "status.podIP"
+            else TOKEN
+        )
     env["PARALLEL_RL_CONFIG"] = config
     args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in c["args"]]
     args = [str(shared) if arg == "/shared" else arg for arg in args]
@@ -153,18 +173,26 @@ def test_the_kubernetes_manifests_commands_work_across_hosts(network, tmp_path):
     for host, role in pods.items():
         args, env, work = pod(deployments[role], host, str(config), shared, tmp_path)
         host.cli(f"{role}-{host.name}", *args, env=env, cwd=work)
-    (port,) = [p["containerPort"] for p in deployments["coordinator"]["spec"]["template"]["spec"]["containers"][0]
-               ["ports"]]
+    (port,) = [
+        p["containerPort"] for p in deployments["coordinator"]["spec"]["template"]["spec"]["containers"][0]["ports"]
+    ]
     url = f"http://coordinator:{port}"
 
     def probe(host, role):
         """The readiness probe of ``role``'s pod on ``host``, as the kubelet makes it (pod address, named port)."""
         (container,) = deployments[role]["spec"]["template"]["spec"]["containers"]
-        (http,) = [p["containerPort"] for p in container["ports"] if p["name"] == container["readinessProbe"]
-                   ["httpGet"]["port"]]
+        (http,) = [
+            p["containerPort"]
+            for p in container["ports"]
+            if p["name"] == container["readinessProbe"]["httpGet"]["port"]
+        ]
         try:
-            return e.get_json(f"http://{host.address}:{http}{container['readinessProbe']['httpGet']['path']}",
-                              timeout=3.0)["status"] == "ok"
+            return (
+                e.get_json(
+                    f"http://{host.address}:{http}{container['readinessProbe']['httpGet']['path']}", timeout=3.0
+                )["status"]
+                == "ok"
+            )
         except AssertionError:  # not serving yet
             return False
 
@@ -175,29 +203,62 @@ def test_the_kubernetes_manifests_commands_work_across_hosts(network, tmp_path):
         workers = e.get_json(f"{url}/api/v1/workers")["workers"]
         learners = [w for w in workers if w["kind"] == "learner" and w["state"] == "busy"]
         collectors = {w["address"] for w in workers if w["kind"] == "collector" and w["state"] == "busy"}
-        return (collectors == {c.url(9000), d.url(9000)} and learners
-                and learners[0]["address"] == b.url(9000) and learners[0]["train_iter"] > 0)
+        return (
+            collectors == {c.url(9000), d.url(9000)}
+            and learners
+            and learners[0]["address"] == b.url(9000)
+            and learners[0]["train_iter"] > 0
+        )
 
     eventually(working, timeout=120, interval=0.5, message="collectors collecting and the learner training")
 
 
 def test_a_coordinator_bound_to_all_interfaces_tells_a_collector_added_by_url_its_address_on_the_route(
-        network, tmp_path, toy_config):
+    network, tmp_path, toy_config
+):
     """`coordinator --host 0.0.0.0` without --advertise told the workers it connects (a collector started without
     --coordinator, added by `parallel-rl collectors add URL` from another host) to reach it at
     http://127.0.0.1:PORT, its own loopback: the collector's heartbeats and chunk announcements went nowhere.
     It tells each one its address on the route to that worker, and the collector's chunks reach the buffer."""
     a, c, e = network.host("a"), network.host("c"), network.host("e")
-    coordinator = a.cli("coordinator", "coordinator", "-c", toy_config, "--host", "0.0.0.0", "--port", "8000",
-                        "--shared-dir", str(tmp_path / "shared"), "--set", f"exp_name={tmp_path / 'exp'}",
-                        "--set", "env.stop_value=1000", "--set", "parallel.commander.max_env_steps_per_update=0",
-                        env=ENV)
+    coordinator = a.cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        toy_config,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--shared-dir",
+        str(tmp_path / "shared"),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.commander.max_env_steps_per_update=0",
+        env=ENV,
+    )
     coordinator.wait_line(r"^REST API: ", timeout=120)
     url = a.url(8000)
-    collector = c.cli("collector", "collector", "--host", c.address, "--port", "9000", "--shared-dir",
-                      str(tmp_path / "shared"), env=ENV)
+    collector = c.cli(
+        "collector",
+        "collector",
+        "--host",
+        c.address,
+        "--port",
+        "9000",
+        "--shared-dir",
+        str(tmp_path / "shared"),
+        env=ENV,
+    )
     collector.wait_line(r"waiting to be added", timeout=120)
     e.run([sys.executable, "-m", "parallel_rl", "collectors", "add", c.url(9000), "--coordinator", url], env=ENV)
     collector.wait_line(rf"connected as collector-\d+ to {re.escape(url)}$", timeout=60)
-    eventually(lambda: e.get_json(f"{url}/api/v1/buffers")["buffers"][0]["chunks"] > 0, timeout=60, interval=0.5,
-               message="the added collector's chunks indexed")
+    eventually(
+        lambda: e.get_json(f"{url}/api/v1/buffers")["buffers"][0]["chunks"] > 0,
+        timeout=60,
+        interval=0.5,
+        message="the added collector's chunks indexed",
+    )

@@ -9,6 +9,7 @@ advertises and the workers' PARALLEL_RL_COORDINATOR name (resolved to the coordi
 0.0.0.0, and each readiness probe's path answering at the pod's address from another host
 (`test_the_kubernetes_manifests_commands_work_across_hosts`). Not checked there: the probes' timings, the
 resources, the volumes' access modes, and the Secret (the token is passed as the variable it fills)."""
+
 import copy
 import functools
 import shutil

@@ -4,6 +4,7 @@
 Most trials train on ``parallel_rl_test/Flat-v0`` (tests/lab_env.py): every step earns ``reward`` whatever the
 action, so each evaluation returns exactly ``reward * episode_length`` (5 * reward here) and the tables are exact.
 """
+
 from __future__ import annotations
 
 import csv
@@ -40,8 +41,9 @@ def flat_config(tmp_path):
 def lab(*args, cwd, timeout=300):
     """A `parallel-rl` command run to its end, from ``cwd`` (tests.lab_env importable through PYTHONPATH)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
 
 
 def table(path):
@@ -57,33 +59,54 @@ def write_space(tmp_path, body: str) -> str:
 
 def test_a_two_seed_two_value_grid_runs_four_trials_and_writes_the_table(tmp_path, flat_config):
     out = tmp_path / "sweep"
-    proc = lab("sweep", "-c", flat_config, "--seeds", "0-1", "--grid", "env.env_kwargs.reward=1,2", "--out", str(out),
-               "--parallel", "2", cwd=tmp_path)
+    proc = lab(
+        "sweep",
+        "-c",
+        flat_config,
+        "--seeds",
+        "0-1",
+        "--grid",
+        "env.env_kwargs.reward=1,2",
+        "--out",
+        str(out),
+        "--parallel",
+        "2",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = table(out / "results.csv")
     assert [(r["trial"], r["settings"], r["seed"], r["status"], r["exit"]) for r in rows] == [
-        ("0", "env.env_kwargs.reward=1", "0", "done", "0"), ("1", "env.env_kwargs.reward=1", "1", "done", "0"),
-        ("2", "env.env_kwargs.reward=2", "0", "done", "0"), ("3", "env.env_kwargs.reward=2", "1", "done", "0")]
+        ("0", "env.env_kwargs.reward=1", "0", "done", "0"),
+        ("1", "env.env_kwargs.reward=1", "1", "done", "0"),
+        ("2", "env.env_kwargs.reward=2", "0", "done", "0"),
+        ("3", "env.env_kwargs.reward=2", "1", "done", "0"),
+    ]
     assert [float(r["eval_return"]) for r in rows] == [5.0, 5.0, 10.0, 10.0]  # the last evaluation of each curve
     assert len({r["env_steps"] for r in rows}) == 1 and int(rows[0]["env_steps"]) > 0
     for n in range(4):  # each trial trained in its own experiment directory under --out, with its seed
         assert (out / f"trial_{n:03d}" / "ckpt").is_dir()
-    printed = re.search(r"^TRIAL +SETTINGS +SEED +STATUS +EXIT +EVAL_RETURN +ENV_STEPS +WALL_S +NOTE$", proc.stdout,
-                        re.M)
+    printed = re.search(
+        r"^TRIAL +SETTINGS +SEED +STATUS +EXIT +EVAL_RETURN +ENV_STEPS +WALL_S +NOTE$", proc.stdout, re.M
+    )
     assert printed, proc.stdout
     assert f"table in {out / 'results.csv'}" in proc.stdout
 
 
 def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complete(tmp_path, flat_config):
     out = tmp_path / "sweep"
-    proc = lab("sweep", "-c", flat_config, "--grid", "policy.learn.learning_rate=-1,1e-3", "--out", str(out),
-               cwd=tmp_path)
+    proc = lab(
+        "sweep", "-c", flat_config, "--grid", "policy.learn.learning_rate=-1,1e-3", "--out", str(out), cwd=tmp_path
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
-        "parallel-rl sweep: 1 of 2 trial(s) failed; their reasons are in the table"]
+        "parallel-rl sweep: 1 of 2 trial(s) failed; their reasons are in the table"
+    ]
     bad, good = table(out / "results.csv")
     assert (bad["status"], bad["exit"], bad["note"]) == (
-        "failed", "2", "policy.learn needs learning_rate > 0, got policy.learn.learning_rate=-1.0")
+        "failed",
+        "2",
+        "policy.learn needs learning_rate > 0, got policy.learn.learning_rate=-1.0",
+    )
     assert not (out / "trial_000").exists(), "a trial whose config does not compile never starts"
     assert (good["status"], good["exit"], float(good["eval_return"])) == ("done", "0", 5.0)
 
@@ -91,12 +114,27 @@ def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complet
 @pytest.mark.slow
 def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
     out = tmp_path / "sweep"
-    space = write_space(tmp_path, """
+    space = write_space(
+        tmp_path,
+        """
         def space(trial):
             return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """)
-    proc = lab("sweep", "-c", flat_config, "--random", "2", "--space", space, "--out", str(out), "--parallel", "2",
-               cwd=tmp_path)
+    """,
+    )
+    proc = lab(
+        "sweep",
+        "-c",
+        flat_config,
+        "--random",
+        "2",
+        "--space",
+        space,
+        "--out",
+        str(out),
+        "--parallel",
+        "2",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = table(out / "results.csv")
     rewards = [float(r["settings"].removeprefix("env.env_kwargs.reward=")) for r in rows]
@@ -105,15 +143,20 @@ def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
         assert r["status"] == "done" and float(r["eval_return"]) == pytest.approx(5 * reward, rel=1e-6)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--grid", "policy.learn.learning_rate="], "--grid 'policy.learn.learning_rate=' has no values"),
-    (["--grid", "policy.learn.learning_rate=1e-3,,1e-4"], "an empty value"),
-    (["--seeds", "4-1"], "--seeds '4-1' is not a seed list (the range '4-1' ends before it starts)"),
-    (["--seeds", "0,x"], "--seeds '0,x' is not a seed list"),
-    (["--grid", "policy.learn.learnin_rate=1e-3,1e-4"],
-     "unknown config key 'policy.learn.learnin_rate'; did you mean 'policy.learn.learning_rate'?"),
-    (["--random", "2"], "--random N and --space FILE go together"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "policy.learn.learning_rate="], "--grid 'policy.learn.learning_rate=' has no values"),
+        (["--grid", "policy.learn.learning_rate=1e-3,,1e-4"], "an empty value"),
+        (["--seeds", "4-1"], "--seeds '4-1' is not a seed list (the range '4-1' ends before it starts)"),
+        (["--seeds", "0,x"], "--seeds '0,x' is not a seed list"),
+        (
+            ["--grid", "policy.learn.learnin_rate=1e-3,1e-4"],
+            "unknown config key 'policy.learn.learnin_rate'; did you mean 'policy.learn.learning_rate'?",
+        ),
+        (["--random", "2"], "--random N and --space FILE go together"),
+    ],
+)
 def test_bad_sweep_input_is_one_line_exit_2_before_anything_runs(tmp_path, flat_config, args, message):
     out = tmp_path / "sweep"
     proc = lab("sweep", "-c", flat_config, "--out", str(out), *args, cwd=tmp_path, timeout=120)
@@ -124,17 +167,35 @@ def test_bad_sweep_input_is_one_line_exit_2_before_anything_runs(tmp_path, flat_
     assert not out.exists(), "nothing ran, nothing was written"
 
 
-@pytest.mark.parametrize("space, args, message", [
-    ('def space(trial):\n    return {"policy.learn.learnin_rate": trial.suggest_float("lr", 1e-4, 1e-2)}\n', [],
-     "unknown config key 'policy.learn.learnin_rate'"),
-    ('def space(trial):\n    return [1]\n', [], "space(trial) returned list, not a dict"),
-    ("x = 1\n", [], "defines no function space(trial)"),
-    ('def space(trial):\n    return {}\n', ["--storage", "postgresql://db/x"], "is not an SQLite URL"),
-])
+@pytest.mark.parametrize(
+    "space, args, message",
+    [
+        (
+            'def space(trial):\n    return {"policy.learn.learnin_rate": trial.suggest_float("lr", 1e-4, 1e-2)}\n',
+            [],
+            "unknown config key 'policy.learn.learnin_rate'",
+        ),
+        ("def space(trial):\n    return [1]\n", [], "space(trial) returned list, not a dict"),
+        ("x = 1\n", [], "defines no function space(trial)"),
+        ("def space(trial):\n    return {}\n", ["--storage", "postgresql://db/x"], "is not an SQLite URL"),
+    ],
+)
 def test_bad_tune_input_is_one_line_exit_2_and_no_study_is_made(tmp_path, flat_config, space, args, message):
     out = tmp_path / "tune"
-    proc = lab("tune", "-c", flat_config, "--trials", "2", "--space", write_space(tmp_path, space), "--out", str(out),
-               *args, cwd=tmp_path, timeout=120)
+    proc = lab(
+        "tune",
+        "-c",
+        flat_config,
+        "--trials",
+        "2",
+        "--space",
+        write_space(tmp_path, space),
+        "--out",
+        str(out),
+        *args,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("parallel-rl tune: error: ") and message in line, line
@@ -146,10 +207,13 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
     from parallel_rl.config import compile_config, load_config_file
 
     out = tmp_path / "tune"
-    space = write_space(tmp_path, """
+    space = write_space(
+        tmp_path,
+        """
         def space(trial):
             return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """)
+    """,
+    )
     args = ["tune", "-c", flat_config, "--space", space, "--out", str(out), "--startup-trials", "10"]
     first = lab(*args, "--trials", "3", cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -179,13 +243,28 @@ def test_a_clearly_worse_trial_is_pruned_and_its_training_stopped(tmp_path, flat
     out = tmp_path / "tune"
     # the first trial earns 1 a step (eval return 5 from its first evaluation), every later one 0: below the
     # median at its first report, with the median pruner counting from one finished trial
-    space = write_space(tmp_path, """
+    space = write_space(
+        tmp_path,
+        """
         def space(trial):
             return {"env.env_kwargs.reward": 1.0 if trial.number == 0 else 0.0,
                     "policy.learn.learning_rate": trial.suggest_float("lr", 1e-4, 1e-2, log=True)}
-    """)
-    proc = lab("tune", "-c", flat_config, "--trials", "2", "--space", space, "--out", str(out), "--startup-trials", "1",
-               cwd=tmp_path)
+    """,
+    )
+    proc = lab(
+        "tune",
+        "-c",
+        flat_config,
+        "--trials",
+        "2",
+        "--space",
+        space,
+        "--out",
+        str(out),
+        "--startup-trials",
+        "1",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     first, second = table(out / "flat" / "trials.csv")
     assert (first["status"], float(first["eval_return"])) == ("done", 5.0)
@@ -201,14 +280,32 @@ def test_a_clearly_worse_trial_is_pruned_and_its_training_stopped(tmp_path, flat
 def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_path, flat_config):
     out = tmp_path / "sweep"
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    sweep = CliProcess(tmp_path, "sweep", "sweep", "-c", flat_config, "--seeds", "0-2", "--out", str(out), "--set",
-                       "serial.max_train_iter=0", "--set", "serial.max_env_step=100000000", env=env,
-                       cwd=str(tmp_path), new_session=True)
+    sweep = CliProcess(
+        tmp_path,
+        "sweep",
+        "sweep",
+        "-c",
+        flat_config,
+        "--seeds",
+        "0-2",
+        "--out",
+        str(out),
+        "--set",
+        "serial.max_train_iter=0",
+        "--set",
+        "serial.max_env_step=100000000",
+        env=env,
+        cwd=str(tmp_path),
+        new_session=True,
+    )
     try:
         sweep.wait_line(r"^sweep: 3 trial\(s\), 1 at a time")
         log = out / "trial_000.log"
-        eventually(lambda: log.exists() and "eval_return=" in log.read_text(), timeout=120,
-                   message="the first trial's first evaluation")
+        eventually(
+            lambda: log.exists() and "eval_return=" in log.read_text(),
+            timeout=120,
+            message="the first trial's first evaluation",
+        )
         os.killpg(sweep.pid, signal.SIGINT)  # Ctrl-C at the terminal: the sweep's process group
         assert sweep.wait(120) == 130, sweep.output()[-3000:]
     finally:
@@ -224,19 +321,37 @@ def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_pa
 @pytest.mark.slow
 def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(tmp_path, flat_config):
     out = tmp_path / "tune"
-    space = write_space(tmp_path, """
+    space = write_space(
+        tmp_path,
+        """
         def space(trial):
             return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """)
+    """,
+    )
     args = ["-c", flat_config, "--trials", "2", "--space", space, "--out", str(out)]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    tune = CliProcess(tmp_path, "tune", "tune", *args, "--set", "serial.max_train_iter=0", "--set",
-                      "serial.max_env_step=100000000", "--set", "policy.eval.evaluator.eval_freq=1000", env=env,
-                      cwd=str(tmp_path), new_session=True)
+    tune = CliProcess(
+        tmp_path,
+        "tune",
+        "tune",
+        *args,
+        "--set",
+        "serial.max_train_iter=0",
+        "--set",
+        "serial.max_env_step=100000000",
+        "--set",
+        "policy.eval.evaluator.eval_freq=1000",
+        env=env,
+        cwd=str(tmp_path),
+        new_session=True,
+    )
     try:
         log = out / "flat" / "trial_000.log"
-        eventually(lambda: log.exists() and "eval_return=" in log.read_text(), timeout=120,
-                   message="the first trial's first evaluation")
+        eventually(
+            lambda: log.exists() and "eval_return=" in log.read_text(),
+            timeout=120,
+            message="the first trial's first evaluation",
+        )
         os.killpg(tune.pid, signal.SIGINT)
         assert tune.wait(120) == 130, tune.output()[-3000:]
     finally:

@@ -6,6 +6,7 @@ Every import counts: at a module's top, inside a function (a lazy import is a de
 ``TYPE_CHECKING`` (so is a type). Modules are read with ``ast``, never imported; relative imports are resolved.
 ``from package import name`` depends on the module ``package.name`` when there is one, else on the package.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,15 +38,22 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("slave",),  # what every worker process is: its HTTP app, inbox/outbox, link to the coordinator
     ("policy", "data", "envs", "league"),
     ("protocol",),  # typed messages
-    ("storage", "runtime", "progress", "registry", "tblog", "config.schema", "config.section"),  # config.schema: merge, coerce, validate; config.section: the typed section every component declares
+    (
+        "storage",
+        "runtime",
+        "progress",
+        "registry",
+        "tblog",
+        "config.schema",
+        "config.section",
+    ),  # config.schema: merge, coerce, validate; config.section: the typed section every component declares
     ("transport",),  # HTTP server, client, codec: on errors alone
     ("errors", "parallel_rl"),
 )
 
 # Circles known today, each fixed by a step of #22 in flight: remove an entry when its fix is merged (the test
 # fails while an entry names a circle that no longer exists). A new circle is never added here: break it.
-KNOWN_CIRCLES: List[Set[str]] = [
-]
+KNOWN_CIRCLES: List[Set[str]] = []
 
 # Imports from a lower layer to a higher one known today (importer, imported), each to go with a step of #22;
 # the same rules as KNOWN_CIRCLES.
@@ -169,8 +177,12 @@ def layer_of(layers: Sequence[Tuple[str, ...]]) -> Dict[str, int]:
 
 def upward_imports(graph: Dict[str, Dict[str, int]], layers: Sequence[Tuple[str, ...]]) -> Set[Tuple[str, str]]:
     depth = layer_of(layers)
-    return {(module, other) for module, edges in graph.items() for other in edges
-            if depth[room(other)] < depth[room(module)]}
+    return {
+        (module, other)
+        for module, edges in graph.items()
+        for other in edges
+        if depth[room(other)] < depth[room(module)]
+    }
 
 
 def oversized(root: Path, packages: Iterable[str]) -> List[str]:
@@ -206,7 +218,8 @@ def test_no_import_circle(graph):
     found = circles(graph)
     new = [part for part in found if part not in KNOWN_CIRCLES]
     assert not new, "import circles (break each: move what both sides need below them):\n" + "\n".join(
-        a_cycle(graph, part) for part in new)
+        a_cycle(graph, part) for part in new
+    )
     gone = [part for part in KNOWN_CIRCLES if part not in found]
     assert not gone, f"these circles are gone: remove them from KNOWN_CIRCLES in tests/test_layers.py: {gone}"
 
@@ -214,18 +227,21 @@ def test_no_import_circle(graph):
 def test_no_import_from_a_lower_layer_to_a_higher_one(graph):
     found = upward_imports(graph, LAYERS)
     new = sorted(found - KNOWN_UPWARD)
-    assert not new, ("imports from a lower layer to a higher one (LAYERS in tests/test_layers.py; move the "
-                     "imported code down, or the importer up):\n" + "\n".join(
-                         f"{module} (line {graph[module][other]}) -> {other}" for module, other in new))
+    assert not new, (
+        "imports from a lower layer to a higher one (LAYERS in tests/test_layers.py; move the "
+        "imported code down, or the importer up):\n"
+        + "\n".join(f"{module} (line {graph[module][other]}) -> {other}" for module, other in new)
+    )
     gone = sorted(KNOWN_UPWARD - found)
     assert not gone, f"these imports are gone: remove them from KNOWN_UPWARD in tests/test_layers.py: {gone}"
 
 
 def test_no_module_or_class_over_the_size_bars():
     found = oversized(ROOT, PACKAGES)
-    assert not found, (f"over the bars of #22 ({MAX_MODULE_LINES} lines a module, {MAX_CLASS_METHODS} methods a "
-                       "class): split each along a seam (a cohesive piece into a module or part of its own):\n"
-                       + "\n".join(found))
+    assert not found, (
+        f"over the bars of #22 ({MAX_MODULE_LINES} lines a module, {MAX_CLASS_METHODS} methods a "
+        "class): split each along a seam (a cohesive piece into a module or part of its own):\n" + "\n".join(found)
+    )
 
 
 def test_the_size_check_finds_long_modules_and_classes_with_many_methods(tmp_path):
@@ -235,12 +251,15 @@ def test_the_size_check_finds_long_modules_and_classes_with_many_methods(tmp_pat
     (package / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     (package / "fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
     methods = "".join(f"    def m{i}(self):\n        pass\n" for i in range(MAX_CLASS_METHODS))
-    (package / "wide.py").write_text(f"class Fits:\n{methods}\nclass Wide:\n{methods}    async def more(self):\n"
-                                     "        pass\n\n    def nested(self):\n        def inner():\n"
-                                     "            pass\n")
+    (package / "wide.py").write_text(
+        f"class Fits:\n{methods}\nclass Wide:\n{methods}    async def more(self):\n"
+        "        pass\n\n    def nested(self):\n        def inner():\n"
+        "            pass\n"
+    )
     assert oversized(tmp_path, ["parallel_rl"]) == [
         f"module parallel_rl.long: {MAX_MODULE_LINES + 1} lines",
-        f"class parallel_rl.wide.Wide (line {MAX_CLASS_METHODS * 2 + 3}): {MAX_CLASS_METHODS + 2} methods"]
+        f"class parallel_rl.wide.Wide (line {MAX_CLASS_METHODS * 2 + 3}): {MAX_CLASS_METHODS + 2} methods",
+    ]
 
 
 def test_the_check_finds_circles_lazy_imports_and_upward_imports(tmp_path):
@@ -253,7 +272,8 @@ def test_the_check_finds_circles_lazy_imports_and_upward_imports(tmp_path):
     graph = import_graph(tmp_path, ["parallel_rl"])
     assert graph["parallel_rl.high"] == {"parallel_rl.low.a": 1, "parallel_rl.low": 2}
     assert circles(graph) == [{"parallel_rl.high", "parallel_rl.low", "parallel_rl.low.a"}]
-    assert a_cycle(graph, circles(graph)[0]) == ("parallel_rl.high (line 1) -> parallel_rl.low.a (line 4) -> "
-                                                 "parallel_rl.high")
+    assert a_cycle(graph, circles(graph)[0]) == (
+        "parallel_rl.high (line 1) -> parallel_rl.low.a (line 4) -> parallel_rl.high"
+    )
     layers = (("high",), ("low",), ("parallel_rl",))
     assert upward_imports(graph, layers) == {("parallel_rl.low.a", "parallel_rl.high")}

@@ -1,4 +1,5 @@
 """The league survives a coordinator restart: pool, payoff table and games are in the coordinator's snapshot."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,12 @@ def test_league_state_that_does_not_fit_is_refused_naming_the_field():
 
 
 def test_commanders_keep_the_league_in_the_coordinators_state():
-    battle = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env"},
-                             "league": {"bots": ["first_legal"]}})
+    battle = compile_config(
+        {
+            "env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env"},
+            "league": {"bots": ["first_legal"]},
+        }
+    )
     commander = LeagueCommander(battle)
     commander.league.add_snapshot(3)
     commander.league.record(MAIN, "v3", ["win"])
@@ -90,28 +95,51 @@ def test_a_killed_coordinator_resumes_its_league(cli, tmp_path):
     shared = str(tmp_path / "shared")
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
-    args = ("coordinator", "-c", str(config), "--port", port, "--shared-dir", shared,
-            "--set", "parallel.coordinator.snapshot_interval=0.3", "--set", "parallel.commander.max_seconds=300",
-            "--set", f"exp_name={tmp_path / 'exp'}")
+    args = (
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        shared,
+        "--set",
+        "parallel.coordinator.snapshot_interval=0.3",
+        "--set",
+        "parallel.commander.max_seconds=300",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+    )
     coordinator = cli("coordinator", *args, env=ENV)
     coordinator.wait_line(r"^REST API: ")
-    workers = [cli(kind, kind, "--coordinator", url, "--shared-dir", shared, env=ENV)
-               for kind in ("learner", "collector")]
+    workers = [
+        cli(kind, kind, "--coordinator", url, "--shared-dir", shared, env=ENV) for kind in ("learner", "collector")
+    ]
 
     def league_played():
         league = get(url, "/league")
         # games against the bot and a snapshot, and a snapshot already retired from the pool
         played = league["payoff"].get(MAIN, {})
-        return league if (played.get("first_legal", {}).get("games", 0) and any(o.startswith("v") for o in played)
-                          and league["retired"]) else None
+        return (
+            league
+            if (
+                played.get("first_legal", {}).get("games", 0)
+                and any(o.startswith("v") for o in played)
+                and league["retired"]
+            )
+            else None
+        )
 
     eventually(league_played, timeout=150, interval=0.5, message="a league with games, snapshots and a retiree")
     for worker in workers:  # no more games or policy versions: the league stands still
         worker.proc.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, worker.output()[-2000:]
     quiet = time.time()
-    eventually(lambda: (get(url, "/cluster")["state_saved_at"] or 0) > quiet, timeout=10,
-               message="a snapshot after the workers left")
+    eventually(
+        lambda: (get(url, "/cluster")["state_saved_at"] or 0) > quiet,
+        timeout=10,
+        message="a snapshot after the workers left",
+    )
     before = get(url, "/league")
     assert before["games"] > 0 and before["pool"][0] == "first_legal" and len(before["pool"]) == 3
     coordinator.proc.send_signal(signal.SIGKILL)
@@ -123,8 +151,10 @@ def test_a_killed_coordinator_resumes_its_league(cli, tmp_path):
     assert get(url, "/league") == before  # players, pool, retired, payoff table and games
 
     # training goes on with the restored league: new games add to the old counts, the pool moves on from it
-    workers = [cli(f"{kind}-2", kind, "--coordinator", url, "--shared-dir", shared, env=ENV)
-               for kind in ("learner", "collector")]
+    workers = [
+        cli(f"{kind}-2", kind, "--coordinator", url, "--shared-dir", shared, env=ENV)
+        for kind in ("learner", "collector")
+    ]
 
     def more_games():
         league = get(url, "/league")
@@ -145,13 +175,25 @@ def test_a_retired_snapshot_stays_on_disk_while_a_task_still_names_it(tmp_path):
     from parallel_rl.coordinator.workers import WorkerRegistry
     from parallel_rl.storage import SharedStorage
 
-    battle = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env"},
-                             "league": {"bots": ["first_legal"], "snapshot_every": 5, "pool_size": 1}})
+    battle = compile_config(
+        {
+            "env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env"},
+            "league": {"bots": ["first_legal"], "snapshot_every": 5, "pool_size": 1},
+        }
+    )
     storage, tasks, version = SharedStorage(str(tmp_path / "shared")), TaskTable(), [0]
     commander = LeagueCommander(battle)
-    commander.attach(CommanderHandle(storage=storage, workers=WorkerRegistry(), tasks=tasks,
-                                     assign=lambda task, worker: False, finish=lambda state, reason: None,
-                                     policy_version=lambda: version[0], over=lambda: False))
+    commander.attach(
+        CommanderHandle(
+            storage=storage,
+            workers=WorkerRegistry(),
+            tasks=tasks,
+            assign=lambda task, worker: False,
+            finish=lambda state, reason: None,
+            policy_version=lambda: version[0],
+            over=lambda: False,
+        )
+    )
     for v in (0, 5, 10):
         storage.policies.save(v, {"w": [float(v)]})
     commander.step()

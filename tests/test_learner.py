@@ -44,8 +44,12 @@ def test_hooks_run_in_position_and_priority_order():
     learner.call_hook("before_run")
     learner.train({"x": np.ones(3)})
     # DI-engine's count: after_iter hooks run before train_iter counts the update they follow
-    assert Recorder.log == [("run", "before_run", 0), ("before", "before_iter", 0),
-                            ("early", "after_iter", 0), ("late", "after_iter", 0)]
+    assert Recorder.log == [
+        ("run", "before_run", 0),
+        ("before", "before_iter", 0),
+        ("early", "after_iter", 0),
+        ("late", "after_iter", 0),
+    ]
     assert learner.train_iter == 1
 
 
@@ -68,8 +72,14 @@ def test_merge_hooks_is_stable_by_priority():
 
 def test_build_hooks_from_cfg_and_registry():
     register_learner_hook("record_test", Recorder)
-    hooks = build_learner_hook_by_cfg({"save_ckpt_after_iter": 10, "log_show_after_iter": 5,
-                                       "record_test_before_run": 1, "save_ckpt_after_run": False})
+    hooks = build_learner_hook_by_cfg(
+        {
+            "save_ckpt_after_iter": 10,
+            "log_show_after_iter": 5,
+            "record_test_before_run": 1,
+            "save_ckpt_after_run": False,
+        }
+    )
     assert [type(h).__name__ for h in hooks["after_iter"]] == ["SaveCkptHook", "LogShowHook"]
     assert [h.name for h in hooks["before_run"]] == ["record_test"]
     assert hooks["after_run"] == []
@@ -80,8 +90,9 @@ def test_build_hooks_from_cfg_and_registry():
 
 
 def test_save_ckpt_hook_and_load(tmp_path):
-    learner = BaseLearner(learner_cfg(save_ckpt_after_iter=2, save_ckpt_after_run=True), FakeLearnMode(),
-                          exp_dir=str(tmp_path))
+    learner = BaseLearner(
+        learner_cfg(save_ckpt_after_iter=2, save_ckpt_after_run=True), FakeLearnMode(), exp_dir=str(tmp_path)
+    )
     for _ in range(4):
         learner.train({"x": np.ones(1)})
     learner.call_hook("after_run")
@@ -122,9 +133,14 @@ def test_dqn_bootstraps_through_target_network():
         for p in policy.target_network.parameters():
             p.zero_()
         policy.target_network.value.bias.fill_(2.0)  # target Q == 2 everywhere
-    batch = {"obs": np.zeros((1, 2), np.float32), "next_obs": np.ones((1, 2), np.float32),
-             "action": np.array([0]), "reward": np.array([1.0], np.float32),
-             "done": np.array([False]), "discount": np.array([0.5], np.float32)}
+    batch = {
+        "obs": np.zeros((1, 2), np.float32),
+        "next_obs": np.ones((1, 2), np.float32),
+        "action": np.array([0]),
+        "reward": np.array([1.0], np.float32),
+        "done": np.array([False]),
+        "discount": np.array([0.5], np.float32),
+    }
     with torch.no_grad():
         q_before = float(policy.model(torch.zeros(1, 2))[0, 0])
     info = policy.forward_learn(batch)
@@ -135,9 +151,14 @@ def test_policy_state_round_trip():
     cfg = compile_config({})
     a = DQNPolicy(cfg.policy, 4, 2, seed=0)
     b = DQNPolicy(cfg.policy, 4, 2, seed=1)
-    batch = {"obs": np.random.rand(8, 4).astype(np.float32), "next_obs": np.random.rand(8, 4).astype(np.float32),
-             "action": np.zeros(8, int), "reward": np.ones(8, np.float32), "done": np.zeros(8, bool),
-             "discount": np.ones(8, np.float32)}
+    batch = {
+        "obs": np.random.rand(8, 4).astype(np.float32),
+        "next_obs": np.random.rand(8, 4).astype(np.float32),
+        "action": np.zeros(8, int),
+        "reward": np.ones(8, np.float32),
+        "done": np.zeros(8, bool),
+        "discount": np.ones(8, np.float32),
+    }
     a.forward_learn(batch)
     b.load_state_dict(a.state_dict())
     obs = np.random.rand(5, 4).astype(np.float32)

@@ -1,4 +1,5 @@
 """BaseLearner's DI-engine names: the full hook form, train(policy_kwargs=), the parallel entry, checkpoints."""
+
 import logging
 
 import numpy as np
@@ -17,11 +18,13 @@ class KwargsLearnMode(FakeLearnMode):
 
 
 def test_build_learner_hook_by_cfg_takes_the_full_hook_form():
-    hooks = build_learner_hook_by_cfg([
-        dict(name="log", type="log_show", priority=90, position="after_iter", ext_args=dict(freq=7)),
-        dict(name="save", type="save_ckpt", priority=10, position="after_iter", ext_args=dict(freq=3)),
-        dict(type="load_ckpt", position="before_run", ext_args=dict(path="")),
-    ])
+    hooks = build_learner_hook_by_cfg(
+        [
+            dict(name="log", type="log_show", priority=90, position="after_iter", ext_args=dict(freq=7)),
+            dict(name="save", type="save_ckpt", priority=10, position="after_iter", ext_args=dict(freq=3)),
+            dict(type="load_ckpt", position="before_run", ext_args=dict(path="")),
+        ]
+    )
     assert [(h.name, h.priority, h.freq) for h in hooks["after_iter"]] == [("save", 10.0, 3), ("log", 90.0, 7)]
     assert [(h.name, h.priority) for h in hooks["before_run"]] == [("load_ckpt", 20.0)]
     # a full-form dict as the value of a key works too

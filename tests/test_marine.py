@@ -1,4 +1,5 @@
 """Self-play on the cluster: the Marine collector, the league commander, GET /api/v1/league."""
+
 from __future__ import annotations
 
 import os
@@ -13,14 +14,28 @@ from parallel_rl.storage import SharedStorage, load_npz
 from parallel_rl.collector.cluster_battle import BattleClusterCollector
 from tests.support import eventually
 
-BATTLE = {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env", "env_kwargs": {"start": 5},
-          "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4}
+BATTLE = {
+    "type": "pettingzoo",
+    "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+    "env_kwargs": {"start": 5},
+    "collector_env_num": 2,
+    "evaluator_env_num": 2,
+    "n_evaluator_episode": 4,
+}
 
 
 @pytest.fixture
 def marine(tmp_path):
-    cfg = compile_config({"env": BATTLE, "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1,
-                                                    "eval": {"evaluator": {"opponents": ["first_legal"]}}}})
+    cfg = compile_config(
+        {
+            "env": BATTLE,
+            "policy": {
+                "model": {"hidden_size_list": [8]},
+                "nstep": 1,
+                "eval": {"evaluator": {"opponents": ["first_legal"]}},
+            },
+        }
+    )
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = BattleClusterCollector(cfg, storage, seed=0)
     yield collector, storage
@@ -93,8 +108,11 @@ def test_cluster_self_play_fills_the_payoff_table_and_grows_the_pool(cli, tmp_pa
         played = league["payoff"].get("main", {})
         snapshots_played = [o for o in played if o.startswith("v")]
         # results arrived for the bot and for snapshots, and the pool has moved on past its first snapshots
-        return league if (played.get("first_legal", {}).get("games", 0) > 0 and snapshots_played
-                          and len(league["retired"]) >= 2) else None
+        return (
+            league
+            if (played.get("first_legal", {}).get("games", 0) > 0 and snapshots_played and len(league["retired"]) >= 2)
+            else None
+        )
 
     league = eventually(league_ready, timeout=120, interval=0.5, message="payoff table and pool")
     assert league["pool"][0] == "first_legal" and len(league["pool"]) == 3  # the bot and pool_size snapshots
@@ -110,6 +128,7 @@ def test_cluster_self_play_fills_the_payoff_table_and_grows_the_pool(cli, tmp_pa
     moves, rows = sum(r["env_steps"] for r in done), sum(r["transitions"] for r in done)
     assert rows <= 0.6 * moves, (rows, moves)
     assert all(sum(r["games"].values()) > 0 for r in done)
-    chunk = load_npz(str(next(p for p in (shared / "data").iterdir() if p.name.endswith(".npz")
-                              and not p.name.startswith("."))))
+    chunk = load_npz(
+        str(next(p for p in (shared / "data").iterdir() if p.name.endswith(".npz") and not p.name.startswith(".")))
+    )
     assert "next_action_mask" in chunk and chunk["next_action_mask"].dtype == np.bool_

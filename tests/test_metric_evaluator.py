@@ -1,4 +1,5 @@
 """DI-engine's MetricSerialEvaluator: a policy scored on a (DataLoader, IMetric) pair."""
+
 import pytest
 import torch
 from easydict import EasyDict
@@ -57,8 +58,9 @@ def test_gt_decides_best_and_saves_the_best_checkpoint(labelled):
 
 
 def test_stop_value_stops(labelled):
-    evaluator = create_serial_evaluator(EasyDict(type="metric", stop_value=0.9), env=(labelled, Accuracy()),
-                                        policy=ThresholdClassifier(0.3))
+    evaluator = create_serial_evaluator(
+        EasyDict(type="metric", stop_value=0.9), env=(labelled, Accuracy()), policy=ThresholdClassifier(0.3)
+    )
     assert isinstance(evaluator, MetricSerialEvaluator)
     assert evaluator.eval()[0] is False  # 0.8 < 0.9
     evaluator.reset(_policy=ThresholdClassifier(0.45))

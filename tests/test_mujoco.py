@@ -1,5 +1,6 @@
 """MuJoCo continuous control (issue #24): TD3, the random warm-up, and the shipped configs end to end with tiny
 budgets (the learning curves are benchmarks: benchmarks/mujoco.py)."""
+
 import re
 
 import numpy as np
@@ -16,14 +17,27 @@ from tests.test_coordinator import slaves  # noqa: F401 (a fixture)
 from tests.test_serial import run_cli
 
 # 50-step episodes: evaluations (1,000-step HalfCheetah episodes otherwise) cost a few hundred env steps
-SHORT = ["--set", 'env.env_kwargs={"max_episode_steps": 50}', "--set", "env.n_evaluator_episode=1",
-         "--set", "env.evaluator_env_num=1"]
+SHORT = [
+    "--set",
+    'env.env_kwargs={"max_episode_steps": 50}',
+    "--set",
+    "env.n_evaluator_episode=1",
+    "--set",
+    "env.evaluator_env_num=1",
+]
 
 
 def _td3(**learn):
-    cfg = compile_config({"env": {"env_id": "Pendulum-v1"},
-                          "policy": {"type": "td3", "learn": {"batch_size": 32, **learn},
-                                     "model": {"actor_hidden_size_list": [16], "critic_hidden_size_list": [16]}}})
+    cfg = compile_config(
+        {
+            "env": {"env_id": "Pendulum-v1"},
+            "policy": {
+                "type": "td3",
+                "learn": {"batch_size": 32, **learn},
+                "model": {"actor_hidden_size_list": [16], "critic_hidden_size_list": [16]},
+            },
+        }
+    )
     return cfg
 
 
@@ -61,7 +75,9 @@ def test_td3_explores_with_bounded_gaussian_noise_and_evaluates_deterministicall
     assert abs(np.std(noisy[inside, 0] - greedy[inside, 0]) - 0.2) < 0.03
 
 
-@pytest.mark.parametrize("learn, match", [({"policy_delay": 0}, "policy_delay=0"), ({"noise_clip": -1.0}, "noise_clip=-1.0")])
+@pytest.mark.parametrize(
+    "learn, match", [({"policy_delay": 0}, "policy_delay=0"), ({"noise_clip": -1.0}, "noise_clip=-1.0")]
+)
 def test_td3_bad_settings_name_the_value(learn, match):
     with EnvManager("Pendulum-v1", 1, seed=0) as env, pytest.raises(ConfigError, match=match):
         create_policy(_td3(**learn).policy, env.obs_dim, env.action_spec, seed=0, device="cpu")  # compile refuses it
@@ -70,9 +86,19 @@ def test_td3_bad_settings_name_the_value(learn, match):
 def test_serial_warm_up_collects_random_steps_before_the_first_update(tmp_path):
     """policy.random_collect_size env steps come first, with no update: the rest of the budget is trained at
     the config's ratio (4 env steps, 4 updates per collect), so the updates are exactly budget - warm-up."""
-    proc = run_cli("serial", "-c", "configs/pendulum_td3.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "policy.random_collect_size=400", "--set", "serial.max_env_step=480",
-                   "--set", "policy.learn.batch_size=16")
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/pendulum_td3.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "policy.random_collect_size=400",
+        "--set",
+        "serial.max_env_step=480",
+        "--set",
+        "policy.learn.batch_size=16",
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "collecting 400 transitions with random actions" in proc.stderr
     assert re.search(r"env_steps=480 train_iter=80 ", proc.stdout), proc.stdout[-500:]
@@ -84,8 +110,9 @@ def test_coordinator_hands_out_random_warm_up_then_batches_only_once_it_is_in(co
     min_buffer_size, 8, is below it)."""
     from tests.support import toy_cluster_config
 
-    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8},
-                             commander={"max_env_steps_per_update": 1.0, "warmup_env_steps": 4})
+    cfg = toy_cluster_config(
+        tmp_path, learner={"min_buffer_size": 8}, commander={"max_env_steps_per_update": 1.0, "warmup_env_steps": 4}
+    )
     cfg.policy.random_collect_size = 20
     coordinator, server = coordinator_factory(cfg)
     collector = slaves("collector", server.url)
@@ -93,12 +120,15 @@ def test_coordinator_hands_out_random_warm_up_then_batches_only_once_it_is_in(co
     task_id = collector.received[0].task_id
 
     def control():
-        return collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata",
-                                          {"messages": []})["control"]
+        return collector.coordinator.post(f"/api/v1/workers/{collector.worker_id}/metadata", {"messages": []})[
+            "control"
+        ]
 
     def batches():
-        return learner.coordinator.post("/api/v1/buffers/default/sample", {
-            "worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2})["batches"]
+        return learner.coordinator.post(
+            "/api/v1/buffers/default/sample",
+            {"worker_id": learner.worker_id, "batch_size": 4, "batches": 2, "wait": 0.2},
+        )["batches"]
 
     first = control()
     assert first["random_collect"] is True and first["allowed_env_steps"] == 20
@@ -118,21 +148,55 @@ def test_serial_td3_solves_pendulum(tmp_path):
     assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
 
 
-@pytest.mark.parametrize("config, env_id", [("halfcheetah_td3", "HalfCheetah-v5"), ("hopper_sac", "Hopper-v5"),
-                                            ("halfcheetah_sac", "Walker2d-v5"), ("halfcheetah_td3", "Ant-v5")])
+@pytest.mark.parametrize(
+    "config, env_id",
+    [
+        ("halfcheetah_td3", "HalfCheetah-v5"),
+        ("hopper_sac", "Hopper-v5"),
+        ("halfcheetah_sac", "Walker2d-v5"),
+        ("halfcheetah_td3", "Ant-v5"),
+    ],
+)
 def test_mujoco_configs_train_serial(tmp_path, config, env_id):
-    proc = run_cli("serial", "-c", f"configs/{config}.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", f"env.env_id={env_id}", *SHORT,
-                   "--set", "policy.random_collect_size=500", "--set", "serial.max_env_step=700",
-                   "--set", "policy.eval.evaluator.eval_freq=100", "--set", "policy.learn.batch_size=64")
+    proc = run_cli(
+        "serial",
+        "-c",
+        f"configs/{config}.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        f"env.env_id={env_id}",
+        *SHORT,
+        "--set",
+        "policy.random_collect_size=500",
+        "--set",
+        "serial.max_env_step=700",
+        "--set",
+        "policy.eval.evaluator.eval_freq=100",
+        "--set",
+        "policy.learn.batch_size=64",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]  # no stop value: the budget is the goal
     assert re.search(r"env_steps=700 train_iter=200 ", proc.stdout), proc.stdout[-500:]
 
 
 def test_mujoco_sac_config_trains_in_the_cluster(cli, tmp_path):
-    run, url = start_run(cli, tmp_path, "configs/halfcheetah_sac_parallel.py", "--collectors", "1",
-                         "--set", "policy.random_collect_size=300", "--set", "parallel.commander.max_env_step=600",
-                         "--set", "parallel.commander.eval_freq=100", *SHORT, "--set", "policy.learn.batch_size=64")
+    run, url = start_run(
+        cli,
+        tmp_path,
+        "configs/halfcheetah_sac_parallel.py",
+        "--collectors",
+        "1",
+        "--set",
+        "policy.random_collect_size=300",
+        "--set",
+        "parallel.commander.max_env_step=600",
+        "--set",
+        "parallel.commander.eval_freq=100",
+        *SHORT,
+        "--set",
+        "policy.learn.batch_size=64",
+    )
     assert run.wait(120) == 0, run.output()[-3000:]  # no stop value: the budget is the goal
     assert re.search(r"env step budget 600 used up", run.output())
     assert re.search(r"eval of policy \d+: mean return -?\d", run.output())
@@ -162,10 +226,16 @@ def test_discounted_returns_restart_at_episode_ends_and_per_lane():
 
 
 def _ppo_mujoco(env, **learn):
-    cfg = compile_config({"env": {"env_id": "Hopper-v5"},
-                          "policy": {"type": "ppo", "model": {"hidden_size_list": [16], "obs_norm": True,
-                                                              "orthogonal_init": True},
-                                     "learn": {"epoch_per_collect": 1, "batch_size": 64, "reward_norm": True, **learn}}})
+    cfg = compile_config(
+        {
+            "env": {"env_id": "Hopper-v5"},
+            "policy": {
+                "type": "ppo",
+                "model": {"hidden_size_list": [16], "obs_norm": True, "orthogonal_init": True},
+                "learn": {"epoch_per_collect": 1, "batch_size": 64, "reward_norm": True, **learn},
+            },
+        }
+    )
     policy = create_policy(cfg.policy, env.obs_dim, env.action_spec, seed=0, device="cpu")
     return cfg, policy, SampleSerialCollector(None, env, policy.collect_mode, nstep=1, discount_factor=0.99)
 
@@ -196,9 +266,22 @@ def test_ppo_learning_rate_anneals_linearly_over_the_configured_env_steps():
 
 
 def test_ppo_mujoco_config_trains_serial_on_ant(tmp_path):
-    proc = run_cli("serial", "-c", "configs/hopper_ppo.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "env.env_id=Ant-v5", "--set", "policy.collect.n_sample=256",
-                   "--set", "serial.max_env_step=512", "--set", "policy.learn.epoch_per_collect=1", *SHORT)
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/hopper_ppo.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "env.env_id=Ant-v5",
+        "--set",
+        "policy.collect.n_sample=256",
+        "--set",
+        "serial.max_env_step=512",
+        "--set",
+        "policy.learn.epoch_per_collect=1",
+        *SHORT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]  # no stop value: the budget is the goal
     assert re.search(r"env_steps=512 train_iter=2 ", proc.stdout), proc.stdout[-500:]
 
@@ -206,9 +289,22 @@ def test_ppo_mujoco_config_trains_serial_on_ant(tmp_path):
 def test_observation_statistics_of_every_collector_reach_the_learner_and_its_checkpoints(cli, tmp_path):
     from parallel_rl.storage import SharedStorage
 
-    run, url = start_run(cli, tmp_path, "configs/hopper_ppo_parallel.py", "--collectors", "2",
-                         "--set", "policy.collect.n_sample=256", "--set", "parallel.commander.max_env_step=1024",
-                         "--set", "policy.learn.epoch_per_collect=1", "--set", "parallel.commander.eval_freq=2", *SHORT)
+    run, url = start_run(
+        cli,
+        tmp_path,
+        "configs/hopper_ppo_parallel.py",
+        "--collectors",
+        "2",
+        "--set",
+        "policy.collect.n_sample=256",
+        "--set",
+        "parallel.commander.max_env_step=1024",
+        "--set",
+        "policy.learn.epoch_per_collect=1",
+        "--set",
+        "parallel.commander.eval_freq=2",
+        *SHORT,
+    )
     assert run.wait(120) == 0, run.output()[-3000:]  # no stop value: the budget is the goal
     storage = SharedStorage(str(tmp_path / "exp" / "shared"))
     version = storage.policies.latest()
@@ -221,6 +317,13 @@ def test_observation_statistics_of_every_collector_reach_the_learner_and_its_che
 def test_a_warm_up_larger_than_the_replay_buffer_is_a_config_error():
     """The learner starts once random_collect_size rows are in the buffer: a smaller buffer would never start it."""
     with pytest.raises(ConfigError, match=r"random_collect_size.*got 2000.*replay_buffer_size=1000"):
-        compile_config({"env": {"env_id": "Pendulum-v1"},
-                        "policy": {"type": "sac", "random_collect_size": 2000,
-                                   "other": {"replay_buffer": {"replay_buffer_size": 1000}}}})
+        compile_config(
+            {
+                "env": {"env_id": "Pendulum-v1"},
+                "policy": {
+                    "type": "sac",
+                    "random_collect_size": 2000,
+                    "other": {"replay_buffer": {"replay_buffer_size": 1000}},
+                },
+            }
+        )

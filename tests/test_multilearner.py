@@ -6,6 +6,7 @@
 - under `parallel-rl run` the coordinator sees one learner whose ranks are listed; a killed rank is
   reported, the group restarts from the last learner state and training goes on; 2 ranks solve CartPole.
 """
+
 import multiprocessing
 import os
 import queue
@@ -24,19 +25,24 @@ STEPS = 3
 
 def _batch(step: int, n: int = 64):
     rng = np.random.default_rng(step)
-    return {"obs": rng.normal(size=(n, 4)).astype(np.float32),
-            "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
-            "action": rng.integers(0, 2, n), "reward": rng.normal(size=n).astype(np.float32),
-            "done": (rng.random(n) < 0.1).astype(np.float32), "discount": np.full(n, 0.99, np.float32),
-            "weight": rng.uniform(0.5, 1.5, n).astype(np.float32)}
+    return {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "done": (rng.random(n) < 0.1).astype(np.float32),
+        "discount": np.full(n, 0.99, np.float32),
+        "weight": rng.uniform(0.5, 1.5, n).astype(np.float32),
+    }
 
 
 def _policy():
     from parallel_rl.policy import create_policy
 
     # max_grad_norm small enough to clip: clipping must act on the averaged gradient
-    cfg = compile_config({"policy": {"model": {"hidden_size_list": [32, 32]},
-                                     "learn": {"max_grad_norm": 0.5, "target_update_freq": 2}}})
+    cfg = compile_config(
+        {"policy": {"model": {"hidden_size_list": [32, 32]}, "learn": {"max_grad_norm": 0.5, "target_update_freq": 2}}}
+    )
     return create_policy(cfg.policy, 4, 2, seed=7)
 
 
@@ -50,8 +56,13 @@ CHUNKS, CHUNK_ROWS = 4, 32
 def _refs(step: int, n: int = 64):
     """A batch of row references into the CHUNKS chunk files, with importance weights."""
     rng = np.random.default_rng(100 + step)
-    return {"chunk": np.array([f"c{i}" for i in rng.integers(0, CHUNKS, n)]), "row": rng.integers(0, CHUNK_ROWS, n),
-            "weight": rng.uniform(0.5, 1.5, n).astype(np.float32), "index": np.arange(n), "uid": np.arange(n)}
+    return {
+        "chunk": np.array([f"c{i}" for i in rng.integers(0, CHUNKS, n)]),
+        "row": rng.integers(0, CHUNK_ROWS, n),
+        "weight": rng.uniform(0.5, 1.5, n).astype(np.float32),
+        "index": np.arange(n),
+        "uid": np.arange(n),
+    }
 
 
 def _write_chunks(root):
@@ -67,8 +78,9 @@ def _write_chunks(root):
 def _learner(policy):
     from parallel_rl.learner.learner import create_learner
 
-    cfg = compile_config({"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0,
-                                                                      "save_ckpt_after_run": False}}}}})
+    cfg = compile_config(
+        {"policy": {"learn": {"learner": {"hook": {"log_show_after_iter": 0, "save_ckpt_after_run": False}}}}}
+    )
     return create_learner(cfg.policy.learn.learner, policy.learn_mode, instance_name="test learner")
 
 
@@ -140,8 +152,9 @@ def test_two_gloo_ranks_match_one_process_on_the_whole_batch(two_ranks):
     expected = _params(single)
     for rank in (0, 1):
         for name, value in expected.items():
-            np.testing.assert_allclose(got["params", rank][name], value, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"rank {rank} {name}")
+            np.testing.assert_allclose(
+                got["params", rank][name], value, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank} {name}"
+            )
     assert any(not np.allclose(before[k], expected[k]) for k in expected), "the updates changed nothing"
 
 
@@ -206,17 +219,30 @@ def test_coordinator_sees_one_learner_with_its_ranks(coordinator_factory):
 def running_ranks(url):
     """The one learner's ranks when all of them run, else None."""
     learners = [w for w in get(url, "/workers")["workers"] if w["kind"] == "learner" and w["state"] == "busy"]
-    if len(learners) == 1 and len(learners[0]["ranks"]) == 2 and all(r["state"] == "running"
-                                                                       for r in learners[0]["ranks"]):
+    if (
+        len(learners) == 1
+        and len(learners[0]["ranks"]) == 2
+        and all(r["state"] == "running" for r in learners[0]["ranks"])
+    ):
         return learners[0]
     return None
 
 
 @pytest.mark.slow
 def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_config):
-    run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000",
-                         "--set", "parallel.learner.world_size=2", "--set", "parallel.learner.collective_timeout=20",
-                         "--set", "parallel.learner.dedicated_cpu=false")
+    run, url = start_run(
+        cli,
+        tmp_path,
+        toy_config,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.learner.world_size=2",
+        "--set",
+        "parallel.learner.collective_timeout=20",
+        "--set",
+        "parallel.learner.dedicated_cpu=false",
+    )
     learner = eventually(lambda: running_ranks(url), timeout=90, message="one learner with 2 running ranks")
     workers = get(url, "/workers")["workers"]
     assert [w["worker_id"] for w in workers if w["kind"] == "learner"] == [learner["worker_id"]]
@@ -225,10 +251,16 @@ def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_co
     # a learner state is saved every 20 iterations: wait for one, then kill rank 1
     eventually(lambda: get(url, "/cluster")["train_iter"] > 45, timeout=60, message="training")
     os.kill(rank1["pid"], signal.SIGKILL)
-    eventually(lambda: any("rank 1" in p for w in get(url, "/learners")["learners"] for p in w["problems"]),
-               timeout=60, message="the lost rank reported")
-    again = eventually(lambda: (lambda w: w if w and w["ranks"][1]["pid"] != rank1["pid"] else None)(
-        running_ranks(url)), timeout=90, message="the group restarted")
+    eventually(
+        lambda: any("rank 1" in p for w in get(url, "/learners")["learners"] for p in w["problems"]),
+        timeout=60,
+        message="the lost rank reported",
+    )
+    again = eventually(
+        lambda: (lambda w: w if w and w["ranks"][1]["pid"] != rank1["pid"] else None)(running_ranks(url)),
+        timeout=90,
+        message="the group restarted",
+    )
     assert again["worker_id"] == learner["worker_id"] and again["pid"] == learner["pid"]
     assert get(url, "/cluster")["learn_info"]["world_size"] == 2
     before = get(url, "/cluster")["train_iter"]

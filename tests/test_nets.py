@@ -1,4 +1,5 @@
 """policy.model.encoder: the conv stack over (H, W, C) observations, shared by DQN and PPO."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,10 +32,14 @@ def test_conv_reads_observations_channels_last():
 
 @pytest.mark.parametrize("policy_type", ["dqn", "ppo"])
 def test_policies_build_the_conv_encoder(policy_type):
-    cfg = compile_config({"env": {"type": "pettingzoo", "env_id": "pettingzoo.classic.connect_four_v3"},
-                          "policy": {"type": policy_type, "model": {"hidden_size_list": [16], "encoder": BOARD}}}
-                         if policy_type == "dqn" else
-                         {"policy": {"type": "ppo", "model": {"hidden_size_list": [16], "encoder": BOARD}}})
+    cfg = compile_config(
+        {
+            "env": {"type": "pettingzoo", "env_id": "pettingzoo.classic.connect_four_v3"},
+            "policy": {"type": policy_type, "model": {"hidden_size_list": [16], "encoder": BOARD}},
+        }
+        if policy_type == "dqn"
+        else {"policy": {"type": "ppo", "model": {"hidden_size_list": [16], "encoder": BOARD}}}
+    )
     policy = create_policy(cfg.policy, 84, ActionSpec.discrete(7), seed=0)
     assert any(isinstance(m, ChannelsLastConv) for m in policy.model.modules())
     obs = np.random.default_rng(0).random((5, 6, 7, 2)).astype(np.float32)
@@ -50,12 +55,15 @@ def test_policies_build_the_conv_encoder(policy_type):
         torch.testing.assert_close(value, state[key])
 
 
-@pytest.mark.parametrize("encoder, match", [
-    ({"type": "conv", "shape": [6, 7, 3], "channels": [8]}, r"shape=\[6, 7, 3\]"),
-    ({"type": "conv", "shape": [6, 7, 2], "channels": []}, r"channels=\[\]"),
-    ({"type": "conv", "shape": [6, 7, 2], "channels": [8], "kernel_size": 4}, "kernel_size=4"),
-    ({"type": "transformer"}, "'transformer'"),
-])
+@pytest.mark.parametrize(
+    "encoder, match",
+    [
+        ({"type": "conv", "shape": [6, 7, 3], "channels": [8]}, r"shape=\[6, 7, 3\]"),
+        ({"type": "conv", "shape": [6, 7, 2], "channels": []}, r"channels=\[\]"),
+        ({"type": "conv", "shape": [6, 7, 2], "channels": [8], "kernel_size": 4}, "kernel_size=4"),
+        ({"type": "transformer"}, "'transformer'"),
+    ],
+)
 def test_bad_encoder_config_names_the_value(encoder, match):
     with pytest.raises(ConfigError, match=match):
         mlp(84, [16], 7, "policy.model.hidden_size_list", encoder=encoder)

@@ -1,4 +1,5 @@
 """Metrics (Prometheus text), history, and the dashboard in a real headless Chromium."""
+
 import os
 import shutil
 
@@ -44,8 +45,12 @@ def test_history_for_charts(coordinator_factory, slaves):  # noqa: F811
     learner.announce_policy(0)
     evaluator = eventually(lambda: collector.inbox.take(lambda t: t.kind == "evaluator"), message="evaluator task")
     collector.report_end(evaluator, "task_done", {"eval_episode_return_mean": 2.5, "episodes": 2})
-    history = eventually(lambda: (lambda h: h if h["eval"] and h["throughput"] else None)(
-        requests.get(server.url + "/api/v1/cluster/history", timeout=5).json()), message="history")
+    history = eventually(
+        lambda: (lambda h: h if h["eval"] and h["throughput"] else None)(
+            requests.get(server.url + "/api/v1/cluster/history", timeout=5).json()
+        ),
+        message="history",
+    )
     assert history["eval"][0]["eval_return"] == 2.5 and history["eval"][0]["policy_version"] == 0
     assert history["stop_value"] == 4.0
 
@@ -60,9 +65,17 @@ def chrome():
     assert binary and driver, "the dashboard test needs Debian's chromium and chromium-driver (make test installs them)"
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(driver), options=options)
 
@@ -70,25 +83,38 @@ def chrome():
 def test_dashboard_renders_workers_and_charts(cli, tmp_path, toy_config):  # noqa: F811
     run, url = start_run(cli, tmp_path, toy_config, "--set", "env.stop_value=1000")
     base = url[: -len("/api/v1")]
-    eventually(lambda: len(requests.get(url + "/cluster/history", timeout=5).json()["eval"]) >= 2, timeout=60,
-               message="two evaluations")
+    eventually(
+        lambda: len(requests.get(url + "/cluster/history", timeout=5).json()["eval"]) >= 2,
+        timeout=60,
+        message="two evaluations",
+    )
     browser = chrome()
     try:
         browser.set_page_load_timeout(30)
         browser.get(base + "/")
-        rows = eventually(lambda: browser.find_elements("css selector", "#workers tbody tr[data-worker-id]")
-                          if len(browser.find_elements("css selector", "#workers tbody tr[data-worker-id]")) >= 3
-                          else None, timeout=20, message="worker rows")
+        rows = eventually(
+            lambda: (
+                browser.find_elements("css selector", "#workers tbody tr[data-worker-id]")
+                if len(browser.find_elements("css selector", "#workers tbody tr[data-worker-id]")) >= 3
+                else None
+            ),
+            timeout=20,
+            message="worker rows",
+        )
         ids = sorted(r.get_attribute("data-worker-id") for r in rows)
         assert ids == ["collector-1", "collector-2", "learner-1"]
         assert "running" in browser.find_element("id", "state").text
         # the eval chart drew its line: count coloured pixels on uPlot's canvas
-        painted = eventually(lambda: browser.execute_script("""
+        painted = eventually(
+            lambda: browser.execute_script("""
             const c = document.querySelector('#eval-chart canvas');
             if (!c) return 0;
             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
             let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
-            return n;"""), timeout=20, message="painted eval chart")
+            return n;"""),
+            timeout=20,
+            message="painted eval chart",
+        )
         assert painted > 200
         assert browser.find_elements("css selector", "#tasks tbody tr")
         shot = tmp_path / "dashboard.png"
@@ -107,14 +133,16 @@ def test_tensorboard_event_files_are_written_without_loading_the_aws_sdk(tmp_pat
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    code = ("import sys\n"
-            "from parallel_rl.tblog import TensorBoardLogger\n"
-            f"tb = TensorBoardLogger({str(tmp_path)!r})\n"
-            "tb.scalars(7, 'learner/', loss=0.5)\n"
-            "tb.close()\n"
-            "print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))\n"
-            "import boto3, botocore.exceptions\n"
-            "print(boto3.__name__)\n")
+    code = (
+        "import sys\n"
+        "from parallel_rl.tblog import TensorBoardLogger\n"
+        f"tb = TensorBoardLogger({str(tmp_path)!r})\n"
+        "tb.scalars(7, 'learner/', loss=0.5)\n"
+        "tb.close()\n"
+        "print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))\n"
+        "import boto3, botocore.exceptions\n"
+        "print(boto3.__name__)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", "boto3"]

@@ -1,4 +1,5 @@
 """On-policy data in the cluster (PPO): whole segments of the current policy version, used once, dropped."""
+
 import re
 
 import numpy as np
@@ -14,8 +15,11 @@ TOKEN = "test-token"
 
 
 def rows(n, version, first=0):
-    return {"chunk": np.full(n, 7, np.int64), "row": np.arange(first, first + n, dtype=np.int32),
-            "collect_iter": np.full(n, version, np.int64)}
+    return {
+        "chunk": np.full(n, 7, np.int64),
+        "row": np.arange(first, first + n, dtype=np.int32),
+        "collect_iter": np.full(n, version, np.int64),
+    }
 
 
 def test_segment_buffer_hands_out_fresh_rows_once_and_drops_stale_ones():
@@ -67,8 +71,11 @@ def test_cluster_ppo_learner_trains_only_on_current_segments(coordinator_factory
     for name in ("collector-a", "collector-b"):
         cli(name, "collector", "--coordinator", server.url, "--shared-dir", shared, env=env)
     # both collectors split the first segment too (one alone would be given all of it)
-    eventually(lambda: len(requests.get(api + "/collectors", timeout=5).json()["collectors"]) == 2, timeout=60,
-               message="two collectors registered")
+    eventually(
+        lambda: len(requests.get(api + "/collectors", timeout=5).json()["collectors"]) == 2,
+        timeout=60,
+        message="two collectors registered",
+    )
     cli("learner", "learner", "--coordinator", server.url, "--shared-dir", shared, env=env)
 
     def learner_result():
@@ -92,8 +99,7 @@ def test_cluster_ppo_learner_trains_only_on_current_segments(coordinator_factory
     assert thrown_away == 0
 
 
-def test_a_collector_given_an_evaluation_leaves_its_share_of_the_segment_to_the_others(coordinator_factory,
-                                                                                        tmp_path):
+def test_a_collector_given_an_evaluation_leaves_its_share_of_the_segment_to_the_others(coordinator_factory, tmp_path):
     """Evaluations run on collectors and a collector collects nothing while it evaluates: its share of the
     segment goes to the others (the segment used to wait for it: seconds per evaluation of long episodes), for
     the rest of that policy version (the others were told to collect it); a collector left alone collects again
@@ -143,8 +149,11 @@ def test_a_learner_taking_over_gets_fresh_segments(coordinator_factory, cli, tmp
     killed_at = cluster()["train_iter"]
     cli("learner-b", "learner", "--coordinator", server.url, "--shared-dir", shared, env=env)
     # the new learner resumes at the newest version and gets segments of it, though the dead one took the last
-    eventually(lambda: cluster()["learn_info"].get("segments", 0) >= 3 and cluster()["train_iter"] >= killed_at + 3,
-               timeout=90, message="the second learner trained on three segments")
+    eventually(
+        lambda: cluster()["learn_info"].get("segments", 0) >= 3 and cluster()["train_iter"] >= killed_at + 3,
+        timeout=90,
+        message="the second learner trained on three segments",
+    )
     assert cluster()["learn_info"]["segment_staleness_max"] == 0
 
 
@@ -179,4 +188,4 @@ def test_env_lanes_run_on_across_a_collectors_consecutive_chunks():
     zeros = np.zeros(len(row))
     adv = gae_advantages(reward[order], zeros, zeros, zeros, zeros.astype(bool), lane[order], 0.9, 1.0)
     at = np.flatnonzero((chunk[shuffle][order] == 2) & (env_id[shuffle][order] == 0) & (step[shuffle][order] == 0))
-    assert adv[at[0]] == pytest.approx(0.9 ** 5)
+    assert adv[at[0]] == pytest.approx(0.9**5)

@@ -1,4 +1,5 @@
 """Operating a cluster whose roles run as separate processes (the docker-compose way)."""
+
 import json
 import re
 import signal
@@ -20,8 +21,21 @@ def cluster(cli, tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     shared = str(tmp_path / "shared")
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
-                      "--set", "env.stop_value=1000", "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        "0",
+        "--shared-dir",
+        shared,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        env=ENV,
+    )
     url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
 
     class Cluster:
@@ -56,8 +70,11 @@ def test_new_learner_resumes_from_the_latest_checkpoint(cluster):
     eventually(lambda: cluster.get("/cluster")["train_iter"] >= 60, timeout=60, message="learner trained 60 iters")
     learner.proc.send_signal(signal.SIGKILL)
     learner.wait(10)
-    failed = eventually(lambda: cluster.get("/tasks?kind=learner&state=failed")["tasks"], timeout=15,
-                        message="learner task failed after the TTL")
+    failed = eventually(
+        lambda: cluster.get("/tasks?kind=learner&state=failed")["tasks"],
+        timeout=15,
+        message="learner task failed after the TTL",
+    )
     assert "learner-1 lost" in failed[0]["error"]
     assert workers(cluster, "learner")[0]["state"] == "lost"
     # ask the storage module, as the new learner will (a learner killed mid-write can leave a .tmp- file)
@@ -65,8 +82,11 @@ def test_new_learner_resumes_from_the_latest_checkpoint(cluster):
     assert saved is not None
     buffer_before = cluster.get("/buffers")["buffers"][0]["size"]
     cluster.start("learner", "learner-b")
-    resumed = eventually(lambda: [t for t in cluster.get("/tasks?kind=learner&state=running")["tasks"]], timeout=60,
-                         message="a new learner task")[0]
+    resumed = eventually(
+        lambda: [t for t in cluster.get("/tasks?kind=learner&state=running")["tasks"]],
+        timeout=60,
+        message="a new learner task",
+    )[0]
     assert resumed["spec"] == {"resume": True} and resumed["replaces"] == failed[0]["task_id"]
     assert resumed["worker_id"] == "learner-2"
     # the new learner starts from the saved iteration (its optimizer state included), not from 0
@@ -152,13 +172,27 @@ def test_role_processes_solve_and_all_exit_zero(cli, tmp_path):
     url = f"http://127.0.0.1:{port}"
     # workers first: they wait for the coordinator (as compose replicas may), so every one of them joins
     # before the run can be solved
-    workers_ = [cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
-                for i, role in enumerate(("learner", "collector", "collector"))]
+    workers_ = [
+        cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
+        for i, role in enumerate(("learner", "collector", "collector"))
+    ]
     for worker in workers_:
         worker.wait_line(r"serving on http://")
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port, "--shared-dir", shared,
-                      "--set", f"exp_name={tmp_path / 'exp'}", "--set", "parallel.commander.eval_freq=200",
-                      env=ENV)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        shared,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "parallel.commander.eval_freq=200",
+        env=ENV,
+    )
     assert coordinator.wait(120) == 0, coordinator.output()[-2000:]
     assert re.search(r"^coordinator: solved: eval return", coordinator.output(), re.M)
     assert len(re.findall(r"registered (learner|collector)-\d", coordinator.output())) == 3
@@ -173,12 +207,27 @@ def test_lingering_coordinator_serves_after_the_run(cli, tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     shared = str(tmp_path / "shared")
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", "0", "--shared-dir", shared,
-                      "--linger", "--set", f"exp_name={tmp_path / 'exp'}",
-                      "--set", "parallel.coordinator.heartbeat_ttl=10", env=ENV)  # no lease lost on a busy machine
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        "0",
+        "--shared-dir",
+        shared,
+        "--linger",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "parallel.coordinator.heartbeat_ttl=10",
+        env=ENV,
+    )  # no lease lost on a busy machine
     url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
-    workers_ = [cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
-                for i, role in enumerate(("learner", "collector"))]
+    workers_ = [
+        cli(f"{role}-{i}", role, "--coordinator", url, "--shared-dir", shared, env=ENV)
+        for i, role in enumerate(("learner", "collector"))
+    ]
     coordinator.wait_line(r"^coordinator: --linger: workers let go; still serving", timeout=120)
     for worker in workers_:
         assert worker.wait(30) == 0, worker.output()[-2000:]

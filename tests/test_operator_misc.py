@@ -1,5 +1,6 @@
 """Smaller operator findings (issues 40 and 41): exit codes, ignore files, MuJoCo's messages, a finished run
 found on start, TensorBoard's files. Real processes (`python -m parallel_rl ...`), real files, real git."""
+
 import fnmatch
 import os
 import re
@@ -25,8 +26,17 @@ TOKEN = {"PARALLEL_RL_TOKEN": "misc-token"}
 def test_a_shared_dir_that_cannot_be_created_exits_2_with_one_line(cli, tmp_path, toy_config, command):
     """README: a store that cannot be used ends the command with one line, exit 2; a local directory that
     cannot be created (`--shared-dir /proc/nope`) used to exit 1."""
-    proc = cli(command, command, "-c", toy_config, "--shared-dir", "/proc/nope",
-               "--set", f"exp_name={tmp_path / 'exp'}", env=TOKEN)
+    proc = cli(
+        command,
+        command,
+        "-c",
+        toy_config,
+        "--shared-dir",
+        "/proc/nope",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        env=TOKEN,
+    )
     assert proc.wait(120) == 2, proc.output()[-3000:]
     output = proc.output()
     assert "Traceback" not in output, output[-3000:]
@@ -55,8 +65,9 @@ def dockerignored(path: str) -> bool:
         negate = pattern.startswith("!")
         pattern = pattern.lstrip("!").strip("/").replace("**/", "").split("/")
         parts = path.split("/")  # a `*` stays within one name (Go's filepath.Match, which docker uses)
-        if any(len(pattern) == i and all(map(fnmatch.fnmatchcase, parts[:i], pattern))
-               for i in range(1, len(parts) + 1)):
+        if any(
+            len(pattern) == i and all(map(fnmatch.fnmatchcase, parts[:i], pattern)) for i in range(1, len(parts) + 1)
+        ):
             ignored = not negate
     return ignored
 
@@ -71,16 +82,37 @@ def test_every_shipped_experiment_directory_is_ignored_by_git_and_docker():
         check = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", file])
         assert check.returncode == 0, f"git does not ignore {file}"
         assert dockerignored(file), f".dockerignore does not leave out {file}"
-    for kept in ("parallel_rl/envs/toy.py", "configs/pong_dqn_parallel.py", "coordinator_app/__init__.py",
-                 "pyproject.toml", "setup.cfg", "constraints.txt", "README.md"):
+    for kept in (
+        "parallel_rl/envs/toy.py",
+        "configs/pong_dqn_parallel.py",
+        "coordinator_app/__init__.py",
+        "pyproject.toml",
+        "setup.cfg",
+        "constraints.txt",
+        "README.md",
+    ):
         assert subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", kept]).returncode == 1
         assert not dockerignored(kept), kept
 
 
 # ---- 40.10: a coordinator started on the store of a finished run does not train it again ---------------
 def start_coordinator(cli, name, toy_config, shared, tmp_path, *extra):
-    proc = cli(name, "coordinator", "-c", toy_config, "--host", "127.0.0.1", "--port", "0", "--shared-dir", shared,
-               "--set", f"exp_name={tmp_path / 'exp'}", *extra, env=TOKEN)
+    proc = cli(
+        name,
+        "coordinator",
+        "-c",
+        toy_config,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--shared-dir",
+        shared,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        *extra,
+        env=TOKEN,
+    )
     return proc, proc.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
 
 
@@ -90,8 +122,10 @@ def test_a_coordinator_recreated_on_a_solved_run_reports_it_and_does_not_train_a
     finds the run ended, says so, serves it read-only (--linger) and lets every worker that registers go."""
     shared = str(tmp_path / "shared")
     first, url = start_coordinator(cli, "coordinator-1", toy_config, shared, tmp_path)
-    workers = [cli(role, role, "--coordinator", url, "--host", "127.0.0.1", "--shared-dir", shared, env=TOKEN)
-               for role in ("learner", "collector")]
+    workers = [
+        cli(role, role, "--coordinator", url, "--host", "127.0.0.1", "--shared-dir", shared, env=TOKEN)
+        for role in ("learner", "collector")
+    ]
     assert first.wait(120) == 0, first.output()[-3000:]
     assert re.search(r"^coordinator: solved: eval return", first.output(), re.M), first.output()[-3000:]
     for worker in workers:
@@ -102,8 +136,9 @@ def test_a_coordinator_recreated_on_a_solved_run_reports_it_and_does_not_train_a
     cluster = get(url, "/api/v1/cluster")
     assert cluster["state"] == "solved", cluster
     env_steps = cluster["env_steps"]
-    collector = cli("collector-again", "collector", "--coordinator", url, "--host", "127.0.0.1", "--shared-dir",
-                    shared, env=TOKEN)
+    collector = cli(
+        "collector-again", "collector", "--coordinator", url, "--host", "127.0.0.1", "--shared-dir", shared, env=TOKEN
+    )
     assert collector.wait(60) == 0, collector.output()[-3000:]  # let go at once: nothing to collect for
     assert get(url, "/api/v1/cluster")["env_steps"] == env_steps
     assert requests.get(url + "/metrics", timeout=5).status_code == 200  # still serving, read-only
@@ -116,10 +151,25 @@ def test_a_mujoco_run_prints_no_deprecation_warning_and_leaves_no_log_file(cli, 
     """gymnasium's v5 models use a compiler attribute MuJoCo deprecates: every MuJoCo run printed the warning
     once per env (7 lines) and left MUJOCO_LOG.TXT in the working directory."""
     pytest.importorskip("mujoco")
-    run = cli("serial", "serial", "-c", str(ROOT / "configs" / "halfcheetah_sac.py"), "--set",
-              f"exp_name={tmp_path / 'exp'}", "--set", "policy.random_collect_size=64", "--set",
-              "serial.max_env_step=64", "--set", 'env.env_kwargs={"max_episode_steps": 20}', "--set",
-              "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1", cwd=str(tmp_path))
+    run = cli(
+        "serial",
+        "serial",
+        "-c",
+        str(ROOT / "configs" / "halfcheetah_sac.py"),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "policy.random_collect_size=64",
+        "--set",
+        "serial.max_env_step=64",
+        "--set",
+        'env.env_kwargs={"max_episode_steps": 20}',
+        "--set",
+        "env.n_evaluator_episode=1",
+        "--set",
+        "env.evaluator_env_num=1",
+        cwd=str(tmp_path),
+    )
     assert run.wait(180) == 0, run.output()[-3000:]
     assert re.search(r"^stopped: env step budget 64 used up", run.output(), re.M), run.output()[-3000:]
     assert "settotalmass" not in run.output(), run.output()[-3000:]
@@ -145,8 +195,14 @@ def test_other_mujoco_warnings_still_reach_the_user_as_python_warnings(tmp_path)
             mujoco.mj_checkPos(model, data)
         print([(w.category.__name__, str(w.message)) for w in caught])
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"\('MuJoCoWarning', 'MuJoCo: .*QPOS", out.stdout), out.stdout + out.stderr
     assert os.listdir(tmp_path) == []
@@ -168,8 +224,7 @@ def scalar_points(logdir, tag) -> list:
     return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
 
 
-def test_tensorboard_directories_are_named_by_worker_id_capped_and_removed_with_the_run(cli, tmp_path,
-                                                                                          toy_config):
+def test_tensorboard_directories_are_named_by_worker_id_capped_and_removed_with_the_run(cli, tmp_path, toy_config):
     """Each collector process used to get a directory named by its pid (a new one at every restart), the learner
     one named `learner` whatever its REST id; the files grew without bound (~270 MiB a day a learner); and a
     fresh `run` kept the last run's event files, which `plot` then read beside the new ones."""
@@ -184,8 +239,20 @@ def test_tensorboard_directories_are_named_by_worker_id_capped_and_removed_with_
     assert old
 
     cap = 12 * 1024  # bytes: 0.01171875 MiB
-    second = cli("run-2", "run", "-c", toy_config, "--set", f"exp_name={exp}", "--port", "0",
-                 "--set", "system.tensorboard_interval=0", "--set", f"system.tensorboard_max_mb={cap / 2**20}")
+    second = cli(
+        "run-2",
+        "run",
+        "-c",
+        toy_config,
+        "--set",
+        f"exp_name={exp}",
+        "--port",
+        "0",
+        "--set",
+        "system.tensorboard_interval=0",
+        "--set",
+        f"system.tensorboard_max_mb={cap / 2**20}",
+    )
     assert second.wait(120) == 0, second.output()[-3000:]
     new = event_files(tensorboard)
     assert not set(old) & set(new), "the first run's event files were left for plot to read"

@@ -1,4 +1,5 @@
 """The coordinator's state on the shared disk: snapshots, resume, damaged files."""
+
 import json
 import logging
 
@@ -14,8 +15,12 @@ def restarted(coordinator):
     from parallel_rl.coordinator import Coordinator, create_parallel_commander
     from parallel_rl.storage import SharedStorage
 
-    other = Coordinator(coordinator.cfg, SharedStorage(coordinator.storage.root), token=coordinator.token,
-                        commander=create_parallel_commander(coordinator.cfg))
+    other = Coordinator(
+        coordinator.cfg,
+        SharedStorage(coordinator.storage.root),
+        token=coordinator.token,
+        commander=create_parallel_commander(coordinator.cfg),
+    )
     return other
 
 
@@ -26,8 +31,9 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
     task_id = collector.received[0].task_id
     collector.write_chunk(task_id, "c-a", n=8, version=1)
     collector.write_chunk(task_id, "c-b", n=4, version=2)
-    coordinator.eval_history.append({"t": 1.0, "policy_version": 2, "env_steps": 12, "train_iter": 0,
-                                     "eval_return": 3.5})
+    coordinator.eval_history.append(
+        {"t": 1.0, "policy_version": 2, "env_steps": 12, "train_iter": 0, "eval_return": 3.5}
+    )
     uptime = coordinator.uptime
     path = coordinator.snapshots.save_state()
     assert path and path.startswith(coordinator.storage.state_dir)
@@ -45,12 +51,16 @@ def test_saved_state_is_resumed_whole(coordinator_factory, slaves):  # noqa: F81
     # replay references stay valid: the same chunks come back from a sample
     assert sorted(other.replay.sample(4, 4, 0)["chunks"]) in (["c-a"], ["c-b"], ["c-a", "c-b"])
     # a chunk announced again after the restart (a retried message) is not counted twice
-    other.handle_metadata(collector.worker_id, [{"type": "chunk", "task_id": task_id, "chunk": "c-b", "size": 4,
-                                                 "policy_version": 2, "env_steps": 4}],
-                          lease=collector.coordinator.lease)  # the worker's lease survived the restart
+    other.handle_metadata(
+        collector.worker_id,
+        [{"type": "chunk", "task_id": task_id, "chunk": "c-b", "size": 4, "policy_version": 2, "env_steps": 4}],
+        lease=collector.coordinator.lease,
+    )  # the worker's lease survived the restart
     assert other.env_steps == 12 and other.replay.count() == 12
     # new tasks and workers do not reuse saved ids
-    assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id not in {t.task_id for t in coordinator.tasks.list()}
+    assert other.tasks.create(other.tasks.list()[0].kind, {}).task_id not in {
+        t.task_id for t in coordinator.tasks.list()
+    }
 
 
 def test_snapshots_are_written_periodically_and_at_close(coordinator_factory, slaves):  # noqa: F811
@@ -110,8 +120,9 @@ def test_a_state_of_a_newer_format_is_refused(coordinator_factory):
         meta = json.load(f)
     with open(json_path, "w") as f:
         json.dump({**meta, "format": 99}, f)
-    with pytest.raises(StateFormatError, match=f"{json_path}: coordinator state format 99, this parallel_rl reads "
-                                               "format 1"):
+    with pytest.raises(
+        StateFormatError, match=f"{json_path}: coordinator state format 99, this parallel_rl reads format 1"
+    ):
         restarted(coordinator).snapshots.resume()
 
 
@@ -127,7 +138,8 @@ def test_state_files_hold_no_pickle(coordinator_factory, slaves):  # noqa: F811
 
 
 def test_tasks_that_changed_while_the_coordinator_was_down_are_settled_by_the_first_heartbeat(
-        coordinator_factory, slaves):  # noqa: F811
+    coordinator_factory, slaves
+):  # noqa: F811
     """A snapshot cannot know what happened after it: a task that ended then reported its end to the old
     process (the new one would wait for it forever: a run whose evaluation never comes back never solves), and a
     task the old process issued then is unknown to the new one. The worker's heartbeat says which tasks it
@@ -149,7 +161,9 @@ def test_tasks_that_changed_while_the_coordinator_was_down_are_settled_by_the_fi
     # the resumed process's ids never repeat one the old process issued after the snapshot (the worker, which
     # deduplicates task ids, would acknowledge such a task and never run it)
     assert other.tasks.create(other.tasks.get(first).kind, {}).task_id not in {first, second}
-    worker = other.membership.heartbeat(collector.worker_id, collector.coordinator.lease, tasks=collector.held_task_ids())
+    worker = other.membership.heartbeat(
+        collector.worker_id, collector.coordinator.lease, tasks=collector.held_task_ids()
+    )
     task = other.tasks.get(first)
     assert task.state.value == "failed" and "no longer runs it" in task.error
     assert worker.current_task is None and worker.state.value == "idle"
@@ -160,5 +174,9 @@ def test_tasks_that_changed_while_the_coordinator_was_down_are_settled_by_the_fi
     assert collector.finish[second].is_set()
     # a heartbeat without the field (an older worker) changes nothing; later heartbeats find nothing to settle
     assert other.membership.heartbeat(collector.worker_id, collector.coordinator.lease).worker_id == collector.worker_id
-    assert other.flow.control_for(other.membership.heartbeat(collector.worker_id, collector.coordinator.lease,
-                                             tasks=[]))["cancel_tasks"] == []
+    assert (
+        other.flow.control_for(other.membership.heartbeat(collector.worker_id, collector.coordinator.lease, tasks=[]))[
+            "cancel_tasks"
+        ]
+        == []
+    )

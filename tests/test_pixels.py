@@ -1,6 +1,7 @@
 """Learning from pixels (issue #25): MinAtar and ALE envs keep their uint8/bool observations from env to chunk,
 the minatar and nature encoders read them channels first or last, and the MinAtar configs run end to end with
 tiny budgets (the learning curves are benchmarks, not tests)."""
+
 import re
 import runpy
 import signal
@@ -23,8 +24,14 @@ from tests.test_serial import run_cli
 
 DQN_CONFIG = "configs/minatar_breakout_dqn.py"
 # evaluations of one short episode; warm-up and budget small enough for a few seconds of training
-TINY = ["--set", "env.n_evaluator_episode=1", "--set", "env.evaluator_env_num=1",
-        "--set", "policy.random_collect_size=200"]
+TINY = [
+    "--set",
+    "env.n_evaluator_episode=1",
+    "--set",
+    "env.evaluator_env_num=1",
+    "--set",
+    "policy.random_collect_size=200",
+]
 
 
 def minatar_dqn_cfg(**policy):
@@ -66,10 +73,13 @@ def test_unregistered_env_id_says_which_import_names_to_add():
         EnvManager("MinAtar/NoSuchGame-v1", 1)
 
 
-@pytest.mark.parametrize("kind, shape, conv_dim, out_dim", [
-    ("minatar", (10, 10, 4), 16 * 8 * 8, 128),
-    ("nature", (4, 84, 84), 64 * 7 * 7, 512),
-])
+@pytest.mark.parametrize(
+    "kind, shape, conv_dim, out_dim",
+    [
+        ("minatar", (10, 10, 4), 16 * 8 * 8, 128),
+        ("nature", (4, 84, 84), 64 * 7 * 7, 512),
+    ],
+)
 def test_encoders_read_channels_first_and_last_alike(kind, shape, conv_dim, out_dim):
     first = shape if shape[0] < shape[-1] else (shape[2], shape[0], shape[1])  # (C, H, W)
     last = (first[1], first[2], first[0])  # (H, W, C)
@@ -86,13 +96,24 @@ def test_encoders_read_channels_first_and_last_alike(kind, shape, conv_dim, out_
     torch.testing.assert_close(hwc(frames.permute(0, 2, 3, 1).flatten(1)), out)
 
 
-@pytest.mark.parametrize("policy_type, kind, shape, dtype", [
-    ("dqn", "minatar", (10, 10, 4), np.bool_), ("ppo", "minatar", (10, 10, 4), np.bool_),
-    ("dqn", "nature", (4, 84, 84), np.uint8), ("ppo", "nature", (84, 84, 4), np.uint8),
-])
+@pytest.mark.parametrize(
+    "policy_type, kind, shape, dtype",
+    [
+        ("dqn", "minatar", (10, 10, 4), np.bool_),
+        ("ppo", "minatar", (10, 10, 4), np.bool_),
+        ("dqn", "nature", (4, 84, 84), np.uint8),
+        ("ppo", "nature", (84, 84, 4), np.uint8),
+    ],
+)
 def test_policies_scale_uint8_and_read_bool_as_0_1(policy_type, kind, shape, dtype):
-    cfg = compile_config({"policy": {"type": policy_type,
-                                     "model": {"hidden_size_list": [], "encoder": {"type": kind, "shape": list(shape)}}}})
+    cfg = compile_config(
+        {
+            "policy": {
+                "type": policy_type,
+                "model": {"hidden_size_list": [], "encoder": {"type": kind, "shape": list(shape)}},
+            }
+        }
+    )
     policy = create_policy(cfg.policy, int(np.prod(shape)), 4, seed=0)
     assert any(isinstance(m, ConvEncoder) for m in policy.model.modules())
     raw = np.random.default_rng(0).integers(0, 256 if dtype == np.uint8 else 2, (6, *shape)).astype(dtype)
@@ -123,8 +144,18 @@ def test_dqn_trains_on_minatar_breakout_with_its_network():
 
 
 def test_serial_minatar_dqn_config_runs_end_to_end(tmp_path):
-    proc = run_cli("serial", "-c", DQN_CONFIG, "--set", f"exp_name={tmp_path / 'exp'}", *TINY,
-                   "--set", "serial.max_env_step=600", "--set", "policy.eval.evaluator.eval_freq=200")
+    proc = run_cli(
+        "serial",
+        "-c",
+        DQN_CONFIG,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        *TINY,
+        "--set",
+        "serial.max_env_step=600",
+        "--set",
+        "policy.eval.evaluator.eval_freq=200",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]  # no stop value: the budget is the goal
     assert re.search(r"env_steps=60\d train_iter=400 ", proc.stdout), proc.stdout[-500:]
 
@@ -135,8 +166,9 @@ def test_collector_chunks_keep_bool_observations(tmp_path):
     from parallel_rl.collector.cluster import ClusterCollector
     from parallel_rl.storage import SharedStorage
 
-    cfg = compile_config({**runpy.run_path("configs/minatar_breakout_dqn_parallel.py")["main_config"],
-                          "exp_name": str(tmp_path / "exp")})
+    cfg = compile_config(
+        {**runpy.run_path("configs/minatar_breakout_dqn_parallel.py")["main_config"], "exp_name": str(tmp_path / "exp")}
+    )
     storage = SharedStorage(str(tmp_path / "shared"))
     collector = ClusterCollector(cfg, storage, seed=0)
     try:
@@ -154,8 +186,16 @@ def test_collector_chunks_keep_bool_observations(tmp_path):
 def test_minatar_dqn_config_trains_in_the_cluster(cli, tmp_path):
     """Collectors, learner and evaluator handle MinAtar's bool frames: a policy the learner trained and published
     (version 20 or later) is evaluated."""
-    run, url = start_run(cli, tmp_path, "configs/minatar_breakout_dqn_parallel.py", "--collectors", "1", *TINY,
-                         "--set", "parallel.commander.eval_freq=20")
+    run, url = start_run(
+        cli,
+        tmp_path,
+        "configs/minatar_breakout_dqn_parallel.py",
+        "--collectors",
+        "1",
+        *TINY,
+        "--set",
+        "parallel.commander.eval_freq=20",
+    )
     run.wait_line(r"eval of policy ([1-9]\d+): mean return -?\d", timeout=150)
     run.proc.send_signal(signal.SIGINT)
     assert run.wait(60) == 130, run.output()[-3000:]
@@ -169,9 +209,15 @@ def test_every_role_reads_the_spaces_of_the_same_ale_env():
     not gym.make's 210x160x3 frames; so a collector loads the learner's checkpoint."""
     from parallel_rl.envs.fit import env_spaces
 
-    cfg = compile_config({"env": {**ALE_ENV, "eval_env_kwargs": {"reward_clipping": False}},
-                          "policy": {"type": "dqn", "model": {"hidden_size_list": [],
-                                                              "encoder": {"type": "nature", "shape": [4, 84, 84]}}}})
+    cfg = compile_config(
+        {
+            "env": {**ALE_ENV, "eval_env_kwargs": {"reward_clipping": False}},
+            "policy": {
+                "type": "dqn",
+                "model": {"hidden_size_list": [], "encoder": {"type": "nature", "shape": [4, 84, 84]}},
+            },
+        }
+    )
     obs_shape, spec = env_spaces(cfg.env, "dqn")
     assert obs_shape == (4, 84, 84) and spec.n == 6
     learner = create_policy(cfg.policy, int(np.prod(obs_shape)), spec, seed=0, device="cpu")
@@ -182,8 +228,11 @@ def test_every_role_reads_the_spaces_of_the_same_ale_env():
             collector.load_model_state_dict(learner.model_state_dict())
 
 
-PIXEL_CONFIGS = sorted(p for pattern in ("configs/minatar_*.py", "configs/pong_*.py", "configs/breakout_*.py")
-                       for p in __import__("glob").glob(pattern))
+PIXEL_CONFIGS = sorted(
+    p
+    for pattern in ("configs/minatar_*.py", "configs/pong_*.py", "configs/breakout_*.py")
+    for p in __import__("glob").glob(pattern)
+)
 
 
 @pytest.mark.parametrize("path", PIXEL_CONFIGS)
@@ -233,19 +282,54 @@ def test_atari_training_envs_play_whole_games_past_lost_lives_and_evaluators_see
 
 
 # a Pong cluster in seconds: one collector of 4 envs, evaluations of 100 agent steps (400 frames), small chunks
-PONG_TINY = ["--collectors", "1", "--set", "env.collector_env_num=4", "--set", "env.evaluator_env_num=1",
-             "--set", "env.n_evaluator_episode=1", "--set", "env.eval_env_kwargs.max_num_frames_per_episode=400",
-             "--set", "parallel.commander.collector_task_env_steps=1024"]
+PONG_TINY = [
+    "--collectors",
+    "1",
+    "--set",
+    "env.collector_env_num=4",
+    "--set",
+    "env.evaluator_env_num=1",
+    "--set",
+    "env.n_evaluator_episode=1",
+    "--set",
+    "env.eval_env_kwargs.max_num_frames_per_episode=400",
+    "--set",
+    "parallel.commander.collector_task_env_steps=1024",
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config, extra", [
-    ("configs/pong_dqn_parallel.py", ["--set", "policy.random_collect_size=500", "--set", "parallel.commander.eval_freq=100",
-                                      "--set", "parallel.collector.chunk_size=64",
-                                      "--set", "policy.other.replay_buffer.replay_buffer_size=1000"]),
-    ("configs/pong_ppo_parallel.py", ["--set", "policy.collect.n_sample=256", "--set", "policy.learn.batch_size=64",
-                                      "--set", "parallel.commander.eval_freq=2", "--set", "parallel.collector.chunk_size=256"]),
-])
+@pytest.mark.parametrize(
+    "config, extra",
+    [
+        (
+            "configs/pong_dqn_parallel.py",
+            [
+                "--set",
+                "policy.random_collect_size=500",
+                "--set",
+                "parallel.commander.eval_freq=100",
+                "--set",
+                "parallel.collector.chunk_size=64",
+                "--set",
+                "policy.other.replay_buffer.replay_buffer_size=1000",
+            ],
+        ),
+        (
+            "configs/pong_ppo_parallel.py",
+            [
+                "--set",
+                "policy.collect.n_sample=256",
+                "--set",
+                "policy.learn.batch_size=64",
+                "--set",
+                "parallel.commander.eval_freq=2",
+                "--set",
+                "parallel.collector.chunk_size=256",
+            ],
+        ),
+    ],
+)
 def test_pong_configs_train_in_the_cluster(cli, tmp_path, config, extra):
     """ALE's frame stacks end to end: packed chunks (each referring to the frames of the chunk before it), a
     learner whose checkpoints the collectors and evaluators load (the same spaces), whole-game evaluations; the

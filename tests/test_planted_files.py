@@ -4,6 +4,7 @@ The videos API serves only regular files inside the store (no link, FIFO, direct
 TorchScript it was not told to run (a planted archive's code runs while loading: it writes a marker file here),
 damaged checkpoints and exports are refused with one line, `plot` reads a run without writing into it, and names
 with a trailing newline are not names."""
+
 from __future__ import annotations
 
 import os
@@ -146,7 +147,7 @@ def test_a_damaged_export_is_refused_with_one_line(tmp_path, suffix, damage):
         module, obs_shape = cartpole_acting()
         export_acting(module, obs_shape, "discrete", suffix[1:], str(path))
         data = path.read_bytes()
-        path.write_bytes(data[:len(data) // 2])
+        path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ConfigError) as refused:
         parallel_rl.load_policy(str(path))
     assert one_line(str(refused.value)) and str(path) in str(refused.value)
@@ -188,8 +189,9 @@ def test_the_videos_api_serves_only_regular_files_inside_the_store(coordinator_f
         whole = requests.get(f"{server.url}/api/v1/videos/{storage.videos.name(1)}", timeout=5)
         assert whole.status_code == 200 and whole.content == video
         assert whole.headers["Content-Length"] == str(len(video)) and "Last-Modified" in whole.headers
-        part = requests.get(f"{server.url}/api/v1/videos/{storage.videos.name(1)}", headers={"Range": "bytes=10-19"},
-                            timeout=5)
+        part = requests.get(
+            f"{server.url}/api/v1/videos/{storage.videos.name(1)}", headers={"Range": "bytes=10-19"}, timeout=5
+        )
         assert part.status_code == 206 and part.content == video[10:20]
         assert requests.get(server.url + "/api/v1/health", timeout=5).json() == {"status": "ok"}
     finally:  # a reader blocked in open() of the FIFO (the bug) is let go, so the server can close
@@ -238,8 +240,10 @@ def cluster_state(root, eval_history) -> None:
         os.rmdir(root / name)
 
 
-POINTS = [{"t": 1.0, "env_steps": 10, "train_iter": 1, "eval_return": 5.0},
-          {"t": 2.0, "env_steps": 20, "train_iter": 2, "eval_return": 7.0}]
+POINTS = [
+    {"t": 1.0, "env_steps": 10, "train_iter": 1, "eval_return": 5.0},
+    {"t": 2.0, "env_steps": 20, "train_iter": 2, "eval_return": 7.0},
+]
 
 
 def test_plot_writes_nothing_into_the_runs_it_reads(tmp_path):
@@ -250,11 +254,15 @@ def test_plot_writes_nothing_into_the_runs_it_reads(tmp_path):
     assert sorted(os.listdir(tmp_path / "run")) == before == ["coordinator"]
 
 
-@pytest.mark.parametrize("damage", ["history not a list", "a point without env_steps", "a return not a number",
-                                    "config.json"])
+@pytest.mark.parametrize(
+    "damage", ["history not a list", "a point without env_steps", "a return not a number", "config.json"]
+)
 def test_plot_of_a_damaged_run_is_one_line_and_exit_2(tmp_path, damage):
-    history = {"history not a list": 5, "a point without env_steps": [{"t": 1.0, "eval_return": 1.0}],
-               "a return not a number": [{**POINTS[0], "eval_return": "high"}]}.get(damage, POINTS)
+    history = {
+        "history not a list": 5,
+        "a point without env_steps": [{"t": 1.0, "eval_return": 1.0}],
+        "a return not a number": [{**POINTS[0], "eval_return": "high"}],
+    }.get(damage, POINTS)
     cluster_state(tmp_path / "run", history)
     if damage == "config.json":
         (tmp_path / "run" / "config.json").write_text('{"env')

@@ -1,6 +1,7 @@
 """What people read: what `serial` and `run` show on a terminal (the real CLI under a pseudo-terminal, python's
 ``pty``, its output drawn as a terminal draws it: a carriage return goes back to the start of the line, later text
 overwrites), what `status` prints, how `plot` labels runs."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ def run_in_terminal(args, timeout: float = 120.0):
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "parallel_rl", *args], stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parallel_rl", *args], stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
     os.close(slave)
     chunks = []
     deadline = time.monotonic() + timeout
@@ -68,7 +70,7 @@ def screen(raw: str) -> list:
         elif token == "\r":
             col = 0
         else:
-            line[col:col + 1] = [token]
+            line[col : col + 1] = [token]
             col += 1
     lines.append("".join(line).rstrip())
     return lines
@@ -97,10 +99,23 @@ def check_terminal_output(raw: str, stop_value: str, marker: str = "steps/s="):
 def test_serial_on_a_terminal_keeps_log_records_off_the_bar(tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
-    code, raw = run_in_terminal(["serial", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
-                                 "--set", "serial.max_train_iter=40", "--set", "policy.eval.evaluator.eval_freq=10",
-                                 "--set", "policy.random_collect_size=64",
-                                 "--set", "env.stop_value=1000"])  # a stop value the budget ends before
+    code, raw = run_in_terminal(
+        [
+            "serial",
+            "-c",
+            str(config),
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            "--set",
+            "serial.max_train_iter=40",
+            "--set",
+            "policy.eval.evaluator.eval_freq=10",
+            "--set",
+            "policy.random_collect_size=64",
+            "--set",
+            "env.stop_value=1000",
+        ]
+    )  # a stop value the budget ends before
     assert code == 3, raw[-3000:]
     shown, bars = check_terminal_output(raw, "1000")
     assert any("serial: collecting 64 transitions" in line for line in shown)  # logged while the bar was shown
@@ -112,8 +127,19 @@ def test_serial_on_a_terminal_keeps_log_records_off_the_bar(tmp_path):
 def test_run_on_a_terminal_keeps_the_workers_lines_off_the_bar(tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
-    code, raw = run_in_terminal(["run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}", "--port", "0",
-                                 "--set", "parallel.commander.max_train_iter=200"])
+    code, raw = run_in_terminal(
+        [
+            "run",
+            "-c",
+            str(config),
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            "--port",
+            "0",
+            "--set",
+            "parallel.commander.max_train_iter=200",
+        ]
+    )
     assert code in (0, 3), raw[-3000:]
     shown, bars = check_terminal_output(raw, "4")
     assert any(re.match(r"\[(learner|collector)-\d+\] ", line) for line in shown)  # the workers' lines
@@ -128,10 +154,21 @@ def test_status_prints_dates_and_rounded_numbers(cli, tmp_path):
 
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
-    run, url = start_run(cli, tmp_path, str(config), "--set", "env.stop_value=1000",
-                         "--set", "parallel.coordinator.snapshot_interval=0.2")
-    eventually(lambda: (lambda c: c["state_saved_at"] and "loss" in c["learn_info"])(get(url, "/cluster")),
-               timeout=60, interval=0.1, message="a snapshot and a learner's loss")
+    run, url = start_run(
+        cli,
+        tmp_path,
+        str(config),
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.coordinator.snapshot_interval=0.2",
+    )
+    eventually(
+        lambda: (lambda c: c["state_saved_at"] and "loss" in c["learn_info"])(get(url, "/cluster")),
+        timeout=60,
+        interval=0.1,
+        message="a snapshot and a learner's loss",
+    )
     status = cli("status", "status", "--coordinator", url[: -len("/api/v1")])
     assert status.wait(30) == 0, status.output()
     text = status.output()
@@ -152,13 +189,43 @@ def test_plot_labels_cluster_runs_by_their_names(tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     for seed in (0, 1):
-        done = subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", str(config), "--port", "0",
-                               "--set", f"exp_name={tmp_path / f'toy_s{seed}'}", "--set", f"seed={seed}"],
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "run",
+                "-c",
+                str(config),
+                "--port",
+                "0",
+                "--set",
+                f"exp_name={tmp_path / f'toy_s{seed}'}",
+                "--set",
+                f"seed={seed}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
-    out = subprocess.run([sys.executable, "-m", "parallel_rl", "plot", str(tmp_path / "toy_s0" / "shared"),
-                          str(tmp_path / "toy_s1" / "shared"), "-o", str(tmp_path / "curves.png")],
-                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "plot",
+            str(tmp_path / "toy_s0" / "shared"),
+            str(tmp_path / "toy_s1" / "shared"),
+            "-o",
+            str(tmp_path / "curves.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "plot: toy: 2 run(s): toy_s0, toy_s1" in out.stdout, out.stdout
 
@@ -170,9 +237,25 @@ def test_a_resumed_run_s_steps_per_second_count_only_its_own_steps(tmp_path):
     config.write_text(TOY_CONFIG.replace("stop_value=4.0", "stop_value=1000.0"))
 
     def run(*extra):
-        done = subprocess.run([sys.executable, "-m", "parallel_rl", "run", "-c", str(config), "--port", "0",
-                               "--set", f"exp_name={tmp_path / 'exp'}", *extra],
-                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "run",
+                "-c",
+                str(config),
+                "--port",
+                "0",
+                "--set",
+                f"exp_name={tmp_path / 'exp'}",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 3, done.stderr[-3000:]  # the budget ran out before the stop value
         return done.stdout
 
@@ -192,9 +275,24 @@ def test_a_resumed_run_s_steps_per_second_count_only_its_own_steps(tmp_path):
 def test_eval_on_a_terminal_shows_the_episodes_played(tmp_path):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
-    trained = subprocess.run([sys.executable, "-m", "parallel_rl", "serial", "-c", str(config),
-                              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "serial.max_train_iter=20"],
-                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    trained = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "serial",
+            "-c",
+            str(config),
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            "--set",
+            "serial.max_train_iter=20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert trained.returncode in (0, 3), trained.stderr[-3000:]
     code, raw = run_in_terminal(["eval", "-c", str(config), "--run", str(tmp_path / "exp"), "--episodes", "20"])
     assert code == 0, raw[-3000:]

@@ -1,4 +1,5 @@
 """The HTTP layer: auth, typed errors, timeouts and retries against real servers on 127.0.0.1."""
+
 import json
 import socket
 import threading
@@ -153,8 +154,11 @@ def test_requests_sent_together_on_one_connection_are_all_answered_in_order():
     srv = ServerThread(app, threads=4, linger=0.0).start()
     host, port = srv.url.split("//")[1].split(":")
     bodies = [b'{"n": %d, "pad": "%s"}' % (i, b"x" * (100 * i)) for i in range(3)]
-    wire = b"".join(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(b), b) for b in bodies)
+    wire = b"".join(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(b), b)
+        for b in bodies
+    )
     try:
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(wire)
@@ -163,7 +167,7 @@ def test_requests_sent_together_on_one_connection_are_all_answered_in_order():
                 data = sock.recv(65536)  # a timeout (10 s) fails the test
                 assert data, received
                 received += data
-        answers = [json.loads(part[part.index(b"{"):]) for part in received.split(b"HTTP/1.1 ")[1:]]
+        answers = [json.loads(part[part.index(b"{") :]) for part in received.split(b"HTTP/1.1 ")[1:]]
         assert [a["n"] for a in answers] == [0, 1, 2]
         assert [len(a["pad"]) for a in answers] == [0, 100, 200]
     finally:

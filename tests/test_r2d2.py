@@ -1,5 +1,6 @@
 """R2D2 (policy.type='r2d2'): value rescaling, burn-in without gradient, the sequences' stored states, priorities
 per sequence in the serial buffer and in the cluster's replay index, and both pipelines end to end."""
+
 from __future__ import annotations
 
 import re
@@ -26,10 +27,15 @@ LENGTH = BURNIN + UNROLL + NSTEP
 def r2d2_cfg(**overrides):
     cfg = dict(
         env=dict(env_id="CartPole-v1", collector_env_num=3, evaluator_env_num=2, n_evaluator_episode=2),
-        policy=dict(type="r2d2", burnin_step=BURNIN, nstep=NSTEP,
-                    model=dict(hidden_size_list=[16], recurrent=dict(type="lstm", hidden_size=8)),
-                    learn=dict(unroll_len=UNROLL, batch_size=8, update_per_collect=2),
-                    collect=dict(n_sample=2)))
+        policy=dict(
+            type="r2d2",
+            burnin_step=BURNIN,
+            nstep=NSTEP,
+            model=dict(hidden_size_list=[16], recurrent=dict(type="lstm", hidden_size=8)),
+            learn=dict(unroll_len=UNROLL, batch_size=8, update_per_collect=2),
+            collect=dict(n_sample=2),
+        ),
+    )
     for key, value in overrides.items():
         cfg[key] = {**cfg[key], **value} if isinstance(cfg.get(key), dict) else value
     return compile_config(cfg)
@@ -53,7 +59,7 @@ def test_value_rescaling_and_its_inverse_are_inverses():
     torch.testing.assert_close(inverse_value_rescale(value_rescale(x)), x, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(value_rescale(inverse_value_rescale(x)), x, rtol=1e-6, atol=1e-6)
     # h squashes: h(500) = sqrt(501) - 1 + 0.5
-    assert float(value_rescale(torch.tensor(500.0))) == pytest.approx(501 ** 0.5 - 1 + 0.5, rel=1e-6)
+    assert float(value_rescale(torch.tensor(500.0))) == pytest.approx(501**0.5 - 1 + 0.5, rel=1e-6)
 
 
 def test_sequences_have_the_configured_layout_and_a_lanes_first_begins_with_padding():
@@ -73,7 +79,7 @@ def successors(seqs):
     pairs = []
     for i in range(len(seqs["obs"])):
         for j in range(len(seqs["obs"])):
-            if i != j and np.array_equal(seqs["obs"][j, :LENGTH - UNROLL], seqs["obs"][i, UNROLL:]):
+            if i != j and np.array_equal(seqs["obs"][j, : LENGTH - UNROLL], seqs["obs"][i, UNROLL:]):
                 pairs.append((i, j))
     return pairs
 
@@ -83,8 +89,9 @@ def test_the_state_stored_at_a_sequence_start_is_the_one_the_collector_acted_wit
     """Re-running the (unchanged) core over a sequence's first UNROLL rows from its stored state, zeroing it where
     episodes begin, lands on the state stored with the lane's next sequence: the collector's state, never reset at
     the collect-call boundaries between them, and zeroed at every episode start."""
-    cfg = r2d2_cfg(policy=dict(type="r2d2", model=dict(hidden_size_list=[16],
-                                                       recurrent=dict(type=kind, hidden_size=8))))
+    cfg = r2d2_cfg(
+        policy=dict(type="r2d2", model=dict(hidden_size_list=[16], recurrent=dict(type=kind, hidden_size=8)))
+    )
     policy, seqs = collect_sequences(cfg, calls=24)
     pairs = successors(seqs)
     assert len(pairs) >= 15, "too few consecutive sequences to check"
@@ -94,9 +101,9 @@ def test_the_state_stored_at_a_sequence_start_is_the_one_the_collector_acted_wit
     for i, j in pairs:
         obs = torch.as_tensor(seqs["obs"][i, :UNROLL, None])
         starts = torch.zeros(UNROLL, 1, dtype=torch.bool)
-        starts[1:, 0] = torch.as_tensor(seqs["end"][i, :UNROLL - 1])
+        starts[1:, 0] = torch.as_tensor(seqs["end"][i, : UNROLL - 1])
         with torch.no_grad():
-            _, after = core.unroll(obs, tuple(torch.as_tensor(seqs[k][i:i + 1]) for k in keys), starts)
+            _, after = core.unroll(obs, tuple(torch.as_tensor(seqs[k][i : i + 1]) for k in keys), starts)
         if seqs["end"][i, UNROLL - 1]:  # the row before the next sequence ended an episode: it starts afresh
             assert all((seqs[k][j] == 0).all() for k in keys)
             continue
@@ -116,8 +123,8 @@ def test_burn_in_rows_carry_no_gradient():
     grad = obs.grad.abs().sum(dim=(0, 2))  # per position in the sequence
     assert use.any()
     assert (grad[:BURNIN] == 0).all(), f"burn-in rows got gradient {grad[:BURNIN]}"
-    assert (grad[BURNIN:BURNIN + UNROLL] > 0).any(), "the trained rows got no gradient: the check is void"
-    assert (grad[BURNIN + UNROLL:] == 0).all(), "the n-step target rows must carry no gradient either"
+    assert (grad[BURNIN : BURNIN + UNROLL] > 0).any(), "the trained rows got no gradient: the check is void"
+    assert (grad[BURNIN + UNROLL :] == 0).all(), "the n-step target rows must carry no gradient either"
     # the burn-in rows' rewards and actions are not learnt from: changing them leaves the loss as it was
     changed = dict(batch, obs=seqs["obs"], reward=seqs["reward"].copy(), action=seqs["action"].copy())
     changed["reward"][:, :BURNIN] += 100.0
@@ -125,7 +132,6 @@ def test_burn_in_rows_carry_no_gradient():
     with torch.no_grad():
         same = policy.sequence_loss(dict(batch, obs=seqs["obs"]))[0]
         assert float(policy.sequence_loss(changed)[0]) == pytest.approx(float(same), rel=1e-6)
-
 
 
 def test_an_exported_r2d2_policy_acts_like_its_eval_mode_carrying_the_lstm_state(tmp_path):
@@ -159,8 +165,9 @@ def test_an_exported_r2d2_policy_acts_like_its_eval_mode_carrying_the_lstm_state
 
     expected = eval_mode_actions(resets=True)
     assert not np.array_equal(expected, eval_mode_actions(resets=False)), "the reset changes nothing: a void check"
-    memoryless = np.array([mode.forward(step, state=mode.initial_state(lanes))["action"]
-                           for episode in episodes for step in episode])
+    memoryless = np.array(
+        [mode.forward(step, state=mode.initial_state(lanes))["action"] for episode in episodes for step in episode]
+    )
     assert not np.array_equal(expected, memoryless), "the actions do not depend on the state: a void check"
     module = acting_module(policy)
     assert module.state_sizes == {"hidden_h": 8, "hidden_c": 8}
@@ -177,6 +184,7 @@ def test_an_exported_r2d2_policy_acts_like_its_eval_mode_carrying_the_lstm_state
         np.testing.assert_array_equal(np.array(actions), expected, err_msg=name)
         agent.reset()
         assert agent.act(episodes[0][0][0]) == expected[0][0], name  # one observation of one lane
+
 
 def test_sequence_priorities_reach_the_serial_buffer():
     cfg = r2d2_cfg()
@@ -202,17 +210,30 @@ def test_sequence_priorities_reach_the_serial_buffer():
     assert learner.train_iter == 1 + cfg.policy.learn.update_per_collect
 
 
-COUNTING = dict(env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5), collector_env_num=2,
-                evaluator_env_num=2, n_evaluator_episode=2, stop_value=4.0)
+COUNTING = dict(
+    env_id="parallel_rl/Counting-v0",
+    env_kwargs=dict(episode_length=5),
+    collector_env_num=2,
+    evaluator_env_num=2,
+    n_evaluator_episode=2,
+    stop_value=4.0,
+)
 
 
 def test_serial_r2d2_learns_the_toy_env(tmp_path):
-    cfg = r2d2_cfg(env=COUNTING, policy=dict(
-        learn=dict(unroll_len=UNROLL, batch_size=16, update_per_collect=4, target_update_freq=20),
-        other=dict(eps=dict(type="exp", start=0.95, end=0.05, decay=300),
-                   replay_buffer=dict(type="advanced", replay_buffer_size=500)),
-        eval=dict(evaluator=dict(eval_freq=10))),
-        serial=dict(max_env_step=3000), exp_name=str(tmp_path / "exp"))
+    cfg = r2d2_cfg(
+        env=COUNTING,
+        policy=dict(
+            learn=dict(unroll_len=UNROLL, batch_size=16, update_per_collect=4, target_update_freq=20),
+            other=dict(
+                eps=dict(type="exp", start=0.95, end=0.05, decay=300),
+                replay_buffer=dict(type="advanced", replay_buffer_size=500),
+            ),
+            eval=dict(evaluator=dict(eval_freq=10)),
+        ),
+        serial=dict(max_env_step=3000),
+        exp_name=str(tmp_path / "exp"),
+    )
     result = serial_pipeline(cfg)
     assert result.solved, result
 

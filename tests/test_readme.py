@@ -27,6 +27,7 @@ UNMARKED_PAGES aside); a block of another language is tested when it has one. On
 Commands find `parallel-rl` and `python` of the interpreter running the tests first on PATH, and import the
 checkout the tests run from.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,20 @@ SHELL_LANGUAGES = {"sh", "bash", "console"}
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 MARKER = re.compile(r"<!--\s*readme-test\b(?P<directives>(?:(?!-->).)*)-->\s*\Z", re.S)
 HEADING = re.compile(r"^#+ +(.+)$", re.M)
-KEYS = {"skip", "check", "slow", "timeout", "env", "before", "background", "wait", "replace", "exit", "expect",
-        "creates"}
+KEYS = {
+    "skip",
+    "check",
+    "slow",
+    "timeout",
+    "env",
+    "before",
+    "background",
+    "wait",
+    "replace",
+    "exit",
+    "expect",
+    "creates",
+}
 # the pages whose shell blocks are documentation of another kind (installs, long benchmarks, other hosts), not yet
 # marked; their marked blocks, if any, still run
 UNMARKED_PAGES = {"docs/deploy.md", "docs/benchmarks.md"}
@@ -85,8 +98,9 @@ def parse_directives(text: str, where: str) -> list:
         key, _, value = line.partition(":")
         key = key.strip()
         if key not in KEYS:
-            raise AssertionError(f"{where}: unknown readme-test directive {key!r} in {raw!r}; "
-                                 f"use one of {sorted(KEYS)}")
+            raise AssertionError(
+                f"{where}: unknown readme-test directive {key!r} in {raw!r}; use one of {sorted(KEYS)}"
+            )
         directives.append((key, value.strip()))
     return directives
 
@@ -101,8 +115,8 @@ def readme_blocks(path: Path = ROOT / "README.md") -> list:
     blocks, counts = [], {}
     for match in fences:
         line = text.count("\n", 0, match.start()) + 1
-        before = text[:match.start()]
-        headings = HEADING.findall(outside[:match.start()])
+        before = text[: match.start()]
+        headings = HEADING.findall(outside[: match.start()])
         section = headings[-1] if headings else "top"
         marker = MARKER.search(before[-3000:])
         directives = parse_directives(marker.group("directives"), f"{page} line {line}") if marker else None
@@ -123,10 +137,15 @@ TESTED = [b for b in BLOCKS if b.directives is not None]
 
 def test_every_shell_block_says_how_it_is_tested():
     """A shell block without a marker would go untested without anyone noticing."""
-    unmarked = [f"{b.where} ({b.section})" for b in BLOCKS
-                if b.lang in SHELL_LANGUAGES and b.directives is None and b.page not in UNMARKED_PAGES]
-    assert not unmarked, (f"shell blocks without a `<!-- readme-test ... -->` marker: {unmarked}; "
-                          f"see tests/test_readme.py for the directives")
+    unmarked = [
+        f"{b.where} ({b.section})"
+        for b in BLOCKS
+        if b.lang in SHELL_LANGUAGES and b.directives is None and b.page not in UNMARKED_PAGES
+    ]
+    assert not unmarked, (
+        f"shell blocks without a `<!-- readme-test ... -->` marker: {unmarked}; "
+        f"see tests/test_readme.py for the directives"
+    )
     assert [b for b in TESTED if not b.value("skip") and b.page == "README.md"], "no README block runs"
     assert [b for b in TESTED if b.value("check") == "synopsis"], "no page holds the CLI synopsis (check: synopsis)"
 
@@ -135,8 +154,10 @@ def test_the_readme_is_a_front_page():
     """Issue 42 item 9: the README is what the project is, the two commands, a tour and links (<= 25 KB); every
     page it links to is there, with the heading a link names (GitHub's heading ids)."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.encode()) <= 25_000, (f"README.md is {len(readme.encode())} bytes: move reference material "
-                                            f"to a docs/ page and link it (25,000 at most)")
+    assert len(readme.encode()) <= 25_000, (
+        f"README.md is {len(readme.encode())} bytes: move reference material "
+        f"to a docs/ page and link it (25,000 at most)"
+    )
     for target in re.findall(r"\]\(((?:docs/)[^)#\s]+)(?:#([^)\s]+))?\)", readme):
         path, anchor = ROOT / target[0], target[1]
         assert path.is_file(), f"README.md links to {target[0]}, which does not exist"
@@ -167,10 +188,14 @@ def workdir(tmp_path):
 
 def shell_env(block: Block) -> dict:
     bin_dir = os.path.dirname(sys.executable)
-    assert shutil.which("parallel-rl", path=bin_dir), (f"no parallel-rl script beside {sys.executable}: install "
-                                                       f"the project into that environment (make test does)")
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    assert shutil.which("parallel-rl", path=bin_dir), (
+        f"no parallel-rl script beside {sys.executable}: install the project into that environment (make test does)"
+    )
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     for item in block.values("env"):
         key, _, value = item.partition("=")
         env[key.strip()] = value.strip()
@@ -184,10 +209,16 @@ class Shell:
     def __init__(self, command: str, cwd: Path, env: dict, log: Path, lang: str = "sh"):
         self.command, self.log = command, log
         self._out = open(log, "w")
-        argv = [sys.executable, "-c", command] if lang == "python" else ["bash", "-e", "-o", "pipefail", "-c",
-                                                                          command]
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        argv = [sys.executable, "-c", command] if lang == "python" else ["bash", "-e", "-o", "pipefail", "-c", command]
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def output(self) -> str:
         return self.log.read_text()
@@ -197,8 +228,9 @@ class Shell:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"`{self.command}` still running after {timeout} s:\n{self.output()[-3000:]}") \
-                from None
+            raise AssertionError(
+                f"`{self.command}` still running after {timeout} s:\n{self.output()[-3000:]}"
+            ) from None
         finally:
             self.kill()
 
@@ -242,8 +274,10 @@ def run_block(block: Block, work: Path) -> None:
 
                 def printed(job=job, pattern=value):
                     if job.proc.poll() is not None:
-                        raise AssertionError(f"`{job.command}` exited ({job.proc.returncode}) before printing "
-                                             f"{pattern!r}:\n{job.output()[-3000:]}")
+                        raise AssertionError(
+                            f"`{job.command}` exited ({job.proc.returncode}) before printing "
+                            f"{pattern!r}:\n{job.output()[-3000:]}"
+                        )
                     return re.search(pattern, job.output(), re.M)
 
                 groups.update(eventually(printed, timeout=timeout, interval=0.05, message=value).groupdict())
@@ -256,14 +290,13 @@ def run_block(block: Block, work: Path) -> None:
         code = shell.wait(timeout)
         output = shell.output()
         expected = int(block.value("exit", 0))
-        assert code == expected, (f"{block.where} exited {code}, not {expected}:\n{body}\n---\n"
-                                  f"{output[-3000:]}")
+        assert code == expected, f"{block.where} exited {code}, not {expected}:\n{body}\n---\n{output[-3000:]}"
         for pattern in block.values("expect"):
-            assert re.search(pattern, output, re.M), (f"{block.where}: no line matching {pattern!r} "
-                                                      f"in its output:\n{output[-3000:]}")
+            assert re.search(pattern, output, re.M), (
+                f"{block.where}: no line matching {pattern!r} in its output:\n{output[-3000:]}"
+            )
         for pattern in block.values("creates"):
-            assert list(work.glob(pattern)), (f"{block.where} made no {pattern} in {work}: "
-                                              f"{sorted(os.listdir(work))}")
+            assert list(work.glob(pattern)), f"{block.where} made no {pattern} in {work}: {sorted(os.listdir(work))}"
     finally:
         for job in reversed(background):
             job.stop(timeout=60)
@@ -284,16 +317,24 @@ def check_synopsis(block: Block, work: Path) -> None:
     problems = []
     for line in lines:
         sub = line.split()[1]
-        help_run = subprocess.run(["parallel-rl", sub, "--help"], cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=60)
+        help_run = subprocess.run(
+            ["parallel-rl", sub, "--help"], cwd=work, env=env, capture_output=True, text=True, timeout=60
+        )
         if help_run.returncode != 0:
             problems.append(f"`parallel-rl {sub} --help` exited {help_run.returncode}: {help_run.stderr.strip()}")
             continue
         named = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", line))
-        named |= {word for choices in re.findall(r"(?<![\w.])([a-z_]+(?:\|[a-z_]+)+)(?![\w.])", line)
-                  for word in choices.split("|")}
-        named |= {alt.split()[0] for group in re.findall(r"\[([^][]*\|[^][]*)\]", line)
-                  for alt in group.split("|") if alt.split() and alt.split()[0].islower()}
+        named |= {
+            word
+            for choices in re.findall(r"(?<![\w.])([a-z_]+(?:\|[a-z_]+)+)(?![\w.])", line)
+            for word in choices.split("|")
+        }
+        named |= {
+            alt.split()[0]
+            for group in re.findall(r"\[([^][]*\|[^][]*)\]", line)
+            for alt in group.split("|")
+            if alt.split() and alt.split()[0].islower()
+        }
         for word in sorted(named):
             if not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", help_run.stdout):
                 problems.append(f"`{line}`: `parallel-rl {sub} --help` has no {word}")
@@ -320,8 +361,10 @@ def test_the_marker_convention_is_parsed_as_documented(tmp_path):
     """The parser itself, on a README of its own: markers bind to the next block only, unmarked shell blocks are
     found, an unknown directive is an error naming it."""
     readme = tmp_path / "README.md"
-    readme.write_text("## A\n\n<!-- readme-test\nslow\nexpect: ^hi$\n-->\n```sh\necho hi\n```\n\n"
-                      "```sh\necho unmarked\n```\n\n```\ndiagram\n```\n")
+    readme.write_text(
+        "## A\n\n<!-- readme-test\nslow\nexpect: ^hi$\n-->\n```sh\necho hi\n```\n\n"
+        "```sh\necho unmarked\n```\n\n```\ndiagram\n```\n"
+    )
     first, second, third = readme_blocks(readme)
     assert first.directives == [("slow", ""), ("expect", "^hi$")] and first.name == "a-1"
     assert second.directives is None and second.lang == "sh"

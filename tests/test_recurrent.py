@@ -1,5 +1,6 @@
 """Policies with memory: the collectors' and evaluators' per-lane recurrent state, the learner's sequences, and
 recurrent PPO end to end on CartPole with its velocities masked."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,16 @@ SMALL = ("--set", "policy.model.recurrent.hidden_size=16", "--set", "policy.lear
 
 
 def recurrent_cfg(kind: str = "lstm", unroll_len: int = 8, **env):
-    return compile_config(dict(env=dict(env_id="CartPole-v1", **env), policy=dict(
-        type="ppo", model=dict(hidden_size_list=[16], recurrent=dict(type=kind, hidden_size=8)),
-        learn=dict(unroll_len=unroll_len, batch_size=64))))
+    return compile_config(
+        dict(
+            env=dict(env_id="CartPole-v1", **env),
+            policy=dict(
+                type="ppo",
+                model=dict(hidden_size_list=[16], recurrent=dict(type=kind, hidden_size=8)),
+                learn=dict(unroll_len=unroll_len, batch_size=64),
+            ),
+        )
+    )
 
 
 def build(cfg, num_envs: int = 3, seed: int = 0):
@@ -177,7 +185,9 @@ def test_an_exported_recurrent_policy_carries_its_state_like_the_eval_mode(tmp_p
     assert not np.array_equal(np.array(expected), np.array(memoryless))
     module = acting_module(policy)
     assert module.state_sizes == {"hidden_h": 16, "hidden_c": 16}
-    agent = load_policy(export_acting(module, env.obs_shape, "discrete", "torchscript", str(tmp_path / "p.torchscript")))
+    agent = load_policy(
+        export_acting(module, env.obs_shape, "discrete", "torchscript", str(tmp_path / "p.torchscript"))
+    )
     assert agent.state_sizes == {"hidden_h": 16, "hidden_c": 16}
     np.testing.assert_array_equal(np.array([agent.act(step) for step in obs]), np.array(expected))
     agent.reset()
@@ -186,8 +196,9 @@ def test_an_exported_recurrent_policy_carries_its_state_like_the_eval_mode(tmp_p
 
 def run_cli(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
 
 
 def test_masked_cartpole_zeroes_the_velocities_only():
@@ -218,8 +229,17 @@ def test_recurrent_ppo_trains_serially_on_masked_cartpole_and_its_checkpoint_eva
 
 
 def test_recurrent_ppo_trains_on_a_cluster(cli, tmp_path):
-    run = cli("run", "run", "-c", os.path.join(REPO, "configs", "cartpole_novel_ppo_lstm_parallel.py"),
-              "--set", f"exp_name={tmp_path / 'exp'}", "--set", "parallel.commander.max_env_step=2048", *SMALL)
+    run = cli(
+        "run",
+        "run",
+        "-c",
+        os.path.join(REPO, "configs", "cartpole_novel_ppo_lstm_parallel.py"),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "parallel.commander.max_env_step=2048",
+        *SMALL,
+    )
     assert run.wait(240) in (0, 3), run.output()[-3000:]
     found = re.search(r"env_steps=(\d+) train_iter=(\d+)", run.output())
     assert found and int(found.group(1)) >= 2048 and int(found.group(2)) >= 6, run.output()[-2000:]
@@ -227,9 +247,16 @@ def test_recurrent_ppo_trains_on_a_cluster(cli, tmp_path):
 
 MINATAR_LSTM = os.path.join(REPO, "configs", "minatar_breakout_ppo_lstm.py")
 # a few hundred env steps: segments of 4 envs x 64 steps, sequences of 16 rows, one epoch; one short evaluation
-MINATAR_TINY = ("env.collector_env_num=4", "env.evaluator_env_num=1", "env.n_evaluator_episode=1",
-                "policy.collect.n_sample=256", "policy.learn.unroll_len=16", "policy.learn.batch_size=64",
-                "policy.learn.epoch_per_collect=1", "serial.max_env_step=512")
+MINATAR_TINY = (
+    "env.collector_env_num=4",
+    "env.evaluator_env_num=1",
+    "env.n_evaluator_episode=1",
+    "policy.collect.n_sample=256",
+    "policy.learn.unroll_len=16",
+    "policy.learn.batch_size=64",
+    "policy.learn.epoch_per_collect=1",
+    "serial.max_env_step=512",
+)
 
 
 def test_recurrent_ppo_runs_minatar_breakout_one_board_at_a_time(tmp_path):

@@ -1,6 +1,7 @@
 """Reliability III (issue #23), the data path: damaged chunks, store faults while a chunk is checked, metadata
 batches larger than the buffer, the learners' rendezvous. Real coordinators over HTTP on 127.0.0.1, real slave
 shells, real files; one regression test per finding."""
+
 import contextlib
 import errno
 import io
@@ -51,7 +52,12 @@ def test_chunks_of_a_metadata_batch_larger_than_the_buffer_are_deleted(tmp_path)
     # the first chunk's rows never fit: its file goes as an evicted chunk's does; the two others stay
     assert storage.chunks.names() == names[1:]
     assert (stats["size"], stats["pushed"], stats["evicted"], stats["chunks"], stats["chunks_deleted"]) == (
-        8, 12, 4, 2, 1)
+        8,
+        12,
+        4,
+        2,
+        1,
+    )
 
 
 def test_chunks_whose_deletion_fails_on_the_store_stay_indexed_and_are_deleted_later(tmp_path):
@@ -88,9 +94,11 @@ def test_a_chunks_file_stays_while_the_chunk_after_it_may_refer_to_its_frames(tm
     names = [chunk_name("cw", seq) for seq in (1, 2, 3, 4)]
     frames = np.arange(80, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
     for i, name in enumerate(names):
-        rows = {"obs": np.stack([frames[t:t + 4] for t in range(16 * i, 16 * i + 16)]),
-                "next_obs": np.stack([frames[t + 1:t + 5] for t in range(16 * i, 16 * i + 16)]),
-                "action": np.zeros(16, np.int64)}
+        rows = {
+            "obs": np.stack([frames[t : t + 4] for t in range(16 * i, 16 * i + 16)]),
+            "next_obs": np.stack([frames[t + 1 : t + 5] for t in range(16 * i, 16 * i + 16)]),
+            "action": np.zeros(16, np.int64),
+        }
         storage.chunks.write(name, packer.pack(name, rows))
         packer.written(name)
         assert replay.add_chunks([(name, 16, 0)], "collector-1") == [True]  # from the third on, evicts one
@@ -98,7 +106,7 @@ def test_a_chunks_file_stays_while_the_chunk_after_it_may_refer_to_its_frames(tm
         if i == 2:  # cw-1 evicted; cw-2, which refers to its frames, indexed
             assert storage.chunks.names() == names[:3]
             back = unpack_frames(storage.chunks.read(names[1]))["obs"]
-            assert np.array_equal(back, np.stack([frames[t:t + 4] for t in range(16, 32)]))
+            assert np.array_equal(back, np.stack([frames[t : t + 4] for t in range(16, 32)]))
     # cw-2 evicted too: cw-1 goes; cw-2 stays while cw-3 (referring to it) is indexed
     assert storage.chunks.names() == names[1:]
     assert replay.stats()["chunks_deleted"] == 1
@@ -113,9 +121,11 @@ def test_a_chunks_file_stays_while_rows_of_the_chunk_after_it_may_still_be_read(
     packer = FramePacker()
     frames = np.arange(40, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
     for name, first in ((chunk_name("cw", 1), 0), (chunk_name("cw", 2), 16)):
-        rows = {"obs": np.stack([frames[t:t + 4] for t in range(first, first + 16)]),
-                "next_obs": np.stack([frames[t + 1:t + 5] for t in range(first, first + 16)]),
-                "action": np.zeros(16, np.int64)}
+        rows = {
+            "obs": np.stack([frames[t : t + 4] for t in range(first, first + 16)]),
+            "next_obs": np.stack([frames[t + 1 : t + 5] for t in range(first, first + 16)]),
+            "action": np.zeros(16, np.int64),
+        }
         storage.chunks.write(name, packer.pack(name, rows))
         packer.written(name)
         replay.add_chunks([(name, 16, 0)], "collector-1")
@@ -140,8 +150,11 @@ def test_chunk_files_no_index_knows_are_swept_once_they_are_old(coordinator_fact
         storage.chunks.write(name, {"action": np.zeros(4, np.int64)})
     os.utime(storage.chunks.path("orphan-old"), (hour_ago, hour_ago))
     coordinator, server = coordinator_factory()  # the first sweep runs as its control loop starts
-    eventually(lambda: storage.chunks.names() == ["orphan-new"], timeout=10,
-               message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept")
+    eventually(
+        lambda: storage.chunks.names() == ["orphan-new"],
+        timeout=10,
+        message="the old unindexed chunk removed, the new one (its writer may announce it yet) kept",
+    )
     # an indexed chunk is never swept, however old
     storage.chunks.write("indexed-old", {"action": np.zeros(4, np.int64)})
     assert coordinator.replay.add_chunks([("indexed-old", 4, 0)], "collector-1") == [True]
@@ -165,27 +178,49 @@ def test_a_column_of_objects_is_refused_by_the_chunk_check(coordinator_factory, 
     object_column_npz(collector.storage.chunks.path("objects"), 4)
     with pytest.raises(StorageError, match="Python objects"):
         collector.storage.chunks.layout("objects")
-    message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "objects", "size": 4,
-               "policy_version": -1, "env_steps": 4, "episode_returns": []}
+    message = {
+        "type": "chunk",
+        "task_id": collector.received[0].task_id,
+        "chunk": "objects",
+        "size": 4,
+        "policy_version": -1,
+        "env_steps": 4,
+        "episode_returns": [],
+    }
     refused = post_metadata(server, collector, [message]).json()["refused"]
     assert [(r["code"], "Python objects" in r["message"]) for r in refused] == [("bad_request", True)]
     assert coordinator.replay.count() == 0
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("no frame pool", "a packed chunk without ['frame_pool']"),
-    ("a header declaring 2.9 TiB", "'frame_pool' declares float32[800000000000]"),
-])
-def test_damage_a_chunks_headers_show_is_refused_by_the_chunk_check(coordinator_factory, slaves, tmp_path,  # noqa: F811
-                                                                    kind, expected):
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("no frame pool", "a packed chunk without ['frame_pool']"),
+        ("a header declaring 2.9 TiB", "'frame_pool' declares float32[800000000000]"),
+    ],
+)
+def test_damage_a_chunks_headers_show_is_refused_by_the_chunk_check(
+    coordinator_factory,
+    slaves,
+    tmp_path,  # noqa: F811
+    kind,
+    expected,
+):
     """The coordinator reads an announced chunk's headers: sizes they declare must be what the file stores, a
     packed chunk must have its pool and both index columns. Both used to be indexed (the learner then met them)."""
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     damage_packed(Path(collector.storage.chunks.path("damaged")), kind, pack_frames(toy_rows(tmp_path, 16)))
-    message = {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": "damaged", "size": 16,
-               "policy_version": -1, "env_steps": 16, "episode_returns": []}
+    message = {
+        "type": "chunk",
+        "task_id": collector.received[0].task_id,
+        "chunk": "damaged",
+        "size": 16,
+        "policy_version": -1,
+        "env_steps": 16,
+        "episode_returns": [],
+    }
     refused = post_metadata(server, collector, [message]).json()["refused"]
     assert [(r["code"], expected in r["message"]) for r in refused] == [("bad_request", True)], refused
     assert coordinator.replay.count() == 0
@@ -225,8 +260,15 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
     coordinator, server = coordinator_factory(token=TOKEN, learner={"min_buffer_size": 32})
     api = server.url + "/api/v1"
     shared = tmp_path / "shared"
-    collector = cli("collector", "collector", "--coordinator", server.url, "--shared-dir", str(shared),
-                    env={"PARALLEL_RL_TOKEN": TOKEN})
+    collector = cli(
+        "collector",
+        "collector",
+        "--coordinator",
+        server.url,
+        "--shared-dir",
+        str(shared),
+        env={"PARALLEL_RL_TOKEN": TOKEN},
+    )
     eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] >= 6, timeout=60, message="6 chunks indexed")
     collector.stop()  # every chunk it wrote is announced now (it flushes before it exits)
     names = coordinator.storage.chunks.names()
@@ -245,10 +287,11 @@ def test_a_damaged_chunk_is_quarantined_and_the_learner_trains_on(coordinator_fa
         # logged once each, by the learner and by the coordinator
         for name in names[:2]:
             assert sum(f"chunk {name!r} is damaged" in r.getMessage() for r in caplog.records) == 1
-            assert sum("quarantined" in r.getMessage() and repr(name) in r.getMessage()
-                       for r in caplog.records) == 1
-        eventually(lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 2,
-                   message="the learner's learn info counting 2 damaged chunks")
+            assert sum("quarantined" in r.getMessage() and repr(name) in r.getMessage() for r in caplog.records) == 1
+        eventually(
+            lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 2,
+            message="the learner's learn info counting 2 damaged chunks",
+        )
         # and their files leave the store (grace 0 in this config)
         eventually(lambda: not zeros.exists() and not objects.exists(), message="the damaged files deleted")
 
@@ -263,11 +306,17 @@ def learner_after_quarantine(url: str, api: str, chunks: int, what: str):
     learner.start()
     threading.Thread(target=learner.run, daemon=True).start()
     try:
-        buffer = eventually(lambda: (lambda b: b if b["chunks_quarantined"] == chunks else None)(
-            get(api, "/buffers")["buffers"][0]), timeout=60, message=f"{what} quarantined")
+        buffer = eventually(
+            lambda: (lambda b: b if b["chunks_quarantined"] == chunks else None)(get(api, "/buffers")["buffers"][0]),
+            timeout=60,
+            message=f"{what} quarantined",
+        )
         start = get(api, "/cluster")["train_iter"]
-        eventually(lambda: get(api, "/cluster")["train_iter"] >= start + 20, timeout=60,
-                   message="the learner training on after the quarantine")
+        eventually(
+            lambda: get(api, "/cluster")["train_iter"] >= start + 20,
+            timeout=60,
+            message="the learner training on after the quarantine",
+        )
         yield buffer
     finally:
         learner.request_stop()
@@ -294,8 +343,9 @@ def npz_declaring(path, columns, member, shape):
         for key, value in columns.items():
             npy = io.BytesIO()
             if key == member:
-                np.lib.format.write_array_header_1_0(npy, {"descr": np.lib.format.dtype_to_descr(value.dtype),
-                                                           "fortran_order": False, "shape": shape})
+                np.lib.format.write_array_header_1_0(
+                    npy, {"descr": np.lib.format.dtype_to_descr(value.dtype), "fortran_order": False, "shape": shape}
+                )
                 npy.write(value.tobytes())
             else:
                 np.lib.format.write_array(npy, value)
@@ -320,7 +370,8 @@ def damage_packed(path, kind, columns):
 
 @pytest.mark.parametrize("kind", ["frame index past its pool", "no frame pool", "a header declaring 2.9 TiB"])
 def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_trains_on(
-        coordinator_factory, slaves, tmp_path, caplog, kind):  # noqa: F811
+    coordinator_factory, slaves, tmp_path, caplog, kind
+):  # noqa: F811
     """Packed chunks (frame stacks stored as single frames: here the toy env's 3-number observations as stacks
     of 3 one-number frames), announced by a collector and indexed, one of them then damaged on the disk in a
     way found only once it is loaded or its stacks rebuilt. The real learner drops its rows, tells the
@@ -334,9 +385,18 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
     packed = {name: pack_frames(rows) for name in (f"p-{i:07d}" for i in range(6))}
     for name, columns in packed.items():
         collector.storage.chunks.write(name, columns)
-        collector.send_metadata({"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name,
-                                 "size": 16, "policy_version": -1, "env_steps": 16, "episode_returns": []},
-                                urgent=True)
+        collector.send_metadata(
+            {
+                "type": "chunk",
+                "task_id": collector.received[0].task_id,
+                "chunk": name,
+                "size": 16,
+                "policy_version": -1,
+                "env_steps": 16,
+                "episode_returns": [],
+            },
+            urgent=True,
+        )
     assert collector.outbox.flush(5.0)
     eventually(lambda: get(api, "/buffers")["buffers"][0]["chunks"] == 6, message="6 packed chunks indexed")
     damaged = "p-0000002"
@@ -349,8 +409,10 @@ def test_a_packed_chunk_damaged_past_its_load_is_quarantined_and_the_learner_tra
         tasks = get(api, "/tasks?kind=learner")["tasks"]
         assert [t["state"] for t in tasks] == ["running"], tasks
         assert sum(f"chunk {damaged!r} is damaged" in r.getMessage() for r in caplog.records) == 1
-        eventually(lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 1,
-                   message="the learner's learn info counting 1 damaged chunk")
+        eventually(
+            lambda: get(api, "/cluster")["learn_info"].get("damaged_chunks") == 1,
+            message="the learner's learn info counting 1 damaged chunk",
+        )
         eventually(lambda: not path.exists(), message="the damaged file deleted")
 
 
@@ -374,12 +436,22 @@ def damaged_chunk_among_others(store):
 # ---- 6. a fault of the store while the coordinator checks a chunk -------------------------------------------
 def chunk_message(collector, name, rows=4):
     collector.storage.chunks.write(name, {"obs": np.zeros((rows, 1), np.float32), "action": np.zeros(rows, np.int64)})
-    return {"type": "chunk", "task_id": collector.received[0].task_id, "chunk": name, "size": rows,
-            "policy_version": -1, "env_steps": rows, "episode_returns": []}
+    return {
+        "type": "chunk",
+        "task_id": collector.received[0].task_id,
+        "chunk": name,
+        "size": rows,
+        "policy_version": -1,
+        "env_steps": rows,
+        "episode_returns": [],
+    }
 
 
-def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator_factory, slaves,  # noqa: F811
-                                                                     tmp_path):
+def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    tmp_path,
+):
     """The chunk directory replaced by a file (every read of the store fails with ENOTDIR, as a vanished NFS
     mount does) while a collector announces a chunk it wrote: the message is kept and sent again until the
     store is repaired, and /cluster says the store fails meanwhile."""
@@ -392,8 +464,10 @@ def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator
     data.rename(data.with_name("data.away"))
     data.write_bytes(b"not a directory")
     collector.send_metadata(message, urgent=True)
-    storage = eventually(lambda: (lambda s: s if not s["healthy"] else None)(get(api, "/cluster")["storage"]),
-                         message="the store shown failing")
+    storage = eventually(
+        lambda: (lambda s: s if not s["healthy"] else None)(get(api, "/cluster")["storage"]),
+        message="the store shown failing",
+    )
     assert storage["workers"] == ["coordinator"] and "ENOTDIR" in storage["error"]
     data.unlink()
     data.with_name("data.away").rename(data)
@@ -403,8 +477,7 @@ def test_a_store_fault_while_a_chunk_is_checked_is_retried_and_shown(coordinator
 
 
 @pytest.mark.parametrize("kind", S3_SERVERS)
-def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(kind, tmp_path, monkeypatch,
-                                                                     slaves):  # noqa: F811
+def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(kind, tmp_path, monkeypatch, slaves):  # noqa: F811
     """The same on S3 (a real server, moto's or SeaweedFS, stopped and started again on its port, its objects
     kept): the collector's announcement waits out the outage and the chunk is indexed once the store answers."""
     import boto3
@@ -428,8 +501,11 @@ def test_an_object_store_down_while_a_chunk_is_checked_loses_nothing(kind, tmp_p
         message = chunk_message(collector, "s3-1")
         store.stop()
         collector.send_metadata(message, urgent=True)
-        eventually(lambda: not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], timeout=30,
-                   message="the store shown failing")
+        eventually(
+            lambda: not get(server.url + "/api/v1", "/cluster")["storage"]["healthy"],
+            timeout=30,
+            message="the store shown failing",
+        )
         store = store.start_again()  # back on its port, with its objects
         eventually(lambda: coordinator.replay.count() == 4, timeout=30, message="the chunk indexed")
         assert collector.outbox.dropped == 0 and coordinator.env_steps == 4
@@ -457,8 +533,11 @@ def test_transient_faults_of_a_chunk_check_are_answered_unavailable(coordinator_
     eventually(lambda: get(server.url + "/api/v1", "/cluster")["storage"]["healthy"], message="the store healthy")
 
 
-def test_a_directory_in_place_of_a_chunk_is_a_bad_chunk_not_a_fault(coordinator_factory, slaves,  # noqa: F811
-                                                                    tmp_path):
+def test_a_directory_in_place_of_a_chunk_is_a_bad_chunk_not_a_fault(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    tmp_path,
+):
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
@@ -540,8 +619,16 @@ def run_group(secrets_hex, tmp_path):
 
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), secrets_hex[rank]], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), secrets_hex[rank]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
     try:
         port = ranks[0].stdout.readline().strip()
         assert port.isdigit(), ranks[0].stderr.read()[-2000:] if ranks[0].poll() is not None else port
@@ -564,8 +651,9 @@ def test_ranks_prove_they_hold_the_groups_secret_before_anything_is_sent(tmp_pat
     secret = group_secret("test-token").hex()
     # a process that joins in rank 1's place without the secret: both sides refuse, naming what each found
     out0, out1 = run_group([secret, group_secret("another token").hex()], tmp_path)
-    assert out0 == out1 and out0.startswith("refused: the learner ranks do not all hold the group's secret "
-                                            "(refused: rank 1 by rank 0; rank 0 by rank 1)"), out0
+    assert out0 == out1 and out0.startswith(
+        "refused: the learner ranks do not all hold the group's secret (refused: rank 1 by rank 0; rank 0 by rank 1)"
+    ), out0
     out0, out1 = run_group([secret, "-"], tmp_path)  # one without any secret: it says so
     assert out0 == out1 and "rank 1 has none)" in out0, out0
 
@@ -583,8 +671,9 @@ def test_spawned_ranks_get_only_the_environment_they_need(coordinator_factory, m
     aggregator.start()
     threading.Thread(target=aggregator.run, daemon=True).start()
     try:
-        learner = eventually(lambda: running_ranks(server.url + "/api/v1"), timeout=60,
-                             message="one learner with 2 running ranks")
+        learner = eventually(
+            lambda: running_ranks(server.url + "/api/v1"), timeout=60, message="one learner with 2 running ranks"
+        )
         rank1 = next(r for r in learner["ranks"] if r["rank"] == 1)
         with open(f"/proc/{rank1['pid']}/environ", "rb") as f:
             env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)

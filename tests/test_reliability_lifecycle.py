@@ -1,5 +1,6 @@
 """Reliability of the run's lifecycle (issue 23): what survives a coordinator's restart, how repeated failures end
 a run, and how a slave that cannot register again ends."""
+
 import threading
 
 import numpy as np
@@ -144,8 +145,7 @@ def test_the_same_error_again_and_again_fails_the_run_with_one_line_after_backin
             started.append(time.monotonic())
             raise RuntimeError(f"size mismatch for layer {len(started)}:\n  copying a param of shape [{len(started)}]")
 
-    coordinator, server = coordinator_factory(worker={"failure_backoff": 0.1},
-                                              commander={"max_repeated_failures": 5})
+    coordinator, server = coordinator_factory(worker={"failure_backoff": 0.1}, commander={"max_repeated_failures": 5})
     slave = AlwaysFails("collector", server.url).start()
     threading.Thread(target=slave.run, daemon=True).start()
     try:
@@ -155,7 +155,7 @@ def test_the_same_error_again_and_again_fails_the_run_with_one_line_after_backin
         assert "RuntimeError: size mismatch for layer 5: copying" in reason and "\n" not in reason
         assert len(started) == 5
         gaps = [b - a for a, b in zip(started, started[1:])]
-        assert all(gap >= 0.9 * 0.1 * 2 ** i for i, gap in enumerate(gaps)), gaps  # 0.1, 0.2, 0.4, 0.8 s
+        assert all(gap >= 0.9 * 0.1 * 2**i for i, gap in enumerate(gaps)), gaps  # 0.1, 0.2, 0.4, 0.8 s
     finally:
         slave.close()
 
@@ -228,9 +228,14 @@ def test_learner_failures_are_counted_in_a_window_not_for_ever(coordinator_facto
     assert coordinator.state == "failed" and "learner task failed 3 times within 600s" in coordinator.reason
 
 
-@pytest.mark.parametrize("section, values", [("commander", {"task_failure_window": -1.0}),
-                                             ("commander", {"max_repeated_failures": -1}),
-                                             ("worker", {"failure_backoff": 2.0, "failure_max_backoff": 1.0})])
+@pytest.mark.parametrize(
+    "section, values",
+    [
+        ("commander", {"task_failure_window": -1.0}),
+        ("commander", {"max_repeated_failures": -1}),
+        ("worker", {"failure_backoff": 2.0, "failure_max_backoff": 1.0}),
+    ],
+)
 def test_failure_limits_out_of_range_are_config_errors(tmp_path, section, values):
     from parallel_rl.errors import ConfigError
     from tests.support import toy_cluster_config
@@ -247,9 +252,11 @@ def test_a_run_whose_collector_tasks_all_fail_alike_exits_1_with_one_line(cli, t
     from tests.test_cluster import TOY_CONFIG, child_pids
 
     config = tmp_path / "broken.py"
-    config.write_text(TOY_CONFIG.replace('env_id="parallel_rl/Counting-v0"',
-                                         'env_id="parallel_rl_test/Broken-v0", import_names=["tests.broken_env"]')
-                      .replace("max_seconds=90.0", "max_seconds=60.0"))
+    config.write_text(
+        TOY_CONFIG.replace(
+            'env_id="parallel_rl/Counting-v0"', 'env_id="parallel_rl_test/Broken-v0", import_names=["tests.broken_env"]'
+        ).replace("max_seconds=90.0", "max_seconds=60.0")
+    )
     started = time.monotonic()
     run = cli("run", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}")
     assert run.wait(90) == 1, run.output()[-3000:]
@@ -268,8 +275,9 @@ def test_a_store_down_for_seconds_fails_the_learner_often_but_counts_once(coordi
 
     from parallel_rl.errors import StorageFaultError
 
-    coordinator, server = coordinator_factory(worker={"storage_backoff": 0.05, "storage_max_backoff": 5.0},
-                                              commander={"max_task_attempts": 3})
+    coordinator, server = coordinator_factory(
+        worker={"storage_backoff": 0.05, "storage_max_backoff": 5.0}, commander={"max_task_attempts": 3}
+    )
 
     class StoreDownLearner(ScriptedSlave):
         def execute(self, task):
@@ -281,9 +289,13 @@ def test_a_store_down_for_seconds_fails_the_learner_often_but_counts_once(coordi
     learner.start()
     threading.Thread(target=learner.run, daemon=True).start()
     try:
-        failed = eventually(lambda: (lambda t: t if len(t) >= 5 else None)(
-            requests.get(server.url + "/api/v1/tasks?kind=learner&state=failed", timeout=5).json()["tasks"]),
-            timeout=30, message="five failed learner tasks")
+        failed = eventually(
+            lambda: (lambda t: t if len(t) >= 5 else None)(
+                requests.get(server.url + "/api/v1/tasks?kind=learner&state=failed", timeout=5).json()["tasks"]
+            ),
+            timeout=30,
+            message="five failed learner tasks",
+        )
         assert all("Read-only" in t["error"] for t in failed)
         summary = requests.get(server.url + "/api/v1/cluster", timeout=5).json()
         assert summary["state"] == "running", summary

@@ -1,5 +1,6 @@
 """The HTTP transport under hostile clients and hostile inputs (issue #23: items 2, 7, 11, 12, 13): real
 servers on 127.0.0.1 with OS-picked ports, real sockets, real subprocesses."""
+
 import json
 
 import pytest
@@ -23,8 +24,12 @@ def assert_json_4xx(response, what: str):
 def post_as(server, worker, path, body):
     """``body`` (an object, or raw JSON text) posted to ``path`` as ``worker``, with its lease."""
     data = body if isinstance(body, str) else json.dumps(body)
-    return requests.post(f"{server.url}/api/v1{path}", data=data, timeout=10,
-                         headers={**AUTH, LEASE_HEADER: worker.coordinator.lease, "Content-Type": "application/json"})
+    return requests.post(
+        f"{server.url}/api/v1{path}",
+        data=data,
+        timeout=10,
+        headers={**AUTH, LEASE_HEADER: worker.coordinator.lease, "Content-Type": "application/json"},
+    )
 
 
 # ---- 13. authenticated hostile inputs are 4xx, never 500 ---------------------------------------------------
@@ -40,10 +45,24 @@ def test_numbers_past_float_range_and_deep_nesting_are_4xx_json(coordinator_fact
         (metadata, {"messages": [], "wait_for_allowance": HUGE}),
         (metadata, {"messages": [], "wait_for_allowance": -HUGE}),
         (sample, {"worker_id": learner.worker_id, "batch_size": 4, "wait": HUGE}),
-        (sample, {"worker_id": learner.worker_id, "batch_size": 4, "wait": 0.01,
-                  "priorities": {"index": [0], "uid": [0], "priority": [HUGE]}}),
-        (sample, {"worker_id": learner.worker_id, "batch_size": 4, "wait": 0.01,
-                  "priorities": {"index": [HUGE], "uid": [0], "priority": [1.0]}}),
+        (
+            sample,
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": 4,
+                "wait": 0.01,
+                "priorities": {"index": [0], "uid": [0], "priority": [HUGE]},
+            },
+        ),
+        (
+            sample,
+            {
+                "worker_id": learner.worker_id,
+                "batch_size": 4,
+                "wait": 0.01,
+                "priorities": {"index": [HUGE], "uid": [0], "priority": [1.0]},
+            },
+        ),
         (metadata, '{"messages": %s}' % deep),
     ]
     for path, body in cases:
@@ -52,8 +71,18 @@ def test_numbers_past_float_range_and_deep_nesting_are_4xx_json(coordinator_fact
     # messages carrying numbers past float range are refused one by one, in a 200 answer
     task_id = collector.received[0].task_id
     for worker, message in [
-        (collector, {"type": "chunk", "task_id": task_id, "chunk": "c-1", "size": 4, "policy_version": -1,
-                     "env_steps": 4, "episode_returns": [HUGE]}),
+        (
+            collector,
+            {
+                "type": "chunk",
+                "task_id": task_id,
+                "chunk": "c-1",
+                "size": 4,
+                "policy_version": -1,
+                "env_steps": 4,
+                "episode_returns": [HUGE],
+            },
+        ),
         (learner, {"type": "learn_info", "train_iter": 1, "info": {"loss": HUGE}}),
     ]:
         answer = post_as(server, worker, f"/workers/{worker.worker_id}/metadata", {"messages": [message]})
@@ -78,15 +107,34 @@ def test_an_evaluator_result_without_a_usable_mean_never_fails_the_request(coord
     evaluator = eventually(lambda: collector.inbox.take(lambda t: t.kind == "evaluator"), message="evaluator task")
     metadata = f"/workers/{collector.worker_id}/metadata"
     for mean in ("high", [1.0], HUGE, True):
-        answer = post_as(server, collector, metadata, {"messages": [
-            {"type": "task_done", "task_id": evaluator.task_id, "result": {"eval_episode_return_mean": mean}}]})
+        answer = post_as(
+            server,
+            collector,
+            metadata,
+            {
+                "messages": [
+                    {"type": "task_done", "task_id": evaluator.task_id, "result": {"eval_episode_return_mean": mean}}
+                ]
+            },
+        )
         assert answer.status_code == 200, answer.text
         refused = answer.json()["refused"]
         assert len(refused) == 1 and refused[0]["code"] == "bad_request", refused
         assert "eval_episode_return_mean" in refused[0]["message"]
-    answer = post_as(server, collector, metadata, {"messages": [
-        {"type": "task_done", "task_id": evaluator.task_id, "result": {"eval_episode_return_mean": None,
-                                                                        "episodes": 0}}]})
+    answer = post_as(
+        server,
+        collector,
+        metadata,
+        {
+            "messages": [
+                {
+                    "type": "task_done",
+                    "task_id": evaluator.task_id,
+                    "result": {"eval_episode_return_mean": None, "episodes": 0},
+                }
+            ]
+        },
+    )
     assert answer.status_code == 200 and answer.json()["refused"] == [], answer.text
     summary = requests.get(f"{server.url}/api/v1/cluster", headers=AUTH, timeout=5).json()
     assert summary["state"] == "running" and summary["last_eval_return"] is None
@@ -105,8 +153,18 @@ def test_a_role_on_a_taken_port_says_so_in_one_line_and_exits_2(cli, tmp_path, r
     port = holder.getsockname()[1]
     extra = ["--coordinator", "http://127.0.0.1:9"] if role == "collector" else []
     try:
-        proc = cli(role, role, "-c", "configs/cartpole_dqn.py", "--port", str(port),
-                   "--shared-dir", str(tmp_path / "shared"), *extra, env={"PARALLEL_RL_TOKEN": "t"})
+        proc = cli(
+            role,
+            role,
+            "-c",
+            "configs/cartpole_dqn.py",
+            "--port",
+            str(port),
+            "--shared-dir",
+            str(tmp_path / "shared"),
+            *extra,
+            env={"PARALLEL_RL_TOKEN": "t"},
+        )
         assert proc.wait(60) == 2, proc.output()
     finally:
         holder.close()
@@ -140,6 +198,7 @@ def test_an_oversized_answer_is_a_clear_error_and_is_not_read_whole():
                 sent.append(1)
                 yield b"x" * (1024 * 1024)
             yield b'"}'
+
         return Response(body(), mimetype="application/json")
 
     @app.get("/small")
@@ -164,9 +223,11 @@ def test_an_oversized_answer_is_a_clear_error_and_is_not_read_whole():
 # ---- 2. idle connections cannot exhaust the coordinator's descriptors -------------------------------------
 LOW_NOFILE = 200  # the coordinator's open-file limit in these tests: its derived cap is 136 connections
 
-LAUNCHER = ("import resource, runpy, sys; "
-            "resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
-            "sys.argv = ['parallel-rl'] + sys.argv[1:]; runpy.run_module('parallel_rl', run_name='__main__')")
+LAUNCHER = (
+    "import resource, runpy, sys; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+    "sys.argv = ['parallel-rl'] + sys.argv[1:]; runpy.run_module('parallel_rl', run_name='__main__')"
+)
 
 
 @pytest.fixture
@@ -180,14 +241,29 @@ def low_limit_coordinator(tmp_path):
     log_path = tmp_path / "coordinator.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", LAUNCHER.format(n=LOW_NOFILE), "coordinator", "-c", "configs/cartpole_dqn.py",
-             "--port", "0", "--shared-dir", str(tmp_path / "shared")],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN})
+            [
+                sys.executable,
+                "-c",
+                LAUNCHER.format(n=LOW_NOFILE),
+                "coordinator",
+                "-c",
+                "configs/cartpole_dqn.py",
+                "--port",
+                "0",
+                "--shared-dir",
+                str(tmp_path / "shared"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN},
+        )
     try:
-        found = eventually(lambda: proc.poll() is None and re.search(r"REST API: (http://\S+)/api/v1",
-                                                                      log_path.read_text()),
-                           timeout=60, message=f"the coordinator's URL in {log_path}")
+        found = eventually(
+            lambda: proc.poll() is None and re.search(r"REST API: (http://\S+)/api/v1", log_path.read_text()),
+            timeout=60,
+            message=f"the coordinator's URL in {log_path}",
+        )
         yield found.group(1), proc, log_path
     finally:
         proc.kill()
@@ -224,7 +300,7 @@ def test_idle_connections_past_the_open_file_limit_leave_the_coordinator_answeri
         busy = (cpu_seconds(proc.pid) - before) / (time.monotonic() - started)
         assert busy < 0.5, f"the coordinator used {busy:.0%} of a core with idle connections open"
         # it closed idle connections to stay under its limit: the oldest ones read their end
-        closed = sum(1 for sock in idle[:LOW_NOFILE // 2] if _closed_by_peer(sock))
+        closed = sum(1 for sock in idle[: LOW_NOFILE // 2] if _closed_by_peer(sock))
         assert closed > 0, "no idle connection was closed"
     finally:
         for sock in idle:
@@ -276,8 +352,11 @@ def test_clients_sending_a_byte_at_a_time_hold_no_thread_and_are_cut_at_the_requ
     head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
     body = b'{"pad": "' + b"x" * 40 + b'"}'
     # (sent at once, then trickled): six trickle the head, five a small body, one a body too large to wait for
-    plans = ([(b"", head % len(body) + body)] * 6 + [(head % len(body), body)] * 5
-             + [(head % 1_000_000, b"{" + b" " * 999_999)])
+    plans = (
+        [(b"", head % len(body) + body)] * 6
+        + [(head % len(body), body)] * 5
+        + [(head % 1_000_000, b"{" + b" " * 999_999)]
+    )
     socks = [socket.create_connection((host, int(port)), timeout=10) for _ in plans]
     stop = threading.Event()
 

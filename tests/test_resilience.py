@@ -1,4 +1,5 @@
 """Losing a process: the coordinator restarted mid-run, a run resumed after Ctrl-C."""
+
 import re
 import signal
 
@@ -26,9 +27,23 @@ def test_coordinator_restart_mid_run_keeps_counters_buffer_and_workers(cli, tmp_
     shared = str(tmp_path / "shared")
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
-    args = ("coordinator", "-c", str(config), "--port", port, "--shared-dir", shared, "--set", "env.stop_value=1000",
-            "--set", "parallel.coordinator.snapshot_interval=0.5", "--set", "parallel.coordinator.heartbeat_ttl=10",
-            "--set", f"exp_name={tmp_path / 'exp'}")
+    args = (
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        shared,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.coordinator.snapshot_interval=0.5",
+        "--set",
+        "parallel.coordinator.heartbeat_ttl=10",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+    )
     coordinator = cli("coordinator", *args, env=ENV)
     coordinator.wait_line(r"^REST API: ")
     learner = cli("learner", "learner", "--coordinator", url, "--shared-dir", shared, env=ENV)
@@ -38,21 +53,31 @@ def test_coordinator_restart_mid_run_keeps_counters_buffer_and_workers(cli, tmp_
     # `first` was read before a snapshot that was saved before `last`: after the kill the restarted coordinator
     # must show counters between the two (at most one snapshot interval lost, nothing counted twice)
     first, first_buffer = snapshot(url)
-    eventually(lambda: (get(url, "/cluster")["state_saved_at"] or 0) > first["started_at"] + first["uptime"],
-               timeout=10, message="a snapshot after the first reading")
+    eventually(
+        lambda: (get(url, "/cluster")["state_saved_at"] or 0) > first["started_at"] + first["uptime"],
+        timeout=10,
+        message="a snapshot after the first reading",
+    )
     saved_at = get(url, "/cluster")["state_saved_at"]
     eventually(lambda: get(url, "/cluster")["state_saved_at"] > saved_at, timeout=10, message="one more snapshot")
     last, last_buffer = snapshot(url)
-    workers = {w["worker_id"]: w["pid"] for kind in ("learners", "collectors") for w in get(url, f"/{kind}")[kind]
-               if w["state"] == "busy"}
+    workers = {
+        w["worker_id"]: w["pid"]
+        for kind in ("learners", "collectors")
+        for w in get(url, f"/{kind}")[kind]
+        if w["state"] == "busy"
+    }
     assert len(workers) == 2, workers
     coordinator.proc.send_signal(signal.SIGKILL)
     coordinator.wait(10)
 
     restarted = cli("coordinator-2", *args, env=ENV)
     # what it restored, before serving (the workers report progress again as soon as it serves)
-    resumed = restarted.wait_line(r"^coordinator: resumed the saved state of \S+: env_steps=(\d+) "
-                                  r"train_iter=(\d+) buffer=(\d+)$", timeout=30)
+    resumed = restarted.wait_line(
+        r"^coordinator: resumed the saved state of \S+: env_steps=(\d+) "
+        r"train_iter=(\d+) buffer=(\d+)$",
+        timeout=30,
+    )
     restored = dict(zip(("env_steps", "train_iter", "buffer"), map(int, resumed.groups())))
     restarted.wait_line(r"^REST API: ")
     for key in ("env_steps", "train_iter"):
@@ -62,11 +87,22 @@ def test_coordinator_restart_mid_run_keeps_counters_buffer_and_workers(cli, tmp_
     assert after["resumed_from"] is not None and after["started_at"] == first["started_at"]
     assert after["env_steps"] >= restored["env_steps"] and after["train_iter"] >= restored["train_iter"]
     # the workers kept running and are re-adopted under their ids (same processes)
-    eventually(lambda: {w["worker_id"]: (w["pid"], w["state"]) for kind in ("learners", "collectors")
-                        for w in get(url, f"/{kind}")[kind] if w["worker_id"] in workers}
-               == {k: (pid, "busy") for k, pid in workers.items()}, timeout=30, message="the same workers busy again")
-    eventually(lambda: get(url, "/cluster")["train_iter"] > last["train_iter"] + 20, timeout=60,
-               message="training continues")
+    eventually(
+        lambda: (
+            {
+                w["worker_id"]: (w["pid"], w["state"])
+                for kind in ("learners", "collectors")
+                for w in get(url, f"/{kind}")[kind]
+                if w["worker_id"] in workers
+            }
+            == {k: (pid, "busy") for k, pid in workers.items()}
+        ),
+        timeout=30,
+        message="the same workers busy again",
+    )
+    eventually(
+        lambda: get(url, "/cluster")["train_iter"] > last["train_iter"] + 20, timeout=60, message="training continues"
+    )
     assert learner.proc.poll() is None and collector.proc.poll() is None
     restarted.proc.send_signal(signal.SIGTERM)
     assert restarted.wait(30) == 0
@@ -111,8 +147,20 @@ def test_run_resumed_after_ctrl_c_continues_training(cli, tmp_path):
     # the saved policy may already reach the toy's stop value (an eval on resume would end the run before the
     # learner starts): the resumed run trains to an iteration budget instead, which only the learner can use up
     budget = int(stopped.group(2)) + 30
-    again = cli("run-2", "run", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}", "--resume", shared,
-                "--set", "env.stop_value=1000", "--set", f"parallel.commander.max_train_iter={budget}")
+    again = cli(
+        "run-2",
+        "run",
+        "-c",
+        str(config),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--resume",
+        shared,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        f"parallel.commander.max_train_iter={budget}",
+    )
     resumed = again.wait_line(r"^resumed \S+: env_steps=(\d+) train_iter=(\d+) policy_version=\d+ buffer=(\d+)")
     assert int(resumed.group(1)) == int(stopped.group(1)) and int(resumed.group(2)) == int(stopped.group(2))
     assert int(resumed.group(3)) > 0
@@ -120,7 +168,9 @@ def test_run_resumed_after_ctrl_c_continues_training(cli, tmp_path):
     learner_iter = int(again.wait_line(r"resumed from learner state (\d+)", timeout=60).group(1))
     assert learner_iter >= 40
     assert again.wait(120) == 3, again.output()[-3000:]  # the budget ran out before the (unreachable) stop value
-    assert re.search(rf"^stopped: train iteration budget {budget} used up", again.output(), re.M), again.output()[-3000:]
+    assert re.search(rf"^stopped: train iteration budget {budget} used up", again.output(), re.M), again.output()[
+        -3000:
+    ]
     final = re.search(r"env_steps=(\d+) train_iter=(\d+)", again.output().rsplit("stopped:", 1)[1])
     # the budget is train iterations: the learner may use it up on the resumed buffer before new env steps arrive
     assert int(final.group(1)) >= int(stopped.group(1)) and int(final.group(2)) >= budget
@@ -136,9 +186,23 @@ def test_a_learner_silent_past_its_lease_registers_again_once_its_task_ended_and
     shared = str(tmp_path / "shared")
     port = str(free_port())
     url = f"http://127.0.0.1:{port}"
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port, "--shared-dir", shared,
-                      "--set", "env.stop_value=1000", "--set", "parallel.commander.max_seconds=300",
-                      "--set", f"exp_name={tmp_path / 'exp'}", env=ENV)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        shared,
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "parallel.commander.max_seconds=300",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        env=ENV,
+    )
     coordinator.wait_line(r"^REST API: ")
     learner = cli("learner", "learner", "--coordinator", url, "--shared-dir", shared, env=ENV)
     cli("collector", "collector", "--coordinator", url, "--shared-dir", shared, env=ENV)
@@ -146,8 +210,11 @@ def test_a_learner_silent_past_its_lease_registers_again_once_its_task_ended_and
     first = get(url, "/learners")["learners"][0]["worker_id"]
     learner.proc.send_signal(signal.SIGSTOP)
     try:
-        eventually(lambda: get(url, "/learners")["learners"][0]["state"] == "lost", timeout=30,
-                   message="the stopped learner marked lost")
+        eventually(
+            lambda: get(url, "/learners")["learners"][0]["state"] == "lost",
+            timeout=30,
+            message="the stopped learner marked lost",
+        )
         before = get(url, "/cluster")["train_iter"]
     finally:
         learner.proc.send_signal(signal.SIGCONT)

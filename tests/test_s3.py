@@ -1,6 +1,7 @@
 """The shared store on S3: real S3 servers over HTTP on 127.0.0.1, moto's emulator and SeaweedFS (a production
 store), and our real code talking to them; every test that takes ``s3_server`` (or ``s3_env``, ``bucket``) runs on
 both (:mod:`tests.support.s3`)."""
+
 import logging
 import os
 import re
@@ -11,16 +12,26 @@ import pytest
 
 from parallel_rl.errors import PathOutsideRootError, StorageError, StorageFaultError, StorageUnavailableError
 from parallel_rl.storage import SharedStorage
-from tests.support.s3 import (S3_SERVERS, bucket, objects, point_at, s3_env, s3_server,  # noqa: F401 (fixtures)
-                              start_s3)
+from tests.support.s3 import (
+    S3_SERVERS,
+    bucket,  # noqa: F401 (a fixture)
+    objects,
+    point_at,
+    s3_env,  # noqa: F401 (a fixture)
+    s3_server,  # noqa: F401 (fixtures)
+    start_s3,
+)
 from tests.test_operations import ENV as TOKEN_ENV, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def columns(n=8):
-    return {"obs": np.arange(n * 4, dtype=np.float32).reshape(n, 4), "action": np.arange(n) % 2,
-            "done": np.zeros(n, dtype=bool)}
+    return {
+        "obs": np.arange(n * 4, dtype=np.float32).reshape(n, 4),
+        "action": np.arange(n) % 2,
+        "done": np.zeros(n, dtype=bool),
+    }
 
 
 # ---- the storage module on S3 --------------------------------------------------------------------
@@ -109,18 +120,26 @@ def test_reset_removes_only_our_objects(bucket):
 def test_endpoint_and_credentials_may_come_from_config_keys(bucket, s3_env, monkeypatch):
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key)
-    store = SharedStorage(f"s3://{bucket}/run", {"endpoint_url": s3_env["AWS_ENDPOINT_URL"],
-                                                 "key": s3_env["AWS_ACCESS_KEY_ID"],
-                                                 "secret": s3_env["AWS_SECRET_ACCESS_KEY"]})
+    store = SharedStorage(
+        f"s3://{bucket}/run",
+        {
+            "endpoint_url": s3_env["AWS_ENDPOINT_URL"],
+            "key": s3_env["AWS_ACCESS_KEY_ID"],
+            "secret": s3_env["AWS_SECRET_ACCESS_KEY"],
+        },
+    )
     store.chunks.write("c1", columns())
     assert store.chunks.names() == ["c1"] and store.chunks.read("c1")["action"].tolist() == columns()["action"].tolist()
 
 
-@pytest.mark.parametrize("url, cause", [
-    ("ftp://example.org/shared", "unsupported protocol 'ftp'"),
-    ("nosuchprotocol://x/y", "unsupported protocol 'nosuchprotocol'"),
-    ("s3://", "no bucket in the URL"),
-])
+@pytest.mark.parametrize(
+    "url, cause",
+    [
+        ("ftp://example.org/shared", "unsupported protocol 'ftp'"),
+        ("nosuchprotocol://x/y", "unsupported protocol 'nosuchprotocol'"),
+        ("s3://", "no bucket in the URL"),
+    ],
+)
 def test_unusable_urls_are_refused_with_their_cause(url, cause):
     with pytest.raises(StorageUnavailableError, match=re.escape(cause)):
         SharedStorage(url)
@@ -143,8 +162,17 @@ def s3_auth_enforced(s3_server, monkeypatch):
 
 
 def assert_fails_fast(cli, tmp_path, url, cause, env, *command):
-    proc = cli("bad", *(command or ("run",)), "-c", str(REPO / "configs" / "cartpole_dqn_parallel.py"),
-               "--shared-dir", url, "--set", f"exp_name={tmp_path / 'exp'}", env=env)
+    proc = cli(
+        "bad",
+        *(command or ("run",)),
+        "-c",
+        str(REPO / "configs" / "cartpole_dqn_parallel.py"),
+        "--shared-dir",
+        url,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        env=env,
+    )
     assert proc.wait(60) == 2, proc.output()[-2000:]
     lines = proc.output().strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.output(), proc.output()[-2000:]
@@ -160,13 +188,22 @@ def test_cli_refuses_a_missing_bucket(cli, tmp_path, s3_env, command):
 def test_cli_refuses_wrong_credentials(cli, tmp_path, bucket, s3_env, s3_auth_enforced):
     env = dict(s3_env, AWS_ACCESS_KEY_ID="AKIAWRONGWRONGWRONG1", AWS_SECRET_ACCESS_KEY="wrong")
     # moto: "The AWS Access Key Id you provided ...", SeaweedFS: "The access key ID you provided ..."
-    assert_fails_fast(cli, tmp_path, f"s3://{bucket}/run",
-                      "(?i)PermissionError: The (AWS )?Access Key Id you provided does not exist", env)
+    assert_fails_fast(
+        cli,
+        tmp_path,
+        f"s3://{bucket}/run",
+        "(?i)PermissionError: The (AWS )?Access Key Id you provided does not exist",
+        env,
+    )
 
 
 def test_cli_refuses_an_unreachable_endpoint(cli, tmp_path):
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     assert_fails_fast(cli, tmp_path, "s3://some-bucket/run", "Could not connect", env)
 
 
@@ -194,9 +231,21 @@ def run_roles_on_s3(cli, tmp_path, bucket, s3_env, config, *settings, timeout=12
     for worker in workers:
         worker.wait_line(r"serving on http://")
     cwd, env = own_dirs(tmp_path, "coordinator")
-    coordinator = cli("coordinator", "coordinator", "-c", str(config), "--port", port,
-                      "--shared-dir", f"s3://{bucket}/run", "--set", "exp_name=exp", *settings,
-                      env={**s3_env, **TOKEN_ENV, **env}, cwd=cwd)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        str(config),
+        "--port",
+        port,
+        "--shared-dir",
+        f"s3://{bucket}/run",
+        "--set",
+        "exp_name=exp",
+        *settings,
+        env={**s3_env, **TOKEN_ENV, **env},
+        cwd=cwd,
+    )
     assert coordinator.wait(timeout) == 0, coordinator.output()[-3000:]
     assert len(set(re.findall(r"registered ((?:learner|collector)-\d+)", coordinator.output()))) == 3
     for worker in workers:
@@ -221,8 +270,16 @@ def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
 
 @pytest.mark.slow
 def test_role_processes_solve_cartpole_on_s3(cli, tmp_path, bucket, s3_env):
-    coordinator = run_roles_on_s3(cli, tmp_path, bucket, s3_env, REPO / "configs" / "cartpole_dqn_parallel.py",
-                                  "--set", "parallel.commander.max_seconds=150", timeout=200)
+    coordinator = run_roles_on_s3(
+        cli,
+        tmp_path,
+        bucket,
+        s3_env,
+        REPO / "configs" / "cartpole_dqn_parallel.py",
+        "--set",
+        "parallel.commander.max_seconds=150",
+        timeout=200,
+    )
     assert re.search(r"^coordinator: solved: eval return \d+\.\d >= stop value 195", coordinator.output(), re.M)
 
 
@@ -233,8 +290,18 @@ def test_run_on_s3_solves_the_toy_env(cli, tmp_path, bucket, s3_env):
     config = tmp_path / "toy.py"
     config.write_text(TOY_CONFIG)
     cwd, env = own_dirs(tmp_path, "run")
-    run = cli("run", "run", "-c", str(config), "--shared-dir", f"s3://{bucket}/run", "--set", "exp_name=exp",
-              env={**s3_env, **env}, cwd=cwd)
+    run = cli(
+        "run",
+        "run",
+        "-c",
+        str(config),
+        "--shared-dir",
+        f"s3://{bucket}/run",
+        "--set",
+        "exp_name=exp",
+        env={**s3_env, **env},
+        cwd=cwd,
+    )
     assert run.wait(120) == 0, run.output()[-3000:]
     assert re.search(r"^solved: eval return", run.output(), re.M)
     assert not (cwd / "exp" / "shared").exists()
@@ -250,8 +317,11 @@ def read_chunks_fetches_several_and_reports_the_gone(store):
     store.chunks.write("c1", columns(3))
     store.chunks.write("c2", columns(5))
     got = store.chunks.read_many(["c1", "c2", "gone"])
-    assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == \
-        {"c1": 3, "c2": 5, "gone": None}
+    assert {name: None if cols is None else len(cols["obs"]) for name, cols in got.items()} == {
+        "c1": 3,
+        "c2": 5,
+        "gone": None,
+    }
     assert store.chunks.read_many([]) == {}  # a batch whose chunks are all cached asks for none
 
 
@@ -280,7 +350,8 @@ def test_coordinator_state_is_saved_to_and_resumed_from_s3(bucket, tmp_path, cap
     first.snapshots.save_state()
     older, newest = first.storage.states.seqs()
     assert [k for k in objects(bucket, "run/coordinator/")] == [
-        f"run/coordinator/state_{seq:09d}.{ext}" for seq in (older, newest) for ext in ("json", "npz")]
+        f"run/coordinator/state_{seq:09d}.{ext}" for seq in (older, newest) for ext in ("json", "npz")
+    ]
 
     second = coordinator()
     assert second.snapshots.resume() and second.snapshots.resumed_from == newest

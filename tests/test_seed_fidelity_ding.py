@@ -1,6 +1,7 @@
 """Code written for DI-engine's ``ding.worker`` runs here unchanged: written from DI-engine's documented signatures
 and behaviour (constructors' keywords, the ``_env`` / ``_policy`` resets, collect's defaults and argument order,
 BaseLearner's parallel entry and properties, and a policy written in DI-engine's style)."""
+
 import inspect
 import logging
 import os
@@ -13,10 +14,19 @@ from parallel_rl.data import BUFFER_REGISTRY, create_buffer
 from parallel_rl.envs import EnvManager
 from parallel_rl.envs.multiagent import BattleEnvManager
 from parallel_rl.policy.bots import create_bot
-from parallel_rl.worker import (BaseLearner, BattleEpisodeSerialCollector, BattleInteractionSerialEvaluator,
-                                BattleSampleSerialCollector, EpisodeSerialCollector, InteractionSerialEvaluator,
-                                MetricSerialEvaluator, SampleSerialCollector, create_learner, create_serial_collector,
-                                create_serial_evaluator)
+from parallel_rl.worker import (
+    BaseLearner,
+    BattleEpisodeSerialCollector,
+    BattleInteractionSerialEvaluator,
+    BattleSampleSerialCollector,
+    EpisodeSerialCollector,
+    InteractionSerialEvaluator,
+    MetricSerialEvaluator,
+    SampleSerialCollector,
+    create_learner,
+    create_serial_collector,
+    create_serial_evaluator,
+)
 
 from .support import ConstantPolicy, eventually
 from .test_learner import FakeLearnMode, learner_cfg
@@ -47,9 +57,14 @@ def countdown(n=2):
 @pytest.mark.parametrize("kind", ["sample", "episode"])
 def test_create_serial_collector_takes_the_pipeline_keywords_and_writes_to_tb_logger(kind):
     writer = RecordingWriter()
-    collector = create_serial_collector(EasyDict(type=kind, n_sample=8, n_episode=4), env=counting(),
-                                        policy=ConstantPolicy(1), tb_logger=writer, exp_name="exp",
-                                        instance_name="my_collector")
+    collector = create_serial_collector(
+        EasyDict(type=kind, n_sample=8, n_episode=4),
+        env=counting(),
+        policy=ConstantPolicy(1),
+        tb_logger=writer,
+        exp_name="exp",
+        instance_name="my_collector",
+    )
     collector.collect(train_iter=3)
     assert ("my_collector_iter/envstep_count", 3) in writer.tags("my_collector_iter/")
     assert any(t == "my_collector_step/envstep_count" for t, _ in writer.tags("my_collector_step/"))
@@ -60,8 +75,14 @@ def test_battle_collectors_take_the_pipeline_keywords():
     first = create_bot("first_legal")
     for cls in (BattleSampleSerialCollector, BattleEpisodeSerialCollector):
         writer = RecordingWriter()
-        collector = cls(EasyDict(trained_players=[0], n_sample=4, n_episode=2), countdown(), [first, first],
-                        tb_logger=writer, exp_name="exp", instance_name="battle")
+        collector = cls(
+            EasyDict(trained_players=[0], n_sample=4, n_episode=2),
+            countdown(),
+            [first, first],
+            tb_logger=writer,
+            exp_name="exp",
+            instance_name="battle",
+        )
         collector.collect(train_iter=5)
         assert ("battle_iter/envstep_count", 5) in writer.tags("battle_iter/")
         collector.close()
@@ -70,8 +91,9 @@ def test_battle_collectors_take_the_pipeline_keywords():
 def test_interaction_evaluator_reads_stop_value_and_n_episode_from_cfg_and_writes_to_tb_logger():
     writer = RecordingWriter()
     cfg = EasyDict(type="interaction", eval_freq=1, n_episode=4, stop_value=5.0)
-    evaluator = create_serial_evaluator(cfg, env=counting(2), policy=ConstantPolicy(1), tb_logger=writer,
-                                        exp_name="exp", instance_name="my_eval")
+    evaluator = create_serial_evaluator(
+        cfg, env=counting(2), policy=ConstantPolicy(1), tb_logger=writer, exp_name="exp", instance_name="my_eval"
+    )
     stop, info = evaluator.eval(train_iter=2, envstep=10)
     assert stop and info["episodes"] == 4  # Counting-v0 pays 1 per step with action 1: return 5 >= 5
     assert ("my_eval_iter/eval_episode_return_mean", 2) in writer.tags("my_eval_iter/")
@@ -82,9 +104,15 @@ def test_interaction_evaluator_reads_stop_value_and_n_episode_from_cfg_and_write
 
 def test_battle_evaluator_takes_the_pipeline_keywords_and_cfg_values():
     first = create_bot("first_legal")
-    evaluator = BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=0.0), countdown(), first,
-                                                 {"first_legal": first}, tb_logger=RecordingWriter(),
-                                                 exp_name="exp", instance_name="battle_eval")
+    evaluator = BattleInteractionSerialEvaluator(
+        EasyDict(n_episode=2, stop_value=0.0),
+        countdown(),
+        first,
+        {"first_legal": first},
+        tb_logger=RecordingWriter(),
+        exp_name="exp",
+        instance_name="battle_eval",
+    )
     stop, info = evaluator.eval()
     assert stop and info["results"]["first_legal"]["first"]["games"] == 2
 
@@ -92,8 +120,13 @@ def test_battle_evaluator_takes_the_pipeline_keywords_and_cfg_values():
 def test_create_learner_takes_the_pipeline_keywords(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     writer = RecordingWriter()
-    learner = create_learner(learner_cfg(log_show_after_iter=1), FakeLearnMode(), tb_logger=writer,
-                             exp_name="my_exp", instance_name="my_learner")
+    learner = create_learner(
+        learner_cfg(log_show_after_iter=1),
+        FakeLearnMode(),
+        tb_logger=writer,
+        exp_name="my_exp",
+        instance_name="my_learner",
+    )
     assert (learner.exp_name, learner.instance_name, learner.tb_logger) == ("my_exp", "my_learner", writer)
     learner.train({"x": np.ones(2)})
     assert any(t == "my_learner_iter/loss" for t, _ in writer.tags("my_learner_iter/"))
@@ -102,7 +135,12 @@ def test_create_learner_takes_the_pipeline_keywords(tmp_path, monkeypatch):
     # DI-engine's positional order: cfg, policy, tb_logger, dist_info, exp_name, instance_name
     other = create_learner(learner_cfg(), FakeLearnMode(), writer, (0, 1), "e2", "l2")
     assert (other.tb_logger, other.rank, other.world_size, other.exp_name, other.instance_name) == (
-        writer, 0, 1, "e2", "l2")
+        writer,
+        0,
+        1,
+        "e2",
+        "l2",
+    )
 
 
 @pytest.mark.parametrize("kind", BUFFER_REGISTRY.names())
@@ -121,17 +159,28 @@ def _serial_workers():
     yield EpisodeSerialCollector(None, counting(), ConstantPolicy(1)), counting, lambda: ConstantPolicy(0)
     yield BattleSampleSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
     yield BattleEpisodeSerialCollector(None, countdown(), [first, first]), countdown, lambda: [first, first]
-    yield (InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=1.0), counting(), ConstantPolicy(1)),
-           counting, lambda: ConstantPolicy(0))
-    yield (BattleInteractionSerialEvaluator(EasyDict(n_episode=2, stop_value=1.0), countdown(), first,
-                                            {"first_legal": first}), countdown, lambda: first)
+    yield (
+        InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=1.0), counting(), ConstantPolicy(1)),
+        counting,
+        lambda: ConstantPolicy(0),
+    )
+    yield (
+        BattleInteractionSerialEvaluator(
+            EasyDict(n_episode=2, stop_value=1.0), countdown(), first, {"first_legal": first}
+        ),
+        countdown,
+        lambda: first,
+    )
 
 
 def test_every_serial_collector_and_evaluator_resets_with_di_engines_keywords():
     for worker, make_env, make_policy in _serial_workers():
         name = type(worker).__name__
-        for method, keywords in (("reset_env", ["_env"]), ("reset_policy", ["_policy"]),
-                                 ("reset", ["_policy", "_env"])):
+        for method, keywords in (
+            ("reset_env", ["_env"]),
+            ("reset_policy", ["_policy"]),
+            ("reset", ["_policy", "_env"]),
+        ):
             params = list(inspect.signature(getattr(worker, method)).parameters.values())
             assert [p.name for p in params[: len(keywords)]] == keywords, f"{name}.{method}"
             assert all(p.default is None for p in params[: len(keywords)]), f"{name}.{method}"
@@ -215,10 +264,12 @@ class DingStyleDQN:
 
         torch.manual_seed(seed)
         self._nstep, self._gamma, self._n_sample = nstep, gamma, n_sample
-        self._model = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
-                                          torch.nn.Linear(64, action_num))
-        self._target = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
-                                           torch.nn.Linear(64, action_num))
+        self._model = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, action_num)
+        )
+        self._target = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, action_num)
+        )
         self._target.load_state_dict(self._model.state_dict())
         self._optimizer = torch.optim.Adam(self._model.parameters(), lr=lr)
         self._action_num = action_num
@@ -232,21 +283,51 @@ class DingStyleDQN:
     def collect_mode(self):
         from collections import namedtuple
 
-        fields = ["forward", "process_transition", "get_train_sample", "reset", "get_attribute",
-                  "set_attribute", "state_dict", "load_state_dict"]
+        fields = [
+            "forward",
+            "process_transition",
+            "get_train_sample",
+            "reset",
+            "get_attribute",
+            "set_attribute",
+            "state_dict",
+            "load_state_dict",
+        ]
         return namedtuple("collect_function", fields)(
-            self._forward_collect, self._process_transition, self._get_train_sample, self._reset_collect,
-            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+            self._forward_collect,
+            self._process_transition,
+            self._get_train_sample,
+            self._reset_collect,
+            self._get_attribute,
+            setattr,
+            self._state_dict,
+            self._load_state_dict,
+        )
 
     @property
     def learn_mode(self):
         from collections import namedtuple
 
-        fields = ["forward", "reset", "info", "monitor_vars", "get_attribute", "set_attribute", "state_dict",
-                  "load_state_dict"]
+        fields = [
+            "forward",
+            "reset",
+            "info",
+            "monitor_vars",
+            "get_attribute",
+            "set_attribute",
+            "state_dict",
+            "load_state_dict",
+        ]
         return namedtuple("learn_function", fields)(
-            self._forward_learn, lambda data_id=None: None, lambda: "DingStyleDQN", self._monitor_vars,
-            self._get_attribute, setattr, self._state_dict, self._load_state_dict)
+            self._forward_learn,
+            lambda data_id=None: None,
+            lambda: "DingStyleDQN",
+            self._monitor_vars,
+            self._get_attribute,
+            setattr,
+            self._state_dict,
+            self._load_state_dict,
+        )
 
     def _get_attribute(self, name):
         return {"n_sample": self._n_sample, "unroll_len": 1, "cfg": EasyDict(traj_len_inf=False)}[name]
@@ -265,19 +346,31 @@ class DingStyleDQN:
         return {i: {"logit": logit[k], "action": action[k]} for k, i in enumerate(env_ids)}
 
     def _process_transition(self, obs, policy_output, timestep):
-        return {"obs": obs, "next_obs": timestep.obs, "action": policy_output["action"],
-                "reward": timestep.reward, "done": timestep.done}
+        return {
+            "obs": obs,
+            "next_obs": timestep.obs,
+            "action": policy_output["action"],
+            "reward": timestep.reward,
+            "done": timestep.done,
+        }
 
     def _get_train_sample(self, data):
         import torch
 
         samples = []
         for t in range(len(data)):
-            window = data[t:t + self._nstep]
-            reward = sum(self._gamma ** k * float(w["reward"][0]) for k, w in enumerate(window))
-            samples.append({"obs": data[t]["obs"], "action": data[t]["action"], "next_obs": window[-1]["next_obs"],
-                            "done": window[-1]["done"], "reward": torch.tensor(reward, dtype=torch.float32),
-                            "discount": torch.tensor(self._gamma ** len(window), dtype=torch.float32)})
+            window = data[t : t + self._nstep]
+            reward = sum(self._gamma**k * float(w["reward"][0]) for k, w in enumerate(window))
+            samples.append(
+                {
+                    "obs": data[t]["obs"],
+                    "action": data[t]["action"],
+                    "next_obs": window[-1]["next_obs"],
+                    "done": window[-1]["done"],
+                    "reward": torch.tensor(reward, dtype=torch.float32),
+                    "discount": torch.tensor(self._gamma ** len(window), dtype=torch.float32),
+                }
+            )
         return samples
 
     def _reset_collect(self, data_id=None):
@@ -291,8 +384,12 @@ class DingStyleDQN:
         batch = {k: torch.stack([d[k] for d in data]) for k in data[0]}
         q = self._model(batch["obs"].float()).gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
         with torch.no_grad():
-            target = batch["reward"] + batch["discount"] * (1 - batch["done"].float()) * \
-                self._target(batch["next_obs"].float()).max(dim=1).values
+            target = (
+                batch["reward"]
+                + batch["discount"]
+                * (1 - batch["done"].float())
+                * self._target(batch["next_obs"].float()).max(dim=1).values
+            )
         td = target - q
         loss = (batch["IS"].float() * td.pow(2)).mean()
         self._optimizer.zero_grad()
@@ -301,8 +398,12 @@ class DingStyleDQN:
         self._updates += 1
         if self._updates % 50 == 0:
             self._target.load_state_dict(self._model.state_dict())
-        return {"cur_lr": 1e-3, "total_loss": loss.item(), "q_value": q.mean().item(),
-                "priority": td.abs().detach().numpy().tolist()}
+        return {
+            "cur_lr": 1e-3,
+            "total_loss": loss.item(),
+            "q_value": q.mean().item(),
+            "priority": td.abs().detach().numpy().tolist(),
+        }
 
     def _monitor_vars(self):
         return ["cur_lr", "total_loss", "q_value"]
@@ -352,9 +453,9 @@ def _with_eval_mode(policy):
         return policy._forward_collect(data, eps=0.0)
 
     resets = []
-    mode = namedtuple("eval_function", ["forward", "reset", "get_attribute", "set_attribute", "state_dict",
-                                        "load_state_dict"])(
-        forward_eval, resets.append, policy._get_attribute, setattr, policy._state_dict, policy._load_state_dict)
+    mode = namedtuple(
+        "eval_function", ["forward", "reset", "get_attribute", "set_attribute", "state_dict", "load_state_dict"]
+    )(forward_eval, resets.append, policy._get_attribute, setattr, policy._state_dict, policy._load_state_dict)
     return mode, resets
 
 
@@ -363,19 +464,33 @@ def test_di_engines_serial_entry_wiring_runs_unchanged(tmp_path, monkeypatch):
     from parallel_rl.data import create_buffer
 
     monkeypatch.chdir(tmp_path)
-    cfg = EasyDict(exp_name="cartpole_dqn", policy=EasyDict(
-        learn=EasyDict(learner=learner_cfg(), update_per_collect=2),
-        collect=EasyDict(collector=EasyDict(type="sample")),
-        eval=EasyDict(evaluator=EasyDict(type="interaction", eval_freq=20, n_episode=2, stop_value=1e9)),
-        other=EasyDict(replay_buffer=EasyDict(type="advanced", replay_buffer_size=2000))))
+    cfg = EasyDict(
+        exp_name="cartpole_dqn",
+        policy=EasyDict(
+            learn=EasyDict(learner=learner_cfg(), update_per_collect=2),
+            collect=EasyDict(collector=EasyDict(type="sample")),
+            eval=EasyDict(evaluator=EasyDict(type="interaction", eval_freq=20, n_episode=2, stop_value=1e9)),
+            other=EasyDict(replay_buffer=EasyDict(type="advanced", replay_buffer_size=2000)),
+        ),
+    )
     policy = DingStyleDQN(n_sample=16)
     eval_mode, eval_resets = _with_eval_mode(policy)
     tb_logger = RecordingWriter()
     learner = BaseLearner(cfg.policy.learn.learner, policy.learn_mode, tb_logger, exp_name=cfg.exp_name)
-    collector = create_serial_collector(cfg.policy.collect.collector, env=EnvManager("CartPole-v1", 2, seed=0),
-                                        policy=policy.collect_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
-    evaluator = create_serial_evaluator(cfg.policy.eval.evaluator, env=EnvManager("CartPole-v1", 2, seed=1),
-                                        policy=eval_mode, tb_logger=tb_logger, exp_name=cfg.exp_name)
+    collector = create_serial_collector(
+        cfg.policy.collect.collector,
+        env=EnvManager("CartPole-v1", 2, seed=0),
+        policy=policy.collect_mode,
+        tb_logger=tb_logger,
+        exp_name=cfg.exp_name,
+    )
+    evaluator = create_serial_evaluator(
+        cfg.policy.eval.evaluator,
+        env=EnvManager("CartPole-v1", 2, seed=1),
+        policy=eval_mode,
+        tb_logger=tb_logger,
+        exp_name=cfg.exp_name,
+    )
     replay_buffer = create_buffer(cfg.policy.other.replay_buffer, tb_logger=tb_logger, exp_name=cfg.exp_name)
     evaluations = 0
     while learner.train_iter < 60:
@@ -428,18 +543,21 @@ def test_episode_collector_returns_every_episode_finished_by_the_last_step():
 def test_collectors_and_evaluators_take_tb_logger_as_their_fourth_argument():
     # DI-engine: (cfg, env=None, policy=None, tb_logger=None, exp_name='default_experiment', instance_name=...)
     first = create_bot("first_legal")
-    for cls, env, policy, count in [(SampleSerialCollector, counting(), ConstantPolicy(1), 4),
-                                    (EpisodeSerialCollector, counting(), ConstantPolicy(1), 4),
-                                    (BattleSampleSerialCollector, countdown(), [first, first], 2),
-                                    (BattleEpisodeSerialCollector, countdown(), [first, first], 2)]:
+    for cls, env, policy, count in [
+        (SampleSerialCollector, counting(), ConstantPolicy(1), 4),
+        (EpisodeSerialCollector, counting(), ConstantPolicy(1), 4),
+        (BattleSampleSerialCollector, countdown(), [first, first], 2),
+        (BattleEpisodeSerialCollector, countdown(), [first, first], 2),
+    ]:
         writer = RecordingWriter()
         collector = cls(None, env, policy, writer, "exp", "mine")
         collector.collect(count, 5)
         assert ("mine_iter/envstep_count", 5) in writer.tags("mine_iter/"), cls.__name__
         collector.close()
     writer = RecordingWriter()
-    evaluator = InteractionSerialEvaluator(EasyDict(n_episode=4, stop_value=5.0), counting(), ConstantPolicy(1),
-                                           writer, "exp", "my_eval")
+    evaluator = InteractionSerialEvaluator(
+        EasyDict(n_episode=4, stop_value=5.0), counting(), ConstantPolicy(1), writer, "exp", "my_eval"
+    )
     evaluator.eval(train_iter=2)
     assert writer.tags("my_eval_iter/") and evaluator.instance_name == "my_eval"
     evaluator.close()
@@ -651,9 +769,18 @@ def test_marine_collector_policy_setter_plays_the_new_policy_against_the_current
     from parallel_rl.config import compile_config
     from parallel_rl.storage import SharedStorage
 
-    cfg = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
-                                  "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4},
-                          "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1}})
+    cfg = compile_config(
+        {
+            "env": {
+                "type": "pettingzoo",
+                "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                "collector_env_num": 2,
+                "evaluator_env_num": 2,
+                "n_evaluator_episode": 4,
+            },
+            "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1},
+        }
+    )
     collector = MarineParallelCollector(cfg, SharedStorage(str(tmp_path / "shared")), seed=0)
     try:
         collector.set_opponent("first_legal")
@@ -690,8 +817,11 @@ def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
 from .test_coordinator import api, slaves  # noqa: E402,F401  (the scripted slaves on the real slave shell)
 
 
-def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_task(coordinator_factory, slaves,  # noqa: F811
-                                                                                    caplog):
+def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_task(
+    coordinator_factory,
+    slaves,  # noqa: F811
+    caplog,
+):
     coordinator, server = coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
@@ -708,7 +838,9 @@ def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_t
     with caplog.at_level(logging.ERROR):  # DI-engine logs and drops what an unknown task sends
         coordinator.deal_with_collector_send_data("no-such-task", "default", "d-1", {**meta, "size": 8})
         assert coordinator.deal_with_collector_judge_finish("no-such-task", {}) is False
-        coordinator.deal_with_collector_send_data(task_id, "default", "d-3", {**meta, "size": 8, "env_steps": 8})  # no file
+        coordinator.deal_with_collector_send_data(
+            task_id, "default", "d-3", {**meta, "size": 8, "env_steps": 8}
+        )  # no file
     assert "no-such-task" in caplog.text and "d-3" in caplog.text
     assert api(server, "/buffers").json()["buffers"][0]["size"] == 64
     coordinator.deal_with_collector_finish_task(task_id, {"step_count": 64})
@@ -716,8 +848,7 @@ def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_t
     assert body["state"] == "finished" and body["result"]["step_count"] == 64
 
 
-def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(coordinator_factory,
-                                                                                      slaves):  # noqa: F811
+def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
     learner = slaves("learner", server.url)
@@ -727,14 +858,19 @@ def test_coordinator_learner_callbacks_sample_references_update_priorities_and_f
     collector.write_chunk(collector.received[0].task_id, "c-1", n=8, version=-1)
     data = coordinator.deal_with_learner_get_data(learner_task, "default", 4, 1)
     assert len(data) == 4 and {d["data_id"] for d in data} == {"c-1"} and {d["row"] for d in data} <= set(range(8))
-    priority = {"replay_buffer_idx": [d["replay_buffer_idx"] for d in data],
-                "replay_unique_id": [d["replay_unique_id"] for d in data], "priority": [5.0] * 4}
-    coordinator.deal_with_learner_send_info(learner_task, "default", {
-        "learner_step": 3, "priority_info": priority, "learner_info": {"loss": 0.5}})
+    priority = {
+        "replay_buffer_idx": [d["replay_buffer_idx"] for d in data],
+        "replay_unique_id": [d["replay_unique_id"] for d in data],
+        "priority": [5.0] * 4,
+    }
+    coordinator.deal_with_learner_send_info(
+        learner_task, "default", {"learner_step": 3, "priority_info": priority, "learner_info": {"loss": 0.5}}
+    )
     assert api(server, "/cluster").json()["train_iter"] == 3 and coordinator.learn_info == {"loss": 0.5}
     with pytest.raises(ValueError):  # the priorities went into the replay index, which checks them
-        coordinator.deal_with_learner_send_info(learner_task, "default", {
-            "learner_step": 4, "priority_info": {**priority, "priority": [float("nan")] * 4}})
+        coordinator.deal_with_learner_send_info(
+            learner_task, "default", {"learner_step": 4, "priority_info": {**priority, "priority": [float("nan")] * 4}}
+        )
     assert coordinator.deal_with_learner_judge_finish(learner_task, {}) is False
     with pytest.raises(RuntimeError, match="learner task"):  # DI-engine raises for an unknown learner task
         coordinator.deal_with_learner_get_data(collector.received[0].task_id, "default", 4, 1)
@@ -744,8 +880,7 @@ def test_coordinator_learner_callbacks_sample_references_update_priorities_and_f
     assert coordinator.deal_with_collector_judge_finish(collector.received[0].task_id, {}) is True
 
 
-def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(coordinator_factory,
-                                                                                 slaves):  # noqa: F811
+def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(coordinator_factory, slaves):  # noqa: F811
     coordinator, server = coordinator_factory()
     first = slaves("collector", server.url)
     assert first.got_task.wait(5)
@@ -760,8 +895,18 @@ def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments
 # ---- DI-engine's slave callbacks (FlaskFileSystemCollector / FlaskFileSystemLearner / LearnerAggregator) ----------
 def _comm_cfg(server):
     """A comm cfg as DI-engine's builds it (type and import_names pick the class), with our slave's keywords."""
-    return EasyDict({"type": "flask_fs", "import_names": [], "host": "127.0.0.1", "port": 0,
-                     "coordinator_url": server.url, "token": "test-token", "request_timeout": 2.0, "max_retries": 1})
+    return EasyDict(
+        {
+            "type": "flask_fs",
+            "import_names": [],
+            "host": "127.0.0.1",
+            "port": 0,
+            "coordinator_url": server.url,
+            "token": "test-token",
+            "request_timeout": 2.0,
+            "max_retries": 1,
+        }
+    )
 
 
 def _within(fn, timeout=60.0):
@@ -813,8 +958,11 @@ def test_flask_fs_learner_callbacks_take_a_cfg_report_resources_and_close_the_ru
         with pytest.raises(Exception, match="already running"):  # one learner task at a time, as DI-engine's
             learner.deal_with_learner_start({"task_id": "ding-learn-1"})
         learner.deal_with_learner_close()
-        eventually(lambda: api_task_state(server, running[0]) in ("finished", "cancelled"), timeout=30,
-                   message="the learner task wrapped up")
+        eventually(
+            lambda: api_task_state(server, running[0]) in ("finished", "cancelled"),
+            timeout=30,
+            message="the learner task wrapped up",
+        )
     finally:
         learner.close()
 
@@ -846,12 +994,24 @@ def test_create_parallel_collector_builds_zergling_or_marine_by_the_env(tmp_path
     from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
-    battle = compile_config({"env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
-                                     "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 4},
-                             "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1}})
+    battle = compile_config(
+        {
+            "env": {
+                "type": "pettingzoo",
+                "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                "collector_env_num": 2,
+                "evaluator_env_num": 2,
+                "n_evaluator_episode": 4,
+            },
+            "policy": {"model": {"hidden_size_list": [8]}, "nstep": 1},
+        }
+    )
     for config, cls in ((cfg, ZerglingParallelCollector), (battle, MarineParallelCollector)):
-        collector = create_parallel_collector(config) if config is cfg else create_parallel_collector(
-            config, SharedStorage(str(tmp_path / "battle")))
+        collector = (
+            create_parallel_collector(config)
+            if config is cfg
+            else create_parallel_collector(config, SharedStorage(str(tmp_path / "battle")))
+        )
         try:
             assert type(collector) is cls and collector.cfg is config
         finally:

@@ -1,5 +1,6 @@
 """Code written against tianshou 1.0's Collector / AsyncCollector / CollectStats and torchrl's DataCollectorBase
 runs here as it is documented there (issue 27). Each test is one sentence of those documents."""
+
 import dataclasses
 import time
 
@@ -8,8 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from parallel_rl.compat.collectors import (AsyncCollector, Collector, CollectStats, CollectStatsBase,
-                                           SequenceSummaryStats)
+from parallel_rl.compat.collectors import (
+    AsyncCollector,
+    Collector,
+    CollectStats,
+    CollectStatsBase,
+    SequenceSummaryStats,
+)
 from parallel_rl.compat.torchrl import SyncDataCollector
 from parallel_rl.data.buffer import EpisodeReplayBuffer, NaiveReplayBuffer
 from parallel_rl.envs import EnvManager
@@ -50,6 +56,7 @@ def uneven_envs(lengths) -> EnvManager:
 
 
 # ---- tianshou: Collector.collect ------------------------------------------------------------------------------
+
 
 def test_n_step_stats_count_the_transitions_this_call_stored_and_no_surplus_leaks(toy_env, constant_policy):
     # tianshou: collect(n_step=10) on 4 envs steps every env until >= 10 steps (12), all stored and reported
@@ -183,14 +190,30 @@ def test_preprocess_fn_is_the_fourth_argument_and_applied_to_resets_and_steps(to
 
 # ---- tianshou: CollectStats ----------------------------------------------------------------------------------
 
+
 def test_collect_stats_is_tianshous_dataclass(toy_env, constant_policy):
     assert issubclass(CollectStats, CollectStatsBase)
     names = {f.name for f in dataclasses.fields(CollectStats)}
-    assert {"n_collected_episodes", "n_collected_steps", "collect_time", "collect_speed", "returns", "returns_stat",
-            "lens", "lens_stat"} <= names
-    built = CollectStats(n_collected_episodes=1, n_collected_steps=5, collect_time=0.5, collect_speed=10.0,
-                         returns=np.array([5.0]), returns_stat=SequenceSummaryStats.from_sequence([5.0]),
-                         lens=np.array([5]), lens_stat=SequenceSummaryStats.from_sequence([5]))
+    assert {
+        "n_collected_episodes",
+        "n_collected_steps",
+        "collect_time",
+        "collect_speed",
+        "returns",
+        "returns_stat",
+        "lens",
+        "lens_stat",
+    } <= names
+    built = CollectStats(
+        n_collected_episodes=1,
+        n_collected_steps=5,
+        collect_time=0.5,
+        collect_speed=10.0,
+        returns=np.array([5.0]),
+        returns_stat=SequenceSummaryStats.from_sequence([5.0]),
+        lens=np.array([5]),
+        lens_stat=SequenceSummaryStats.from_sequence([5]),
+    )
     assert built.n_collected_steps == 5 and built.lens_stat.mean == 5.0
     collector = Collector(constant_policy, toy_env)
     stats = collector.collect(n_step=4)  # one vector step: no episode ends
@@ -203,6 +226,7 @@ def test_collect_stats_is_tianshous_dataclass(toy_env, constant_policy):
 
 
 # ---- tianshou: AsyncCollector --------------------------------------------------------------------------------
+
 
 def test_async_collector_n_episode_stores_every_step_it_counts():
     fns = [lambda: CountingEnv(episode_length=3), lambda: CountingEnv(episode_length=50)]
@@ -217,6 +241,7 @@ def test_async_collector_n_episode_stores_every_step_it_counts():
 
 
 # ---- torchrl: DataCollectorBase ------------------------------------------------------------------------------
+
 
 class WeightPolicy(ConstantPolicy):
     def __init__(self):
@@ -279,5 +304,9 @@ def test_iterator_and_the_collector_attributes_torchrl_documents(toy_env, consta
     assert [len(batch["obs"]) for batch in collector.iterator()] == [4, 4]
     assert collector.requested_frames_per_batch == collector.frames_per_batch == 4
     assert (collector.trust_policy, collector.compiled_policy, collector.cudagraphed_policy, collector.verbose) == (
-        True, False, False, False)
+        True,
+        False,
+        False,
+        False,
+    )
     collector.shutdown()

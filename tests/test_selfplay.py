@@ -1,4 +1,5 @@
 """The serial self-play pipeline and the league (opponent pool, payoff table, PFSP)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,18 +15,30 @@ from parallel_rl.errors import ConfigError
 
 
 def countdown_cfg(tmp_path, **serial):
-    return compile_config({
-        "exp_name": str(tmp_path / "exp"),
-        "env": {"type": "pettingzoo", "env_id": "parallel_rl.envs.toy_battle:countdown_env",
-                "env_kwargs": {"start": 7}, "collector_env_num": 4, "evaluator_env_num": 2,
-                "n_evaluator_episode": 20, "stop_value": 0.99},
-        "policy": {"model": {"hidden_size_list": [32]}, "nstep": 1, "collect": {"n_sample": 16},
-                   "learn": {"update_per_collect": 2, "batch_size": 16},
-                   "eval": {"evaluator": {"eval_freq": 10, "opponents": ["random", "first_legal"]}}},
-        "league": {"snapshot_every": 10, "pool_size": 2, "bots": ["random"], "self_play_prob": 0.5},
-        "serial": serial,
-        "system": {"tensorboard": False},
-    })
+    return compile_config(
+        {
+            "exp_name": str(tmp_path / "exp"),
+            "env": {
+                "type": "pettingzoo",
+                "env_id": "parallel_rl.envs.toy_battle:countdown_env",
+                "env_kwargs": {"start": 7},
+                "collector_env_num": 4,
+                "evaluator_env_num": 2,
+                "n_evaluator_episode": 20,
+                "stop_value": 0.99,
+            },
+            "policy": {
+                "model": {"hidden_size_list": [32]},
+                "nstep": 1,
+                "collect": {"n_sample": 16},
+                "learn": {"update_per_collect": 2, "batch_size": 16},
+                "eval": {"evaluator": {"eval_freq": 10, "opponents": ["random", "first_legal"]}},
+            },
+            "league": {"snapshot_every": 10, "pool_size": 2, "bots": ["random"], "self_play_prob": 0.5},
+            "serial": serial,
+            "system": {"tensorboard": False},
+        }
+    )
 
 
 def test_selfplay_pipeline_grows_the_pool_and_fills_the_payoff_table(tmp_path):
@@ -76,9 +89,14 @@ def test_league_without_opponents_plays_itself():
     assert league.pool == [] and league.table()["retired"] == ["v5"]
 
 
-@pytest.mark.parametrize("league_cfg, match", [
-    ({"pool_size": 0}, "pool_size"), ({"self_play_prob": 2.0}, "self_play_prob"),
-    ({"pfsp_weighting": "soft"}, "pfsp_weighting")])
+@pytest.mark.parametrize(
+    "league_cfg, match",
+    [
+        ({"pool_size": 0}, "pool_size"),
+        ({"self_play_prob": 2.0}, "self_play_prob"),
+        ({"pfsp_weighting": "soft"}, "pfsp_weighting"),
+    ],
+)
 def test_league_bad_config(league_cfg, match):
     with pytest.raises(ConfigError, match=match):
         League(league_cfg)
@@ -95,10 +113,26 @@ def test_battle_config_errors(tmp_path):
 
 def test_cli_serial_selfplay_budget_exits_3(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "parallel_rl", "serial", "-c", "configs/tictactoe_selfplay.py",
-         "--set", f"exp_name={tmp_path / 'exp'}", "--set", "serial.max_train_iter=16",
-         "--set", "env.n_evaluator_episode=16", "--set", "system.tensorboard=false"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "serial",
+            "-c",
+            "configs/tictactoe_selfplay.py",
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            "--set",
+            "serial.max_train_iter=16",
+            "--set",
+            "env.n_evaluator_episode=16",
+            "--set",
+            "system.tensorboard=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "train iteration budget 16 used up" in proc.stderr
     assert np.isfinite(float(proc.stdout.split("last_eval_return=")[1].split()[0]))

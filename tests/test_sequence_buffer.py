@@ -1,4 +1,5 @@
 """DI-engine's SequenceReplayBuffer: contiguous, same-episode sequences over the naive buffer's ring."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +13,10 @@ from parallel_rl.errors import ConfigError
 def episode(number: int, length: int, truncated: bool = False) -> dict:
     """Rows of one episode: obs = [episode number, t], done on the last row (unless truncated)."""
     t = np.arange(length)
-    return {"obs": np.stack([np.full(length, number), t], axis=1).astype(np.float32),
-            "done": (t == length - 1) & (not truncated)}
+    return {
+        "obs": np.stack([np.full(length, number), t], axis=1).astype(np.float32),
+        "done": (t == length - 1) & (not truncated),
+    }
 
 
 def check_sequences(out: dict, batch: int, sequence: int) -> None:
@@ -25,8 +28,13 @@ def check_sequences(out: dict, batch: int, sequence: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=12), capacity=st.integers(4, 60),
-       sequence=st.integers(1, 8), as_list=st.booleans(), seed=st.integers(0, 1000))
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=12),
+    capacity=st.integers(4, 60),
+    sequence=st.integers(1, 8),
+    as_list=st.booleans(),
+    seed=st.integers(0, 1000),
+)
 def test_sequences_are_contiguous_and_never_cross_an_episode_boundary(lengths, capacity, sequence, as_list, seed):
     buffer = SequenceReplayBuffer({"replay_buffer_size": capacity, "seed": seed})
     episodes = [episode(i, n) for i, n in enumerate(lengths)]

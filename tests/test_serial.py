@@ -1,4 +1,5 @@
 """The serial pipeline end to end, through the real CLI in a subprocess."""
+
 import subprocess
 import sys
 
@@ -6,13 +7,19 @@ import pytest
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_serial_solves_cartpole(tmp_path):
-    proc = run_cli("serial", "-c", "configs/cartpole_dqn.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "serial.max_env_step=150000")
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/cartpole_dqn.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "serial.max_env_step=150000",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("solved: eval return")
@@ -20,12 +27,20 @@ def test_serial_solves_cartpole(tmp_path):
     from tests.test_cluster import tensorboard_tags
 
     assert {"evaluator/eval_return", "evaluator/env_steps_per_second", "learner/loss"} <= tensorboard_tags(
-        tmp_path / "exp" / "tensorboard")
+        tmp_path / "exp" / "tensorboard"
+    )
 
 
 def test_serial_budget_exhausted_exits_3(tmp_path):
-    proc = run_cli("serial", "-c", "configs/cartpole_dqn.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "serial.max_env_step=500")
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/cartpole_dqn.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "serial.max_env_step=500",
+    )
     assert proc.returncode == 3
     assert "env step budget 500 used up" in proc.stderr
 
@@ -47,8 +62,17 @@ def test_serial_with_no_stop_value_trains_to_its_budget_and_exits_0(tmp_path, na
         (tmp_path / "toy.py").write_text(TOY_CONFIG)
         main = runpy.run_path(str(tmp_path / "toy.py"))["main_config"]
         config.write_text(yaml.safe_dump(main).replace("stop_value: 4.0", f"stop_value: {stop_value}"))
-    proc = run_cli("serial", "-c", str(config), "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "serial.max_train_iter=40", "--set", "policy.eval.evaluator.eval_freq=10")
+    proc = run_cli(
+        "serial",
+        "-c",
+        str(config),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "serial.max_train_iter=40",
+        "--set",
+        "policy.eval.evaluator.eval_freq=10",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("stopped: train iteration budget 40 used up")
@@ -90,29 +114,39 @@ def test_bad_override_is_one_line_exit_2():
 
 
 def test_serial_ppo_solves_cartpole(tmp_path):
-    proc = run_cli("serial", "-c", "configs/cartpole_ppo.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   "--set", "serial.max_env_step=60000")
+    proc = run_cli(
+        "serial",
+        "-c",
+        "configs/cartpole_ppo.py",
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "serial.max_env_step=60000",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
     from tests.test_cluster import tensorboard_tags
 
     assert {"learner/policy_loss", "learner/entropy", "learner/approx_kl"} <= tensorboard_tags(
-        tmp_path / "exp" / "tensorboard")
+        tmp_path / "exp" / "tensorboard"
+    )
 
 
 @pytest.mark.slow
 def test_serial_sac_solves_pendulum(tmp_path):
-    proc = run_cli("serial", "-c", "configs/pendulum_sac.py", "--set", f"exp_name={tmp_path / 'exp'}",
-                   timeout=300)
+    proc = run_cli("serial", "-c", "configs/pendulum_sac.py", "--set", f"exp_name={tmp_path / 'exp'}", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
 
 
-@pytest.mark.parametrize("command, config, sets, match", [
-    ("serial", "cartpole_dqn", ["env.env_id=Pendulum-v1"], "policy.type='dqn' does not fit env 'Pendulum-v1'"),
-    ("run", "pendulum_sac", ["env.env_id=CartPole-v1"], "policy.type='sac' does not fit env 'CartPole-v1'"),
-    ("run", "cartpole_dqn", ["policy.cuda=true"], "policy.cuda=True but torch sees no CUDA device"),
-])
+@pytest.mark.parametrize(
+    "command, config, sets, match",
+    [
+        ("serial", "cartpole_dqn", ["env.env_id=Pendulum-v1"], "policy.type='dqn' does not fit env 'Pendulum-v1'"),
+        ("run", "pendulum_sac", ["env.env_id=CartPole-v1"], "policy.type='sac' does not fit env 'CartPole-v1'"),
+        ("run", "cartpole_dqn", ["policy.cuda=true"], "policy.cuda=True but torch sees no CUDA device"),
+    ],
+)
 def test_bad_algorithm_or_device_exits_2_before_any_process_starts(tmp_path, command, config, sets, match):
     import torch
 

@@ -47,11 +47,21 @@ def test_serial_pipeline_collects_with_the_commanders_settings(tmp_path, monkeyp
     seen = []
     step = BaseSerialCommander.step
     monkeypatch.setattr(BaseSerialCommander, "step", lambda self: seen.append(step(self)) or seen[-1])
-    cfg = compile_config({"exp_name": str(tmp_path / "exp"), "env": {"env_id": "parallel_rl/Counting-v0",
-                          "env_kwargs": {"episode_length": 5}, "collector_env_num": 2, "evaluator_env_num": 2,
-                          "n_evaluator_episode": 2, "stop_value": 1e9},
-                          "policy": {"model": {"hidden_size_list": [8]}, "collect": {"n_sample": 16}},
-                          "serial": {"max_train_iter": 3}})
+    cfg = compile_config(
+        {
+            "exp_name": str(tmp_path / "exp"),
+            "env": {
+                "env_id": "parallel_rl/Counting-v0",
+                "env_kwargs": {"episode_length": 5},
+                "collector_env_num": 2,
+                "evaluator_env_num": 2,
+                "n_evaluator_episode": 2,
+                "stop_value": 1e9,
+            },
+            "policy": {"model": {"hidden_size_list": [8]}, "collect": {"n_sample": 16}},
+            "serial": {"max_train_iter": 3},
+        }
+    )
     serial_pipeline(cfg)
     assert len(seen) >= 2 and all(set(s) == {"eps"} for s in seen) and seen[0]["eps"] > seen[-1]["eps"]
 
@@ -67,8 +77,13 @@ def test_factory_helpers_return_the_registered_classes():
 
 
 def test_create_serial_evaluator_builds_the_interaction_evaluator(toy_env, constant_policy):
-    evaluator = create_serial_evaluator(InteractionSerialEvaluator.default_config(), env=toy_env,
-                                        policy=constant_policy, stop_value=5.0, n_evaluator_episode=4)
+    evaluator = create_serial_evaluator(
+        InteractionSerialEvaluator.default_config(),
+        env=toy_env,
+        policy=constant_policy,
+        stop_value=5.0,
+        n_evaluator_episode=4,
+    )
     assert isinstance(evaluator, InteractionSerialEvaluator)
     stop, info = evaluator.eval()
     assert stop and info["eval_episode_return_mean"] == 5.0

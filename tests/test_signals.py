@@ -1,6 +1,7 @@
 """Operator paths around start-up, signals and arguments (issues 40 and 41): Ctrl-C or SIGTERM at any point of
 `parallel-rl run`'s start-up ends it with 130/143, one line and no traceback, and leaves no process and no
 temporary directory; arguments that cannot work fail first, as usage errors, before anything is touched."""
+
 import os
 import re
 import signal
@@ -64,12 +65,25 @@ def fork_server(pid: int):
 
 
 def start_run(tmp_path, tmpdir, *extra, name="run"):
-    return CliProcess(tmp_path, name, "run", "-c", str(tmp_path / "toy.py"), "--set", f"exp_name={tmp_path / 'exp'}",
-                      "--set", "env.stop_value=1000", *extra, env={"TMPDIR": tmpdir}, new_session=True)
+    return CliProcess(
+        tmp_path,
+        name,
+        "run",
+        "-c",
+        str(tmp_path / "toy.py"),
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "env.stop_value=1000",
+        *extra,
+        env={"TMPDIR": tmpdir},
+        new_session=True,
+    )
 
 
 def reach(run, moment: str, seen: set) -> None:
     """Wait for ``moment`` of the run's start-up (observable events, no sleeps), recording its processes."""
+
     def there():
         seen.update(descendants(run.pid))
         if run.proc.poll() is not None:
@@ -95,8 +109,9 @@ def assert_nothing_left(run, seen: set, tmpdir: str) -> None:
 
 
 @pytest.mark.parametrize("moment", ["hearing signals", "fork server up", "worker registered"])
-def test_ctrl_c_at_any_point_of_start_up_exits_130_with_one_line_and_leaves_nothing(tmp_path, toy_config, moment,
-                                                                                      short_tmpdir):
+def test_ctrl_c_at_any_point_of_start_up_exits_130_with_one_line_and_leaves_nothing(
+    tmp_path, toy_config, moment, short_tmpdir
+):
     """Ctrl-C (SIGINT to the whole process group, the fork server's included) while `run` starts: it printed a
     KeyboardInterrupt traceback from the fork server's imports, or two ending in EOFError and exit 1 when the
     launcher forked through the dead fork server. Now: exit 130, no traceback, what to do next, nothing left."""
@@ -110,8 +125,12 @@ def test_ctrl_c_at_any_point_of_start_up_exits_130_with_one_line_and_leaves_noth
         run.stop()
     out = run.output()
     assert "Traceback" not in out, out[-3000:]
-    hint = re.search(r"^continue with: parallel-rl run --resume \S+|^interrupted \(SIGINT\) before the run started; "
-                     r"nothing to continue", out, re.M)
+    hint = re.search(
+        r"^continue with: parallel-rl run --resume \S+|^interrupted \(SIGINT\) before the run started; "
+        r"nothing to continue",
+        out,
+        re.M,
+    )
     assert hint, out[-3000:]
     if moment == "worker registered":
         assert hint.group(0).startswith("continue with")
@@ -119,8 +138,9 @@ def test_ctrl_c_at_any_point_of_start_up_exits_130_with_one_line_and_leaves_noth
 
 
 @pytest.mark.parametrize("moment", ["hearing signals", "fork server up", "worker registered"])
-def test_sigterm_to_the_launcher_alone_stops_every_process_before_it_returns(tmp_path, toy_config, moment,
-                                                                              short_tmpdir):
+def test_sigterm_to_the_launcher_alone_stops_every_process_before_it_returns(
+    tmp_path, toy_config, moment, short_tmpdir
+):
     """SIGTERM to the launcher only: in its first seconds it died at once (exit -15), leaving the fork server
     importing and the resource tracker behind; later the learner and the resource tracker outlived it."""
     run = start_run(tmp_path, short_tmpdir)
@@ -136,8 +156,9 @@ def test_sigterm_to_the_launcher_alone_stops_every_process_before_it_returns(tmp
     assert_nothing_left(run, seen, short_tmpdir)
 
 
-def test_a_launcher_killed_while_its_fork_server_imports_leaves_no_process_or_directory(tmp_path, toy_config,
-                                                                                        short_tmpdir):
+def test_a_launcher_killed_while_its_fork_server_imports_leaves_no_process_or_directory(
+    tmp_path, toy_config, short_tmpdir
+):
     """The launcher SIGKILLed in its first seconds: the fork server went on importing for 10-12 s, and every
     killed run left a pymp-* directory in the temp dir. Now it dies with the launcher and removes it."""
     run = start_run(tmp_path, short_tmpdir)
@@ -165,9 +186,11 @@ def test_an_argument_error_after_the_fork_server_started_leaves_no_process(tmp_p
 @pytest.mark.parametrize("role", ["run", "coordinator", "collector"])
 def test_a_port_out_of_range_is_a_usage_error(cli, tmp_path, toy_config, role):
     """`--port 99999` printed a 42-line OverflowError traceback in run, coordinator and collector."""
-    args = {"run": ["run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}"],
-            "coordinator": ["coordinator", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}"],
-            "collector": ["collector", "--insecure-no-token"]}[role]
+    args = {
+        "run": ["run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}"],
+        "coordinator": ["coordinator", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}"],
+        "collector": ["collector", "--insecure-no-token"],
+    }[role]
     proc = cli(role, *args, "--port", "99999", env={"PARALLEL_RL_TOKEN": "t"})
     assert proc.wait(60) == 2, proc.output()[-3000:]
     assert "Traceback" not in proc.output()
@@ -189,8 +212,19 @@ def test_a_port_in_use_fails_before_the_earlier_run_s_files_are_deleted(cli, tmp
         taken.listen()
         port = str(taken.getsockname()[1])
         for name, args in (("run", ["run"]), ("coordinator", ["coordinator", "--fresh"])):
-            proc = cli(name, *args, "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", "--shared-dir",
-                       str(shared), "--port", port, env={"PARALLEL_RL_TOKEN": "t"})
+            proc = cli(
+                name,
+                *args,
+                "-c",
+                toy_config,
+                "--set",
+                f"exp_name={tmp_path / 'exp'}",
+                "--shared-dir",
+                str(shared),
+                "--port",
+                port,
+                env={"PARALLEL_RL_TOKEN": "t"},
+            )
             assert proc.wait(60) == 2, proc.output()[-3000:]
             assert f"cannot listen on 127.0.0.1:{port}" in proc.output() and "Traceback" not in proc.output()
             assert storage.learner_states.latest_good()[0] == 100, f"{name} deleted the earlier run's files"
@@ -202,8 +236,9 @@ def test_a_collector_s_port_in_use_is_reported_before_torch_is_imported(cli, tmp
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        proc = cli("collector", "collector", "--insecure-no-token", "--port", port,
-                   env={"PYTHONPROFILEIMPORTTIME": "1"})  # every import on stderr: which came before the error
+        proc = cli(
+            "collector", "collector", "--insecure-no-token", "--port", port, env={"PYTHONPROFILEIMPORTTIME": "1"}
+        )  # every import on stderr: which came before the error
         assert proc.wait(60) == 2, proc.output()[-3000:]
     assert f"cannot listen on 127.0.0.1:{port}" in proc.output()
     assert not re.search(r"\|\s+torch$", proc.output(), re.M), "torch was imported before the port was checked"
@@ -219,8 +254,19 @@ def test_a_coordinator_url_without_a_scheme_is_a_usage_error(cli):
 def test_coordinator_and_collector_exit_130_on_ctrl_c(cli, tmp_path, toy_config):
     """The README's exit codes: 130 interrupted (Ctrl-C); both exited 0. SIGTERM stays a service's stop (0)."""
     env = {"PARALLEL_RL_TOKEN": "signals-test-token"}
-    coordinator = cli("coordinator", "coordinator", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}",
-                      "--set", "env.stop_value=1000", "--port", "0", env=env)
+    coordinator = cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        toy_config,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        "--set",
+        "env.stop_value=1000",
+        "--port",
+        "0",
+        env=env,
+    )
     url = coordinator.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$").group(1)
     collector = cli("collector", "collector", "--coordinator", url, "-c", toy_config, env=env)
     collector.wait_line(r"connected as collector", timeout=90)

@@ -55,9 +55,11 @@ def test_a_chunks_rows_come_from_every_columns_header(storage, tmp_path):
         storage.chunks.layout("uneven")
     import zipfile
 
-    for name, member in (("garbage", b"not a numpy file at all"),
-                         ("huge-header", b"\x93NUMPY\x01\x00\xff\xff" + b" " * 100),
-                         ("bad-dict", b"\x93NUMPY\x01\x00\x10\x00{'shape': oops}\n")):
+    for name, member in (
+        ("garbage", b"not a numpy file at all"),
+        ("huge-header", b"\x93NUMPY\x01\x00\xff\xff" + b" " * 100),
+        ("bad-dict", b"\x93NUMPY\x01\x00\x10\x00{'shape': oops}\n"),
+    ):
         with zipfile.ZipFile(storage.chunks.path(name), "w") as archive:
             archive.writestr("obs.npy", member)
         with pytest.raises(StorageError, match="not a valid step-data chunk"):
@@ -71,8 +73,9 @@ def test_a_chunks_layout_counts_its_file_bytes_and_its_bytes_per_row(storage):
     lets the coordinator check a chunk's rows with one lstat (chunks.size) once it has read one chunk."""
     layouts = {}
     for n in (1, 3, 64, 1000, 12345):
-        storage.chunks.write(f"c{n}", {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int64),
-                                      "done": np.zeros(n, bool)})
+        storage.chunks.write(
+            f"c{n}", {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int64), "done": np.zeros(n, bool)}
+        )
         rows, nbytes, per_row = storage.chunks.layout(f"c{n}")
         assert (rows, per_row) == (n, 4 * 4 + 8 + 1)
         assert nbytes == storage.chunks.size(f"c{n}") == os.path.getsize(storage.chunks.path(f"c{n}"))
@@ -160,8 +163,10 @@ def test_stale_temp_file_from_a_crashed_writer_is_replaced(storage):
 def test_temp_files_left_by_killed_writers_are_swept_once_stale(storage):
     import time
 
-    stale = [os.path.join(d, f".tmp-1-2-{name}") for d, name in (
-        (storage.data_dir, "c-1.npz"), (storage.policy_dir, "policy_000000001.pt"))]
+    stale = [
+        os.path.join(d, f".tmp-1-2-{name}")
+        for d, name in ((storage.data_dir, "c-1.npz"), (storage.policy_dir, "policy_000000001.pt"))
+    ]
     fresh = os.path.join(storage.data_dir, ".tmp-1-2-c-2.npz")  # maybe a write in progress
     for path in stale + [fresh]:
         open(path, "wb").close()
@@ -194,4 +199,3 @@ def test_the_local_and_the_object_store_backends_are_backends(tmp_path):
     for backend in (LocalBackend(str(tmp_path)), FsspecBackend("memory://bucket/run")):
         assert isinstance(backend, Backend), f"{type(backend).__name__} lacks a member of storage.Backend"
     assert isinstance(SharedStorage(str(tmp_path / "shared")).backend, Backend)
-

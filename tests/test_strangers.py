@@ -2,6 +2,7 @@
 the cluster token is read, their unfinished heads share one read-ahead budget, one address holds a bounded number of
 connections that never showed the token, and a coordinator under 2,000 such connections keeps its memory, its threads
 and its workers' leases. Real servers on 127.0.0.1 with OS-picked ports, real sockets, a real coordinator process."""
+
 import os
 import re
 import select
@@ -90,16 +91,19 @@ def ended(socks, wait: float) -> list:
 HEAD = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 
 
-@pytest.mark.parametrize("head, status", [
-    (HEAD + b"Content-Length: 1000000\r\n\r\n{", 401),  # a large body that would trickle for the whole deadline
-    (HEAD + b"Content-Length: 10\r\n\r\n", 401),  # a small body that never comes
-    (HEAD + b"Expect: 100-continue\r\nContent-Length: 10\r\n\r\n", 401),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n", 401),
-    (HEAD + b"Authorization: Bearer wrong\r\nContent-Length: 1000000\r\n\r\n", 403),
-    (HEAD + b"Authorization: Basic eDp5\r\nContent-Length: 10\r\n\r\n", 401),
-    # pipelined behind a request that needs no token: the second is judged as a first one would be
-    (b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" + HEAD + b"Content-Length: 500000\r\n\r\n{", 401),
-])
+@pytest.mark.parametrize(
+    "head, status",
+    [
+        (HEAD + b"Content-Length: 1000000\r\n\r\n{", 401),  # a large body that would trickle for the whole deadline
+        (HEAD + b"Content-Length: 10\r\n\r\n", 401),  # a small body that never comes
+        (HEAD + b"Expect: 100-continue\r\nContent-Length: 10\r\n\r\n", 401),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n", 401),
+        (HEAD + b"Authorization: Bearer wrong\r\nContent-Length: 1000000\r\n\r\n", 403),
+        (HEAD + b"Authorization: Basic eDp5\r\nContent-Length: 10\r\n\r\n", 401),
+        # pipelined behind a request that needs no token: the second is judged as a first one would be
+        (b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" + HEAD + b"Content-Length: 500000\r\n\r\n{", 401),
+    ],
+)
 def test_a_body_without_the_token_is_never_read_and_the_answer_comes_at_once(echo_server, head, status):
     """A request announcing a body without the cluster token is answered 401 (403 with a wrong token), in the
     JSON error shape, with ``Connection: close``, before its body arrives (the server's deadline is 30 s, the
@@ -109,7 +113,7 @@ def test_a_body_without_the_token_is_never_read_and_the_answer_comes_at_once(ech
         sock.sendall(head)
         answer = read_answer(sock)
     assert answer, "no answer within 5 s: the server waited for the body of a request without the token"
-    last = answer[answer.rfind(b"HTTP/1.1 "):]
+    last = answer[answer.rfind(b"HTTP/1.1 ") :]
     assert last.startswith(b"HTTP/1.1 %d" % status), answer[:300]
     assert b"Connection: close" in last and b'"error": {"code": "' in last, last
     assert reads == []
@@ -215,15 +219,32 @@ def coordinator_process(tmp_path):
     log_path = tmp_path / "coordinator.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "parallel_rl", "coordinator", "-c", "configs/cartpole_dqn_parallel.py",
-             "--port", "0", "--shared-dir", str(tmp_path / "shared"),
-             "--set", f"parallel.coordinator.max_connections_per_peer={2 * STRANGERS}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN})
+            [
+                sys.executable,
+                "-m",
+                "parallel_rl",
+                "coordinator",
+                "-c",
+                "configs/cartpole_dqn_parallel.py",
+                "--port",
+                "0",
+                "--shared-dir",
+                str(tmp_path / "shared"),
+                "--set",
+                f"parallel.coordinator.max_connections_per_peer={2 * STRANGERS}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PARALLEL_RL_TOKEN": TOKEN},
+        )
     try:
-        found = eventually(lambda: proc.poll() is None and re.search(r"REST API: (http://\S+)/api/v1",
-                                                                      log_path.read_text()),
-                           timeout=120, interval=0.1, message=f"the coordinator's URL in {log_path}")
+        found = eventually(
+            lambda: proc.poll() is None and re.search(r"REST API: (http://\S+)/api/v1", log_path.read_text()),
+            timeout=120,
+            interval=0.1,
+            message=f"the coordinator's URL in {log_path}",
+        )
         yield found.group(1), proc, log_path
     finally:
         proc.kill()
@@ -295,8 +316,7 @@ class Strangers:
                 sock.close()
 
 
-def test_two_thousand_strangers_leave_a_coordinator_its_memory_threads_and_leases(coordinator_process,
-                                                                                  slaves):  # noqa: F811
+def test_two_thousand_strangers_leave_a_coordinator_its_memory_threads_and_leases(coordinator_process, slaves):  # noqa: F811
     """2,000 connections without the token (idle, trickling heads, trickling 100 MB bodies, ``Expect:
     100-continue``) against a real coordinator: its RSS grows by less than RSS_GROWTH_BOUND_MIB, its threads stay
     the fixed pool, a worker's heartbeats keep its lease (never marked lost) and a token holder's calls are

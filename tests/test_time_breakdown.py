@@ -1,5 +1,6 @@
 """A latency-bound env, and where each worker's time goes: its heartbeats' breakdown, `GET /api/v1/workers`,
 the bottleneck line of `parallel-rl status`, the dashboard's stacked bars in a real Chromium."""
+
 import os
 import re
 import time
@@ -59,10 +60,13 @@ def test_evaluators_can_step_their_envs_at_once_while_collectors_step_theirs_in_
         assert evaluator_env.vector_mode == "sync"  # by default as the collectors' (env.vector_mode)
 
 
-@pytest.mark.parametrize("settings, text", [
-    ({"step_latency_ms": -1}, "env needs step_latency_ms in [0, 60000)"),
-    ({"step_latency_ms": 5, "vector_mode": "vector_entry_point"}, "use env.vector_mode sync"),
-])
+@pytest.mark.parametrize(
+    "settings, text",
+    [
+        ({"step_latency_ms": -1}, "env needs step_latency_ms in [0, 60000)"),
+        ({"step_latency_ms": 5, "vector_mode": "vector_entry_point"}, "use env.vector_mode sync"),
+    ],
+)
 def test_latency_settings_that_cannot_work_are_refused(settings, text):
     with pytest.raises(ConfigError, match=re.escape(text)):
         cfg = compile_config({"env": {"env_id": "CartPole-v1", **settings}})
@@ -73,21 +77,42 @@ def breakdown(wall, **phases):
     return TimeBreakdown(wall_seconds=wall, phases=phases)
 
 
-@pytest.mark.parametrize("workers, line", [
-    ([], r"^unknown \("),
-    ([("learner", breakdown(10, waiting_for_data=7.2, train=2)),
-      ("collector", breakdown(10, env_step=8, policy_forward=1, waiting=0.2)),
-      ("collector", breakdown(10, env_step=8.2, policy_forward=1))],
-     r"^collectors \(the learner waits for data 72%; collectors: env steps 81%\) — collectors are env-bound: "
-     r"add collectors$"),
-    ([("learner", breakdown(10, waiting_for_data=0.5, train=9)),
-      ("collector", breakdown(10, env_step=2, waiting=7))],
-     r"^learner \(collectors wait 70%; the learner: training 90%\) — the learner is compute-bound"),
-    ([("learner", breakdown(10, waiting_for_data=6, train=3)),
-      ("collector", breakdown(10, env_step=2, waiting=7))], r"^the data flow \(the learner waits for data 60%"),
-    ([("learner", breakdown(10, waiting_for_data=1, train=8)),
-      ("collector", breakdown(10, env_step=8, waiting=1))], r"^none \("),
-])
+@pytest.mark.parametrize(
+    "workers, line",
+    [
+        ([], r"^unknown \("),
+        (
+            [
+                ("learner", breakdown(10, waiting_for_data=7.2, train=2)),
+                ("collector", breakdown(10, env_step=8, policy_forward=1, waiting=0.2)),
+                ("collector", breakdown(10, env_step=8.2, policy_forward=1)),
+            ],
+            r"^collectors \(the learner waits for data 72%; collectors: env steps 81%\) — collectors are env-bound: "
+            r"add collectors$",
+        ),
+        (
+            [
+                ("learner", breakdown(10, waiting_for_data=0.5, train=9)),
+                ("collector", breakdown(10, env_step=2, waiting=7)),
+            ],
+            r"^learner \(collectors wait 70%; the learner: training 90%\) — the learner is compute-bound",
+        ),
+        (
+            [
+                ("learner", breakdown(10, waiting_for_data=6, train=3)),
+                ("collector", breakdown(10, env_step=2, waiting=7)),
+            ],
+            r"^the data flow \(the learner waits for data 60%",
+        ),
+        (
+            [
+                ("learner", breakdown(10, waiting_for_data=1, train=8)),
+                ("collector", breakdown(10, env_step=8, waiting=1)),
+            ],
+            r"^none \(",
+        ),
+    ],
+)
 def test_bottleneck_rules(workers, line):
     assert re.search(line, bottleneck(workers)), bottleneck(workers)
 
@@ -108,8 +133,9 @@ def breakdowns(url):
     workers = [w for w in get(url, "/workers")["workers"] if w["state"] in ("idle", "busy")]
     out = {w["worker_id"]: w["time_breakdown"] for w in workers}
     must = {"collector": ("env_step", "policy_forward", "chunk_write"), "learner": ("train", "publishing")}
-    ready = len(out) == 3 and all(b and all(b["phases"][p]["seconds"] > 0 for p in must[w["kind"]])
-                                  for w, b in zip(workers, out.values()))
+    ready = len(out) == 3 and all(
+        b and all(b["phases"][p]["seconds"] > 0 for p in must[w["kind"]]) for w, b in zip(workers, out.values())
+    )
     return out if ready else None
 
 
@@ -127,8 +153,9 @@ def test_cluster_reports_where_time_goes_and_status_names_the_bottleneck(cli, tm
             assert b["background"]["sample_request"]["seconds"] > 0
     status = cli("status", "status", "--coordinator", url[: -len("/api/v1")])
     assert status.wait(30) == 0, status.output()
-    assert re.search(r"^\s+bottleneck: (collectors|learner|the data flow|none) \(.+\)", status.output(), re.M), \
+    assert re.search(r"^\s+bottleneck: (collectors|learner|the data flow|none) \(.+\)", status.output(), re.M), (
         status.output()
+    )
 
 
 def test_dashboard_shows_a_stacked_time_bar_per_worker(cli, tmp_path, toy_config):  # noqa: F811
@@ -138,12 +165,15 @@ def test_dashboard_shows_a_stacked_time_bar_per_worker(cli, tmp_path, toy_config
     try:
         browser.set_page_load_timeout(30)
         browser.get(url[: -len("/api/v1")] + "/")
-        bars = eventually(lambda: browser.execute_script("""
+        bars = eventually(
+            lambda: browser.execute_script("""
             const rows = [...document.querySelectorAll('#time-breakdown .time-row[data-worker-id]')];
             return rows.length === 3 ? rows.map((r) => [r.dataset.workerId,
                 [...r.querySelectorAll('.time-bar .phase')].map((s) => [s.dataset.phase, s.getBoundingClientRect().width]),
                 r.querySelector('.time-bar').getBoundingClientRect().width]) : null;"""),
-            timeout=20, message="three time bars")
+            timeout=20,
+            message="three time bars",
+        )
         by_worker = {worker_id: (dict(segments), width) for worker_id, segments, width in bars}
         assert sorted(by_worker) == ["collector-1", "collector-2", "learner-1"]
         for worker_id, (segments, width) in by_worker.items():
@@ -164,8 +194,11 @@ def test_the_learner_gets_a_cpu_to_itself_only_while_the_collectors_wait_for_it(
     def window(waiting):  # two collectors, 10 s more wall each, ``waiting`` of it waiting
         window.wall += 10
         window.waited += 10 * waiting
-        return [(f"collector-{i}", breakdown(window.wall, waiting=window.waited, env_step=window.wall - window.waited))
-                for i in (1, 2)]
+        return [
+            (f"collector-{i}", breakdown(window.wall, waiting=window.waited, env_step=window.wall - window.waited))
+            for i in (1, 2)
+        ]
+
     window.wall = window.waited = 0.0
 
     first = placement.decide(window(0.0))  # training has begun: no window yet
@@ -188,9 +221,17 @@ def test_two_runs_learners_claim_different_cpus(tmp_path):
 
     cpus = sorted(os.sched_getaffinity(0))
     other = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from parallel_rl.entry.placement import CpuPlacement; "
-         f"p = CpuPlacement(1, claims_dir={str(tmp_path)!r}); print(sorted(p.dedicated['learner']), flush=True); "
-         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from parallel_rl.entry.placement import CpuPlacement; "
+            f"p = CpuPlacement(1, claims_dir={str(tmp_path)!r}); print(sorted(p.dedicated['learner']), flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert other.stdout.readline().strip() == str(cpus[-1:])
         second = CpuPlacement(learner_cpus=1, claims_dir=str(tmp_path))

@@ -7,6 +7,7 @@ The cluster runs with the shipped lease settings (`parallel.coordinator.heartbea
 1 s), not the toy config's 2 s lease that the fault tests use to see a death quickly. Every deadline is what the
 code promises (a worker retries its first registration for 60 s; a stopping run gives its learner at most 60 s)
 with room for a starved box, never a timing assert."""
+
 import os
 import re
 import signal
@@ -38,8 +39,15 @@ STOPPED = 150
 def cpu_hog():
     """``HOGS`` processes spinning `while True: pass` for the whole test; each killed by its pid at the end. The
     test asserts they still spin when it is done (``hogs_spun``), so that what it saw happened under load."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(HOGS)]
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(HOGS)
+    ]
     try:
         yield hogs
     finally:
@@ -74,22 +82,40 @@ def test_removed_collector_is_not_replaced_and_an_added_one_joins_under_load(cli
     """With the token `run` made and wrote to a file (none exported): the client commands read it with
     --token-file."""
     no_token = {"PARALLEL_RL_TOKEN": ""}
-    run = cli("run", "run", "-c", toy_config, "--set", f"exp_name={tmp_path / 'exp'}", *LEASE, *ENDLESS,
-              "--collectors", "2", env=no_token)
+    run = cli(
+        "run",
+        "run",
+        "-c",
+        toy_config,
+        "--set",
+        f"exp_name={tmp_path / 'exp'}",
+        *LEASE,
+        *ENDLESS,
+        "--collectors",
+        "2",
+        env=no_token,
+    )
     url = run.wait_line(r"^REST API: (http://127\.0\.0\.1:\d+)/api/v1$", timeout=REGISTERED).group(1)
     token_file = run.wait_line(r"^token: in (\S+) ", timeout=10).group(1)
     api = url + "/api/v1"
-    busy = eventually(lambda: busy_collectors(api, 2), timeout=REGISTERED, interval=0.1,
-                      message="two busy collectors")
+    busy = eventually(lambda: busy_collectors(api, 2), timeout=REGISTERED, interval=0.1, message="two busy collectors")
     before = {w["worker_id"] for w in busy}
     victim = busy[0]
 
-    remove = cli("remove", "collectors", "remove", victim["worker_id"], "--token-file", token_file,
-                 "--coordinator", url, env=no_token)
+    remove = cli(
+        "remove",
+        "collectors",
+        "remove",
+        victim["worker_id"],
+        "--token-file",
+        token_file,
+        "--coordinator",
+        url,
+        env=no_token,
+    )
     assert remove.wait(60) == 0, remove.output()
     eventually(lambda: not alive(victim["pid"]), timeout=STOPPED, interval=0.1, message="the removed collector gone")
-    run.wait_line(rf"launcher: {re.escape(victim['worker_id'])} was removed \(exit code 0\): not replaced",
-                  timeout=30)
+    run.wait_line(rf"launcher: {re.escape(victim['worker_id'])} was removed \(exit code 0\): not replaced", timeout=30)
     assert active_collectors(api) == sorted(before - {victim["worker_id"]}), get(api, "/collectors")
 
     add = cli("add", "collectors", "add", "--json", "--token-file", token_file, "--coordinator", url, env=no_token)
@@ -97,8 +123,12 @@ def test_removed_collector_is_not_replaced_and_an_added_one_joins_under_load(cli
     added = re.search(r'"worker_id": "(collector-\d+)"', add.output()).group(1)
     assert added not in before
     expected = sorted(before - {victim["worker_id"]} | {added})
-    eventually(lambda: active_collectors(api) == expected and busy_collectors(api, 2), timeout=REGISTERED,
-               interval=0.1, message=f"{added} at work beside the one left")
+    eventually(
+        lambda: active_collectors(api) == expected and busy_collectors(api, 2),
+        timeout=REGISTERED,
+        interval=0.1,
+        message=f"{added} at work beside the one left",
+    )
     output = run.output()
     assert "restarting a collector" not in output and "kept dying" not in output, output[-3000:]
     assert run.proc.poll() is None, output[-3000:]

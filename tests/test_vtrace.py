@@ -1,4 +1,5 @@
 """V-trace (policy/vtrace.py) against the paper's definition, and the IMPALA / APPO policies built on it."""
+
 import math
 import subprocess
 import sys
@@ -65,9 +66,15 @@ def random_rows(seed, n=300, lanes=5, logp_spread=0.7):
     env_id = rng.integers(0, lanes, n)
     end = rng.random(n) < 0.1
     terminated = end & (rng.random(n) < 0.5)
-    rows = dict(env_id=env_id, end=end, terminated=terminated, reward=rng.normal(size=n),
-                value=rng.normal(size=n), next_value=rng.normal(size=n),
-                behaviour_logp=rng.normal(-1.0, 0.5, n))
+    rows = dict(
+        env_id=env_id,
+        end=end,
+        terminated=terminated,
+        reward=rng.normal(size=n),
+        value=rng.normal(size=n),
+        next_value=rng.normal(size=n),
+        behaviour_logp=rng.normal(-1.0, 0.5, n),
+    )
     rows["target_logp"] = rows["behaviour_logp"] + rng.normal(0.0, logp_spread, n)
     for piece in episode_pieces(env_id, end):
         for a, b in zip(piece, piece[1:]):
@@ -76,13 +83,30 @@ def random_rows(seed, n=300, lanes=5, logp_spread=0.7):
 
 
 def run_vtrace(rows, gamma, **kw):
-    return vtrace(rows["behaviour_logp"], rows["target_logp"], rows["reward"], rows["value"], rows["next_value"],
-                  rows["terminated"], rows["end"], rows["env_id"], gamma, **kw)
+    return vtrace(
+        rows["behaviour_logp"],
+        rows["target_logp"],
+        rows["reward"],
+        rows["value"],
+        rows["next_value"],
+        rows["terminated"],
+        rows["end"],
+        rows["env_id"],
+        gamma,
+        **kw,
+    )
 
 
-@pytest.mark.parametrize("seed, rho_bar, c_bar, lam", [
-    (0, 1.0, 1.0, 1.0), (1, 0.8, 0.5, 1.0), (2, 2.0, 1.0, 0.9), (3, 1.0, 1.0, 0.95), (4, 0.3, 0.3, 1.0),
-])
+@pytest.mark.parametrize(
+    "seed, rho_bar, c_bar, lam",
+    [
+        (0, 1.0, 1.0, 1.0),
+        (1, 0.8, 0.5, 1.0),
+        (2, 2.0, 1.0, 0.9),
+        (3, 1.0, 1.0, 0.95),
+        (4, 0.3, 0.3, 1.0),
+    ],
+)
 def test_vtrace_equals_the_papers_definition(seed, rho_bar, c_bar, lam):
     rows = random_rows(seed)
     ratio = np.exp(rows["target_logp"] - rows["behaviour_logp"])
@@ -112,8 +136,9 @@ def test_on_policy_vtrace_is_the_bootstrapped_discounted_return_and_gae():
     np.testing.assert_allclose(out.vs, want, rtol=0, atol=1e-6)
     args = (rows["reward"], rows["value"], rows["next_value"], rows["terminated"], rows["end"], rows["env_id"], gamma)
     np.testing.assert_allclose(out.pg_advantage, gae_advantages(*args, 1.0), rtol=0, atol=1e-5)
-    np.testing.assert_allclose(run_vtrace(rows, gamma, lam=0.8).vs - rows["value"], gae_advantages(*args, 0.8),
-                               rtol=0, atol=1e-5)  # float32 GAE
+    np.testing.assert_allclose(
+        run_vtrace(rows, gamma, lam=0.8).vs - rows["value"], gae_advantages(*args, 0.8), rtol=0, atol=1e-5
+    )  # float32 GAE
 
 
 def test_truncation_weights_must_be_positive():
@@ -135,18 +160,36 @@ def test_the_policys_targets_use_its_lambda(lam):
     policy = create_policy(cfg.policy, 4, 2, seed=0, device="cpu")
     rng = np.random.default_rng(3)
     n = 40
-    segment = {"obs": rng.normal(size=(n, 4)).astype(np.float32), "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
-               "action": rng.integers(0, 2, n), "logp": rng.normal(-0.7, 0.2, n).astype(np.float32),
-               "value": np.zeros(n, np.float32), "reward": np.ones(n, np.float32), "done": np.zeros(n, bool),
-               "end": np.arange(n) % 13 == 12, "env_id": np.arange(n) % 2}
+    segment = {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, n),
+        "logp": rng.normal(-0.7, 0.2, n).astype(np.float32),
+        "value": np.zeros(n, np.float32),
+        "reward": np.ones(n, np.float32),
+        "done": np.zeros(n, bool),
+        "end": np.arange(n) % 13 == 12,
+        "env_id": np.arange(n) % 2,
+    }
     batch = policy.learn_batch(segment)
     _, vs = policy.learning_targets(segment, batch)
     with torch.no_grad():
         target_logp = policy.model.log_prob(policy.model.dist(batch.obs, None), batch.action).numpy()
         value = policy.model.value(batch.obs).numpy()
         next_value = policy.model.value(torch.from_numpy(segment["next_obs"])).numpy().astype(np.float64)
-    args = (segment["logp"], target_logp, batch.reward, value, next_value, segment["done"], segment["end"],
-            segment["env_id"], cfg.policy.discount_factor, 1.0, 1.0)
+    args = (
+        segment["logp"],
+        target_logp,
+        batch.reward,
+        value,
+        next_value,
+        segment["done"],
+        segment["end"],
+        segment["env_id"],
+        cfg.policy.discount_factor,
+        1.0,
+        1.0,
+    )
     np.testing.assert_allclose(vs.numpy(), vtrace(*args, lam=lam).vs, rtol=1e-5, atol=1e-5)
     assert (lam == 1.0) == np.allclose(vs.numpy(), vtrace(*args, lam=1.0).vs, rtol=1e-5, atol=1e-5)
     with pytest.raises(ConfigError, match=r"policy.learn needs lambda_ in \[0, 1\], got policy.learn.lambda_=1.5"):
@@ -182,12 +225,20 @@ def test_serial_pipeline_trains_impala_and_appo_with_finite_losses(tmp_path, pol
 
     from parallel_rl.entry.serial import serial_pipeline
 
-    cfg = compile_config({"exp_name": str(tmp_path / "exp"), "env": {"env_id": env_id, "collector_env_num": 2,
-                                                                      "evaluator_env_num": 1, "n_evaluator_episode": 1},
-                          "policy": {"type": policy_type, "model": {"hidden_size_list": [16]},
-                                     "learn": {"batch_size": 32, "epoch_per_collect": 2},
-                                     "collect": {"n_sample": 64}, "eval": {"evaluator": {"eval_freq": 1}}},
-                          "serial": {"max_train_iter": 3}})
+    cfg = compile_config(
+        {
+            "exp_name": str(tmp_path / "exp"),
+            "env": {"env_id": env_id, "collector_env_num": 2, "evaluator_env_num": 1, "n_evaluator_episode": 1},
+            "policy": {
+                "type": policy_type,
+                "model": {"hidden_size_list": [16]},
+                "learn": {"batch_size": 32, "epoch_per_collect": 2},
+                "collect": {"n_sample": 64},
+                "eval": {"evaluator": {"eval_freq": 1}},
+            },
+            "serial": {"max_train_iter": 3},
+        }
+    )
     result = serial_pipeline(cfg)
     assert result.train_iter == 3 and result.env_steps >= 3 * 64
     accumulator = EventAccumulator(str(tmp_path / "exp" / "tensorboard"))
@@ -200,8 +251,22 @@ def test_serial_pipeline_trains_impala_and_appo_with_finite_losses(tmp_path, pol
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["configs/cartpole_appo.py", "configs/cartpole_impala.py"])
 def test_serial_impala_and_appo_solve_cartpole(tmp_path, config):
-    proc = subprocess.run([sys.executable, "-m", "parallel_rl", "serial", "-c", config, "--set",
-                           f"exp_name={tmp_path / 'exp'}", "--set", "serial.max_env_step=60000"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_rl",
+            "serial",
+            "-c",
+            config,
+            "--set",
+            f"exp_name={tmp_path / 'exp'}",
+            "--set",
+            "serial.max_env_step=60000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")

@@ -1,4 +1,5 @@
 """Replay buffers: stats, and batched sampling of references for learners."""
+
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.protocol import SampleAnswer, SampleRequest
@@ -30,8 +31,16 @@ def sample(name: str):
     if name != coordinator.replay.name:
         raise ApiError(404, "not_found", f"no buffer {name!r}")
     ask = SampleRequest.from_json(json_body())
-    out = coordinator.sample(ask.worker_id, ask.batch_size, ask.batches, ask.train_iter, priorities=ask.priorities,
-                             wait=ask.wait, encoding=ask.encoding, lease=request.headers.get(LEASE_HEADER),
-                             ahead=ask.ahead)
+    out = coordinator.sample(
+        ask.worker_id,
+        ask.batch_size,
+        ask.batches,
+        ask.train_iter,
+        priorities=ask.priorities,
+        wait=ask.wait,
+        encoding=ask.encoding,
+        lease=request.headers.get(LEASE_HEADER),
+        ahead=ask.ahead,
+    )
     control = coordinator.flow.control_for(coordinator.membership.get_worker(ask.worker_id))
     return jsonify(SampleAnswer(**out, control=control).to_json())

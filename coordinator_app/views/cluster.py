@@ -1,4 +1,5 @@
 """Health and cluster summary."""
+
 from flask import Blueprint, jsonify
 
 from ..context import get_coordinator
@@ -22,8 +23,9 @@ def cluster():
 def history():
     """Time series for charts: evaluations and throughput samples (one per second, last 10 minutes)."""
     c = get_coordinator()
-    return jsonify({"eval": list(c.eval_history), "throughput": list(c.throughput_history),
-                    "stop_value": c.cfg.env.stop_value})
+    return jsonify(
+        {"eval": list(c.eval_history), "throughput": list(c.throughput_history), "stop_value": c.cfg.env.stop_value}
+    )
 
 
 @bp.get("/openapi.json")

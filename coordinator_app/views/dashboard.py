@@ -1,4 +1,5 @@
 """The live dashboard at ``/``: static HTML + JS (no build step) that polls the REST API."""
+
 import os
 
 from flask import Blueprint, send_from_directory

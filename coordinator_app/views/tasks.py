@@ -1,4 +1,5 @@
 """Tasks: list with filters and paging, one by id."""
+
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.coordinator.tasks import TaskKind, TaskState
@@ -36,7 +37,7 @@ def list_tasks():
     limit = _int_arg("limit", 100, 1, 1000)
     offset = _int_arg("offset", 0, 0, 10**9)
     tasks = get_coordinator().tasks.list(kind=kind, state=state)
-    page = tasks[offset:offset + limit]
+    page = tasks[offset : offset + limit]
     return jsonify({"tasks": [t.to_dict() for t in page], "total": len(tasks), "offset": offset, "limit": limit})
 
 

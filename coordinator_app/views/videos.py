@@ -1,4 +1,5 @@
 """Recorded evaluation episodes (``policy.eval.evaluator.record_every``): a list, and each MP4 for ``<video>``."""
+
 from flask import Blueprint, jsonify, request, send_file
 from werkzeug.exceptions import RequestedRangeNotSatisfiable
 
@@ -32,8 +33,15 @@ def get_video(name: str):
         raise ApiError(404, "not_found", f"no video {name!r}; GET /api/v1/videos lists them") from None
     except StorageFaultError:
         raise ApiError(503, "unavailable", _STORE_FAILING) from None
-    answer = send_file(video.file, mimetype="video/mp4", download_name=name, max_age=3600, conditional=False,
-                       etag=False if video.mtime is None else f"{video.mtime}-{video.size}", last_modified=video.mtime)
+    answer = send_file(
+        video.file,
+        mimetype="video/mp4",
+        download_name=name,
+        max_age=3600,
+        conditional=False,
+        etag=False if video.mtime is None else f"{video.mtime}-{video.size}",
+        last_modified=video.mtime,
+    )
     answer.content_length = video.size  # send_file knows the length of a path or of bytes, not of an open file
     try:
         return answer.make_conditional(request, accept_ranges=True, complete_length=video.size)

@@ -1,5 +1,6 @@
 """Collectors and learners: list, add, remove; and the workers' own traffic
 (heartbeat, batched metadata), which needs the cluster token."""
+
 from flask import Blueprint, jsonify, request
 
 from parallel_rl.protocol import Heartbeat, MetadataBatch, Registration
@@ -37,8 +38,9 @@ def add_worker(collection: str):
     registration = Registration.from_json(json_body())
     if registration.address is None:  # `parallel-rl run` starts one more (a fork of its fork server)
         return jsonify(start_worker(kind)), 202
-    worker = get_coordinator().membership.add_worker(kind, registration.address, registration.worker_id,
-                                                     sender=request.remote_addr)
+    worker = get_coordinator().membership.add_worker(
+        kind, registration.address, registration.worker_id, sender=request.remote_addr
+    )
     return jsonify(worker.to_dict()), 201
 
 
@@ -68,12 +70,18 @@ def heartbeat(worker_id: str):
     require_token()
     coordinator = get_coordinator()
     beat = Heartbeat.from_json(request.get_json(silent=True) if request.content_length else None)
-    worker = coordinator.membership.heartbeat(worker_id, request.headers.get(LEASE_HEADER), beat.problems,
-                                              beat.tasks, ranks=beat.ranks,
-                                              storage=beat.storage.to_json() if beat.storage else None,
-                                              time_breakdown=beat.time_breakdown, ready=beat.ready,
-                                              setup_error=beat.setup_error,
-                                              unanswered_seconds=beat.unanswered_seconds or 0.0)
+    worker = coordinator.membership.heartbeat(
+        worker_id,
+        request.headers.get(LEASE_HEADER),
+        beat.problems,
+        beat.tasks,
+        ranks=beat.ranks,
+        storage=beat.storage.to_json() if beat.storage else None,
+        time_breakdown=beat.time_breakdown,
+        ready=beat.ready,
+        setup_error=beat.setup_error,
+        unanswered_seconds=beat.unanswered_seconds or 0.0,
+    )
     return jsonify(coordinator.flow.control_for(worker))
 
 
@@ -81,8 +89,13 @@ def heartbeat(worker_id: str):
 def metadata(worker_id: str):
     require_token()
     batch = MetadataBatch.from_json(json_body())
-    return jsonify(get_coordinator().handle_metadata(worker_id, batch.messages,
-                                                     wait_for_allowance=batch.wait_for_allowance,
-                                                     policy_version=batch.policy_version,
-                                                     loaded_version=batch.loaded_version,
-                                                     lease=request.headers.get(LEASE_HEADER)))
+    return jsonify(
+        get_coordinator().handle_metadata(
+            worker_id,
+            batch.messages,
+            wait_for_allowance=batch.wait_for_allowance,
+            policy_version=batch.policy_version,
+            loaded_version=batch.loaded_version,
+            lease=request.headers.get(LEASE_HEADER),
+        )
+    )

@@ -13,6 +13,7 @@ A policy with memory (``policy.model.recurrent``) acts with its recurrent state:
 ``(action, next hidden_h[, next hidden_c])``; ``state_sizes`` names the state's parts and their widths.
 :class:`Agent` carries that state between ``act`` calls (``reset()`` starts new episodes).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -61,7 +62,7 @@ class RecurrentActing(nn.Module):
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor):
         features, after = self.core.step(self.acting.inputs(obs), state)
-        return (self.acting.decide(features[..., :self.split] if self.split else features), *after)
+        return (self.acting.decide(features[..., : self.split] if self.split else features), *after)
 
 
 class DQNActing(_Acting):
@@ -132,9 +133,15 @@ class TD3Acting(_Acting):
 
 
 # IMPALA and APPO act with PPO's actor-critic
-ACTING: Dict[str, Callable[[Any], nn.Module]] = {"dqn": DQNActing, "r2d2": r2d2_acting, "ppo": ppo_acting,
-                                                  "sac": SACActing, "td3": TD3Acting, "impala": ppo_acting,
-                                                  "appo": ppo_acting}
+ACTING: Dict[str, Callable[[Any], nn.Module]] = {
+    "dqn": DQNActing,
+    "r2d2": r2d2_acting,
+    "ppo": ppo_acting,
+    "sac": SACActing,
+    "td3": TD3Acting,
+    "impala": ppo_acting,
+    "appo": ppo_acting,
+}
 
 
 def acting_module(policy) -> nn.Module:
@@ -143,8 +150,9 @@ def acting_module(policy) -> nn.Module:
 
     kind = policy.cfg.get("type", "dqn")
     if kind not in ACTING:
-        raise ConfigError(f"policy.type={kind!r} has no acting module to export or load (known: "
-                          f"{', '.join(sorted(ACTING))})")
+        raise ConfigError(
+            f"policy.type={kind!r} has no acting module to export or load (known: {', '.join(sorted(ACTING))})"
+        )
     return ACTING[kind](policy).cpu().eval()
 
 
@@ -158,8 +166,15 @@ class Agent:
     to the next (each row of a batch is one episode's lane); :meth:`reset` starts new episodes (call it whenever
     an episode ends; a batch of another size starts over too)."""
 
-    def __init__(self, forward: Callable[..., Any], obs_shape: Tuple[int, ...], action_kind: str,
-                 source: str = "", obs_dtype: str = "float32", state_sizes: Optional[Dict[str, int]] = None):
+    def __init__(
+        self,
+        forward: Callable[..., Any],
+        obs_shape: Tuple[int, ...],
+        action_kind: str,
+        source: str = "",
+        obs_dtype: str = "float32",
+        state_sizes: Optional[Dict[str, int]] = None,
+    ):
         self._forward = forward
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
@@ -176,8 +191,10 @@ class Agent:
         obs = np.asarray(obs, dtype=self.obs_dtype)
         single = obs.shape == self.obs_shape
         if not single and obs.shape[1:] != self.obs_shape:
-            raise ValueError(f"act(obs): expected an observation of shape {self.obs_shape} or a batch "
-                             f"(N, {', '.join(map(str, self.obs_shape))}), got {obs.shape}")
+            raise ValueError(
+                f"act(obs): expected an observation of shape {self.obs_shape} or a batch "
+                f"(N, {', '.join(map(str, self.obs_shape))}), got {obs.shape}"
+            )
         batch = obs[None] if single else obs
         if not self.state_sizes:
             actions = self._forward(batch)

@@ -5,6 +5,7 @@
 >>> agent = parallel_rl.load_policy(run.run_dir)     # the best evaluated checkpoint of the run
 >>> agent.act(obs)                                   # one observation -> one action (or a batch -> a batch)
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,9 @@ def _user_config(config: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     return load_config_file(os.fspath(config))
 
 
-def train(config: Union[str, Mapping[str, Any]], cluster: bool = False, collectors: int = 2,
-          **overrides: Any) -> TrainRun:
+def train(
+    config: Union[str, Mapping[str, Any]], cluster: bool = False, collectors: int = 2, **overrides: Any
+) -> TrainRun:
     """Train with ``config`` (a config file's path, or its ``main_config`` dict) and ``overrides`` (nested dicts
     or dotted keys), in this process (the serial pipeline; two-player games: self-play) or, with
     ``cluster=True``, as ``parallel-rl run`` does (a coordinator, a learner and ``collectors`` processes)."""
@@ -101,8 +103,9 @@ def _train_cluster(user: Dict[str, Any], sets: List[str], run_dir: str, collecto
 KINDS = ("checkpoint", "torchscript", "onnx")
 
 
-def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, kind: Optional[str] = None,
-                checkpoint: str = "best"):
+def load_policy(
+    path: str, config: Union[str, Mapping[str, Any], None] = None, kind: Optional[str] = None, checkpoint: str = "best"
+):
     """An :class:`~parallel_rl.after.acting.Agent` with ``act(obs)`` from ``path``: a file written by
     ``parallel-rl export`` (``*.onnx`` runs in ONNX Runtime, ``*.torchscript`` in torch), a checkpoint, or a run
     directory: its ``checkpoint`` (``"best"``: its best evaluated version, the newest when no evaluation kept
@@ -124,8 +127,9 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, k
         if not os.path.isfile(path):
             raise ConfigError(f"{path!r} is not a file; a {kind} export is one file written by parallel-rl export")
         forward, meta = open_export(path, kind)
-        return Agent(forward, meta["obs_shape"], meta["action_kind"], path, meta.get("obs_dtype", "float32"),
-                     meta["state"])
+        return Agent(
+            forward, meta["obs_shape"], meta["action_kind"], path, meta.get("obs_dtype", "float32"), meta["state"]
+        )
     cfg = _config_for(path, config) if config is not None else None
     if cfg is None:
         found = find_run_config(path)
@@ -133,14 +137,18 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, k
             raise ConfigError(f"no config.json beside {path!r}: pass load_policy(path, config='configs/...py')")
         cfg = load_run_config(found)
     if checkpoint not in CHOICES:
-        raise ConfigError(f"load_policy: checkpoint={checkpoint!r}; use one of {', '.join(CHOICES)} (a checkpoint "
-                          f"file is passed as path)")
+        raise ConfigError(
+            f"load_policy: checkpoint={checkpoint!r}; use one of {', '.join(CHOICES)} (a checkpoint "
+            f"file is passed as path)"
+        )
     run = path if os.path.isdir(path) else None
     found = find_checkpoint(cfg, checkpoint if run else os.path.abspath(path) if "://" not in path else path, run)
     logger.info("load_policy: %s (%s)", found.why or "the file given", found.source)
     if cfg.env.get("type") == "pettingzoo":
-        raise ConfigError("load_policy: two-player games (env.type='pettingzoo') are not supported yet: their "
-                          "policies need the game's action mask; evaluate them with parallel-rl eval")
+        raise ConfigError(
+            "load_policy: two-player games (env.type='pettingzoo') are not supported yet: their "
+            "policies need the game's action mask; evaluate them with parallel-rl eval"
+        )
     env = spaces_env(cfg)
     try:
         obs_shape, action_kind, obs_dtype = env.obs_shape, env.action_spec.kind, env.obs_dtype
@@ -148,8 +156,9 @@ def load_policy(path: str, config: Union[str, Mapping[str, Any], None] = None, k
     finally:
         env.close()
     module = acting_module(policy)
-    return Agent(torch_forward(module), obs_shape, action_kind, found.source, obs_dtype,
-                 getattr(module, "state_sizes", None))
+    return Agent(
+        torch_forward(module), obs_shape, action_kind, found.source, obs_dtype, getattr(module, "state_sizes", None)
+    )
 
 
 def _config_for(path: str, config: Union[str, Mapping[str, Any]]):

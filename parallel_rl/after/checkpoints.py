@@ -10,6 +10,7 @@ Of a run, the best evaluated version is taken by default (a serial run's ``ckpt/
 ``policy/best.json``; both records say its eval return and env step), the newest when no evaluation kept
 one; ``newest`` asks for the newest. :attr:`Checkpoint.why` says which was taken and why.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,6 +29,7 @@ from ..storage.checkpoints import SERIAL_BEST, load_best_record
 from ..storage.names import BEST_RECORD
 
 logger = logging.getLogger(__name__)
+
 
 def find_run_config(path: str) -> Optional[str]:
     """The ``config.json`` of the run that holds ``path`` (it, its directory or a parent up to three levels)."""
@@ -151,16 +153,20 @@ def read_checkpoint(path: str) -> Checkpoint:
     from ..storage import torch_load
 
     if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} not found; pass --checkpoint with a .pt file of a run "
-                          f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)")
+        raise ConfigError(
+            f"checkpoint {path!r} not found; pass --checkpoint with a .pt file of a run "
+            f"(<exp_dir>/ckpt/*.pt, <shared>/policy/policy_*.pt)"
+        )
     try:
         with _checkpoint_load():
             return Checkpoint(path, torch_load(path))
     except StorageError as exc:  # torch's reasons run over many lines: the first says enough
         raise ConfigError(f"{str(exc).splitlines()[0][:300]}...); {_PASS_A_CHECKPOINT}") from None
     except OSError as exc:  # torch's zip reader fails a truncated file with EINVAL, as if the disk had
-        raise ConfigError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc}; truncated or damaged?); "
-                          f"{_PASS_A_CHECKPOINT}") from None
+        raise ConfigError(
+            f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc}; truncated or damaged?); "
+            f"{_PASS_A_CHECKPOINT}"
+        ) from None
 
 
 def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Optional[str] = None) -> Checkpoint:
@@ -186,11 +192,14 @@ def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Option
             found = _store_checkpoint(place, cfg.parallel.get("storage_options"), which)
         if found is not None:
             if checkpoint == "best" and not found.why.startswith("best"):
-                raise ConfigError(f"no best checkpoint in {place} ({found.why}); pass --checkpoint newest or a "
-                                  f"checkpoint file")
+                raise ConfigError(
+                    f"no best checkpoint in {place} ({found.why}); pass --checkpoint newest or a checkpoint file"
+                )
             return found
-    raise ConfigError(f"no policy checkpoint in {' or '.join(places)}; train first (parallel-rl serial/run -c "
-                      f"CONFIG), or pass --checkpoint FILE or --run DIR")
+    raise ConfigError(
+        f"no policy checkpoint in {' or '.join(places)}; train first (parallel-rl serial/run -c "
+        f"CONFIG), or pass --checkpoint FILE or --run DIR"
+    )
 
 
 def policy_state(checkpoint: Checkpoint) -> Tuple[Dict[str, Any], bool]:
@@ -240,7 +249,9 @@ def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
     except (KeyError, RuntimeError, ValueError, TypeError) as exc:
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         first = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
-        raise ConfigError(f"{checkpoint.source} does not fit policy.type={cfg.policy.type!r} on env "
-                          f"{cfg.env.env_id!r} ({type(exc).__name__}: {first[:200]}); pass the config the run "
-                          f"was trained with") from None
+        raise ConfigError(
+            f"{checkpoint.source} does not fit policy.type={cfg.policy.type!r} on env "
+            f"{cfg.env.env_id!r} ({type(exc).__name__}: {first[:200]}); pass the config the run "
+            f"was trained with"
+        ) from None
     return policy

@@ -13,6 +13,7 @@ rliable itself is not used: rliable 1.2.0 needs ``arch < 8``, whose 7.x releases
 (``pandas.util._decorators.deprecate_kwarg`` changed its signature), and arch 8 no longer takes the
 ``random_state`` keyword rliable passes (docs/after-training.md).
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,8 +37,21 @@ MAX_REPS = 1_000_000  # rliable's default is 50,000
 BATCH_VALUES = 10_000_000  # resampled values held at once (80 MB)
 MAX_GRID_POINTS = 200  # the curves' common env-step grid: the runs' eval steps, thinned to this many
 SEED_SUFFIX = re.compile(r"[_-](?:s|seed)(\d+)$")
-CSV_COLUMNS = ("row", "group", "run_dir", "seed", "final_env_steps", "final_score", "runs", "iqm", "ci_low",
-               "ci_high", "median", "mean", "note")
+CSV_COLUMNS = (
+    "row",
+    "group",
+    "run_dir",
+    "seed",
+    "final_env_steps",
+    "final_score",
+    "runs",
+    "iqm",
+    "ci_low",
+    "ci_high",
+    "median",
+    "mean",
+    "note",
+)
 
 
 @dataclass
@@ -79,9 +93,17 @@ def bootstrap_ci(samples: np.ndarray, statistic, reps: int, seed: int) -> Tuple[
 
     if len(samples) < 2:
         return samples[0], samples[0]
-    res = bootstrap((samples,), statistic, n_resamples=reps, vectorized=True, axis=0, method="percentile",
-                    confidence_level=CONFIDENCE, rng=np.random.default_rng(seed),
-                    batch=max(1, BATCH_VALUES // samples.size))  # bounded memory whatever --reps
+    res = bootstrap(
+        (samples,),
+        statistic,
+        n_resamples=reps,
+        vectorized=True,
+        axis=0,
+        method="percentile",
+        confidence_level=CONFIDENCE,
+        rng=np.random.default_rng(seed),
+        batch=max(1, BATCH_VALUES // samples.size),
+    )  # bounded memory whatever --reps
     return res.confidence_interval.low, res.confidence_interval.high
 
 
@@ -171,8 +193,10 @@ def score_at(run: Run, env_step: float) -> None:
     """Set the run's final score: its last evaluation at or before ``env_step``."""
     before = [p for p in run.history if p["env_steps"] <= env_step]
     if not before:
-        raise ConfigError(f"{run.run_dir!r}: no evaluation at or before env step {env_step:g} (its first is at "
-                          f"{run.history[0]['env_steps']:g}); pass a larger --at-env-step")
+        raise ConfigError(
+            f"{run.run_dir!r}: no evaluation at or before env step {env_step:g} (its first is at "
+            f"{run.history[0]['env_steps']:g}); pass a larger --at-env-step"
+        )
     run.final_env_steps, run.final_score = before[-1]["env_steps"], before[-1]["return"]
 
 
@@ -203,8 +227,9 @@ def curve_band(runs: List[Run], reps: int, seed: int) -> Tuple[np.ndarray, np.nd
         return xs, xs, xs, xs
     if len(xs) > MAX_GRID_POINTS:
         xs = np.linspace(lo, hi, MAX_GRID_POINTS)
-    curves = np.vstack([np.interp(xs, [p["env_steps"] for p in run.history], [p["return"] for p in run.history])
-                        for run in runs])
+    curves = np.vstack(
+        [np.interp(xs, [p["env_steps"] for p in run.history], [p["return"] for p in run.history]) for run in runs]
+    )
     low, high = bootstrap_ci(curves, np.mean, reps, seed)
     return xs, curves.mean(0), low, high
 
@@ -222,8 +247,9 @@ def plot_groups(groups: List[Group], output: str, env_step: float, reps: int, se
         if len(xs) == 0:
             logger.warning("compare: %s: its runs' evaluations cover no common env steps; not drawn", group.name)
             continue
-        line, = ax.plot(xs, mean, label=f"{group.name} (n={len(group.runs)})", linewidth=1.8, marker="." if len(
-            xs) == 1 else None)
+        (line,) = ax.plot(
+            xs, mean, label=f"{group.name} (n={len(group.runs)})", linewidth=1.8, marker="." if len(xs) == 1 else None
+        )
         ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.axvline(env_step, color="0.5", linestyle=":", linewidth=1)
     ax.set_xlabel("env steps")
@@ -241,12 +267,29 @@ def csv_rows(groups: List[Group]) -> List[dict]:
     rows = []
     for group in groups:
         for run in group.runs:
-            rows.append({"row": "run", "group": group.name, "run_dir": run.run_dir,
-                         "seed": "" if run.seed is None else run.seed, "final_env_steps": f"{run.final_env_steps:g}",
-                         "final_score": repr(run.final_score)})
-        rows.append({"row": "group", "group": group.name, "runs": len(group.runs), "iqm": repr(group.iqm),
-                     "ci_low": repr(group.ci[0]), "ci_high": repr(group.ci[1]), "median": repr(group.median),
-                     "mean": repr(group.mean), "note": group.note})
+            rows.append(
+                {
+                    "row": "run",
+                    "group": group.name,
+                    "run_dir": run.run_dir,
+                    "seed": "" if run.seed is None else run.seed,
+                    "final_env_steps": f"{run.final_env_steps:g}",
+                    "final_score": repr(run.final_score),
+                }
+            )
+        rows.append(
+            {
+                "row": "group",
+                "group": group.name,
+                "runs": len(group.runs),
+                "iqm": repr(group.iqm),
+                "ci_low": repr(group.ci[0]),
+                "ci_high": repr(group.ci[1]),
+                "median": repr(group.median),
+                "mean": repr(group.mean),
+                "note": group.note,
+            }
+        )
     return rows
 
 
@@ -277,8 +320,9 @@ def _write_atomic(path: str, write) -> None:
             os.unlink(tmp)
 
 
-def check_options(csv_out: Optional[str], png_out: Optional[str], reps: int, seed: int,
-                  at_env_step: Optional[float] = None) -> None:
+def check_options(
+    csv_out: Optional[str], png_out: Optional[str], reps: int, seed: int, at_env_step: Optional[float] = None
+) -> None:
     """Refuse options that cannot work (outputs that cannot be written, no resamples) before any run is read."""
     if at_env_step is not None and not math.isfinite(at_env_step):
         raise ConfigError(f"--at-env-step must be a number of env steps, got {at_env_step}")

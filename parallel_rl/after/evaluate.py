@@ -1,6 +1,7 @@
 """``parallel-rl eval``: N greedy episodes of a saved policy on fresh envs, through the evaluator the
 pipelines use (:class:`~parallel_rl.evaluator.serial.InteractionSerialEvaluator`: each of the
 ``env.evaluator_env_num`` envs plays its share of the episodes, so short episodes are not favoured)."""
+
 from __future__ import annotations
 
 import logging
@@ -20,14 +21,21 @@ from ..progress import episode_progress
 logger = logging.getLogger(__name__)
 
 
-def evaluate_policy(cfg: EasyDict, policy, episodes: int, seed: int,
-                    env: Optional[EnvManager] = None) -> Dict[str, Any]:
+def evaluate_policy(
+    cfg: EasyDict, policy, episodes: int, seed: int, env: Optional[EnvManager] = None
+) -> Dict[str, Any]:
     """Play ``episodes`` episodes with ``policy``'s eval mode; the evaluator's info (returns, lengths, steps,
     duration). ``env`` (closed here) defaults to ``env.evaluator_env_num`` fresh copies of the config's env."""
     num_envs = max(1, min(int(cfg.env.evaluator_env_num), episodes))
     env = env or EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluating=True)
-    evaluator = InteractionSerialEvaluator(EasyDict(eval_freq=1, max_seconds=0.0), env, policy.eval_mode,
-                                           stop_value=cfg.env.stop_value, n_evaluator_episode=episodes, seed=seed)
+    evaluator = InteractionSerialEvaluator(
+        EasyDict(eval_freq=1, max_seconds=0.0),
+        env,
+        policy.eval_mode,
+        stop_value=cfg.env.stop_value,
+        n_evaluator_episode=episodes,
+        seed=seed,
+    )
     try:
         with episode_progress(episodes) as on_episode:  # a bar on a terminal
             _, info = evaluator.eval(n_episode=episodes, on_episode=on_episode)
@@ -39,10 +47,20 @@ def evaluate_policy(cfg: EasyDict, policy, episodes: int, seed: int,
 def summary_rows(info: Dict[str, Any]) -> list:
     """The table ``eval`` prints: one row per statistic."""
     return [
-        {"metric": "return", "mean": info["eval_episode_return_mean"], "std": info["eval_episode_return_std"],
-         "min": info["eval_episode_return_min"], "max": info["eval_episode_return_max"]},
-        {"metric": "length", "mean": info["episode_length_mean"], "std": info.get("episode_length_std"),
-         "min": info.get("episode_length_min"), "max": info.get("episode_length_max")},
+        {
+            "metric": "return",
+            "mean": info["eval_episode_return_mean"],
+            "std": info["eval_episode_return_std"],
+            "min": info["eval_episode_return_min"],
+            "max": info["eval_episode_return_max"],
+        },
+        {
+            "metric": "length",
+            "mean": info["episode_length_mean"],
+            "std": info.get("episode_length_std"),
+            "min": info.get("episode_length_min"),
+            "max": info.get("episode_length_max"),
+        },
     ]
 
 
@@ -57,8 +75,15 @@ def evaluate_battle(cfg: EasyDict, policy, episodes: int, seed: int) -> Dict[str
     env = BattleEnvManager.from_cfg(cfg.env, max(1, min(int(cfg.env.evaluator_env_num), episodes)), seed=seed)
     action_num = env.action_spec.n
     opponents = {name: create_bot(name, seed=seed + 30_000 + i, n_actions=action_num) for i, name in enumerate(names)}
-    evaluator = BattleInteractionSerialEvaluator({**cfg.policy.eval.evaluator, "max_seconds": 0.0}, env,
-                                                 policy.eval_mode, opponents, cfg.env.stop_value, episodes, seed=seed)
+    evaluator = BattleInteractionSerialEvaluator(
+        {**cfg.policy.eval.evaluator, "max_seconds": 0.0},
+        env,
+        policy.eval_mode,
+        opponents,
+        cfg.env.stop_value,
+        episodes,
+        seed=seed,
+    )
     try:
         _, info = evaluator.eval(n_episode=episodes)
     finally:
@@ -68,8 +93,9 @@ def evaluate_battle(cfg: EasyDict, policy, episodes: int, seed: int) -> Dict[str
 
 def battle_rows(info: Dict[str, Any]) -> list:
     """The table ``eval`` prints for a two-player game: one row per opponent and side."""
-    return [{"opponent": name, "side": side, **sides[side]} for name, sides in info["results"].items()
-            for side in sides]
+    return [
+        {"opponent": name, "side": side, **sides[side]} for name, sides in info["results"].items() for side in sides
+    ]
 
 
 class BackgroundRecording:
@@ -83,12 +109,17 @@ class BackgroundRecording:
     vectorised class, CartPole's, may draw all start states from one generator). Use as a context manager:
     leaving early (an error, Ctrl-C) ends the child."""
 
-    def __init__(self, env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], directory: str, count: int,
-                 seed: int):
+    def __init__(
+        self, env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], directory: str, count: int, seed: int
+    ):
         context = multiprocessing.get_context("fork")
         self._results, sender = context.Pipe(duplex=False)
-        self._process = context.Process(target=_record_in_child, args=(sender, env_cfg, act, directory, count, seed),
-                                        name="parallel-rl-video", daemon=True)
+        self._process = context.Process(
+            target=_record_in_child,
+            args=(sender, env_cfg, act, directory, count, seed),
+            name="parallel-rl-video",
+            daemon=True,
+        )
         self._process.start()
         sender.close()  # the child holds the only sending end: its exit, however it happens, ends recv()
 
@@ -130,7 +161,12 @@ def _record_in_child(sender, env_cfg: EasyDict, act, directory: str, count: int,
     except ConfigError as exc:
         sender.send((False, str(exc)))
     except Exception as exc:  # noqa: BLE001 (the parent turns it into the CLI's one-line error)
-        sender.send((False, f"recording into {directory} failed ({type(exc).__name__}: {exc}); give --video a "
-                           "directory that can be created and written"))
+        sender.send(
+            (
+                False,
+                f"recording into {directory} failed ({type(exc).__name__}: {exc}); give --video a "
+                "directory that can be created and written",
+            )
+        )
     finally:
         sender.close()

@@ -12,6 +12,7 @@ every step); its metadata's ``state`` gives the parts and their H.
 An export's kind is its suffix (:data:`SUFFIXES`: ``.torchscript``, ``.onnx``), never what is inside: a TorchScript
 file is a program (its code runs while it loads), so :func:`parallel_rl.load_policy` runs one only when it is named
 so or its caller says so, and never a checkpoint's ``.pt``."""
+
 from __future__ import annotations
 
 import json
@@ -34,22 +35,34 @@ META_KEY = "parallel_rl"  # TorchScript extra file / ONNX metadata key holding t
 ONNX_OPSET = 17
 
 
-def export_acting(module: nn.Module, obs_shape: Tuple[int, ...], action_kind: str, fmt: str, path: str,
-                  obs_dtype: str = "float32") -> str:
+def export_acting(
+    module: nn.Module, obs_shape: Tuple[int, ...], action_kind: str, fmt: str, path: str, obs_dtype: str = "float32"
+) -> str:
     """Write ``module`` (batch of ``obs_dtype`` observations, the env's: float32, uint8 or bool -> actions) to
     ``path`` in ``fmt``; returns the path."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     suffix = SUFFIXES[fmt]
     if not path.endswith(suffix):
-        raise ConfigError(f"-o {path!r}: name a {fmt} export *{suffix} (load_policy tells an export from a checkpoint "
-                          f"by its suffix); use -o {os.path.splitext(path)[0] + suffix!r}")
+        raise ConfigError(
+            f"-o {path!r}: name a {fmt} export *{suffix} (load_policy tells an export from a checkpoint "
+            f"by its suffix); use -o {os.path.splitext(path)[0] + suffix!r}"
+        )
     obs_dtype = np.dtype(obs_dtype).name
     state = dict(getattr(module, "state_sizes", None) or {})
-    meta = json.dumps({"obs_shape": list(obs_shape), "obs_dtype": obs_dtype, "action_kind": action_kind,
-                       "format": fmt, **({"state": state} if state else {})})
-    example = (torch.from_numpy(np.zeros((2, *obs_shape), dtype=obs_dtype)),
-               *(torch.zeros((2, n), dtype=torch.float32) for n in state.values()))
+    meta = json.dumps(
+        {
+            "obs_shape": list(obs_shape),
+            "obs_dtype": obs_dtype,
+            "action_kind": action_kind,
+            "format": fmt,
+            **({"state": state} if state else {}),
+        }
+    )
+    example = (
+        torch.from_numpy(np.zeros((2, *obs_shape), dtype=obs_dtype)),
+        *(torch.zeros((2, n), dtype=torch.float32) for n in state.values()),
+    )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":
@@ -64,12 +77,21 @@ def _export_onnx(module: nn.Module, example: tuple, path: str, meta: str, state:
     try:
         import onnx
     except ImportError:
-        raise ConfigError("--format onnx needs the onnx package: pip install 'parallel_rl[export]' "
-                          "(onnx, onnxscript; onnxruntime to run the file)") from None
+        raise ConfigError(
+            "--format onnx needs the onnx package: pip install 'parallel_rl[export]' "
+            "(onnx, onnxscript; onnxruntime to run the file)"
+        ) from None
     inputs, outputs = ["obs", *state], ["action", *(f"next_{k}" for k in state)]
-    torch.onnx.export(module, example, path, input_names=inputs, output_names=outputs,
-                      dynamic_axes={name: {0: "batch"} for name in inputs + outputs}, opset_version=ONNX_OPSET,
-                      dynamo=False)
+    torch.onnx.export(
+        module,
+        example,
+        path,
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes={name: {0: "batch"} for name in inputs + outputs},
+        opset_version=ONNX_OPSET,
+        dynamo=False,
+    )
     model = onnx.load(path)
     entry = model.metadata_props.add()
     entry.key, entry.value = META_KEY, meta
@@ -90,8 +112,9 @@ def open_export(path: str, kind: str) -> Tuple[Callable[..., Any], dict]:
             import onnx
             import onnxruntime
         except ImportError:
-            raise ConfigError("running an .onnx policy needs onnx and onnxruntime: pip install onnx onnxruntime") \
-                from None
+            raise ConfigError(
+                "running an .onnx policy needs onnx and onnxruntime: pip install onnx onnxruntime"
+            ) from None
     try:
         if kind == "onnx":
             props = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
@@ -113,8 +136,10 @@ def open_export(path: str, kind: str) -> Tuple[Callable[..., Any], dict]:
         raise
     except Exception as exc:  # onnx, onnxruntime and torch raise many types for a damaged file
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"{path}: not a loadable {kind} export ({type(exc).__name__}: {first}); export it again "
-                          f"with parallel-rl export") from None
+        raise ConfigError(
+            f"{path}: not a loadable {kind} export ({type(exc).__name__}: {first}); export it again "
+            f"with parallel-rl export"
+        ) from None
 
 
 def _metadata(path: str, text: Optional[str]) -> dict:

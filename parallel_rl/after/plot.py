@@ -7,6 +7,7 @@ A run's eval history comes from the coordinator's saved state (a cluster run: ``
 same config apart from ``exp_name`` and ``seed`` form one group: its mean over the runs, on the union of
 their x values (each run interpolated, within its own range), with a min-max band.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,11 +47,21 @@ def _from_coordinator_state(root: str) -> Optional[List[dict]]:
         return None
     history = state.get("eval_history", [])
     try:
-        points = [{"env_steps": float(p["env_steps"]), "wall": float(p["t"]), "updates": float(p["train_iter"]),
-                   "return": float(p["eval_return"])} for p in history if p.get("eval_return") is not None]
+        points = [
+            {
+                "env_steps": float(p["env_steps"]),
+                "wall": float(p["t"]),
+                "updates": float(p["train_iter"]),
+                "return": float(p["eval_return"]),
+            }
+            for p in history
+            if p.get("eval_return") is not None
+        ]
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot read the run {root}: its coordinator state's eval_history is damaged "
-                          f"({type(exc).__name__}: {exc}); pass another run or its tensorboard/ scalars") from None
+        raise ConfigError(
+            f"cannot read the run {root}: its coordinator state's eval_history is damaged "
+            f"({type(exc).__name__}: {exc}); pass another run or its tensorboard/ scalars"
+        ) from None
     return points
 
 
@@ -77,16 +88,17 @@ def _from_tensorboard(logdir: str) -> Optional[List[dict]]:
     for step, value in sorted(returns.items()):
         rate = steps_rate.get(step, 0.0)
         wall = step / rate if rate > 0 else 0.0
-        points.append({"env_steps": step, "wall": wall, "updates": updates_rate.get(step, 0.0) * wall,
-                       "return": value})
+        points.append({"env_steps": step, "wall": wall, "updates": updates_rate.get(step, 0.0) * wall, "return": value})
     return points
 
 
 def run_history(run_dir: str) -> List[dict]:
     """The eval points of one run (serial or cluster); ConfigError naming the directory when it has none."""
     if not os.path.isdir(run_dir):
-        raise ConfigError(f"{run_dir!r} is not a directory; pass run directories (a serial run's "
-                          f"exp_name, a cluster run's exp_name or its shared store)")
+        raise ConfigError(
+            f"{run_dir!r} is not a directory; pass run directories (a serial run's "
+            f"exp_name, a cluster run's exp_name or its shared store)"
+        )
     for root in (run_dir, os.path.join(run_dir, "shared")):
         points = _from_coordinator_state(root)
         if points:
@@ -95,8 +107,10 @@ def run_history(run_dir: str) -> List[dict]:
         points = _from_tensorboard(logdir)
         if points:
             return points
-    raise ConfigError(f"no eval history in {run_dir!r} (no coordinator state, no tensorboard/ scalars); "
-                      f"was it trained with system.tensorboard on?")
+    raise ConfigError(
+        f"no eval history in {run_dir!r} (no coordinator state, no tensorboard/ scalars); "
+        f"was it trained with system.tensorboard on?"
+    )
 
 
 def run_name(run_dir: str) -> str:
@@ -120,8 +134,10 @@ def group_key(run_dir: str) -> Tuple[str, str]:
         try:
             cfg = read_run_config(path)
         except ConfigError as exc:
-            raise ConfigError(f"cannot read the run {run_dir}: {exc}; repair or delete it (runs are then grouped by their "
-                              f"directory names)") from None
+            raise ConfigError(
+                f"cannot read the run {run_dir}: {exc}; repair or delete it (runs are then grouped by their "
+                f"directory names)"
+            ) from None
         cfg.pop("exp_name", None)
         cfg.pop("seed", None)
         return json.dumps(cfg, sort_keys=True, default=str), name
@@ -153,14 +169,16 @@ def read_reference(path: str) -> List[dict]:
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
-        return [{"x": float(r["x"]), "return": float(r["return"]), "label": r.get("label") or "reference"}
-                for r in rows]
+        return [
+            {"x": float(r["x"]), "return": float(r["return"]), "label": r.get("label") or "reference"} for r in rows
+        ]
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise ConfigError(f"--reference {path!r}: not a CSV with columns x,return[,label] ({exc})") from None
 
 
-def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference: Optional[str] = None,
-              title: Optional[str] = None) -> Tuple[str, Dict[str, List[str]]]:
+def plot_runs(
+    run_dirs: List[str], output: str, x: str = "env_steps", reference: Optional[str] = None, title: Optional[str] = None
+) -> Tuple[str, Dict[str, List[str]]]:
     """Draw the runs' curves into ``output`` (.png or .svg); returns it and the groups drawn (label: the names
     of its runs, :func:`run_name`)."""
     if x not in X_AXES:
@@ -182,7 +200,7 @@ def plot_runs(run_dirs: List[str], output: str, x: str = "env_steps", reference:
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for label, names, histories in groups.values():
         xs, mean, low, high = band(histories, x)
-        line, = ax.plot(xs, mean, label=f"{label} (n={len(names)})" if len(names) > 1 else label, linewidth=1.8)
+        (line,) = ax.plot(xs, mean, label=f"{label} (n={len(names)})" if len(names) > 1 else label, linewidth=1.8)
         if len(names) > 1:
             ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for label in dict.fromkeys(r["label"] for r in refs):

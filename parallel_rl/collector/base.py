@@ -3,6 +3,7 @@
 A comm collector (:class:`parallel_rl.collector.shell.CollectorSlave`)
 drives one of these: it asks for newer policies, collects, writes step data and evaluates.
 """
+
 from __future__ import annotations
 
 import abc
@@ -87,7 +88,9 @@ class BaseParallelCollector(abc.ABC):
         """Load policy ``version``; False if it is not newer or not available."""
 
     @abc.abstractmethod
-    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], CollectStats]:
+    def collect(
+        self, n_sample: int, eps: float, random_collect: bool = False
+    ) -> Tuple[Dict[str, np.ndarray], CollectStats]:
         """``n_sample`` transitions with the current policy (uniformly random actions with ``random_collect``:
         the off-policy warm-up), and what the collection did."""
 

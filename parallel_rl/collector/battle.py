@@ -31,6 +31,7 @@ later call (the player's next turn) keeps the ``logp`` and ``value`` it was play
 ``last_stats`` is a :class:`BattleCollectStats`: moves, games, player 0's
 returns and outcomes (win / draw / loss) with the seat it played.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,8 +42,16 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.multiagent import BattleEnvManager, Transition
-from .serial import (COLLECTOR_REGISTRY, CollectStats, Columns, NStepBuilder, columns_len, concat_columns,
-                     log_collect, slice_columns)
+from .serial import (
+    COLLECTOR_REGISTRY,
+    CollectStats,
+    Columns,
+    NStepBuilder,
+    columns_len,
+    concat_columns,
+    log_collect,
+    slice_columns,
+)
 
 
 @dataclass
@@ -57,30 +66,41 @@ class BattleCollectStats(CollectStats):
         return self.outcomes.count(outcome) / len(self.outcomes) if self.outcomes else float("nan")
 
 
-def act(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any], kwargs: Optional[dict] = None
-        ) -> np.ndarray:
+def act(
+    player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any], kwargs: Optional[dict] = None
+) -> np.ndarray:
     """One player's actions for some games' rows (bots that look ahead get the games)."""
     return act_with_extra(player, obs, mask, games, kwargs)[0]
 
 
-def act_with_extra(player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any],
-                   kwargs: Optional[dict] = None) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+def act_with_extra(
+    player: Any, obs: np.ndarray, mask: np.ndarray, games: Sequence[Any], kwargs: Optional[dict] = None
+) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
     """:func:`act`, plus what the player returned besides the action (an on-policy collect mode's ``logp``,
     ``value`` and ``action_mask``; empty for greedy modes and bots)."""
     extra = {"games": games} if getattr(player, "needs_game", False) else {}
     out = player.forward(obs, mask=mask, **extra, **(kwargs or {}))
     if isinstance(out, dict):
-        return (np.asarray(out["action"]).astype(np.int64, copy=False),
-                {k: np.asarray(v) for k, v in out.items() if k != "action"})
+        return (
+            np.asarray(out["action"]).astype(np.int64, copy=False),
+            {k: np.asarray(v) for k, v in out.items() if k != "action"},
+        )
     return np.asarray(out).astype(np.int64, copy=False), {}
 
 
 def add_transition(builder: NStepBuilder, t: Transition) -> None:
     """One player's move as a one-lane step of the n-step builder (an on-policy player's extras with it)."""
     extra = None if t.extra is None else {k: v[None] for k, v in t.extra.items()}
-    builder.add_row(t.obs[None], np.array([t.action], dtype=np.int64), np.array([t.reward]), t.next_obs[None],
-                    np.array([t.done]), np.array([t.end and not t.done]), extra=extra,
-                    after={"next_action_mask": t.next_mask[None]})
+    builder.add_row(
+        t.obs[None],
+        np.array([t.action], dtype=np.int64),
+        np.array([t.reward]),
+        t.next_obs[None],
+        np.array([t.done]),
+        np.array([t.end and not t.done]),
+        extra=extra,
+        after={"next_action_mask": t.next_mask[None]},
+    )
 
 
 def build_lane(builder: NStepBuilder, collect_iter: int, game: int, player: int) -> Columns:
@@ -92,8 +112,9 @@ def build_lane(builder: NStepBuilder, collect_iter: int, game: int, player: int)
     return out
 
 
-def nstep_columns(rows: Sequence[Transition], nstep: int, gamma: float, collect_iter: int, game: int = 0,
-                  player: int = 0) -> Columns:
+def nstep_columns(
+    rows: Sequence[Transition], nstep: int, gamma: float, collect_iter: int, game: int = 0, player: int = 0
+) -> Columns:
     """The n-step rows of one player's moves in a finished game (every window is complete)."""
     builder = NStepBuilder(nstep, gamma)
     for t in rows:
@@ -110,9 +131,18 @@ class _BattleCollector:
 
     TYPE = ""
 
-    def __init__(self, cfg: Optional[EasyDict], env: Optional[BattleEnvManager] = None,
-                 policy: Optional[Sequence[Any]] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "collector", *, discount_factor: float = 0.99, nstep: int = 1):
+    def __init__(
+        self,
+        cfg: Optional[EasyDict],
+        env: Optional[BattleEnvManager] = None,
+        policy: Optional[Sequence[Any]] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "collector",
+        *,
+        discount_factor: float = 0.99,
+        nstep: int = 1,
+    ):
         """DI-engine's arguments in its order (``env`` and ``policy`` may come later through ``reset_env`` /
         ``reset_policy``), then ours by keyword. ``collect()`` without a count collects ``cfg.n_sample`` /
         ``cfg.n_episode``; ``tb_logger``, ``exp_name``, ``instance_name``: as for the single-agent collectors."""
@@ -189,8 +219,10 @@ class _BattleCollector:
         if count is None:
             raise ValueError(f"collect() without {key} needs a collector whose cfg sets {key}; pass collect({key}=N)")
         if self._env is None or not self._players:
-            raise RuntimeError(f"{self.instance_name}: collect() needs an env and two players: pass them to the "
-                               f"constructor or to reset_env(env) / reset_policy([player0, player1]) first")
+            raise RuntimeError(
+                f"{self.instance_name}: collect() needs an env and two players: pass them to the "
+                f"constructor or to reset_env(env) / reset_policy([player0, player1]) first"
+            )
         return count
 
     def _step(self, policy_kwargs: Optional[dict], stats: BattleCollectStats):
@@ -203,8 +235,13 @@ class _BattleCollector:
             rows = np.flatnonzero(player_of_row == p)
             if len(rows):
                 trained = p in self.trained_players
-                actions[rows], extra = act_with_extra(player, env.obs[rows], env.mask[rows],
-                                                      [env.games[i] for i in rows], policy_kwargs if trained else None)
+                actions[rows], extra = act_with_extra(
+                    player,
+                    env.obs[rows],
+                    env.mask[rows],
+                    [env.games[i] for i in rows],
+                    policy_kwargs if trained else None,
+                )
                 if trained and extra:
                     self._keep_extra(rows, env.seat[rows], extra)
         acted = time.perf_counter()
@@ -238,8 +275,15 @@ class BattleSampleSerialCollector(_BattleCollector):
         self._ready: List[Columns] = [{}, {}]
         self._unbuilt = [0, 0]
 
-    def collect(self, n_sample: Union[int, Sequence[int], None] = None, train_iter: int = 0, drop_extra: bool = True,
-                policy_kwargs: Optional[dict] = None, *, keep_extra: bool = False) -> List[Columns]:
+    def collect(
+        self,
+        n_sample: Union[int, Sequence[int], None] = None,
+        train_iter: int = 0,
+        drop_extra: bool = True,
+        policy_kwargs: Optional[dict] = None,
+        *,
+        keep_extra: bool = False,
+    ) -> List[Columns]:
         """Exactly ``n_sample`` rows for each trained player (``{}`` for the others); ``n_sample`` may also be
         one count per player (e.g. ``[3, 2]``: a chunk of 5 rows shared by two trained players).
 
@@ -257,8 +301,10 @@ class BattleSampleSerialCollector(_BattleCollector):
         else:
             wanted = [int(n) if p in self.trained_players else 0 for p, n in enumerate(n_sample)]
             if len(wanted) != 2 or min(wanted) < 0 or sum(wanted) == 0:
-                raise ValueError(f"{n_sample=}: give one count >= 0 per player, not all 0, for trained players "
-                                 f"{self.trained_players}")
+                raise ValueError(
+                    f"{n_sample=}: give one count >= 0 per player, not all 0, for trained players "
+                    f"{self.trained_players}"
+                )
         stats = BattleCollectStats()
         start = time.perf_counter()
         # at most nstep - 1 moves per lane are in windows still open, so this many unbuilt moves suffice
@@ -299,8 +345,9 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         self._partial: List[List[List[Transition]]] = [[[], []] for _ in range(n)]
         self._ready: List[Tuple[int, List[List[Transition]]]] = []  # finished games: (game, rows per player)
 
-    def collect(self, n_episode: Optional[int] = None, train_iter: int = 0, policy_kwargs: Optional[dict] = None
-                ) -> List[List[Columns]]:
+    def collect(
+        self, n_episode: Optional[int] = None, train_iter: int = 0, policy_kwargs: Optional[dict] = None
+    ) -> List[List[Columns]]:
         """The rows of exactly ``n_episode`` finished games (None: ``cfg.n_episode``), per player (one column
         dict per game)."""
         n_episode = self._default(n_episode, "n_episode")
@@ -318,8 +365,9 @@ class BattleEpisodeSerialCollector(_BattleCollector):
         games, self._ready = self._ready[:n_episode], self._ready[n_episode:]
         out: List[List[Columns]] = [[], []]
         for p in self.trained_players:
-            out[p] = [nstep_columns(rows[p], self._nstep, self._gamma, train_iter, game_id, p)
-                      for game_id, rows in games]
+            out[p] = [
+                nstep_columns(rows[p], self._nstep, self._gamma, train_iter, game_id, p) for game_id, rows in games
+            ]
         stats.transitions = sum(columns_len(c) for player in out for c in player)
         self.envstep += stats.env_steps
         stats.duration = time.perf_counter() - start

@@ -6,6 +6,7 @@ with the policy version that produced it, and greedy evaluation episodes on
 a separate env set. The process shell is
 :class:`parallel_rl.collector.shell.CollectorSlave`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,13 @@ class ClusterCollector(BaseParallelCollector):
         cfg = self.cfg
         self.env = EnvManager.from_cfg(cfg.env, cfg.env.collector_env_num, seed=seed)
         self.policy = create_policy(cfg.policy, self.env.obs_dim, self.env.action_spec, seed=seed, device="cpu")
-        self.collector = SampleSerialCollector(cfg.policy.collect.collector, self.env, self.policy.collect_mode,
-                                               nstep=cfg.policy.nstep, discount_factor=cfg.policy.discount_factor)
+        self.collector = SampleSerialCollector(
+            cfg.policy.collect.collector,
+            self.env,
+            self.policy.collect_mode,
+            nstep=cfg.policy.nstep,
+            discount_factor=cfg.policy.discount_factor,
+        )
 
     @property
     def envstep(self) -> int:
@@ -73,13 +79,19 @@ class ClusterCollector(BaseParallelCollector):
         """The last collection under DI-engine's keys (``train_iter`` is the policy version that collected)."""
         stats = self.collector.last_stats
         returns = np.asarray(stats.returns, dtype=np.float64)
-        return {"finished_task": True, "eval_flag": False, "step_count": stats.env_steps,
-                "train_iter": self.policy_version, "real_episode_count": stats.episodes,
-                "avg_time_per_step": stats.duration / max(stats.env_steps, 1),
-                "avg_step_per_episode": float(np.mean(stats.lengths)) if stats.episodes else 0.0,
-                "reward_mean": float(returns.mean()) if len(returns) else 0.0,
-                "reward_std": float(returns.std()) if len(returns) else 0.0,
-                "each_reward": returns.tolist(), "collector_done": False}
+        return {
+            "finished_task": True,
+            "eval_flag": False,
+            "step_count": stats.env_steps,
+            "train_iter": self.policy_version,
+            "real_episode_count": stats.episodes,
+            "avg_time_per_step": stats.duration / max(stats.env_steps, 1),
+            "avg_step_per_episode": float(np.mean(stats.lengths)) if stats.episodes else 0.0,
+            "reward_mean": float(returns.mean()) if len(returns) else 0.0,
+            "reward_std": float(returns.std()) if len(returns) else 0.0,
+            "each_reward": returns.tolist(),
+            "collector_done": False,
+        }
 
     def phase_seconds(self) -> Dict[str, float]:
         """Wall seconds ever spent stepping the envs and in the policy's forward (a worker's time breakdown)."""
@@ -129,8 +141,12 @@ class ClusterCollector(BaseParallelCollector):
                     raise
                 except StorageError as exc:
                     self.damaged_versions.add(version)
-                    logger.error("collector: policy checkpoint %d cannot be loaded; using the newest one before it "
-                                 "(this one is skipped from now on): %.500s", version, " ".join(str(exc).split()))
+                    logger.error(
+                        "collector: policy checkpoint %d cannot be loaded; using the newest one before it "
+                        "(this one is skipped from now on): %.500s",
+                        version,
+                        " ".join(str(exc).split()),
+                    )
             older = [v for v in self.storage.policies.versions() if floor < v < version]
             version = older[-1] if older else None
         return None
@@ -143,16 +159,25 @@ class ClusterCollector(BaseParallelCollector):
             policy.load_model_state_dict(state)
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise ConfigError(f"policy checkpoint {self.storage.policies.path(version)} does not fit this collector's "
-                              f"model ({detail[:300]}); the learner and the collectors must build the same model "
-                              f"from the same config (policy.model, env)") from None
+            raise ConfigError(
+                f"policy checkpoint {self.storage.policies.path(version)} does not fit this collector's "
+                f"model ({detail[:300]}); the learner and the collectors must build the same model "
+                f"from the same config (policy.model, env)"
+            ) from None
 
-    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], CollectStats]:
+    def collect(
+        self, n_sample: int, eps: float, random_collect: bool = False
+    ) -> Tuple[Dict[str, np.ndarray], CollectStats]:
         """``n_sample`` rows; on-policy up to ``num_envs - 1`` more, so every row of a call comes from the
         policy loaded now (the surplus is not kept for a call that may act with a newer policy)."""
-        data = self.collector.collect(n_sample, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                      drop_extra=self.policy.flow.drop_extra, random_collect=random_collect,
-                                      keep_extra=True)
+        data = self.collector.collect(
+            n_sample,
+            train_iter=self.policy_version,
+            policy_kwargs={"eps": eps},
+            drop_extra=self.policy.flow.drop_extra,
+            random_collect=random_collect,
+            keep_extra=True,
+        )
         return data, self.collector.last_stats
 
     def send_stepdata(self, name: str, data: Dict[str, np.ndarray]) -> str:
@@ -172,12 +197,20 @@ class ClusterCollector(BaseParallelCollector):
     def evaluate(self, version: int, n_episode: int) -> Dict[str, Any]:
         """Greedy episodes with checkpoint ``version`` (not the collecting policy)."""
         if self._evaluator is None:
-            env = EnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000,
-                                      evaluating=True)
-            self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu")
+            env = EnvManager.from_cfg(
+                self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000, evaluating=True
+            )
+            self._eval_policy = create_policy(
+                self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu"
+            )
             self._evaluator = InteractionSerialEvaluator(
-                self.cfg.policy.eval.evaluator, env, self._eval_policy.eval_mode, stop_value=self.cfg.env.stop_value,
-                n_evaluator_episode=self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
+                self.cfg.policy.eval.evaluator,
+                env,
+                self._eval_policy.eval_mode,
+                stop_value=self.cfg.env.stop_value,
+                n_evaluator_episode=self.cfg.env.n_evaluator_episode,
+                seed=self._seed + 20_000,
+            )
         version, state = self._load_for_eval(version)
         self.load_checkpoint(self._eval_policy, version, state)
         _, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))
@@ -186,8 +219,13 @@ class ClusterCollector(BaseParallelCollector):
         if record_every > 0 and (self._evaluator.eval_count - 1) % record_every == 0:
             from ..envs.video import record_to_store
 
-            info["video"] = record_to_store(self.storage, self.cfg, self._eval_policy.eval_mode, version,
-                                            seed=self._seed + self._evaluator.eval_count)
+            info["video"] = record_to_store(
+                self.storage,
+                self.cfg,
+                self._eval_policy.eval_mode,
+                version,
+                seed=self._seed + self._evaluator.eval_count,
+            )
         return info
 
     def _load_for_eval(self, version: int) -> Tuple[int, Dict]:
@@ -201,8 +239,10 @@ class ClusterCollector(BaseParallelCollector):
                 raise
             found = self.newest_loadable(latest)
         if found is None:
-            raise StorageError(f"policy checkpoint {self.storage.policies.path(version)} cannot be loaded and no "
-                               f"loadable one precedes it (see the log); the learner's next checkpoint will do")
+            raise StorageError(
+                f"policy checkpoint {self.storage.policies.path(version)} cannot be loaded and no "
+                f"loadable one precedes it (see the log); the learner's next checkpoint will do"
+            )
         return found
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ out of the pool.
 Everything else (policy updates, chunk writing) is the
 :class:`~parallel_rl.collector.cluster.ClusterCollector`'s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,9 +46,12 @@ class BattleClusterCollector(ClusterCollector):
         self._opponent_policy = create_policy(cfg.policy, self.env.obs_dim, spec, seed=seed + 1, device="cpu")
         self._bots: Dict[str, Any] = {}
         self.collector = BattleSampleSerialCollector(
-            {**cfg.policy.collect.collector, "trained_players": [0, 1]}, self.env,
-            [self.policy.collect_mode, self.policy.collect_mode], discount_factor=cfg.policy.discount_factor,
-            nstep=cfg.policy.nstep)
+            {**cfg.policy.collect.collector, "trained_players": [0, 1]},
+            self.env,
+            [self.policy.collect_mode, self.policy.collect_mode],
+            discount_factor=cfg.policy.discount_factor,
+            nstep=cfg.policy.nstep,
+        )
         self.opponent = SELF
 
     def _act_with_policy(self) -> None:
@@ -59,8 +63,9 @@ class BattleClusterCollector(ClusterCollector):
 
     def _bot(self, name: str) -> Any:
         if name not in self._bots:
-            self._bots[name] = create_bot(name, seed=self._seed + 50_000 + len(self._bots),
-                                          n_actions=self.env.action_spec.n)
+            self._bots[name] = create_bot(
+                name, seed=self._seed + 50_000 + len(self._bots), n_actions=self.env.action_spec.n
+            )
         return self._bots[name]
 
     def set_opponent(self, name: str) -> Tuple[str, Optional[str]]:
@@ -76,29 +81,36 @@ class BattleClusterCollector(ClusterCollector):
                 self._opponent_policy.load_model_state_dict(self.storage.league.load(version))
                 players, trained = [self.policy.collect_mode, self._opponent_policy.eval_mode], [0]
             except FileNotFoundError:
-                logger.warning("marine collector: opponent %s left the league (its snapshot is gone); playing "
-                               "the training policy against itself instead", name)
+                logger.warning(
+                    "marine collector: opponent %s left the league (its snapshot is gone); playing "
+                    "the training policy against itself instead",
+                    name,
+                )
                 missing, name = name, SELF
                 players, trained = [self.policy.collect_mode, self.policy.collect_mode], [0, 1]
         elif name in BOT_REGISTRY:
             players, trained = [self.policy.collect_mode, self._bot(name)], [0]
         else:
-            raise ValueError(f"unknown opponent {name!r}: use 'self', 'v<version>' or a bot "
-                             f"({', '.join(BOT_REGISTRY.names())})")
+            raise ValueError(
+                f"unknown opponent {name!r}: use 'self', 'v<version>' or a bot ({', '.join(BOT_REGISTRY.names())})"
+            )
         self.collector.reset_policy(players)
         self.collector.trained_players = trained
         self.collector.reset_env()  # no game is played by two opponents
         self.opponent = name
         return name, missing
 
-    def collect(self, n_sample: int, eps: float, random_collect: bool = False) -> Tuple[Dict[str, np.ndarray], BattleCollectStats]:
+    def collect(
+        self, n_sample: int, eps: float, random_collect: bool = False
+    ) -> Tuple[Dict[str, np.ndarray], BattleCollectStats]:
         """``n_sample`` rows of the training player (in self-play shared by both seats' players: a chunk never
         holds more rows than asked) and the games' results. ``random_collect`` is refused by the config check
         (a two-player game's random warm-up is a bot in the league)."""
         trained = self.collector.trained_players
         share = [-(-n_sample // len(trained)), n_sample // len(trained)] if len(trained) == 2 else [n_sample, 0]
-        per_player = self.collector.collect(share, train_iter=self.policy_version, policy_kwargs={"eps": eps},
-                                            keep_extra=True)
+        per_player = self.collector.collect(
+            share, train_iter=self.policy_version, policy_kwargs={"eps": eps}, keep_extra=True
+        )
         data = concat_columns([per_player[p] for p in trained if per_player[p]])
         return data, self.collector.last_stats
 
@@ -107,14 +119,22 @@ class BattleClusterCollector(ClusterCollector):
         evaluator's stop rule (win rate and per-side bounds) holds."""
         if self._evaluator is None:
             env = BattleEnvManager.from_cfg(self.cfg.env, self.cfg.env.evaluator_env_num, seed=self._seed + 10_000)
-            self._eval_policy = create_policy(self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed,
-                                              device="cpu")
+            self._eval_policy = create_policy(
+                self.cfg.policy, env.obs_dim, env.action_spec, seed=self._seed, device="cpu"
+            )
             ecfg = self.cfg.policy.eval.evaluator
             self._evaluator = BattleInteractionSerialEvaluator(
-                ecfg, env, self._eval_policy.eval_mode,
-                {name: create_bot(name, seed=self._seed + 60_000 + i, n_actions=env.action_spec.n)
-                 for i, name in enumerate(ecfg.opponents)},
-                self.cfg.env.stop_value, self.cfg.env.n_evaluator_episode, seed=self._seed + 20_000)
+                ecfg,
+                env,
+                self._eval_policy.eval_mode,
+                {
+                    name: create_bot(name, seed=self._seed + 60_000 + i, n_actions=env.action_spec.n)
+                    for i, name in enumerate(ecfg.opponents)
+                },
+                self.cfg.env.stop_value,
+                self.cfg.env.n_evaluator_episode,
+                seed=self._seed + 20_000,
+            )
         version, state = self._load_for_eval(version)
         self.load_checkpoint(self._eval_policy, version, state)
         stop, info = self._evaluator.eval(n_episode=max(n_episode, self._evaluator.env.num_envs))

@@ -1,4 +1,5 @@
 """N-step transitions from raw vector steps, in bulk (the collectors' hot loop appends; ``build`` computes)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -56,9 +57,17 @@ class NStepBuilder:
         s["valid"].append(step.valid)
         s["pending"].append(step.valid)
 
-    def add_row(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-                terminated: np.ndarray, truncated: np.ndarray, extra: Optional[Columns] = None,
-                after: Optional[Columns] = None) -> None:
+    def add_row(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        extra: Optional[Columns] = None,
+        after: Optional[Columns] = None,
+    ) -> None:
         """One step from plain arrays (leading axis: the lanes); ``after`` columns describe ``next_obs``
         (e.g. its action mask) and are taken from a transition's last step."""
         s = self.steps
@@ -92,7 +101,7 @@ class NStepBuilder:
         for j in range(min(self.n, T)):
             rows = T - j  # rows t whose step t+j exists
             add = open_[:rows]
-            ret[:rows] += np.where(add, arr["reward"][j:], 0.0) * self.gamma ** j
+            ret[:rows] += np.where(add, arr["reward"][j:], 0.0) * self.gamma**j
             k[:rows] += add
             ends = add & arr["done"][j:]
             ended[:rows] |= ends

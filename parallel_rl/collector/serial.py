@@ -26,6 +26,7 @@ switches one to stepping only the envs that are ready
 the same loops, fed by a different step, so a slow env does not hold the
 fast ones up (tianshou's ``AsyncCollector``).
 """
+
 from __future__ import annotations
 
 import abc
@@ -89,13 +90,22 @@ def log_collect(collector, stats: CollectStats, train_iter: int) -> None:
     ``<instance_name>_iter/<name>`` at ``train_iter`` and ``<instance_name>_step/<name>`` at its ``envstep``."""
     if collector.tb_logger is None:
         return
-    values = {"envstep_count": stats.env_steps, "episode_count": stats.episodes,
-              "train_sample_count": stats.transitions, "avg_envstep_per_sec": stats.speed,
-              "total_envstep_count": collector.envstep}
+    values = {
+        "envstep_count": stats.env_steps,
+        "episode_count": stats.episodes,
+        "train_sample_count": stats.transitions,
+        "avg_envstep_per_sec": stats.speed,
+        "total_envstep_count": collector.envstep,
+    }
     if len(stats.returns):
         summary = SequenceSummaryStats.from_sequence(stats.returns)
-        values.update(reward_mean=summary.mean, reward_std=summary.std, reward_max=summary.max,
-                      reward_min=summary.min, avg_envstep_per_episode=float(np.mean(stats.lengths)))
+        values.update(
+            reward_mean=summary.mean,
+            reward_std=summary.std,
+            reward_max=summary.max,
+            reward_min=summary.min,
+            avg_envstep_per_episode=float(np.mean(stats.lengths)),
+        )
     add_scalars(collector.tb_logger, f"{collector.instance_name}_iter/", train_iter, values)
     add_scalars(collector.tb_logger, f"{collector.instance_name}_step/", collector.envstep, values)
 
@@ -105,8 +115,16 @@ class ISerialCollector(abc.ABC):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sample")
 
-    def __init__(self, cfg: Optional[EasyDict], env: Optional[EnvManager], policy, discount_factor: float,
-                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "collector"):
+    def __init__(
+        self,
+        cfg: Optional[EasyDict],
+        env: Optional[EnvManager],
+        policy,
+        discount_factor: float,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "collector",
+    ):
         """``policy``: a policy mode whose ``forward(obs, **policy_kwargs)`` returns actions. ``env`` and
         ``policy`` may come later, through ``reset_env`` / ``reset_policy`` (DI-engine's ``None`` defaults).
 
@@ -128,8 +146,10 @@ class ISerialCollector(abc.ABC):
     def _check_ready(self, random_collect: bool = False) -> None:
         """An env always; a policy unless the actions are random (warm-up needs none)."""
         if self._env is None or (self._policy is None and not random_collect):
-            raise RuntimeError(f"{self.instance_name}: collect() needs an env and a policy: pass them to the "
-                               f"constructor or to reset_env(env) / reset_policy(policy) first")
+            raise RuntimeError(
+                f"{self.instance_name}: collect() needs an env and a policy: pass them to the "
+                f"constructor or to reset_env(env) / reset_policy(policy) first"
+            )
 
     @abc.abstractmethod
     def collect(self, *args, **kwargs): ...
@@ -168,11 +188,15 @@ class ISerialCollector(abc.ABC):
         ``AsyncVectorEnv`` (``env.vector_mode="async"``).
         """
         if self._memory is not None:
-            raise ConfigError("stepping only the ready envs is not supported for a policy with memory "
-                              "(policy.model.recurrent); step every env (the default)")
+            raise ConfigError(
+                "stepping only the ready envs is not supported for a policy with memory "
+                "(policy.model.recurrent); step every env (the default)"
+            )
         if not self._env.can_step_subset:
-            raise ConfigError(f"stepping only the ready envs needs env.vector_mode='async' (an AsyncVectorEnv), "
-                              f"got {self._env.vector_mode!r}")
+            raise ConfigError(
+                f"stepping only the ready envs needs env.vector_mode='async' (an AsyncVectorEnv), "
+                f"got {self._env.vector_mode!r}"
+            )
         if wait_num < 1 or wait_num > self._env.num_envs:
             raise ValueError(f"{wait_num=} must be between 1 and env_num={self._env.num_envs}")
         if timeout is not None and timeout <= 0:
@@ -193,7 +217,11 @@ class ISerialCollector(abc.ABC):
         start = time.perf_counter()
         action, extra = split_policy_output(forward(obs, **policy_kwargs))
         self.policy_seconds += time.perf_counter() - start
-        columns = {"obs": obs, "action": np.asarray(action), **{"x:" + k: np.asarray(v) for k, v in (extra or {}).items()}}
+        columns = {
+            "obs": obs,
+            "action": np.asarray(action),
+            **{"x:" + k: np.asarray(v) for k, v in (extra or {}).items()},
+        }
         if self._sent is None:  # what each env was last sent, full width (rows of stepping envs are kept)
             self._sent = {k: np.zeros((env.num_envs,) + v.shape[1:], dtype=v.dtype) for k, v in columns.items()}
         for key, value in columns.items():
@@ -292,9 +320,18 @@ class SampleSerialCollector(ISerialCollector):
             raise ConfigError(f"stepping only the ready envs builds 1-step transitions; got {self._nstep=}")
         super().step_ready_envs(wait_num, timeout)
 
-    def collect(self, n_sample: Optional[int] = None, train_iter: int = 0, drop_extra: bool = True,
-                random_collect: bool = False, record_random_collect: bool = True,
-                policy_kwargs: Optional[dict] = None, level_seeds: None = None, *, keep_extra: bool = False) -> Columns:
+    def collect(
+        self,
+        n_sample: Optional[int] = None,
+        train_iter: int = 0,
+        drop_extra: bool = True,
+        random_collect: bool = False,
+        record_random_collect: bool = True,
+        policy_kwargs: Optional[dict] = None,
+        level_seeds: None = None,
+        *,
+        keep_extra: bool = False,
+    ) -> Columns:
         """Run the envs until ``n_sample`` transitions are ready; return exactly that many (DI-engine's arguments).
 
         ``n_sample=None``: the collector's configured ``n_sample``. ``drop_extra=True``: transitions
@@ -308,13 +345,17 @@ class SampleSerialCollector(ISerialCollector):
         seeds) is not supported: anything but None is a ``ValueError``.
         """
         if level_seeds is not None:
-            raise ValueError(f"{level_seeds=}: per-level seeds are not supported; reset the envs with "
-                             "reset_env(gym_reset_kwargs={'seed': ...}) instead")
+            raise ValueError(
+                f"{level_seeds=}: per-level seeds are not supported; reset the envs with "
+                "reset_env(gym_reset_kwargs={'seed': ...}) instead"
+            )
         if n_sample is None:
             n_sample = self.default_n_sample
             if n_sample is None:
-                raise ValueError("collect() without n_sample needs a collector built with n_sample=... "
-                                 "(or cfg.n_sample); pass collect(n_sample=N)")
+                raise ValueError(
+                    "collect() without n_sample needs a collector built with n_sample=... "
+                    "(or cfg.n_sample); pass collect(n_sample=N)"
+                )
         if n_sample <= 0:
             raise ValueError(f"{n_sample=} must be > 0")
         self._check_ready(random_collect)
@@ -371,9 +412,17 @@ class EpisodeSerialCollector(ISerialCollector):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="episode")
 
-    def __init__(self, cfg: Optional[EasyDict], env: Optional[EnvManager] = None, policy=None, tb_logger=None,
-                 exp_name: str = "default_experiment", instance_name: str = "collector", *,
-                 discount_factor: float = 0.99):
+    def __init__(
+        self,
+        cfg: Optional[EasyDict],
+        env: Optional[EnvManager] = None,
+        policy=None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "collector",
+        *,
+        discount_factor: float = 0.99,
+    ):
         """DI-engine's arguments in its order, then ours by keyword; ``collect()`` without ``n_episode``
         collects ``cfg.n_episode``; the DI-engine keywords: see :class:`ISerialCollector`."""
         super().__init__(cfg, env, policy, discount_factor, tb_logger, exp_name, instance_name)
@@ -413,8 +462,9 @@ class EpisodeSerialCollector(ISerialCollector):
         """
         n_episode = n_episode if n_episode is not None else (self.cfg or {}).get("n_episode")
         if n_episode is None:
-            raise ValueError("collect() without n_episode needs a collector whose cfg sets n_episode; "
-                             "pass collect(n_episode=K)")
+            raise ValueError(
+                "collect() without n_episode needs a collector whose cfg sets n_episode; pass collect(n_episode=K)"
+            )
         if n_episode <= 0:
             raise ValueError(f"{n_episode=} must be > 0")
         self._check_ready()
@@ -424,16 +474,20 @@ class EpisodeSerialCollector(ISerialCollector):
         env = self._env
         active = np.ones(env.num_envs, dtype=bool)  # envs whose steps still count
         if spread_evenly:  # never more envs running than episodes missing: exactly n_episode, from the first envs
-            active[max(0, n_episode - len(self._ready)):] = False
+            active[max(0, n_episode - len(self._ready)) :] = False
         while len(self._ready) < n_episode:
             obs, action, step, extra = self._act(self._policy.forward, policy_kwargs)
             stats.env_steps += step.n_valid
             for i in np.flatnonzero(step.valid & active):
-                row_extra = {} if extra is None else {
-                    **{k: v[i : i + 1].astype(np.float32) for k, v in extra.items()},
-                    "env_id": np.full(1, i, dtype=np.int64),
-                    "end": np.asarray([step.terminated[i] or step.truncated[i]]),
-                }
+                row_extra = (
+                    {}
+                    if extra is None
+                    else {
+                        **{k: v[i : i + 1].astype(np.float32) for k, v in extra.items()},
+                        "env_id": np.full(1, i, dtype=np.int64),
+                        "end": np.asarray([step.terminated[i] or step.truncated[i]]),
+                    }
+                )
                 self._partial[i].append(
                     {
                         **row_extra,

@@ -7,6 +7,7 @@ never waits for a collection task to end. A newer policy (on the shared
 disk, or announced by the coordinator) is loaded before the next batch of
 steps.
 """
+
 from __future__ import annotations
 
 import logging
@@ -95,8 +96,11 @@ class CollectorSlave(Slave, BaseCommCollector):
                 raise ApiError(400, "bad_request", f"collector task needs env_steps > 0, got {task.spec!r}")
             players = task.spec.get("players")
             if players is not None and not (isinstance(players, dict) and isinstance(players.get("opponent"), str)):
-                raise ApiError(400, "bad_request", f"collector task players must be {{'train': 'main', "
-                                                   f"'opponent': NAME}}, got {players!r:.80}")
+                raise ApiError(
+                    400,
+                    "bad_request",
+                    f"collector task players must be {{'train': 'main', 'opponent': NAME}}, got {players!r:.80}",
+                )
         elif task.kind == "evaluator":
             if not isinstance(task.spec.get("policy_version"), int):
                 raise ApiError(400, "bad_request", f"evaluator task needs policy_version, got {task.spec!r}")
@@ -134,8 +138,14 @@ class CollectorSlave(Slave, BaseCommCollector):
     def _wanted_versions(self) -> List[int]:
         """The newest policy versions seen on the disk and announced, newest first (a damaged one left out: it is
         never loaded, and must not cut every chunk short as "a newer policy is out")."""
-        return sorted({v for v in (self._disk_version, int(self.control.get("policy_version", -1)))
-                       if v not in self.collector.damaged_versions}, reverse=True)
+        return sorted(
+            {
+                v
+                for v in (self._disk_version, int(self.control.get("policy_version", -1)))
+                if v not in self.collector.damaged_versions
+            },
+            reverse=True,
+        )
 
     def refresh_policy(self) -> None:
         """Load the newest policy seen on the disk or announced (the newest loadable one before it when it is
@@ -156,8 +166,12 @@ class CollectorSlave(Slave, BaseCommCollector):
     def _evaluate(self, task: SlaveTask) -> Dict[str, Any]:
         with self.clock.timing("evaluate"):
             result = self.collector.evaluate(task.spec["policy_version"], int(task.spec.get("n_episode", 1)))
-        self.tb_eval.scalars(result["policy_version"], "evaluator/", eval_return=result["eval_episode_return_mean"],
-                             episode_length=result["episode_length_mean"])
+        self.tb_eval.scalars(
+            result["policy_version"],
+            "evaluator/",
+            eval_return=result["eval_episode_return_mean"],
+            episode_length=result["episode_length_mean"],
+        )
         self.tb_eval.flush()
         result["completed"] = True
         return result
@@ -221,11 +235,15 @@ class CollectorSlave(Slave, BaseCommCollector):
             # the next wait at once: ask to be woken by a newer one only
             loaded = self.collector.policy_version
             known = max(loaded, int(self.control.get("policy_version", -1)))
-            body = MetadataBatch(messages=[], wait_for_allowance=0.0 if task is None else 1.0,
-                                 policy_version=known if self.meter.woken_by_versions(loaded) else None,
-                                 loaded_version=loaded if self.flow.on_policy else None).to_json()
-            answer = self.coordinator.post(f"/api/v1/workers/{self.worker_id}/metadata", body,
-                                           timeout=self.coordinator.timeout + 1.0)
+            body = MetadataBatch(
+                messages=[],
+                wait_for_allowance=0.0 if task is None else 1.0,
+                policy_version=known if self.meter.woken_by_versions(loaded) else None,
+                loaded_version=loaded if self.flow.on_policy else None,
+            ).to_json()
+            answer = self.coordinator.post(
+                f"/api/v1/workers/{self.worker_id}/metadata", body, timeout=self.coordinator.timeout + 1.0
+            )
         except ParallelRLError as exc:
             logger.warning("collector %s: waiting for allowance failed: %s", self.worker_id, exc)
             return False
@@ -262,8 +280,14 @@ class CollectorSlave(Slave, BaseCommCollector):
             version, fresh = self.collector.policy_version, self._fresh_policy()
             # one chunk: up to chunk_size transitions, one policy version, at most flush_interval old
             have = 0
-            while (have < chunk_size and steps + chunk_steps < target and not task.stop.is_set()
-                   and (not self._over_allowance(chunk_steps) or (fresh and not pieces and self.flow.new_version_ends_wait))):
+            while (
+                have < chunk_size
+                and steps + chunk_steps < target
+                and not task.stop.is_set()
+                and (
+                    not self._over_allowance(chunk_steps) or (fresh and not pieces and self.flow.new_version_ends_wait)
+                )
+            ):
                 ask = min(n_sample, chunk_size - have)
                 ask = self.meter.clip(ask, self._allowance_left(chunk_steps), chunk_size - have - envs + 1)
                 if ask <= 0:
@@ -289,10 +313,17 @@ class CollectorSlave(Slave, BaseCommCollector):
                 name = self._next_chunk_name()
                 self.send_stepdata(name, data)
             # the first chunk of a new policy version leaves at once: it tells the coordinator the policy is in use
-            self.send_metadata(Chunk(chunk=name, size=int(len(data["action"])), policy_version=version,
-                                     env_steps=chunk_steps, episode_returns=chunk_returns,
-                                     task_id=task.task_id).to_json(),
-                               urgent=fresh or self.flow.urgent_chunks)  # on-policy, the learner waits for it
+            self.send_metadata(
+                Chunk(
+                    chunk=name,
+                    size=int(len(data["action"])),
+                    policy_version=version,
+                    env_steps=chunk_steps,
+                    episode_returns=chunk_returns,
+                    task_id=task.task_id,
+                ).to_json(),
+                urgent=fresh or self.flow.urgent_chunks,
+            )  # on-policy, the learner waits for it
             if opponent is not None and chunk_outcomes:  # the games' results, for the league's payoff table
                 counts = {o: chunk_outcomes.count(o) for o in games}
                 self.send_metadata(Games(task_id=task.task_id, opponent=opponent, player="main", **counts).to_json())
@@ -306,11 +337,21 @@ class CollectorSlave(Slave, BaseCommCollector):
         self._run_waiting_evals()
         elapsed = time.monotonic() - task_started
         mean_return = float(np.mean(returns)) if returns else None
-        self.tb.scalars(self.collector.envstep, "collector/", env_steps_per_second=steps / elapsed if elapsed else 0.0,
-                        mean_return=mean_return)
-        result = {"env_steps": steps, "transitions": transitions, "chunks": chunks, "episodes": len(returns),
-                  "mean_return": mean_return,
-                  "policy_version": self.collector.policy_version, "completed": steps >= target}
+        self.tb.scalars(
+            self.collector.envstep,
+            "collector/",
+            env_steps_per_second=steps / elapsed if elapsed else 0.0,
+            mean_return=mean_return,
+        )
+        result = {
+            "env_steps": steps,
+            "transitions": transitions,
+            "chunks": chunks,
+            "episodes": len(returns),
+            "mean_return": mean_return,
+            "policy_version": self.collector.policy_version,
+            "completed": steps >= target,
+        }
         if opponent is not None:
             result.update(opponent=opponent, games=games)
             if missing is not None:

@@ -1,4 +1,5 @@
 """What a collect call reports: :class:`CollectStats`, tianshou's dataclass, which also answers to our names."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

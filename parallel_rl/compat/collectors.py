@@ -12,6 +12,7 @@ Every class here drives :class:`SampleSerialCollector` /
 builder and buffers as the serial pipeline); nothing here steps an env itself.
 Differences from the originals are listed in docs/api.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,13 @@ from ..collector.serial import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Collector", "AsyncCollector", "CollectStats", "CollectStatsBase", "SequenceSummaryStats", "RandomPolicy", "as_env_manager",
+    "Collector",
+    "AsyncCollector",
+    "CollectStats",
+    "CollectStatsBase",
+    "SequenceSummaryStats",
+    "RandomPolicy",
+    "as_env_manager",
 ]
 
 
@@ -137,8 +144,18 @@ class PreprocessedEnv:
         rows = np.flatnonzero(step.valid)
         obs_next, reward = step.obs.copy(), step.reward.copy()
         if rows.size:
-            out = self.preprocess_fn(obs_next=step.obs[rows], rew=step.reward[rows], done=step.done[rows], info={},
-                                     policy={}, env_id=rows, act=act[rows]) or {}
+            out = (
+                self.preprocess_fn(
+                    obs_next=step.obs[rows],
+                    rew=step.reward[rows],
+                    done=step.done[rows],
+                    info={},
+                    policy={},
+                    env_id=rows,
+                    act=act[rows],
+                )
+                or {}
+            )
             obs_next[rows] = out.get("obs_next", obs_next[rows])
             reward[rows] = out.get("rew", reward[rows])
         current = self._obs.copy()
@@ -208,8 +225,9 @@ class Collector:
         self._mode.enabled = value
 
     # ---- tianshou's resets -------------------------------------------------------
-    def reset(self, reset_buffer: bool = True, gym_reset_kwargs: Optional[dict] = None, *,
-              reset_stats: bool = True) -> None:
+    def reset(
+        self, reset_buffer: bool = True, gym_reset_kwargs: Optional[dict] = None, *, reset_stats: bool = True
+    ) -> None:
         """Reset the envs (``gym_reset_kwargs`` go to gymnasium's ``reset``), the stats and, if asked, the buffer."""
         self.reset_env(gym_reset_kwargs)
         if reset_buffer:
@@ -275,8 +293,10 @@ class Collector:
         if render is not None:
             raise ValueError(f"{render=}: rendering is not supported by parallel_rl's env manager; pass render=None")
         if gym_reset_kwargs is not None and not self._manager.can_reset_subset:
-            raise ConfigError(f"gym_reset_kwargs={gym_reset_kwargs} need per-env resets, which "
-                              f"{self._manager.vector_mode} envs cannot do; build the env with vector_mode='sync'")
+            raise ConfigError(
+                f"gym_reset_kwargs={gym_reset_kwargs} need per-env resets, which "
+                f"{self._manager.vector_mode} envs cannot do; build the env with vector_mode='sync'"
+            )
         core = self._steps if n_step is not None else self._episodes
         mode = core._policy
         if random:
@@ -290,8 +310,12 @@ class Collector:
                     data = core.collect(n_sample=n_step, policy_kwargs=self.policy_kwargs, drop_extra=False)
                     self.buffer.push(data, cur_collector_envstep=core.envstep)
                 else:
-                    episodes = core.collect(n_episode=n_episode, policy_kwargs=self.policy_kwargs,
-                                            spread_evenly=self._exact, drop_extra=self._exact)
+                    episodes = core.collect(
+                        n_episode=n_episode,
+                        policy_kwargs=self.policy_kwargs,
+                        spread_evenly=self._exact,
+                        drop_extra=self._exact,
+                    )
                     pushed = episodes if isinstance(self.buffer, EpisodeReplayBuffer) else concat_columns(episodes)
                     self.buffer.push(pushed, cur_collector_envstep=core.envstep)
                     if self._exact:  # tianshou resets after episodic collection: no env starts mid-episode
@@ -300,8 +324,14 @@ class Collector:
             self._manager.reset_kwargs = None
             core.reset_policy(mode)
         done = core.last_stats
-        stats = CollectStats(n_collected_episodes=len(done.lens), returns=done.returns, returns_stat=done.returns_stat,
-                             lens=done.lens, lens_stat=done.lens_stat, transitions=done.transitions)
+        stats = CollectStats(
+            n_collected_episodes=len(done.lens),
+            returns=done.returns,
+            returns_stat=done.returns_stat,
+            lens=done.lens,
+            lens_stat=done.lens_stat,
+            transitions=done.transitions,
+        )
         stats.n_collected_steps = done.transitions  # what this call stored
         stats.duration = done.duration
         self.collect_step += stats.n_collected_steps
@@ -347,10 +377,20 @@ class AsyncCollector(Collector):
     ):
         manager = as_env_manager(env)
         if not manager.can_step_subset:
-            raise ConfigError(f"AsyncCollector needs envs in worker processes (EnvManager(..., vector_mode='async') or a "
-                              f"gymnasium AsyncVectorEnv), got {manager.vector_mode!r}; use Collector for this env")
-        super().__init__(policy, manager, buffer, preprocess_fn, exploration_noise, policy_kwargs=policy_kwargs,
-                         nstep=1, discount_factor=discount_factor)
+            raise ConfigError(
+                f"AsyncCollector needs envs in worker processes (EnvManager(..., vector_mode='async') or a "
+                f"gymnasium AsyncVectorEnv), got {manager.vector_mode!r}; use Collector for this env"
+            )
+        super().__init__(
+            policy,
+            manager,
+            buffer,
+            preprocess_fn,
+            exploration_noise,
+            policy_kwargs=policy_kwargs,
+            nstep=1,
+            discount_factor=discount_factor,
+        )
         self.wait_num, self.timeout = wait_num, timeout
         for core in (self._steps, self._episodes):
             core.step_ready_envs(wait_num, timeout)

@@ -9,6 +9,7 @@ live). :class:`NaiveCollector` is the smallest collector slave: it relays
 each task it is given back to the coordinator as done, with its spec as the
 result (a minimal worker for tests and docs).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,9 +29,17 @@ from ..slave.comm import (
 )
 from ..slave.slave import Slave, SlaveTask
 
-__all__ = ["COMM_COLLECTOR_REGISTRY", "COMM_LEARNER_REGISTRY", "BaseCommCollector", "BaseCommLearner",
-           "NaiveCollector", "create_comm_collector", "create_comm_learner", "register_comm_collector",
-           "register_comm_learner"]
+__all__ = [
+    "COMM_COLLECTOR_REGISTRY",
+    "COMM_LEARNER_REGISTRY",
+    "BaseCommCollector",
+    "BaseCommLearner",
+    "NaiveCollector",
+    "create_comm_collector",
+    "create_comm_learner",
+    "register_comm_collector",
+    "register_comm_learner",
+]
 
 logger = logging.getLogger(__name__)
 

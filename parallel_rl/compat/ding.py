@@ -9,9 +9,15 @@ users know. Our own code uses the descriptive names; importable from here and fr
 | ``FlaskFileSystemLearner``   | :class:`parallel_rl.learner.shell.LearnerSlave`, the same |
 | ``LearnerAggregator``        | :class:`parallel_rl.learner.aggregator.LearnerAggregator`, the same |
 """
+
 from ..collector.cluster import ClusterCollector as ZerglingParallelCollector
 from ..collector.cluster_battle import BattleClusterCollector as MarineParallelCollector
 from .ding_parallel import FlaskFileSystemCollector, FlaskFileSystemLearner, LearnerAggregator
 
-__all__ = ["FlaskFileSystemCollector", "FlaskFileSystemLearner", "LearnerAggregator", "MarineParallelCollector",
-           "ZerglingParallelCollector"]
+__all__ = [
+    "FlaskFileSystemCollector",
+    "FlaskFileSystemLearner",
+    "LearnerAggregator",
+    "MarineParallelCollector",
+    "ZerglingParallelCollector",
+]

@@ -18,6 +18,7 @@ DI-engine                           here
 ``deal_with_get_resource()``        the aggregator's resources, and its ranks (``rank_list()``)
 ==================================  ================================================================================
 """
+
 from __future__ import annotations
 
 import collections

@@ -6,6 +6,7 @@ buffer in the background, ``pause()``, ``update_policy_weights_()``, ``async_shu
 manager, policy modes, n-step builder and buffers as the serial pipeline); it steps no env itself.
 Differences from torchrl are listed in docs/api.md.
 """
+
 from __future__ import annotations
 
 import abc
@@ -100,7 +101,9 @@ class DataCollectorBase(abc.ABC):
     def pause(self) -> contextlib.AbstractContextManager: ...
 
     @abc.abstractmethod
-    def update_policy_weights_(self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any) -> None: ...
+    def update_policy_weights_(
+        self, policy_or_weights: Any = None, *, worker_ids: Any = None, **kwargs: Any
+    ) -> None: ...
 
     def init_updater(self, *args: Any, **kwargs: Any) -> None:
         """Pass arguments to the weight updater's ``init``; without a weight updater, nothing to do."""
@@ -145,7 +148,9 @@ class SyncDataCollector(DataCollectorBase):
             raise ValueError(f"{frames_per_batch=} must be > 0")
         if total_frames == 0 or total_frames < -1:
             raise ValueError(f"{total_frames=} must be > 0, or -1 for no end")
-        env = create_env_fn if isinstance(create_env_fn, (EnvManager, gym.Env, gym.vector.VectorEnv)) else create_env_fn()
+        env = (
+            create_env_fn if isinstance(create_env_fn, (EnvManager, gym.Env, gym.vector.VectorEnv)) else create_env_fn()
+        )
         self.env = as_env_manager(env)
         self.policy = policy
         self.frames_per_batch = self.requested_frames_per_batch = frames_per_batch
@@ -167,8 +172,9 @@ class SyncDataCollector(DataCollectorBase):
     def _collect(self, n: int, push: bool = False) -> Dict[str, np.ndarray]:
         with self._lock, torch.no_grad():  # a piece is collected and pushed whole: pause() waits for it
             # keep_extra: a batch's surplus starts the next batch (no env step is wasted)
-            data = self._core.collect(n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs,
-                                      keep_extra=True)
+            data = self._core.collect(
+                n_sample=n, train_iter=self.batches, policy_kwargs=self.policy_kwargs, keep_extra=True
+            )
             self.frames += n
             if push:
                 self.replay_buffer.push(data, cur_collector_envstep=self._core.envstep)
@@ -176,7 +182,9 @@ class SyncDataCollector(DataCollectorBase):
 
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
         if self._thread is not None:
-            raise RuntimeError("SyncDataCollector: iterating while start() collects in the background; call async_shutdown() first")
+            raise RuntimeError(
+                "SyncDataCollector: iterating while start() collects in the background; call async_shutdown() first"
+            )
         while self.total_frames == -1 or self.frames < self.total_frames:
             batch = self._collect(self.frames_per_batch)
             self.batches += 1
@@ -239,8 +247,11 @@ class SyncDataCollector(DataCollectorBase):
         ``policy_weights=``: torchrl's deprecated name of ``policy_or_weights``.
         """
         if "policy_weights" in kwargs:
-            warnings.warn("update_policy_weights_(policy_weights=...) is deprecated; pass policy_or_weights",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "update_policy_weights_(policy_weights=...) is deprecated; pass policy_or_weights",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             policy_or_weights = kwargs.pop("policy_weights")
         if kwargs:
             raise TypeError(f"update_policy_weights_ got unexpected keyword arguments {sorted(kwargs)}")

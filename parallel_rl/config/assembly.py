@@ -5,6 +5,7 @@ key and the closest valid one).
 The top floor of configs: it imports the components (inside the functions, so that importing the config
 package stays cheap and torch-free).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -113,8 +114,19 @@ def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
     from ..storage.defaults import StorageSection
 
     policy = policy_spec(policy_type).typed
-    return [EnvSection, *([policy] if policy else []), SerialSection, SystemSection, StorageSection,
-            CoordinatorSection, CommanderSection, CollectorSection, LearnerSection, SupervisorSection, WorkerSection]
+    return [
+        EnvSection,
+        *([policy] if policy else []),
+        SerialSection,
+        SystemSection,
+        StorageSection,
+        CoordinatorSection,
+        CommanderSection,
+        CollectorSection,
+        LearnerSection,
+        SupervisorSection,
+        WorkerSection,
+    ]
 
 
 def sections(policy_type: str = "dqn") -> List[Tuple[str, Type[Section]]]:
@@ -152,8 +164,9 @@ def _user_section(user_cfg: Mapping, path: str) -> Mapping:
     for depth, key in enumerate(keys):
         section = section.get(key, {})
         if not isinstance(section, Mapping):
-            raise ConfigError(f"{'.'.join(keys[:depth + 1])} must be a dict, got {section!r:.80} "
-                              f"({_type_name(section)})")
+            raise ConfigError(
+                f"{'.'.join(keys[: depth + 1])} must be a dict, got {section!r:.80} ({_type_name(section)})"
+            )
     return section
 
 
@@ -168,7 +181,8 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     defaults = default_config(user_policy.get("type", "dqn"), battle=battle)
     # The replay buffer's keys depend on its type: use that type's defaults (the flow the user picks decides it)
     buf_type = _user_section(user_cfg, "policy.other.replay_buffer").get(
-        "type", default_buffer_type({**defaults.policy, **user_policy}))
+        "type", default_buffer_type({**defaults.policy, **user_policy})
+    )
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     cfg = EasyDict(merge("", defaults, user_cfg))
     normalise(cfg)

@@ -1,6 +1,7 @@
 """The configuration reference, generated from the typed sections' fields: every key with its default, the values
 it takes and its doc. ``python -m parallel_rl.config.reference`` writes ``docs/configuration.md``
 (``--check``: exit 1 when the file is not current); a test keeps the committed file current."""
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,7 @@ def render() -> str:
         if not path.startswith("policy"):
             _table(lines, path, section, "")
     for name, spec in POLICIES.items():
-        for path, section in (spec.typed.walk() if spec.typed else ()):
+        for path, section in spec.typed.walk() if spec.typed else ():
             _table(lines, path, section, f" (policy.type={name!r})")
     return "\n".join(lines) + "\n"
 

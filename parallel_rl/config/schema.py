@@ -5,6 +5,7 @@ The ground floor of configs: it knows the shape of a config, not where the defau
 (:mod:`.assembly` gathers those from the components), and imports nothing of the project but its errors.
 A default that is an empty dict is *open*: any keys are accepted below it (e.g. env kwargs).
 """
+
 from __future__ import annotations
 
 import copy
@@ -101,27 +102,39 @@ def validate(cfg: EasyDict) -> None:
             raise ConfigError(f"{name} must be > 0, got {value}")
     buf_type = cfg.policy.other.replay_buffer.type
     if buf_type == "sequence":
-        raise ConfigError("policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
-                          "windows for library use; the pipelines train on transitions: use advanced or naive")
+        raise ConfigError(
+            "policy.other.replay_buffer.type='sequence': the sequence buffer samples (batch, sequence) "
+            "windows for library use; the pipelines train on transitions: use advanced or naive"
+        )
     if cfg.policy.model.get("recurrent") and cfg.env.type != "gymnasium":
-        raise ConfigError("policy.model.recurrent (a policy with memory) needs env.type='gymnasium': the two-player "
-                          "collectors and evaluators carry no recurrent state yet; drop policy.model.recurrent")
+        raise ConfigError(
+            "policy.model.recurrent (a policy with memory) needs env.type='gymnasium': the two-player "
+            "collectors and evaluators carry no recurrent state yet; drop policy.model.recurrent"
+        )
     random_size = int(cfg.policy.get("random_collect_size", 0) or 0)
     buffer_size = cfg.policy.other.replay_buffer.get("replay_buffer_size")
     if random_size < 0 or (buffer_size is not None and random_size > buffer_size):
-        raise ConfigError(f"policy.random_collect_size must be between 0 and the replay buffer's size (the learner "
-                          f"starts once that many rows are in it), got {random_size} with "
-                          f"policy.other.replay_buffer.replay_buffer_size={buffer_size}")
+        raise ConfigError(
+            f"policy.random_collect_size must be between 0 and the replay buffer's size (the learner "
+            f"starts once that many rows are in it), got {random_size} with "
+            f"policy.other.replay_buffer.replay_buffer_size={buffer_size}"
+        )
     if cfg.env.type == "pettingzoo" and random_size:
-        raise ConfigError(f"policy.random_collect_size={random_size} is for single-agent envs; "
-                          f"two-player self-play starts against the league's bots instead: leave it 0")
+        raise ConfigError(
+            f"policy.random_collect_size={random_size} is for single-agent envs; "
+            f"two-player self-play starts against the league's bots instead: leave it 0"
+        )
     if cfg.env.type == "pettingzoo" and cfg.policy.type not in SELFPLAY_POLICY_TYPES:
-        raise ConfigError(f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
-                          f"got {cfg.policy.type!r}")
+        raise ConfigError(
+            f"two-player self-play trains policy.type {' or '.join(map(repr, SELFPLAY_POLICY_TYPES))}, "
+            f"got {cfg.policy.type!r}"
+        )
     learner = cfg.parallel.learner
     if learner.world_size > cfg.policy.learn.batch_size:
-        raise ConfigError(f"parallel.learner.world_size={learner.world_size} is more than "
-                          f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows")
+        raise ConfigError(
+            f"parallel.learner.world_size={learner.world_size} is more than "
+            f"policy.learn.batch_size={cfg.policy.learn.batch_size}: every rank needs rows"
+        )
 
 
 def check_cluster_config(cfg: EasyDict) -> None:
@@ -129,9 +142,11 @@ def check_cluster_config(cfg: EasyDict) -> None:
     self-play with an on-policy algorithm (the Marine collectors keep rows across policy versions and count
     segment shares in moves, not the training player's rows)."""
     if cfg.env.type == "pettingzoo" and cfg.policy.on_policy:
-        raise ConfigError(f"two-player self-play with the on-policy policy.type={cfg.policy.type!r} runs in the "
-                          f"serial pipeline only (parallel-rl serial -c CONFIG); the cluster (run, coordinator) "
-                          f"trains env.type='pettingzoo' with policy.type='dqn'")
+        raise ConfigError(
+            f"two-player self-play with the on-policy policy.type={cfg.policy.type!r} runs in the "
+            f"serial pipeline only (parallel-rl serial -c CONFIG); the cluster (run, coordinator) "
+            f"trains env.type='pettingzoo' with policy.type='dqn'"
+        )
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -141,12 +156,16 @@ class _YamlLoader(yaml.SafeLoader):
 
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                   |[-+]?\.(?:inf|Inf|INF)
-                  |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                  |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def _load_yaml(path: str) -> Any:
@@ -186,11 +205,14 @@ def load_config_file(path: str) -> dict:
     elif suffix in (".yaml", ".yml"):
         value = _load_yaml(path)
         if not isinstance(value, Mapping):
-            raise ConfigError(f"config file {path} must hold a mapping of config keys at its top level, got "
-                              f"{_type_name(value)}")
+            raise ConfigError(
+                f"config file {path} must hold a mapping of config keys at its top level, got {_type_name(value)}"
+            )
     else:
-        raise ConfigError(f"config file {path!r} is neither a Python (.py) nor a YAML (.yaml, .yml) config file; "
-                          f"pass -c with one of those")
+        raise ConfigError(
+            f"config file {path!r} is neither a Python (.py) nor a YAML (.yaml, .yml) config file; "
+            f"pass -c with one of those"
+        )
     return copy.deepcopy(dict(value))
 
 

@@ -7,6 +7,7 @@ The compiled config stays a nested EasyDict (what the components read); a sectio
 docs and checks come from (:meth:`Section.defaults`, :meth:`Section.check`, the generated reference
 ``docs/configuration.md``). Torch-free and import-light: every component's section file imports only this.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,15 +20,30 @@ from easydict import EasyDict
 from ..errors import ConfigError
 
 
-def setting(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None, above: Optional[float] = None,
-            below: Optional[float] = None, choices: Optional[Sequence[Any]] = None, doc: str = "",
-            nullable: bool = False) -> Any:
+def setting(
+    default: Any,
+    *,
+    lo: Optional[float] = None,
+    hi: Optional[float] = None,
+    above: Optional[float] = None,
+    below: Optional[float] = None,
+    choices: Optional[Sequence[Any]] = None,
+    doc: str = "",
+    nullable: bool = False,
+) -> Any:
     """A section's field: its ``default`` (a :class:`Section` subclass: a section inside this one), its range (``lo <= value <= hi``, ``above < value < below``; None: no
     bound), or its ``choices``, and its ``doc`` (one or two sentences, as the reference prints it). ``nullable``:
     None is a value of its own (it says what it means in ``doc``), never checked against the range. A dict
     default is *open* when empty (any keys below it), as the schema's merge reads it."""
-    meta = {"lo": lo, "hi": hi, "above": above, "below": below, "choices": tuple(choices) if choices else None,
-            "doc": " ".join(doc.split()), "nullable": nullable}
+    meta = {
+        "lo": lo,
+        "hi": hi,
+        "above": above,
+        "below": below,
+        "choices": tuple(choices) if choices else None,
+        "doc": " ".join(doc.split()),
+        "nullable": nullable,
+    }
     if isinstance(default, type) and issubclass(default, Section):  # a section inside this one
         return dataclasses.field(default_factory=default.defaults, metadata={**meta, "section": default})
     if isinstance(default, (dict, list)):
@@ -62,8 +78,12 @@ def _in_range(m: Mapping[str, Any], value: Any) -> bool:
         return value in m["choices"]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return False
-    return ((m.get("lo") is None or value >= m["lo"]) and (m.get("hi") is None or value <= m["hi"])
-            and (m.get("above") is None or value > m["above"]) and (m.get("below") is None or value < m["below"]))
+    return (
+        (m.get("lo") is None or value >= m["lo"])
+        and (m.get("hi") is None or value <= m["hi"])
+        and (m.get("above") is None or value > m["above"])
+        and (m.get("below") is None or value < m["below"])
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +102,12 @@ class Section:
     @classmethod
     def defaults(cls) -> EasyDict:
         """The section's defaults, a fresh tree each call (a caller's change does not reach the next one)."""
-        return EasyDict({f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)
-                         for f in dataclasses.fields(cls)})
+        return EasyDict(
+            {
+                f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(cls)
+            }
+        )
 
     @classmethod
     def check(cls, values: Mapping[str, Any], path: Optional[str] = None) -> None:
@@ -117,5 +141,8 @@ class Section:
     def reference(cls) -> Dict[str, Dict[str, Any]]:
         """Each key's default, values (:func:`describe`) and doc, as the generated reference prints them."""
         defaults = cls.defaults()
-        return {f.name: {"default": defaults[f.name], "values": describe(f), "doc": f.metadata.get("doc", "")}
-                for f in dataclasses.fields(cls) if f.metadata.get("section") is None}
+        return {
+            f.name: {"default": defaults[f.name], "values": describe(f), "doc": f.metadata.get("doc", "")}
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("section") is None
+        }

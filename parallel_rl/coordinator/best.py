@@ -3,6 +3,7 @@
 the shared store (``policy/best.json``, :meth:`~parallel_rl.storage.checkpoints.PolicyCheckpoints.keep_best`),
 where ``eval``, ``export`` and ``load_policy`` find it. Its record is in the coordinator's snapshots, so a
 resumed run compares later evaluations with it."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,9 @@ class BestPolicy:
         except StorageError as exc:  # the evaluation goes on; its version may be pruned before it ends
             logger.error("coordinator: cannot hold policy %d for its evaluation: %s", version, exc)
 
-    def evaluated(self, version: int, eval_return: float, env_steps: int, train_iter: int,
-                  handed: Optional[int] = None) -> bool:
+    def evaluated(
+        self, version: int, eval_return: float, env_steps: int, train_iter: int, handed: Optional[int] = None
+    ) -> bool:
         """``version`` scored ``eval_return`` (``handed``: the version the evaluator was handed, when it had to
         evaluate another: the one handed was gone); True when it is the best so far and is kept."""
         with self._lock:
@@ -44,10 +46,15 @@ class BestPolicy:
                 try:
                     self.storage.policies.keep_best(record)
                 except FileNotFoundError:
-                    logger.warning("coordinator: policy %d scored the best eval return so far (%.1f) but its "
-                                   "checkpoint was pruned before it was held; the best kept stays %s (raise "
-                                   "parallel.learner.keep_checkpoints, %d)", version, eval_return,
-                                   self.record.describe() if self.record else "none", self.keep_checkpoints)
+                    logger.warning(
+                        "coordinator: policy %d scored the best eval return so far (%.1f) but its "
+                        "checkpoint was pruned before it was held; the best kept stays %s (raise "
+                        "parallel.learner.keep_checkpoints, %d)",
+                        version,
+                        eval_return,
+                        self.record.describe() if self.record else "none",
+                        self.keep_checkpoints,
+                    )
                     return False
                 except StorageError as exc:
                     logger.error("coordinator: cannot keep policy %d as the best: %s", version, exc)

@@ -11,6 +11,7 @@ time (the sum of its workers' seconds in a phase over the sum of their wall seco
    is the bottleneck, and its busiest phase says why.
 3. Otherwise neither waits half its time: no bottleneck, both sides are busy.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Iterable, Tuple
@@ -19,22 +20,30 @@ from ..protocol import TimeBreakdown
 
 WAIT_LIMIT = 0.5  # a side that waits this share of its time is held up by the other
 
-LABELS = {"env_step": "env steps", "policy_forward": "policy forward", "chunk_write": "chunk writes",
-          "policy_load": "loading policies", "evaluate": "evaluating", "waiting": "waiting",
-          "waiting_for_data": "waiting for data", "train": "training", "publishing": "publishing",
-          "other": "other work"}
+LABELS = {
+    "env_step": "env steps",
+    "policy_forward": "policy forward",
+    "chunk_write": "chunk writes",
+    "policy_load": "loading policies",
+    "evaluate": "evaluating",
+    "waiting": "waiting",
+    "waiting_for_data": "waiting for data",
+    "train": "training",
+    "publishing": "publishing",
+    "other": "other work",
+}
 COLLECTOR_ADVICE = {
     "env_step": "collectors are env-bound: add collectors",
     "policy_forward": "collectors are bound by the policy's forward: add collectors",
     "chunk_write": "collectors are bound by chunk writes: raise parallel.collector.chunk_size or use a faster "
-                   "shared store",
+    "shared store",
     "policy_load": "collectors are bound by loading policies: raise parallel.learner.publish_every",
     "evaluate": "collectors are busy evaluating: raise parallel.commander.eval_freq",
     "other": "collectors are bound by their own bookkeeping: add collectors",
 }
 LEARNER_ADVICE = {
     "train": "the learner is compute-bound: a faster device, more ranks (parallel.learner.world_size) or more env "
-             "steps per update (parallel.commander.max_env_steps_per_update)",
+    "steps per update (parallel.commander.max_env_steps_per_update)",
     "publishing": "the learner is bound by publishing policies: raise parallel.learner.publish_every",
     "other": "the learner is bound by its own bookkeeping",
 }
@@ -67,17 +76,25 @@ def bottleneck(breakdowns: Iterable[Tuple[str, TimeBreakdown]]) -> str:
         return "unknown (collectors and a learner report their time with their heartbeats; none has yet)"
     learner_wait, collector_wait = learner.get("waiting_for_data", 0.0), collectors.get("waiting", 0.0)
     if learner_wait >= WAIT_LIMIT and collector_wait >= WAIT_LIMIT:
-        return (f"the data flow (the learner waits for data {learner_wait:.0%}, collectors wait {collector_wait:.0%}) "
-                f"— neither side is busy: the allowance (parallel.commander.max_env_steps_per_update), the "
-                f"asynchronous flow's queue (parallel.commander.rollout_queue_batches) or the on-policy "
-                f"hand-over of each version holds both")
+        return (
+            f"the data flow (the learner waits for data {learner_wait:.0%}, collectors wait {collector_wait:.0%}) "
+            f"— neither side is busy: the allowance (parallel.commander.max_env_steps_per_update), the "
+            f"asynchronous flow's queue (parallel.commander.rollout_queue_batches) or the on-policy "
+            f"hand-over of each version holds both"
+        )
     if learner_wait >= WAIT_LIMIT:
         phase = _busiest(collectors, "waiting")
-        return (f"collectors (the learner waits for data {learner_wait:.0%}; collectors: {LABELS.get(phase, phase)} "
-                f"{collectors[phase]:.0%}) — {COLLECTOR_ADVICE.get(phase, 'add collectors')}")
+        return (
+            f"collectors (the learner waits for data {learner_wait:.0%}; collectors: {LABELS.get(phase, phase)} "
+            f"{collectors[phase]:.0%}) — {COLLECTOR_ADVICE.get(phase, 'add collectors')}"
+        )
     if collector_wait >= WAIT_LIMIT:
         phase = _busiest(learner, "waiting_for_data")
-        return (f"learner (collectors wait {collector_wait:.0%}; the learner: {LABELS.get(phase, phase)} "
-                f"{learner[phase]:.0%}) — {LEARNER_ADVICE.get(phase, 'a faster learner')}")
-    return (f"none (the learner waits for data {learner_wait:.0%}, collectors wait {collector_wait:.0%}: both "
-            f"sides are busy)")
+        return (
+            f"learner (collectors wait {collector_wait:.0%}; the learner: {LABELS.get(phase, phase)} "
+            f"{learner[phase]:.0%}) — {LEARNER_ADVICE.get(phase, 'a faster learner')}"
+        )
+    return (
+        f"none (the learner waits for data {learner_wait:.0%}, collectors wait {collector_wait:.0%}: both "
+        f"sides are busy)"
+    )

@@ -7,6 +7,7 @@ collector; an evaluator task on a collector whenever the policy has advanced
 The coordinator calls :meth:`step` whenever something changed. What a commander implements and what it
 may do of the coordinator: :mod:`.commander_api`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,8 +66,11 @@ class SoloCommander:
 
     def _free_workers(self, kind: str) -> list:
         # a worker backing off after a task it failed on the shared store is not free (its next task would fail)
-        return [w for w in self.cluster.workers(kind)
-                if w.state == WorkerState.IDLE and w.current_task is None and w.assignable]
+        return [
+            w
+            for w in self.cluster.workers(kind)
+            if w.state == WorkerState.IDLE and w.current_task is None and w.assignable
+        ]
 
     def _assign_pending(self) -> None:
         c = self.cluster
@@ -137,8 +141,10 @@ class SoloCommander:
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("league") is not None:
-            raise ValueError(f"the saved state holds a league (two-player self-play) but this config's "
-                             f"parallel.commander.type is {self.ccfg.type!r}")
+            raise ValueError(
+                f"the saved state holds a league (two-player self-play) but this config's "
+                f"parallel.commander.type is {self.ccfg.type!r}"
+            )
 
     # ---- failures ----------------------------------------------------------------------
     def on_task_failed(self, task: Task, store_fault: bool = False) -> None:
@@ -160,15 +166,17 @@ class SoloCommander:
             logger.info("commander: %s failed on the shared store again within %gs: counted once", task.task_id, quiet)
         if len(failures) >= self.ccfg.max_task_attempts:
             within = f" within {window:g}s" if window > 0 else ""
-            logger.error("commander: %s failed %d times%s, not retrying: %s", task.task_id, len(failures), within,
-                         task.error)
+            logger.error(
+                "commander: %s failed %d times%s, not retrying: %s", task.task_id, len(failures), within, task.error
+            )
             if task.kind == TaskKind.LEARNER:
                 self.cluster.finish("failed", f"learner task failed {len(failures)} times{within}: {task.error}")
             elif (task.error or "").startswith(CONFIG_ERROR_PREFIX):
                 # the config cannot run (e.g. a game found not zero-sum mid-run): every new task would fail
                 # alike, so the run ends instead of failing task after task
-                self.cluster.finish("failed", f"{task.kind.value} task failed {len(failures)} times{within} on "
-                                              f"the config: {task.error}")
+                self.cluster.finish(
+                    "failed", f"{task.kind.value} task failed {len(failures)} times{within} on the config: {task.error}"
+                )
             return
         spec = dict(task.spec)
         if task.kind == TaskKind.LEARNER:
@@ -176,8 +184,14 @@ class SoloCommander:
         if task.kind == TaskKind.EVALUATOR:
             spec["policy_version"] = max(spec["policy_version"], self.cluster.policy_version)
         replacement = self.cluster.create_task(task.kind, spec, replaces=task, failures=failures)
-        logger.info("commander: %s replaces failed %s (attempt %d of %d%s)", replacement.task_id, task.task_id,
-                    len(failures) + 1, self.ccfg.max_task_attempts, f" within {window:g}s" if window > 0 else "")
+        logger.info(
+            "commander: %s replaces failed %s (attempt %d of %d%s)",
+            replacement.task_id,
+            task.task_id,
+            len(failures) + 1,
+            self.ccfg.max_task_attempts,
+            f" within {window:g}s" if window > 0 else "",
+        )
 
     def on_task_finished(self, task: Task) -> None:
         """Nothing to do: the next :meth:`step` hands the worker a new task."""
@@ -231,8 +245,9 @@ class LeagueCommander(SoloCommander):
         try:
             storage.league.freeze(version)
         except FileNotFoundError:  # pruned already: the next version will do
-            logger.warning("commander: policy %d is gone before it could join the league; waiting for the next",
-                           version)
+            logger.warning(
+                "commander: policy %d is gone before it could join the league; waiting for the next", version
+            )
             return
         gone = self.league.add_snapshot(version)
         if gone is not None:
@@ -242,9 +257,11 @@ class LeagueCommander(SoloCommander):
         """Delete the files of retired snapshots that no pending or running collector task names."""
         if not self._leaving:
             return
-        named = {(t.spec.get("players") or {}).get("opponent")
-                 for state in (TaskState.PENDING, TaskState.RUNNING)
-                 for t in self.cluster.tasks(TaskKind.COLLECTOR.value, state.value)}
+        named = {
+            (t.spec.get("players") or {}).get("opponent")
+            for state in (TaskState.PENDING, TaskState.RUNNING)
+            for t in self.cluster.tasks(TaskKind.COLLECTOR.value, state.value)
+        }
         for name in sorted(self._leaving - named):
             self.cluster.storage.league.remove(snapshot_version(name))
             self._leaving.discard(name)
@@ -252,8 +269,10 @@ class LeagueCommander(SoloCommander):
     def _feed_collectors(self) -> None:
         c = self.cluster
         for worker in self._free_workers("collector"):
-            spec = {"env_steps": int(self.ccfg.collector_task_env_steps),
-                    "players": {"train": MAIN, "opponent": self.league.choose_opponent()}}
+            spec = {
+                "env_steps": int(self.ccfg.collector_task_env_steps),
+                "players": {"train": MAIN, "opponent": self.league.choose_opponent()},
+            }
             c.assign(c.create_task(TaskKind.COLLECTOR, spec), worker)
 
     def on_games(self, opponent: str, counts: dict) -> None:

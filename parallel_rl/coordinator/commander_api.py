@@ -8,6 +8,7 @@ control block, ``state_dict`` / ``load_state_dict`` with the coordinator's snaps
 commander holds of the coordinator: it reads the workers, the tasks, the newest policy version and whether
 the run is over, creates and assigns tasks, and ends the run; it reaches nothing else.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
@@ -20,10 +21,18 @@ from .workers import Worker, WorkerRegistry
 class CommanderHandle:
     """A commander's view of its coordinator (see the module's docstring)."""
 
-    def __init__(self, *, storage: SharedStorage, workers: WorkerRegistry, tasks: TaskTable,
-                 assign: Callable[[Task, Worker], bool], finish: Callable[[str, str], None],
-                 policy_version: Callable[[], int], over: Callable[[], bool],
-                 spare: Callable[[Worker], Optional[bool]] = lambda worker: None):
+    def __init__(
+        self,
+        *,
+        storage: SharedStorage,
+        workers: WorkerRegistry,
+        tasks: TaskTable,
+        assign: Callable[[Task, Worker], bool],
+        finish: Callable[[str, str], None],
+        policy_version: Callable[[], int],
+        over: Callable[[], bool],
+        spare: Callable[[Worker], Optional[bool]] = lambda worker: None,
+    ):
         self.storage = storage  # checkpoints and league snapshots on the shared store
         self._workers, self._tasks = workers, tasks
         self._assign, self._finish = assign, finish
@@ -51,8 +60,13 @@ class CommanderHandle:
     def tasks(self, kind: Optional[str] = None, state: Optional[str] = None) -> List[Task]:
         return self._tasks.list(kind=kind, state=state)
 
-    def create_task(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None,
-                    failures: Optional[List[float]] = None) -> Task:
+    def create_task(
+        self,
+        kind: TaskKind,
+        spec: Dict[str, Any],
+        replaces: Optional[Task] = None,
+        failures: Optional[List[float]] = None,
+    ) -> Task:
         """A new pending task (``replaces``: the failed task it retries, ``failures``: its chain's failure times)."""
         return self._tasks.create(kind, spec, replaces=replaces, failures=failures)
 

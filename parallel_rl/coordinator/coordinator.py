@@ -7,6 +7,7 @@ pairs), :mod:`.snapshots` (save and resume); the commander
 (HTTP); every method here is plain Python so tests can drive it directly. Locking: ``self._lock`` guards
 registry/task/counter updates (the parts share it); HTTP calls to slaves are made outside it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,8 +63,13 @@ class CoordinatorState:
 
 
 class Coordinator(DingCallbacks):
-    def __init__(self, cfg: EasyDict, storage: Optional[SharedStorage] = None, token: Optional[str] = None,
-                 commander: Optional[Commander] = None):
+    def __init__(
+        self,
+        cfg: EasyDict,
+        storage: Optional[SharedStorage] = None,
+        token: Optional[str] = None,
+        commander: Optional[Commander] = None,
+    ):
         """``storage``: the shared store it indexes (None: the run's, at ``parallel.shared_dir`` or
         ``<exp_name>/shared``, as ``parallel-rl coordinator`` opens it)."""
         from ..runtime import run_storage
@@ -73,26 +79,60 @@ class Coordinator(DingCallbacks):
         self.storage.health.name = "coordinator"  # its own snapshots; the workers report theirs
         self.token = token
         self.tasks = TaskTable()
-        self.workers = WorkerRegistry(retention=cfg.parallel.coordinator.worker_retention,
-                                      max_ended=cfg.parallel.coordinator.max_ended_workers)
-        self.replay = ReplayIndex(cfg.policy.other.replay_buffer, storage,
-                                  grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds)
+        self.workers = WorkerRegistry(
+            retention=cfg.parallel.coordinator.worker_retention, max_ended=cfg.parallel.coordinator.max_ended_workers
+        )
+        self.replay = ReplayIndex(
+            cfg.policy.other.replay_buffer, storage, grace_seconds=cfg.parallel.coordinator.chunk_grace_seconds
+        )
         self._lock = threading.RLock()
         self.commander: Commander = commander or create_parallel_commander(cfg)
-        self.commander.attach(CommanderHandle(
-            storage=storage, workers=self.workers, tasks=self.tasks, assign=self.assign, finish=self.finish,
-            policy_version=lambda: self.policy_version, over=lambda: self.system_shutdown_flag,
-            spare=lambda worker: self.flow.metering.spare(worker)))
-        self.membership = Membership(cfg, storage, token, self.workers, self.tasks, self._lock,
-                                     end_task=self._end_task, kick=self.kick,
-                                     over=lambda: self.reason if self.system_shutdown_flag else None)
-        self.flow = FlowControl(cfg, self.workers, self._lock, progress=self,
-                                epsilon=lambda env_steps: self.commander.epsilon(env_steps), replay=self.replay)
+        self.commander.attach(
+            CommanderHandle(
+                storage=storage,
+                workers=self.workers,
+                tasks=self.tasks,
+                assign=self.assign,
+                finish=self.finish,
+                policy_version=lambda: self.policy_version,
+                over=lambda: self.system_shutdown_flag,
+                spare=lambda worker: self.flow.metering.spare(worker),
+            )
+        )
+        self.membership = Membership(
+            cfg,
+            storage,
+            token,
+            self.workers,
+            self.tasks,
+            self._lock,
+            end_task=self._end_task,
+            kick=self.kick,
+            over=lambda: self.reason if self.system_shutdown_flag else None,
+        )
+        self.flow = FlowControl(
+            cfg,
+            self.workers,
+            self._lock,
+            progress=self,
+            epsilon=lambda env_steps: self.commander.epsilon(env_steps),
+            replay=self.replay,
+        )
         self.best = BestPolicy(storage, int(cfg.parallel.learner.keep_checkpoints))
-        self.snapshots = Snapshots(self, lock=self._lock, tasks=self.tasks, workers=self.workers, replay=self.replay,
-                                   commander=self.commander, best=self.best, membership=self.membership,
-                                   states=self.storage.states, exp_name=cfg.exp_name, stop_value=cfg.env.stop_value,
-                                   interval=float(cfg.parallel.coordinator.snapshot_interval))
+        self.snapshots = Snapshots(
+            self,
+            lock=self._lock,
+            tasks=self.tasks,
+            workers=self.workers,
+            replay=self.replay,
+            commander=self.commander,
+            best=self.best,
+            membership=self.membership,
+            states=self.storage.states,
+            exp_name=cfg.exp_name,
+            stop_value=cfg.env.stop_value,
+            interval=float(cfg.parallel.coordinator.snapshot_interval),
+        )
         self._wake = threading.Event()
         self._closing = threading.Event()
         # notified on every kick (task ends, workers joining and leaving): wind_down waits on it
@@ -101,12 +141,22 @@ class Coordinator(DingCallbacks):
         # is answered `unavailable` and sent again) until a chunk check reads the store again; the snapshots'
         # writes (storage.health) may work meanwhile, and must not hide that reads fail
         self.check_health = StorageHealth(None)  # its faults are logged by storage.health (_store_op), once
-        self.messages = MessageTable(counters=self, lock=self._lock, tasks=self.tasks, replay=self.replay,
-                                     storage=self.storage, check_health=self.check_health,
-                                     membership=self.membership, flow=self.flow, commander=self.commander,
-                                     worker_cfg=cfg.parallel.worker,
-                                     max_repeated_failures=cfg.parallel.commander.max_repeated_failures,
-                                     end_task=self._end_task, finish=self.finish, kick=self.kick)
+        self.messages = MessageTable(
+            counters=self,
+            lock=self._lock,
+            tasks=self.tasks,
+            replay=self.replay,
+            storage=self.storage,
+            check_health=self.check_health,
+            membership=self.membership,
+            flow=self.flow,
+            commander=self.commander,
+            worker_cfg=cfg.parallel.worker,
+            max_repeated_failures=cfg.parallel.commander.max_repeated_failures,
+            end_task=self._end_task,
+            finish=self.finish,
+            kick=self.kick,
+        )
         self.done_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.state = CoordinatorState.RUNNING
@@ -196,9 +246,12 @@ class Coordinator(DingCallbacks):
         with self._changed:
             left = self._changed.wait_for(lambda: not self.workers.list(active_only=True), timeout=timeout)
         if not left:
-            logger.warning("coordinator: %s still active %gs after being let go; closing without their final "
-                           "reports (parallel.coordinator.final_report_timeout)",
-                           [w.worker_id for w in self.workers.list(active_only=True)], timeout)
+            logger.warning(
+                "coordinator: %s still active %gs after being let go; closing without their final "
+                "reports (parallel.coordinator.final_report_timeout)",
+                [w.worker_id for w in self.workers.list(active_only=True)],
+                timeout,
+            )
         return left
 
     def _control_loop(self) -> None:
@@ -228,9 +281,12 @@ class Coordinator(DingCallbacks):
         max_age = float(self.cfg.parallel.coordinator.orphan_chunk_max_age)
         orphans = self.replay.remove_orphans(max_age)
         if orphans:
-            logger.info("coordinator: removed %d chunk file(s) no replay index knew, written over %gs ago (by "
-                        "killed collectors, or announced after the last snapshot of a killed coordinator)",
-                        orphans, max_age)
+            logger.info(
+                "coordinator: removed %d chunk file(s) no replay index knew, written over %gs ago (by "
+                "killed collectors, or announced after the last snapshot of a killed coordinator)",
+                orphans,
+                max_age,
+            )
 
     def check_budgets(self) -> None:
         """Finish the run (stopped) when a budget is used up: env steps, train iterations, seconds."""
@@ -291,8 +347,9 @@ class Coordinator(DingCallbacks):
                 self.membership.mark_lost(worker, f"refused {worker.refusals} tasks in a row, the last: {exc}")
             return False
         except ParallelRLError as exc:
-            logger.error("coordinator: %s at %s unreachable for %s: %s", worker.worker_id, worker.address,
-                         task.task_id, exc)
+            logger.error(
+                "coordinator: %s at %s unreachable for %s: %s", worker.worker_id, worker.address, task.task_id, exc
+            )
             self.membership.mark_lost(worker, f"refused task {task.task_id}: {exc}")  # unreachable
             return False
         worker.refusals = 0
@@ -313,14 +370,26 @@ class Coordinator(DingCallbacks):
                 if worker.state == WorkerState.BUSY:
                     worker.state = WorkerState.IDLE
             delay = worker.back_off(wcfg.failure_backoff, wcfg.failure_max_backoff)
-        logger.warning("coordinator: %s at %s is busy (%s); %s waits, asking again in %.1fs", worker.worker_id,
-                       worker.address, exc, task.task_id, delay)
+        logger.warning(
+            "coordinator: %s at %s is busy (%s); %s waits, asking again in %.1fs",
+            worker.worker_id,
+            worker.address,
+            exc,
+            task.task_id,
+            delay,
+        )
         if worker.refusals >= MAX_REFUSALS:
             self.membership.mark_lost(worker, f"refused {worker.refusals} tasks in a row, the last: {exc}")
         self.kick()
 
-    def _end_task(self, task_id: str, state: TaskState, result: Optional[dict] = None,
-                  error: Optional[str] = None, store_fault: bool = False) -> Optional[Task]:
+    def _end_task(
+        self,
+        task_id: str,
+        state: TaskState,
+        result: Optional[dict] = None,
+        error: Optional[str] = None,
+        store_fault: bool = False,
+    ) -> Optional[Task]:
         with self._lock:
             task = self.tasks.end(task_id, state, result=result, error=error)
             if task is None:
@@ -361,8 +430,12 @@ class Coordinator(DingCallbacks):
             version = handed
         mean = result.get("eval_episode_return_mean")
         if mean is None:  # checked by _check_eval_result: no episode finished (NaN goes as null)
-            logger.warning("coordinator: eval of policy %s (%s) has no mean return (%s episode(s)); not counted",
-                           version, task.task_id, result.get("episodes", 0))
+            logger.warning(
+                "coordinator: eval of policy %s (%s) has no mean return (%s episode(s)); not counted",
+                version,
+                task.task_id,
+                result.get("episodes", 0),
+            )
             self.best.abandoned(handed)
             return
         mean = float(mean)
@@ -370,20 +443,37 @@ class Coordinator(DingCallbacks):
             self.last_eval_return = mean
             if math.isnan(self.best_eval_return) or mean > self.best_eval_return:
                 self.best_eval_return = mean
-            self.eval_history.append({"t": round(self.uptime, 3), "policy_version": version,
-                                      "env_steps": self.env_steps, "train_iter": self.train_iter,
-                                      "eval_return": mean, "train_return": json_number(mean_return(self.train_returns))})
+            self.eval_history.append(
+                {
+                    "t": round(self.uptime, 3),
+                    "policy_version": version,
+                    "env_steps": self.env_steps,
+                    "train_iter": self.train_iter,
+                    "eval_return": mean,
+                    "train_return": json_number(mean_return(self.train_returns)),
+                }
+            )
             del self.eval_history[:-10_000]
             env_steps, train_iter = self.env_steps, self.train_iter
         self.best.evaluated(version, mean, env_steps, train_iter, handed=handed)
         stop_value = self.cfg.env.stop_value  # None: no stop value, the run trains to its budget
-        logger.info("coordinator: eval of policy %s: mean return %.1f (%s)", version, mean,
-                    "no stop value" if stop_value is None else f"stop value {stop_value:g}")
+        logger.info(
+            "coordinator: eval of policy %s: mean return %.1f (%s)",
+            version,
+            mean,
+            "no stop value" if stop_value is None else f"stop value {stop_value:g}",
+        )
         # a battle evaluation says itself whether its stop rule (win rate and per-side bounds) holds
-        if (stop_value is not None and result.get("episodes", 0) >= task.spec.get("n_episode", 0)
-                and mean >= stop_value and result.get("stop", True) is not False):
-            self.finish(CoordinatorState.SOLVED, f"eval return {mean:.1f} >= stop value {stop_value:g} "
-                                                 f"(policy version {version})")
+        if (
+            stop_value is not None
+            and result.get("episodes", 0) >= task.spec.get("n_episode", 0)
+            and mean >= stop_value
+            and result.get("stop", True) is not False
+        ):
+            self.finish(
+                CoordinatorState.SOLVED,
+                f"eval return {mean:.1f} >= stop value {stop_value:g} (policy version {version})",
+            )
 
     # ---- metadata from slaves --------------------------------------------------------------
     def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], **kw: Any) -> Dict[str, Any]:
@@ -391,9 +481,18 @@ class Coordinator(DingCallbacks):
         return self.messages.handle_metadata(worker_id, messages, **kw)
 
     # ---- learner data ---------------------------------------------------------------------
-    def sample(self, worker_id: str, batch_size: int, batches: int, train_iter: int,
-               priorities: Optional[Dict[str, Any]] = None, wait: float = 1.0,
-               encoding: str = "json", lease: Optional[str] = None, ahead: int = 0) -> Dict[str, Any]:
+    def sample(
+        self,
+        worker_id: str,
+        batch_size: int,
+        batches: int,
+        train_iter: int,
+        priorities: Optional[Dict[str, Any]] = None,
+        wait: float = 1.0,
+        encoding: str = "json",
+        lease: Optional[str] = None,
+        ahead: int = 0,
+    ) -> Dict[str, Any]:
         """Batches of references for a learner, ``{"chunks", "batches"}`` (numbers as JSON lists, or packed
         with ``encoding="base64"``); waits up to ``wait`` s for enough data. ``ahead``: batches the learner holds
         untrained (its ``train_iter`` is its progress; the batches are trained later)."""
@@ -439,8 +538,9 @@ class Coordinator(DingCallbacks):
             "state_saved_at": self.snapshots.saved_at,
             "resumed_from": self.snapshots.resumed_from,
             "storage": self.storage_summary(),
-            "bottleneck": bottleneck((w.kind, w.time_breakdown) for w in self.workers.list(active_only=True)
-                                     if w.time_breakdown is not None),
+            "bottleneck": bottleneck(
+                (w.kind, w.time_breakdown) for w in self.workers.list(active_only=True) if w.time_breakdown is not None
+            ),
             "exp_name": self.cfg.exp_name,
             "env_id": self.cfg.env.env_id,
         }
@@ -459,5 +559,9 @@ class Coordinator(DingCallbacks):
         failing = [("coordinator", h) for h in (self.storage.health, self.check_health) if not h.healthy][:1]
         failing += [(w.worker_id, w.storage) for w in self.workers.list(active_only=True) if not w.storage.healthy]
         first = min(failing, key=lambda f: f[1].since or 0.0, default=None)
-        return {"healthy": not failing, "error": first[1].error if first else None,
-                "since": first[1].since if first else None, "workers": [name for name, _ in failing]}
+        return {
+            "healthy": not failing,
+            "error": first[1].error if first else None,
+            "since": first[1].since if first else None,
+            "workers": [name for name, _ in failing],
+        }

@@ -22,6 +22,7 @@ DI-engine                              here
 ``buffer_id``: a run has one replay index; DI-engine's commander names it, ours does not look it up. Unknown
 task ids are handled as DI-engine does: collector callbacks log an error and return, learner ones raise.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,8 +81,12 @@ class DingCallbacks:
     def deal_with_collector_send_data(self, task_id: str, buffer_id: str, data_id: str, data: dict) -> None:
         task = self._ding_task(task_id, TaskKind.COLLECTOR)
         if task is not None:
-            message = {"type": "chunk", "task_id": task_id, "chunk": data_id,
-                       **{k: data[k] for k in _CHUNK_KEYS if k in data}}
+            message = {
+                "type": "chunk",
+                "task_id": task_id,
+                "chunk": data_id,
+                **{k: data[k] for k in _CHUNK_KEYS if k in data},
+            }
             if self._send_as_worker(task, message):
                 self.info(f"collector task({task_id}) send data({data_id})")
 
@@ -97,8 +102,9 @@ class DingCallbacks:
         if task is not None:
             self._send_as_worker(task, {"type": "task_done", "task_id": task_id, "result": dict(finished_task)})
 
-    def deal_with_learner_get_data(self, task_id: str, buffer_id: str, batch_size: int,
-                                   cur_learner_iter: int) -> Optional[List[dict]]:
+    def deal_with_learner_get_data(
+        self, task_id: str, buffer_id: str, batch_size: int, cur_learner_iter: int
+    ) -> Optional[List[dict]]:
         """One batch of ``batch_size`` references (``data_id``: the chunk, ``row`` in it; ``replay_buffer_idx``,
         ``replay_unique_id``, ``IS`` as DI-engine's buffers name them), or None while there is not enough data."""
         self._ding_task(task_id, TaskKind.LEARNER)
@@ -106,8 +112,10 @@ class DingCallbacks:
         if not answer.get("batches"):
             return None
         names, batch = answer["chunks"], answer["batches"][0]
-        return [{"data_id": names[c], "row": r, "replay_buffer_idx": i, "replay_unique_id": u, "IS": w}
-                for c, r, i, u, w in zip(batch["chunk"], batch["row"], batch["index"], batch["uid"], batch["weight"])]
+        return [
+            {"data_id": names[c], "row": r, "replay_buffer_idx": i, "replay_unique_id": u, "IS": w}
+            for c, r, i, u, w in zip(batch["chunk"], batch["row"], batch["index"], batch["uid"], batch["weight"])
+        ]
 
     def deal_with_learner_send_info(self, task_id: str, buffer_id: str, info: dict) -> None:
         """``info``: DI-engine's learn info; ``priority_info`` (``replay_buffer_idx``, ``replay_unique_id``,
@@ -116,13 +124,15 @@ class DingCallbacks:
         task = self._ding_task(task_id, TaskKind.LEARNER)
         priority = info.get("priority_info")
         if priority:
-            self.replay.update_priorities(priority["replay_buffer_idx"], priority["replay_unique_id"],
-                                          priority["priority"])
+            self.replay.update_priorities(
+                priority["replay_buffer_idx"], priority["replay_unique_id"], priority["priority"]
+            )
         numbers = info.get("learner_info", info)
         numbers = {k: v for k, v in numbers.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         train_iter = int(info.get("learner_step", info.get("train_iter", 0)))
-        self._send_as_worker(task, {"type": "learn_info", "task_id": task_id, "train_iter": train_iter,
-                                    "info": numbers})
+        self._send_as_worker(
+            task, {"type": "learn_info", "task_id": task_id, "train_iter": train_iter, "info": numbers}
+        )
 
     def deal_with_learner_judge_finish(self, task_id: str, info: dict) -> bool:
         self._ding_task(task_id, TaskKind.LEARNER)

@@ -17,6 +17,7 @@ How collectors are metered and how a learner's sample request is answered is the
 The counters it meters against (env steps, train iterations, the policy version) belong to the coordinator;
 :class:`Progress` says which ones it reads.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,15 @@ class Progress(Protocol):
 
 
 class FlowControl:
-    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress: Progress,
-                 epsilon: Callable[[int], float], replay):
+    def __init__(
+        self,
+        cfg: EasyDict,
+        workers: WorkerRegistry,
+        lock: threading.RLock,
+        progress: Progress,
+        epsilon: Callable[[int], float],
+        replay,
+    ):
         self.cfg = cfg
         self._workers = workers
         self._lock = lock  # the coordinator's: segment counts change with the counters they are read against
@@ -83,8 +91,13 @@ class FlowControl:
             "cancel_tasks": list(worker.stale_tasks),
         }
 
-    def wait_for_allowance(self, timeout: float, policy_version: Optional[int] = None,
-                           worker: Optional[Worker] = None, loaded_version: Optional[int] = None) -> bool:
+    def wait_for_allowance(
+        self,
+        timeout: float,
+        policy_version: Optional[int] = None,
+        worker: Optional[Worker] = None,
+        loaded_version: Optional[int] = None,
+    ) -> bool:
         """Block a collector until the flow's metering lets it collect again, or ``timeout``."""
         p, metering = self._progress, self.metering
 
@@ -131,8 +144,10 @@ class Admission:
 
     def enter(self) -> None:
         if not self._turns.acquire(timeout=self.timeout):
-            raise UnavailableError(f"the coordinator is overloaded: no metadata batch was admitted within "
-                                   f"{self.timeout:g}s; send it again later")
+            raise UnavailableError(
+                f"the coordinator is overloaded: no metadata batch was admitted within "
+                f"{self.timeout:g}s; send it again later"
+            )
         self._held.turn = True
 
     def leave(self) -> None:

@@ -11,6 +11,7 @@ when the run is over. Ended workers are forgotten after ``worker_retention`` s (
 
 Tasks of a worker that leaves end through ``end_task`` (the coordinator's); every change calls ``kick``.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -25,8 +26,16 @@ from urllib.parse import urlsplit
 
 from easydict import EasyDict
 
-from ..errors import (ConflictError, NotFoundError, ParallelRLError, PeerUnavailableError, ProtocolError,
-                      RemoteError, RequestRefused, UnreachableError)
+from ..errors import (
+    ConflictError,
+    NotFoundError,
+    ParallelRLError,
+    PeerUnavailableError,
+    ProtocolError,
+    RemoteError,
+    RequestRefused,
+    UnreachableError,
+)
 from ..protocol import TimeBreakdown
 from ..transport import TOKEN_ENV, HttpClient, check_url, http_url, route_address, slave_proof
 from ..storage import SharedStorage
@@ -51,13 +60,16 @@ def loopback_hint(kind: str, address: str, sender: Optional[str]) -> str:
         return ""
     if not (loopback and from_afar):
         return ""
-    return (f"; {address} is a loopback address, which from the coordinator is its own host, but this came from "
-            f"{sender}: start the {kind} with --advertise http://ADDRESS:PORT (an address the coordinator "
-            f"reaches it at), or bind it with --host ADDRESS")
+    return (
+        f"; {address} is a loopback address, which from the coordinator is its own host, but this came from "
+        f"{sender}: start the {kind} with --advertise http://ADDRESS:PORT (an address the coordinator "
+        f"reaches it at), or bind it with --host ADDRESS"
+    )
 
 
-def prove_slave(kind: str, address: str, token: Optional[str], timeout: float,
-                sender: Optional[str] = None) -> Dict[str, Any]:
+def prove_slave(
+    kind: str, address: str, token: Optional[str], timeout: float, sender: Optional[str] = None
+) -> Dict[str, Any]:
     """The health answer of the ``kind`` slave at ``address``, once it proved it holds the cluster ``token``;
     UnreachableError (422) or RequestRefused (400, another kind) otherwise. ``sender``: the address the
     registration came from (its error then says when ``address`` is a loopback one from another host).
@@ -71,31 +83,43 @@ def prove_slave(kind: str, address: str, token: Optional[str], timeout: float,
     try:
         health = probe.get("/slave/v1/health", params={"challenge": challenge})
     except PeerUnavailableError:
-        raise UnreachableError(f"cannot reach a {kind} at {address} (no connection, or no answer "
-                               f"within {timeout:g}s){loopback_hint(kind, address, sender)}") from None
+        raise UnreachableError(
+            f"cannot reach a {kind} at {address} (no connection, or no answer "
+            f"within {timeout:g}s){loopback_hint(kind, address, sender)}"
+        ) from None
     except ProtocolError as exc:  # it answered, but not as a slave of ours
         answered = f"HTTP {exc.status}" if exc.status else "something"
-        raise UnreachableError(f"{address} is not a parallel_rl {kind}: its health endpoint "
-                               f"answered {answered} with a body that is not a slave's (non-JSON, "
-                               f"or another schema); is this a parallel_rl server?") from None
+        raise UnreachableError(
+            f"{address} is not a parallel_rl {kind}: its health endpoint "
+            f"answered {answered} with a body that is not a slave's (non-JSON, "
+            f"or another schema); is this a parallel_rl server?"
+        ) from None
     finally:
         probe.close()
     if not isinstance(health, dict) or health.get("kind") not in KINDS:
-        raise UnreachableError(f"{address} is not a parallel_rl {kind}: its health answer is not "
-                               f"a slave's (is this a parallel_rl server?)")
+        raise UnreachableError(
+            f"{address} is not a parallel_rl {kind}: its health answer is not a slave's (is this a parallel_rl server?)"
+        )
     if health["kind"] != kind:
         raise RequestRefused(f"{address} is a {health['kind']}, not a {kind}")
     if token:
         if health.get("address") != address:
-            raise UnreachableError(f"the {kind} at {address} advertises another address: add it by "
-                                   f"the address it prints (`serving on URL`), or start it with "
-                                   f"--advertise {address}", code="unproven")
+            raise UnreachableError(
+                f"the {kind} at {address} advertises another address: add it by "
+                f"the address it prints (`serving on URL`), or start it with "
+                f"--advertise {address}",
+                code="unproven",
+            )
         proof = health.get("proof")
         if not isinstance(proof, str) or not hmac.compare_digest(
-                proof.encode(), slave_proof(token, challenge, address).encode()):
-            raise UnreachableError(f"the {kind} at {address} did not prove it holds the cluster token "
-                                   f"(start it with this coordinator's {TOKEN_ENV}); nothing was "
-                                   f"sent to it", code="unproven")
+            proof.encode(), slave_proof(token, challenge, address).encode()
+        ):
+            raise UnreachableError(
+                f"the {kind} at {address} did not prove it holds the cluster token "
+                f"(start it with this coordinator's {TOKEN_ENV}); nothing was "
+                f"sent to it",
+                code="unproven",
+            )
     return health
 
 
@@ -103,9 +127,18 @@ class Membership:
     """The run's workers. ``over()`` says why the run is over (None while it runs): a worker joining
     after that is let go at once."""
 
-    def __init__(self, cfg: EasyDict, storage: SharedStorage, token: Optional[str], workers: WorkerRegistry,
-                 tasks: TaskTable, lock: threading.RLock, end_task: Callable[..., Any], kick: Callable[[], None],
-                 over: Callable[[], Optional[str]]):
+    def __init__(
+        self,
+        cfg: EasyDict,
+        storage: SharedStorage,
+        token: Optional[str],
+        workers: WorkerRegistry,
+        tasks: TaskTable,
+        lock: threading.RLock,
+        end_task: Callable[..., Any],
+        kick: Callable[[], None],
+        over: Callable[[], Optional[str]],
+    ):
         self.cfg = cfg
         self.storage = storage
         self.token = token
@@ -138,8 +171,9 @@ class Membership:
         return self.advertise_url
 
     # ---- joining -------------------------------------------------------------------------
-    def add_worker(self, kind: str, address: Any, preferred_id: Optional[str] = None,
-                   sender: Optional[str] = None) -> Worker:
+    def add_worker(
+        self, kind: str, address: Any, preferred_id: Optional[str] = None, sender: Optional[str] = None
+    ) -> Worker:
         """Connect to a running slave at ``address`` and register it (409 if already registered and ready), named
         ``preferred_id`` when that id is free. An address still connecting or setting up is the same worker: it
         is connected again with its id and lease (the slave takes a repeated connect as the same adoption).
@@ -154,19 +188,23 @@ class Membership:
         worker.silence_limit = self.silence_limit
         if worker.client is not client:  # registered again while pending: the same worker
             client.close()
-            logger.info("coordinator: %s at %s registered again while %s", worker.worker_id, address,
-                        worker.state.value)
+            logger.info(
+                "coordinator: %s at %s registered again while %s", worker.worker_id, address, worker.state.value
+            )
         worker.pid = health.get("pid") if isinstance(health.get("pid"), int) else None
         try:
-            answer = worker.client.post("/slave/v1/connect", {
-                "worker_id": worker.worker_id,
-                "coordinator": self.url_for(address),
-                "config": self.cfg,
-                "shared_dir": self.storage.root,
-                "heartbeat_interval": float(wcfg.heartbeat_interval),
-                "heartbeat_ttl": float(self.cfg.parallel.coordinator.heartbeat_ttl),
-                "lease": worker.lease,
-            })
+            answer = worker.client.post(
+                "/slave/v1/connect",
+                {
+                    "worker_id": worker.worker_id,
+                    "coordinator": self.url_for(address),
+                    "config": self.cfg,
+                    "shared_dir": self.storage.root,
+                    "heartbeat_interval": float(wcfg.heartbeat_interval),
+                    "heartbeat_ttl": float(self.cfg.parallel.coordinator.heartbeat_ttl),
+                    "lease": worker.lease,
+                },
+            )
         except ParallelRLError as exc:
             with self._lock:
                 # adopted through another registration's connect meanwhile (it heartbeats with its lease)
@@ -199,11 +237,19 @@ class Membership:
         ``DELETE /api/v1/collectors/<worker_id>`` does."""
         return self.remove_worker(worker_id, "collector")
 
-    def heartbeat(self, worker_id: str, lease: Optional[str], problems: Optional[List[str]] = None,
-                  tasks: Optional[List[str]] = None, ranks: Optional[List[Dict[str, Any]]] = None,
-                  storage: Optional[Dict[str, Any]] = None, time_breakdown: Optional[TimeBreakdown] = None,
-                  ready: Optional[bool] = None, setup_error: Optional[str] = None,
-                  unanswered_seconds: Optional[float] = None) -> Worker:
+    def heartbeat(
+        self,
+        worker_id: str,
+        lease: Optional[str],
+        problems: Optional[List[str]] = None,
+        tasks: Optional[List[str]] = None,
+        ranks: Optional[List[Dict[str, Any]]] = None,
+        storage: Optional[Dict[str, Any]] = None,
+        time_breakdown: Optional[TimeBreakdown] = None,
+        ready: Optional[bool] = None,
+        setup_error: Optional[str] = None,
+        unanswered_seconds: Optional[float] = None,
+    ) -> Worker:
         """Renew ``worker_id``'s lease; 404 when it is not registered with that lease (it registers again).
 
         ``ready``: the worker built its envs and model; one setting up becomes idle (it takes tasks).
@@ -263,8 +309,12 @@ class Membership:
         lost = unanswered_seconds > worker.silence_limit
         if lost and worker.answers_lost_since is None:
             worker.answers_lost_since = time.time() - float(unanswered_seconds)
-            logger.warning("coordinator: %s at %s gets no answers from us for %.1fs (its requests arrive): "
-                           "unreachable", worker.worker_id, worker.address, unanswered_seconds)
+            logger.warning(
+                "coordinator: %s at %s gets no answers from us for %.1fs (its requests arrive): unreachable",
+                worker.worker_id,
+                worker.address,
+                unanswered_seconds,
+            )
         elif not lost and worker.answers_lost_since is not None:
             worker.answers_lost_since = None
             logger.info("coordinator: %s at %s gets our answers again", worker.worker_id, worker.address)
@@ -278,8 +328,9 @@ class Membership:
             running = worker.running_tasks
             if error not in worker.problems:
                 worker.problems = (worker.problems + [error])[-20:]
-        logger.error("coordinator: %s at %s could not set up, letting it go: %s", worker.worker_id, worker.address,
-                     error)
+        logger.error(
+            "coordinator: %s at %s could not set up, letting it go: %s", worker.worker_id, worker.address, error
+        )
         for task_id in running:
             self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} could not set up: {error}")
         self._kick()
@@ -289,8 +340,9 @@ class Membership:
         was = worker.storage.healthy
         if worker.storage.update_from(report) and was != worker.storage.healthy:
             if was:
-                logger.error("coordinator: %s reports the shared store failing: %s", worker.worker_id,
-                             worker.storage.error)
+                logger.error(
+                    "coordinator: %s reports the shared store failing: %s", worker.worker_id, worker.storage.error
+                )
             else:
                 logger.info("coordinator: %s reports the shared store working again", worker.worker_id)
 
@@ -298,14 +350,21 @@ class Membership:
         with self._lock:
             lost = [t for t in self.unconfirmed.pop(worker.worker_id, []) if t not in held]
             known = {t: self._tasks.get(t) for t in held}
-            worker.stale_tasks = sorted(t for t, task in known.items()
-                                        if task is None or task.worker_id != worker.worker_id)
+            worker.stale_tasks = sorted(
+                t for t, task in known.items() if task is None or task.worker_id != worker.worker_id
+            )
         for task_id in lost:
-            self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} no longer runs it (it ended while "
-                                                             f"the coordinator was restarting)")
+            self._end_task(
+                task_id,
+                TaskState.FAILED,
+                error=f"{worker.worker_id} no longer runs it (it ended while the coordinator was restarting)",
+            )
         if worker.stale_tasks:
-            logger.info("coordinator: asking %s to stop %s (issued by the coordinator before its restart)",
-                        worker.worker_id, worker.stale_tasks)
+            logger.info(
+                "coordinator: asking %s to stop %s (issued by the coordinator before its restart)",
+                worker.worker_id,
+                worker.stale_tasks,
+            )
 
     def get_worker(self, worker_id: str, kind: Optional[str] = None) -> Worker:
         """The worker (of ``kind``, when given), or 404."""
@@ -375,8 +434,13 @@ class Membership:
                 worker.lost_silent_since = worker.silent_since
             worker.state = WorkerState.LOST
             running = worker.running_tasks
-        logger.warning("coordinator: %s at %s lost (%s); failing %s", worker.worker_id, worker.address, reason,
-                       running or "no task")
+        logger.warning(
+            "coordinator: %s at %s lost (%s); failing %s",
+            worker.worker_id,
+            worker.address,
+            reason,
+            running or "no task",
+        )
         for task_id in running:
             self._end_task(task_id, TaskState.FAILED, error=f"{worker.worker_id} lost: {reason}")
         self._kick()
@@ -417,8 +481,9 @@ class Membership:
         held a stopping coordinator for 26 s."""
         workers = self.workers.list(active_only=True)
         if workers:
-            with concurrent.futures.ThreadPoolExecutor(min(RELEASE_THREADS, len(workers)),
-                                                       thread_name_prefix="release") as pool:
+            with concurrent.futures.ThreadPoolExecutor(
+                min(RELEASE_THREADS, len(workers)), thread_name_prefix="release"
+            ) as pool:
                 list(pool.map(self._release, workers))
 
     def _release(self, worker: Worker) -> None:

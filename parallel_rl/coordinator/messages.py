@@ -11,6 +11,7 @@ the parts it calls (tasks, replay index, store, membership, flow control, comman
 (:class:`RunCounters`, the coordinator's, under its lock) and the coordinator's three verbs it needs (end a task,
 finish the run, kick the commander), not the coordinator.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,15 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple, overload
 
 from .. import protocol
-from ..errors import (ForbiddenError, NotFoundError, ProtocolViolation, RequestRefused, StorageError,
-                      StorageFaultError, UnavailableError)
+from ..errors import (
+    ForbiddenError,
+    NotFoundError,
+    ProtocolViolation,
+    RequestRefused,
+    StorageError,
+    StorageFaultError,
+    UnavailableError,
+)
 from ..protocol import Chunk, ChunkDamaged, Games, LearnInfo, Policy, TaskEnd
 from ..storage import SharedStorage, StorageHealth
 from ..storage.names import check_name
@@ -38,8 +46,11 @@ logger = logging.getLogger(__name__)
 
 # CoordinatorState.FAILED (coordinator.py imports this module, so not the other way round)
 RUN_FAILED = "failed"
-TASK_END_STATES = {"task_done": TaskState.FINISHED, "task_cancelled": TaskState.CANCELLED,
-                   "task_failed": TaskState.FAILED}
+TASK_END_STATES = {
+    "task_done": TaskState.FINISHED,
+    "task_cancelled": TaskState.CANCELLED,
+    "task_failed": TaskState.FAILED,
+}
 
 
 class RunCounters(Protocol):
@@ -58,11 +69,24 @@ class RunCounters(Protocol):
 class MessageTable:
     """Checks and applies the metadata messages of one coordinator (``coordinator.handle_metadata``)."""
 
-    def __init__(self, *, counters: RunCounters, lock: threading.RLock, tasks: TaskTable, replay: ReplayIndex,
-                 storage: SharedStorage, check_health: StorageHealth, membership: Membership, flow: FlowControl,
-                 commander: Commander, worker_cfg: Any, max_repeated_failures: int,
-                 end_task: Callable[..., Optional[Task]], finish: Callable[[str, str], None],
-                 kick: Callable[[], None]):
+    def __init__(
+        self,
+        *,
+        counters: RunCounters,
+        lock: threading.RLock,
+        tasks: TaskTable,
+        replay: ReplayIndex,
+        storage: SharedStorage,
+        check_health: StorageHealth,
+        membership: Membership,
+        flow: FlowControl,
+        commander: Commander,
+        worker_cfg: Any,
+        max_repeated_failures: int,
+        end_task: Callable[..., Optional[Task]],
+        finish: Callable[[str, str], None],
+        kick: Callable[[], None],
+    ):
         """``check_health``: the store as the message checks see it; ``worker_cfg``: the ``parallel.worker``
         section (its back-offs, read as attributes); ``end_task``, ``finish``, ``kick``: the coordinator's."""
         self.counters, self._lock = counters, lock
@@ -79,9 +103,15 @@ class MessageTable:
         """The worker is forgotten: its chunk layout goes too."""
         self.chunk_layouts.pop(worker_id, None)
 
-    def handle_metadata(self, worker_id: str, messages: List[Dict[str, Any]], wait_for_allowance: float = 0.0,
-                        policy_version: Optional[int] = None, lease: Optional[str] = None,
-                        loaded_version: Optional[int] = None) -> Dict[str, Any]:
+    def handle_metadata(
+        self,
+        worker_id: str,
+        messages: List[Dict[str, Any]],
+        wait_for_allowance: float = 0.0,
+        policy_version: Optional[int] = None,
+        lease: Optional[str] = None,
+        loaded_version: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Check a batch of messages from a slave, then apply the ones that passed; returns
         ``{"control": ..., "refused": [{"index", "type", "code", "message"}, ...]}``.
 
@@ -108,12 +138,23 @@ class MessageTable:
                 checked.append(self.check_message(worker, msg))
             except RequestRefused as exc:
                 kind = msg.get("type") if isinstance(msg, dict) else None
-                refused.append({"index": index, "type": kind if isinstance(kind, str) else None,
-                                "code": exc.code, "message": str(exc)})
+                refused.append(
+                    {
+                        "index": index,
+                        "type": kind if isinstance(kind, str) else None,
+                        "code": exc.code,
+                        "message": str(exc),
+                    }
+                )
         logged = [r for r in refused if r["code"] != "unavailable"]  # the store failing is logged once, by its health
         if logged:
-            logger.warning("coordinator: refused %d of %d message(s) from %s: %s", len(logged), len(messages),
-                           worker.worker_id, "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in logged[:3]))
+            logger.warning(
+                "coordinator: refused %d of %d message(s) from %s: %s",
+                len(logged),
+                len(messages),
+                worker.worker_id,
+                "; ".join(f"#{r['index']} {r['type']}: {r['message']}" for r in logged[:3]),
+            )
         for apply, run in itertools.groupby(checked, key=operator.itemgetter(0)):
             if apply in self.APPLY_RUNS:  # consecutive chunk announcements: one replay insert
                 apply(self, worker, [parsed for _, parsed in run])
@@ -126,8 +167,10 @@ class MessageTable:
         """``(apply, parsed)`` for one message, or a RequestRefused saying why it is refused. Changes nothing."""
         cls = protocol.message_class(obj)
         if worker.kind not in cls.SENDERS:
-            raise ForbiddenError(f"{worker.worker_id} is a {worker.kind}; {cls.TYPE!r} messages "
-                                 f"come from {' or '.join(cls.SENDERS)}s only")
+            raise ForbiddenError(
+                f"{worker.worker_id} is a {worker.kind}; {cls.TYPE!r} messages "
+                f"come from {' or '.join(cls.SENDERS)}s only"
+            )
         check, apply = self.PAIRS[cls.TYPE]
         try:
             return apply, check(self, worker, cls.from_json(obj))
@@ -166,8 +209,14 @@ class MessageTable:
                 raise ProtocolViolation(f"policy_version {version} was never published (newest {newest})")
         if not self.replay.known(name):  # a retried announcement is not read again
             self._check_chunk_file(worker, name, msg.size)
-        return {"name": name, "size": msg.size, "version": version, "steps": msg.env_steps,
-                "returns": msg.episode_returns, "task": task}
+        return {
+            "name": name,
+            "size": msg.size,
+            "version": version,
+            "steps": msg.env_steps,
+            "returns": msg.episode_returns,
+            "task": task,
+        }
 
     def _check_chunk_file(self, worker: Worker, name: str, size: int) -> None:
         """Chunk ``name`` must hold ``size`` rows (ProtocolViolation otherwise).
@@ -200,8 +249,9 @@ class MessageTable:
         """A run of consecutive chunk announcements: one insert into the replay index (its files' headers were
         read by the check), then the counters and the tasks' progress."""
         c = self.counters
-        added = self.replay.add_chunks([(m["name"], m["size"], m["version"]) for m in ms], worker.worker_id,
-                                    checked=True)
+        added = self.replay.add_chunks(
+            [(m["name"], m["size"], m["version"]) for m in ms], worker.worker_id, checked=True
+        )
         ms = [m for m, new in zip(ms, added) if new]  # the rest were retried messages
         progress: Dict[str, list] = {}  # task id -> [task, env steps, chunks] of this run
         with self._lock:
@@ -222,8 +272,11 @@ class MessageTable:
                     counts[1] += steps
                     counts[2] += 1
         for task_id, (task, steps, chunks) in progress.items():
-            self.tasks.update_progress(task_id, env_steps=task.progress.get("env_steps", 0) + steps,
-                                    chunks=task.progress.get("chunks", 0) + chunks)
+            self.tasks.update_progress(
+                task_id,
+                env_steps=task.progress.get("env_steps", 0) + steps,
+                chunks=task.progress.get("chunks", 0) + chunks,
+            )
 
     # ---- task ends -------------------------------------------------------------------------------------
     def _check_task_end(self, worker: Worker, msg: TaskEnd) -> Dict[str, Any]:
@@ -237,8 +290,14 @@ class MessageTable:
             if task.kind == TaskKind.EVALUATOR:
                 protocol.check_eval_result(msg.result)
         storage = msg.storage.to_json() if msg.storage is not None and state == TaskState.FAILED else None
-        return {"task_id": task.task_id, "kind": task.kind, "state": state, "result": result, "error": error,
-                "storage": storage}
+        return {
+            "task_id": task.task_id,
+            "kind": task.kind,
+            "state": state,
+            "result": result,
+            "error": error,
+            "storage": storage,
+        }
 
     def _apply_task_end(self, worker: Worker, m: Dict[str, Any]) -> None:
         report = m["storage"]
@@ -249,22 +308,37 @@ class MessageTable:
             # failure), or its next one would fail at once, and the next, in a hot loop
             self.membership.storage_report(worker, report)
             delay = worker.storage.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
-            logger.warning("coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
-                           worker.worker_id, m["task_id"], worker.storage.failures, delay)
+            logger.warning(
+                "coordinator: %s failed %s on the shared store (%d in a row); no task for it for %.1fs",
+                worker.worker_id,
+                m["task_id"],
+                worker.storage.failures,
+                delay,
+            )
         elif m["state"] == TaskState.FAILED:
             # its own error: the same one may come back with every task (a checkpoint that does not fit the model),
             # so the worker backs off, and the role's run of the same error is counted
             with self._lock:
                 delay = worker.back_off(wcfg.failure_backoff, wcfg.failure_max_backoff)
                 repeated = self._count_repeated_failure(m["kind"], m["error"])
-            logger.warning("coordinator: %s failed %s (%d in a row); no task for it for %.1fs", worker.worker_id,
-                           m["task_id"], worker.failures, delay)
+            logger.warning(
+                "coordinator: %s failed %s (%d in a row); no task for it for %.1fs",
+                worker.worker_id,
+                m["task_id"],
+                worker.failures,
+                delay,
+            )
         elif m["state"] == TaskState.FINISHED:
             with self._lock:
                 worker.failures, worker.retry_at = 0, 0.0
                 self.failure_runs.pop(m["kind"], None)
-        self._end_task(m["task_id"], m["state"], result=m["result"], error=m["error"],
-                    store_fault=report is not None and not report["healthy"])
+        self._end_task(
+            m["task_id"],
+            m["state"],
+            result=m["result"],
+            error=m["error"],
+            store_fault=report is not None and not report["healthy"],
+        )
         if repeated is not None:
             self._finish(RUN_FAILED, repeated)
 
@@ -280,8 +354,10 @@ class MessageTable:
         self.failure_runs[kind] = (signature, count)
         if limit <= 0 or count < limit:
             return None
-        return (f"{kind.value} tasks failed {count} times in a row with the same error "
-                f"(parallel.commander.max_repeated_failures={limit}): {error[:500]}")
+        return (
+            f"{kind.value} tasks failed {count} times in a row with the same error "
+            f"(parallel.commander.max_repeated_failures={limit}): {error[:500]}"
+        )
 
     # ---- learner messages ------------------------------------------------------------------------------
     def _check_policy(self, worker: Worker, msg: Policy) -> Dict[str, Any]:
@@ -324,9 +400,15 @@ class MessageTable:
         replay = self.replay
         rows = replay.quarantine(m["name"])
         if rows is not None:
-            logger.error("coordinator: %s cannot read chunk %r (%s): quarantined, %d row(s) dropped from the replay "
-                         "index, its file deleted after the grace period (%d chunk(s) quarantined in all)",
-                         worker.worker_id, m["name"], m["error"], rows, replay.chunks_quarantined)
+            logger.error(
+                "coordinator: %s cannot read chunk %r (%s): quarantined, %d row(s) dropped from the replay "
+                "index, its file deleted after the grace period (%d chunk(s) quarantined in all)",
+                worker.worker_id,
+                m["name"],
+                m["error"],
+                rows,
+                replay.chunks_quarantined,
+            )
 
     # ---- two-player games ------------------------------------------------------------------------------
     def _check_games(self, worker: Worker, msg: Games) -> Dict[str, Any]:
@@ -335,8 +417,11 @@ class MessageTable:
     def _apply_games(self, worker: Worker, m: Dict[str, Any]) -> None:
         on_games = getattr(self.commander, "on_games", None)
         if on_games is None:
-            logger.warning("coordinator: %s sent game results but the %s keeps no league (set "
-                           "parallel.commander.type='league')", worker.worker_id, type(self.commander).__name__)
+            logger.warning(
+                "coordinator: %s sent game results but the %s keeps no league (set parallel.commander.type='league')",
+                worker.worker_id,
+                type(self.commander).__name__,
+            )
             return
         on_games(m["opponent"], m["counts"])
         task = m["task"]
@@ -355,4 +440,3 @@ class MessageTable:
     }
     # applies that take a run of consecutive messages of their type at once
     APPLY_RUNS = (_apply_chunks,)
-

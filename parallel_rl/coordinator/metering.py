@@ -15,6 +15,7 @@ coordinator and :class:`~.flow_control.FlowControl` ask it instead of branching 
 Both allowances (replay, async) are one mechanism, :class:`AllowanceMetering`: the control block's
 ``allowed_env_steps``, which collectors count against, and a wake-up once ``allowance_grant`` more are allowed.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,7 @@ LONG_POLL_RETRY_AFTER = 1.0
 class Metering:
     """The base: what every flow's metering answers (the off-policy defaults where one fits both)."""
 
-    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress, flow_control,
-                 replay):
+    def __init__(self, cfg: EasyDict, workers: WorkerRegistry, lock: threading.RLock, progress, flow_control, replay):
         self.cfg = cfg
         self._workers = workers
         self._lock = lock  # the coordinator's: counts change with the counters they are read against
@@ -52,8 +52,9 @@ class Metering:
         """Whether a waiting collector may collect again (besides a newer policy or the run's end)."""
         raise NotImplementedError
 
-    def sample(self, replay, batch_size: int, batches: int, train_iter: int, wait: float,
-               encoding: str, ahead: int = 0) -> Dict[str, Any]:
+    def sample(
+        self, replay, batch_size: int, batches: int, train_iter: int, wait: float, encoding: str, ahead: int = 0
+    ) -> Dict[str, Any]:
         """The answer to a learner's sample request (waits up to ``wait`` s for enough data). ``ahead``: batches
         the learner holds untrained, so the answer's first batch is trained at ``train_iter + ahead``."""
         raise NotImplementedError
@@ -65,8 +66,9 @@ class Metering:
             with self._flow.long_poll() as slot:
                 if not slot:
                     return {**EMPTY, "retry_after": LONG_POLL_RETRY_AFTER}
-                replay.wait_for(lambda: ready() or self._progress.system_shutdown_flag,
-                                timeout=max(0.0, min(wait, 10.0)))
+                replay.wait_for(
+                    lambda: ready() or self._progress.system_shutdown_flag, timeout=max(0.0, min(wait, 10.0))
+                )
         return None
 
     def members_changed(self) -> bool:
@@ -100,8 +102,11 @@ class AllowanceMetering(Metering):
 
     def control(self, worker):
         allowed = self.allowed_env_steps(worker)
-        return {"allowed_env_steps": None if allowed is None else int(allowed), "segment_env_steps": None,
-                "segment_round": 0}
+        return {
+            "allowed_env_steps": None if allowed is None else int(allowed),
+            "segment_env_steps": None,
+            "segment_round": 0,
+        }
 
     def may_collect(self, worker, loaded_version):
         allowed = self.allowed_env_steps(worker)
@@ -153,20 +158,28 @@ class SegmentMetering(Metering):
 
     def control(self, worker):
         # env steps this collector may collect in all with policy `policy_version`
-        return {"allowed_env_steps": None, "segment_env_steps": self.segment_steps_allowed(worker),
-                "segment_round": self.segment_round}
+        return {
+            "allowed_env_steps": None,
+            "segment_env_steps": self.segment_steps_allowed(worker),
+            "segment_round": self.segment_round,
+        }
 
     def may_collect(self, worker, loaded_version):
         # the collector acts with the current version and its share of the segment is not collected yet
-        return (worker is not None and loaded_version == self._progress.policy_version
-                and self.segment_steps_allowed(worker) > self._segment_done(worker)[0])
+        return (
+            worker is not None
+            and loaded_version == self._progress.policy_version
+            and self.segment_steps_allowed(worker) > self._segment_done(worker)[0]
+        )
 
     def sample(self, replay, batch_size, batches, train_iter, wait, encoding, ahead=0):
         """One batch holding every row of the policy versions within ``max_staleness`` of the learner's
         ``train_iter``, once there are at least ``batch_size`` of them."""
         p, buffer = self._progress, replay.buffer
-        replay.wait_for(lambda: p.system_shutdown_flag or buffer.fresh_count(train_iter) >= batch_size,
-                        timeout=max(0.0, min(wait, 10.0)))
+        replay.wait_for(
+            lambda: p.system_shutdown_flag or buffer.fresh_count(train_iter) >= batch_size,
+            timeout=max(0.0, min(wait, 10.0)),
+        )
         if p.system_shutdown_flag:
             return dict(EMPTY)
         return replay.sample(batch_size, 1, train_iter, encoding)
@@ -176,8 +189,9 @@ class SegmentMetering(Metering):
 
     def spare(self, worker: Worker) -> Optional[bool]:
         # its share of the current version's segment is in: it would wait for the next version anyway
-        return self._progress.policy_version >= 0 and \
-            self.segment_steps_allowed(worker) <= self._segment_done(worker)[0]
+        return (
+            self._progress.policy_version >= 0 and self.segment_steps_allowed(worker) <= self._segment_done(worker)[0]
+        )
 
     def learner_task_started(self) -> None:
         self.segment_round += 1

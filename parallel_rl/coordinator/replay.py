@@ -8,6 +8,7 @@ of a chunk, the file is deleted after a grace period (a learner may still be
 reading it). A chunk a learner found damaged (:meth:`ReplayIndex.quarantine`)
 leaves the index at once and its file goes the same way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -103,11 +104,13 @@ class ReplayIndex:
                 sizes.append(size)
                 versions.append(policy_version)
             if ids:
-                self.buffer.push({
-                    "chunk": np.repeat(np.array(ids, dtype=np.int64), sizes),
-                    "row": np.concatenate([np.arange(size, dtype=np.int32) for size in sizes]),
-                    "collect_iter": np.repeat(np.array(versions, dtype=np.int64), sizes),
-                })
+                self.buffer.push(
+                    {
+                        "chunk": np.repeat(np.array(ids, dtype=np.int64), sizes),
+                        "row": np.concatenate([np.arange(size, dtype=np.int32) for size in sizes]),
+                        "collect_iter": np.repeat(np.array(versions, dtype=np.int64), sizes),
+                    }
+                )
                 self._pushed.notify_all()
             return added
 
@@ -161,8 +164,12 @@ class ReplayIndex:
                 # the store fails (read-only, EIO, an object store's 5xx): these chunks stay indexed and doomed
                 # (and so in the snapshots) and are tried again; forgetting them first had leaked every one
                 # due at that moment, hundreds after a resume
-                logger.warning("coordinator: deleting %d chunk file(s) failed, trying again in %gs: %s",
-                               len(due) - i, GC_RETRY_SECONDS, exc)
+                logger.warning(
+                    "coordinator: deleting %d chunk file(s) failed, trying again in %gs: %s",
+                    len(due) - i,
+                    GC_RETRY_SECONDS,
+                    exc,
+                )
                 with self._lock:
                     self._doomed.extend((now + GC_RETRY_SECONDS, n) for n in due[i:])
                 break
@@ -222,8 +229,7 @@ class ReplayIndex:
         with self._pushed:
             self._pushed.notify_all()
 
-    def sample(self, batch_size: int, batches: int, learner_iter: int,
-               encoding: str = "json") -> Dict[str, Any]:
+    def sample(self, batch_size: int, batches: int, learner_iter: int, encoding: str = "json") -> Dict[str, Any]:
         """Up to ``batches`` batches of references, ready for JSON: ``{"chunks": [names], "batches": [...]}``.
 
         Each batch's ``chunk`` column indexes the shared ``chunks`` list. Numbers are JSON lists, or packed
@@ -244,8 +250,13 @@ class ReplayIndex:
         out, start = [], 0
         for s in samples:
             n = len(s["chunk"])
-            columns = {"chunk": local[start:start + n], "row": s["row"], "index": s["index"], "uid": s["uid"],
-                       "weight": s["weight"] if "weight" in s else np.ones(n, dtype=np.float32)}
+            columns = {
+                "chunk": local[start : start + n],
+                "row": s["row"],
+                "index": s["index"],
+                "uid": s["uid"],
+                "weight": s["weight"] if "weight" in s else np.ones(n, dtype=np.float32),
+            }
             out.append({k: encode(np.asarray(v, dtype=REF_DTYPES[k]), REF_DTYPES[k]) for k, v in columns.items()})
             start += n
         return {"chunks": names, "batches": out}
@@ -255,7 +266,9 @@ class ReplayIndex:
         index, uid = unpack_array(index, np.int64), unpack_array(uid, np.int64)
         priority = unpack_array(priority, np.float64)
         if len(index) != len(uid) or len(index) != len(priority):
-            raise ValueError(f"priorities: index/uid/priority lengths differ ({len(index)}, {len(uid)}, {len(priority)})")
+            raise ValueError(
+                f"priorities: index/uid/priority lengths differ ({len(index)}, {len(uid)}, {len(priority)})"
+            )
         if not np.isfinite(priority).all():  # one NaN would poison the whole sum tree
             raise ValueError("priorities must be finite numbers (is the learner's loss diverging?)")
         if len(index):
@@ -296,8 +309,9 @@ class ReplayIndex:
             entries = list(self._chunks.items())
             state["chunks/name"] = np.array([name for name, _ in entries], dtype=str)
             state["chunks/worker"] = np.array([e[3] for _, e in entries], dtype=str)
-            state["chunks/ints"] = np.array([[e[0], e[1], e[2], self._refs[e[0]]] for _, e in entries],
-                                            dtype=np.int64).reshape(-1, 4)
+            state["chunks/ints"] = np.array(
+                [[e[0], e[1], e[2], self._refs[e[0]]] for _, e in entries], dtype=np.int64
+            ).reshape(-1, 4)
             state["chunks/next_id"] = np.array(self._next_id)
             state["chunks/quarantined"] = np.array([self.chunks_quarantined, self.rows_quarantined], dtype=np.int64)
             return state
@@ -310,7 +324,8 @@ class ReplayIndex:
             self.buffer.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("buffer/")})
             self._chunks, self._names, self._refs = {}, {}, {}
             for name, worker, (cid, size, version, refs) in zip(
-                    state["chunks/name"].tolist(), state["chunks/worker"].tolist(), state["chunks/ints"].tolist()):
+                state["chunks/name"].tolist(), state["chunks/worker"].tolist(), state["chunks/ints"].tolist()
+            ):
                 self._chunks[name] = (cid, size, version, worker)
                 self._names[cid] = name
                 self._refs[cid] = refs
@@ -321,4 +336,3 @@ class ReplayIndex:
             self._quarantined = set()
             if "chunks/quarantined" in state:  # snapshots from before quarantines were counted have none
                 self.chunks_quarantined, self.rows_quarantined = (int(v) for v in state["chunks/quarantined"])
-

@@ -12,6 +12,7 @@ restore their own state (tasks, workers, replay index, commander, best policy, m
 coordinator snapshots, and the run itself (:class:`SavedRun`: the coordinator's counters, outcome, histories and
 clock); it owns only the saving (sequence, lock, thread, times).
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,9 +68,22 @@ class SavedRun(Protocol):
 
 
 class Snapshots:
-    def __init__(self, run: SavedRun, *, lock: threading.RLock, tasks: TaskTable, workers: WorkerRegistry,
-                 replay: ReplayIndex, commander: Commander, best: BestPolicy, membership: Membership,
-                 states: CoordinatorStates, exp_name: str, stop_value: Optional[float], interval: float):
+    def __init__(
+        self,
+        run: SavedRun,
+        *,
+        lock: threading.RLock,
+        tasks: TaskTable,
+        workers: WorkerRegistry,
+        replay: ReplayIndex,
+        commander: Commander,
+        best: BestPolicy,
+        membership: Membership,
+        states: CoordinatorStates,
+        exp_name: str,
+        stop_value: Optional[float],
+        interval: float,
+    ):
         """``states``: the store's coordinator snapshots; ``stop_value``: ``env.stop_value`` (None: none);
         ``interval``: ``parallel.coordinator.snapshot_interval``."""
         self._run, self._lock = run, lock
@@ -97,14 +111,19 @@ class Snapshots:
                 "tasks": self._tasks.state_dict(),
                 "tasks_forgotten": self._tasks.forgotten,
                 "workers": self._workers.state_dict(),
-                "counters": {"env_steps": c.env_steps, "episodes": c.episodes, "train_iter": c.train_iter,
-                             "policy_version": c.policy_version,
-                             "last_eval_return": json_number(c.last_eval_return),
-                             "best_eval_return": json_number(c.best_eval_return),
-                             "last_eval_version": self._commander.last_eval_version,
-                             "best_policy": self._best.state_dict(),
-                             "uptime": c.uptime, "started_at": c.started_at,
-                             "train_returns": list(c.train_returns)},
+                "counters": {
+                    "env_steps": c.env_steps,
+                    "episodes": c.episodes,
+                    "train_iter": c.train_iter,
+                    "policy_version": c.policy_version,
+                    "last_eval_return": json_number(c.last_eval_return),
+                    "best_eval_return": json_number(c.best_eval_return),
+                    "last_eval_version": self._commander.last_eval_version,
+                    "best_policy": self._best.state_dict(),
+                    "uptime": c.uptime,
+                    "started_at": c.started_at,
+                    "train_returns": list(c.train_returns),
+                },
                 "learn_info": dict(c.learn_info),
                 "eval_history": list(c.eval_history),
                 "throughput_history": list(c.throughput_history),
@@ -173,15 +192,25 @@ class Snapshots:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             # what the store's loader (storage.states.check_meta) leaves to the restoring parts: a section's insides
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise StorageError(f"{self._states.paths(meta['seq'])[0]}: cannot be restored with this config "
-                               f"({why}); resume with the config that wrote it, or start over with --fresh") from exc
+            raise StorageError(
+                f"{self._states.paths(meta['seq'])[0]}: cannot be restored with this config "
+                f"({why}); resume with the config that wrote it, or start over with --fresh"
+            ) from exc
         self._seq = int(meta["seq"])
         self.resumed_from = int(meta["seq"])
         self.end_if_finished(meta.get("outcome") or {})
-        logger.info("coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
-                    "buffer=%d tasks=%d workers=%d", self._seq, self._states.directory, c.env_steps,
-                    c.train_iter, c.policy_version, self._replay.count(), len(self._tasks.list()),
-                    len(self._workers.list()))
+        logger.info(
+            "coordinator: resumed state %d from %s: env_steps=%d train_iter=%d policy_version=%d "
+            "buffer=%d tasks=%d workers=%d",
+            self._seq,
+            self._states.directory,
+            c.env_steps,
+            c.train_iter,
+            c.policy_version,
+            self._replay.count(),
+            len(self._tasks.list()),
+            len(self._workers.list()),
+        )
         return True
 
     def end_if_finished(self, saved: Dict[str, Any]) -> None:
@@ -190,8 +219,9 @@ class Snapshots:
         reports it. Where the config it resumes with moves the goal (a stop value above the best evaluation, a
         budget raised) it trains on; a failed run is tried again (a restart is what a failure asks for)."""
         c, stop_value = self._run, self._stop_value
-        if (saved.get("state") == SOLVED and stop_value is not None
-                and c.best_eval_return >= stop_value):  # NaN (no evaluation) compares False
+        if (
+            saved.get("state") == SOLVED and stop_value is not None and c.best_eval_return >= stop_value
+        ):  # NaN (no evaluation) compares False
             c.finish(SOLVED, str(saved.get("reason") or "solved"))
         c.check_budgets()  # the budgets are counters the snapshot restored
 

@@ -13,6 +13,7 @@ incarnation: the process it replaces went on issuing ids after its last
 snapshot, and the numbers continue from the snapshot's.) Restored tasks keep
 their ids.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -65,11 +66,22 @@ class Task:
         """As plain JSON values. Field by field with shallow copies of the dicts (their values are never
         changed in place): ``dataclasses.asdict``'s deep copy made a snapshot of 10,000 tasks take ~0.7 s
         under the coordinator's lock."""
-        return {"task_id": self.task_id, "kind": self.kind.value, "spec": dict(self.spec), "state": self.state.value,
-                "worker_id": self.worker_id, "created_at": self.created_at, "started_at": self.started_at,
-                "finished_at": self.finished_at, "attempts": self.attempts, "progress": dict(self.progress),
-                "result": None if self.result is None else dict(self.result), "error": self.error,
-                "replaces": self.replaces, "failures": list(self.failures)}
+        return {
+            "task_id": self.task_id,
+            "kind": self.kind.value,
+            "spec": dict(self.spec),
+            "state": self.state.value,
+            "worker_id": self.worker_id,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "attempts": self.attempts,
+            "progress": dict(self.progress),
+            "result": None if self.result is None else dict(self.result),
+            "error": self.error,
+            "replaces": self.replaces,
+            "failures": list(self.failures),
+        }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Task":
@@ -94,14 +106,25 @@ class TaskTable:
         self._final = 0
         self.forgotten = 0
 
-    def create(self, kind: TaskKind, spec: Dict[str, Any], replaces: Optional[Task] = None,
-               failures: Optional[List[float]] = None) -> Task:
+    def create(
+        self,
+        kind: TaskKind,
+        spec: Dict[str, Any],
+        replaces: Optional[Task] = None,
+        failures: Optional[List[float]] = None,
+    ) -> Task:
         """A pending task; ``replaces``: the failed task it replaces (``attempts`` continue), ``failures``: the
         times of the chain's failures that still count."""
         with self._lock:
             task_id = f"{kind.value}-{self.incarnation}-{next(self._seq):06d}"
-            task = Task(task_id, kind, dict(spec), replaces=replaces.task_id if replaces else None,
-                        attempts=replaces.attempts if replaces else 0, failures=list(failures or []))
+            task = Task(
+                task_id,
+                kind,
+                dict(spec),
+                replaces=replaces.task_id if replaces else None,
+                attempts=replaces.attempts if replaces else 0,
+                failures=list(failures or []),
+            )
             self._tasks[task_id] = task
             return task
 
@@ -111,8 +134,11 @@ class TaskTable:
 
     def list(self, kind: Optional[str] = None, state: Optional[str] = None) -> List[Task]:
         with self._lock:
-            return [t for t in self._tasks.values()
-                    if (kind is None or t.kind.value == kind) and (state is None or t.state.value == state)]
+            return [
+                t
+                for t in self._tasks.values()
+                if (kind is None or t.kind.value == kind) and (state is None or t.state.value == state)
+            ]
 
     def start(self, task: Task, worker_id: str) -> None:
         with self._lock:
@@ -129,8 +155,9 @@ class TaskTable:
             task.started_at = None
             task.attempts -= 1
 
-    def end(self, task_id: str, state: TaskState, result: Optional[dict] = None,
-            error: Optional[str] = None) -> Optional[Task]:
+    def end(
+        self, task_id: str, state: TaskState, result: Optional[dict] = None, error: Optional[str] = None
+    ) -> Optional[Task]:
         """Move a task to a final state; returns it, or None when unknown or already final."""
         with self._lock:
             task = self._tasks.get(task_id)

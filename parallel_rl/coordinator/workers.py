@@ -14,6 +14,7 @@ counters) and each worker's lease digest (SHA-256 of the token) are plain
 values, so the registry's identity can be saved and restored; the tokens
 themselves never leave the process (a snapshot holds only their digests).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,13 @@ class WorkerState(str, Enum):
 
     @property
     def active(self) -> bool:
-        return self in (WorkerState.CONNECTING, WorkerState.SETTING_UP, WorkerState.IDLE, WorkerState.BUSY,
-                        WorkerState.LEAVING)
+        return self in (
+            WorkerState.CONNECTING,
+            WorkerState.SETTING_UP,
+            WorkerState.IDLE,
+            WorkerState.BUSY,
+            WorkerState.LEAVING,
+        )
 
     @property
     def pending(self) -> bool:
@@ -116,8 +122,11 @@ class Worker:
     def assignable(self) -> bool:
         """Can take a task now: idle or busy (an evaluation beside a collection), and not backing off after a
         task it failed (on the shared store, or on its own error)."""
-        return (self.state in (WorkerState.IDLE, WorkerState.BUSY) and self.storage.ready
-                and time.monotonic() >= self.retry_at)
+        return (
+            self.state in (WorkerState.IDLE, WorkerState.BUSY)
+            and self.storage.ready
+            and time.monotonic() >= self.retry_at
+        )
 
     @property
     def silent_since(self) -> float:
@@ -195,7 +204,9 @@ class WorkerRegistry:
                 if w.address == address and w.state.active:
                     if w.state.pending and w.kind == kind:
                         return w
-                    raise ApiError(409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})")
+                    raise ApiError(
+                        409, "conflict", f"{address} is already registered as {w.worker_id} ({w.state.value})"
+                    )
             worker_id = preferred_id if preferred_id and preferred_id not in self._workers else None
             while worker_id is None or worker_id in self._workers:
                 number, self.next_id[kind] = self.next_id[kind], self.next_id[kind] + 1
@@ -216,7 +227,7 @@ class WorkerRegistry:
                 w.ended_at = now
             ended.sort(key=lambda w: w.ended_at)
             stale = [w for w in ended if now - w.ended_at > self.retention]
-            stale += [w for w in ended[:max(0, len(ended) - self.max_ended)] if w not in stale]
+            stale += [w for w in ended[: max(0, len(ended) - self.max_ended)] if w not in stale]
             for w in stale:
                 del self._workers[w.worker_id]
             self.forgotten += len(stale)
@@ -230,8 +241,11 @@ class WorkerRegistry:
 
     def list(self, kind: Optional[str] = None, active_only: bool = False) -> List[Worker]:
         with self._lock:
-            return [w for w in self._workers.values()
-                    if (kind is None or w.kind == kind) and (not active_only or w.state.active)]
+            return [
+                w
+                for w in self._workers.values()
+                if (kind is None or w.kind == kind) and (not active_only or w.state.active)
+            ]
 
     def with_lease(self, worker_id: str, lease: Optional[str]) -> Optional[Worker]:
         """The worker (in any state) when ``lease`` is its lease, else None."""
@@ -256,19 +270,35 @@ class WorkerRegistry:
         with self._lock:
             # a worker still connecting is not reaped: its lease starts when the connect call (bounded by its
             # timeout) returns; one setting up heartbeats from its own thread meanwhile, and is reaped as any
-            return [w for w in self._workers.values()
-                    if w.state.active and w.state != WorkerState.CONNECTING and now - w.last_heartbeat > ttl]
+            return [
+                w
+                for w in self._workers.values()
+                if w.state.active and w.state != WorkerState.CONNECTING and now - w.last_heartbeat > ttl
+            ]
 
-    _SAVED = ("worker_id", "kind", "address", "registered_at", "current_task", "eval_task", "env_steps", "train_iter",
-              "policy_version", "tasks_done", "pid")
+    _SAVED = (
+        "worker_id",
+        "kind",
+        "address",
+        "registered_at",
+        "current_task",
+        "eval_task",
+        "env_steps",
+        "train_iter",
+        "policy_version",
+        "tasks_done",
+        "pid",
+    )
 
     def state_dict(self) -> List[Dict[str, Any]]:
         """Every entry as plain JSON values (no client); with its lease's digest, never the token (snapshots are
         files others may read), so that a worker of a restarted coordinator is re-adopted under its id when it
         calls with the token it holds."""
         with self._lock:
-            return [{**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value,
-                     "lease_sha256": w.lease_digest} for w in self._workers.values()]
+            return [
+                {**{k: getattr(w, k) for k in self._SAVED}, "state": w.state.value, "lease_sha256": w.lease_digest}
+                for w in self._workers.values()
+            ]
 
     def load_state_dict(self, items: List[Dict[str, Any]], make_client) -> None:
         """Restore saved entries; active ones get a fresh lease (a worker that is gone lets it run out).
@@ -287,10 +317,14 @@ class WorkerRegistry:
                 state = WorkerState(item["state"])
                 if state == WorkerState.CONNECTING:
                     state = WorkerState.SETTING_UP
-                worker = Worker(client=make_client(item["address"]), state=state, lease="",
-                                **{k: item[k] for k in self._SAVED},
-                                # no digest: no lease opens it (the worker registers again)
-                                lease_digest=digest or secrets.token_hex(32))
+                worker = Worker(
+                    client=make_client(item["address"]),
+                    state=state,
+                    lease="",
+                    **{k: item[k] for k in self._SAVED},
+                    # no digest: no lease opens it (the worker registers again)
+                    lease_digest=digest or secrets.token_hex(32),
+                )
                 self._workers[worker.worker_id] = worker
 
     def unreachable(self) -> List[Dict[str, Any]]:
@@ -300,11 +334,19 @@ class WorkerRegistry:
         now = time.time()
         with self._lock:
             back = {w.address for w in self._workers.values() if w.state.active}
-            out = [{"worker_id": w.worker_id, "kind": w.kind, "address": w.address, "state": w.state.value,
-                    "since": since, "seconds": round(max(0.0, now - since), 3)}
-                   for w in self._workers.values()
-                   for since in [w.unreachable_since]
-                   if since is not None and (w.state.active or w.address not in back)]
+            out = [
+                {
+                    "worker_id": w.worker_id,
+                    "kind": w.kind,
+                    "address": w.address,
+                    "state": w.state.value,
+                    "since": since,
+                    "seconds": round(max(0.0, now - since), 3),
+                }
+                for w in self._workers.values()
+                for since in [w.unreachable_since]
+                if since is not None and (w.state.active or w.address not in back)
+            ]
         return sorted(out, key=lambda u: u["since"])
 
     def counts(self) -> Dict[str, Dict[str, int]]:

@@ -1,4 +1,5 @@
 """Replay buffers (columnar) and their factory."""
+
 from .buffer import (
     BUFFER_REGISTRY,
     AdvancedReplayBuffer,

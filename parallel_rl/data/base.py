@@ -1,5 +1,6 @@
 """What every replay buffer offers (:class:`IBuffer`), and the uniform ring of columns the others build on
 (:class:`NaiveReplayBuffer`). See :mod:`.buffer` for the bookkeeping columns ``sample`` adds."""
+
 from __future__ import annotations
 
 import abc
@@ -39,8 +40,14 @@ class IBuffer(abc.ABC):
     @abc.abstractmethod
     def sample(self, size: int, cur_learner_iter: int = 0) -> Optional[Columns]: ...
 
-    def _setup(self, cfg: Optional[Mapping], on_evict: Optional[Callable], tb_logger: Any = None,
-               exp_name: str = "default_experiment", instance_name: str = "buffer") -> None:
+    def _setup(
+        self,
+        cfg: Optional[Mapping],
+        on_evict: Optional[Callable],
+        tb_logger: Any = None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+    ) -> None:
         """What every buffer's constructor does first: config over defaults, capacity, lock, rng.
 
         ``tb_logger``, ``exp_name``, ``instance_name``: DI-engine's constructor arguments, kept as attributes
@@ -124,8 +131,14 @@ class NaiveReplayBuffer(IBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="naive", replay_buffer_size=20000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         self._setup(cfg, on_evict, tb_logger, exp_name, instance_name)
         self._columns: Columns = {}
         self._uid = np.full(self.capacity, -1, dtype=np.int64)
@@ -159,9 +172,7 @@ class NaiveReplayBuffer(IBuffer):
                 col = np.asarray(col)
                 self._columns[name] = np.zeros((self.capacity,) + col.shape[1:], dtype=col.dtype)
         elif set(data) != set(self._columns):
-            raise ValueError(
-                f"push: columns {sorted(data)} differ from the buffer's columns {sorted(self._columns)}"
-            )
+            raise ValueError(f"push: columns {sorted(data)} differ from the buffer's columns {sorted(self._columns)}")
 
     def _evict(self, slots: np.ndarray) -> None:
         """Drop valid rows at ``slots`` (overwritten or removed)."""
@@ -192,16 +203,18 @@ class NaiveReplayBuffer(IBuffer):
             if self._frames is not None:
                 data = self._frames.pack(data)
                 if (data["frame_floor"] < self._frames.floor).any():
-                    raise ValueError(f"push: {n} rows bring more new frames than the replay's frame ring holds "
-                                     f"({self._frames.size}); push fewer rows at a time")
+                    raise ValueError(
+                        f"push: {n} rows bring more new frames than the replay's frame ring holds "
+                        f"({self._frames.size}); push fewer rows at a time"
+                    )
                 if self._columns:  # rows whose frames the ring has written over cannot be rebuilt: gone
                     self._evict(np.flatnonzero(self._valid & (self._columns["frame_floor"] < self._frames.floor)))
             self._ensure_columns(data)
             dropped: Optional[Columns] = None
             if n > self.capacity:  # only the newest rows fit
                 data = {k: np.asarray(v) for k, v in data.items()}
-                dropped = {k: v[:n - self.capacity] for k, v in data.items()}
-                data = {k: v[n - self.capacity:] for k, v in data.items()}
+                dropped = {k: v[: n - self.capacity] for k, v in data.items()}
+                data = {k: v[n - self.capacity :] for k, v in data.items()}
                 self.pushed += n - self.capacity
                 self.evicted += n - self.capacity
                 n = self.capacity
@@ -235,8 +248,9 @@ class NaiveReplayBuffer(IBuffer):
         self._staleness_sum += float(np.sum(cur_learner_iter - self._collect_iter[slots]))
         return out
 
-    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
-               replace: bool = False) -> Optional[Columns]:
+    def sample(
+        self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None, replace: bool = False
+    ) -> Optional[Columns]:
         """``size`` rows drawn uniformly; None while fewer are stored.
 
         Without replacement by default (DI-engine's default); ``replace=True`` allows repeats.
@@ -309,17 +323,13 @@ class NaiveReplayBuffer(IBuffer):
     def load_state_dict(self, _state_dict: Mapping[str, np.ndarray]) -> None:
         with self._lock:
             if len(_state_dict["meta/uid"]) != self.capacity:
-                raise ValueError(
-                    f"state has capacity {len(_state_dict['meta/uid'])}, buffer has {self.capacity}"
-                )
+                raise ValueError(f"state has capacity {len(_state_dict['meta/uid'])}, buffer has {self.capacity}")
             self._columns = {k[4:]: np.array(v) for k, v in _state_dict.items() if k.startswith("col/")}
             self._uid = np.array(_state_dict["meta/uid"])
             self._valid = np.array(_state_dict["meta/valid"])
             self._push_time = np.array(_state_dict["meta/push_time"])
             self._collect_iter = np.array(_state_dict["meta/collect_iter"])
-            self._next, self._count, self.pushed, self.sampled, self.evicted = (
-                int(x) for x in _state_dict["counters"]
-            )
+            self._next, self._count, self.pushed, self.sampled, self.evicted = (int(x) for x in _state_dict["counters"])
             self._staleness_sum = float(_state_dict["staleness_sum"])
             if self._frames is not None and "frames/data" in _state_dict:
                 self._frames.load_state_dict(_state_dict)

@@ -15,6 +15,7 @@ The types: ``naive`` (uniform, :mod:`.base`), ``advanced`` (prioritized, :mod:`.
 and ``rollout`` (synchronous and asynchronous on-policy, :mod:`.segment`), ``sequence`` and ``episode``
 (:mod:`.sequence`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
@@ -29,10 +30,20 @@ from .segment import RolloutReplayBuffer, SegmentReplayBuffer
 from .sequence import EpisodeReplayBuffer, SequenceReplayBuffer
 
 __all__ = [
-    "BUFFER_REGISTRY", "AdvancedReplayBuffer", "BufferStats", "Columns", "EpisodeReplayBuffer", "IBuffer",
-    "NaiveReplayBuffer", "RolloutReplayBuffer", "SegmentReplayBuffer", "SequenceReplayBuffer",
-    "buffer_default_config", "columns_len",
-    "create_buffer", "get_buffer_cls",
+    "BUFFER_REGISTRY",
+    "AdvancedReplayBuffer",
+    "BufferStats",
+    "Columns",
+    "EpisodeReplayBuffer",
+    "IBuffer",
+    "NaiveReplayBuffer",
+    "RolloutReplayBuffer",
+    "SegmentReplayBuffer",
+    "SequenceReplayBuffer",
+    "buffer_default_config",
+    "columns_len",
+    "create_buffer",
+    "get_buffer_cls",
 ]
 
 BUFFER_REGISTRY = Registry("buffer")
@@ -54,9 +65,9 @@ def get_buffer_cls(cfg: Mapping) -> type:
     return BUFFER_REGISTRY.get(cfg.get("type", "advanced"))
 
 
-def create_buffer(cfg: Mapping, *args: Any, on_evict: Optional[Callable[[Columns], None]] = None,
-                  **kwargs: Any) -> IBuffer:
+def create_buffer(
+    cfg: Mapping, *args: Any, on_evict: Optional[Callable[[Columns], None]] = None, **kwargs: Any
+) -> IBuffer:
     """Build the buffer named by ``cfg.type`` (``naive``, ``advanced``, ``episode`` or a registered one);
     ``args`` / ``kwargs`` go to its constructor (DI-engine's ``tb_logger``, ``exp_name``, ``instance_name``)."""
     return get_buffer_cls(cfg)(cfg, *args, on_evict=on_evict, **kwargs)
-

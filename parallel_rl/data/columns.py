@@ -3,6 +3,7 @@
 A per-transition dict costs ~4 us to build, more than an env step, so everything moves in column batches:
 collectors build them (the row layout is in :mod:`parallel_rl.collector.serial`), buffers store and sample
 them, chunk files hold them (:mod:`parallel_rl.storage`), policies learn from them."""
+
 from __future__ import annotations
 
 from typing import Dict, Mapping

@@ -22,6 +22,7 @@ A new flow is one more subclass here, chosen by :func:`flow_of`, and one meterin
 side (``parallel_rl.coordinator.metering.METERING``, keyed by ``name``). Nothing here imports torch: the
 coordinator (a control plane) asks the same objects.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -62,10 +63,12 @@ class DataFlow:
         buf_type = cfg["policy"]["other"]["replay_buffer"]["type"]
         if buf_type not in self.buffer_types:
             flow = f" (policy.flow={self.name!r})" if "flow" in cfg["policy"] else ""
-            raise ConfigError(f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
-                              f"{'on' if self.on_policy else 'off'}-policy {cfg['policy']['type']!r}{flow}: use "
-                              f"{', '.join(self.buffer_types[:-1])}{' or ' if len(self.buffer_types) > 1 else ''}"
-                              f"{self.buffer_types[-1]} (or leave the key out)")
+            raise ConfigError(
+                f"policy.other.replay_buffer.type={buf_type!r} does not fit the "
+                f"{'on' if self.on_policy else 'off'}-policy {cfg['policy']['type']!r}{flow}: use "
+                f"{', '.join(self.buffer_types[:-1])}{' or ' if len(self.buffer_types) > 1 else ''}"
+                f"{self.buffer_types[-1]} (or leave the key out)"
+            )
 
     def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
         """Rows the learner's data pipeline hands over per update."""
@@ -167,19 +170,25 @@ class OnPolicyFlow(DataFlow):
     def check_config(self, cfg: Mapping[str, Any]) -> None:
         policy, envs = cfg["policy"], cfg["env"]["collector_env_num"]
         if policy["nstep"] != 1:
-            raise ConfigError(f"policy.nstep must be 1 for the on-policy {policy['type']!r} (its advantage "
-                              f"estimator, GAE or V-trace, does the multi-step returns), got {policy['nstep']}")
+            raise ConfigError(
+                f"policy.nstep must be 1 for the on-policy {policy['type']!r} (its advantage "
+                f"estimator, GAE or V-trace, does the multi-step returns), got {policy['nstep']}"
+            )
         chunk_size = cfg["parallel"]["collector"]["chunk_size"]
         if chunk_size < envs:
-            raise ConfigError(f"parallel.collector.chunk_size must hold one vector step of the on-policy "
-                              f"{policy['type']!r} (>= env.collector_env_num), got "
-                              f"cfg.parallel.collector.chunk_size={chunk_size} cfg.env.collector_env_num={envs}")
+            raise ConfigError(
+                f"parallel.collector.chunk_size must hold one vector step of the on-policy "
+                f"{policy['type']!r} (>= env.collector_env_num), got "
+                f"cfg.parallel.collector.chunk_size={chunk_size} cfg.env.collector_env_num={envs}"
+            )
         super().check_config(cfg)
         world_size = cfg["parallel"]["learner"]["world_size"]
         if world_size > 1:
-            raise ConfigError(f"parallel.learner.world_size={world_size} needs an off-policy algorithm (dqn, "
-                              f"sac): the on-policy {policy['type']!r} trains on env lanes in time order, which "
-                              f"are not split across ranks; use world_size=1")
+            raise ConfigError(
+                f"parallel.learner.world_size={world_size} needs an off-policy algorithm (dqn, "
+                f"sac): the on-policy {policy['type']!r} trains on env lanes in time order, which "
+                f"are not split across ranks; use world_size=1"
+            )
 
     def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
         return int(policy_cfg["collect"]["n_sample"])
@@ -261,9 +270,11 @@ class AsyncFlow(OnPolicyFlow):
         super().check_config(cfg)
         batches = cfg["parallel"]["commander"]["rollout_queue_batches"]
         if not isinstance(batches, int) or isinstance(batches, bool) or batches < 0:
-            raise ConfigError(f"parallel.commander.rollout_queue_batches must be a whole number of learner batches "
-                              f">= 0 (3: collectors stay three batches ahead of the learner; 0: no limit), got "
-                              f"{batches!r}")
+            raise ConfigError(
+                f"parallel.commander.rollout_queue_batches must be a whole number of learner batches "
+                f">= 0 (3: collectors stay three batches ahead of the learner; 0: no limit), got "
+                f"{batches!r}"
+            )
 
     def learner_prefetch(self, learner_cfg: Mapping[str, Any]) -> int:
         # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
@@ -305,6 +316,8 @@ def flow_of(policy_cfg: Mapping[str, Any]) -> DataFlow:
         return REPLAY
     name = policy_cfg.get("flow") or SEGMENTS.name
     if name not in ON_POLICY_FLOWS:
-        raise ConfigError(f"policy.flow must be {' or '.join(map(repr, ON_POLICY_FLOWS))} for the on-policy "
-                          f"{policy_cfg.get('type')!r}, got {name!r}")
+        raise ConfigError(
+            f"policy.flow must be {' or '.join(map(repr, ON_POLICY_FLOWS))} for the on-policy "
+            f"{policy_cfg.get('type')!r}, got {name!r}"
+        )
     return ON_POLICY_FLOWS[name]

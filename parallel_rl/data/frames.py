@@ -27,6 +27,7 @@ Chunks of envs that are not frame stacks (``EnvManager.frame_stack == 0``) are w
 
 The serial pipeline's in-memory replay keeps frames once too, across pushes: :class:`FrameRing`.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Mapping, Optional
@@ -190,8 +191,11 @@ class FrameRing:
     def _id_of(self, frame: np.ndarray) -> int:
         key = hash(frame.tobytes())
         found = self._seen.get(key)
-        if (found is not None and found >= max(self.floor, self.next_id - self.recent)
-                and np.array_equal(self.frames[found % self.size], frame)):
+        if (
+            found is not None
+            and found >= max(self.floor, self.next_id - self.recent)
+            and np.array_equal(self.frames[found % self.size], frame)
+        ):
             return found
         new = self.next_id
         self.frames[new % self.size] = frame

@@ -1,4 +1,5 @@
 """Prioritized replay (Schaul et al. 2016): a sum tree over the naive ring's slots."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Mapping, Optional
@@ -22,7 +23,7 @@ class _SumTree:
 
     @property
     def leaves(self) -> np.ndarray:
-        return self.tree[self.size:]
+        return self.tree[self.size :]
 
     def total(self) -> float:
         return float(self.tree[1])
@@ -40,7 +41,7 @@ class _SumTree:
             tree = self.tree
             while lo > 1:
                 lo, hi = lo >> 1, hi >> 1
-                np.add(tree[2 * lo:2 * hi + 2:2], tree[2 * lo + 1:2 * hi + 2:2], out=tree[lo:hi + 1])
+                np.add(tree[2 * lo : 2 * hi + 2 : 2], tree[2 * lo + 1 : 2 * hi + 2 : 2], out=tree[lo : hi + 1])
             return
         # all leaves sit at one depth; duplicate parents just write the same sum twice
         pos = pos // 2
@@ -53,7 +54,7 @@ class _SumTree:
         size = self.size
         while size > 1:
             half = size // 2
-            self.tree[half:size] = self.tree[size:2 * size:2] + self.tree[size + 1:2 * size:2]
+            self.tree[half:size] = self.tree[size : 2 * size : 2] + self.tree[size + 1 : 2 * size : 2]
             size = half
 
     def find(self, prefix: np.ndarray) -> np.ndarray:
@@ -93,11 +94,19 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             max_staleness=0,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if not 0.0 <= self.cfg.alpha <= 1.0 or self.cfg.beta < 0:
-            raise ConfigError(f"replay buffer needs 0 <= alpha <= 1 and beta >= 0, got {self.cfg.alpha=} {self.cfg.beta=}")
+            raise ConfigError(
+                f"replay buffer needs 0 <= alpha <= 1 and beta >= 0, got {self.cfg.alpha=} {self.cfg.beta=}"
+            )
         self._tree = _SumTree(self.capacity)
         self._use_count = np.zeros(self.capacity, dtype=np.int64)
         self._max_priority = 1.0
@@ -120,7 +129,7 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
 
     def _on_slots_pushed(self, slots: np.ndarray) -> None:
         self._use_count[slots] = 0
-        self._tree.update(slots, np.full(len(slots), self._max_priority ** self.cfg.alpha))
+        self._tree.update(slots, np.full(len(slots), self._max_priority**self.cfg.alpha))
 
     def _on_slots_removed(self, slots: np.ndarray) -> None:
         self._tree.update(slots, np.zeros(len(slots)))
@@ -131,14 +140,17 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             if stale.any():
                 self._evict(np.flatnonzero(stale))
 
-    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
-               replace: bool = False) -> Optional[Columns]:
+    def sample(
+        self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None, replace: bool = False
+    ) -> Optional[Columns]:
         """``size`` rows drawn by priority (stratified: one draw per slice of the total priority mass,
         so repeats are rare but possible, as in DI-engine); ``weight`` (also ``IS``) are the importance
         weights. ``sample_range`` is not supported here; ``replace`` is accepted for DI-engine's calls."""
         if sample_range is not None:
-            raise ValueError(f"{sample_range=}: prioritized sampling draws from the whole buffer; "
-                             "use a NaiveReplayBuffer to sample a range")
+            raise ValueError(
+                f"{sample_range=}: prioritized sampling draws from the whole buffer; "
+                "use a NaiveReplayBuffer to sample a range"
+            )
         with self._lock:
             self._remove_stale(cur_learner_iter)
             if self._count < size or size <= 0:
@@ -174,7 +186,7 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
             index, priority = index[keep], np.abs(priority[keep]) + 1e-6
             if len(index):
                 self._max_priority = max(self._max_priority, float(priority.max()))
-                self._tree.update(index, priority ** self.cfg.alpha)
+                self._tree.update(index, priority**self.cfg.alpha)
 
     def state_dict(self) -> Dict[str, np.ndarray]:
         with self._lock:

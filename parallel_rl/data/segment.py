@@ -1,5 +1,6 @@
 """On-policy data, handed out and dropped: whole segments from recent policy versions (synchronous), or the
 queued rollouts within a staleness bound, oldest first (asynchronous)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,12 +38,20 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
             max_staleness=0,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if self.cfg.max_use < 1 or self.cfg.max_staleness < 0:
-            raise ConfigError(f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
-                              f"{self.cfg.max_use=} {self.cfg.max_staleness=}")
+            raise ConfigError(
+                f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
+                f"{self.cfg.max_use=} {self.cfg.max_staleness=}"
+            )
         self._use_count = np.zeros(self.capacity, dtype=np.int64)
         self.dropped_stale = 0  # rows dropped unused: fell more than max_staleness versions behind
 
@@ -129,12 +138,20 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
             max_staleness=8,
         )
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         if self.cfg.max_use != 1:
-            raise ConfigError(f"policy.other.replay_buffer.max_use must be 1 for a rollout buffer (every row is "
-                              f"trained on at most once), got {self.cfg.max_use}")
+            raise ConfigError(
+                f"policy.other.replay_buffer.max_use must be 1 for a rollout buffer (every row is "
+                f"trained on at most once), got {self.cfg.max_use}"
+            )
 
     def push(self, data: Mapping[str, np.ndarray], cur_collector_envstep: int = -1) -> np.ndarray:
         with self._lock:

@@ -1,6 +1,7 @@
 """Buffers of episodes: contiguous same-episode sequences of rows (:class:`SequenceReplayBuffer`), and whole
 episodes (:class:`EpisodeReplayBuffer`); R2D2's replay sequences, built as they are collected
 (:class:`SequenceBuilder`)."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional
@@ -28,8 +29,14 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="sequence", replay_buffer_size=20000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
         self._episode = np.full(self.capacity, -1, dtype=np.int64)
         self._episodes_begun = 0  # episode ids handed out
@@ -60,12 +67,14 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
             if not episodes:
                 return np.zeros(0, dtype=np.int64)
             with self._lock:
-                ids = np.concatenate([np.full(columns_len(e), self._episodes_begun + i, dtype=np.int64)
-                                      for i, e in enumerate(episodes)])
+                ids = np.concatenate(
+                    [np.full(columns_len(e), self._episodes_begun + i, dtype=np.int64) for i, e in enumerate(episodes)]
+                )
                 self._episodes_begun += len(episodes)
                 self._open = False
-                return self._push_rows({k: np.concatenate([e[k] for e in episodes]) for k in episodes[0]}, ids,
-                                       cur_collector_envstep)
+                return self._push_rows(
+                    {k: np.concatenate([e[k] for e in episodes]) for k in episodes[0]}, ids, cur_collector_envstep
+                )
         n = columns_len(data)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -75,11 +84,18 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
 
     def _push_rows(self, data: Mapping[str, np.ndarray], ids: np.ndarray, cur_collector_envstep: int) -> np.ndarray:
         slots = super().push(data, cur_collector_envstep)
-        self._episode[slots] = ids[len(ids) - len(slots):]
+        self._episode[slots] = ids[len(ids) - len(slots) :]
         return slots
 
-    def sample(self, batch: int, sequence: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
-               replace: bool = False, cross_episode: bool = False) -> Optional[Columns]:
+    def sample(
+        self,
+        batch: int,
+        sequence: int,
+        cur_learner_iter: int = 0,
+        sample_range: Optional[slice] = None,
+        replace: bool = False,
+        cross_episode: bool = False,
+    ) -> Optional[Columns]:
         """``batch`` sequences of ``sequence`` consecutive rows; None while fewer can be drawn.
 
         Every column comes back shaped ``(batch, sequence, ...)`` (``index`` / ``uid`` too), rows of
@@ -99,9 +115,9 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
                 return None
             last = len(pool) - sequence  # start positions 0..last
             uid, episode = self._uid[pool], self._episode[pool]
-            ok = uid[sequence - 1:] - uid[: last + 1] == sequence - 1  # no gap in push order
+            ok = uid[sequence - 1 :] - uid[: last + 1] == sequence - 1  # no gap in push order
             if not cross_episode:  # an episode's rows are consecutive: same id at both ends, same id inside
-                ok &= episode[sequence - 1:] == episode[: last + 1]
+                ok &= episode[sequence - 1 :] == episode[: last + 1]
             starts = np.flatnonzero(ok)
             if len(starts) == 0 or (not replace and len(starts) < batch):
                 return None
@@ -124,7 +140,10 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
         with self._lock:
             super().load_state_dict(_state_dict)
             self._episode = np.array(_state_dict["sequence/episode"])
-            self._episodes_begun, self._open = int(_state_dict["sequence/scalars"][0]), bool(_state_dict["sequence/scalars"][1])
+            self._episodes_begun, self._open = (
+                int(_state_dict["sequence/scalars"][0]),
+                bool(_state_dict["sequence/scalars"][1]),
+            )
 
 
 class EpisodeReplayBuffer(IBuffer):
@@ -134,8 +153,14 @@ class EpisodeReplayBuffer(IBuffer):
     def default_config(cls) -> EasyDict:
         return EasyDict(type="episode", replay_buffer_size=1000, seed=0)
 
-    def __init__(self, cfg: Optional[Mapping] = None, tb_logger=None, exp_name: str = "default_experiment",
-                 instance_name: str = "buffer", on_evict: Optional[Callable[[Columns], None]] = None):
+    def __init__(
+        self,
+        cfg: Optional[Mapping] = None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "buffer",
+        on_evict: Optional[Callable[[Columns], None]] = None,
+    ):
         self._setup(cfg, on_evict, tb_logger, exp_name, instance_name)
         self._episodes: List[Columns] = []
         self._next = 0
@@ -162,8 +187,9 @@ class EpisodeReplayBuffer(IBuffer):
                 self.pushed += 1
         return np.asarray(slots, dtype=np.int64)
 
-    def sample(self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None,
-               replace: bool = False) -> Optional[List[Columns]]:
+    def sample(
+        self, size: int, cur_learner_iter: int = 0, sample_range: Optional[slice] = None, replace: bool = False
+    ) -> Optional[List[Columns]]:
         """``size`` whole episodes, distinct unless ``replace``; ``sample_range`` is not supported here."""
         if sample_range is not None:
             raise ValueError(f"{sample_range=}: the episode buffer samples from all its episodes")
@@ -238,8 +264,9 @@ class SequenceBuilder:
 
     def __init__(self, num_envs: int, burnin: int, unroll: int, tail: int):
         if burnin < 0 or unroll <= 0 or tail < 0:
-            raise ValueError(f"sequences need burnin_step >= 0, unroll_len > 0 and nstep >= 0, got "
-                             f"{burnin=} {unroll=} {tail=}")
+            raise ValueError(
+                f"sequences need burnin_step >= 0, unroll_len > 0 and nstep >= 0, got {burnin=} {unroll=} {tail=}"
+            )
         self.num_envs = num_envs
         self.burnin, self.unroll, self.length = burnin, unroll, burnin + unroll + tail
         self.clear()
@@ -252,11 +279,21 @@ class SequenceBuilder:
     def add(self, obs: np.ndarray, action: np.ndarray, step, extra: Optional[Columns] = None) -> None:
         state = {k: v for k, v in (extra or {}).items() if k.startswith("hidden_")}
         if not state:
-            raise ValueError("R2D2 sequences are cut from rows that carry the collector's state (hidden_h): the "
-                             "policy must have a recurrent core (policy.model.recurrent)")
-        self._steps.append({"obs": obs, "action": np.asarray(action).astype(np.int64), "reward": step.reward,
-                            "done": step.terminated, "end": step.terminated | step.truncated, "valid": step.valid,
-                            **state})
+            raise ValueError(
+                "R2D2 sequences are cut from rows that carry the collector's state (hidden_h): the "
+                "policy must have a recurrent core (policy.model.recurrent)"
+            )
+        self._steps.append(
+            {
+                "obs": obs,
+                "action": np.asarray(action).astype(np.int64),
+                "reward": step.reward,
+                "done": step.terminated,
+                "end": step.terminated | step.truncated,
+                "valid": step.valid,
+                **state,
+            }
+        )
         self._new += np.asarray(step.valid, dtype=bool)
 
     def enough_after(self, missing: int, lanes: int):
@@ -300,7 +337,7 @@ class SequenceBuilder:
                 piece.update({k: held[k][first] for k in held if k.startswith("hidden_")})
                 piece["collect_iter"] = held["collect_iter"][window[:, -1]]
                 pieces.append(piece)
-                held = {k: v[count * self.unroll:] for k, v in held.items()}
+                held = {k: v[count * self.unroll :] for k, v in held.items()}
             self._held[lane] = held
         if not pieces:
             return {}

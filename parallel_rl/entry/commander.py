@@ -6,6 +6,7 @@ policy's exploration schedule (``policy.other.eps``, decayed by collected env
 steps), or ``{}`` for policies that explore by themselves. The cluster's
 commander (``parallel_rl.coordinator.commander``) uses the same schedule.
 """
+
 from __future__ import annotations
 
 import logging

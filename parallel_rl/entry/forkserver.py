@@ -21,6 +21,7 @@ signals the whole process group: the fork server ignores SIGINT from its first
 instruction on (it is stopped by the launcher, never by the keyboard), so it
 neither prints a traceback nor leaves a launcher forking through a dead server.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -143,8 +144,9 @@ def _short_socket_dir() -> None:
         return
     saved = tempfile.tempdir
     try:
-        tempfile.tempdir = next((d for d in ("/tmp", "/var/tmp", "/usr/tmp")
-                                 if os.path.isdir(d) and os.access(d, os.W_OK)), saved)
+        tempfile.tempdir = next(
+            (d for d in ("/tmp", "/var/tmp", "/usr/tmp") if os.path.isdir(d) and os.access(d, os.W_OK)), saved
+        )
         util.get_temp_dir()
     finally:
         tempfile.tempdir = saved
@@ -175,8 +177,7 @@ def stop(timeout: float = 5.0) -> None:
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        logger.warning("fork server: still running %.0fs after its workers exited; it exits with this process",
-                       timeout)
+        logger.warning("fork server: still running %.0fs after its workers exited; it exits with this process", timeout)
 
 
 class _ChildFd:
@@ -201,8 +202,9 @@ class ForkedProcess:
     def __init__(self, argv: List[str], env: Dict[str, str]):
         _ensure_running()  # a new fork server where the last one died, born with SIGINT blocked as the first
         read_fd, write_fd = os.pipe()
-        self._process = _forkserver().Process(target=_worker_main, args=(argv, env, _ChildFd(write_fd)),
-                                              name=" ".join(argv[:1]), daemon=False)
+        self._process = _forkserver().Process(
+            target=_worker_main, args=(argv, env, _ChildFd(write_fd)), name=" ".join(argv[:1]), daemon=False
+        )
         try:
             self._process.start()
         except BaseException:
@@ -277,6 +279,6 @@ def set_command_line(argv: List[str]) -> bool:
     except (OSError, IndexError, ValueError):
         return False
     size = end - start
-    text = "\0".join(argv).encode()[:size - 1]
+    text = "\0".join(argv).encode()[: size - 1]
     ctypes.memmove(start, text + b"\0" * (size - len(text)), size)
     return True

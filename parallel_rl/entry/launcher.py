@@ -22,6 +22,7 @@ die with the fork server: ``PR_SET_PDEATHSIG``) and are terminated, then
 killed, on the way out whatever happens. ``resume=DIR`` continues an
 interrupted run from the coordinator state saved in DIR.
 """
+
 from __future__ import annotations
 
 import collections
@@ -41,8 +42,16 @@ from ..coordinator import Coordinator, CoordinatorState, Worker
 from ..coordinator.coordinator import mean_return
 from ..transport import TOKEN_ENV, new_token, write_token_file
 from ..progress import ProgressReporter
-from ..runtime import (experiment_dir, freeze_startup_objects, on_signals, outcome_exit_code, pin_process, run_storage,
-                       shared_root, signal_exit_code)
+from ..runtime import (
+    experiment_dir,
+    freeze_startup_objects,
+    on_signals,
+    outcome_exit_code,
+    pin_process,
+    run_storage,
+    shared_root,
+    signal_exit_code,
+)
 from ..storage import lock_shared_dir
 from . import forkserver
 from .placement import WINDOW as placement_window, CpuPlacement
@@ -105,9 +114,17 @@ def restart_delay(restarts: int, backoff: float, max_backoff: float) -> float:
 
 
 class LocalCluster:
-    def __init__(self, cfg: EasyDict, collectors: int, host: str, port: int, shared_dir: Optional[str],
-                 config_path: Optional[str] = None, overrides: Optional[List[str]] = None,
-                 resume: Optional[str] = None):
+    def __init__(
+        self,
+        cfg: EasyDict,
+        collectors: int,
+        host: str,
+        port: int,
+        shared_dir: Optional[str],
+        config_path: Optional[str] = None,
+        overrides: Optional[List[str]] = None,
+        resume: Optional[str] = None,
+    ):
         if collectors < 1:
             from ..errors import ConfigError
 
@@ -124,8 +141,11 @@ class LocalCluster:
         self.token_file = self.storage.local_dir(TOKEN_FILE, fallback=experiment_dir(cfg))
         if made_token:  # for `collectors add/remove` (--token-file): the path is printed, never the token
             write_token_file(self.token_file, self.token)
-            print(f"token: in {self.token_file} (client commands: --token-file {self.token_file}; or export "
-                  f"{TOKEN_ENV} before `run`)", flush=True)
+            print(
+                f"token: in {self.token_file} (client commands: --token-file {self.token_file}; or export "
+                f"{TOKEN_ENV} before `run`)",
+                flush=True,
+            )
         elif os.path.exists(self.token_file):  # an earlier run's: it would only get the client commands a 403
             os.unlink(self.token_file)
         self.coordinator = Coordinator(cfg, self.storage, self.token)
@@ -143,19 +163,28 @@ class LocalCluster:
 
                 self.server.close()
                 self.dir_lock.release()
-                raise ConfigError(f"--resume {resume}: no saved coordinator state in {self.storage.state_dir}; "
-                                  f"pass the shared directory of the run to continue (its REST line and summary "
-                                  f"name it)")
+                raise ConfigError(
+                    f"--resume {resume}: no saved coordinator state in {self.storage.state_dir}; "
+                    f"pass the shared directory of the run to continue (its REST line and summary "
+                    f"name it)"
+                )
             # the processes of the interrupted run are gone: replace their tasks now, not after a lease
             self.coordinator.membership.forget_workers("run resumed")
-            print(f"resumed {self.storage.root}: env_steps={self.coordinator.env_steps} "
-                  f"train_iter={self.coordinator.train_iter} policy_version={self.coordinator.policy_version} "
-                  f"buffer={self.coordinator.replay.count()}", flush=True)
+            print(
+                f"resumed {self.storage.root}: env_steps={self.coordinator.env_steps} "
+                f"train_iter={self.coordinator.train_iter} policy_version={self.coordinator.policy_version} "
+                f"buffer={self.coordinator.replay.count()}",
+                flush=True,
+            )
         else:
             removed = self.storage.reset()
             if removed:
-                logger.warning("launcher: removed %d file(s) of an earlier run from %s (to continue a run "
-                               "instead: parallel-rl run --resume DIR)", removed, self.storage.root)
+                logger.warning(
+                    "launcher: removed %d file(s) of an earlier run from %s (to continue a run "
+                    "instead: parallel-rl run --resume DIR)",
+                    removed,
+                    self.storage.root,
+                )
         self.children: List[Child] = []
         self._console = sys.stderr  # where the children's lines go: the progress reporter's console while it runs
         self.interrupted: Optional[str] = None
@@ -174,8 +203,11 @@ class LocalCluster:
     def _place(self, placement: CpuPlacement) -> None:
         """Pin this process and every child to the CPUs their role gets now, if the collectors' last window changed
         them (:mod:`.placement`)."""
-        cpus = placement.decide((w.worker_id, w.time_breakdown) for w in self.coordinator.workers.list(
-            "collector", active_only=True) if w.time_breakdown is not None)
+        cpus = placement.decide(
+            (w.worker_id, w.time_breakdown)
+            for w in self.coordinator.workers.list("collector", active_only=True)
+            if w.time_breakdown is not None
+        )
         if cpus is None:
             return
         self._pinned_cpus = cpus
@@ -201,8 +233,19 @@ class LocalCluster:
 
     def _spawn(self, role: str, name: Optional[str] = None) -> Child:
         name = name or self._new_name(role)
-        argv = [role, "--coordinator", self.url, "--worker-id", name, "--shared-dir", self.storage.root,
-                "--host", "127.0.0.1", "--port", "0"]
+        argv = [
+            role,
+            "--coordinator",
+            self.url,
+            "--worker-id",
+            name,
+            "--shared-dir",
+            self.storage.root,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ]
         if self.config_path:
             argv += ["-c", self.config_path]
         for text in self.overrides:
@@ -210,9 +253,12 @@ class LocalCluster:
         started_at = time.time()
         proc = forkserver.ForkedProcess(argv, dict(os.environ, **{TOKEN_ENV: self.token}))
         child = Child(name, role, proc, started_at=started_at)
-        child.reader = threading.Thread(target=forward_lines,
-                                        args=(lambda: self._name_of(child), proc.stdout, self._console, child.tail),
-                                        daemon=True, name=f"{name}-output")
+        child.reader = threading.Thread(
+            target=forward_lines,
+            args=(lambda: self._name_of(child), proc.stdout, self._console, child.tail),
+            daemon=True,
+            name=f"{name}-output",
+        )
         child.reader.start()
         if self._pinned_cpus:
             pin_process(proc.pid, self._pinned_cpus[role])
@@ -233,8 +279,11 @@ class LocalCluster:
         worker = self.coordinator.workers.get(child.name)
         if worker is not None and worker.pid == child.proc.pid and worker.state.active:
             return worker  # the usual case: one look-up
-        entries = [w for w in self.coordinator.workers.list(child.role)
-                   if w.pid == child.proc.pid and w.registered_at >= child.started_at]
+        entries = [
+            w
+            for w in self.coordinator.workers.list(child.role)
+            if w.pid == child.proc.pid and w.registered_at >= child.started_at
+        ]
         return max(entries, key=lambda w: w.registered_at) if entries else None
 
     def _name_of(self, child: Child) -> str:
@@ -242,8 +291,11 @@ class LocalCluster:
         under until it registers under another one (lost and back, or its id was taken)."""
         worker = self._worker_of(child)
         if worker is not None and worker.state.active and worker.worker_id != child.name:
-            logger.warning("launcher: %s is now %s (it registered under a new worker id); its output follows",
-                           child.name, worker.worker_id)
+            logger.warning(
+                "launcher: %s is now %s (it registered under a new worker id); its output follows",
+                child.name,
+                worker.worker_id,
+            )
             child.name = worker.worker_id
         return child.name
 
@@ -265,21 +317,36 @@ class LocalCluster:
             self.coordinator.membership.process_exited(child.proc.pid, f"process exited with code {code}")
             if child.role == "collector" and worker is not None and worker.removed:
                 left = sum(c.role == "collector" and c.proc.poll() is None for c in self.children)
-                logger.info("launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
-                            child.name, code, left)
+                logger.info(
+                    "launcher: %s was removed (exit code %s): not replaced; %d collector process(es) left",
+                    child.name,
+                    code,
+                    left,
+                )
                 continue
             now = time.monotonic()
-            recent = self.restarts[child.role] = [t for t in self.restarts[child.role]
-                                                  if window <= 0 or now - t <= window]
+            recent = self.restarts[child.role] = [
+                t for t in self.restarts[child.role] if window <= 0 or now - t <= window
+            ]
             if len(recent) >= int(sup.max_restarts):
-                return (f"{child.role} kept dying: {child.name} exited with code {code} after "
-                        f"{len(recent)} restart(s) (parallel.supervisor.max_restarts={sup.max_restarts}){within}: "
-                        f"{child.last_words()}")
+                return (
+                    f"{child.role} kept dying: {child.name} exited with code {code} after "
+                    f"{len(recent)} restart(s) (parallel.supervisor.max_restarts={sup.max_restarts}){within}: "
+                    f"{child.last_words()}"
+                )
             delay = restart_delay(len(recent), float(sup.backoff), float(sup.max_backoff))
             recent.append(now)
-            logger.warning("launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d%s)",
-                           child.name, code, child.last_words(), child.role, delay, len(recent), sup.max_restarts,
-                           within)
+            logger.warning(
+                "launcher: %s exited with code %s (%s); restarting a %s in %.1fs (restart %d of %d%s)",
+                child.name,
+                code,
+                child.last_words(),
+                child.role,
+                delay,
+                len(recent),
+                sup.max_restarts,
+                within,
+            )
             self._pending.append((now + delay, child.role, None))
         now = time.monotonic()
         for item in [p for p in self._pending if p[0] <= now]:
@@ -325,8 +392,14 @@ class LocalCluster:
                 c = self.coordinator
                 counts = c.workers.counts()
                 active = sum(counts[k]["idle"] + counts[k]["busy"] for k in counts)
-                reporter.update(c.env_steps, c.train_iter, c.last_eval_return, c.best_eval_return,
-                                workers=str(active), train_return=mean_return(c.train_returns))
+                reporter.update(
+                    c.env_steps,
+                    c.train_iter,
+                    c.last_eval_return,
+                    c.best_eval_return,
+                    workers=str(active),
+                    train_return=mean_return(c.train_returns),
+                )
         finally:
             c = self.coordinator
             reporter.update(c.env_steps, c.train_iter, c.last_eval_return, c.best_eval_return, force=True)
@@ -336,8 +409,10 @@ class LocalCluster:
 
     def _exit_code(self) -> int:
         c = self.coordinator
-        summary = (f"env_steps={c.env_steps} train_iter={c.train_iter} policy_version={c.policy_version} "
-                   f"best_eval_return={c.summary()['best_eval_return']} time={c.uptime:.2f}s")
+        summary = (
+            f"env_steps={c.env_steps} train_iter={c.train_iter} policy_version={c.policy_version} "
+            f"best_eval_return={c.summary()['best_eval_return']} time={c.uptime:.2f}s"
+        )
         if self.interrupted:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
             print(f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True)
@@ -361,8 +436,11 @@ class LocalCluster:
         longest = float(self.coordinator.learn_info.get("longest_update_seconds") or 0.0)
         learner_grace = learner_stop_grace(grace, longest)
         if learner_grace > grace and any(c.role == "learner" and c.proc.poll() is None for c in self.children):
-            logger.info("launcher: giving the learner up to %.0f s to finish its update (its longest took %.1f s)",
-                        learner_grace, longest)
+            logger.info(
+                "launcher: giving the learner up to %.0f s to finish its update (its longest took %.1f s)",
+                learner_grace,
+                longest,
+            )
         for child in self.children:
             deadline = start + (learner_grace if child.role == "learner" else grace)
             try:
@@ -393,9 +471,16 @@ class LocalCluster:
                 self.dir_lock.release()
 
 
-def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1", port: int = 0,
-                      shared_dir: Optional[str] = None, config_path: Optional[str] = None,
-                      overrides: Optional[List[str]] = None, resume: Optional[str] = None) -> int:
+def run_local_cluster(
+    cfg: EasyDict,
+    collectors: int = 2,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    shared_dir: Optional[str] = None,
+    config_path: Optional[str] = None,
+    overrides: Optional[List[str]] = None,
+    resume: Optional[str] = None,
+) -> int:
     """Run the cluster; SIGINT/SIGTERM stop it (exit 130/143), heard from the start (also while it sets up; from
     before this call where the process called :func:`~parallel_rl.runtime.on_signals` earlier)."""
     signals: List[str] = []
@@ -408,8 +493,11 @@ def run_local_cluster(cfg: EasyDict, collectors: int = 2, host: str = "127.0.0.1
 
     on_signals(on_signal)
     if signals:  # before the cluster: nothing started, the shared directory untouched
-        print(f"interrupted ({signals[0]}) before the run started; nothing to continue "
-              f"({shared_root(cfg, resume or shared_dir)} untouched)", flush=True)
+        print(
+            f"interrupted ({signals[0]}) before the run started; nothing to continue "
+            f"({shared_root(cfg, resume or shared_dir)} untouched)",
+            flush=True,
+        )
         return signal_exit_code(signals[0])
     cluster = LocalCluster(cfg, collectors, host, port, shared_dir, config_path, overrides, resume)
     clusters.append(cluster)

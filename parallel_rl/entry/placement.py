@@ -23,6 +23,7 @@ Two runs on one machine: each learner claims its CPUs (an exclusive lock on a fi
 second run's learner does not land on the first one's CPU (both used to take the last CPU). When every CPU is
 claimed it takes the last ones, as a single run does.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -65,7 +66,7 @@ class CpuPlacement:
         if self._dedicated is None:
             ordered = sorted(self.cpus)
             mine = self._claim(ordered[::-1])
-            learner = set(mine) if mine else set(ordered[-self.n_learner:])
+            learner = set(mine) if mine else set(ordered[-self.n_learner :])
             self._dedicated = {"learner": learner, "collector": self.cpus - learner}
         return self._dedicated
 
@@ -124,9 +125,10 @@ class CpuPlacement:
         self.current = wanted
         if wanted is self.dedicated:
             why = "training runs" if waiting is None else f"the collectors wait {waiting:.0%} of their time"
-            self.reason = (f"{why}: the learner pinned to CPUs {sorted(wanted['learner'])}, coordinator and "
-                           f"collectors to {sorted(wanted['collector'])}")
+            self.reason = (
+                f"{why}: the learner pinned to CPUs {sorted(wanted['learner'])}, coordinator and "
+                f"collectors to {sorted(wanted['collector'])}"
+            )
         else:
-            self.reason = (f"the collectors wait {waiting:.0%} of their time: every process on CPUs "
-                           f"{sorted(self.cpus)}")
+            self.reason = f"the collectors wait {waiting:.0%} of their time: every process on CPUs {sorted(self.cpus)}"
         return wanted

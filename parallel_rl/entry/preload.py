@@ -5,6 +5,7 @@ server starts with it all in memory. Imports only: nothing here may start a thre
 pools (a fork copies neither safely); workers set their torch threads themselves. A module that fails to
 import is logged and skipped: its workers import it themselves, later and slower.
 """
+
 import atexit
 import gc
 import importlib
@@ -17,10 +18,16 @@ become_fork_server()  # before the imports: signals, and dying with the launcher
 
 # besides the roles' classes (parallel_rl.entry.roles.slave_class): what a worker imports when it connects
 MODULES = (
-    "numpy", "torch", "gymnasium",
-    "parallel_rl.collector.serial", "parallel_rl.learner.learner",
+    "numpy",
+    "torch",
+    "gymnasium",
+    "parallel_rl.collector.serial",
+    "parallel_rl.learner.learner",
     "parallel_rl.config.assembly",  # every component's defaults: a worker compiles the config it is sent
-    "parallel_rl.policy.dqn", "parallel_rl.policy.ppo", "parallel_rl.policy.sac", "parallel_rl.policy.td3",
+    "parallel_rl.policy.dqn",
+    "parallel_rl.policy.ppo",
+    "parallel_rl.policy.sac",
+    "parallel_rl.policy.td3",
 )
 
 
@@ -29,9 +36,11 @@ def _preload() -> None:
     from .roles import slave_class
 
     # TensorBoard's writer through tblog, which keeps the AWS SDK out of it (tensorboard.summary would import it)
-    imports = ([(name, importlib.import_module) for name in MODULES]
-               + [("tensorboard.summary", lambda _: writer_class())]
-               + [(role, slave_class) for role in ("learner", "collector")])
+    imports = (
+        [(name, importlib.import_module) for name in MODULES]
+        + [("tensorboard.summary", lambda _: writer_class())]
+        + [(role, slave_class) for role in ("learner", "collector")]
+    )
     for name, load in imports:
         try:
             load(name)

@@ -1,5 +1,6 @@
 """Which class each worker role runs: one place for ``parallel-rl learner|collector`` and for the fork server's
 preload (``run`` imports both ahead, so that a worker costs a fork)."""
+
 from __future__ import annotations
 
 

@@ -22,6 +22,7 @@ the :class:`~parallel_rl.league.League`:
 Checkpoints: ``<exp_name>/ckpt/ckpt_best.pt`` (best evaluation) and
 ``ckpt_final.pt`` (the policy the run ended with).
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,8 +49,9 @@ from .serial import TrainResult, budget_used_up, prepare_run
 logger = logging.getLogger(__name__)
 
 
-def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None,
-                      on_eval: Optional[Callable[[dict], None]] = None) -> TrainResult:
+def selfplay_pipeline(
+    cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None, on_eval: Optional[Callable[[dict], None]] = None
+) -> TrainResult:
     """Train until the evaluator's win rate reaches ``env.stop_value`` (within its bounds) or a budget runs out.
 
     ``on_eval`` gets every evaluation's info (the benchmark records games and wall time with it)."""
@@ -62,16 +64,27 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
     opponent_policy = create_policy(cfg.policy, obs_dim, spec, seed=cfg.seed + 1, device="cpu")
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
     league = League(cfg.league, seed=cfg.seed)
-    bots = {name: create_bot(name, seed=cfg.seed + 30_000 + i, n_actions=spec.n)
-            for i, name in enumerate(dict.fromkeys(list(cfg.league.bots) + list(cfg.policy.eval.evaluator.opponents)))}
+    bots = {
+        name: create_bot(name, seed=cfg.seed + 30_000 + i, n_actions=spec.n)
+        for i, name in enumerate(dict.fromkeys(list(cfg.league.bots) + list(cfg.policy.eval.evaluator.opponents)))
+    }
     snapshots: Dict[str, dict] = {}
-    collector = BattleSampleSerialCollector(cfg.policy.collect.collector, collector_env,
-                                            [policy.collect_mode, policy.collect_mode],
-                                            discount_factor=cfg.policy.discount_factor, nstep=cfg.policy.nstep)
+    collector = BattleSampleSerialCollector(
+        cfg.policy.collect.collector,
+        collector_env,
+        [policy.collect_mode, policy.collect_mode],
+        discount_factor=cfg.policy.discount_factor,
+        nstep=cfg.policy.nstep,
+    )
     evaluator = BattleInteractionSerialEvaluator(
-        cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
+        cfg.policy.eval.evaluator,
+        evaluator_env,
+        policy.eval_mode,
         {name: bots[name] for name in cfg.policy.eval.evaluator.opponents},
-        cfg.env.stop_value, cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000)
+        cfg.env.stop_value,
+        cfg.env.n_evaluator_episode,
+        seed=cfg.seed + 20_000,
+    )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
@@ -86,18 +99,32 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
             if evaluator.should_eval(learner.train_iter):
                 stop, info = evaluator.eval(learner.save_checkpoint, learner.train_iter, collector.envstep)
                 last_return, best_return = info["eval_episode_return_mean"], evaluator.best_return
-                info = {**info, "games": games, "elapsed": time.perf_counter() - start,
-                        "stop_value": cfg.env.stop_value, "league": league.table()}
+                info = {
+                    **info,
+                    "games": games,
+                    "elapsed": time.perf_counter() - start,
+                    "stop_value": cfg.env.stop_value,
+                    "league": league.table(),
+                }
                 tb.scalars(collector.envstep, "evaluator/", **{f"win_rate_{k}": v for k, v in info["win_rate"].items()})
-                logger.info("selfplay: iter %d games %d eval %s", learner.train_iter, games,
-                            {o: {s: r["win"] for s, r in sides.items()} for o, sides in info["results"].items()})
+                logger.info(
+                    "selfplay: iter %d games %d eval %s",
+                    learner.train_iter,
+                    games,
+                    {o: {s: r["win"] for s, r in sides.items()} for o, sides in info["results"].items()},
+                )
                 if progress is not None:
                     progress(info)
                 if on_eval is not None:
                     on_eval(info)
                 if stop:
-                    solved, reason = True, (f"win rate {last_return:.3f} against {evaluator.stop_opponent!r} >= "
-                                            f"stop value {cfg.env.stop_value:g}")
+                    solved, reason = (
+                        True,
+                        (
+                            f"win rate {last_return:.3f} against {evaluator.stop_opponent!r} >= "
+                            f"stop value {cfg.env.stop_value:g}"
+                        ),
+                    )
                     break
             reason = budget_used_up(budget, collector.envstep, learner.train_iter, time.perf_counter() - start)
             if reason:
@@ -120,9 +147,13 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
                 collector.trained_players = trained
                 collector.reset_env()
                 opponent = chosen
-            columns = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                        policy_kwargs=commander.step(), drop_extra=policy.flow.drop_extra,
-                                        keep_extra=True)
+            columns = collector.collect(
+                cfg.policy.collect.n_sample,
+                train_iter=learner.train_iter,
+                policy_kwargs=commander.step(),
+                drop_extra=policy.flow.drop_extra,
+                keep_extra=True,
+            )
             stats = collector.last_stats
             games += stats.episodes
             league.record(MAIN, MAIN if chosen == SELF else chosen, stats.outcomes)
@@ -134,5 +165,6 @@ def selfplay_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] 
         collector.close()
         evaluator.close()
         tb.close()
-    return TrainResult(solved, reason, collector.envstep, learner.train_iter, last_return, best_return,
-                       time.perf_counter() - start)
+    return TrainResult(
+        solved, reason, collector.envstep, learner.train_iter, last_return, best_return, time.perf_counter() - start
+    )

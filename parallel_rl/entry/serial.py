@@ -11,6 +11,7 @@ evaluation) is saved at every evaluation and at the end; ``resume=DIR`` continue
 The replay buffer, the envs' episodes and the random generators are not saved: a resumed run refills its buffer
 with the resumed policy (no random warm-up again).
 """
+
 from __future__ import annotations
 
 import logging
@@ -104,20 +105,24 @@ def load_serial_state(resume: str) -> dict:
     there is none (or it does not load)."""
     path = os.path.join(os.path.abspath(resume), "ckpt", SERIAL_STATE)
     if not os.path.isfile(path):
-        raise ConfigError(f"--resume {resume}: no saved serial state in {os.path.dirname(path)} ({SERIAL_STATE}); "
-                          f"pass the experiment directory of the serial run to continue (its exp_name)")
+        raise ConfigError(
+            f"--resume {resume}: no saved serial state in {os.path.dirname(path)} ({SERIAL_STATE}); "
+            f"pass the experiment directory of the serial run to continue (its exp_name)"
+        )
     try:
         state = torch_load(path)
         int(state["train_iter"]), int(state["env_steps"]), dict(state["policy"])
     except (StorageError, KeyError, TypeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"--resume {resume}: {path} cannot be resumed ({first}); start over without "
-                          f"--resume") from None
+        raise ConfigError(
+            f"--resume {resume}: {path} cannot be resumed ({first}); start over without --resume"
+        ) from None
     return state
 
 
-def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None,
-                    resume: Optional[str] = None) -> TrainResult:
+def serial_pipeline(
+    cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None, resume: Optional[str] = None
+) -> TrainResult:
     """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out; ``resume``: the
     experiment directory of an earlier serial run to continue (its counters go on; the budgets count them).
 
@@ -136,13 +141,19 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     policy = create_policy(cfg.policy, collector_env.obs_dim, collector_env.action_spec, seed=cfg.seed)
     learner = create_learner(cfg.policy.learn.learner, policy.learn_mode, exp_dir=exp_dir)
     collector = create_serial_collector(
-        cfg.policy.collect.collector, env=collector_env, policy=policy.collect_mode,
+        cfg.policy.collect.collector,
+        env=collector_env,
+        policy=policy.collect_mode,
         **({"nstep": cfg.policy.nstep} if cfg.policy.collect.collector.type == "sample" else {}),
         discount_factor=cfg.policy.discount_factor,
     )
     evaluator = InteractionSerialEvaluator(
-        cfg.policy.eval.evaluator, evaluator_env, policy.eval_mode,
-        stop_value=cfg.env.stop_value, n_evaluator_episode=cfg.env.n_evaluator_episode, seed=cfg.seed + 20_000,
+        cfg.policy.eval.evaluator,
+        evaluator_env,
+        policy.eval_mode,
+        stop_value=cfg.env.stop_value,
+        n_evaluator_episode=cfg.env.n_evaluator_episode,
+        seed=cfg.seed + 20_000,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     if collector_env.frame_stack and hasattr(buffer, "store_frames_once"):  # ALE's stacks: each frame once
@@ -165,15 +176,23 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
     def save_checkpoint(name: str) -> None:
         learner.save_checkpoint(name)
         if name == SERIAL_BEST:  # the evaluator's new best: its record beside it (what `eval` prints)
-            save_best_record(os.path.join(learner.ckpt_dir, BEST_RECORD),
-                             BestRecord(learner.train_iter, float(evaluator.best_return), collector.envstep,
-                                        learner.train_iter))
+            save_best_record(
+                os.path.join(learner.ckpt_dir, BEST_RECORD),
+                BestRecord(learner.train_iter, float(evaluator.best_return), collector.envstep, learner.train_iter),
+            )
 
     def save_state() -> None:
         best = evaluator.best_return
-        torch_save_atomic(os.path.join(learner.ckpt_dir, SERIAL_STATE), {
-            "policy": policy.state_dict(), "train_iter": learner.train_iter, "env_steps": collector.envstep,
-            "best_eval_return": best if math.isfinite(best) else None, "seconds": time.perf_counter() - start})
+        torch_save_atomic(
+            os.path.join(learner.ckpt_dir, SERIAL_STATE),
+            {
+                "policy": policy.state_dict(),
+                "train_iter": learner.train_iter,
+                "env_steps": collector.envstep,
+                "best_eval_return": best if math.isfinite(best) else None,
+                "seconds": time.perf_counter() - start,
+            },
+        )
 
     learner.call_hook("before_run")
     try:
@@ -186,29 +205,56 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
                 last_return = info["eval_episode_return_mean"]
                 best_return = evaluator.best_return
                 elapsed = time.perf_counter() - start
-                tb.scalars(collector.envstep, "evaluator/", eval_return=last_return,
-                           env_steps_per_second=collector.envstep / elapsed if elapsed > 0 else 0.0,
-                           updates_per_second=learner.train_iter / elapsed if elapsed > 0 else 0.0)
-                tb.scalars(learner.train_iter, "learner/", **{k: v for k, v in learner.learn_info.items()
-                                                             if k not in ("train_iter", "envstep")
-                                                             and isinstance(v, (int, float))})
+                tb.scalars(
+                    collector.envstep,
+                    "evaluator/",
+                    eval_return=last_return,
+                    env_steps_per_second=collector.envstep / elapsed if elapsed > 0 else 0.0,
+                    updates_per_second=learner.train_iter / elapsed if elapsed > 0 else 0.0,
+                )
+                tb.scalars(
+                    learner.train_iter,
+                    "learner/",
+                    **{
+                        k: v
+                        for k, v in learner.learn_info.items()
+                        if k not in ("train_iter", "envstep") and isinstance(v, (int, float))
+                    },
+                )
                 if progress is not None:
-                    progress({**info, "elapsed": time.perf_counter() - start, "stop_value": cfg.env.stop_value,
-                              "best_return": best_return, "train_return": mean_return(train_returns)})
+                    progress(
+                        {
+                            **info,
+                            "elapsed": time.perf_counter() - start,
+                            "stop_value": cfg.env.stop_value,
+                            "best_return": best_return,
+                            "train_return": mean_return(train_returns),
+                        }
+                    )
                 if stop:
                     solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.env.stop_value:g}"
                     break
             reason = budget_used_up(budget, collector.envstep, learner.train_iter, time.perf_counter() - start)
             if reason:
                 break
-            data = collector.collect(cfg.policy.collect.n_sample, train_iter=learner.train_iter,
-                                     policy_kwargs=commander.step(), drop_extra=True, keep_extra=True)
+            data = collector.collect(
+                cfg.policy.collect.n_sample,
+                train_iter=learner.train_iter,
+                policy_kwargs=commander.step(),
+                drop_extra=True,
+                keep_extra=True,
+            )
             if len(collector.last_stats.returns):
                 train_returns.extend(float(r) for r in collector.last_stats.returns)
                 tb.scalars(collector.envstep, "collector/", train_return=mean_return(train_returns))
             if progress is not None:
-                progress({"envstep": collector.envstep, "train_iter": learner.train_iter,
-                          "train_return": mean_return(train_returns)})
+                progress(
+                    {
+                        "envstep": collector.envstep,
+                        "train_iter": learner.train_iter,
+                        "train_return": mean_return(train_returns),
+                    }
+                )
             policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
         save_state()
@@ -216,5 +262,6 @@ def serial_pipeline(cfg: EasyDict, progress: Optional[Callable[[dict], None]] = 
         collector.close()
         evaluator.close()
         tb.close()
-    return TrainResult(solved, reason, collector.envstep, learner.train_iter, last_return,
-                       best_return, time.perf_counter() - start)
+    return TrainResult(
+        solved, reason, collector.envstep, learner.train_iter, last_return, best_return, time.perf_counter() - start
+    )

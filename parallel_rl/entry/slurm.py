@@ -16,6 +16,7 @@ preempted job runs the same script again (``SLURM_RESTART_COUNT`` > 0) and the c
 state it saved (``coordinator --resume``). ``--join`` submits a second job of collectors that join the training
 running in the same directory.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,20 +73,27 @@ class SlurmJob:
         if self.collectors < 1:
             raise ConfigError(f"--collectors must be >= 1, got collectors={self.collectors}")
         if self.port is not None and not 1 <= self.port <= 65535:
-            raise ConfigError(f"--port {self.port}: a Slurm job's coordinator needs a fixed port 1-65535 (the "
-                              f"workers are told it before it starts); leave it out for one from the job id")
+            raise ConfigError(
+                f"--port {self.port}: a Slurm job's coordinator needs a fixed port 1-65535 (the "
+                f"workers are told it before it starts); leave it out for one from the job id"
+            )
         if self.gres is not None and not _GRES.fullmatch(self.gres):
             raise ConfigError(f"--gres {self.gres!r} is not a Slurm GRES: use e.g. gpu:1 or gpu:a100:2")
         if self.partition is not None and not _PARTITION.fullmatch(self.partition):
-            raise ConfigError(f"--partition {self.partition!r} is not a partition name: letters, digits, "
-                              f"'_', '-', '.' and ',' only")
+            raise ConfigError(
+                f"--partition {self.partition!r} is not a partition name: letters, digits, '_', '-', '.' and ',' only"
+            )
         for option in self.sbatch_options:
             if not _SBATCH_OPTION.fullmatch(option):
-                raise ConfigError(f"--sbatch {option!r} is not one long sbatch option: write it as "
-                                  f"--sbatch=--time=02:00:00 (one line, starting with --)")
+                raise ConfigError(
+                    f"--sbatch {option!r} is not one long sbatch option: write it as "
+                    f"--sbatch=--time=02:00:00 (one line, starting with --)"
+                )
         if re.search(r"[\s%]", self.run_dir):  # an #SBATCH line ends at white space; % is a file name pattern there
-            raise ConfigError(f"the run directory {self.run_dir!r} has white space or '%': sbatch's --output cannot "
-                              f"name a file in it; pass another --shared-dir (or exp_name, for an s3:// store)")
+            raise ConfigError(
+                f"the run directory {self.run_dir!r} has white space or '%': sbatch's --output cannot "
+                f"name a file in it; pass another --shared-dir (or exp_name, for an s3:// store)"
+            )
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.job_name):
             raise ConfigError(f"job name {self.job_name!r}: letters, digits, '_', '-' and '.' only")
 
@@ -113,11 +121,13 @@ def _role(job: SlurmJob, role: str) -> str:
 
 def _header(job: SlurmJob, tasks: int, name: str) -> List[str]:
     q = shlex.quote
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={name}",
-             f"#SBATCH --ntasks={tasks}",
-             f"#SBATCH --output={job.slurm_dir}/slurm-%j.out",
-             "#SBATCH --open-mode=append"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --ntasks={tasks}",
+        f"#SBATCH --output={job.slurm_dir}/slurm-%j.out",
+        "#SBATCH --open-mode=append",
+    ]
     if job.partition:
         lines.append(f"#SBATCH --partition={job.partition}")
     if job.gres and not job.join:
@@ -125,15 +135,17 @@ def _header(job: SlurmJob, tasks: int, name: str) -> List[str]:
     if not job.join:
         lines.append("#SBATCH --requeue")
     lines += [f"#SBATCH {option}" for option in job.sbatch_options]
-    lines += [f"# rendered by `parallel-rl slurm`; {'collectors joining the training in' if job.join else 'run'} "
-              f"{job.run_dir}",
-              "set -u",
-              "umask 077",
-              f"TOKEN_FILE={q(job.token_file)}",
-              "# the cluster token: read here, never on a command line or in sbatch's environment",
-              'PARALLEL_RL_TOKEN=$(cat -- "$TOKEN_FILE") || { echo "parallel-rl slurm: cannot read the token file '
-              '$TOKEN_FILE" >&2; exit 1; }',
-              "export PARALLEL_RL_TOKEN"]
+    lines += [
+        f"# rendered by `parallel-rl slurm`; {'collectors joining the training in' if job.join else 'run'} "
+        f"{job.run_dir}",
+        "set -u",
+        "umask 077",
+        f"TOKEN_FILE={q(job.token_file)}",
+        "# the cluster token: read here, never on a command line or in sbatch's environment",
+        'PARALLEL_RL_TOKEN=$(cat -- "$TOKEN_FILE") || { echo "parallel-rl slurm: cannot read the token file '
+        '$TOKEN_FILE" >&2; exit 1; }',
+        "export PARALLEL_RL_TOKEN",
+    ]
     return lines
 
 
@@ -144,42 +156,48 @@ def render_script(job: SlurmJob) -> str:
     collector = _role(job, "collector") + ' --coordinator "$URL" --host 0.0.0.0 --port 0'
     if job.join:
         lines = _header(job, job.collectors, f"{job.job_name}-collectors")
-        lines += [f"URL_FILE={q(job.url_file)}",
-                  'URL=$(cat -- "$URL_FILE") || { echo "parallel-rl slurm: no training runs there: no $URL_FILE" >&2; '
-                  'exit 1; }',
-                  'echo "collectors joining $URL"',
-                  f"exec srun --ntasks={job.collectors} {collector}", ""]
+        lines += [
+            f"URL_FILE={q(job.url_file)}",
+            'URL=$(cat -- "$URL_FILE") || { echo "parallel-rl slurm: no training runs there: no $URL_FILE" >&2; '
+            "exit 1; }",
+            'echo "collectors joining $URL"',
+            f"exec srun --ntasks={job.collectors} {collector}",
+            "",
+        ]
         return "\n".join(lines)
     lines = _header(job, job.collectors + 1, job.job_name)
     port = str(job.port) if job.port else f"$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))"
     start = "--resume" if job.resume else '$( [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && echo --resume || echo --fresh )'
     gres = f" --gres={job.gres}" if job.gres else ""
     no_gres = " --gres=none" if job.gres else ""
-    lines += [f"PORT={port}",
-              'URL="http://$(hostname):$PORT"',
-              f"URL_FILE={q(job.url_file)}",
-              'echo "$URL" > "$URL_FILE.tmp" && mv -f -- "$URL_FILE.tmp" "$URL_FILE"',
-              # a requeued (preempted) job continues from the saved state; the first start is a fresh run
-              f"START={start}",
-              'echo "REST API: $URL/api/v1 (job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}: $START)"',
-              # the coordinator runs in the batch step itself (no CPU of its own); scancel's SIGTERM reaches it there
-              f'{_role(job, "coordinator")} --host 0.0.0.0 --port "$PORT" --advertise "$URL" $START &',
-              "coordinator=$!",
-              f'srun --ntasks=1 --nodes=1 --exact{gres} {_role(job, "learner")} --coordinator "$URL" '
-              f'--host 0.0.0.0 --port 0 &',
-              "learner=$!",
-              f"srun --ntasks={job.collectors} --exact{no_gres} {collector} &",
-              "collectors=$!",
-              # scancel signals every process of the job; this forwards a signal sent to the script alone
-              'trap \'kill -TERM "$coordinator" "$learner" "$collectors" 2>/dev/null\' TERM INT',
-              'while wait "$coordinator"; code=$?; kill -0 "$coordinator" 2>/dev/null; do :; done',
-              f"# the coordinator told the workers to stop: they have {WORKER_GRACE_SECONDS} s",
-              f'( sleep {WORKER_GRACE_SECONDS}; kill -TERM "$learner" "$collectors" 2>/dev/null ) &',
-              "grace=$!",
-              'wait "$learner" "$collectors"',
-              'kill "$grace" 2>/dev/null',
-              'echo "coordinator exited with $code"',
-              'exit "$code"', ""]
+    lines += [
+        f"PORT={port}",
+        'URL="http://$(hostname):$PORT"',
+        f"URL_FILE={q(job.url_file)}",
+        'echo "$URL" > "$URL_FILE.tmp" && mv -f -- "$URL_FILE.tmp" "$URL_FILE"',
+        # a requeued (preempted) job continues from the saved state; the first start is a fresh run
+        f"START={start}",
+        'echo "REST API: $URL/api/v1 (job $SLURM_JOB_ID, start ${SLURM_RESTART_COUNT:-0}: $START)"',
+        # the coordinator runs in the batch step itself (no CPU of its own); scancel's SIGTERM reaches it there
+        f'{_role(job, "coordinator")} --host 0.0.0.0 --port "$PORT" --advertise "$URL" $START &',
+        "coordinator=$!",
+        f'srun --ntasks=1 --nodes=1 --exact{gres} {_role(job, "learner")} --coordinator "$URL" '
+        f"--host 0.0.0.0 --port 0 &",
+        "learner=$!",
+        f"srun --ntasks={job.collectors} --exact{no_gres} {collector} &",
+        "collectors=$!",
+        # scancel signals every process of the job; this forwards a signal sent to the script alone
+        'trap \'kill -TERM "$coordinator" "$learner" "$collectors" 2>/dev/null\' TERM INT',
+        'while wait "$coordinator"; code=$?; kill -0 "$coordinator" 2>/dev/null; do :; done',
+        f"# the coordinator told the workers to stop: they have {WORKER_GRACE_SECONDS} s",
+        f'( sleep {WORKER_GRACE_SECONDS}; kill -TERM "$learner" "$collectors" 2>/dev/null ) &',
+        "grace=$!",
+        'wait "$learner" "$collectors"',
+        'kill "$grace" 2>/dev/null',
+        'echo "coordinator exited with $code"',
+        'exit "$code"',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -211,10 +229,17 @@ def submit(script_path: str, sbatch: Sequence[str] = ("sbatch",)) -> str:
     """``sbatch --parsable SCRIPT``; the job id, or SlurmError with sbatch's own line."""
     binary = shutil.which(sbatch[0])
     if binary is None:
-        raise SlurmError(f"sbatch not found on PATH: run `parallel-rl slurm` on a Slurm login node, or pass "
-                         f"--render-only and submit {script_path} yourself")
-    done = subprocess.run([binary, *sbatch[1:], "--parsable", script_path], capture_output=True, text=True,
-                          env=sbatch_environment(), timeout=120)
+        raise SlurmError(
+            f"sbatch not found on PATH: run `parallel-rl slurm` on a Slurm login node, or pass "
+            f"--render-only and submit {script_path} yourself"
+        )
+    done = subprocess.run(
+        [binary, *sbatch[1:], "--parsable", script_path],
+        capture_output=True,
+        text=True,
+        env=sbatch_environment(),
+        timeout=120,
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         raise SlurmError(f"sbatch refused {script_path}: {last}")
@@ -224,8 +249,14 @@ def submit(script_path: str, sbatch: Sequence[str] = ("sbatch",)) -> str:
     return job_id
 
 
-def job_for(cfg, config_path: str, overrides: Sequence[str] = (), collectors: int = 2,
-            shared_dir: Optional[str] = None, **options) -> SlurmJob:
+def job_for(
+    cfg,
+    config_path: str,
+    overrides: Sequence[str] = (),
+    collectors: int = 2,
+    shared_dir: Optional[str] = None,
+    **options,
+) -> SlurmJob:
     """The :class:`SlurmJob` of a compiled config: its shared store (``--shared-dir``, else the config's) and its
     run directory: the store's root when it is a local path, else the experiment directory (an object store has
     no place for a script or a token file: the experiment directory must be on the cluster's filesystem)."""
@@ -237,13 +268,20 @@ def job_for(cfg, config_path: str, overrides: Sequence[str] = (), collectors: in
     if not options.get("join"):  # a training running there now: its token file is not ours to replace
         lock_shared_dir(storage, "parallel-rl slurm").release()
     if options.get("resume") and not storage.states.seqs():  # the job's coordinator would say so, minutes later
-        raise ConfigError(f"--resume: no saved coordinator state in {storage.state_dir}; pass the --shared-dir of "
-                          f"the training to continue, or leave --resume out to start a new one")
+        raise ConfigError(
+            f"--resume: no saved coordinator state in {storage.state_dir}; pass the --shared-dir of "
+            f"the training to continue, or leave --resume out to start a new one"
+        )
     run_dir = os.path.abspath(storage.local_dir(fallback=experiment_dir(cfg)))
-    return SlurmJob(config=os.path.abspath(config_path), run_dir=run_dir,
-                    shared_dir=storage.root if storage.remote else os.path.abspath(storage.root),
-                    token_file=os.path.join(run_dir, TOKEN_FILE), collectors=collectors,
-                    overrides=tuple(overrides), **options)
+    return SlurmJob(
+        config=os.path.abspath(config_path),
+        run_dir=run_dir,
+        shared_dir=storage.root if storage.remote else os.path.abspath(storage.root),
+        token_file=os.path.join(run_dir, TOKEN_FILE),
+        collectors=collectors,
+        overrides=tuple(overrides),
+        **options,
+    )
 
 
 def ensure_token(job: SlurmJob) -> str:
@@ -258,8 +296,10 @@ def ensure_token(job: SlurmJob) -> str:
         token_from_file(job.token_file)  # readable and not empty, or a ConfigError naming it
         return "the run's"
     if job.join:
-        raise ConfigError(f"--join: no token file {job.token_file}: is a training running in {job.run_dir}? "
-                          f"(pass the --shared-dir of its `parallel-rl slurm`, or export {TOKEN_ENV})")
+        raise ConfigError(
+            f"--join: no token file {job.token_file}: is a training running in {job.run_dir}? "
+            f"(pass the --shared-dir of its `parallel-rl slurm`, or export {TOKEN_ENV})"
+        )
     write_token_file(job.token_file, new_token())
     return "new"
 
@@ -280,7 +320,8 @@ def submit_job(job: SlurmJob, render_only: bool = False, out=None) -> Optional[s
     print(f"submitted batch job {job_id}", file=out)
     print(f"watch: squeue -j {job_id}; output: {output}; stop: scancel {job_id}", file=out)
     if not job.join:
-        print(f"REST API: once it runs, the URL in {job.url_file} + /api/v1 (also the first line of {output})",
-              file=out)
+        print(
+            f"REST API: once it runs, the URL in {job.url_file} + /api/v1 (also the first line of {output})", file=out
+        )
     out.flush()
     return job_id

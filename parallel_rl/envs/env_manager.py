@@ -15,6 +15,7 @@ always step every env, so this sends each env's step to its worker process
 through the vector env's own pipes and waits on them with
 ``multiprocessing.connection.wait``. A slow env then never holds the fast ones up.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,6 @@ from .steps import COMPACT_OBS_DTYPES, EnvStep, as_obs, frame_stack_of  # noqa: 
 from .spaces import action_spec, check_observation_space
 
 logger = logging.getLogger(__name__)
-
 
 
 def env_kwargs_of(env_cfg: EasyDict, evaluating: bool = False) -> dict:
@@ -73,9 +73,11 @@ class EnvManager:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as exc:
-            raise ConfigError(f"env.env_id {env_id!r} is not a registered gymnasium env: {exc} (envs of another "
-                              "package: name it in env.import_names, e.g. [\"minatar\"] for MinAtar/Breakout-v1, "
-                              "[\"ale_py\"] for ALE/Pong-v5)") from exc
+            raise ConfigError(
+                f"env.env_id {env_id!r} is not a registered gymnasium env: {exc} (envs of another "
+                'package: name it in env.import_names, e.g. ["minatar"] for MinAtar/Breakout-v1, '
+                '["ale_py"] for ALE/Pong-v5)'
+            ) from exc
         if uses_mujoco(spec.entry_point):  # before its models compile: their warnings, its log file
             route_mujoco_messages()
         wrappers, vector_mode = sub_env_wrappers(env_id, vector_mode, step_latency_ms, mask_velocity)
@@ -83,8 +85,15 @@ class EnvManager:
             vector_mode = "vector_entry_point" if spec.vector_entry_point else "sync"
         self.env_id = env_id
         self._seed = seed
-        self._adopt(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vector_mode, wrappers=wrappers or None,
-                                 **(env_kwargs or {})))
+        self._adopt(
+            gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode=vector_mode,
+                wrappers=wrappers or None,
+                **(env_kwargs or {}),
+            )
+        )
         self.vector_mode = vector_mode
         self.life_loss = bool((env_kwargs or {}).get("life_loss_info")) and vector_mode == "vector_entry_point"
 
@@ -117,8 +126,7 @@ class EnvManager:
         # number of discrete actions, or the size of a Box action
         self.action_num = self.action_spec.dim
         # Box actions are clipped to the space's bounds here, once (policies may sample outside them)
-        self._action_bounds = ((self.action_spec.low, self.action_spec.high)
-                               if self.action_spec.kind == "box" else None)
+        self._action_bounds = (self.action_spec.low, self.action_spec.high) if self.action_spec.kind == "box" else None
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._needs_reset = np.zeros(num_envs, dtype=bool)
@@ -132,8 +140,11 @@ class EnvManager:
         # step_ready: envs whose step was sent and not yet received
         self._pending = np.zeros(num_envs, dtype=bool)
         base = getattr(vector_env, "unwrapped", vector_env)
-        self._subset_env = (base if isinstance(base, gym.vector.AsyncVectorEnv)
-                            and base.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP else None)
+        self._subset_env = (
+            base
+            if isinstance(base, gym.vector.AsyncVectorEnv) and base.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP
+            else None
+        )
         # ALE's vector env with life_loss_info=True ("episodic life", Mnih et al. 2015): a lost life is
         # ``terminated`` (no bootstrap across it) but the game goes on, no reset; the episode (its return and
         # length, the next step's validity) ends with the game: at lives == 0, or at truncation
@@ -161,8 +172,14 @@ class EnvManager:
         return self._env.action_space
 
     @classmethod
-    def from_cfg(cls, env_cfg: EasyDict, num_envs: int, seed: Optional[int] = None, evaluating: bool = False,
-                 spaces_only: bool = False) -> "EnvManager":
+    def from_cfg(
+        cls,
+        env_cfg: EasyDict,
+        num_envs: int,
+        seed: Optional[int] = None,
+        evaluating: bool = False,
+        spaces_only: bool = False,
+    ) -> "EnvManager":
         """The envs every role steps, made one way (the spaces of :func:`parallel_rl.envs.fit.env_spaces` too).
 
         ``evaluating``: an evaluator's envs: ``env.eval_env_kwargs`` go over ``env.env_kwargs`` (Atari: whole
@@ -176,8 +193,15 @@ class EnvManager:
         latency = float(env_cfg.get("step_latency_ms", 0.0) or 0.0)
         if spaces_only:
             vector_mode, latency = ("sync" if vector_mode == "async" else vector_mode), 0.0
-        return cls(env_cfg.env_id, num_envs, seed=seed, vector_mode=vector_mode, env_kwargs=kwargs,
-                   step_latency_ms=latency, mask_velocity=env_cfg.get("mask_velocity", False))
+        return cls(
+            env_cfg.env_id,
+            num_envs,
+            seed=seed,
+            vector_mode=vector_mode,
+            env_kwargs=kwargs,
+            step_latency_ms=latency,
+            mask_velocity=env_cfg.get("mask_velocity", False),
+        )
 
     @property
     def obs_dim(self) -> int:
@@ -205,8 +229,10 @@ class EnvManager:
 
     def step(self, actions: np.ndarray) -> EnvStep:
         if self._pending.any():
-            raise RuntimeError(f"EnvManager({self.env_id}): envs {np.flatnonzero(self._pending).tolist()} are still "
-                               "stepping from step_ready(); keep using step_ready(), or reset() first")
+            raise RuntimeError(
+                f"EnvManager({self.env_id}): envs {np.flatnonzero(self._pending).tolist()} are still "
+                "stepping from step_ready(); keep using step_ready(), or reset() first"
+            )
         if self._action_bounds is not None:
             actions = np.clip(actions, *self._action_bounds)
         obs, reward, terminated, truncated, info = self._env.step(actions)
@@ -273,8 +299,10 @@ class EnvManager:
 
     def _reset_envs(self, ended: np.ndarray) -> None:
         if not self.can_reset_subset:
-            raise ConfigError(f"EnvManager({self.env_id}): reset_kwargs need per-env resets, which "
-                              f"{type(self._env).__name__} cannot do; use vector_mode='sync' or 'async'")
+            raise ConfigError(
+                f"EnvManager({self.env_id}): reset_kwargs need per-env resets, which "
+                f"{type(self._env).__name__} cannot do; use vector_mode='sync' or 'async'"
+            )
         kwargs = dict(self.reset_kwargs)
         seed, options = kwargs.pop("seed", None), dict(kwargs.pop("options", None) or {})
         if kwargs:
@@ -290,7 +318,9 @@ class EnvManager:
                 _result, success = pipes[i].recv()
                 if not success:
                     _index, exctype, value, _trace = self._subset_env.error_queue.get(timeout=self.step_timeout)
-                    raise RuntimeError(f"EnvManager({self.env_id}): env {i} raised {exctype.__name__} in reset: {value}")
+                    raise RuntimeError(
+                        f"EnvManager({self.env_id}): env {i} raised {exctype.__name__} in reset: {value}"
+                    )
                 obs[i] = self._subset_env.observations[i]
         else:
             new_obs, _ = self._env.reset(seed=seed, options={**options, "reset_mask": ended})
@@ -311,8 +341,9 @@ class EnvManager:
         """Ids of the envs whose step (sent by :meth:`step_ready`) has not been received yet."""
         return np.flatnonzero(self._pending)
 
-    def step_ready(self, actions: np.ndarray, env_ids: np.ndarray, wait_num: int = 1,
-                   timeout: Optional[float] = None) -> EnvStep:
+    def step_ready(
+        self, actions: np.ndarray, env_ids: np.ndarray, wait_num: int = 1, timeout: Optional[float] = None
+    ) -> EnvStep:
         """Step the idle envs ``env_ids`` with ``actions``; return once some stepping envs are done.
 
         tianshou's asynchronous step: waits until at least one env (of all those stepping, including
@@ -325,8 +356,10 @@ class EnvManager:
         covers :meth:`step`).
         """
         if self._subset_env is None:
-            raise ConfigError(f"EnvManager({self.env_id}).step_ready needs an AsyncVectorEnv with next-step autoreset "
-                              f"(env.vector_mode='async'), not {type(self._env).__name__}")
+            raise ConfigError(
+                f"EnvManager({self.env_id}).step_ready needs an AsyncVectorEnv with next-step autoreset "
+                f"(env.vector_mode='async'), not {type(self._env).__name__}"
+            )
         if self._obs is None:
             raise RuntimeError(f"EnvManager({self.env_id}): call reset() before step_ready()")
         if wait_num < 1:
@@ -335,8 +368,10 @@ class EnvManager:
         if len(env_ids) != len(actions):
             raise ValueError(f"step_ready: {len(actions)} actions for {len(env_ids)} envs {env_ids.tolist()}")
         if self._pending[env_ids].any():
-            raise RuntimeError(f"EnvManager({self.env_id}).step_ready: envs {env_ids[self._pending[env_ids]].tolist()} "
-                               "are still stepping; send actions only to the envs a step returned as ready")
+            raise RuntimeError(
+                f"EnvManager({self.env_id}).step_ready: envs {env_ids[self._pending[env_ids]].tolist()} "
+                "are still stepping; send actions only to the envs a step returned as ready"
+            )
         if self._action_bounds is not None:
             actions = np.clip(actions, *self._action_bounds)
         pipes = self._subset_env.parent_pipes
@@ -355,16 +390,20 @@ class EnvManager:
         start = time.monotonic()
         ready = [waiting.pop(p) for p in wait_for_pipes(list(waiting), self.step_timeout)]
         if not ready:
-            raise TimeoutError(f"EnvManager({self.env_id}): no env finished its step within {self.step_timeout=} s; "
-                               "raise step_timeout for envs this slow")
+            raise TimeoutError(
+                f"EnvManager({self.env_id}): no env finished its step within {self.step_timeout=} s; "
+                "raise step_timeout for envs this slow"
+            )
         while waiting and len(ready) < wait_num:
             left = None if timeout is None else timeout - (time.monotonic() - start)
             if left is not None and left <= 0:
                 break
             done = wait_for_pipes(list(waiting), self.step_timeout if left is None else left)
             if not done and left is None:
-                raise TimeoutError(f"EnvManager({self.env_id}): {wait_num=} envs did not finish within "
-                                   f"{self.step_timeout=} s; lower wait_num or pass a timeout")
+                raise TimeoutError(
+                    f"EnvManager({self.env_id}): {wait_num=} envs did not finish within "
+                    f"{self.step_timeout=} s; lower wait_num or pass a timeout"
+                )
             ready.extend(waiting.pop(p) for p in done)
         return np.sort(np.asarray(ready, dtype=np.int64))
 
@@ -402,8 +441,18 @@ class EnvManager:
         episode_length = np.where(done, self._lengths, 0)
         self._needs_reset = np.where(ready_mask, done, self._needs_reset)
         self._obs = obs
-        step = EnvStep(obs, reward, terminated, truncated, valid, episode_return, episode_length, ended,
-                       int(valid.sum()), ready_mask)
+        step = EnvStep(
+            obs,
+            reward,
+            terminated,
+            truncated,
+            valid,
+            episode_return,
+            episode_length,
+            ended,
+            int(valid.sum()),
+            ready_mask,
+        )
         if ended and self.reset_kwargs is not None:
             self._reset_ended(step)
         return step
@@ -418,8 +467,10 @@ class EnvManager:
         while waiting:
             done = wait_for_pipes(list(waiting), max(0.0, deadline - time.monotonic()))
             if not done:
-                raise TimeoutError(f"EnvManager({self.env_id}): envs {sorted(waiting.values())} did not finish their "
-                                   f"step within {self.step_timeout=} s")
+                raise TimeoutError(
+                    f"EnvManager({self.env_id}): envs {sorted(waiting.values())} did not finish their "
+                    f"step within {self.step_timeout=} s"
+                )
             for pipe in done:
                 pipe.recv()
                 self._pending[waiting.pop(pipe)] = False
@@ -427,9 +478,13 @@ class EnvManager:
     def env_info(self, env_id: int) -> dict:
         """Env ``env_id``'s entries of the last step's info (needs ``keep_info``); gymnasium's ``_key`` masks applied."""
         info = self.info
-        return {k: (v[env_id] if isinstance(v, np.ndarray) else self.env_info_of(v, env_id)) for k, v in info.items()
-                if not k.startswith("_") and isinstance(v, (np.ndarray, dict))
-                and (f"_{k}" not in info or info[f"_{k}"][env_id])}
+        return {
+            k: (v[env_id] if isinstance(v, np.ndarray) else self.env_info_of(v, env_id))
+            for k, v in info.items()
+            if not k.startswith("_")
+            and isinstance(v, (np.ndarray, dict))
+            and (f"_{k}" not in info or info[f"_{k}"][env_id])
+        }
 
     @staticmethod
     def env_info_of(nested: dict, env_id: int) -> dict:
@@ -444,8 +499,11 @@ class EnvManager:
                 try:
                     self._drain()
                 except TimeoutError:
-                    logger.warning("EnvManager(%s): envs %s still stepping at close; terminating their processes",
-                                   self.env_id, self.pending.tolist())
+                    logger.warning(
+                        "EnvManager(%s): envs %s still stepping at close; terminating their processes",
+                        self.env_id,
+                        self.pending.tolist(),
+                    )
                     terminate = True
             if terminate:
                 self._env.close(terminate=True)

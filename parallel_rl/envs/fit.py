@@ -6,6 +6,7 @@ one copy), so the learner's network reads what the collectors' envs give. A plai
 ``ALE/Pong-v5`` gives 210x160x3 frames there and 4x84x84 stacks through ALE's own vector env.
 
 Above :mod:`.spaces` (what a space is), :mod:`.env_manager` and :mod:`.multiagent` (how envs are made)."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -13,6 +13,7 @@ never less. In a vector env the latencies add up as the vector env steps its sub
 own process, so they overlap and a vector step takes about ``L`` (at the cost of a process per sub-env).
 ``env.evaluator_vector_mode`` picks the evaluators' mode apart from the collectors'.
 """
+
 from __future__ import annotations
 
 import time

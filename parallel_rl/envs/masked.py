@@ -8,6 +8,7 @@ sees positions only and cannot tell which way things move: the task needs memory
 (``policy.model.recurrent``). :meth:`~parallel_rl.envs.env_manager.EnvManager.from_cfg` wraps each sub-env,
 and so does the video recorder.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,9 @@ class MaskVelocity(gym.ObservationWrapper):
         super().__init__(env)
         size = int(np.prod(env.observation_space.shape))
         if not indices or min(indices) < 0 or max(indices) >= size:
-            raise ConfigError(f"env.mask_velocity: indices {list(indices)} must lie in [0, {size}) "
-                              f"(the observation's entries)")
+            raise ConfigError(
+                f"env.mask_velocity: indices {list(indices)} must lie in [0, {size}) (the observation's entries)"
+            )
         self.mask = np.ones(size, dtype=env.observation_space.dtype)
         self.mask[list(indices)] = 0
 
@@ -45,14 +47,17 @@ def velocity_indices(env_id: str, mask_velocity: Union[bool, Sequence[int], None
         return ()
     if mask_velocity is True:
         if env_id not in VELOCITY_INDICES:
-            raise ConfigError(f"env.mask_velocity=true knows the velocity entries of {sorted(VELOCITY_INDICES)} "
-                              f"only; for {env_id!r} give their indices, e.g. env.mask_velocity=[1, 3]")
+            raise ConfigError(
+                f"env.mask_velocity=true knows the velocity entries of {sorted(VELOCITY_INDICES)} "
+                f"only; for {env_id!r} give their indices, e.g. env.mask_velocity=[1, 3]"
+            )
         return VELOCITY_INDICES[env_id]
     try:
         return tuple(int(i) for i in mask_velocity)
     except (TypeError, ValueError):
-        raise ConfigError(f"env.mask_velocity must be true/false or a list of observation indices, "
-                          f"got {mask_velocity!r}") from None
+        raise ConfigError(
+            f"env.mask_velocity must be true/false or a list of observation indices, got {mask_velocity!r}"
+        ) from None
 
 
 def mask_wrapper(env_id: str, mask_velocity) -> list:
@@ -70,7 +75,9 @@ def sub_env_wrappers(env_id: str, vector_mode: str, step_latency_ms: float, mask
         wrappers.append(functools.partial(LatencyWrapper, latency_ms=step_latency_ms))
     if wrappers:
         if vector_mode == "vector_entry_point":
-            raise ConfigError("env.step_latency_ms and env.mask_velocity wrap each sub-env: use env.vector_mode "
-                              "sync (latencies add up) or async (they overlap), not vector_entry_point")
+            raise ConfigError(
+                "env.step_latency_ms and env.mask_velocity wrap each sub-env: use env.vector_mode "
+                "sync (latencies add up) or async (they overlap), not vector_entry_point"
+            )
         vector_mode = "sync" if vector_mode == "auto" else vector_mode
     return wrappers, vector_mode

@@ -6,6 +6,7 @@ Left to itself, MuJoCo's C library printed each warning on the console and into 
 HalfCheetah and Hopper models use a compiler attribute MuJoCo 4.0 (installed here) deprecates, so every run printed it once per
 env (7 lines for a serial SAC run) and left the file behind. An error still raises ``mujoco.FatalError``
 with its message, as before."""
+
 from __future__ import annotations
 
 import logging
@@ -21,9 +22,7 @@ class MuJoCoWarning(RuntimeWarning):
 
 # known and harmless, by the start of MuJoCo's message: gymnasium's v5 models (half_cheetah.xml, hopper.xml, ...)
 # set <compiler settotalmass=...>, which MuJoCo 4.0 deprecates; the masses come out as gymnasium means them
-HARMLESS = (
-    "compiler attribute 'settotalmass' is deprecated",
-)
+HARMLESS = ("compiler attribute 'settotalmass' is deprecated",)
 
 _routed = False
 _lock = threading.Lock()
@@ -31,8 +30,10 @@ _lock = threading.Lock()
 
 def uses_mujoco(entry_point) -> bool:
     """Whether a gymnasium spec's entry point (a "module:Class" string or a callable) is one of MuJoCo's envs."""
-    return "mujoco" in (entry_point if isinstance(entry_point, str)
-                        else getattr(entry_point, "__module__", "") or "").lower()
+    return (
+        "mujoco"
+        in (entry_point if isinstance(entry_point, str) else getattr(entry_point, "__module__", "") or "").lower()
+    )
 
 
 def _warn(message: str) -> None:

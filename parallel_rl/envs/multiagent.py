@@ -24,6 +24,7 @@ completed (a seat's previous move, with the reward it earned until its next
 turn) and the :class:`GameResult` of every game that ended; ended games are
 reset at once.
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,10 @@ def resolve_factory(env_id: str, api: str = "auto") -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"env.env_id={env_id!r}: cannot import {module_name!r} ({exc}); give a module with "
-                          f"env()/parallel_env() such as 'pettingzoo.classic.tictactoe_v3', or 'module:factory'") from exc
+        raise ConfigError(
+            f"env.env_id={env_id!r}: cannot import {module_name!r} ({exc}); give a module with "
+            f"env()/parallel_env() such as 'pettingzoo.classic.tictactoe_v3', or 'module:factory'"
+        ) from exc
     if attr:
         names = [attr]
     else:
@@ -62,8 +65,9 @@ def resolve_factory(env_id: str, api: str = "auto") -> Callable[..., Any]:
         factory = getattr(module, name, None)
         if callable(factory):
             return factory
-    raise ConfigError(f"env.env_id={env_id!r}: module {module_name!r} has no {' or '.join(names)}() "
-                      f"(env.pettingzoo_api={api!r})")
+    raise ConfigError(
+        f"env.env_id={env_id!r}: module {module_name!r} has no {' or '.join(names)}() (env.pettingzoo_api={api!r})"
+    )
 
 
 def to_aec(game: Any, env_id: str) -> Any:
@@ -121,8 +125,10 @@ class TwoPlayerGame:
         agents = list(aec_env.possible_agents)
         if len(agents) != 2:
             aec_env.close()
-            raise ConfigError(f"env {env_id!r} has {len(agents)} agents {agents}; only two-player zero-sum games "
-                              f"are supported (self-play, battle collectors and the league pit one player against one)")
+            raise ConfigError(
+                f"env {env_id!r} has {len(agents)} agents {agents}; only two-player zero-sum games "
+                f"are supported (self-play, battle collectors and the league pit one player against one)"
+            )
         self.agents = agents
         self.seat_of = {agent: seat for seat, agent in enumerate(agents)}
         space = aec_env.observation_space(agents[0])
@@ -134,12 +140,15 @@ class TwoPlayerGame:
         else:
             obs_space = space
         if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"env {env_id!r} has observation space {obs_space}; only Box observations "
-                              f"(or {{'observation': Box, 'action_mask': ...}}) are supported")
+            raise ConfigError(
+                f"env {env_id!r} has observation space {obs_space}; only Box observations "
+                f"(or {{'observation': Box, 'action_mask': ...}}) are supported"
+            )
         act_space = aec_env.action_space(agents[0])
         if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
-            raise ConfigError(f"env {env_id!r} has action space {act_space}; two-player games need Discrete actions "
-                              f"starting at 0")
+            raise ConfigError(
+                f"env {env_id!r} has action space {act_space}; two-player games need Discrete actions starting at 0"
+            )
         self.obs_shape = tuple(obs_space.shape)
         self.action_spec = ActionSpec.discrete(act_space.n)
         self.action_mask = action_mask
@@ -165,16 +174,25 @@ class TwoPlayerGame:
             mask = (info or {}).get("action_mask")
         if mask is None:
             if self.action_mask == "required":
-                raise ConfigError(f"env {self.env_id!r} gives no action mask (observation['action_mask'] or "
-                                  f"info['action_mask']); if every action is always legal set "
-                                  f"env.action_mask='none'")
+                raise ConfigError(
+                    f"env {self.env_id!r} gives no action mask (observation['action_mask'] or "
+                    f"info['action_mask']); if every action is always legal set "
+                    f"env.action_mask='none'"
+                )
             mask = self._all_legal
         mask = np.asarray(mask, dtype=bool)
         if not (terminated or truncated) and not mask.any():
-            raise ConfigError(f"env {self.env_id!r}: the action mask of {self.env.agent_selection!r} allows no "
-                              f"action while the game goes on")
-        return (np.asarray(obs, dtype=np.float32).reshape(self.obs_shape), mask, float(reward),
-                bool(terminated), bool(truncated))
+            raise ConfigError(
+                f"env {self.env_id!r}: the action mask of {self.env.agent_selection!r} allows no "
+                f"action while the game goes on"
+            )
+        return (
+            np.asarray(obs, dtype=np.float32).reshape(self.obs_shape),
+            mask,
+            float(reward),
+            bool(terminated),
+            bool(truncated),
+        )
 
     def play(self, action: Optional[int]) -> None:
         self.env.step(action)
@@ -210,8 +228,18 @@ class TwoPlayerGame:
 
 
 # attributes of a raw PettingZoo env that a move never changes (or that must not be copied: pygame surfaces)
-_SHARED_STATE = frozenset({"action_spaces", "observation_spaces", "_ezpickle_args", "_ezpickle_kwargs", "screen",
-                           "clock", "metadata", "render_mode"})
+_SHARED_STATE = frozenset(
+    {
+        "action_spaces",
+        "observation_spaces",
+        "_ezpickle_args",
+        "_ezpickle_kwargs",
+        "screen",
+        "clock",
+        "metadata",
+        "render_mode",
+    }
+)
 
 
 def clone_state(raw_env: Any) -> Any:
@@ -230,8 +258,9 @@ def make_game(env_cfg: Any, render_mode: Optional[str] = None) -> TwoPlayerGame:
     try:
         raw = factory(**dict(env_cfg.get("env_kwargs") or {}))
     except TypeError as exc:
-        raise ConfigError(f"env.env_kwargs {dict(env_cfg.get('env_kwargs') or {})} do not fit "
-                          f"{env_cfg.env_id!r}: {exc}") from exc
+        raise ConfigError(
+            f"env.env_kwargs {dict(env_cfg.get('env_kwargs') or {})} do not fit {env_cfg.env_id!r}: {exc}"
+        ) from exc
     return TwoPlayerGame(to_aec(raw, env_cfg.env_id), env_cfg.env_id, env_cfg.get("action_mask", "required"))
 
 
@@ -338,8 +367,10 @@ class BattleEnvManager:
         illegal = ~self.mask[np.arange(self.num_envs), actions]
         if illegal.any():
             i = int(np.flatnonzero(illegal)[0])
-            raise ValueError(f"illegal action {int(actions[i])} in game {i} (legal: "
-                             f"{np.flatnonzero(self.mask[i]).tolist()}); mask the policy's actions")
+            raise ValueError(
+                f"illegal action {int(actions[i])} in game {i} (legal: "
+                f"{np.flatnonzero(self.mask[i]).tolist()}); mask the policy's actions"
+            )
         transitions: List[Transition] = []
         results: List[GameResult] = []
         for i, game in enumerate(self._games):
@@ -356,8 +387,10 @@ class BattleEnvManager:
             if game.over:
                 returns = (float(self._returns[i, 0]), float(self._returns[i, 1]))
                 if abs(sum(returns)) > ZERO_SUM_TOLERANCE:
-                    raise ConfigError(f"env {self.env_id!r} is not zero-sum: a game ended with returns {returns} "
-                                      f"(seat 0, seat 1); only two-player zero-sum games are supported")
+                    raise ConfigError(
+                        f"env {self.env_id!r} is not zero-sum: a game ended with returns {returns} "
+                        f"(seat 0, seat 1); only two-player zero-sum games are supported"
+                    )
                 results.append(GameResult(i, returns, game.moves))
                 game.reset(seed=None)
                 self._pending[i] = [None, None]
@@ -369,8 +402,9 @@ class BattleEnvManager:
             ended = terminated or truncated
             pending = self._pending[i][seat]
             if pending is not None:
-                transitions.append(Transition(i, seat, pending[0], pending[1], reward, obs,
-                                              mask & (not ended), terminated, ended))
+                transitions.append(
+                    Transition(i, seat, pending[0], pending[1], reward, obs, mask & (not ended), terminated, ended)
+                )
                 self._pending[i][seat] = None
             if ended:
                 game.play(None)
@@ -389,4 +423,3 @@ class BattleEnvManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-

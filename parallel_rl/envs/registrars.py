@@ -1,5 +1,6 @@
 """Env ids from other packages: import the modules a config names (``env.import_names``) and run the register
 call of the packages that need one."""
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ Handled once, here: ``Box`` observations of any shape (models flatten them),
 before any process starts, so a bad pairing is a one-line :class:`ConfigError`,
 never a traceback in a child.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,8 +58,9 @@ def action_spec(space: gym.Space, env_id: str = "?") -> ActionSpec:
     if kind == "box":
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise ConfigError(f"env {env_id!r}: Box action space {space} must have finite bounds")
-        return ActionSpec("box", shape=tuple(space.shape), low=space.low.astype(np.float32),
-                          high=space.high.astype(np.float32))
+        return ActionSpec(
+            "box", shape=tuple(space.shape), low=space.low.astype(np.float32), high=space.high.astype(np.float32)
+        )
     raise ConfigError(
         f"env {env_id!r} has action space {space}; supported action spaces are Discrete "
         f"(algorithms: {', '.join(algorithms_for('discrete'))}) and Box "

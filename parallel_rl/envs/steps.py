@@ -1,5 +1,6 @@
 """What a vector env's step gives the collectors: :class:`EnvStep` rows, the observation dtypes kept as the env
 gives them, and whether the observations are frame stacks (:func:`frame_stack_of`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

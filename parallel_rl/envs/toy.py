@@ -10,6 +10,7 @@ episode and return counts are known in advance.
 (``discrete``, ``box``, ``multidiscrete``): tests of which spaces and
 algorithms fit. The reward is ``-|action - 0.5|`` summed (Box) or as Counting's.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -63,7 +64,9 @@ class SpacesEnv(gym.Env):
 
     def __init__(self, episode_length: int = 10, obs_space: str = "box", action_space: str = "discrete"):
         if obs_space not in _OBS_SPACES or action_space not in _ACTION_SPACES:
-            raise ValueError(f"{obs_space=} must be in {sorted(_OBS_SPACES)}, {action_space=} in {sorted(_ACTION_SPACES)}")
+            raise ValueError(
+                f"{obs_space=} must be in {sorted(_OBS_SPACES)}, {action_space=} in {sorted(_ACTION_SPACES)}"
+            )
         self.episode_length = episode_length
         self.observation_space = _OBS_SPACES[obs_space]()
         self.action_space = _ACTION_SPACES[action_space]()

@@ -14,6 +14,7 @@ players pick 0 or 1; player_0 scores +1 when the picks match, player_1 scores
 +1 when they differ (the other gets -1). Every action is always legal and the
 env gives no mask (``env.action_mask = "none"``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,16 +28,18 @@ from pettingzoo.utils import AgentSelector
 class CountdownGame(AECEnv):
     metadata = {"render_modes": [], "name": "countdown_v0", "is_parallelizable": False}
 
-    def __init__(self, start: int = 5, max_moves: int = 100, n_agents: int = 2, loser_reward: float = -1.0,
-                 mask: bool = True):
+    def __init__(
+        self, start: int = 5, max_moves: int = 100, n_agents: int = 2, loser_reward: float = -1.0, mask: bool = True
+    ):
         super().__init__()
         if start < 1 or max_moves < 1:
             raise ValueError(f"{start=} and {max_moves=} must be >= 1")
         self.start, self.max_moves, self.loser_reward, self.with_mask = start, max_moves, loser_reward, mask
         self.possible_agents = [f"player_{i}" for i in range(n_agents)]
         board = gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
-        self._obs_space = (gym.spaces.Dict({"observation": board, "action_mask": gym.spaces.MultiBinary(2)})
-                           if mask else board)
+        self._obs_space = (
+            gym.spaces.Dict({"observation": board, "action_mask": gym.spaces.MultiBinary(2)}) if mask else board
+        )
         self._act_space = gym.spaces.Discrete(2)
 
     def observation_space(self, agent):

@@ -5,6 +5,7 @@
 
 Used by ``parallel-rl eval --video DIR`` and by the cluster's evaluators (``record_every``), which put the
 file into the shared store."""
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,9 @@ def ffmpeg_writer():
     try:
         import imageio_ffmpeg
     except ImportError:
-        raise ConfigError("recording videos needs imageio-ffmpeg: pip install 'parallel_rl[video]' "
-                          "(or pip install imageio-ffmpeg)") from None
+        raise ConfigError(
+            "recording videos needs imageio-ffmpeg: pip install 'parallel_rl[video]' (or pip install imageio-ffmpeg)"
+        ) from None
     return imageio_ffmpeg.write_frames
 
 
@@ -72,8 +74,10 @@ def render_env(env_cfg: EasyDict, seed: int) -> gym.Env:
     try:
         env = gym.make(env_cfg.env_id, render_mode="rgb_array", **env_kwargs_of(env_cfg, evaluating=True))
     except Exception as exc:  # envs raise anything for an unsupported render mode
-        raise ConfigError(f"env {env_cfg.env_id!r} cannot render frames for a video ({type(exc).__name__}: "
-                          f"{exc}); drop --video (or record_every) for this env") from None
+        raise ConfigError(
+            f"env {env_cfg.env_id!r} cannot render frames for a video ({type(exc).__name__}: "
+            f"{exc}); drop --video (or record_every) for this env"
+        ) from None
     if "rgb_array" not in (env.metadata.get("render_modes") or []):
         env.close()
         raise ConfigError(f"env {env_cfg.env_id!r} has no rgb_array render mode; drop --video (or record_every)")
@@ -113,8 +117,12 @@ class AleScreen(Screen):
     unless told ``padding_type="zero"`` (ALE pads with zeros): its stacks would only be close to the trained ones."""
 
     def __init__(self, env_id: str, kwargs: dict):
-        self.env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point",
-                                **{**kwargs, **ALE_SCREEN, **self.screen_size(env_id)})
+        self.env = gym.make_vec(
+            env_id,
+            num_envs=1,
+            vectorization_mode="vector_entry_point",
+            **{**kwargs, **ALE_SCREEN, **self.screen_size(env_id)},
+        )
         frameskip = {**gym.spec(env_id).kwargs, **kwargs}.get("frameskip", 4)
         self.fps = max(1, round(ATARI_HZ / frameskip))
         self._frame: Optional[np.ndarray] = None
@@ -137,9 +145,11 @@ class AleScreen(Screen):
     def step(self, actions: np.ndarray, step: EnvStep) -> None:
         obs, reward, terminated, truncated, _ = self.env.step(np.asarray(actions))
         if reward[0] != step.reward[0] or bool(terminated[0] or truncated[0]) != bool(step.done[0]):
-            raise RuntimeError(f"the video's screen env left the policy's game (reward {reward[0]} vs "
-                               f"{step.reward[0]}, episode end {terminated[0] or truncated[0]} vs {step.done[0]}): "
-                               "ALE's emulation is no longer decided by the seed and actions alone")
+            raise RuntimeError(
+                f"the video's screen env left the policy's game (reward {reward[0]} vs "
+                f"{step.reward[0]}, episode end {terminated[0] or truncated[0]} vs {step.done[0]}): "
+                "ALE's emulation is no longer decided by the seed and actions alone"
+            )
         self._frame = obs[0, 0]
 
     def render(self) -> np.ndarray:
@@ -170,8 +180,9 @@ def recording_env(env_cfg: EasyDict, seed: int) -> Tuple[EnvManager, Screen]:
     return EnvManager.from_env(single, seed=seed), Screen(single)
 
 
-def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], path: str, seed: int = 0,
-                   max_frames: int = 10_000) -> dict:
+def record_episode(
+    env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], path: str, seed: int = 0, max_frames: int = 10_000
+) -> dict:
     """Play one episode with ``act`` (a batch of observations -> actions, or a policy's eval mode: one with
     memory carries its state through the episode) and write it to ``path`` (MP4).
     Returns ``{"path", "frames", "return", "seconds"}``."""
@@ -189,9 +200,16 @@ def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], p
             frame = np.ascontiguousarray(screen.render())
             if writer is None:
                 height, width = frame.shape[:2]
-                writer = write_frames(tmp, (width, height), fps=screen.fps, codec=CODEC, pix_fmt_out=PIXEL_FORMAT,
-                                      macro_block_size=1, quality=7,  # ultrafast: the encoder leaves the CPU to the env
-                                      output_params=["-preset", "ultrafast", "-movflags", "+faststart"])
+                writer = write_frames(
+                    tmp,
+                    (width, height),
+                    fps=screen.fps,
+                    codec=CODEC,
+                    pix_fmt_out=PIXEL_FORMAT,
+                    macro_block_size=1,
+                    quality=7,  # ultrafast: the encoder leaves the CPU to the env
+                    output_params=["-preset", "ultrafast", "-movflags", "+faststart"],
+                )
                 writer.send(None)  # start the encoder
             writer.send(frame)
             frames += 1
@@ -215,16 +233,24 @@ def record_episode(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], p
     return {"path": path, "frames": frames, "return": episode_return, "seconds": time.perf_counter() - start}
 
 
-def record_episodes(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], directory: str, count: int,
-                    seed: int = 0, prefix: str = "episode") -> List[dict]:
+def record_episodes(
+    env_cfg: EasyDict,
+    act: Callable[[np.ndarray], np.ndarray],
+    directory: str,
+    count: int,
+    seed: int = 0,
+    prefix: str = "episode",
+) -> List[dict]:
     """``count`` episodes (seeds ``seed``, ``seed + 1``, ...) as ``<directory>/<prefix>-<i>.mp4``."""
     os.makedirs(directory, exist_ok=True)
-    return [record_episode(env_cfg, act, os.path.join(directory, f"{prefix}-{i}.mp4"), seed=seed + i)
-            for i in range(count)]
+    return [
+        record_episode(env_cfg, act, os.path.join(directory, f"{prefix}-{i}.mp4"), seed=seed + i) for i in range(count)
+    ]
 
 
-def encoded_bytes(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], seed: int,
-                  scratch_dir: Optional[str] = None) -> tuple:
+def encoded_bytes(
+    env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], seed: int, scratch_dir: Optional[str] = None
+) -> tuple:
     """(MP4 bytes, info) of one episode, written through a scratch file (ffmpeg writes to a path)."""
     import tempfile
 
@@ -237,8 +263,9 @@ def encoded_bytes(env_cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], se
 _unrecordable: set = set()  # env ids whose recording failed for good (logged once)
 
 
-def record_to_store(storage, cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], version: int,
-                    seed: int) -> Optional[str]:
+def record_to_store(
+    storage, cfg: EasyDict, act: Callable[[np.ndarray], np.ndarray], version: int, seed: int
+) -> Optional[str]:
     """A cluster evaluator's recording (``record_every``): one episode of policy ``version`` into the shared
     store's ``videos/``; returns the video's name, or None when it could not be made. A failed recording never
     fails the evaluation: an env that cannot render (or a missing imageio-ffmpeg) is logged once and skipped
@@ -258,6 +285,11 @@ def record_to_store(storage, cfg: EasyDict, act: Callable[[np.ndarray], np.ndarr
     except (StorageError, OSError) as exc:
         logger.warning("evaluator: the video of policy %d was not stored: %s", version, exc)
         return None
-    logger.info("evaluator: recorded policy %d (%d frames, return %.1f, %.2fs)", version, info["frames"],
-                info["return"], info["seconds"])
+    logger.info(
+        "evaluator: recorded policy %d (%d frames, return %.1f, %.2fs)",
+        version,
+        info["frames"],
+        info["return"],
+        info["seconds"],
+    )
     return storage.videos.name(version)

@@ -15,6 +15,7 @@ first mover, ``max_loss_rate.first = 0``), and the mean win rate against every
 opponent in ``cfg.min_mean_win_rate`` reaches its value (e.g. Connect Four:
 ``{"random": 0.9}`` beside ``stop_value = 0.6`` against ``lookahead``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,9 +54,19 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
             min_mean_win_rate=dict(),
         )
 
-    def __init__(self, cfg: Optional[EasyDict], env: BattleEnvManager, policy: Any, opponents: Mapping[str, Any],
-                 stop_value: Optional[float] = None, n_evaluator_episode: Optional[int] = None, seed: int = 0,
-                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "evaluator"):
+    def __init__(
+        self,
+        cfg: Optional[EasyDict],
+        env: BattleEnvManager,
+        policy: Any,
+        opponents: Mapping[str, Any],
+        stop_value: Optional[float] = None,
+        n_evaluator_episode: Optional[int] = None,
+        seed: int = 0,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "evaluator",
+    ):
         """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player.
         ``stop_value`` / ``n_evaluator_episode`` default to ``cfg.stop_value`` / ``cfg.n_episode`` (no stop value:
         never a stop); ``tb_logger`` gets each opponent's win rate (DI-engine's keywords)."""
@@ -76,8 +87,9 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         if unknown:
             raise ValueError(f"min_mean_win_rate names {unknown}, which are not opponents {sorted(self.opponents)}")
         if self.stop_opponent not in self.opponents:
-            raise ValueError(f"stop_opponent={self.stop_opponent!r} is not one of the opponents "
-                             f"{sorted(self.opponents)}")
+            raise ValueError(
+                f"stop_opponent={self.stop_opponent!r} is not one of the opponents {sorted(self.opponents)}"
+            )
         self._seed = seed
         self._last_eval_iter: Optional[int] = None
         self.eval_count = 0
@@ -119,8 +131,12 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         moves = 0
         while not monitor.is_finished():
             if time.perf_counter() > deadline:
-                logger.warning("battle evaluator: gave up after %.0fs with %d/%d games", self.cfg.max_seconds,
-                               len(monitor.returns()), n_episode)
+                logger.warning(
+                    "battle evaluator: gave up after %.0fs with %d/%d games",
+                    self.cfg.max_seconds,
+                    len(monitor.returns()),
+                    n_episode,
+                )
                 break
             mine = env.seat == seat
             actions = np.zeros(env.num_envs, dtype=np.int64)
@@ -137,11 +153,20 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self._lengths += monitor.lengths()
         if games == 0:
             return {"win": float("nan"), "draw": float("nan"), "loss": float("nan"), "games": 0}
-        return {"win": float((returns > 0).mean()), "draw": float((returns == 0).mean()),
-                "loss": float((returns < 0).mean()), "games": games}
+        return {
+            "win": float((returns > 0).mean()),
+            "draw": float((returns == 0).mean()),
+            "loss": float((returns < 0).mean()),
+            "games": games,
+        }
 
-    def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1,
-             n_episode: Optional[int] = None) -> Tuple[bool, Dict]:
+    def eval(
+        self,
+        save_ckpt_fn: Optional[Callable[[str], None]] = None,
+        train_iter: int = -1,
+        envstep: int = -1,
+        n_episode: Optional[int] = None,
+    ) -> Tuple[bool, Dict]:
         """Play every opponent from both sides; returns (stop_flag, info). Saves ``ckpt_best`` on a new best."""
         n_episode = n_episode or self.n_episode
         start = time.perf_counter()
@@ -156,11 +181,15 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         decisive = results[self.stop_opponent]
         score = win_rate[self.stop_opponent]
         complete = all(decisive[side]["games"] == n_episode for side in SIDES)
-        bounds_met = all(decisive[side]["win"] >= self.cfg.min_win_rate[side]
-                         and decisive[side]["loss"] <= self.cfg.max_loss_rate[side] for side in SIDES)
+        bounds_met = all(
+            decisive[side]["win"] >= self.cfg.min_win_rate[side]
+            and decisive[side]["loss"] <= self.cfg.max_loss_rate[side]
+            for side in SIDES
+        )
         others_met = all(win_rate.get(name, -1.0) >= rate for name, rate in self.cfg.min_mean_win_rate.items())
-        stop_flag = bool(complete and self.stop_value is not None and score >= self.stop_value and bounds_met
-                         and others_met)
+        stop_flag = bool(
+            complete and self.stop_value is not None and score >= self.stop_value and bounds_met and others_met
+        )
         info = {
             "train_iter": train_iter,
             "envstep": envstep,

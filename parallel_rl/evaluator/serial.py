@@ -1,5 +1,6 @@
 """Serial evaluators: greedy episodes on a vector env against the stop value (``InteractionSerialEvaluator``),
 or a policy's outputs on a labelled dataset scored by a metric (``MetricSerialEvaluator`` with an ``IMetric``)."""
+
 from __future__ import annotations
 
 import abc
@@ -57,8 +58,14 @@ class VectorEvalMonitor:
         infos = [i for env in self._info for i in env]
         if not infos:
             return None
-        keys = sorted({k for i in infos for k, v in i.items() if np.isscalar(v) and isinstance(v, (int, float, np.number))
-                       and not isinstance(v, (bool, np.bool_))})
+        keys = sorted(
+            {
+                k
+                for i in infos
+                for k, v in i.items()
+                if np.isscalar(v) and isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+            }
+        )
         return {f"{k}_mean": float(np.mean([i[k] for i in infos if k in i])) for k in keys}
 
     def is_finished(self) -> bool:
@@ -97,7 +104,7 @@ class VectorEvalMonitor:
         videos = [np.transpose(np.stack(v), (0, 3, 1, 2)) for env in self._video for v in env if v]
         if not videos:
             raise ValueError("no frames: call update_video(...) during the episodes first")
-        order = np.argsort(self.returns()[:len(videos)])
+        order = np.argsort(self.returns()[: len(videos)])
         n = len(order)  # worst, median(s), best, as DI-engine picks them
         chosen = [videos[order[i]] for i in (range(n) if n <= 3 else (0, n // 2 - 1, n // 2, n - 1))]
         length = max(len(v) for v in chosen)
@@ -234,8 +241,10 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         if force_render:
             raise ValueError(f"{force_render=}: rendering is not supported by parallel_rl's env manager")
         if self.env is None or self._policy is None:
-            raise RuntimeError(f"{self.instance_name}: eval() needs an env and a policy: pass them to the "
-                               f"constructor or to reset_env(env) / reset_policy(policy) first")
+            raise RuntimeError(
+                f"{self.instance_name}: eval() needs an env and a policy: pass them to the "
+                f"constructor or to reset_env(env) / reset_policy(policy) first"
+            )
         policy_kwargs = policy_kwargs or {}
         n_episode = n_episode or self.n_episode
         monitor = VectorEvalMonitor(self.env.num_envs, n_episode)
@@ -250,8 +259,12 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         deadline = start + self.cfg.max_seconds if self.cfg.max_seconds > 0 else math.inf
         while not monitor.is_finished():
             if time.perf_counter() > deadline:
-                logger.warning("evaluator: gave up after %.0fs with %d/%d episodes", self.cfg.max_seconds,
-                               len(monitor.returns()), n_episode)
+                logger.warning(
+                    "evaluator: gave up after %.0fs with %d/%d episodes",
+                    self.cfg.max_seconds,
+                    len(monitor.returns()),
+                    n_episode,
+                )
                 break
             if memory is None:
                 step = self.env.step(self._policy.forward(self.env.obs, **policy_kwargs))
@@ -293,8 +306,9 @@ class InteractionSerialEvaluator(ISerialEvaluator):
             self.best_return = mean
             if save_ckpt_fn is not None:
                 save_ckpt_fn("ckpt_best.pt")
-        stop_flag = (self.stop_value is not None and bool(returns) and len(returns) == n_episode
-                     and mean >= self.stop_value)
+        stop_flag = (
+            self.stop_value is not None and bool(returns) and len(returns) == n_episode and mean >= self.stop_value
+        )
         self._log(info, train_iter, envstep)
         return stop_flag, info
 
@@ -338,9 +352,16 @@ class MetricSerialEvaluator(ISerialEvaluator):
             type="metric",
         )
 
-    def __init__(self, cfg: Optional[EasyDict], env: Optional[Tuple[Any, IMetric]] = None, policy=None,
-                 tb_logger=None, exp_name: str = "default_experiment", instance_name: str = "evaluator",
-                 **kwargs: Any):
+    def __init__(
+        self,
+        cfg: Optional[EasyDict],
+        env: Optional[Tuple[Any, IMetric]] = None,
+        policy=None,
+        tb_logger=None,
+        exp_name: str = "default_experiment",
+        instance_name: str = "evaluator",
+        **kwargs: Any,
+    ):
         """``policy``: a mode or module with ``forward(inputs)``; ``env``: ``(data loader, metric)``;
         ``tb_logger`` gets a metric that is a number, or a dict's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
@@ -357,7 +378,9 @@ class MetricSerialEvaluator(ISerialEvaluator):
         if _env is not None:
             dataloader, metric = _env
             if not isinstance(metric, IMetric):
-                raise TypeError(f"MetricSerialEvaluator needs (DataLoader, IMetric), got a {type(metric).__name__} metric")
+                raise TypeError(
+                    f"MetricSerialEvaluator needs (DataLoader, IMetric), got a {type(metric).__name__} metric"
+                )
             self.dataloader, self.metric = dataloader, metric
 
     def reset_policy(self, _policy=None) -> None:
@@ -372,14 +395,17 @@ class MetricSerialEvaluator(ISerialEvaluator):
         self.eval_count = 0
         self.best_result = None
 
-    def eval(self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1,
-             envstep: int = -1) -> Tuple[bool, Any]:
+    def eval(
+        self, save_ckpt_fn: Optional[Callable[[str], None]] = None, train_iter: int = -1, envstep: int = -1
+    ) -> Tuple[bool, Any]:
         """Score the policy on the whole data loader; returns ``(stop_flag, mean metric)``."""
         import torch
 
         if self.metric is None or self._policy is None:
-            raise RuntimeError(f"{self.instance_name}: eval() needs (data loader, metric) and a policy: pass them "
-                               f"to the constructor or to reset_env((loader, metric)) / reset_policy(policy) first")
+            raise RuntimeError(
+                f"{self.instance_name}: eval() needs (data loader, metric) and a policy: pass them "
+                f"to the constructor or to reset_env((loader, metric)) / reset_policy(policy) first"
+            )
 
         start = time.perf_counter()
         results = []
@@ -390,8 +416,14 @@ class MetricSerialEvaluator(ISerialEvaluator):
             raise ValueError("MetricSerialEvaluator.eval: the data loader yielded no batch")
         result = self.metric.reduce_mean(results)
         self.eval_count += 1
-        logger.info("metric evaluator: train_iter=%d envstep=%d result=%s (%d batches, %.2fs)", train_iter, envstep,
-                    result, len(results), time.perf_counter() - start)
+        logger.info(
+            "metric evaluator: train_iter=%d envstep=%d result=%s (%d batches, %.2fs)",
+            train_iter,
+            envstep,
+            result,
+            len(results),
+            time.perf_counter() - start,
+        )
         if self.best_result is None or self.metric.gt(result, self.best_result):
             self.best_result = result
             if save_ckpt_fn is not None:

@@ -13,6 +13,7 @@ progress line at each evaluation; of a cluster trial, the eval history of the co
 shared store, read through ``parallel-rl plot``'s reader (the storage's validating loader) each time the run
 prints a progress line that shows an evaluation.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,10 @@ from .trials import Trial
 logger = logging.getLogger(__name__)
 
 # the serial pipeline's line at each evaluation (off a terminal), and the cluster launcher's progress line
-PROGRESS_LINE = re.compile(r"^\[(serial|cluster)\s+[\d.]+s\] eval_return=(n/a|-?[\d.]+(?:e[-+]?\d+)?|-?inf)\S*"
-                           r".*? env_steps=(\d+) updates=(\d+)")
+PROGRESS_LINE = re.compile(
+    r"^\[(serial|cluster)\s+[\d.]+s\] eval_return=(n/a|-?[\d.]+(?:e[-+]?\d+)?|-?inf)\S*"
+    r".*? env_steps=(\d+) updates=(\d+)"
+)
 ENV_STEPS = re.compile(r"\benv_steps=(\d+)")  # progress lines and the final summary: the last one is the count
 ERROR_LINE = re.compile(r"^parallel-rl (serial|run)(: error)?: ")
 STOP_SECONDS = 60.0  # a training stopped by SIGINT saves and exits within this, else SIGTERM, then SIGKILL
@@ -63,10 +66,17 @@ class TrialResult:
 
     def row(self) -> Dict[str, object]:
         """The trial's row in a sweep's table and CSV."""
-        return {"trial": self.trial.number, "settings": self.trial.label(),
-                "seed": "config" if self.trial.seed is None else self.trial.seed, "status": self.status,
-                "exit": self.exit_code, "eval_return": self.eval_return, "env_steps": self.env_steps,
-                "wall_s": round(self.wall, 1), "note": self.note}
+        return {
+            "trial": self.trial.number,
+            "settings": self.trial.label(),
+            "seed": "config" if self.trial.seed is None else self.trial.seed,
+            "status": self.status,
+            "exit": self.exit_code,
+            "eval_return": self.eval_return,
+            "env_steps": self.env_steps,
+            "wall_s": round(self.wall, 1),
+            "note": self.note,
+        }
 
 
 OnEval = Callable[[EvalPoint], bool]
@@ -111,8 +121,14 @@ class ProcessRunner:
             log_path = f"{exp_dir}.log"
             log = open(log_path, "w", buffering=1)  # line by line: the log is followed as it grows
             # a session of its own: Ctrl-C at a terminal reaches the sweep, which stops each training itself
-            proc = subprocess.Popen(self.command(trial, exp_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, bufsize=1, start_new_session=True)
+            proc = subprocess.Popen(
+                self.command(trial, exp_dir),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
             self._running[trial.number] = proc
         logger.info("lab: trial %d started (pid %d): %s; log %s", trial.number, proc.pid, trial.label(), log_path)
         pruned_at: Optional[int] = None
@@ -188,12 +204,14 @@ class ProcessRunner:
     def _interrupt(self, proc: subprocess.Popen) -> None:
         """Ctrl-C for one training: it saves and exits (its reader drains its output meanwhile); one still running
         STOP_SECONDS later is terminated, then killed."""
+
         def escalate() -> None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 if proc.poll() is not None:
                     return
-                logger.warning("lab: training pid %d still running %.0fs after SIGINT: %s", proc.pid, STOP_SECONDS,
-                               sig.name)
+                logger.warning(
+                    "lab: training pid %d still running %.0fs after SIGINT: %s", proc.pid, STOP_SECONDS, sig.name
+                )
                 proc.send_signal(sig)
                 try:
                     proc.wait(10.0)

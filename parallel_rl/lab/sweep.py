@@ -5,6 +5,7 @@ Every trial's config is compiled before anything runs: a key the config does not
 seed list is the sweep's error (exit 2, nothing runs); a trial whose values do not compile is reported failed
 with its reason and the others run. Trials run ``parallel`` at a time through a :class:`~.runner.Runner`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,9 @@ RESULTS_NAME = "results.csv"
 def check_out_dir(out_dir: str, what: str) -> None:
     """A sweep writes into a directory of its own: one holding an earlier sweep's trials is refused."""
     if os.path.isdir(out_dir) and any(name.startswith("trial_") for name in os.listdir(out_dir)):
-        raise ConfigError(f"--out {out_dir} holds the trials of an earlier {what}; pass another --out (or remove "
-                          f"that directory)")
+        raise ConfigError(
+            f"--out {out_dir} holds the trials of an earlier {what}; pass another --out (or remove that directory)"
+        )
 
 
 def random_settings(space_path: str, count: int, seed: int) -> List[Dict[str, Any]]:
@@ -47,14 +49,20 @@ def import_optuna():
     return optuna
 
 
-def plan(configs: TrialConfigs, grid: Dict[str, List[Any]], seeds: Sequence[Optional[int]],
-         random: Sequence[Dict[str, Any]] = ()) -> List[Trial]:
+def plan(
+    configs: TrialConfigs,
+    grid: Dict[str, List[Any]],
+    seeds: Sequence[Optional[int]],
+    random: Sequence[Dict[str, Any]] = (),
+) -> List[Trial]:
     """The trials: every grid combination (with every random draw) for every seed, numbered in that order."""
     combos = grid_settings(grid)
     if random:
         combos = [{**combo, **drawn} for combo in combos for drawn in random]
-    return [Trial(n, settings, seed) for n, (settings, seed) in
-            enumerate((settings, seed) for settings in combos for seed in seeds)]
+    return [
+        Trial(n, settings, seed)
+        for n, (settings, seed) in enumerate((settings, seed) for settings in combos for seed in seeds)
+    ]
 
 
 def check_trials(configs: TrialConfigs, trials: Sequence[Trial]) -> Dict[int, Optional[str]]:
@@ -62,8 +70,14 @@ def check_trials(configs: TrialConfigs, trials: Sequence[Trial]) -> Dict[int, Op
     return {trial.number: configs.check(trial) for trial in trials}
 
 
-def run_sweep(trials: Sequence[Trial], reasons: Dict[int, Optional[str]], runner: Runner, parallel: int,
-              out_dir: str, on_result: Optional[Callable[[TrialResult], None]] = None) -> List[TrialResult]:
+def run_sweep(
+    trials: Sequence[Trial],
+    reasons: Dict[int, Optional[str]],
+    runner: Runner,
+    parallel: int,
+    out_dir: str,
+    on_result: Optional[Callable[[TrialResult], None]] = None,
+) -> List[TrialResult]:
     """Run the trials whose config compiles (``reasons``: :func:`check_trials`) ``parallel`` at a time, and write
     the table to ``OUT/results.csv``."""
     results: Dict[int, TrialResult] = {}

@@ -7,6 +7,7 @@ as ``--set key=<JSON>``. :func:`check_settings` compiles the config a trial woul
 know is the whole sweep's error (:class:`~parallel_rl.errors.ConfigError`, exit 2); a bad value is that trial's
 failure (its one-line reason), and the other trials run.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,11 +61,14 @@ def parse_seeds(text: Optional[str]) -> List[Optional[int]]:
         else:
             seeds = [int(part) for part in text.split(",")]
     except ValueError as exc:
-        raise ConfigError(f"--seeds {text!r} is not a seed list ({exc}): use a range like 0-4 or a list like "
-                          f"0,2,5") from None
+        raise ConfigError(
+            f"--seeds {text!r} is not a seed list ({exc}): use a range like 0-4 or a list like 0,2,5"
+        ) from None
     if len(seeds) > MAX_SEEDS or len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= 2**32:
-        raise ConfigError(f"--seeds {text!r}: seeds must be distinct, in 0..2**32-1 and at most {MAX_SEEDS}; use a range "
-                          f"like 0-4 or a list like 0,2,5")
+        raise ConfigError(
+            f"--seeds {text!r}: seeds must be distinct, in 0..2**32-1 and at most {MAX_SEEDS}; use a range "
+            f"like 0-4 or a list like 0,2,5"
+        )
     return seeds
 
 
@@ -106,8 +110,9 @@ def parse_grid(specs: Sequence[str]) -> Dict[str, List[Any]]:
         try:
             grid[key] = _grid_values(raw)
         except ValueError as exc:
-            raise ConfigError(f"--grid {spec!r}: {exc}; give values separated by commas, e.g. "
-                              f"--grid {key}=1e-4,3e-4") from None
+            raise ConfigError(
+                f"--grid {spec!r}: {exc}; give values separated by commas, e.g. --grid {key}=1e-4,3e-4"
+            ) from None
     return grid
 
 
@@ -138,16 +143,18 @@ def space_settings(space: Callable[[Any], Any], trial: Any, path: str) -> Dict[s
     except Exception as exc:  # the user's function: its error, in one line, naming the file
         raise ConfigError(f"--space {path}: space(trial) raised {type(exc).__name__}: {exc}") from None
     if not isinstance(settings, Mapping):
-        raise ConfigError(f"--space {path}: space(trial) returned {type(settings).__name__}, not a dict of "
-                          f"dotted.key: value")
+        raise ConfigError(
+            f"--space {path}: space(trial) returned {type(settings).__name__}, not a dict of dotted.key: value"
+        )
     out = {}
     for key, value in settings.items():
         check_key(key, f"--space {path}")
         try:
             json.dumps(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"--space {path}: {key}={value!r} is not a JSON value (number, string, bool, "
-                              f"list)") from None
+            raise ConfigError(
+                f"--space {path}: {key}={value!r} is not a JSON value (number, string, bool, list)"
+            ) from None
         out[key] = value
     return out
 
@@ -180,8 +187,9 @@ class TrialConfigs:
             for key in trial.settings:
                 reason = self._unknown(key)
                 if reason:
-                    raise ConfigError(f"{reason} (a setting of trial {trial.number}); fix the key in --grid or the "
-                                      f"space file") from None
+                    raise ConfigError(
+                        f"{reason} (a setting of trial {trial.number}); fix the key in --grid or the space file"
+                    ) from None
             return str(exc)
         return None
 

@@ -10,6 +10,7 @@ SQLite file: the same command run again resumes it (its finished trials are kept
 Everything of study S goes under ``OUT/S/``: the trials' directories and logs, ``trials.csv`` (the study's table)
 and ``best_config.py`` (the best trial's config: ``parallel-rl run -c OUT/S/best_config.py`` trains it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,18 @@ def storage_url(text: Optional[str], out_dir: str) -> str:
 class Tuner:
     """One study: its storage, sampler and pruner, and the objective that trains a trial through ``runner``."""
 
-    def __init__(self, configs: TrialConfigs, space_path: str, runner: Runner, storage: str, study_name: str,
-                 seed: int = 0, startup_trials: int = 5, warmup_steps: int = 0, report_every: int = 0):
+    def __init__(
+        self,
+        configs: TrialConfigs,
+        space_path: str,
+        runner: Runner,
+        storage: str,
+        study_name: str,
+        seed: int = 0,
+        startup_trials: int = 5,
+        warmup_steps: int = 0,
+        report_every: int = 0,
+    ):
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the table says how each trial went
         self.optuna = optuna
@@ -63,29 +74,38 @@ class Tuner:
         # the space's keys, checked on a draw of its own before the study is made: an unknown one stops here
         draft = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
         configs.check(Trial(0, space_settings(self.space, draft, space_path)))
-        os.makedirs(os.path.dirname(storage[len(SQLITE):]) or ".", exist_ok=True)
+        os.makedirs(os.path.dirname(storage[len(SQLITE) :]) or ".", exist_ok=True)
         self.study = optuna.create_study(
-            storage=storage, study_name=study_name, load_if_exists=True, direction="maximize",
+            storage=storage,
+            study_name=study_name,
+            load_if_exists=True,
+            direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps))
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps),
+        )
 
     def finished(self) -> int:
         """Trials that came to an outcome (done, pruned, or failed with a reason); an interrupted one does not
         count."""
         return sum(1 for t in self.study.trials if "outcome" in t.user_attrs)
 
-    def optimize(self, total: int, parallel: int = 1, on_result: Optional[Callable[[TrialResult], None]] = None
-                 ) -> int:
+    def optimize(self, total: int, parallel: int = 1, on_result: Optional[Callable[[TrialResult], None]] = None) -> int:
         """Run trials until the study has ``total`` finished ones (the earlier runs' count); returns how many
         this call ran. A key the config does not know raises ConfigError: the study stops."""
         todo = max(0, total - self.finished())
         if todo:
+
             def stop_when_interrupted(study, _trial) -> None:
                 if self.interrupted.is_set():
                     study.stop()
 
-            self.study.optimize(lambda trial: self._objective(trial, on_result), n_trials=todo, n_jobs=parallel,
-                                catch=(TrialFailed,), callbacks=[stop_when_interrupted])
+            self.study.optimize(
+                lambda trial: self._objective(trial, on_result),
+                n_trials=todo,
+                n_jobs=parallel,
+                catch=(TrialFailed,),
+                callbacks=[stop_when_interrupted],
+            )
         return todo
 
     def interrupt(self) -> None:
@@ -135,14 +155,23 @@ class Tuner:
         """The study's table: every trial, the earlier runs' included."""
         rows = []
         for t in self.study.trials:
-            value = t.value if t.value is not None else (
-                t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
+            value = (
+                t.value
+                if t.value is not None
+                else (t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
+            )
             duration = t.duration.total_seconds() if t.duration is not None else None
-            rows.append({"trial": t.number, "settings": Trial(t.number, t.user_attrs.get("settings", {})).label(),
-                         "status": STATES.get(t.state.name, t.state.name.lower()), "eval_return": value,
-                         "env_steps": t.user_attrs.get("env_steps"),
-                         "wall_s": None if duration is None else round(duration, 1),
-                         "note": t.user_attrs.get("note", "")})
+            rows.append(
+                {
+                    "trial": t.number,
+                    "settings": Trial(t.number, t.user_attrs.get("settings", {})).label(),
+                    "status": STATES.get(t.state.name, t.state.name.lower()),
+                    "eval_return": value,
+                    "env_steps": t.user_attrs.get("env_steps"),
+                    "wall_s": None if duration is None else round(duration, 1),
+                    "note": t.user_attrs.get("note", ""),
+                }
+            )
         return rows
 
     def best(self):
@@ -157,9 +186,13 @@ class Tuner:
         best = self.best()
         if best is None:
             return None
-        return write_best_config(os.path.join(out_dir, BEST_CONFIG_NAME), self.configs,
-                                 Trial(best.number, best.user_attrs.get("settings", {})), best.value,
-                                 self.study.study_name)
+        return write_best_config(
+            os.path.join(out_dir, BEST_CONFIG_NAME),
+            self.configs,
+            Trial(best.number, best.user_attrs.get("settings", {})),
+            best.value,
+            self.study.study_name,
+        )
 
 
 def write_best_config(path: str, configs: TrialConfigs, trial: Trial, value: float, study_name: str) -> str:
@@ -167,14 +200,15 @@ def write_best_config(path: str, configs: TrialConfigs, trial: Trial, value: flo
     from ..config import apply_overrides
 
     config = apply_overrides(configs.raw, trial.overrides())
-    text = (f'"""The best trial ({trial.number}, eval return {value:g}) of study {study_name!r}: '
-            f'{os.path.basename(configs.config_path)} with {trial.label()}.\n\n'
-            f'Train it: parallel-rl {"run" if configs.cluster else "serial"} -c {path}\n"""\n'
-            f'inf, nan = float("inf"), float("nan")  # as repr() writes them\n'
-            f"main_config = {pprint.pformat(config, sort_dicts=False)}\n")
+    text = (
+        f'"""The best trial ({trial.number}, eval return {value:g}) of study {study_name!r}: '
+        f"{os.path.basename(configs.config_path)} with {trial.label()}.\n\n"
+        f'Train it: parallel-rl {"run" if configs.cluster else "serial"} -c {path}\n"""\n'
+        f'inf, nan = float("inf"), float("nan")  # as repr() writes them\n'
+        f"main_config = {pprint.pformat(config, sort_dicts=False)}\n"
+    )
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
     return path
-

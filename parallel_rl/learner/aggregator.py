@@ -20,6 +20,7 @@ is the learner slave itself, as rank 0 of a ``torch.distributed`` process group 
 
 With ``world_size=1`` it is exactly :class:`LearnerSlave`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,16 @@ from easydict import EasyDict
 from ..envs.fit import env_spaces
 from ..errors import ConfigError, LearnerRankLostError
 from ..policy import create_policy
-from ..policy.distributed import (RANK_SECRET_ENV, authenticate_group, broadcast_bytes, broadcast_state, destroy_group,
-                                  group_secret, join_group, open_store)
+from ..policy.distributed import (
+    RANK_SECRET_ENV,
+    authenticate_group,
+    broadcast_bytes,
+    broadcast_state,
+    destroy_group,
+    group_secret,
+    join_group,
+    open_store,
+)
 from ..storage import SharedStorage
 from .learner import create_learner, store_saving
 from .pipeline import RowStore
@@ -58,12 +67,52 @@ RANK_DEVICE_ENV = "PARALLEL_RL_RANK_DEVICE"
 # what a rank started here inherits of rank 0's environment (names, or prefixes ending in "_"): what Python,
 # torch, its devices and the shared store's client need; never the cluster token or other secrets of ours
 # (a rank talks to no coordinator: it gets the group's secret, derived from the token, to prove it is a rank)
-RANK_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "SHELL",
-                  "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV", "CONDA_PREFIX", "SSL_CERT_FILE", "SSL_CERT_DIR",
-                  "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
-                  "https_proxy", "no_proxy", "LOCAL_RANK")
-RANK_ENV_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_", "OMP_", "MKL_", "KMP_",
-                     "OPENBLAS_", "AWS_", "FSSPEC_", "GOOGLE_", "GCE_", "AZURE_")
+RANK_ENV_NAMES = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SHELL",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "LOCAL_RANK",
+)
+RANK_ENV_PREFIXES = (
+    "LC_",
+    "PYTHON",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "AWS_",
+    "FSSPEC_",
+    "GOOGLE_",
+    "GCE_",
+    "AZURE_",
+)
 
 
 def rank_environment(environ, **extra: str) -> Dict[str, str]:
@@ -115,14 +164,17 @@ class GroupStep:
     gather to rank 0 of every share's priorities, with the rank's learn info when asked (rank 0 averages
     it). What each rank can work out itself (its share, the rows' positions) never travels."""
 
-    def __init__(self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int,
-                 on_damaged=None):
+    def __init__(
+        self, learner, storage: SharedStorage, rank: int, size: int, cache_slots: int, chunk_rows: int, on_damaged=None
+    ):
         self.learner, self.rank, self.size = learner, rank, size
         # a damaged chunk's rows are dropped; rank 0 tells the coordinator (the others only log it)
         self._rows = RowStore(storage, cache_slots, chunk_rows, on_damaged)
         self.merged_info: Dict[str, float] = {}
 
-    def send(self, op: Op, refs: Optional[Dict[str, np.ndarray]] = None, merge_info: bool = False) -> Optional[np.ndarray]:
+    def send(
+        self, op: Op, refs: Optional[Dict[str, np.ndarray]] = None, merge_info: bool = False
+    ) -> Optional[np.ndarray]:
         """Rank 0: broadcast ``op`` (and a batch of references) and take part in the step."""
         if op != Op.TRAIN:
             dist.broadcast(torch.tensor([int(op), 0, 0, 0], dtype=torch.int64), 0)
@@ -133,8 +185,9 @@ class GroupStep:
         dist.broadcast(torch.tensor([int(op), n, int(merge_info), len(name_bytes)], dtype=torch.int64), 0)
         rows = refs["row"].astype(np.int64)
         weight = np.ascontiguousarray(refs["weight"], dtype=np.float32)
-        payload = np.concatenate([local.astype(np.int64).view(np.uint8), rows.view(np.uint8), weight.view(np.uint8),
-                                  name_bytes])
+        payload = np.concatenate(
+            [local.astype(np.int64).view(np.uint8), rows.view(np.uint8), weight.view(np.uint8), name_bytes]
+        )
         dist.broadcast(torch.from_numpy(payload), 0)
         return self._train(names.tolist(), local, rows, weight, merge_info)
 
@@ -148,20 +201,20 @@ class GroupStep:
         payload = torch.empty(20 * n + name_bytes, dtype=torch.uint8)
         dist.broadcast(payload, 0)
         raw = payload.numpy()
-        local, rows = raw[:8 * n].view(np.int64), raw[8 * n:16 * n].view(np.int64)
-        weight = raw[16 * n:20 * n].view(np.float32)
-        self._train(raw[20 * n:].tobytes().decode().split("\n"), local, rows, weight, bool(merge_info))
+        local, rows = raw[: 8 * n].view(np.int64), raw[8 * n : 16 * n].view(np.int64)
+        weight = raw[16 * n : 20 * n].view(np.float32)
+        self._train(raw[20 * n :].tobytes().decode().split("\n"), local, rows, weight, bool(merge_info))
         return Op.TRAIN
 
-    def _train(self, names: List[str], local: np.ndarray, rows: np.ndarray, weight: np.ndarray,
-               merge_info: bool) -> Optional[np.ndarray]:
+    def _train(
+        self, names: List[str], local: np.ndarray, rows: np.ndarray, weight: np.ndarray, merge_info: bool
+    ) -> Optional[np.ndarray]:
         n = len(rows)
         bounds = [share_bounds(r, self.size, n) for r in range(self.size)]
         start, end = bounds[self.rank]
         share_local = local[start:end]
         used = np.unique(share_local)  # only the chunks this share touches are read
-        batch, keep = self._rows.gather([names[i] for i in used], np.searchsorted(used, share_local),
-                                        rows[start:end])
+        batch, keep = self._rows.gather([names[i] for i in used], np.searchsorted(used, share_local), rows[start:end])
         kept = torch.tensor([int(keep.sum())], dtype=torch.int64)
         dist.all_reduce(kept, op=dist.ReduceOp.MIN)
         if int(kept.item()) == 0:  # some rank has no rows left of this batch (its chunks were evicted)
@@ -171,9 +224,15 @@ class GroupStep:
         self.learner.train(batch)
         # one gather to rank 0: this share's priorities (NaN where none), then the learn info when asked
         longest = max(e - s for s, e in bounds)
-        info_names = (sorted(k for k, v in self.learner.learn_info.items()
-                             if isinstance(v, (int, float)) and k not in ("train_iter", "envstep"))
-                      if merge_info else [])
+        info_names = (
+            sorted(
+                k
+                for k, v in self.learner.learn_info.items()
+                if isinstance(v, (int, float)) and k not in ("train_iter", "envstep")
+            )
+            if merge_info
+            else []
+        )
         mine = torch.full((longest + len(info_names),), float("nan"), dtype=torch.float64)
         info = self.learner.priority_info
         if info is not None:
@@ -186,7 +245,7 @@ class GroupStep:
             return None
         if info_names:
             self.merged_info = mean_learn_info([dict(zip(info_names, g[longest:].tolist())) for g in gathered])
-        return np.concatenate([g[:e - s].numpy() for g, (s, e) in zip(gathered, bounds)]).astype(np.float32)
+        return np.concatenate([g[: e - s].numpy() for g, (s, e) in zip(gathered, bounds)]).astype(np.float32)
 
 
 def mean_learn_info(info: List[Dict[str, float]]) -> Dict[str, float]:
@@ -267,12 +326,17 @@ class LearnerAggregator(LearnerSlave):
                 restarts += 1
                 self.rank_restarts += 1
                 if restarts > max_restarts or task.stop.is_set():
-                    raise LearnerRankLostError(f"{exc}; gave up after {restarts - 1} group restart(s) "
-                                               f"(parallel.learner.max_rank_restarts={max_restarts})") from exc
-                self.report_problem(f"{exc}; restarting the group of {self.world_size} ranks from the last "
-                                    f"learner state (restart {restarts} of {max_restarts})")
-                logger.warning("learner %s: %s; restarting the group (%d/%d)", self.worker_id, exc, restarts,
-                               max_restarts)
+                    raise LearnerRankLostError(
+                        f"{exc}; gave up after {restarts - 1} group restart(s) "
+                        f"(parallel.learner.max_rank_restarts={max_restarts})"
+                    ) from exc
+                self.report_problem(
+                    f"{exc}; restarting the group of {self.world_size} ranks from the last "
+                    f"learner state (restart {restarts} of {max_restarts})"
+                )
+                logger.warning(
+                    "learner %s: %s; restarting the group (%d/%d)", self.worker_id, exc, restarts, max_restarts
+                )
                 resume = True
 
     # ---- hooks of LearnerSlave.run_training ---------------------------------------------------
@@ -297,23 +361,41 @@ class LearnerAggregator(LearnerSlave):
         except RuntimeError as exc:  # a rank never joined, or died while starting
             lost = self._rank_lost(exc)
             self._stop_ranks()
-            raise LearnerRankLostError(f"the group of {size} learner ranks did not form within {timeout:g}s: "
-                                       f"{lost}") from exc
+            raise LearnerRankLostError(
+                f"the group of {size} learner ranks did not form within {timeout:g}s: {lost}"
+            ) from exc
         for r in self.ranks:
             r.state = RankState.RUNNING
         learner.rank, learner.world_size = 0, size
-        self._step = GroupStep(learner, self.storage, 0, size, int(lcfg.chunk_cache_size),
-                               int(self.cfg.parallel.collector.chunk_size), on_damaged=self.report_damaged_chunk)
+        self._step = GroupStep(
+            learner,
+            self.storage,
+            0,
+            size,
+            int(lcfg.chunk_cache_size),
+            int(self.cfg.parallel.collector.chunk_size),
+            on_damaged=self.report_damaged_chunk,
+        )
         self._last_collective = time.monotonic()
-        logger.info("learner %s: %d ranks train as one (%s)", self.worker_id, size,
-                    ", ".join(f"rank {r.rank} pid {r.pid}" for r in self.ranks))
+        logger.info(
+            "learner %s: %d ranks train as one (%s)",
+            self.worker_id,
+            size,
+            ", ".join(f"rank {r.rank} pid {r.pid}" for r in self.ranks),
+        )
 
-    def _spawn_rank(self, rank: int, size: int, addr: str, port: int, timeout: float,
-                    device: str) -> subprocess.Popen:
+    def _spawn_rank(self, rank: int, size: int, addr: str, port: int, timeout: float, device: str) -> subprocess.Popen:
         secret = group_secret(self.token)
-        env = rank_environment(os.environ, MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank),
-                               WORLD_SIZE=str(size), PARALLEL_RL_PARENT_PID=str(os.getpid()),
-                               **{RANK_DEVICE_ENV: device}, **({RANK_SECRET_ENV: secret.hex()} if secret else {}))
+        env = rank_environment(
+            os.environ,
+            MASTER_ADDR=addr,
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(size),
+            PARALLEL_RL_PARENT_PID=str(os.getpid()),
+            **{RANK_DEVICE_ENV: device},
+            **({RANK_SECRET_ENV: secret.hex()} if secret else {}),
+        )
         cmd = [sys.executable, "-m", "parallel_rl", "learner-rank", "--timeout", str(timeout)]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
@@ -330,8 +412,9 @@ class LearnerAggregator(LearnerSlave):
         if merge:
             self._last_merge = now
         ok = ~np.isnan(priority)
-        learner.priority_info = ({"index": batch["index"][ok], "uid": batch["uid"][ok], "priority": priority[ok]}
-                                 if ok.any() else None)
+        learner.priority_info = (
+            {"index": batch["index"][ok], "uid": batch["uid"][ok], "priority": priority[ok]} if ok.any() else None
+        )
 
     def get_data(self, pipeline, timeout: float):
         batch = super().get_data(pipeline, timeout)
@@ -369,14 +452,18 @@ class LearnerAggregator(LearnerSlave):
         """The error for a failed collective, naming the rank that died (given 2 s to be seen exiting)."""
         self._group_failed = True
         wait_for_any_exit([r.proc for r in self.ranks if r.proc is not None], timeout=2.0)
-        return LearnerRankLostError(f"{self._lost_ranks() or 'a learner rank failed'} "
-                                    f"({type(exc).__name__}: {str(exc)[:160]})")
+        return LearnerRankLostError(
+            f"{self._lost_ranks() or 'a learner rank failed'} ({type(exc).__name__}: {str(exc)[:160]})"
+        )
 
     def _lost_ranks(self) -> str:
         """Which ranks are gone, as one line ("" when none is known to be)."""
         self.rank_list()
-        return "; ".join(f"learner rank {r.rank} (pid {r.pid}) exited with {r.proc.returncode}" for r in self.ranks
-                         if r.state == RankState.LOST and r.proc is not None)
+        return "; ".join(
+            f"learner rank {r.rank} (pid {r.pid}) exited with {r.proc.returncode}"
+            for r in self.ranks
+            if r.state == RankState.LOST and r.proc is not None
+        )
 
     def _stop_ranks(self, graceful: bool = False) -> None:
         """Leave the process group; the spawned ranks get 10 s to exit after STOP (``graceful``, else SIGTERM
@@ -391,8 +478,7 @@ class LearnerAggregator(LearnerSlave):
             try:
                 r.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.warning("learner %s: rank %d (pid %d) did not exit; killing it", self.worker_id, r.rank,
-                               r.pid)
+                logger.warning("learner %s: rank %d (pid %d) did not exit; killing it", self.worker_id, r.rank, r.pid)
                 r.proc.kill()
                 r.proc.wait(5.0)
             if r.state != RankState.LOST:
@@ -402,8 +488,9 @@ class LearnerAggregator(LearnerSlave):
 
 
 # ---- ranks 1..N-1 -------------------------------------------------------------------------------------
-def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: float,
-             shared_dir: Optional[str] = None) -> int:
+def run_rank(
+    rank: int, size: int, master_addr: str, master_port: int, timeout: float, shared_dir: Optional[str] = None
+) -> int:
     """A learner rank: join rank 0's group, train on its share of every batch until told to stop."""
     from ..runtime import set_torch_threads, setup_logging
 
@@ -419,14 +506,24 @@ def run_rank(rank: int, size: int, master_addr: str, master_port: int, timeout: 
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         obs_dim, action_spec = _spaces(cfg)
         policy = create_policy(cfg.policy, obs_dim, action_spec, seed=cfg.seed)
-        learner = create_learner(store_saving(cfg.policy.learn.learner), policy.learn_mode, exp_dir=None,
-                                 instance_name=f"learner rank {rank}")
+        learner = create_learner(
+            store_saving(cfg.policy.learn.learner),
+            policy.learn_mode,
+            exp_dir=None,
+            instance_name=f"learner rank {rank}",
+        )
         state = broadcast_state({"policy": policy.state_dict(), "train_iter": 0})
         policy.load_state_dict(state["policy"])
         learner.train_iter = int(state["train_iter"])
         learner.rank, learner.world_size = rank, size
-        step = GroupStep(learner, SharedStorage(shared_dir or setup["shared_dir"]), rank, size,
-                         int(cfg.parallel.learner.chunk_cache_size), int(cfg.parallel.collector.chunk_size))
+        step = GroupStep(
+            learner,
+            SharedStorage(shared_dir or setup["shared_dir"]),
+            rank,
+            size,
+            int(cfg.parallel.learner.chunk_cache_size),
+            int(cfg.parallel.collector.chunk_size),
+        )
         logger.info("learner rank %d/%d: ready at iteration %d", rank, size, learner.train_iter)
         while step.receive() != Op.STOP:
             pass
@@ -446,8 +543,9 @@ def rank_secret() -> Optional[bytes]:
         try:
             return bytes.fromhex(given)
         except ValueError:
-            raise ConfigError(f"{RANK_SECRET_ENV} must be hex (as rank 0 passes it), got {len(given)} other "
-                              f"characters") from None
+            raise ConfigError(
+                f"{RANK_SECRET_ENV} must be hex (as rank 0 passes it), got {len(given)} other characters"
+            ) from None
     return group_secret(os.environ.get(TOKEN_ENV))
 
 
@@ -459,12 +557,15 @@ def cmd_learner_rank(args: argparse.Namespace) -> int:
     setup_logging("INFO")
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if not os.environ.get(k)]
     if missing:
-        raise ConfigError(f"learner-rank needs {', '.join(missing)} in its environment (the address and port "
-                          f"of rank 0's parallel.learner.master_addr/master_port, this rank, the world size)")
+        raise ConfigError(
+            f"learner-rank needs {', '.join(missing)} in its environment (the address and port "
+            f"of rank 0's parallel.learner.master_addr/master_port, this rank, the world size)"
+        )
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if not 1 <= rank < size:
-        raise ConfigError(f"learner-rank: RANK must be in 1..WORLD_SIZE-1 (rank 0 is the learner worker), got "
-                          f"{rank=} {size=}")
+        raise ConfigError(
+            f"learner-rank: RANK must be in 1..WORLD_SIZE-1 (rank 0 is the learner worker), got {rank=} {size=}"
+        )
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if not args.rejoin:
         return run_rank(rank, size, addr, port, args.timeout, args.shared_dir)
@@ -472,5 +573,11 @@ def cmd_learner_rank(args: argparse.Namespace) -> int:
         try:
             run_rank(rank, size, addr, port, args.timeout, args.shared_dir)
         except RuntimeError as exc:  # rank 0 gone, not up yet, or the group broke: the store connect waits again
-            logger.warning("learner rank %d/%d: the group at %s:%d ended: %s; joining again", rank, size, addr,
-                           port, str(exc)[:200])
+            logger.warning(
+                "learner rank %d/%d: the group at %s:%d ended: %s; joining again",
+                rank,
+                size,
+                addr,
+                port,
+                str(exc)[:200],
+            )

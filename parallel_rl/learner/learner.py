@@ -10,6 +10,7 @@ Hooks come from config keys named ``<hook>_<position>`` (DI-engine style)::
 
     hook=dict(save_ckpt_after_iter=1000, log_show_after_iter=100, save_ckpt_after_run=True)
 """
+
 from __future__ import annotations
 
 import abc
@@ -116,8 +117,10 @@ def build_learner_hook_by_cfg(cfg: Any) -> Dict[str, List[LearnerHook]]:
         if isinstance(value, Mapping):  # the full form
             unknown = set(value) - {"name", "type", "priority", "position", "ext_args"}
             if unknown or "type" not in value or "position" not in value:
-                raise ConfigError(f"learner hook {value!r}: the full form needs type and position, and may have "
-                                  f"name, priority, ext_args (unknown: {sorted(unknown)})")
+                raise ConfigError(
+                    f"learner hook {value!r}: the full form needs type and position, and may have "
+                    f"name, priority, ext_args (unknown: {sorted(unknown)})"
+                )
             kind, position = value["type"], value["position"]
             name = value.get("name", kind)
             priority = value.get("priority", _BUILTIN_PRIORITY.get(kind, 50))
@@ -139,8 +142,9 @@ def build_learner_hook_by_cfg(cfg: Any) -> Dict[str, List[LearnerHook]]:
 _BUILTIN_PRIORITY = {"load_ckpt": 20, "save_ckpt": 50, "log_show": 80}
 
 
-def merge_hooks(hooks1: Mapping[str, List[LearnerHook]],
-                hooks2: Mapping[str, List[LearnerHook]]) -> Dict[str, List[LearnerHook]]:
+def merge_hooks(
+    hooks1: Mapping[str, List[LearnerHook]], hooks2: Mapping[str, List[LearnerHook]]
+) -> Dict[str, List[LearnerHook]]:
     """Union of two hook tables, each position sorted by priority (stable: ``hooks1`` first on ties)."""
     return {p: sorted(list(hooks1.get(p, [])) + list(hooks2.get(p, [])), key=lambda h: h.priority) for p in POSITIONS}
 
@@ -171,8 +175,16 @@ class BaseLearner:
             ),
         )
 
-    def __init__(self, cfg: EasyDict, policy=None, tb_logger=None, dist_info: Optional[Tuple[int, int]] = None,
-                 exp_name: Optional[str] = None, instance_name: str = "learner", exp_dir: Optional[str] = None):
+    def __init__(
+        self,
+        cfg: EasyDict,
+        policy=None,
+        tb_logger=None,
+        dist_info: Optional[Tuple[int, int]] = None,
+        exp_name: Optional[str] = None,
+        instance_name: str = "learner",
+        exp_dir: Optional[str] = None,
+    ):
         """``policy``: a policy's ``learn_mode`` (``forward(batch) -> info``, ``state_dict``, ``load_state_dict``).
 
         DI-engine's arguments, in its order: ``tb_logger`` (anything with ``add_scalar(tag, value, step)``)
@@ -247,8 +259,9 @@ class BaseLearner:
         """Iterations trained so far: an int, and DI-engine's ``last_iter.val``."""
         return IterCount(self.train_iter)
 
-    def train(self, data: Mapping[str, np.ndarray], envstep: int = -1,
-              policy_kwargs: Optional[dict] = None) -> Dict[str, float]:
+    def train(
+        self, data: Mapping[str, np.ndarray], envstep: int = -1, policy_kwargs: Optional[dict] = None
+    ) -> Dict[str, float]:
         """One update on ``data``; returns scalar learn info. ``policy_kwargs`` go to the learn mode's forward."""
         self.call_hook("before_iter")
         if envstep >= 0:
@@ -283,10 +296,13 @@ class BaseLearner:
         ``learner_done`` (a :meth:`start` ran to its end)."""
         if self._learn_info is None:
             # 0-d tensors / numpy scalars become floats; anything else (arrays, dicts of [scalars]) stays
-            self._learn_info = {k: (float(v) if getattr(v, "ndim", None) == 0 and not isinstance(v, (int, float))
-                                    else v) for k, v in self._raw_info.items()}
-        self._learn_info.update(learner_step=self.train_iter, priority_info=self.priority_info,
-                                learner_done=self.learner_done)
+            self._learn_info = {
+                k: (float(v) if getattr(v, "ndim", None) == 0 and not isinstance(v, (int, float)) else v)
+                for k, v in self._raw_info.items()
+            }
+        self._learn_info.update(
+            learner_step=self.train_iter, priority_info=self.priority_info, learner_done=self.learner_done
+        )
         return self._learn_info
 
     @property
@@ -324,9 +340,12 @@ class BaseLearner:
         if self.exp_dir is None:
             if not self._warned_no_exp_dir:
                 self._warned_no_exp_dir = True
-                logger.warning("%s: no exp_dir, checkpoint %r not saved (give BaseLearner exp_dir=..., or drop the "
-                               "save_ckpt hooks; cluster learners save through the shared store)",
-                               self.instance_name, name)
+                logger.warning(
+                    "%s: no exp_dir, checkpoint %r not saved (give BaseLearner exp_dir=..., or drop the "
+                    "save_ckpt hooks; cluster learners save through the shared store)",
+                    self.instance_name,
+                    name,
+                )
             return None
         from ..storage import torch_save_atomic
 
@@ -362,9 +381,11 @@ class BaseLearner:
 
         batch_size = get_attribute(self._policy, "batch_size", self.cfg.get("batch_size"))
         if not callable(get_data) or batch_size is None:
-            raise ValueError(f"{self.instance_name}: setup_dataloader() without a data source needs learner.get_data "
-                             f"(a callable taking batch_size, as DI-engine's comm helper sets) and a batch size "
-                             f"(policy get_attribute('batch_size') or cfg.batch_size); got {get_data=}, {batch_size=}")
+            raise ValueError(
+                f"{self.instance_name}: setup_dataloader() without a data source needs learner.get_data "
+                f"(a callable taking batch_size, as DI-engine's comm helper sets) and a batch size "
+                f"(policy get_attribute('batch_size') or cfg.batch_size); got {get_data=}, {batch_size=}"
+            )
         return lambda: get_data(batch_size)
 
     def start(self, max_iterations: Optional[int] = None) -> None:

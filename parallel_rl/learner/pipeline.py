@@ -3,6 +3,7 @@ thread. One request to the coordinator returns references for several batches (a
 batches just trained on); :class:`RowStore` reads their rows from chunk files (cached in fixed slots) while the
 learner trains on the current batch.
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,6 +39,7 @@ PAGE_ROWS = 8
 class _Cached:
     """A chunk in the cache: its rows sit at ``pages[r // page_rows] * page_rows + r % page_rows``; its pool's first
     ``own`` frames are its file's own (those the chunk after it may refer to)."""
+
     __slots__ = ("key", "pages", "rows", "pool", "own")
 
     def __init__(self, key: int, pages: np.ndarray, rows: int, pool: Optional[np.ndarray], own: int):
@@ -71,8 +73,13 @@ class RowStore:
     always rebuilds. A fault of the store (StorageFaultError) is no damage: it raises, the file may be fine.
     """
 
-    def __init__(self, storage: SharedStorage, slots: int, slot_rows: int,
-                 on_damaged: Optional[Callable[[str, str], None]] = None):
+    def __init__(
+        self,
+        storage: SharedStorage,
+        slots: int,
+        slot_rows: int,
+        on_damaged: Optional[Callable[[str, str], None]] = None,
+    ):
         self.storage, self.slots, self.slot_rows = storage, slots, slot_rows
         self.on_damaged = on_damaged
         self.damaged: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # name -> reason
@@ -88,8 +95,7 @@ class RowStore:
         self._window = [0, 0, 0]  # since the last thrash check: rows asked, files read, rows those files held
         self._thrash_said = False
 
-    def _entry(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]],
-               pinned: set) -> Optional[_Cached]:
+    def _entry(self, name: str, fetched: Dict[str, Optional[Dict[str, np.ndarray]]], pinned: set) -> Optional[_Cached]:
         """The chunk in the cache (loading the file on a miss, unless in ``fetched``), or None when the file is gone
         or damaged. A chunk of ``pinned`` (this gather's) is never evicted to make room."""
         entry = self._lru.get(name)
@@ -123,14 +129,16 @@ class RowStore:
         self._window[1] += 1
         self._window[2] += n
         if not self._columns:
-            self._columns = {k: np.zeros((self.pages * self.page_rows,) + v.shape[1:], dtype=v.dtype)
-                             for k, v in cols.items()}
+            self._columns = {
+                k: np.zeros((self.pages * self.page_rows,) + v.shape[1:], dtype=v.dtype) for k, v in cols.items()
+            }
         need = max(1, -(-n // self.page_rows))
         while len(self._free) < need:
             oldest = next(iter(self._lru))
             if oldest in pinned:  # DataPipeline sizes the cache for a round; a caller asked for more
-                raise ValueError(f"the chunks of one gather hold more rows than the cache's {self.pages} pages "
-                                 f"of {self.page_rows}")
+                raise ValueError(
+                    f"the chunks of one gather hold more rows than the cache's {self.pages} pages of {self.page_rows}"
+                )
             self._free.extend(self._lru.pop(oldest).pages.tolist())
         pages = np.array([self._free.pop() for _ in range(need)], dtype=np.int64)
         rows = np.arange(n)
@@ -144,7 +152,7 @@ class RowStore:
     def _known_frames(self, name: str) -> Optional[np.ndarray]:
         """The own frames of chunk ``name`` when it is cached (a chunk after it refers to them: not read again)."""
         entry = self._lru.get(name)
-        return None if entry is None or entry.pool is None else entry.pool[:entry.own]
+        return None if entry is None or entry.pool is None else entry.pool[: entry.own]
 
     def _check_thrash(self, rows: int) -> None:
         """Say once when most sampled rows need a file read: a replay of more rows than the cache holds reads
@@ -161,7 +169,12 @@ class RowStore:
                 "learner: the last %d rows sampled needed %d chunk file reads: the cache holds %d rows "
                 "(parallel.learner.chunk_cache_size x parallel.collector.chunk_size, in pages of %d rows) and the "
                 "chunks hold %.0f rows on average. Give chunk_cache_size x chunk_size about the replay's size in rows",
-                asked, files, self.pages * self.page_rows, self.page_rows, mean)
+                asked,
+                files,
+                self.pages * self.page_rows,
+                self.page_rows,
+                mean,
+            )
 
     def _unfit(self, name: str, cols: Dict[str, np.ndarray]) -> Optional[str]:
         """Why the columns of chunk ``name`` (a chunk in itself: the store's loader checked it) cannot go into the
@@ -175,15 +188,19 @@ class RowStore:
             pool = cols.get(POOL)
             if pool is not None and self._frame is not None and (pool.shape[1:], pool.dtype) != self._frame:
                 # one batch's stacks are rebuilt from several chunks' pools into one array
-                return (f"chunk {name!r} has frames of {pool.dtype}{list(pool.shape[1:])}, the chunks before it "
-                        f"{self._frame[1]}{list(self._frame[0])}")
+                return (
+                    f"chunk {name!r} has frames of {pool.dtype}{list(pool.shape[1:])}, the chunks before it "
+                    f"{self._frame[1]}{list(self._frame[0])}"
+                )
             for k, v in cols.items():
                 if k == POOL:
                     continue
                 have = self._columns[k]
                 if v.shape[1:] != have.shape[1:] or not np.can_cast(v.dtype, have.dtype, "same_kind"):
-                    return (f"chunk {name!r}: column {k!r} is {v.dtype}{list(v.shape[1:])}, the chunks before it "
-                            f"{have.dtype}{list(have.shape[1:])}")
+                    return (
+                        f"chunk {name!r}: column {k!r} is {v.dtype}{list(v.shape[1:])}, the chunks before it "
+                        f"{have.dtype}{list(have.shape[1:])}"
+                    )
         return None
 
     def _damaged(self, name: str, reason: str) -> None:
@@ -217,8 +234,12 @@ class RowStore:
             for i in set(local[short].tolist()):
                 if chunks[i] not in self._short:
                     self._short.add(chunks[i])
-                    logger.warning("chunk %r holds %d rows, rows up to %d were asked of it: those past its end "
-                                   "are dropped", chunks[i], held[i], rows[local == i].max())
+                    logger.warning(
+                        "chunk %r holds %d rows, rows up to %d were asked of it: those past its end are dropped",
+                        chunks[i],
+                        held[i],
+                        rows[local == i].max(),
+                    )
         if not keep.any():
             return None, keep
         # every chunk's page list end to end: row r of chunk i is at page table[start[i] + r // page_rows]
@@ -249,8 +270,11 @@ def collector_lanes(chunks: List[str], chunk: np.ndarray, row: np.ndarray, env_i
     run = np.zeros(len(chunks), dtype=np.int64)  # the run of consecutive chunks each chunk belongs to
     order = sorted(range(len(chunks)), key=lambda i: parsed[i])
     for before, i in zip([None] + order[:-1], order):
-        run[i] = run[before] if before is not None and parsed[before][0] == parsed[i][0] and \
-            parsed[before][1] + 1 == parsed[i][1] else (0 if before is None else run[before] + 1)
+        run[i] = (
+            run[before]
+            if before is not None and parsed[before][0] == parsed[i][0] and parsed[before][1] + 1 == parsed[i][1]
+            else (0 if before is None else run[before] + 1)
+        )
     rank = np.empty(len(chunks), dtype=np.int64)
     rank[order] = np.arange(len(chunks))  # chunks in (collector, seq) order
     lane = run[chunk] * (int(env_id.max(initial=0)) + 1) + env_id
@@ -269,11 +293,23 @@ class DataPipeline:
     With ``lanes`` (on-policy) a batch's env ids are made distinct per chunk.
     """
 
-    def __init__(self, client: HttpClient, worker_id: str, storage: SharedStorage, batch_size: int,
-                 prefetch: int, cache_size: int, chunk_rows: int, on_control=None, buffer: str = "default",
-                 whole_segments: bool = False, load_rows: bool = True,
-                 on_damaged: Optional[Callable[[str, str], None]] = None, lanes: bool = False,
-                 clock: Optional[PhaseClock] = None):
+    def __init__(
+        self,
+        client: HttpClient,
+        worker_id: str,
+        storage: SharedStorage,
+        batch_size: int,
+        prefetch: int,
+        cache_size: int,
+        chunk_rows: int,
+        on_control=None,
+        buffer: str = "default",
+        whole_segments: bool = False,
+        load_rows: bool = True,
+        on_damaged: Optional[Callable[[str, str], None]] = None,
+        lanes: bool = False,
+        clock: Optional[PhaseClock] = None,
+    ):
         """``clock``: where the thread's time goes (background phases sample_request and reading_rows)."""
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.clock = clock or PhaseClock((), background=("sample_request", "reading_rows"))
@@ -377,15 +413,31 @@ class DataPipeline:
         while not self._stop.is_set():
             self._wait_for_room()
             infos = self._take_priorities()
-            priorities = {k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
-                          for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))} if infos else None
-            body = SampleRequest(worker_id=self.worker_id, batch_size=self.batch_size, batches=self.prefetch,
-                                 train_iter=self.train_iter, ahead=min(256, self._put - self._trained),
-                                 wait=1.0, encoding="base64", priorities=priorities).to_json()
+            priorities = (
+                {
+                    k: pack_array(np.concatenate([i[k] for i in infos]), dtype)
+                    for k, dtype in (("index", "<i8"), ("uid", "<i8"), ("priority", "<f4"))
+                }
+                if infos
+                else None
+            )
+            body = SampleRequest(
+                worker_id=self.worker_id,
+                batch_size=self.batch_size,
+                batches=self.prefetch,
+                train_iter=self.train_iter,
+                ahead=min(256, self._put - self._trained),
+                wait=1.0,
+                encoding="base64",
+                priorities=priorities,
+            ).to_json()
             try:
                 with self.clock.timing("sample_request", background=True):
-                    answer = SampleAnswer.from_json(self.client.post(f"/api/v1/buffers/{self.buffer}/sample", body,
-                                                                     timeout=self.client.timeout + 1.0))
+                    answer = SampleAnswer.from_json(
+                        self.client.post(
+                            f"/api/v1/buffers/{self.buffer}/sample", body, timeout=self.client.timeout + 1.0
+                        )
+                    )
                 failures = retries = 0
             except ParallelRLError as exc:
                 # an unreachable coordinator (restarting) is waited for: the slave's heartbeat gives up after
@@ -398,7 +450,7 @@ class DataPipeline:
                     self.error = f"sampling from the coordinator failed {failures} times: {exc}"
                     logger.error("learner: %s", self.error)
                     return
-                self._stop.wait(min(1.0, 0.1 * 2 ** retries))  # bounded backoff
+                self._stop.wait(min(1.0, 0.1 * 2**retries))  # bounded backoff
                 continue
             if self.on_control is not None and answer.control:
                 self.on_control(answer.control)
@@ -421,8 +473,16 @@ class DataPipeline:
         Rows whose chunk file is gone or damaged, or past its end, are dropped (counted in ``missing_rows``)."""
         if not refs:
             return []
-        cols = {k: [unpack_array(r[k], dtype) for r in refs] for k, dtype in (
-            ("chunk", np.int64), ("row", np.int64), ("index", np.int64), ("uid", np.int64), ("weight", np.float32))}
+        cols = {
+            k: [unpack_array(r[k], dtype) for r in refs]
+            for k, dtype in (
+                ("chunk", np.int64),
+                ("row", np.int64),
+                ("index", np.int64),
+                ("uid", np.int64),
+                ("weight", np.float32),
+            )
+        }
         local = np.concatenate(cols.pop("chunk"))
         if not self.load_rows:  # references only: each learner rank reads its own share of the rows
             flat = {k: np.concatenate(v) for k, v in cols.items()}
@@ -441,8 +501,9 @@ class DataPipeline:
         ends = np.cumsum([len(r) for r in cols["index"]])
         cuts = np.cumsum(keep)[ends[:-1] - 1]  # kept rows before each batch boundary
         parts = {k: np.split(v, cuts) for k, v in rows.items()}
-        batches = [batch for batch in ({k: p[i] for k, p in parts.items()} for i in range(len(refs)))
-                   if len(batch["index"])]
+        batches = [
+            batch for batch in ({k: p[i] for k, p in parts.items()} for i in range(len(refs))) if len(batch["index"])
+        ]
         if lanes:  # each lane's rows in time order within the batch (the advantage recursions read them so)
             for batch in batches:
                 order = np.argsort(batch.pop("_time"), kind="stable")

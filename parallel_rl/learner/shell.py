@@ -5,6 +5,7 @@ the learner trains on the current one. Every ``publish_every`` iterations the po
 disk and announced; every ``save_state_every`` the full learner state (optimizer included) too, so a new
 learner resumes where a dead one stopped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ class LearnerSlave(Slave, BaseCommLearner):
         obs_shape, self.action_spec = env_spaces(cfg.env, cfg.policy.type)
         self.obs_dim = int(np.prod(obs_shape))
         if self.clock is None:
-            self.clock = PhaseClock(("waiting_for_data", "train", "publishing"),
-                                    background=("sample_request", "reading_rows"))
+            self.clock = PhaseClock(
+                ("waiting_for_data", "train", "publishing"), background=("sample_request", "reading_rows")
+            )
 
     def time_breakdown(self) -> Optional[TimeBreakdown]:
         return None if self.clock is None else self.clock.breakdown()
@@ -77,8 +79,11 @@ class LearnerSlave(Slave, BaseCommLearner):
         info["longest_update_seconds"] = round(self.longest_update, 3)
         info.update(self.data_stats)
         # whatever scalars the policy reports (DQN: loss, q_value, td_error; PPO: policy_loss, entropy, ...)
-        self.tb.scalars(learner.train_iter, "learner/",
-                        **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")})
+        self.tb.scalars(
+            learner.train_iter,
+            "learner/",
+            **{k: v for k, v in info.items() if k not in ("train_iter", "envstep", "missing_rows")},
+        )
         self.send_metadata(LearnInfo(train_iter=learner.train_iter, info=info, task_id=task.task_id).to_json())
 
     data_stats: Dict[str, int] = {}
@@ -110,8 +115,12 @@ class LearnerSlave(Slave, BaseCommLearner):
         """Train until ``task`` is stopped; ``resume``: from the newest good learner state on the shared disk."""
         cfg, lcfg = self.cfg, self.cfg.parallel.learner
         policy = create_policy(cfg.policy, self.obs_dim, self.action_spec, seed=cfg.seed)
-        learner = create_learner(store_saving(cfg.policy.learn.learner), policy.learn_mode, exp_dir=None,
-                                 instance_name=f"learner {self.worker_id}")
+        learner = create_learner(
+            store_saving(cfg.policy.learn.learner),
+            policy.learn_mode,
+            exp_dir=None,
+            instance_name=f"learner {self.worker_id}",
+        )
         if resume:
             found = self.storage.learner_states.latest_good()
             if found is not None:
@@ -127,18 +136,33 @@ class LearnerSlave(Slave, BaseCommLearner):
         # (train_iter - the oldest policy version in a batch) it ever saw
         flow = policy.flow
         name = flow.learner_stats
-        self.data_stats = {f"{name}s": 0, f"{name}_rows": 0, f"{name}_rows_total": 0,
-                           f"{name}_staleness_max": 0} if name else {}
+        self.data_stats = (
+            {f"{name}s": 0, f"{name}_rows": 0, f"{name}_rows_total": 0, f"{name}_staleness_max": 0} if name else {}
+        )
         batch_size = flow.learner_batch_size(cfg.policy)
-        pipeline = DataPipeline(self.coordinator, self.worker_id, self.storage, batch_size,
-                                flow.learner_prefetch(lcfg), int(lcfg.chunk_cache_size),
-                                int(cfg.parallel.collector.chunk_size), on_control=self.on_control,
-                                whole_segments=flow.whole_segments, load_rows=self.loads_rows,
-                                on_damaged=self.report_damaged_chunk, lanes=flow.lanes, clock=self.clock).start()
+        pipeline = DataPipeline(
+            self.coordinator,
+            self.worker_id,
+            self.storage,
+            batch_size,
+            flow.learner_prefetch(lcfg),
+            int(lcfg.chunk_cache_size),
+            int(cfg.parallel.collector.chunk_size),
+            on_control=self.on_control,
+            whole_segments=flow.whole_segments,
+            load_rows=self.loads_rows,
+            on_damaged=self.report_damaged_chunk,
+            lanes=flow.lanes,
+            clock=self.clock,
+        ).start()
         publish_every = flow.publish_every(lcfg)
         # under the worker id the REST API shows (learner-1; a restarted learner: learner-2, ...)
-        self.tb = worker_logger(cfg.system, self.storage.local_dir(
-            "tensorboard", self.worker_id or f"learner-pid{os.getpid()}", fallback=experiment_dir(cfg)))
+        self.tb = worker_logger(
+            cfg.system,
+            self.storage.local_dir(
+                "tensorboard", self.worker_id or f"learner-pid{os.getpid()}", fallback=experiment_dir(cfg)
+            ),
+        )
         last_info, last_iter = time.monotonic(), learner.train_iter
         started = time.monotonic()
         learner.call_hook("before_run")
@@ -163,8 +187,9 @@ class LearnerSlave(Slave, BaseCommLearner):
                     pipeline.trained(learner.train_iter)
                     now = time.monotonic()
                     if now - last_info >= 0.25:
-                        self.send_learn_info(task, learner, pipeline,
-                                             (learner.train_iter - last_iter) / (now - last_info))
+                        self.send_learn_info(
+                            task, learner, pipeline, (learner.train_iter - last_iter) / (now - last_info)
+                        )
                         last_info, last_iter = now, learner.train_iter
             finally:
                 pipeline.stop()
@@ -175,9 +200,12 @@ class LearnerSlave(Slave, BaseCommLearner):
         finally:
             self.tb.close()
         elapsed = time.monotonic() - started
-        return {"train_iter": learner.train_iter, "updates": learner.train_iter - start_iter,
-                "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0,
-                **self.data_stats}
+        return {
+            "train_iter": learner.train_iter,
+            "updates": learner.train_iter - start_iter,
+            "updates_per_second": (learner.train_iter - start_iter) / elapsed if elapsed > 0 else 0.0,
+            **self.data_stats,
+        }
 
     def _count_batch(self, name: str, batch: Dict[str, np.ndarray], train_iter: int) -> None:
         """What the learner is about to train on, from the rows themselves (each carries its policy version)."""
@@ -188,8 +216,14 @@ class LearnerSlave(Slave, BaseCommLearner):
         stats[f"{name}_rows_total"] += len(batch["collect_iter"])
         stats[f"{name}_staleness_max"] = max(stats[f"{name}_staleness_max"], staleness)
         if staleness > int(self.cfg.policy.other.replay_buffer.max_staleness):
-            logger.error("learner %s: a %s %d versions old reached iteration %d (max_staleness %d)", self.worker_id,
-                         name, staleness, train_iter, self.cfg.policy.other.replay_buffer.max_staleness)
+            logger.error(
+                "learner %s: a %s %d versions old reached iteration %d (max_staleness %d)",
+                self.worker_id,
+                name,
+                staleness,
+                train_iter,
+                self.cfg.policy.other.replay_buffer.max_staleness,
+            )
 
 
 register_comm_learner("flask_fs", LearnerSlave)

@@ -4,6 +4,7 @@ The torch-backed classes load on first use (PEP 562 ``__getattr__``), so
 processes that only need configs and schedules (the coordinator) never
 import torch.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -38,5 +39,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DQNPolicy", "POLICY_ACTION_SPACES", "POLICY_DEFAULTS", "PolicySpec", "QNetwork", "create_policy",
-           "dqn_default_config", "epsilon_schedule", "get_policy_cls", "policy_spec", "register_policy"]
+__all__ = [
+    "DQNPolicy",
+    "POLICY_ACTION_SPACES",
+    "POLICY_DEFAULTS",
+    "PolicySpec",
+    "QNetwork",
+    "create_policy",
+    "dqn_default_config",
+    "epsilon_schedule",
+    "get_policy_cls",
+    "policy_spec",
+    "register_policy",
+]

@@ -5,6 +5,7 @@ The ratio in the surrogate is the learner's policy over the behaviour policy tha
 recorded by the collector), clipped at ``1 +- learn.clip_ratio``; advantages and value targets are
 IMPALA's V-trace ones (:class:`.impala.IMPALAPolicy`), recomputed before each epoch.
 """
+
 from __future__ import annotations
 
 from easydict import EasyDict

@@ -1,4 +1,5 @@
 """What every policy shares: its three modes (DI-engine's learn / collect / eval) and its data flow."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

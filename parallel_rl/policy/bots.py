@@ -10,6 +10,7 @@ of each row) is passed to bots whose ``needs_game`` is true.
   win with if it were its turn), else random.
 - ``first_legal``: the lowest legal action (deterministic; scripted tests).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
@@ -29,8 +30,9 @@ class Bot:
     def __init__(self, seed: Optional[int] = None):
         self._rng = np.random.default_rng(seed)
 
-    def forward(self, obs: np.ndarray, mask: Optional[np.ndarray] = None, games: Optional[Sequence[Any]] = None,
-                **_: Any) -> np.ndarray:
+    def forward(
+        self, obs: np.ndarray, mask: Optional[np.ndarray] = None, games: Optional[Sequence[Any]] = None, **_: Any
+    ) -> np.ndarray:
         raise NotImplementedError
 
     def state_dict(self) -> Dict:

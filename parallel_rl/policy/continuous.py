@@ -2,6 +2,7 @@
 targets, actions scaled to [-1, 1] inside the networks (the replay rows hold the env's action), the critic
 loss (importance-weighted under prioritized replay), and state dicts built from the names of their
 networks and optimizers. Each algorithm's module keeps its own update, in its paper's names."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, Optional, Tuple
@@ -32,8 +33,15 @@ class BoxActorCritic(Policy):
     _NETWORKS: Tuple[str, ...] = ("actor", "q1", "q2", "target_q1", "target_q2")
     _OPTIMIZERS: Tuple[str, ...] = ()
 
-    def _setup(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int], device: str,
-               actor: Callable[[int, int, list], nn.Module]) -> None:
+    def _setup(
+        self,
+        cfg: EasyDict,
+        obs_dim: int,
+        action: ActionSpec,
+        seed: Optional[int],
+        device: str,
+        actor: Callable[[int, int, list], nn.Module],
+    ) -> None:
         """Checks the action space; sets ``cfg, spec, device``, the ``actor`` (built by the given class from
         obs_dim, action dim and ``model.actor_hidden_size_list``), then the twin critics and their targets."""
         if not isinstance(action, ActionSpec) or action.kind != "box":

@@ -7,6 +7,7 @@ on-policy type, ``flow`` choose the data flow the collectors and the coordinator
 through the replay buffer, on-policy data is used once, as whole segments (``flow="segments"``) or as the newest
 asynchronous rollouts (``flow="async"``), and dropped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,13 @@ class EncoderSection(Section):
     channels: List[int] = setting([32, 64], doc="conv: the channels of each layer")
     kernel_size: int = setting(3, lo=1, doc="conv: the kernel's size (odd)")
     layout: str = setting("auto", choices=LAYOUTS, doc="minatar, nature: the observation's layout")
-    fc: Optional[int] = setting(None, lo=1, nullable=True, doc="""minatar, nature: the width of their ReLU layer
-        (None: the published 128 / 512)""")
+    fc: Optional[int] = setting(
+        None,
+        lo=1,
+        nullable=True,
+        doc="""minatar, nature: the width of their ReLU layer
+        (None: the published 128 / 512)""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +65,14 @@ class PolicySection(Section):
 class OffPolicySection(PolicySection):
     """The off-policy (replay) algorithms' keys."""
 
-    random_collect_size: int = setting(0, lo=0, doc="""DI-engine's key (RL Zoo's learning_starts): env steps
+    random_collect_size: int = setting(
+        0,
+        lo=0,
+        doc="""DI-engine's key (RL Zoo's learning_starts): env steps
         collected with uniformly random actions before the first update; serial pushes them first, the cluster's
         collectors act randomly until the cluster has collected this many (0: none; at most the replay buffer's
-        size)""")
+        size)""",
+    )
 
 
 # ---- DQN ----------------------------------------------------------------------------------------------------
@@ -96,7 +106,9 @@ class DQNLearn(Section):
     update_per_collect: int = setting(4, lo=1, doc="updates per collect call")
     batch_size: int = setting(64, lo=1, doc="rows per update")
     learning_rate: float = setting(1e-3, above=0, doc="the optimizer's learning rate")
-    target_update_freq: int = setting(100, lo=0, doc="hard copy to the target network every N updates (0: use target_theta)")
+    target_update_freq: int = setting(
+        100, lo=0, doc="hard copy to the target network every N updates (0: use target_theta)"
+    )
     target_theta: float = setting(0.005, above=0, hi=1, doc="soft update factor when target_update_freq == 0")
     double: bool = setting(True, doc="double DQN's target")
     max_grad_norm: float = setting(10.0, lo=0, doc="clip the gradient's norm (0: no clipping)")
@@ -152,8 +164,11 @@ class R2D2Model(DQNModel):
     title = "R2D2's network"
 
     hidden_size_list: List[int] = setting([64], doc="the widths of the hidden layers after the core")
-    recurrent: Dict[str, Any] = setting({"type": "lstm", "hidden_size": 64}, doc="""the core (policy/nets.py, as
-        PPO's policy.model.recurrent) between the encoder and hidden_size_list: type lstm or gru, hidden_size""")
+    recurrent: Dict[str, Any] = setting(
+        {"type": "lstm", "hidden_size": 64},
+        doc="""the core (policy/nets.py, as
+        PPO's policy.model.recurrent) between the encoder and hidden_size_list: type lstm or gru, hidden_size""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,12 +176,25 @@ class R2D2Learn(DQNLearn):
     title = "R2D2's training"
 
     learning_rate: float = setting(5e-4, above=0, doc="the optimizer's learning rate")
-    target_update_freq: int = setting(2500, lo=0, doc="hard copy to the target network every N updates (0: use target_theta)")
-    unroll_len: int = setting(40, lo=1, doc="""rows trained on per sequence (one sequence every unroll_len rows of a
-        lane; each sequence holds burnin_step + unroll_len + nstep rows)""")
-    value_rescale: bool = setting(True, doc="h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x on the targets (Pohlen et al. 2018)")
-    priority_eta: float = setting(0.9, lo=0, hi=1, doc="""a sequence's priority: eta * max |td| + (1 - eta) * mean |td|
-        over its trained rows""")
+    target_update_freq: int = setting(
+        2500, lo=0, doc="hard copy to the target network every N updates (0: use target_theta)"
+    )
+    unroll_len: int = setting(
+        40,
+        lo=1,
+        doc="""rows trained on per sequence (one sequence every unroll_len rows of a
+        lane; each sequence holds burnin_step + unroll_len + nstep rows)""",
+    )
+    value_rescale: bool = setting(
+        True, doc="h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x on the targets (Pohlen et al. 2018)"
+    )
+    priority_eta: float = setting(
+        0.9,
+        lo=0,
+        hi=1,
+        doc="""a sequence's priority: eta * max |td| + (1 - eta) * mean |td|
+        over its trained rows""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +226,9 @@ class R2D2Section(DQNSection):
     learn: Dict[str, Any] = setting(R2D2Learn, doc="training")
     collect: Dict[str, Any] = setting(R2D2Collect, doc="collection")
     other: Dict[str, Any] = setting(R2D2Other, doc="exploration")
-    burnin_step: int = setting(20, lo=0, doc="rows at a sequence's start that only refresh the stored state (no gradient)")
+    burnin_step: int = setting(
+        20, lo=0, doc="rows at a sequence's start that only refresh the stored state (no gradient)"
+    )
 
 
 # ---- the actor-critics: PPO, IMPALA, APPO ------------------------------------------------------------------
@@ -209,35 +239,59 @@ class ActorCriticModel(Section):
     title = "The actor-critic"
 
     hidden_size_list: List[int] = setting([64, 64], doc="the widths of the actor's and critic's hidden layers")
-    activation: str = setting("tanh", choices=ACTIVATIONS, doc="""after each hidden layer of the actor and critic
-        MLPs: tanh (CleanRL, SB3's PPO) or relu""")
+    activation: str = setting(
+        "tanh",
+        choices=ACTIVATIONS,
+        doc="""after each hidden layer of the actor and critic
+        MLPs: tanh (CleanRL, SB3's PPO) or relu""",
+    )
     encoder: Dict[str, Any] = setting(EncoderSection, doc="what reads the observation")
-    init_log_std: float = setting(-0.5, doc="Box actions: log std is a learned parameter, independent of the observation")
-    obs_norm: bool = setting(False, doc="""normalize observations by running mean/std (gymnasium's
+    init_log_std: float = setting(
+        -0.5, doc="Box actions: log std is a learned parameter, independent of the observation"
+    )
+    obs_norm: bool = setting(
+        False,
+        doc="""normalize observations by running mean/std (gymnasium's
         NormalizeObservation), clipped to +-obs_clip; the statistics live in the model, so every checkpoint carries
-        them""")
+        them""",
+    )
     obs_clip: float = setting(10.0, above=0, doc="the normalized observations' clip")
-    squash_mean: bool = setting(True, doc="""Box actions: the Gaussian's mean tanh-squashed into the space's bounds
+    squash_mean: bool = setting(
+        True,
+        doc="""Box actions: the Gaussian's mean tanh-squashed into the space's bounds
         (true), or linear (false, SB3's PPO: the env clips each action to the bounds); the std is
-        exp(init_log_std...) times half the range""")
-    use_sde: bool = setting(False, doc="""gSDE (Box actions): noise linear in the actor's last hidden features, its
-        (features x actions) log std learned from init_log_std""")
+        exp(init_log_std...) times half the range""",
+    )
+    use_sde: bool = setting(
+        False,
+        doc="""gSDE (Box actions): noise linear in the actor's last hidden features, its
+        (features x actions) log std learned from init_log_std""",
+    )
     sde_sample_freq: int = setting(-1, doc="gSDE: new noise matrices every sde_sample_freq collect steps (<= 0: once)")
-    orthogonal_init: bool = setting(False, doc="""orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1),
-        zero biases: CleanRL's layer_init""")
-    recurrent: Optional[Dict[str, Any]] = setting(None, doc="""memory (policy/nets.py): null, or dict(type="lstm" |
+    orthogonal_init: bool = setting(
+        False,
+        doc="""orthogonal weights (gain sqrt(2); actor head 0.01, critic head 1),
+        zero biases: CleanRL's layer_init""",
+    )
+    recurrent: Optional[Dict[str, Any]] = setting(
+        None,
+        doc="""memory (policy/nets.py): null, or dict(type="lstm" |
         "gru", hidden_size=H[, shared=False]): a core after the encoder, one LSTM for the actor and one for the
         critic (shared=True: one for both); the collectors carry its state per env lane and store it with every
-        row""")
+        row""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class ActorCriticEval(Section):
     title = "The actor-critic's evaluation"
 
-    sample: bool = setting(False, doc="""the evaluator's actions drawn from the policy (true; gymnax-blines'
+    sample: bool = setting(
+        False,
+        doc="""the evaluator's actions drawn from the policy (true; gymnax-blines'
         evaluation) instead of the most likely one / the mean (false): a greedy policy on a deterministic env
-        repeats one episode (with model.use_sde the draw is the collectors' current noise matrices)""")
+        repeats one episode (with model.use_sde the draw is the collectors' current noise matrices)""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,18 +309,32 @@ class PPOLearn(Section):
     max_grad_norm: float = setting(0.5, lo=0, doc="clip the gradient's norm (0: no clipping)")
     gae_lambda: float = setting(0.95, lo=0, hi=1, doc="GAE's lambda")
     update_per_collect: int = setting(1, lo=1, doc="unused by PPO; kept so a shared pipeline may read it")
-    reward_norm: bool = setting(False, doc="""scale rewards by the running std of the discounted return (gymnasium's
+    reward_norm: bool = setting(
+        False,
+        doc="""scale rewards by the running std of the discounted return (gymnasium's
         NormalizeReward), then clip to +-reward_clip; the statistics are kept by the learner (see
-        docs/protocol.md)""")
+        docs/protocol.md)""",
+    )
     reward_clip: float = setting(10.0, above=0, doc="the normalized rewards' clip")
-    lr_anneal_env_steps: int = setting(0, lo=0, doc="""anneal the learning rate linearly to 0 over this many env
-        steps trained on (0: constant; CleanRL anneals over the whole run)""")
+    lr_anneal_env_steps: int = setting(
+        0,
+        lo=0,
+        doc="""anneal the learning rate linearly to 0 over this many env
+        steps trained on (0: constant; CleanRL anneals over the whole run)""",
+    )
     adam_eps: float = setting(1e-8, above=0, doc="Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)")
-    clip_anneal: bool = setting(False, doc="""anneal clip_ratio linearly to 0 over lr_anneal_env_steps too (RL Zoo's
-        clip_range: lin_0.2)""")
-    unroll_len: int = setting(32, lo=1, doc="""with model.recurrent: each lane's rows are cut into sequences of this
+    clip_anneal: bool = setting(
+        False,
+        doc="""anneal clip_ratio linearly to 0 over lr_anneal_env_steps too (RL Zoo's
+        clip_range: lin_0.2)""",
+    )
+    unroll_len: int = setting(
+        32,
+        lo=1,
+        doc="""with model.recurrent: each lane's rows are cut into sequences of this
         many steps, the core re-run over each from its stored starting state; a minibatch holds as many whole
-        sequences as make batch_size rows on average""")
+        sequences as make batch_size rows on average""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,9 +342,12 @@ class OnPolicySection(PolicySection):
     """The on-policy algorithms' keys: the data flow and the actor-critic."""
 
     on_policy: bool = setting(True, doc="DI-engine's key: whether the algorithm trains on its own fresh data")
-    flow: str = setting("segments", doc="""the on-policy data flow (parallel_rl.data.flows): segments (synchronous:
+    flow: str = setting(
+        "segments",
+        doc="""the on-policy data flow (parallel_rl.data.flows): segments (synchronous:
         collectors wait for each version) or async (collectors never wait for a version, only for room in the
-        learner's queue; rows within max_staleness versions, each trained on once)""")
+        learner's queue; rows within max_staleness versions, each trained on once)""",
+    )
     model: Dict[str, Any] = setting(ActorCriticModel, doc="the actor-critic")
     discount_factor: float = setting(0.99, above=0, hi=1, doc="gamma")
     nstep: int = setting(1, lo=1, doc="n-step returns (1: the flows check it)")
@@ -306,19 +377,30 @@ class VtraceLearn(Section):
 
     title = "V-trace training"
 
-    rho_bar: float = setting(1.0, above=0, doc="""V-trace's truncation of the importance weights pi/mu in the targets'
+    rho_bar: float = setting(
+        1.0,
+        above=0,
+        doc="""V-trace's truncation of the importance weights pi/mu in the targets'
         TD errors and the policy-gradient advantage (Espeholt et al. 2018; 1.0 in the paper, Sample Factory and
-        RLlib)""")
+        RLlib)""",
+    )
     c_bar: float = setting(1.0, above=0, doc="V-trace's truncation of the importance weights in the traces")
-    lambda_: float = setting(1.0, lo=0, hi=1, doc="""the paper's lambda in the traces, c_t = lambda * min(c_bar,
+    lambda_: float = setting(
+        1.0,
+        lo=0,
+        hi=1,
+        doc="""the paper's lambda in the traces, c_t = lambda * min(c_bar,
         ratio) (its section 4.1 remark; DI-engine's IMPALA key): 1.0 is plain V-trace; lower trades bias for less
-        variance, as GAE's lambda does for PPO""")
+        variance, as GAE's lambda does for PPO""",
+    )
     value_weight: float = setting(0.5, lo=0, doc="the value loss's weight")
     adv_norm: bool = setting(False, doc="normalize the advantages per minibatch")
     update_per_collect: int = setting(1, lo=1, doc="unused; kept so a shared pipeline may read it")
     reward_norm: bool = setting(False, doc="scale rewards by the running std of the discounted return (see PPO's)")
     reward_clip: float = setting(10.0, above=0, doc="the normalized rewards' clip")
-    lr_anneal_env_steps: int = setting(0, lo=0, doc="anneal the learning rate linearly to 0 over this many env steps (0: constant)")
+    lr_anneal_env_steps: int = setting(
+        0, lo=0, doc="anneal the learning rate linearly to 0 over this many env steps (0: constant)"
+    )
     unroll_len: int = setting(32, lo=1, doc="with model.recurrent: the sequences' length (see PPO's)")
     epoch_per_collect: int = setting(1, lo=1, doc="epochs over each batch")
     batch_size: int = setting(500, lo=1, doc="rows per minibatch")
@@ -341,8 +423,11 @@ class ImpalaSection(OnPolicySection):
     title = "IMPALA"
 
     type: str = setting("impala", doc="the algorithm")
-    flow: str = setting("async", doc="""the data flow (parallel_rl.data.flows): asynchronous rollouts, each row
-        trained on with its behaviour policy's logp""")
+    flow: str = setting(
+        "async",
+        doc="""the data flow (parallel_rl.data.flows): asynchronous rollouts, each row
+        trained on with its behaviour policy's logp""",
+    )
     learn: Dict[str, Any] = setting(VtraceLearn, doc="training")
     collect: Dict[str, Any] = setting(ImpalaCollect, doc="collection")
     eval: Dict[str, Any] = setting(ActorCriticEval, doc="evaluation")
@@ -359,7 +444,9 @@ class APPOLearn(VtraceLearn):
     clip_ratio: float = setting(0.1, above=0, doc="the surrogate's clip")
     entropy_weight: float = setting(0.003, lo=0, doc="the entropy bonus's weight")
     max_grad_norm: float = setting(4.0, lo=0, doc="clip the gradient's norm (0: no clipping)")
-    value_clip: bool = setting(False, doc="clip the value loss around the collected value like the policy ratio (PPO's key)")
+    value_clip: bool = setting(
+        False, doc="clip the value loss around the collected value like the policy ratio (PPO's key)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,9 +489,12 @@ class SACLearn(Section):
     init_alpha: float = setting(0.2, above=0, doc="the temperature at the start")
     auto_alpha: bool = setting(True, doc="learn the temperature")
     target_entropy_per_dim: float = setting(-1.0, doc="target entropy per action dimension (-1: the usual -dim(A))")
-    cuda_graph: bool = setting(True, doc="""on CUDA, each update replays a CUDA graph recorded after three eager
+    cuda_graph: bool = setting(
+        True,
+        doc="""on CUDA, each update replays a CUDA graph recorded after three eager
         warm-ups (policy/graphs.py; the same numbers, 7-10x the updates/s of a launch-bound eager update); no
-        effect on the CPU""")
+        effect on the CPU""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,20 +527,35 @@ class TD3Learn(Section):
     learning_rate_actor: float = setting(3e-4, above=0, doc="the actor's learning rate")
     learning_rate_critic: float = setting(3e-4, above=0, doc="the critics' learning rate")
     target_theta: float = setting(0.005, above=0, hi=1, doc="Polyak factor of the target actor and critics")
-    policy_delay: int = setting(2, lo=1, doc="""the actor and the targets move every policy_delay critic updates
-        (delayed policy updates)""")
-    policy_noise: float = setting(0.2, lo=0, doc="""target policy smoothing: N(0, policy_noise) clipped to
-        +-noise_clip, in the [-1, 1] action scale""")
+    policy_delay: int = setting(
+        2,
+        lo=1,
+        doc="""the actor and the targets move every policy_delay critic updates
+        (delayed policy updates)""",
+    )
+    policy_noise: float = setting(
+        0.2,
+        lo=0,
+        doc="""target policy smoothing: N(0, policy_noise) clipped to
+        +-noise_clip, in the [-1, 1] action scale""",
+    )
     noise_clip: float = setting(0.5, lo=0, doc="target policy smoothing's clip")
-    cuda_graph: bool = setting(True, doc="""on CUDA, each update replays a CUDA graph recorded after three eager
+    cuda_graph: bool = setting(
+        True,
+        doc="""on CUDA, each update replays a CUDA graph recorded after three eager
         warm-ups (policy/graphs.py; the same numbers, 7-10x the updates/s of a launch-bound eager update); no
-        effect on the CPU""")
+        effect on the CPU""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class TD3Collect(SmallCollect):
-    exploration_noise: float = setting(0.1, lo=0, doc="""collectors act with the actor's action plus N(0,
-        exploration_noise) ([-1, 1] action scale)""")
+    exploration_noise: float = setting(
+        0.1,
+        lo=0,
+        doc="""collectors act with the actor's action plus N(0,
+        exploration_noise) ([-1, 1] action scale)""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)

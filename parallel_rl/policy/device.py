@@ -4,6 +4,7 @@ Resolved once, before any process starts (:func:`parallel_rl.envs.fit.check_env_
 and again where the policy builds its networks. Collectors always act on the CPU;
 checkpoints on the shared disk always hold CPU tensors.
 """
+
 from __future__ import annotations
 
 from ..errors import ConfigError
@@ -25,6 +26,8 @@ def resolve_device(policy_cfg) -> str:
         return "cuda" if available else "cpu"
     if not available:
         key = "policy.device='cuda'" if device == "cuda" else "policy.cuda=True"
-        raise ConfigError(f"{key} but torch sees no CUDA device on this machine; set policy.device='cpu' "
-                          f"(or 'auto'), or run on a machine with a GPU")
+        raise ConfigError(
+            f"{key} but torch sees no CUDA device on this machine; set policy.device='cpu' "
+            f"(or 'auto'), or run on a machine with a GPU"
+        )
     return "cuda"

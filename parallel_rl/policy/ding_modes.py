@@ -22,6 +22,7 @@ The collector, the evaluator and the learner wrap such modes themselves (:func:`
 ``process_transition`` and ``get_train_sample``, an eval mode when it has ``get_attribute``, a learn mode
 when it has ``monitor_vars`` (members DI-engine's modes have and ours do not).
 """
+
 from __future__ import annotations
 
 import math
@@ -194,8 +195,9 @@ class DingLearnMode:
             out = merged
         out = dict(out)
         if out.get("priority") is not None:
-            out["priority"] = np.asarray(_array(out["priority"]) if hasattr(out["priority"], "detach")
-                                         else out["priority"], dtype=np.float32)
+            out["priority"] = np.asarray(
+                _array(out["priority"]) if hasattr(out["priority"], "detach") else out["priority"], dtype=np.float32
+            )
         return out
 
     def __getattr__(self, name: str) -> Any:  # state_dict, load_state_dict, monitor_vars, ...

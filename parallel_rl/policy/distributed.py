@@ -19,6 +19,7 @@ the state, and a rank never takes them from an impostor of rank 0. What it canno
 after that (no encryption, no per-message authentication): keep ``master_port`` and the ranks' ports inside
 the cluster's network.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -59,8 +60,14 @@ def open_store(rank: int, master_addr: str, master_port: int, timeout: float) ->
     port = listener.getsockname()[1]
     fd = listener.detach()  # the store owns the socket from here (it closes it)
     try:
-        return dist.TCPStore(master_addr, port, is_master=True, timeout=datetime.timedelta(seconds=timeout),
-                             wait_for_workers=False, master_listen_fd=fd)
+        return dist.TCPStore(
+            master_addr,
+            port,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=timeout),
+            wait_for_workers=False,
+            master_listen_fd=fd,
+        )
     except BaseException:
         socket.close(fd)
         raise
@@ -68,8 +75,9 @@ def open_store(rank: int, master_addr: str, master_port: int, timeout: float) ->
 
 def _listen(addr: str, port: int) -> socket.socket:
     """A listening TCP socket bound to ``addr:port`` (the first address ``addr`` resolves to)."""
-    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
-                                                          flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -77,8 +85,10 @@ def _listen(addr: str, port: int) -> socket.socket:
         sock.listen(1024)
     except OSError as exc:
         sock.close()
-        raise RuntimeError(f"the learner ranks' rendezvous cannot listen on {addr}:{port}: {exc} (set parallel."
-                           f"learner.master_addr/master_port to an address of this host and a free port)") from exc
+        raise RuntimeError(
+            f"the learner ranks' rendezvous cannot listen on {addr}:{port}: {exc} (set parallel."
+            f"learner.master_addr/master_port to an address of this host and a free port)"
+        ) from exc
     return sock
 
 
@@ -132,11 +142,15 @@ def authenticate_group(secret: Optional[bytes], rank: int, size: int) -> None:
     dist.all_gather(verdicts, flags)  # every rank sees every rank's verdict on every other: the same message
     refused = [(checker, checked) for checker, v in enumerate(verdicts) for checked in v.nonzero().flatten().tolist()]
     if refused:
-        said = "; ".join(f"rank {checked} by rank {checker}" if checked != checker else f"rank {checked} has none"
-                         for checker, checked in refused)
-        raise RuntimeError(f"the learner ranks do not all hold the group's secret (refused: {said}): every rank "
-                           f"needs PARALLEL_RL_TOKEN (the cluster's) or {RANK_SECRET_ENV} (rank 0 gives it to the "
-                           f"ranks it starts); or something else connected to master_port in a rank's place")
+        said = "; ".join(
+            f"rank {checked} by rank {checker}" if checked != checker else f"rank {checked} has none"
+            for checker, checked in refused
+        )
+        raise RuntimeError(
+            f"the learner ranks do not all hold the group's secret (refused: {said}): every rank "
+            f"needs PARALLEL_RL_TOKEN (the cluster's) or {RANK_SECRET_ENV} (rank 0 gives it to the "
+            f"ranks it starts); or something else connected to master_port in a rank's place"
+        )
 
 
 def join_group(store: "dist.TCPStore", rank: int, size: int, timeout: float, device: str = "cpu") -> None:
@@ -145,8 +159,9 @@ def join_group(store: "dist.TCPStore", rank: int, size: int, timeout: float, dev
     Every collective of the group fails after ``timeout`` seconds instead of hanging."""
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"need 0 <= rank < world_size, got {rank=} {size=}")
-    dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=timeout))
+    dist.init_process_group(
+        backend_for(device), store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=timeout)
+    )
     logger.info("learner rank %d/%d: joined the process group (%s)", rank, size, backend_for(device))
 
 
@@ -171,7 +186,7 @@ def sync_gradients(params: Iterable[torch.nn.Parameter]) -> None:
     offset = 0
     for p, g in zip(params, grads):
         n = g.numel()
-        p.grad = flat[offset:offset + n].view_as(g)
+        p.grad = flat[offset : offset + n].view_as(g)
         offset += n
 
 
@@ -199,8 +214,9 @@ def broadcast_bytes(data: Optional[bytes], src: int = 0) -> bytes:
     """Bytes from rank ``src`` (who passes them; the others pass None): a length, then a uint8 tensor."""
     n = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64)
     dist.broadcast(n, src)
-    buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8) if data
-           else torch.empty(int(n.item()), dtype=torch.uint8))
+    buf = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(int(n.item()), dtype=torch.uint8)
+    )
     if int(n.item()):
         dist.broadcast(buf, src)
     return bytes(buf.numpy())

@@ -7,6 +7,7 @@ is in :mod:`parallel_rl.collector.serial`); the n-step return and its
 discount are computed by the collector, so one row holds
 ``obs, action, reward (= n-step return), next_obs, done, discount``.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Optional, Sequence
@@ -39,8 +40,14 @@ class QNetwork(nn.Module):
     """Encoder (``policy.model.encoder``: MLP or conv) and hidden layers, then a plain or dueling (value +
     advantage) head."""
 
-    def __init__(self, obs_dim: int, action_num: int, hidden_size_list: Sequence[int], dueling: bool = True,
-                 encoder: Optional[dict] = None):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_num: int,
+        hidden_size_list: Sequence[int],
+        dueling: bool = True,
+        encoder: Optional[dict] = None,
+    ):
         super().__init__()
         layers, last = body(obs_dim, hidden_size_list, "policy.model.hidden_size_list", nn.ReLU, encoder)
         self.encoder = nn.Sequential(*layers)
@@ -60,7 +67,6 @@ class QNetwork(nn.Module):
 
 
 class DQNPolicy(Policy):
-
     @classmethod
     def default_config(cls) -> EasyDict:
         return dqn_default_config()
@@ -69,7 +75,9 @@ class DQNPolicy(Policy):
         """``action_num``: the number of discrete actions, or a discrete ActionSpec."""
         action_num = getattr(action_num, "n", action_num)
         if not isinstance(action_num, int) or action_num <= 0:
-            raise ConfigError(f"policy.type={cfg.get('type', 'dqn')!r} needs a Discrete action space, got {action_num=}")
+            raise ConfigError(
+                f"policy.type={cfg.get('type', 'dqn')!r} needs a Discrete action space, got {action_num=}"
+            )
         self.cfg = cfg
         self.action_num = action_num
         self.device = device

@@ -1,4 +1,5 @@
 """Exploration schedules (torch-free: the coordinator computes epsilon for collectors)."""
+
 from __future__ import annotations
 
 import math

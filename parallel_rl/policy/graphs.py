@@ -14,6 +14,7 @@ batch of another size gets its own graph rather than a wrong one. A recording th
 graph cannot hold) is logged once and the update runs eagerly from then on. The graph holds the tensors it
 recorded: whoever replaces them (an optimizer state loaded from a checkpoint) calls :meth:`reset`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,10 @@ class GraphedUpdate:
             with torch.cuda.graph(graph):
                 static_out = self.update(static_in, key)
         except RuntimeError as exc:  # recorded nothing that ran: the update itself has not happened yet
-            log.warning("policy.learn.cuda_graph: the update could not be recorded as a CUDA graph (%s); "
-                        "it runs without one", exc)
+            log.warning(
+                "policy.learn.cuda_graph: the update could not be recorded as a CUDA graph (%s); it runs without one",
+                exc,
+            )
             self.enabled = False
             return self.update(inputs, key)
         self.graphs[graph_key] = (graph, static_in, static_out)

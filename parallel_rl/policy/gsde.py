@@ -9,6 +9,7 @@ features. Given ``z``, the action is Gaussian around the mean with variance ``(z
 dimension: the distribution ``logp``, the ratio and the entropy use. ``sigma = exp(log_std)`` is a learned
 (features x actions) matrix, scaled, as the plain Gaussian's std is, by half the action range.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -50,8 +51,9 @@ class StateDependentNoise(nn.Module):
 class StateDependentNormal(Normal):
     """The Gaussian given the features; :meth:`sample` draws the lanes' state-dependent noise, not white noise."""
 
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor, sde: StateDependentNoise, z: torch.Tensor,
-                 scale: torch.Tensor):
+    def __init__(
+        self, mean: torch.Tensor, std: torch.Tensor, sde: StateDependentNoise, z: torch.Tensor, scale: torch.Tensor
+    ):
         super().__init__(mean, std, validate_args=False)
         self._sde, self._z, self._scale = sde, z, scale
 

@@ -11,6 +11,7 @@ observation and reward normalisation and the minibatch loop are PPO's (:mod:`.pp
 
 APPO (:mod:`.appo`) keeps these targets and uses PPO's clipped surrogate instead of the plain gradient.
 """
+
 from __future__ import annotations
 
 from typing import Dict
@@ -37,8 +38,10 @@ class IMPALAPolicy(PPOPolicy):
     def __init__(self, cfg: EasyDict, *args, **kwargs):
         learn = cfg.learn
         if not (learn.rho_bar > 0 and learn.c_bar > 0):
-            raise ConfigError(f"policy.learn.rho_bar and policy.learn.c_bar truncate importance weights and must be "
-                              f"> 0 (1.0 in the paper), got rho_bar={learn.rho_bar} c_bar={learn.c_bar}")
+            raise ConfigError(
+                f"policy.learn.rho_bar and policy.learn.c_bar truncate importance weights and must be "
+                f"> 0 (1.0 in the paper), got rho_bar={learn.rho_bar} c_bar={learn.c_bar}"
+            )
         super().__init__(cfg, *args, **kwargs)
 
     @torch.no_grad()
@@ -51,9 +54,20 @@ class IMPALAPolicy(PPOPolicy):
         value = self.model.value(x).cpu().numpy()
         next_value = self.next_values(segment, value)
         learn = self.cfg.learn
-        out = vtrace(segment["logp"], target_logp.cpu().numpy(), batch.reward, value,
-                     next_value.astype(np.float64), segment["done"], segment["end"],
-                     segment["env_id"], self.cfg.discount_factor, learn.rho_bar, learn.c_bar, learn.lambda_)
+        out = vtrace(
+            segment["logp"],
+            target_logp.cpu().numpy(),
+            batch.reward,
+            value,
+            next_value.astype(np.float64),
+            segment["done"],
+            segment["end"],
+            segment["env_id"],
+            self.cfg.discount_factor,
+            learn.rho_bar,
+            learn.c_bar,
+            learn.lambda_,
+        )
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         return as_tensor(out.pg_advantage), as_tensor(out.vs)
 

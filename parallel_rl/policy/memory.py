@@ -12,6 +12,7 @@ one), so every episode starts from zeros and nothing else resets it: a collect c
 version carries on where the last one stopped. Collectors store the state each row was acted with as that
 row's columns (``hidden_h``, ``hidden_c``): a learner can start a sequence at any row.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional

@@ -25,6 +25,7 @@ may be empty (``hidden_size_list=[]``): the head sits on the encoder's ``fc`` la
 one row per env lane: ``hidden_h`` (and ``hidden_c`` for an LSTM), each (lanes, H), zeros at an episode's start
 (:meth:`RecurrentCore.initial_state`); the collectors and evaluators carry it (``policy/memory.py``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -56,8 +57,14 @@ class ConvEncoder(nn.Module):
     """Conv layers over flat observations of ``shape`` (channels first or last), then an optional ReLU ``fc``
     layer; returns the features flattened. ``layers``: (out channels, kernel, stride, padding) per conv."""
 
-    def __init__(self, shape: Sequence[int], layers: Sequence[Tuple[int, int, int, int]], layout: str = "hwc",
-                 activation=nn.ReLU, fc: int = 0):
+    def __init__(
+        self,
+        shape: Sequence[int],
+        layers: Sequence[Tuple[int, int, int, int]],
+        layout: str = "hwc",
+        activation=nn.ReLU,
+        fc: int = 0,
+    ):
         super().__init__()
         self.shape = tuple(int(s) for s in shape)
         self.channels_first = channels_first(self.shape, layout)
@@ -90,8 +97,10 @@ class ChannelsLastConv(ConvEncoder):
 def _encoder_shape(encoder: Dict[str, Any], in_dim: int) -> List[int]:
     shape = list(encoder.get("shape") or [])
     if len(shape) != 3 or int(np.prod(shape)) != in_dim:
-        raise ConfigError(f"policy.model.encoder.shape must be the observation's 3-axis shape (H, W, C) or "
-                          f"(C, H, W) holding its {in_dim} values, got {shape=}")
+        raise ConfigError(
+            f"policy.model.encoder.shape must be the observation's 3-axis shape (H, W, C) or "
+            f"(C, H, W) holding its {in_dim} values, got {shape=}"
+        )
     return shape
 
 
@@ -106,26 +115,37 @@ def encoder_layers(in_dim: int, encoder: Optional[Dict[str, Any]], activation=nn
     shape = _encoder_shape(encoder, in_dim)
     if kind in PUBLISHED_CONVS:
         convs, fc = PUBLISHED_CONVS[kind]
-        conv = ConvEncoder(shape, [(c, k, s, 0) for c, k, s in convs], encoder.get("layout", "auto"), nn.ReLU,
-                           fc if encoder.get("fc") is None else int(encoder["fc"]))
+        conv = ConvEncoder(
+            shape,
+            [(c, k, s, 0) for c, k, s in convs],
+            encoder.get("layout", "auto"),
+            nn.ReLU,
+            fc if encoder.get("fc") is None else int(encoder["fc"]),
+        )
         return [conv], conv.out_dim
     channels = list(encoder.get("channels") or [])
     kernel_size = int(encoder.get("kernel_size", 3))
     if not channels or min(int(c) for c in channels) <= 0:
-        raise ConfigError(f"policy.model.encoder.channels must list > 0 output channels per conv layer, got {channels=}")
+        raise ConfigError(
+            f"policy.model.encoder.channels must list > 0 output channels per conv layer, got {channels=}"
+        )
     if kernel_size <= 0 or kernel_size % 2 == 0:
-        raise ConfigError(f"policy.model.encoder.kernel_size must be odd and > 0 (the board keeps its size), "
-                          f"got {kernel_size=}")
+        raise ConfigError(
+            f"policy.model.encoder.kernel_size must be odd and > 0 (the board keeps its size), got {kernel_size=}"
+        )
     conv = ChannelsLastConv(shape, channels, kernel_size, activation)
     return [conv], conv.out_dim
 
 
-def body(in_dim: int, hidden_size_list: Sequence[int], key: str, activation=nn.ReLU,
-         encoder: Optional[Dict[str, Any]] = None) -> Tuple[List[nn.Module], int]:
+def body(
+    in_dim: int, hidden_size_list: Sequence[int], key: str, activation=nn.ReLU, encoder: Optional[Dict[str, Any]] = None
+) -> Tuple[List[nn.Module], int]:
     """The encoder's layers, then ``hidden...`` with ``activation`` after each; and the last layer's size."""
     if not hidden_size_list and (encoder or {}).get("type") not in PUBLISHED_CONVS:
-        raise ConfigError(f"{key} must not be empty (only the minatar and nature encoders end in a layer of their "
-                          f"own), got {hidden_size_list!r}")
+        raise ConfigError(
+            f"{key} must not be empty (only the minatar and nature encoders end in a layer of their "
+            f"own), got {hidden_size_list!r}"
+        )
     layers, last = encoder_layers(in_dim, encoder, activation)
     for size in hidden_size_list or []:
         layers += [nn.Linear(last, int(size)), activation()]
@@ -133,8 +153,14 @@ def body(in_dim: int, hidden_size_list: Sequence[int], key: str, activation=nn.R
     return layers, last
 
 
-def mlp(in_dim: int, hidden_size_list: Sequence[int], out_dim: int, key: str, activation=nn.ReLU,
-        encoder: Optional[Dict[str, Any]] = None) -> nn.Sequential:
+def mlp(
+    in_dim: int,
+    hidden_size_list: Sequence[int],
+    out_dim: int,
+    key: str,
+    activation=nn.ReLU,
+    encoder: Optional[Dict[str, Any]] = None,
+) -> nn.Sequential:
     """``in_dim -> [encoder] -> hidden... -> out_dim`` with ``activation`` between layers (none after the last)."""
     layers, last = body(in_dim, hidden_size_list, key, activation, encoder)
     layers.append(nn.Linear(last, out_dim))
@@ -153,13 +179,21 @@ class RecurrentCore(nn.Module):
     sb3-contrib's RecurrentPPO does by default): features and state are theirs concatenated, ``copies * H``
     wide, copy i's in ``[i * H, (i + 1) * H)``."""
 
-    def __init__(self, in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Dict[str, Any], activation=nn.ReLU,
-                 copies: int = 1):
+    def __init__(
+        self,
+        in_dim: int,
+        encoder: Optional[Dict[str, Any]],
+        recurrent: Dict[str, Any],
+        activation=nn.ReLU,
+        copies: int = 1,
+    ):
         super().__init__()
         kind, hidden = recurrent.get("type", "lstm"), int(recurrent.get("hidden_size", 0) or 0)
         if kind not in RECURRENT_TYPES or hidden <= 0:
-            raise ConfigError(f"policy.model.recurrent must be dict(type=one of {RECURRENT_TYPES}, hidden_size > 0) "
-                              f"or null, got {dict(recurrent)!r}")
+            raise ConfigError(
+                f"policy.model.recurrent must be dict(type=one of {RECURRENT_TYPES}, hidden_size > 0) "
+                f"or null, got {dict(recurrent)!r}"
+            )
         layers, last = encoder_layers(in_dim, encoder, activation)
         self.encoder = nn.Sequential(*layers)
         self.rnns = nn.ModuleList((nn.LSTM if kind == "lstm" else nn.GRU)(last, hidden) for _ in range(copies))
@@ -181,7 +215,7 @@ class RecurrentCore(nn.Module):
         """``x`` (T, B, F) from ``state`` (each (B, copies * H)) with nothing reset."""
         outs, news = [], []
         for i, rnn in enumerate(self.rnns):
-            own = tuple(s[:, i * self.hidden_size:(i + 1) * self.hidden_size].unsqueeze(0) for s in state)
+            own = tuple(s[:, i * self.hidden_size : (i + 1) * self.hidden_size].unsqueeze(0) for s in state)
             out, new = rnn(x, own if len(own) > 1 else own[0])
             outs.append(out)
             news.append(new if isinstance(new, tuple) else (new,))
@@ -210,8 +244,13 @@ class RecurrentCore(nn.Module):
         return torch.cat(outs) if len(outs) > 1 else outs[0], state
 
 
-def recurrent_core(in_dim: int, encoder: Optional[Dict[str, Any]], recurrent: Optional[Dict[str, Any]],
-                   activation=nn.ReLU, copies: int = 1) -> Optional[RecurrentCore]:
+def recurrent_core(
+    in_dim: int,
+    encoder: Optional[Dict[str, Any]],
+    recurrent: Optional[Dict[str, Any]],
+    activation=nn.ReLU,
+    copies: int = 1,
+) -> Optional[RecurrentCore]:
     """The core ``policy.model.recurrent`` asks for over the encoder ``encoder``; None without one."""
     return RecurrentCore(in_dim, encoder, recurrent, activation, copies) if recurrent else None
 

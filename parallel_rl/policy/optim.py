@@ -18,6 +18,7 @@ the whole batch would), then steps.
 alpha 0.95, eps 0.01, no momentum: the papers' "gradient momentum" 0.95 is the centered mean's decay, alpha here), chosen with ``policy.learn.optimizer="rmsprop"`` (DQN and R2D2);
 :func:`make_optimizer` reads that key.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Iterable, List
@@ -31,8 +32,15 @@ from .distributed import sync_gradients
 
 
 class Adam:
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float = 0.0):
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 0.0,
+    ):
         self.params: List[torch.nn.Parameter] = list(params)
         self.max_grad_norm = float(max_grad_norm)  # 0: no clipping
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
@@ -56,12 +64,26 @@ class Adam:
     def step(self) -> None:
         live = self._ready_gradients()
         adam(
-            [self.params[i] for i in live], [self.params[i].grad for i in live],
-            [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
+            [self.params[i] for i in live],
+            [self.params[i].grad for i in live],
+            [self.exp_avg[i] for i in live],
+            [self.exp_avg_sq[i] for i in live],
+            [],
             [self.state_steps[i] for i in live],
-            foreach=False, capturable=False, differentiable=False, fused=True, grad_scale=None,
-            found_inf=None, has_complex=False, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
-            lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False,
+            foreach=False,
+            capturable=False,
+            differentiable=False,
+            fused=True,
+            grad_scale=None,
+            found_inf=None,
+            has_complex=False,
+            amsgrad=False,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            eps=self.eps,
+            maximize=False,
         )
 
     def state_dict(self) -> Dict:
@@ -85,8 +107,16 @@ class Adam:
 class RMSprop:
     """RMSprop (``centered``: Graves 2013's, as DQN used it) with :class:`Adam`'s interface and gradient path."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 2.5e-4, alpha: float = 0.95,
-                 eps: float = 0.01, momentum: float = 0.95, centered: bool = True, max_grad_norm: float = 0.0):
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float = 2.5e-4,
+        alpha: float = 0.95,
+        eps: float = 0.01,
+        momentum: float = 0.95,
+        centered: bool = True,
+        max_grad_norm: float = 0.0,
+    ):
         self.params: List[torch.nn.Parameter] = list(params)
         self.max_grad_norm = float(max_grad_norm)
         self.lr, self.alpha, self.eps = float(lr), float(alpha), float(eps)
@@ -102,12 +132,23 @@ class RMSprop:
     def step(self) -> None:
         live = self._ready_gradients()
         rmsprop(
-            [self.params[i] for i in live], [self.params[i].grad for i in live],
-            [self.square_avg[i] for i in live], [self.grad_avg[i] for i in live],
+            [self.params[i] for i in live],
+            [self.params[i].grad for i in live],
+            [self.square_avg[i] for i in live],
+            [self.grad_avg[i] for i in live],
             [self.momentum_buffer[i] for i in live] if self.momentum else [],
-            [self.state_steps[i] for i in live], foreach=False, maximize=False, differentiable=False,
-            capturable=False, has_complex=False, lr=self.lr, alpha=self.alpha, eps=self.eps, weight_decay=0.0,
-            momentum=self.momentum, centered=self.centered,
+            [self.state_steps[i] for i in live],
+            foreach=False,
+            maximize=False,
+            differentiable=False,
+            capturable=False,
+            has_complex=False,
+            lr=self.lr,
+            alpha=self.alpha,
+            eps=self.eps,
+            weight_decay=0.0,
+            momentum=self.momentum,
+            centered=self.centered,
         )
 
     _STATE = ("square_avg", "grad_avg", "momentum_buffer", "state_steps")
@@ -120,8 +161,10 @@ class RMSprop:
     def load_state_dict(self, state: Dict) -> None:
         missing = [name for name in self._STATE if name not in state]
         if missing or len(state["square_avg"]) != len(self.params):
-            raise ValueError(f"not an RMSprop state for this model (missing {missing or 'nothing'}, "
-                             f"{len(state.get('square_avg', []))} tensors for {len(self.params)} parameters)")
+            raise ValueError(
+                f"not an RMSprop state for this model (missing {missing or 'nothing'}, "
+                f"{len(state.get('square_avg', []))} tensors for {len(self.params)} parameters)"
+            )
         for name in self._STATE[:3]:
             setattr(self, name, [t.to(p.device, copy=True) for t, p in zip(state[name], self.params)])
         self.state_steps = [t.to(torch.float32, copy=True) for t in state["state_steps"]]

@@ -21,6 +21,7 @@ statistics its collectors used, then adds the segment's raw observations to them
 IMPALA and APPO (:mod:`.impala`, :mod:`.appo`) are this policy with other learning targets (V-trace,
 :meth:`PPOPolicy.learning_targets`) and, for IMPALA, another policy loss (:meth:`PPOPolicy.policy_loss`).
 """
+
 from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional
@@ -66,23 +67,34 @@ class ActorCritic(nn.Module):
     MLPs read the core's features: ``dist`` and ``value`` then take features, not observations
     (:meth:`PPOPolicy.forward_collect` steps the core, the learner unrolls it over sequences)."""
 
-    def __init__(self, obs_dim: int, spec: ActionSpec, hidden_size_list, init_log_std: float = -0.5,
-                 encoder: Optional[dict] = None, obs_norm: bool = False, reward_norm: bool = False,
-                 orthogonal_init: bool = False, recurrent: Optional[dict] = None, activation: str = "tanh",
-                 sde_sample_freq: Optional[int] = None, squash_mean: bool = True):
+    def __init__(
+        self,
+        obs_dim: int,
+        spec: ActionSpec,
+        hidden_size_list,
+        init_log_std: float = -0.5,
+        encoder: Optional[dict] = None,
+        obs_norm: bool = False,
+        reward_norm: bool = False,
+        orthogonal_init: bool = False,
+        recurrent: Optional[dict] = None,
+        activation: str = "tanh",
+        sde_sample_freq: Optional[int] = None,
+        squash_mean: bool = True,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ConfigError(f"policy.model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         act = ACTIVATIONS[activation]
         if sde_sample_freq is not None and spec.kind != "box":
-            raise ConfigError("policy.model.use_sde (gSDE) explores Box actions; this env's actions are discrete: "
-                              "drop use_sde")
+            raise ConfigError(
+                "policy.model.use_sde (gSDE) explores Box actions; this env's actions are discrete: drop use_sde"
+            )
         self.spec, self.squash_mean = spec, bool(squash_mean)
         key = "policy.model.hidden_size_list"
         # the critic's own LSTM beside the actor's unless recurrent.shared (sb3-contrib's RecurrentPPO default)
         self.split = None  # a recurrent core's features: the actor reads [:split], the critic [split:]
-        self.core = recurrent_core(obs_dim, encoder, recurrent, act,
-                                   1 if (recurrent or {}).get("shared", False) else 2)
+        self.core = recurrent_core(obs_dim, encoder, recurrent, act, 1 if (recurrent or {}).get("shared", False) else 2)
         head_in = obs_dim
         if self.core is not None:
             encoder, head_in = None, self.core.hidden_size
@@ -102,13 +114,16 @@ class ActorCritic(nn.Module):
             if sde_sample_freq is None:
                 self.log_std = nn.Parameter(torch.full((spec.dim,), float(init_log_std)))
         # gSDE (model.use_sde, Box actions): noise from the actor's last hidden features (policy/gsde.py)
-        self.sde = None if sde_sample_freq is None else StateDependentNoise(
-            self.actor[-1].in_features, spec.dim, init_log_std, sde_sample_freq)
+        self.sde = (
+            None
+            if sde_sample_freq is None
+            else StateDependentNoise(self.actor[-1].in_features, spec.dim, init_log_std, sde_sample_freq)
+        )
 
     def dist(self, obs: torch.Tensor, mask: Optional[torch.Tensor] = None):
         """The action distribution of observations (the core's features with a recurrent core); a boolean
         ``mask`` (Discrete only) gives illegal actions probability 0."""
-        x = obs_float(obs) if not self.split else obs[..., :self.split]
+        x = obs_float(obs) if not self.split else obs[..., : self.split]
         latent = self.actor[:-1](x) if self.sde is not None else None
         out = self.actor(x) if latent is None else self.actor[-1](latent)
         if self.spec.kind == "discrete":
@@ -131,7 +146,7 @@ class ActorCritic(nn.Module):
         return ent if self.spec.kind == "discrete" else ent.sum(-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs_float(obs) if not self.split else obs[..., self.split:]).squeeze(-1)
+        return self.critic(obs_float(obs) if not self.split else obs[..., self.split :]).squeeze(-1)
 
 
 class LearnBatch(NamedTuple):
@@ -160,8 +175,9 @@ class PPOPolicy(Policy):
     def default_config(cls) -> EasyDict:
         return ppo_default_config()
 
-    def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
-                 device: str = "cpu"):
+    def __init__(
+        self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None, device: str = "cpu"
+    ):
         self.cfg = cfg
         self.flow = flow_of(cfg)
         self.spec = action if isinstance(action, ActionSpec) else ActionSpec.discrete(action)
@@ -170,14 +186,26 @@ class PPOPolicy(Policy):
             torch.manual_seed(seed)
         self._generator = np.random.default_rng(seed)
         m = cfg.model
-        self.model = ActorCritic(obs_dim, self.spec, m.hidden_size_list, m.get("init_log_std", -0.5),
-                                 m.get("encoder"), m.get("obs_norm", False), cfg.learn.get("reward_norm", False),
-                                 m.get("orthogonal_init", False), m.get("recurrent"),
-                                 m.get("activation", "tanh"),
-                                 m.get("sde_sample_freq", -1) if m.get("use_sde", False) else None,
-                                 m.get("squash_mean", True)).to(device)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learn.learning_rate, eps=cfg.learn.get("adam_eps", 1e-8),
-                              max_grad_norm=cfg.learn.max_grad_norm or 0.0)
+        self.model = ActorCritic(
+            obs_dim,
+            self.spec,
+            m.hidden_size_list,
+            m.get("init_log_std", -0.5),
+            m.get("encoder"),
+            m.get("obs_norm", False),
+            cfg.learn.get("reward_norm", False),
+            m.get("orthogonal_init", False),
+            m.get("recurrent"),
+            m.get("activation", "tanh"),
+            m.get("sde_sample_freq", -1) if m.get("use_sde", False) else None,
+            m.get("squash_mean", True),
+        ).to(device)
+        self.optimizer = Adam(
+            self.model.parameters(),
+            lr=cfg.learn.learning_rate,
+            eps=cfg.learn.get("adam_eps", 1e-8),
+            max_grad_norm=cfg.learn.max_grad_norm or 0.0,
+        )
         self.learn_steps = 0
         self.env_steps_trained = 0  # rows of all segments trained on (learning-rate annealing)
 
@@ -213,8 +241,13 @@ class PPOPolicy(Policy):
         return x, core.state_arrays(after)
 
     @torch.no_grad()
-    def forward_collect(self, obs: np.ndarray, eps: float = 0.0, mask: Optional[np.ndarray] = None,
-                        state: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    def forward_collect(
+        self,
+        obs: np.ndarray,
+        eps: float = 0.0,
+        mask: Optional[np.ndarray] = None,
+        state: Optional[Dict[str, np.ndarray]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Sampled actions with what learning needs later: their ``logp`` and the critic's ``value``.
 
         ``eps`` is accepted for the collectors' common call and unused (PPO explores by sampling). With a
@@ -235,8 +268,9 @@ class PPOPolicy(Policy):
         return out
 
     @torch.no_grad()
-    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None,
-                     state: Optional[Dict[str, np.ndarray]] = None):
+    def forward_eval(
+        self, obs: np.ndarray, mask: Optional[np.ndarray] = None, state: Optional[Dict[str, np.ndarray]] = None
+    ):
         """The most likely (legal, with ``mask``) action (greedy for Discrete, the mean for Box), or with
         ``eval.sample`` one drawn from the policy (as gymnax-blines evaluates). A recurrent model acts from
         ``state`` and returns ``{"action": ..., "next_state": ...}``."""
@@ -274,9 +308,16 @@ class PPOPolicy(Policy):
         """GAE(lambda) of a segment with the values the collector recorded (next values: the critic's now);
         ``reward``: the segment's rewards already scaled (:meth:`scaled_reward`, which must run once per segment)."""
         value = segment["value"].astype(np.float64)
-        return gae_advantages(self.scaled_reward(segment) if reward is None else reward, value,
-                              self.next_values(segment, value), segment["done"], segment["end"],
-                              segment["env_id"], self.cfg.discount_factor, self.cfg.learn.gae_lambda)
+        return gae_advantages(
+            self.scaled_reward(segment) if reward is None else reward,
+            value,
+            self.next_values(segment, value),
+            segment["done"],
+            segment["end"],
+            segment["env_id"],
+            self.cfg.discount_factor,
+            self.cfg.learn.gae_lambda,
+        )
 
     @torch.no_grad()
     def next_values(self, segment: Dict[str, np.ndarray], value: np.ndarray) -> np.ndarray:
@@ -317,8 +358,10 @@ class PPOPolicy(Policy):
         """log pi(action | obs) under the current policy (no grad); feed-forward only (a recurrent policy's rows
         need their state: :meth:`minibatches`, :meth:`row_features`)."""
         if self.model.core is not None:
-            raise ValueError("log_prob(obs, action) needs a feed-forward policy; with policy.model.recurrent use "
-                             "row_features(learn_batch(segment)) and model.log_prob")
+            raise ValueError(
+                "log_prob(obs, action) needs a feed-forward policy; with policy.model.recurrent use "
+                "row_features(learn_batch(segment)) and model.log_prob"
+            )
         with torch.no_grad():
             dist = self.model.dist(self._obs(obs))
             return self.model.log_prob(dist, self._action(action))
@@ -344,8 +387,14 @@ class PPOPolicy(Policy):
             clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
         return -surrogate.mean(), clip_fraction
 
-    def minibatch_loss(self, batch: "LearnBatch", idx: torch.Tensor, adv: torch.Tensor,
-                       value_target: torch.Tensor, x: Optional[torch.Tensor] = None):
+    def minibatch_loss(
+        self,
+        batch: "LearnBatch",
+        idx: torch.Tensor,
+        adv: torch.Tensor,
+        value_target: torch.Tensor,
+        x: Optional[torch.Tensor] = None,
+    ):
         """The loss of the rows ``idx`` (policy loss + value_weight * value loss - entropy_weight * entropy) and
         its parts: loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction. ``x``: what the heads read
         for those rows (a recurrent core's features; None: their observations)."""
@@ -377,14 +426,22 @@ class PPOPolicy(Policy):
         if core is not None:
             missing = [k for k in core.state_keys if k not in segment]
             if missing:
-                raise ValueError(f"a recurrent policy learns from rows that carry the collector's state {missing}; "
-                                 "these rows were collected by a feed-forward policy (policy.model.recurrent differs)")
+                raise ValueError(
+                    f"a recurrent policy learns from rows that carry the collector's state {missing}; "
+                    "these rows were collected by a feed-forward policy (policy.model.recurrent differs)"
+                )
             state = core.state_tensors(segment, self.device)
             seqs = cut_sequences(segment["env_id"], segment["end"], int(self.cfg.learn.unroll_len), self.device)
-        return LearnBatch(self._obs(segment["obs"]), self._action(segment["action"]),
-                          to_tensor(segment["logp"], self.device), to_tensor(segment["value"], self.device),
-                          self._mask(segment["action_mask"]) if "action_mask" in segment else None,
-                          self.scaled_reward(segment), state, seqs)
+        return LearnBatch(
+            self._obs(segment["obs"]),
+            self._action(segment["action"]),
+            to_tensor(segment["logp"], self.device),
+            to_tensor(segment["value"], self.device),
+            self._mask(segment["action_mask"]) if "action_mask" in segment else None,
+            self.scaled_reward(segment),
+            state,
+            seqs,
+        )
 
     def minibatches(self, batch: "LearnBatch", batch_size: int):
         """One epoch's minibatches: ``(rows, what the heads read for them or None)``. Feed-forward: ``batch_size``
@@ -393,14 +450,14 @@ class PPOPolicy(Policy):
         if batch.seqs is None:
             perm = torch.randperm(len(batch.old_logp), device=self.device)
             for start in range(0, len(perm) - batch_size + 1, batch_size):
-                yield perm[start:start + batch_size], None
+                yield perm[start : start + batch_size], None
             return
         n_seq = len(batch.seqs.rows)
         # as many sequences as hold batch_size rows on average (a lane's last sequence may be short)
         per = min(n_seq, max(1, round(n_seq * batch_size / max(1, len(batch.old_logp)))))
         perm = torch.randperm(n_seq, device=self.device)
         for start in range(0, n_seq - per + 1, per):
-            yield unroll_rows(self.model.core, batch.obs, batch.state, batch.seqs, perm[start:start + per])
+            yield unroll_rows(self.model.core, batch.obs, batch.state, batch.seqs, perm[start : start + per])
 
     def forward_learn(self, segment: Dict[str, np.ndarray]) -> Dict:
         """``epoch_per_collect`` epochs of minibatch updates on one segment of on-policy rows.

@@ -12,6 +12,7 @@ pipeline and as the coordinator's replay index; the acting, the epsilon schedule
 checkpoints are DQN's (:mod:`.dqn`). Hyperparameters: DI-engine's ``cartpole_r2d2_config.py``, see
 ``configs/cartpole_novel_r2d2.py``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,12 +45,21 @@ class RecurrentQNetwork(nn.Module):
     """The encoder and the LSTM/GRU ``core`` (``policy.model.recurrent``), then ``hidden_size_list`` and a plain or
     dueling head, as DQN's :class:`~parallel_rl.policy.dqn.QNetwork` ends."""
 
-    def __init__(self, obs_dim: int, action_num: int, hidden_size_list: Sequence[int], dueling: bool,
-                 encoder: Optional[dict], recurrent: Optional[dict]):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_num: int,
+        hidden_size_list: Sequence[int],
+        dueling: bool,
+        encoder: Optional[dict],
+        recurrent: Optional[dict],
+    ):
         super().__init__()
         if not recurrent:
-            raise ConfigError("policy.type='r2d2' needs a recurrent core: set policy.model.recurrent="
-                              "dict(type='lstm', hidden_size=64) (or type='gru')")
+            raise ConfigError(
+                "policy.type='r2d2' needs a recurrent core: set policy.model.recurrent="
+                "dict(type='lstm', hidden_size=64) (or type='gru')"
+            )
         self.core = recurrent_core(obs_dim, encoder, recurrent, nn.ReLU)
         layers, last = body(self.core.out_dim, hidden_size_list, "policy.model.hidden_size_list", nn.ReLU)
         self.hidden = nn.Sequential(*layers)
@@ -79,25 +89,29 @@ class SequenceCollectMode(PolicyMode):
 
 
 class R2D2Policy(DQNPolicy):
-
     @classmethod
     def default_config(cls) -> EasyDict:
         return r2d2_default_config()
 
     def __init__(self, cfg: EasyDict, obs_dim: int, action_num, seed: Optional[int] = None, device: str = "cpu"):
         if int(cfg.nstep) < 1 or int(cfg.learn.unroll_len) < 1 or int(cfg.burnin_step) < 0:
-            raise ConfigError(f"policy.type='r2d2' needs nstep >= 1, learn.unroll_len >= 1 and burnin_step >= 0, got "
-                              f"{cfg.nstep=} {cfg.learn.unroll_len=} {cfg.burnin_step=}")
+            raise ConfigError(
+                f"policy.type='r2d2' needs nstep >= 1, learn.unroll_len >= 1 and burnin_step >= 0, got "
+                f"{cfg.nstep=} {cfg.learn.unroll_len=} {cfg.burnin_step=}"
+            )
         buffer_type = cfg.other.get("replay_buffer", {}).get("type", "advanced")
         if buffer_type not in ("advanced", "naive"):
-            raise ConfigError(f"policy.type='r2d2' stores one sequence per replay row: use policy.other.replay_buffer."
-                              f"type='advanced' (prioritized, the paper's) or 'naive', got {buffer_type!r}")
+            raise ConfigError(
+                f"policy.type='r2d2' stores one sequence per replay row: use policy.other.replay_buffer."
+                f"type='advanced' (prioritized, the paper's) or 'naive', got {buffer_type!r}"
+            )
         super().__init__(cfg, obs_dim, action_num, seed, device)
 
     def q_network(self, obs_dim: int) -> RecurrentQNetwork:
         m = self.cfg.model
-        return RecurrentQNetwork(obs_dim, self.action_num, m.hidden_size_list, m.dueling, m.get("encoder"),
-                                 m.get("recurrent"))
+        return RecurrentQNetwork(
+            obs_dim, self.action_num, m.hidden_size_list, m.dueling, m.get("encoder"), m.get("recurrent")
+        )
 
     # ---- acting ----------------------------------------------------------------
     def initial_state(self, n: int) -> Dict[str, np.ndarray]:
@@ -105,8 +119,13 @@ class R2D2Policy(DQNPolicy):
 
     @property
     def collect_mode(self) -> SequenceCollectMode:
-        return SequenceCollectMode(self.forward_collect, self.model_state_dict, self.load_model_state_dict,
-                                   self.initial_state, self.sample_builder)
+        return SequenceCollectMode(
+            self.forward_collect,
+            self.model_state_dict,
+            self.load_model_state_dict,
+            self.initial_state,
+            self.sample_builder,
+        )
 
     def sample_builder(self, num_envs: int, n_sample: Optional[int] = None) -> SequenceBuilder:
         """The collectors' steps as this policy's replay sequences (the n-step returns are the learner's)."""
@@ -117,21 +136,28 @@ class R2D2Policy(DQNPolicy):
         """Greedy actions of one core step from ``state`` (None: zeros), and the lanes' next state."""
         core = self.model.core
         state = core.initial_state(len(obs)) if state is None else state
-        features, after = core.step(to_tensor(obs.reshape(obs.shape[0], -1), self.device, None),
-                                    core.state_tensors(state, self.device))
+        features, after = core.step(
+            to_tensor(obs.reshape(obs.shape[0], -1), self.device, None), core.state_tensors(state, self.device)
+        )
         q_value = self.model.q(features)
         if mask is not None:
             q_value = q_value.masked_fill(~to_tensor(mask, self.device, torch.bool), -torch.inf)
         return q_value.argmax(dim=-1).cpu().numpy(), core.state_arrays(after)
 
-    def forward_collect(self, obs: np.ndarray, eps: float = 0.0, mask: Optional[np.ndarray] = None,
-                        state: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    def forward_collect(
+        self,
+        obs: np.ndarray,
+        eps: float = 0.0,
+        mask: Optional[np.ndarray] = None,
+        state: Optional[Dict[str, np.ndarray]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Epsilon-greedy actions from each lane's ``state``, and the lanes' ``next_state``."""
         actions, next_state = self._step(obs, state, mask)
         return {"action": self._explore(actions, eps, mask), "next_state": next_state}
 
-    def forward_eval(self, obs: np.ndarray, mask: Optional[np.ndarray] = None,
-                     state: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    def forward_eval(
+        self, obs: np.ndarray, mask: Optional[np.ndarray] = None, state: Optional[Dict[str, np.ndarray]] = None
+    ) -> Dict[str, np.ndarray]:
         actions, next_state = self._step(obs, state, mask)
         return {"action": actions, "next_state": next_state}
 
@@ -165,8 +191,10 @@ class R2D2Policy(DQNPolicy):
         obs = to_tensor(batch["obs"], device, None).transpose(0, 1)  # time-major (L, B, ...)
         obs = obs_float(obs.reshape(obs.shape[0], obs.shape[1], -1))  # once for the three unrolls below
         if obs.shape[0] != burnin + unroll + n:
-            raise ValueError(f"sequences of {obs.shape[0]} rows, the config asks for burnin_step + unroll_len + "
-                             f"nstep = {burnin + unroll + n}: the collectors and the learner must share the config")
+            raise ValueError(
+                f"sequences of {obs.shape[0]} rows, the config asks for burnin_step + unroll_len + "
+                f"nstep = {burnin + unroll + n}: the collectors and the learner must share the config"
+            )
         end = to_tensor(batch["end"], device, torch.bool).t()
         starts = torch.zeros_like(end)
         starts[1:] = end[:-1]  # an episode begins after an end: the state is zeroed before that row
@@ -175,18 +203,21 @@ class R2D2Policy(DQNPolicy):
             state_after = self.model.core.unroll(obs[:burnin], state, starts[:burnin])[1] if burnin else state
             target_q, _ = self.target_network.unroll(obs, state, starts)
         q_all, _ = self.model.unroll(obs[burnin:], state_after, starts[burnin:])  # (unroll + n, B, A)
-        action = to_tensor(batch["action"], device, torch.long).t()[burnin:burnin + unroll]
+        action = to_tensor(batch["action"], device, torch.long).t()[burnin : burnin + unroll]
         q_value = q_all[:unroll].gather(2, action.unsqueeze(2)).squeeze(2)
         with torch.no_grad():
             td_target, use = self._nstep_targets(batch, q_all.detach(), target_q[burnin:], unroll, n)
         td_error = td_target - q_value
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(q_value.shape[1], device=device)
+        weight = (
+            to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(q_value.shape[1], device=device)
+        )
         use_f = use.float()
         loss = ((td_error.pow(2) * use_f).sum(0) * weight).sum() / use_f.sum().clamp(min=1.0)
         return loss, q_value, td_error, use
 
-    def _nstep_targets(self, batch: Dict[str, np.ndarray], online_q: torch.Tensor, target_q: torch.Tensor,
-                       unroll: int, n: int):
+    def _nstep_targets(
+        self, batch: Dict[str, np.ndarray], online_q: torch.Tensor, target_q: torch.Tensor, unroll: int, n: int
+    ):
         """n-step double-Q targets of the ``unroll`` rows after the burn-in (time-major (unroll, B)), and which rows
         have one. Per row t: the discounted rewards up to the episode's end or n steps; then, when the episode
         goes on, gamma^n Q_target(t + n, argmax_a Q(t + n, a)) in the rescaled space (h(R + gamma^n h^-1(q))).
@@ -201,14 +232,14 @@ class R2D2Policy(DQNPolicy):
         alive = torch.ones_like(ret, dtype=torch.bool)  # no episode end in rows t .. t + j - 1
         use = torch.ones_like(alive)
         for j in range(n):
-            ret += alive.float() * (gamma ** j) * reward[j:j + unroll]
-            ends = alive & end[j:j + unroll]
-            use &= ~(ends & ~terminated[j:j + unroll])  # truncated: no bootstrap value to be had
+            ret += alive.float() * (gamma**j) * reward[j : j + unroll]
+            ends = alive & end[j : j + unroll]
+            use &= ~(ends & ~terminated[j : j + unroll])  # truncated: no bootstrap value to be had
             alive &= ~ends
         rescale = bool(self.cfg.learn.value_rescale)
-        next_action = online_q[n:n + unroll].argmax(dim=2, keepdim=True)
-        next_q = target_q[n:n + unroll].gather(2, next_action).squeeze(2)
+        next_action = online_q[n : n + unroll].argmax(dim=2, keepdim=True)
+        next_q = target_q[n : n + unroll].gather(2, next_action).squeeze(2)
         if rescale:
             next_q = inverse_value_rescale(next_q)
-        target = ret + alive.float() * (gamma ** n) * next_q
+        target = ret + alive.float() * (gamma**n) * next_q
         return (value_rescale(target) if rescale else target), use

@@ -7,6 +7,7 @@ lane (rows of one ``env_id``, in time order) into sequences of ``unroll_len`` ro
 stored state, zeroing the state where an episode begins inside a sequence (the row after one whose episode
 ended), exactly as the collector did: the re-run reproduces the collector's features for the same weights.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
@@ -46,8 +47,9 @@ def cut_sequences(env_id: np.ndarray, end: np.ndarray, unroll_len: int, device="
     return Sequences(*(torch.as_tensor(a).to(device) for a in (rows, valid, starts)))
 
 
-def unroll_rows(core: RecurrentCore, obs: torch.Tensor, state: State, seqs: Sequences,
-                which: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def unroll_rows(
+    core: RecurrentCore, obs: torch.Tensor, state: State, seqs: Sequences, which: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """The core's features for the rows of sequences ``which`` (None: all): ``(rows, features)``, one feature
     row per segment row, from each sequence's stored starting state (``state``: per row, each (N, H))."""
     rows, valid, starts = seqs if which is None else (seqs.rows[which], seqs.valid[which], seqs.starts[which])

@@ -1,6 +1,7 @@
 """Per-lane recursions over a segment's rows (time-ordered within each ``env_id``, cut where episodes end):
 GAE(lambda) advantages, the discounted returns reward normalization divides by, and the backward sum that
 V-trace shares."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,16 @@ def lane_backward_sum(x: np.ndarray, factor: np.ndarray, env_id: np.ndarray, end
     return out
 
 
-def gae_advantages(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray,
-                   end: np.ndarray, env_id: np.ndarray, gamma: float, gae_lambda: float) -> np.ndarray:
+def gae_advantages(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    terminated: np.ndarray,
+    end: np.ndarray,
+    env_id: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> np.ndarray:
     """GAE(lambda) over a segment of rows, time-ordered within each ``env_id``.
 
     ``delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)``: a terminated episode has no

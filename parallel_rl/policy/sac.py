@@ -5,6 +5,7 @@ Haarnoja et al. 2018 ("Soft Actor-Critic Algorithms and Applications"), in its n
 entropy approaches ``target_entropy``. Box actions only; the replay rows hold the env's action, the
 networks see it scaled to [-1, 1]. Off-policy: data goes through the replay buffer like DQN's.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,15 +55,15 @@ class SACPolicy(BoxActorCritic):
     def default_config(cls) -> EasyDict:
         return sac_default_config()
 
-    def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
-                 device: str = "cpu"):
+    def __init__(
+        self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None, device: str = "cpu"
+    ):
         self._setup(cfg, obs_dim, action, seed, device, TanhGaussianActor)
         learn = cfg.learn
         self.log_alpha = torch.tensor(math.log(learn.init_alpha), device=device, requires_grad=True)
         self.target_entropy = float(learn.target_entropy_per_dim) * action.dim
         self.actor_optimizer = Adam(self.actor.parameters(), lr=learn.learning_rate_policy)
-        self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
-                                     lr=learn.learning_rate_q)
+        self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()), lr=learn.learning_rate_q)
         self.alpha_optimizer = Adam([self.log_alpha], lr=learn.learning_rate_alpha)
         self._graphed_update = GraphedUpdate(self._update, device, learn.cuda_graph)
 
@@ -85,10 +86,14 @@ class SACPolicy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One SAC update (critics, actor, temperature, Polyak targets); scalars as 0-d tensors."""
-        inputs = {"obs": self._obs(batch["obs"]), "next_obs": self._obs(batch["next_obs"]),
-                  "action": self.unit_action(batch, len(batch["obs"]))}
-        inputs.update({k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight")
-                       if k in batch})
+        inputs = {
+            "obs": self._obs(batch["obs"]),
+            "next_obs": self._obs(batch["next_obs"]),
+            "action": self.unit_action(batch, len(batch["obs"])),
+        }
+        inputs.update(
+            {k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight") if k in batch}
+        )
         info = self._graphed_update(inputs)
         self.learn_steps += 1
         td_error = info.pop("td_error")

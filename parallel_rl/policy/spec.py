@@ -1,6 +1,7 @@
 """One spec per algorithm: :class:`PolicySpec` (its name, its class, its section with the defaults and bounds,
 the action spaces it trains on, its data flow), and :func:`register_policy`, the one door by which the built-in
 algorithms and users' own come in. Torch-free: the coordinator and the config's assembly read it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,7 @@ from easydict import EasyDict
 
 from ..config.section import Section
 from ..errors import ConfigError
-from .defaults import (APPOSection, DQNSection, ImpalaSection, PPOSection, R2D2Section, SACSection,
-                       TD3Section)
+from .defaults import APPOSection, DQNSection, ImpalaSection, PPOSection, R2D2Section, SACSection, TD3Section
 
 ACTION_SPACES = ("discrete", "box")
 
@@ -35,8 +35,9 @@ class PolicySpec:
             raise ConfigError(f"PolicySpec {self.name!r}: target must be 'module:Class', got {self.target!r}")
         unknown = [kind for kind in self.action_spaces if kind not in ACTION_SPACES]
         if unknown or not self.action_spaces:
-            raise ConfigError(f"PolicySpec {self.name!r}: action_spaces must be some of {ACTION_SPACES}, got "
-                              f"{self.action_spaces!r}")
+            raise ConfigError(
+                f"PolicySpec {self.name!r}: action_spaces must be some of {ACTION_SPACES}, got {self.action_spaces!r}"
+            )
 
     @property
     def typed(self) -> Optional[Type[Section]]:
@@ -58,15 +59,20 @@ class PolicySpec:
 POLICIES: Dict[str, PolicySpec] = {}
 
 
-def register_policy(spec: Union[PolicySpec, str], target: Optional[str] = None,
-                    default_config: Optional[Callable[[], Mapping]] = None,
-                    action_spaces: Tuple[str, ...] = ("discrete",)) -> PolicySpec:
+def register_policy(
+    spec: Union[PolicySpec, str],
+    target: Optional[str] = None,
+    default_config: Optional[Callable[[], Mapping]] = None,
+    action_spaces: Tuple[str, ...] = ("discrete",),
+) -> PolicySpec:
     """Register an algorithm (a :class:`PolicySpec`; the seed form ``register_policy(name, "module:Class",
     default_config, action_spaces)`` builds one), replacing one of the same name."""
     if not isinstance(spec, PolicySpec):
         if target is None or default_config is None:
-            raise ConfigError(f"register_policy({spec!r}, ...) needs a PolicySpec, or a name, a 'module:Class' "
-                              f"target and a default_config function")
+            raise ConfigError(
+                f"register_policy({spec!r}, ...) needs a PolicySpec, or a name, a 'module:Class' "
+                f"target and a default_config function"
+            )
         spec = PolicySpec(spec, target, default_config, tuple(action_spaces))
     POLICIES[spec.name] = spec
     return spec
@@ -101,11 +107,13 @@ class _SpecView(Mapping):
 POLICY_DEFAULTS: Mapping[str, Callable[[], EasyDict]] = _SpecView(lambda spec: spec.defaults)
 POLICY_ACTION_SPACES: Mapping[str, Tuple[str, ...]] = _SpecView(lambda spec: spec.action_spaces)
 
-for _spec in (PolicySpec("dqn", "parallel_rl.policy.dqn:DQNPolicy", DQNSection),
-              PolicySpec("r2d2", "parallel_rl.policy.r2d2:R2D2Policy", R2D2Section),
-              PolicySpec("ppo", "parallel_rl.policy.ppo:PPOPolicy", PPOSection, ("discrete", "box")),
-              PolicySpec("sac", "parallel_rl.policy.sac:SACPolicy", SACSection, ("box",)),
-              PolicySpec("td3", "parallel_rl.policy.td3:TD3Policy", TD3Section, ("box",)),
-              PolicySpec("impala", "parallel_rl.policy.impala:IMPALAPolicy", ImpalaSection, ("discrete", "box")),
-              PolicySpec("appo", "parallel_rl.policy.appo:APPOPolicy", APPOSection, ("discrete", "box"))):
+for _spec in (
+    PolicySpec("dqn", "parallel_rl.policy.dqn:DQNPolicy", DQNSection),
+    PolicySpec("r2d2", "parallel_rl.policy.r2d2:R2D2Policy", R2D2Section),
+    PolicySpec("ppo", "parallel_rl.policy.ppo:PPOPolicy", PPOSection, ("discrete", "box")),
+    PolicySpec("sac", "parallel_rl.policy.sac:SACPolicy", SACSection, ("box",)),
+    PolicySpec("td3", "parallel_rl.policy.td3:TD3Policy", TD3Section, ("box",)),
+    PolicySpec("impala", "parallel_rl.policy.impala:IMPALAPolicy", ImpalaSection, ("discrete", "box")),
+    PolicySpec("appo", "parallel_rl.policy.appo:APPOPolicy", APPOSection, ("discrete", "box")),
+):
     register_policy(_spec)

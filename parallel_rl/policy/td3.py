@@ -8,6 +8,7 @@ critics (clipped double Q), and the actor and every target network move only eve
 updates (delayed policy updates). Collectors act with Gaussian ``exploration_noise``. Actions are scaled
 to [-1, 1] inside the networks, as in SAC; the replay rows hold the env's action. Off-policy.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -44,13 +45,16 @@ class TD3Policy(BoxActorCritic):
     def default_config(cls) -> EasyDict:
         return td3_default_config()
 
-    def __init__(self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None,
-                 device: str = "cpu"):
+    def __init__(
+        self, cfg: EasyDict, obs_dim: int, action: ActionSpec, seed: Optional[int] = None, device: str = "cpu"
+    ):
         learn = cfg.learn
         policy_delay, policy_noise, noise_clip = learn.policy_delay, learn.policy_noise, learn.noise_clip
         if policy_delay < 1 or policy_noise < 0 or noise_clip < 0:
-            raise ConfigError(f"policy.learn needs policy_delay >= 1, policy_noise >= 0 and noise_clip >= 0, got "
-                              f"{policy_delay=} {policy_noise=} {noise_clip=}")
+            raise ConfigError(
+                f"policy.learn needs policy_delay >= 1, policy_noise >= 0 and noise_clip >= 0, got "
+                f"{policy_delay=} {policy_noise=} {noise_clip=}"
+            )
         exploration_noise = cfg.collect.exploration_noise
         if exploration_noise < 0:
             raise ConfigError(f"policy.collect.exploration_noise must be >= 0, got {exploration_noise=}")
@@ -59,8 +63,9 @@ class TD3Policy(BoxActorCritic):
         self.actor_target = DeterministicActor(obs_dim, action.dim, cfg.model.actor_hidden_size_list).to(device)
         self.init_targets((self.actor_target, self.actor))
         self.actor_optimizer = Adam(self.actor.parameters(), lr=learn.learning_rate_actor)
-        self.critic_optimizer = Adam(list(self.q1.parameters()) + list(self.q2.parameters()),
-                                     lr=learn.learning_rate_critic)
+        self.critic_optimizer = Adam(
+            list(self.q1.parameters()) + list(self.q2.parameters()), lr=learn.learning_rate_critic
+        )
         self._last_policy_loss = torch.zeros(())
         self._graphed_update = GraphedUpdate(self._update, device, learn.cuda_graph)
 
@@ -84,10 +89,14 @@ class TD3Policy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One critic update; every ``policy_delay``-th call also an actor update and the Polyak targets."""
-        inputs = {"obs": self._obs(batch["obs"]), "next_obs": self._obs(batch["next_obs"]),
-                  "action": self.unit_action(batch, len(batch["obs"]))}
-        inputs.update({k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight")
-                       if k in batch})
+        inputs = {
+            "obs": self._obs(batch["obs"]),
+            "next_obs": self._obs(batch["next_obs"]),
+            "action": self.unit_action(batch, len(batch["obs"])),
+        }
+        inputs.update(
+            {k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight") if k in batch}
+        )
         self.learn_steps += 1
         actor_updated = self.learn_steps % self.cfg.learn.policy_delay == 0
         # the delayed actor step is a branch of the update: each branch is a graph of its own on CUDA
@@ -119,8 +128,11 @@ class TD3Policy(BoxActorCritic):
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
-        out = {"critic_loss": critic_loss.detach(), "q_value": q1.detach().mean(),
-               "td_error": (0.5 * (q1 + q2) - td_target).detach()}
+        out = {
+            "critic_loss": critic_loss.detach(),
+            "q_value": q1.detach().mean(),
+            "td_error": (0.5 * (q1 + q2) - td_target).detach(),
+        }
         if actor_updated:  # delayed policy update: the actor follows Q1, then every target moves
             policy_loss = -self.q1(obs, self.actor(obs)).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)

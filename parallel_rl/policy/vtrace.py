@@ -14,6 +14,7 @@ Rows are flat columns in the on-policy layout (:mod:`.ppo`): time-ordered within
 none (0), a truncated one and a lane's last row in the segment bootstrap from it (``v_{s+1} = V(x_{s+1})``:
 nothing is known past it). The sums stop at every episode end. Targets carry no gradient: numpy.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -29,9 +30,20 @@ class VTrace(NamedTuple):
     rho: np.ndarray  # the truncated importance weights rho_s
 
 
-def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, reward: np.ndarray, value: np.ndarray,
-           next_value: np.ndarray, terminated: np.ndarray, end: np.ndarray, env_id: np.ndarray, gamma: float,
-           rho_bar: float = 1.0, c_bar: float = 1.0, lam: float = 1.0) -> VTrace:
+def vtrace(
+    behaviour_logp: np.ndarray,
+    target_logp: np.ndarray,
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    terminated: np.ndarray,
+    end: np.ndarray,
+    env_id: np.ndarray,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+) -> VTrace:
     """V-trace targets and advantages of a segment of rows (float64); ``lam`` is the paper's lambda in ``c_t``."""
     ratio = np.exp(np.asarray(target_logp, np.float64) - np.asarray(behaviour_logp, np.float64))
     rho = np.minimum(rho_bar, ratio)

@@ -16,15 +16,70 @@ Its modules, imported from here: ``fields`` (the limits, ``wire`` and the checks
 (the store report and time breakdown that messages carry), ``messages`` (the metadata messages) and ``bodies``
 (the request bodies and the sample answer).
 """
+
 from .bodies import BODIES, Heartbeat, MetadataBatch, Registration, SampleAnswer, SampleRequest
-from .fields import (MAX_COUNTER, MAX_RANKS, MAX_STEPS_PER_MESSAGE, MAX_TASK_IDS, PRIORITY_KEYS, REFERENCE_KEYS, ROLES,
-                     check_eval_result, checked_int, finite_number, wire)
-from .messages import (MESSAGES, Chunk, ChunkDamaged, Games, LearnInfo, Message, Policy, TaskCancelled, TaskDone,
-                       TaskEnd, TaskFailed, message_class, parse_message)
+from .fields import (
+    MAX_COUNTER,
+    MAX_RANKS,
+    MAX_STEPS_PER_MESSAGE,
+    MAX_TASK_IDS,
+    PRIORITY_KEYS,
+    REFERENCE_KEYS,
+    ROLES,
+    check_eval_result,
+    checked_int,
+    finite_number,
+    wire,
+)
+from .messages import (
+    MESSAGES,
+    Chunk,
+    ChunkDamaged,
+    Games,
+    LearnInfo,
+    Message,
+    Policy,
+    TaskCancelled,
+    TaskDone,
+    TaskEnd,
+    TaskFailed,
+    message_class,
+    parse_message,
+)
 from .parts import MAX_PHASES, StorageReport, TimeBreakdown
 
-__all__ = ["BODIES", "Heartbeat", "MetadataBatch", "Registration", "SampleAnswer", "SampleRequest", "MAX_COUNTER",
-           "MAX_RANKS", "MAX_STEPS_PER_MESSAGE", "MAX_TASK_IDS", "PRIORITY_KEYS", "REFERENCE_KEYS", "ROLES",
-           "check_eval_result", "checked_int", "finite_number", "wire", "MESSAGES", "Chunk", "ChunkDamaged", "Games",
-           "LearnInfo", "Message", "Policy", "TaskCancelled", "TaskDone", "TaskEnd", "TaskFailed", "message_class",
-           "parse_message", "MAX_PHASES", "StorageReport", "TimeBreakdown"]
+__all__ = [
+    "BODIES",
+    "Heartbeat",
+    "MetadataBatch",
+    "Registration",
+    "SampleAnswer",
+    "SampleRequest",
+    "MAX_COUNTER",
+    "MAX_RANKS",
+    "MAX_STEPS_PER_MESSAGE",
+    "MAX_TASK_IDS",
+    "PRIORITY_KEYS",
+    "REFERENCE_KEYS",
+    "ROLES",
+    "check_eval_result",
+    "checked_int",
+    "finite_number",
+    "wire",
+    "MESSAGES",
+    "Chunk",
+    "ChunkDamaged",
+    "Games",
+    "LearnInfo",
+    "Message",
+    "Policy",
+    "TaskCancelled",
+    "TaskDone",
+    "TaskEnd",
+    "TaskFailed",
+    "message_class",
+    "parse_message",
+    "MAX_PHASES",
+    "StorageReport",
+    "TimeBreakdown",
+]

@@ -1,4 +1,5 @@
 """The request bodies of the worker routes and the sample answer."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,8 +7,17 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ProtocolViolation
 from ..transport.codec import check_url, field, number_field
-from .fields import (MAX_RANKS, MAX_TASK_IDS, PRIORITY_KEYS, REFERENCE_KEYS, _int, _json_fields, _ref,
-                     finite_number, wire)
+from .fields import (
+    MAX_RANKS,
+    MAX_TASK_IDS,
+    PRIORITY_KEYS,
+    REFERENCE_KEYS,
+    _int,
+    _json_fields,
+    _ref,
+    finite_number,
+    wire,
+)
 from .parts import StorageReport, TimeBreakdown
 
 
@@ -16,20 +26,28 @@ class MetadataBatch:
     """``POST /api/v1/workers/<id>/metadata``: messages, each read on its own (a bad one is refused alone)."""
 
     messages: List[Dict[str, Any]] = wire(doc="the messages (objects with a type), applied in order")
-    wait_for_allowance: float = wire(default=0.0, doc="a throttled collector: wait up to this many seconds (at "
-                                                      "most 10) until it may collect again")
-    policy_version: Optional[int] = wire(default=None, doc="the newest policy the collector knows: a newer one "
-                                                           "ends the wait (left out: only allowance does)")
-    loaded_version: Optional[int] = wire(default=None, doc="on-policy: the policy the collector acts with; its "
-                                                           "share of the segment counts only when this is the "
-                                                           "current one, and none before a first policy")
+    wait_for_allowance: float = wire(
+        default=0.0, doc="a throttled collector: wait up to this many seconds (at most 10) until it may collect again"
+    )
+    policy_version: Optional[int] = wire(
+        default=None,
+        doc="the newest policy the collector knows: a newer one ends the wait (left out: only allowance does)",
+    )
+    loaded_version: Optional[int] = wire(
+        default=None,
+        doc="on-policy: the policy the collector acts with; its "
+        "share of the segment counts only when this is the "
+        "current one, and none before a first policy",
+    )
 
     @classmethod
     def from_json(cls, obj: Dict[str, Any]) -> "MetadataBatch":
-        return cls(messages=field(obj, "messages", list),
-                   wait_for_allowance=number_field(obj, "wait_for_allowance", 0.0),
-                   policy_version=field(obj, "policy_version", int, required=False),
-                   loaded_version=field(obj, "loaded_version", int, required=False))
+        return cls(
+            messages=field(obj, "messages", list),
+            wait_for_allowance=number_field(obj, "wait_for_allowance", 0.0),
+            policy_version=field(obj, "policy_version", int, required=False),
+            loaded_version=field(obj, "loaded_version", int, required=False),
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -37,32 +55,50 @@ class MetadataBatch:
 
 def _is_rank(r: Any) -> bool:
     """A learner rank as a LearnerAggregator lists it in its heartbeats."""
-    return (isinstance(r, dict) and set(r) == {"rank", "pid", "state"} and type(r["rank"]) is int
-            and (r["pid"] is None or type(r["pid"]) is int) and isinstance(r["state"], str) and len(r["state"]) <= 32)
+    return (
+        isinstance(r, dict)
+        and set(r) == {"rank", "pid", "state"}
+        and type(r["rank"]) is int
+        and (r["pid"] is None or type(r["pid"]) is int)
+        and isinstance(r["state"], str)
+        and len(r["state"]) <= 32
+    )
 
 
 @dataclass
 class Heartbeat:
     """``POST /api/v1/workers/<id>/heartbeat`` (every field optional; the body may be empty)."""
 
-    problems: Optional[List[str]] = wire(default=None, doc="what went wrong in the worker's threads (the last 20 "
-                                                           "kept, 500 characters each)")
-    tasks: Optional[List[str]] = wire(default=None, doc="the tasks the worker holds: queued, running, or with an "
-                                                        f"end report not yet delivered (at most {MAX_TASK_IDS})")
-    ranks: Optional[List[Dict[str, Any]]] = wire(default=None, doc="a LearnerAggregator's data-parallel ranks",
-                                                 schema={"type": "array", "items": _ref("LearnerRank"),
-                                                         "nullable": True})
+    problems: Optional[List[str]] = wire(
+        default=None, doc="what went wrong in the worker's threads (the last 20 kept, 500 characters each)"
+    )
+    tasks: Optional[List[str]] = wire(
+        default=None,
+        doc="the tasks the worker holds: queued, running, or with an "
+        f"end report not yet delivered (at most {MAX_TASK_IDS})",
+    )
+    ranks: Optional[List[Dict[str, Any]]] = wire(
+        default=None,
+        doc="a LearnerAggregator's data-parallel ranks",
+        schema={"type": "array", "items": _ref("LearnerRank"), "nullable": True},
+    )
     storage: Optional[StorageReport] = wire(default=None, doc="the shared store as the worker sees it")
-    time_breakdown: Optional[TimeBreakdown] = wire(default=None, doc="where the worker's time went since it was "
-                                                                     "set up")
-    ready: Optional[bool] = wire(default=None, doc="the worker built its envs and model and takes tasks (false "
-                                                   "while it sets up, after connect answered)")
-    setup_error: Optional[str] = wire(default=None, doc="why the worker's set-up failed (one line, 500 characters "
-                                                        "kept): the coordinator lets it go")
-    unanswered_seconds: Optional[float] = wire(default=None, lo=0.0, hi=1e9,
-                                               doc="seconds since the worker's last call the coordinator answered, "
-                                                   "when its calls since went unanswered (the answers are lost on "
-                                                   "the way back): past half the lease it is shown unreachable")
+    time_breakdown: Optional[TimeBreakdown] = wire(default=None, doc="where the worker's time went since it was set up")
+    ready: Optional[bool] = wire(
+        default=None,
+        doc="the worker built its envs and model and takes tasks (false while it sets up, after connect answered)",
+    )
+    setup_error: Optional[str] = wire(
+        default=None, doc="why the worker's set-up failed (one line, 500 characters kept): the coordinator lets it go"
+    )
+    unanswered_seconds: Optional[float] = wire(
+        default=None,
+        lo=0.0,
+        hi=1e9,
+        doc="seconds since the worker's last call the coordinator answered, "
+        "when its calls since went unanswered (the answers are lost on "
+        "the way back): past half the lease it is shown unreachable",
+    )
 
     @classmethod
     def from_json(cls, body: Any) -> "Heartbeat":
@@ -71,14 +107,18 @@ class Heartbeat:
         if problems is not None and (not isinstance(problems, list) or not all(isinstance(p, str) for p in problems)):
             raise ProtocolViolation("field 'problems' must be a list of strings")
         tasks = body.get("tasks")
-        if tasks is not None and (not isinstance(tasks, list) or len(tasks) > MAX_TASK_IDS
-                                  or not all(isinstance(t, str) for t in tasks)):
+        if tasks is not None and (
+            not isinstance(tasks, list) or len(tasks) > MAX_TASK_IDS or not all(isinstance(t, str) for t in tasks)
+        ):
             raise ProtocolViolation(f"field 'tasks' must be a list of at most {MAX_TASK_IDS} task ids")
         ranks = body.get("ranks")
-        if ranks is not None and (not isinstance(ranks, list) or len(ranks) > MAX_RANKS
-                                  or not all(_is_rank(r) for r in ranks)):
-            raise ProtocolViolation(f"field 'ranks' must be a list of at most {MAX_RANKS} objects "
-                                    "{rank: int, pid: int or null, state: str}")
+        if ranks is not None and (
+            not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_is_rank(r) for r in ranks)
+        ):
+            raise ProtocolViolation(
+                f"field 'ranks' must be a list of at most {MAX_RANKS} objects "
+                "{rank: int, pid: int or null, state: str}"
+            )
         storage, breakdown = body.get("storage"), body.get("time_breakdown")
         ready, setup_error = body.get("ready"), body.get("setup_error")
         if ready is not None and not isinstance(ready, bool):
@@ -86,15 +126,22 @@ class Heartbeat:
         if setup_error is not None and not isinstance(setup_error, str):
             raise ProtocolViolation(f"field 'setup_error' must be a string, got {setup_error!r:.40}")
         unanswered = body.get("unanswered_seconds")
-        if unanswered is not None and (isinstance(unanswered, bool) or not isinstance(unanswered, (int, float))
-                                       or not 0 <= unanswered <= 1e9):
-            raise ProtocolViolation(f"field 'unanswered_seconds' must be a number of seconds in [0, 1e9], "
-                                    f"got {unanswered!r:.40}")
-        return cls(problems=None if problems is None else [p[:500] for p in problems[-20:]], tasks=tasks, ranks=ranks,
-                   storage=None if storage is None else StorageReport.from_json(storage),
-                   time_breakdown=None if breakdown is None else TimeBreakdown.from_json(breakdown), ready=ready,
-                   setup_error=None if setup_error is None else setup_error[:500],
-                   unanswered_seconds=None if unanswered is None else float(unanswered))
+        if unanswered is not None and (
+            isinstance(unanswered, bool) or not isinstance(unanswered, (int, float)) or not 0 <= unanswered <= 1e9
+        ):
+            raise ProtocolViolation(
+                f"field 'unanswered_seconds' must be a number of seconds in [0, 1e9], got {unanswered!r:.40}"
+            )
+        return cls(
+            problems=None if problems is None else [p[:500] for p in problems[-20:]],
+            tasks=tasks,
+            ranks=ranks,
+            storage=None if storage is None else StorageReport.from_json(storage),
+            time_breakdown=None if breakdown is None else TimeBreakdown.from_json(breakdown),
+            ready=ready,
+            setup_error=None if setup_error is None else setup_error[:500],
+            unanswered_seconds=None if unanswered is None else float(unanswered),
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -109,30 +156,43 @@ class SampleRequest:
     batch_size: int = wire(lo=1, hi=65536, doc="rows per batch (on-policy: the segment's rows)")
     batches: int = wire(lo=1, hi=256, default=1)
     train_iter: int = wire(default=0, doc="the learner's iteration")
-    ahead: int = wire(lo=0, hi=256, default=0, doc="batches the learner holds and has not trained on yet: the "
-                      "answer's first batch is trained at train_iter + ahead (the asynchronous on-policy flow's "
-                      "staleness bound counts from there)")
+    ahead: int = wire(
+        lo=0,
+        hi=256,
+        default=0,
+        doc="batches the learner holds and has not trained on yet: the "
+        "answer's first batch is trained at train_iter + ahead (the asynchronous on-policy flow's "
+        "staleness bound counts from there)",
+    )
     wait: float = wire(default=1.0, doc="seconds to wait for enough data (at most 10)")
     encoding: str = wire(default="json", doc="numbers in the answer as JSON lists (json), or packed (base64)")
     priorities: Optional[Dict[str, Any]] = wire(
-        default=None, doc="new priorities of past batches' rows",
-        schema={"type": "object", "nullable": True, "properties": {k: _ref("Numbers") for k in PRIORITY_KEYS}})
+        default=None,
+        doc="new priorities of past batches' rows",
+        schema={"type": "object", "nullable": True, "properties": {k: _ref("Numbers") for k in PRIORITY_KEYS}},
+    )
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "SampleRequest":
         batch_size = field(body, "batch_size", int)
         batches = field(body, "batches", int, required=False, default=1)
         if not 1 <= batch_size <= 65536 or not 1 <= batches <= 256:
-            raise ProtocolViolation(f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, "
-                                    f"got {batch_size=} {batches=}")
+            raise ProtocolViolation(
+                f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, got {batch_size=} {batches=}"
+            )
         encoding = field(body, "encoding", str, required=False, default="json")
         if encoding not in ("json", "base64"):
             raise ProtocolViolation(f"field 'encoding' must be 'json' or 'base64', got {encoding!r}")
-        return cls(worker_id=field(body, "worker_id", str), batch_size=batch_size, batches=batches,
-                   train_iter=field(body, "train_iter", int, required=False, default=0),
-                   ahead=_int(cls, body, "ahead"),
-                   wait=number_field(body, "wait", 1.0), encoding=encoding,
-                   priorities=field(body, "priorities", dict, required=False))
+        return cls(
+            worker_id=field(body, "worker_id", str),
+            batch_size=batch_size,
+            batches=batches,
+            train_iter=field(body, "train_iter", int, required=False, default=0),
+            ahead=_int(cls, body, "ahead"),
+            wait=number_field(body, "wait", 1.0),
+            encoding=encoding,
+            priorities=field(body, "priorities", dict, required=False),
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -145,23 +205,32 @@ class SampleAnswer:
     the priority update; ``weight`` its importance weight), as JSON lists or packed (Numbers)."""
 
     chunks: List[str] = wire(doc="chunk files the batches refer to (their `chunk` indexes this)")
-    batches: List[Dict[str, Any]] = wire(schema={"type": "array", "items": {
-        "type": "object", "properties": {k: _ref("Numbers") for k in REFERENCE_KEYS}}})
+    batches: List[Dict[str, Any]] = wire(
+        schema={
+            "type": "array",
+            "items": {"type": "object", "properties": {k: _ref("Numbers") for k in REFERENCE_KEYS}},
+        }
+    )
     control: Optional[Dict[str, Any]] = wire(default=None, schema={"allOf": [_ref("Control")], "nullable": True})
-    retry_after: Optional[float] = wire(default=None, doc="every long-poll slot was taken: ask again after this "
-                                                          "many seconds")
+    retry_after: Optional[float] = wire(
+        default=None, doc="every long-poll slot was taken: ask again after this many seconds"
+    )
 
     @classmethod
     def from_json(cls, obj: Any) -> "SampleAnswer":
         if not isinstance(obj, dict):
             raise ProtocolViolation(f"a sample answer must be an object, got {obj!r:.80}")
         chunks, batches, control = obj.get("chunks", []), obj.get("batches", []), obj.get("control")
-        if not isinstance(chunks, list) or not isinstance(batches, list) or not (control is None
-                                                                               or isinstance(control, dict)):
+        if (
+            not isinstance(chunks, list)
+            or not isinstance(batches, list)
+            or not (control is None or isinstance(control, dict))
+        ):
             raise ProtocolViolation(f"a sample answer needs lists 'chunks' and 'batches', got {obj!r:.80}")
         retry = obj.get("retry_after")
-        return cls(chunks=chunks, batches=batches, control=control,
-                   retry_after=float(retry) if finite_number(retry) else None)
+        return cls(
+            chunks=chunks, batches=batches, control=control, retry_after=float(retry) if finite_number(retry) else None
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
@@ -172,16 +241,24 @@ class Registration:
     """``POST /api/v1/collectors`` or ``/learners``: add the running slave at ``address``; without one, a
     coordinator inside ``parallel-rl run`` has its launcher start one more (202), one on its own answers 400."""
 
-    address: Optional[str] = wire(default=None, doc="http://HOST:PORT the slave serves on (and advertises); "
-                                                    "one that does not parse, or a port out of 1-65535, is a 400")
-    worker_id: Optional[str] = wire(default=None, doc="the id wanted (the launcher's name, or the id held before a "
-                                                      "coordinator restart); given when no entry holds it")
+    address: Optional[str] = wire(
+        default=None,
+        doc="http://HOST:PORT the slave serves on (and advertises); "
+        "one that does not parse, or a port out of 1-65535, is a 400",
+    )
+    worker_id: Optional[str] = wire(
+        default=None,
+        doc="the id wanted (the launcher's name, or the id held before a "
+        "coordinator restart); given when no entry holds it",
+    )
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Registration":
         address = field(body, "address", str, required=False)
-        return cls(address=None if address is None else check_url(address),
-                   worker_id=field(body, "worker_id", str, required=False))
+        return cls(
+            address=None if address is None else check_url(address),
+            worker_id=field(body, "worker_id", str, required=False),
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)

@@ -1,5 +1,6 @@
 """The words every message is written in: the wire limits, ``wire`` (a dataclass field with its limits and OpenAPI
 description) and the checks the messages share."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,9 +25,15 @@ MAX_TASK_IDS = 1000  # tasks one heartbeat may name
 MAX_RANKS = 1024  # learner ranks one heartbeat may list
 
 
-def wire(*, lo: Optional[int] = None, hi: Optional[int] = None, doc: str = "", schema: Optional[Dict[str, Any]] = None,
-         **kw: Any) -> Any:
-    """A dataclass field with its wire limits (``lo``/``hi`` for integers) and its OpenAPI description;
+def wire(
+    *,
+    lo: Optional[float] = None,
+    hi: Optional[float] = None,
+    doc: str = "",
+    schema: Optional[Dict[str, Any]] = None,
+    **kw: Any,
+) -> Any:
+    """A dataclass field with its wire limits (``lo``/``hi`` for numbers) and its OpenAPI description;
     ``schema`` where its type hint says too little (a reference to another schema of the document)."""
     return dataclasses.field(metadata={"lo": lo, "hi": hi, "doc": doc, "schema": schema}, **kw)
 
@@ -57,8 +64,9 @@ def check_eval_result(result: Dict[str, Any]) -> None:
     ``episodes`` an integer; ProtocolViolation naming the field otherwise."""
     mean = result.get("eval_episode_return_mean")
     if mean is not None and not finite_number(mean):
-        raise ProtocolViolation(f"result field 'eval_episode_return_mean' must be a finite number or null, "
-                                f"got {mean!r:.40}")
+        raise ProtocolViolation(
+            f"result field 'eval_episode_return_mean' must be a finite number or null, got {mean!r:.40}"
+        )
     checked_int(result, "episodes", 0, MAX_STEPS_PER_MESSAGE, default=0)
 
 
@@ -106,4 +114,3 @@ def _json_fields(obj: "DataclassInstance") -> Dict[str, Any]:
 def _wire_fields(cls: "Type[DataclassInstance]") -> Tuple[Tuple[str, bool], ...]:
     """``(name, left out when None)`` of each field of ``cls`` (dataclasses.fields costs more than a message)."""
     return tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
-

@@ -1,4 +1,5 @@
 """The metadata messages (``POST /api/v1/workers/<id>/metadata``): one dataclass per wire ``type``."""
+
 from __future__ import annotations
 
 from dataclasses import Field, dataclass
@@ -55,14 +56,18 @@ def parse_message(obj: Any) -> Message:
 class Chunk(Message, type="chunk", senders=("collector",)):
     """A chunk file of step data is on the shared disk: its rows enter the replay index."""
 
-    chunk: str = wire(doc="the chunk's name (letters, digits, '_', '-', '.'; max 128, no '..'); its file holds "
-                          "the rows")
+    chunk: str = wire(
+        doc="the chunk's name (letters, digits, '_', '-', '.'; max 128, no '..'); its file holds the rows"
+    )
     size: int = wire(lo=1, hi=MAX_STEPS_PER_MESSAGE, doc="rows in the file")
-    policy_version: int = wire(lo=-1, doc="the policy that collected it (-1: random, before the first); published "
-                                          "(announced, or on the shared disk)")
+    policy_version: int = wire(
+        lo=-1,
+        doc="the policy that collected it (-1: random, before the first); published (announced, or on the shared disk)",
+    )
     env_steps: int = wire(lo=0, hi=MAX_STEPS_PER_MESSAGE, default=0, doc="env steps it holds")
-    episode_returns: List[float] = wire(default_factory=list, doc="returns of the episodes that ended in it: at "
-                                                                  "most env_steps finite numbers")
+    episode_returns: List[float] = wire(
+        default_factory=list, doc="returns of the episodes that ended in it: at most env_steps finite numbers"
+    )
     task_id: Optional[str] = wire(default=None, doc="the collector task that wrote it (runs on the sender)")
 
     @classmethod
@@ -73,10 +78,17 @@ class Chunk(Message, type="chunk", senders=("collector",)):
         steps = _int(cls, obj, "env_steps")
         returns = obj.get("episode_returns", [])
         if not isinstance(returns, list) or len(returns) > steps or not all(finite_number(r) for r in returns):
-            raise ProtocolViolation(f"episode_returns must be at most env_steps={steps} finite numbers, "
-                                    f"got {returns!r:.80}")
-        return cls(chunk=chunk, size=_int(cls, obj, "size"), policy_version=version, env_steps=steps,
-                   episode_returns=returns, task_id=task_id)
+            raise ProtocolViolation(
+                f"episode_returns must be at most env_steps={steps} finite numbers, got {returns!r:.80}"
+            )
+        return cls(
+            chunk=chunk,
+            size=_int(cls, obj, "size"),
+            policy_version=version,
+            env_steps=steps,
+            episode_returns=returns,
+            task_id=task_id,
+        )
 
 
 @dataclass
@@ -84,23 +96,31 @@ class TaskEnd(Message):
     """A task ended on the sender (``task_done``, ``task_cancelled``, ``task_failed``)."""
 
     task_id: str = wire(doc="runs on the sender")
-    result: Dict[str, Any] = wire(default_factory=dict, doc="the task's result (an evaluator's: "
-                                                            "eval_episode_return_mean a finite number or null, "
-                                                            "episodes an integer)")
+    result: Dict[str, Any] = wire(
+        default_factory=dict,
+        doc="the task's result (an evaluator's: eval_episode_return_mean a finite number or null, episodes an integer)",
+    )
     error: Optional[str] = wire(default=None, doc="why it failed")
-    storage: Optional[StorageReport] = wire(default=None, doc="task_failed: the sender's store health, when the "
-                                                              "task failed on the shared store")
+    storage: Optional[StorageReport] = wire(
+        default=None, doc="task_failed: the sender's store health, when the task failed on the shared store"
+    )
 
     @classmethod
     def from_json(cls, obj: Dict[str, Any]) -> "TaskEnd":
         task_id = _string(obj, "task_id")
         result, error = obj.get("result") or {}, obj.get("error")
         if not isinstance(result, dict) or (error is not None and not isinstance(error, str)):
-            raise ProtocolViolation(f"'result' must be an object and 'error' a string, "
-                                    f"got {type(result).__name__} and {type(error).__name__}")
+            raise ProtocolViolation(
+                f"'result' must be an object and 'error' a string, "
+                f"got {type(result).__name__} and {type(error).__name__}"
+            )
         storage = obj.get("storage")
-        return cls(task_id=task_id, result=result, error=error,
-                   storage=None if storage is None else StorageReport.from_json(storage))
+        return cls(
+            task_id=task_id,
+            result=result,
+            error=error,
+            storage=None if storage is None else StorageReport.from_json(storage),
+        )
 
 
 class TaskDone(TaskEnd, type="task_done", senders=ROLES):
@@ -131,8 +151,7 @@ class LearnInfo(Message, type="learn_info", senders=("learner",)):
     """A learner's progress: loss, q-value, data wait, ..."""
 
     train_iter: int = wire(lo=0, hi=MAX_COUNTER, doc="the learner's iteration")
-    info: Dict[str, Optional[float]] = wire(default_factory=dict, doc="names to finite numbers (or booleans) "
-                                                                      "or null")
+    info: Dict[str, Optional[float]] = wire(default_factory=dict, doc="names to finite numbers (or booleans) or null")
     task_id: Optional[str] = wire(default=None, doc="the learner task (runs on the sender)")
 
     @classmethod
@@ -140,8 +159,8 @@ class LearnInfo(Message, type="learn_info", senders=("learner",)):
         task_id = _string(obj, "task_id", optional=True)
         info = obj.get("info") or {}
         if not isinstance(info, dict) or not all(
-                isinstance(k, str) and (v is None or isinstance(v, bool) or finite_number(v))
-                for k, v in info.items()):
+            isinstance(k, str) and (v is None or isinstance(v, bool) or finite_number(v)) for k, v in info.items()
+        ):
             raise ProtocolViolation(f"'info' must map names to finite numbers or null, got {info!r:.80}")
         return cls(train_iter=_int(cls, obj, "train_iter"), info=dict(info), task_id=task_id)
 
@@ -164,8 +183,14 @@ class Games(Message, type="games", senders=("collector",)):
         if not isinstance(opponent, str) or not opponent or len(opponent) > 64:
             raise ProtocolViolation(f"field 'opponent' must be a player name, got {opponent!r:.60}")
         player = obj.get("player")  # informational: the coordinator counts for its trained player
-        return cls(task_id=task_id, opponent=opponent, win=_int(cls, obj, "win"), draw=_int(cls, obj, "draw"),
-                   loss=_int(cls, obj, "loss"), player=player if isinstance(player, str) else None)
+        return cls(
+            task_id=task_id,
+            opponent=opponent,
+            win=_int(cls, obj, "win"),
+            draw=_int(cls, obj, "draw"),
+            loss=_int(cls, obj, "loss"),
+            player=player if isinstance(player, str) else None,
+        )
 
     @property
     def counts(self) -> Dict[str, int]:
@@ -184,7 +209,7 @@ class ChunkDamaged(Message, type="chunk_damaged", senders=("learner",)):
         chunk = _string(obj, "chunk")
         error = obj.get("error")
         if not isinstance(error, str):
-            raise ProtocolViolation(f"field 'error' must be a string saying what is wrong with the chunk, "
-                                    f"got {type(error).__name__}")
+            raise ProtocolViolation(
+                f"field 'error' must be a string saying what is wrong with the chunk, got {type(error).__name__}"
+            )
         return cls(chunk=chunk, error=error)
-

@@ -1,4 +1,5 @@
 """Parts of messages: a worker's report on the shared store, and where its time went."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,10 +37,15 @@ MAX_PHASES = 16  # phases one time breakdown may name (each name at most 32 char
 def _phase_seconds(obj: Dict[str, Any], name: str) -> Dict[str, float]:
     """``obj[name]``: phase names to finite seconds >= 0, or ProtocolViolation naming the field."""
     value = obj.get(name) or {}
-    if not isinstance(value, dict) or len(value) > MAX_PHASES or not all(
-            isinstance(k, str) and 0 < len(k) <= 32 and finite_number(v) and v >= 0 for k, v in value.items()):
-        raise ProtocolViolation(f"field {name!r} must map at most {MAX_PHASES} phase names (1-32 characters) to "
-                                f"seconds >= 0, got {value!r:.80}")
+    if (
+        not isinstance(value, dict)
+        or len(value) > MAX_PHASES
+        or not all(isinstance(k, str) and 0 < len(k) <= 32 and finite_number(v) and v >= 0 for k, v in value.items())
+    ):
+        raise ProtocolViolation(
+            f"field {name!r} must map at most {MAX_PHASES} phase names (1-32 characters) to "
+            f"seconds >= 0, got {value!r:.80}"
+        )
     return {k: float(v) for k, v in value.items()}
 
 
@@ -78,9 +84,14 @@ class TimeBreakdown:
         wall = self.wall_seconds
 
         def share(seconds: Dict[str, float]) -> Dict[str, Dict[str, float]]:
-            return {k: {"seconds": round(v, 3), "fraction": round(v / wall, 4) if wall > 0 else 0.0}
-                    for k, v in seconds.items()}
+            return {
+                k: {"seconds": round(v, 3), "fraction": round(v / wall, 4) if wall > 0 else 0.0}
+                for k, v in seconds.items()
+            }
 
         other = max(0.0, wall - sum(self.phases.values()))
-        return {"wall_seconds": round(wall, 3), "phases": share({**self.phases, "other": other}),
-                "background": share(self.background)}
+        return {
+            "wall_seconds": round(wall, 3),
+            "phases": share({**self.phases, "other": other}),
+            "background": share(self.background),
+        }

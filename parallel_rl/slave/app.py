@@ -9,6 +9,7 @@
 
 Views read and check the request, then call the slave (:class:`~parallel_rl.slave.slave.Slave`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,12 +38,15 @@ def create_slave_app(slave: Any) -> Flask:
     def connect():
         check_token(slave.token)
         body = json_body()
-        slave.on_connect(field(body, "worker_id", str), field(body, "config", dict),
-                         field(body, "coordinator", str, required=False),
-                         field(body, "shared_dir", str, required=False),
-                         number_field(body, "heartbeat_interval", 1.0, 0.0),
-                         number_field(body, "heartbeat_ttl", 10.0, 0.0),
-                         field(body, "lease", str, required=False))
+        slave.on_connect(
+            field(body, "worker_id", str),
+            field(body, "config", dict),
+            field(body, "coordinator", str, required=False),
+            field(body, "shared_dir", str, required=False),
+            number_field(body, "heartbeat_interval", 1.0, 0.0),
+            number_field(body, "heartbeat_ttl", 10.0, 0.0),
+            field(body, "lease", str, required=False),
+        )
         # answered at once: the envs and model are built afterwards, and the heartbeats say when they are ready
         return jsonify({"status": "connected", "worker_id": slave.worker_id, "ready": slave.readiness.ready.is_set()})
 

@@ -3,6 +3,7 @@ implementations join. The roles' shells (:mod:`parallel_rl.collector.shell`, :mo
 implement them; the factories in :mod:`parallel_rl.compat.comm` build them, so the dependency points one way:
 compat.comm -> shells -> slave.comm.
 """
+
 from __future__ import annotations
 
 import abc

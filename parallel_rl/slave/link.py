@@ -4,6 +4,7 @@ registering again when the coordinator forgot it), heartbeats that keep its leas
 :class:`CoordinatorLink` is a part of :class:`~parallel_rl.slave.slave.Slave` (its base class), kept apart
 because it is the one half of the slave that calls out; the master -> slave half is :mod:`.slave_app`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,10 @@ class CoordinatorLink:
             if self._let_go.is_set():
                 logger.warning("%s: not connected; dropping %d message(s)", self.kind, len(messages))
                 return None
-            raise UnavailableError(f"not registered with coordinator {self.coordinator_url} (registering again); "
-                                   f"{len(messages)} message(s) kept")
+            raise UnavailableError(
+                f"not registered with coordinator {self.coordinator_url} (registering again); "
+                f"{len(messages)} message(s) kept"
+            )
         messages = self._of_this_adoption(messages)
         if not messages:
             return None
@@ -83,26 +86,37 @@ class CoordinatorLink:
             if exc.status != 404:
                 raise
             if self._let_go.is_set():
-                logger.warning("%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id,
-                               len(messages))
+                logger.warning(
+                    "%s: coordinator no longer knows %s; dropping %d message(s)", self.kind, worker_id, len(messages)
+                )
                 return None
             # lost (its lease ran out) or forgotten: the heartbeat thread registers us again meanwhile
-            raise UnavailableError(f"coordinator {self.coordinator_url} no longer knows {worker_id} (registering "
-                                   f"again); {len(messages)} message(s) kept") from None
+            raise UnavailableError(
+                f"coordinator {self.coordinator_url} no longer knows {worker_id} (registering "
+                f"again); {len(messages)} message(s) kept"
+            ) from None
         retry = []
         for refusal in answer.get("refused") or []:  # refused messages are dropped: sent again, they fail again
             index = refusal.get("index")
             if refusal.get("code") == "unavailable" and isinstance(index, int) and 0 <= index < len(messages):
                 retry.append(messages[index])  # the store failed the coordinator's check, not the message
                 continue
-            logger.error("%s %s: coordinator refused message %s (%s): %s", self.kind, worker_id,
-                         refusal.get("index"), refusal.get("type"), refusal.get("message"))
+            logger.error(
+                "%s %s: coordinator refused message %s (%s): %s",
+                self.kind,
+                worker_id,
+                refusal.get("index"),
+                refusal.get("type"),
+                refusal.get("message"),
+            )
             if self.outbox is not None:
                 self.outbox.dropped += 1
         if retry and self.outbox is not None:
             first = next(r for r in answer["refused"] if r.get("code") == "unavailable")
-            self.outbox.defer(retry, f"the coordinator could not check {len(retry)} message(s), sending them again: "
-                                     f"{first.get('message')}")
+            self.outbox.defer(
+                retry,
+                f"the coordinator could not check {len(retry)} message(s), sending them again: {first.get('message')}",
+            )
         return answer["control"]
 
     def _of_this_adoption(self, messages: List[dict]) -> List[dict]:
@@ -120,19 +134,34 @@ class CoordinatorLink:
             else:
                 dropped += 1
         if dropped:
-            logger.info("%s %s: dropping %d message(s) about tasks of an earlier registration (the coordinator "
-                        "ended them when it lost us)", self.kind, self.worker_id, dropped)
+            logger.info(
+                "%s %s: dropping %d message(s) about tasks of an earlier registration (the coordinator "
+                "ended them when it lost us)",
+                self.kind,
+                self.worker_id,
+                dropped,
+            )
         return kept
 
     def send_metadata(self, metadata: dict, urgent: bool = False) -> None:
         if self.outbox is not None:
             self.outbox.put(metadata, urgent=urgent)
 
-    def report_end(self, task: SlaveTask, kind: str, result: Dict[str, Any], error: Optional[str] = None,
-                   storage: Optional[Dict[str, Any]] = None) -> None:
+    def report_end(
+        self,
+        task: SlaveTask,
+        kind: str,
+        result: Dict[str, Any],
+        error: Optional[str] = None,
+        storage: Optional[Dict[str, Any]] = None,
+    ) -> None:
         """``storage``: the store's health, when the task failed on it (the coordinator backs off too)."""
-        message = MESSAGES[kind](task_id=task.task_id, result=result or {}, error=error or None,
-                                 storage=None if storage is None else StorageReport.from_json(storage))
+        message = MESSAGES[kind](
+            task_id=task.task_id,
+            result=result or {},
+            error=error or None,
+            storage=None if storage is None else StorageReport.from_json(storage),
+        )
         self.send_metadata(message.to_json(), urgent=True)
 
     def register(self, deadline_seconds: float = REGISTER_SECONDS) -> None:
@@ -149,11 +178,18 @@ class CoordinatorLink:
                     break
                 except PeerUnavailableError as exc:
                     if time.monotonic() + delay > deadline or self._stop.is_set():
-                        raise PeerUnavailableError(f"coordinator {self.coordinator_url} unreachable for "
-                                                   f"{deadline_seconds:g}s: {exc}") from None
+                        raise PeerUnavailableError(
+                            f"coordinator {self.coordinator_url} unreachable for {deadline_seconds:g}s: {exc}"
+                        ) from None
                     if delay >= 1.0:  # past the first ~1.5 s (a coordinator still booting): say so, once a second
-                        logger.warning("%s: registering with %s failed, trying again in %.1fs (until %.0fs from the "
-                                       "start): %s", self.kind, self.coordinator_url, delay, deadline_seconds, exc)
+                        logger.warning(
+                            "%s: registering with %s failed, trying again in %.1fs (until %.0fs from the start): %s",
+                            self.kind,
+                            self.coordinator_url,
+                            delay,
+                            deadline_seconds,
+                            exc,
+                        )
                     self._stop.wait(delay)
                     delay = min(delay * 2, 1.0)
         finally:
@@ -177,8 +213,10 @@ class CoordinatorLink:
                 if self.connected.is_set():  # adopted after all (the connect call came late)
                     return
                 if time.monotonic() + delay > deadline:
-                    self.fatal_error = (f"could not register again with coordinator {self.coordinator_url} within "
-                                        f"{budget:g}s (the last try: {exc})")
+                    self.fatal_error = (
+                        f"could not register again with coordinator {self.coordinator_url} within "
+                        f"{budget:g}s (the last try: {exc})"
+                    )
                     logger.error("%s: %s; exiting", self.kind, self.fatal_error)
                     self.request_stop()
                     return
@@ -195,11 +233,15 @@ class CoordinatorLink:
         health = self.storage_health()
         setup = self.readiness.report()
         unanswered = self._unanswered_since
-        return Heartbeat(problems=list(self.problems), tasks=self.held_task_ids(),
-                         unanswered_seconds=None if unanswered is None else round(time.monotonic() - unanswered, 3),
-                         storage=None if health is None else StorageReport.from_json(health),
-                         # the phases' clocks are made by the set-up
-                         time_breakdown=self.time_breakdown() if setup["ready"] else None, **setup).to_json()
+        return Heartbeat(
+            problems=list(self.problems),
+            tasks=self.held_task_ids(),
+            unanswered_seconds=None if unanswered is None else round(time.monotonic() - unanswered, 3),
+            storage=None if health is None else StorageReport.from_json(health),
+            # the phases' clocks are made by the set-up
+            time_breakdown=self.time_breakdown() if setup["ready"] else None,
+            **setup,
+        ).to_json()
 
     def time_breakdown(self) -> Optional[TimeBreakdown]:
         """Where this slave's time went since it was set up (None before; the shells count it)."""
@@ -227,9 +269,12 @@ class CoordinatorLink:
             if worker_id is None or self.coordinator is None:
                 continue
             try:
-                control = self.coordinator.post(f"/api/v1/workers/{worker_id}/heartbeat", self.heartbeat_body(),
-                                                retries=0,
-                                                timeout=max(1.0, self._heartbeat_interval))
+                control = self.coordinator.post(
+                    f"/api/v1/workers/{worker_id}/heartbeat",
+                    self.heartbeat_body(),
+                    retries=0,
+                    timeout=max(1.0, self._heartbeat_interval),
+                )
                 last_ok, self._unanswered_since = time.monotonic(), None
                 self.on_control(control)
                 if control.get("state") == "gone" and self.worker_id == worker_id and not self._stop.is_set():
@@ -240,18 +285,22 @@ class CoordinatorLink:
                 self._unanswered_since = None  # an answer, if a refusal
                 # only for the identity this heartbeat was sent for: a late answer about an id we have since
                 # been let go from must not tear down the adoption that followed
-                if (exc.status == 404 and not self._stop.is_set() and not self._let_go.is_set()
-                        and self.worker_id == worker_id):
+                if (
+                    exc.status == 404
+                    and not self._stop.is_set()
+                    and not self._let_go.is_set()
+                    and self.worker_id == worker_id
+                ):
                     logger.warning("%s: coordinator forgot %s (%s); registering again", self.kind, worker_id, exc)
                     self._release("re-register")
                     self._register_again()
             except ParallelRLError as exc:
                 silent = time.monotonic() - last_ok
                 self._unanswered_since = last_ok  # the next heartbeats say so: they may arrive, answers not
-                logger.warning("%s %s: heartbeat failed (%.1fs without the coordinator): %s",
-                               self.kind, worker_id, silent, exc)
+                logger.warning(
+                    "%s %s: heartbeat failed (%.1fs without the coordinator): %s", self.kind, worker_id, silent, exc
+                )
                 if silent > max(3 * self._heartbeat_ttl, SILENCE_SECONDS) and self.coordinator_url:
                     self.fatal_error = f"coordinator {self.coordinator_url} unreachable for {silent:.0f}s"
                     logger.error("%s: %s; exiting", self.kind, self.fatal_error)
                     self.request_stop()
-

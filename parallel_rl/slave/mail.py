@@ -1,5 +1,6 @@
 """What passes between a slave and its coordinator, queued: tasks in (:class:`TaskInbox`, taken by the worker
 loop) and metadata out (:class:`Outbox`, batched and sent from its own thread)."""
+
 from __future__ import annotations
 
 import collections
@@ -87,8 +88,11 @@ def coalesce(messages: List[dict]) -> List[dict]:
             newest[(m["type"], m.get("task_id"))] = i
     if len(newest) == sum(1 for m in messages if isinstance(m, dict) and m.get("type") in LATEST_ONLY):
         return messages
-    return [m for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("type") in LATEST_ONLY)
-            or newest[(m["type"], m.get("task_id"))] == i]
+    return [
+        m
+        for i, m in enumerate(messages)
+        if not (isinstance(m, dict) and m.get("type") in LATEST_ONLY) or newest[(m["type"], m.get("task_id"))] == i
+    ]
 
 
 class Outbox:
@@ -107,9 +111,14 @@ class Outbox:
     of one batch; if it dies anyway, ``on_death`` hears of it.
     """
 
-    def __init__(self, send: Callable[[List[dict]], Optional[dict]], on_control: Callable[[dict], None],
-                 flush_interval: float = 0.05, name: str = "outbox",
-                 on_death: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        send: Callable[[List[dict]], Optional[dict]],
+        on_control: Callable[[dict], None],
+        flush_interval: float = 0.05,
+        name: str = "outbox",
+        on_death: Optional[Callable[[str], None]] = None,
+    ):
         self._send, self._on_control = send, on_control
         self.name = name
         self.flush_interval = flush_interval
@@ -204,8 +213,11 @@ class Outbox:
     def task_ids(self) -> List[str]:
         """Tasks named by messages not yet delivered (queued or being sent)."""
         with self._cond:
-            return [m["task_id"] for m in self._messages + self._batch
-                    if isinstance(m, dict) and isinstance(m.get("task_id"), str)]
+            return [
+                m["task_id"]
+                for m in self._messages + self._batch
+                if isinstance(m, dict) and isinstance(m.get("task_id"), str)
+            ]
 
     def _drop(self, batch: List[dict], why: str) -> None:
         kinds = ", ".join(sorted({str(m.get("type")) for m in batch if isinstance(m, dict)}))
@@ -247,4 +259,3 @@ class Outbox:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
-

@@ -2,6 +2,7 @@
 work (a vector step, an update, a chunk write), never logged per step. Every heartbeat carries the totals as a
 :class:`~parallel_rl.protocol.TimeBreakdown`; the coordinator shows them under ``GET /api/v1/workers`` and names
 the cluster's bottleneck from them (:mod:`parallel_rl.coordinator.bottleneck`)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -2,6 +2,7 @@
 thread after the connect call answered, so that connecting never waits for it (a heavy env on a loaded box took
 longer than the connect call's timeout, and every restart of the worker did the same). Heartbeats report it:
 ``ready``, or ``setup_error`` once it failed or ran past ``parallel.worker.setup_timeout``."""
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,9 @@ class Readiness:
     """Whether a slave's envs and model are built for its current adoption. ``build(cfg)`` is the slave's set-up;
     ``problem(reason)`` hears a failure once, ``wake()`` that there is news for the coordinator."""
 
-    def __init__(self, name: str, build: Callable[[EasyDict], None], problem: Callable[[str], None],
-                 wake: Callable[[], None]):
+    def __init__(
+        self, name: str, build: Callable[[EasyDict], None], problem: Callable[[str], None], wake: Callable[[], None]
+    ):
         self.name = name
         self._build, self._problem, self._wake = build, problem, wake
         self.ready = threading.Event()  # tasks are taken only once set
@@ -75,7 +77,11 @@ class Readiness:
     def report(self) -> Dict[str, Any]:
         """What a heartbeat says: ``ready``, and ``setup_error`` once the set-up failed (a set-up past its
         deadline has)."""
-        if (self._thread is not None and not self.ready.is_set() and self.error is None
-                and time.monotonic() > self._deadline):
+        if (
+            self._thread is not None
+            and not self.ready.is_set()
+            and self.error is None
+            and time.monotonic() > self._deadline
+        ):
             self.fail(f"{self.name} set-up did not finish within {self._timeout:g}s (parallel.worker.setup_timeout)")
         return {"ready": self.ready.is_set(), "setup_error": self.error}

@@ -5,6 +5,7 @@ coordinator's REST API: registration, heartbeats (a lease) and batched metadata 
 :mod:`.slave_mail` with the :class:`TaskInbox`). ``run()`` is the worker loop: one ``try`` whose ``finally``
 deregisters.
 """
+
 from __future__ import annotations
 
 import collections
@@ -19,8 +20,16 @@ from easydict import EasyDict
 from ..errors import ConfigError, ParallelRLError, StorageError, StorageFaultError
 from ..runtime import guarded_thread, set_torch_threads
 from ..storage import SharedStorage
-from ..transport import (TOKEN_ENV, WILDCARD_HOSTS, ApiError, HttpClient, ServerThread, http_url, route_address,
-                         slave_proof)
+from ..transport import (
+    TOKEN_ENV,
+    WILDCARD_HOSTS,
+    ApiError,
+    HttpClient,
+    ServerThread,
+    http_url,
+    route_address,
+    slave_proof,
+)
 from .app import create_slave_app
 from .link import REREGISTER_SECONDS, CoordinatorLink
 from .mail import Outbox, SlaveTask, TaskInbox
@@ -51,19 +60,32 @@ class Slave(CoordinatorLink):
 
     kind = "slave"
 
-    def __init__(self, coordinator_url: Optional[str] = None, host: str = "127.0.0.1", port: int = 0,
-                 advertise: Optional[str] = None, token: Optional[str] = None, shared_dir: Optional[str] = None,
-                 max_tasks: int = 0, request_timeout: float = 5.0, max_retries: int = 3,
-                 worker_id: Optional[str] = None,
-                 insecure_no_token: bool = False):
+    def __init__(
+        self,
+        coordinator_url: Optional[str] = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: Optional[str] = None,
+        token: Optional[str] = None,
+        shared_dir: Optional[str] = None,
+        max_tasks: int = 0,
+        request_timeout: float = 5.0,
+        max_retries: int = 3,
+        worker_id: Optional[str] = None,
+        insecure_no_token: bool = False,
+    ):
         if not token and not insecure_no_token:
-            raise ConfigError(f"a {self.kind} needs the cluster token: without one anybody who reaches its port "
-                              f"could connect it and choose what it imports and runs; set {TOKEN_ENV} (the "
-                              f"coordinator's token), or pass --insecure-no-token for a local experiment")
+            raise ConfigError(
+                f"a {self.kind} needs the cluster token: without one anybody who reaches its port "
+                f"could connect it and choose what it imports and runs; set {TOKEN_ENV} (the "
+                f"coordinator's token), or pass --insecure-no-token for a local experiment"
+            )
         if not token:
-            logger.warning("%s: STARTED WITHOUT A CLUSTER TOKEN (--insecure-no-token): anybody who reaches this "
-                           "port can make it import modules and write files; use only on a trusted machine",
-                           self.kind)
+            logger.warning(
+                "%s: STARTED WITHOUT A CLUSTER TOKEN (--insecure-no-token): anybody who reaches this "
+                "port can make it import modules and write files; use only on a trusted machine",
+                self.kind,
+            )
         self.token = token
         # the id asked for when registering: the launcher's name, later the id the coordinator gave us
         self.preferred_id = worker_id
@@ -115,9 +137,16 @@ class Slave(CoordinatorLink):
         """Liveness and identity; with a coordinator's ``challenge``, the proof that we hold the token."""
         storage = self.storage_health()
         degraded = self.problems or (storage is not None and not storage["healthy"])
-        out = {"status": "degraded" if degraded else "ok", "kind": self.kind,
-               "worker_id": self.worker_id, "pid": os.getpid(), "running": sorted(self._running),
-               "tasks_done": self.tasks_done, "problems": list(self.problems), "storage": storage}
+        out = {
+            "status": "degraded" if degraded else "ok",
+            "kind": self.kind,
+            "worker_id": self.worker_id,
+            "pid": os.getpid(),
+            "running": sorted(self._running),
+            "tasks_done": self.tasks_done,
+            "problems": list(self.problems),
+            "storage": storage,
+        }
         if challenge is not None:
             out["address"] = self.address
             out["proof"] = slave_proof(self.token, challenge, self.address) if self.token else None
@@ -174,8 +203,16 @@ class Slave(CoordinatorLink):
         self.fatal_error = problem
         self.request_stop()
 
-    def on_connect(self, worker_id: str, config: dict, coordinator: Optional[str], shared_dir: Optional[str],
-                   heartbeat_interval: float, heartbeat_ttl: float, lease: Optional[str] = None) -> None:
+    def on_connect(
+        self,
+        worker_id: str,
+        config: dict,
+        coordinator: Optional[str],
+        shared_dir: Optional[str],
+        heartbeat_interval: float,
+        heartbeat_ttl: float,
+        lease: Optional[str] = None,
+    ) -> None:
         from ..config import compile_config
 
         try:
@@ -200,8 +237,9 @@ class Slave(CoordinatorLink):
                 except StorageError as exc:
                     raise ApiError(400, "bad_request", f"{self.kind}: {exc}") from None
             self.storage.health.name = f"{self.kind} {worker_id}"
-            client = HttpClient(self.coordinator_url, self.token, timeout=self.request_timeout,
-                                max_retries=self.max_retries)
+            client = HttpClient(
+                self.coordinator_url, self.token, timeout=self.request_timeout, max_retries=self.max_retries
+            )
             client.set_lease(lease)
             if self.coordinator is not None:  # adopted again: the last adoption's connections go
                 self.coordinator.close()
@@ -212,14 +250,19 @@ class Slave(CoordinatorLink):
             self.worker_id = self.preferred_id = worker_id
             self._lease = lease
             if self.outbox is None:
-                self.outbox = Outbox(self._send_metadata, self.on_control,
-                                     flush_interval=self.flush_interval(cfg), name=f"{self.kind}-outbox",
-                                     on_death=self._thread_died)
+                self.outbox = Outbox(
+                    self._send_metadata,
+                    self.on_control,
+                    flush_interval=self.flush_interval(cfg),
+                    name=f"{self.kind}-outbox",
+                    on_death=self._thread_died,
+                )
             if not again:
                 self.readiness.start(cfg)
             if self._heartbeat_thread is None:
-                self._heartbeat_thread = guarded_thread(self._heartbeat_loop, f"{self.kind}-heartbeat",
-                                                        self._thread_died)
+                self._heartbeat_thread = guarded_thread(
+                    self._heartbeat_loop, f"{self.kind}-heartbeat", self._thread_died
+                )
                 self._heartbeat_thread.start()
         self._let_go.clear()
         self.connected.set()
@@ -249,10 +292,15 @@ class Slave(CoordinatorLink):
         # got the coordinator's replacement refused as "already running" three times within milliseconds, and
         # that ended the run
         with self._tasks_changed:
-            if not self._tasks_changed.wait_for(lambda: not any(t.task_id in self._running for t in running),
-                                                timeout=RELEASE_TASK_SECONDS):
-                logger.warning("%s: tasks %s still running %gs after being stopped", self.kind,
-                               sorted(t.task_id for t in running), RELEASE_TASK_SECONDS)
+            if not self._tasks_changed.wait_for(
+                lambda: not any(t.task_id in self._running for t in running), timeout=RELEASE_TASK_SECONDS
+            ):
+                logger.warning(
+                    "%s: tasks %s still running %gs after being stopped",
+                    self.kind,
+                    sorted(t.task_id for t in running),
+                    RELEASE_TASK_SECONDS,
+                )
         if reason != "re-register" and self.outbox is not None:
             self.outbox.flush(timeout=2.0)
         with self._lock:
@@ -289,8 +337,9 @@ class Slave(CoordinatorLink):
             self._stop_running_tasks()
         for task_id in control.get("cancel_tasks") or []:  # issued by a coordinator process that is gone
             if self.stop_task(task_id):
-                logger.info("%s %s: stopped %s (the restarted coordinator does not know it)", self.kind,
-                            self.worker_id, task_id)
+                logger.info(
+                    "%s %s: stopped %s (the restarted coordinator does not know it)", self.kind, self.worker_id, task_id
+                )
 
     def teardown(self) -> None:
         """Free the algorithm objects (envs, models)."""
@@ -344,7 +393,8 @@ class Slave(CoordinatorLink):
         with self._lock:
             self._running[task.task_id] = task
         (logger.info if task.kind == "learner" else logger.debug)(
-            "%s %s: starting %s %s", self.kind, self.worker_id, task.task_id, task.spec)
+            "%s %s: starting %s %s", self.kind, self.worker_id, task.task_id, task.spec
+        )
         try:
             result = self.execute(task)
         except Exception as exc:  # any failure of a task is reported, not swallowed
@@ -354,18 +404,25 @@ class Slave(CoordinatorLink):
             if health is not None and (isinstance(exc, StorageFaultError) or not health.healthy):
                 wcfg = self.cfg.parallel.worker
                 self._storage_backoff = health.back_off(wcfg.storage_backoff, wcfg.storage_max_backoff)
-                logger.error("%s %s: %s failed on the shared store (%d in a row), next task in %.1fs: %s",
-                             self.kind, self.worker_id, task.task_id, health.failures, self._storage_backoff, exc)
-                self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}",
-                                storage=health.to_dict())
+                logger.error(
+                    "%s %s: %s failed on the shared store (%d in a row), next task in %.1fs: %s",
+                    self.kind,
+                    self.worker_id,
+                    task.task_id,
+                    health.failures,
+                    self._storage_backoff,
+                    exc,
+                )
+                self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}", storage=health.to_dict())
             else:
                 logger.exception("%s %s: %s failed", self.kind, self.worker_id, task.task_id)
                 self.report_end(task, "task_failed", {}, error=f"{type(exc).__name__}: {exc}")
         else:
             completed = bool(result.pop("completed", False))
             stopped = task.stop.is_set() and not completed
-            self.report_end(task, "task_cancelled" if stopped else "task_done", result,
-                            error="stopped early" if stopped else None)
+            self.report_end(
+                task, "task_cancelled" if stopped else "task_done", result, error="stopped early" if stopped else None
+            )
         finally:
             with self._tasks_changed:
                 self._running.pop(task.task_id, None)
@@ -383,8 +440,9 @@ class Slave(CoordinatorLink):
         worker_id = self.worker_id
         if worker_id and self.coordinator is not None:
             try:
-                self.coordinator.request("DELETE", f"/api/v1/{self.kind}s/{worker_id}", json={"self": True},
-                                         retries=1, timeout=2.0)
+                self.coordinator.request(
+                    "DELETE", f"/api/v1/{self.kind}s/{worker_id}", json={"self": True}, retries=1, timeout=2.0
+                )
                 logger.info("%s %s: deregistered", self.kind, worker_id)
             except ParallelRLError as exc:
                 logger.warning("%s %s: could not deregister: %s", self.kind, worker_id, exc)
@@ -393,6 +451,9 @@ class Slave(CoordinatorLink):
         if self.readiness.join(SETUP_JOIN_SECONDS):
             self.teardown()
         else:
-            logger.warning("%s: set-up still running %gs after the stop; its envs and model are left to the exit",
-                           self.kind, SETUP_JOIN_SECONDS)
+            logger.warning(
+                "%s: set-up still running %gs after the stop; its envs and model are left to the exit",
+                self.kind,
+                SETUP_JOIN_SECONDS,
+            )
         self.server.close(timeout=2.0)

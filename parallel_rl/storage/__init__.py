@@ -8,6 +8,7 @@
 - :mod:`.health`: whether the store works (:class:`StorageHealth`), and how its failures are raised;
 - :mod:`.lock`: one run at a time per shared directory.
 """
+
 from .backends import ATOMIC_PROTOCOLS, LOCAL_PROTOCOLS, Backend, FsspecBackend, LocalBackend, is_remote, split_url
 from .formats import NOT_A_FILE_ERRNOS, NPY_MAX_HEADER, atomic_save_npz, load_npz, torch_load, torch_save_atomic
 from .health import StorageHealth, check_health_report
@@ -18,8 +19,26 @@ from .states import COORDINATOR_STATE_FORMAT, KEEP_COORDINATOR_STATES
 from .videos import KEEP_VIDEOS
 
 __all__ = [
-    "ATOMIC_PROTOCOLS", "COORDINATOR_STATE_FORMAT", "KEEP_COORDINATOR_STATES", "KEEP_VIDEOS", "LOCAL_PROTOCOLS", "NOT_A_FILE_ERRNOS",
-    "NPY_MAX_HEADER", "RUN_LOCK_NAME", "Backend", "FsspecBackend", "LocalBackend", "SharedDirLock", "SharedStorage",
-    "StorageHealth", "atomic_save_npz", "check_health_report", "is_remote", "load_npz", "lock_shared_dir",
-    "split_url", "torch_load", "torch_save_atomic",
+    "ATOMIC_PROTOCOLS",
+    "COORDINATOR_STATE_FORMAT",
+    "KEEP_COORDINATOR_STATES",
+    "KEEP_VIDEOS",
+    "LOCAL_PROTOCOLS",
+    "NOT_A_FILE_ERRNOS",
+    "NPY_MAX_HEADER",
+    "RUN_LOCK_NAME",
+    "Backend",
+    "FsspecBackend",
+    "LocalBackend",
+    "SharedDirLock",
+    "SharedStorage",
+    "StorageHealth",
+    "atomic_save_npz",
+    "check_health_report",
+    "is_remote",
+    "load_npz",
+    "lock_shared_dir",
+    "split_url",
+    "torch_load",
+    "torch_save_atomic",
 ]

@@ -3,6 +3,7 @@
 A backend knows paths and bytes only (file formats are :mod:`.formats`'s, names :mod:`.names`'s):
 :class:`LocalBackend` writes a temp file and ``os.replace``s it into place; :class:`FsspecBackend`
 writes each object with one whole-object PUT. Either way a reader never sees half a file."""
+
 from __future__ import annotations
 
 import errno
@@ -13,8 +14,22 @@ import re
 import stat
 import threading
 import time
-from typing import (IO, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Type, Union,
-                    runtime_checkable)
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    Union,
+    runtime_checkable,
+)
 
 from ..errors import PathOutsideRootError, StorageError, StorageUnavailableError
 from .names import TEMP_PREFIX
@@ -123,9 +138,11 @@ class LocalBackend:
                 os.makedirs(d, exist_ok=True)
         except OSError as exc:
             # the store cannot be used at all: a usage error, as for an object store's missing bucket (exit 2)
-            raise StorageUnavailableError(f"cannot create the shared directory {self.base!r}: {exc}; pass a "
-                                          f"--shared-dir (or parallel.shared_dir) this user can create and "
-                                          f"write") from exc
+            raise StorageUnavailableError(
+                f"cannot create the shared directory {self.base!r}: {exc}; pass a "
+                f"--shared-dir (or parallel.shared_dir) this user can create and "
+                f"write"
+            ) from exc
 
     unlink = staticmethod(_unlink)
     listdir = staticmethod(os.listdir)
@@ -237,15 +254,18 @@ class FsspecBackend:
         if protocol not in ATOMIC_PROTOCOLS:
             raise StorageUnavailableError(
                 f"shared store {url}: unsupported protocol {protocol!r} (its writes are not atomic whole-object "
-                f"writes); use a local path, file://, or one of {', '.join(p + '://' for p in ATOMIC_PROTOCOLS)}")
+                f"writes); use a local path, file://, or one of {', '.join(p + '://' for p in ATOMIC_PROTOCOLS)}"
+            )
         import fsspec
 
         kwargs = dict(options or {})
         if protocol in ("s3", "s3a"):
             kwargs.setdefault("use_listings_cache", False)
             # fail in seconds, not minutes, when the endpoint is down; a few retries for transient errors
-            kwargs.setdefault("config_kwargs", {"connect_timeout": 5, "read_timeout": 60,
-                                                "retries": {"max_attempts": 3, "mode": "standard"}})
+            kwargs.setdefault(
+                "config_kwargs",
+                {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}},
+            )
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             if endpoint:
                 kwargs.setdefault("endpoint_url", endpoint)
@@ -286,7 +306,8 @@ class FsspecBackend:
             raise StorageUnavailableError(
                 f"shared store {self.url}: cannot write there ({type(exc).__name__}: {cause}); check the bucket, "
                 f"the endpoint (AWS_ENDPOINT_URL) and the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                f"AWS_PROFILE or parallel.storage_options)") from None
+                f"AWS_PROFILE or parallel.storage_options)"
+            ) from None
 
     def _check_bucket(self) -> None:
         """S3: the bucket must exist before anything is written. A store may create a missing bucket on the first
@@ -301,7 +322,8 @@ class FsspecBackend:
         except FileNotFoundError:
             raise StorageUnavailableError(
                 f"shared store {self.url}: bucket does not exist: {bucket}; create it first (e.g. `aws s3 mb "
-                f"s3://{bucket}`) or name an existing one in --shared-dir (or parallel.shared_dir)") from None
+                f"s3://{bucket}`) or name an existing one in --shared-dir (or parallel.shared_dir)"
+            ) from None
 
     def write_atomic(self, path: str, write: Callable[[Any], None], durable: bool = False) -> None:
         """One PUT: atomic, and durable once it returns (``durable`` asks nothing more of an object store)."""

@@ -7,6 +7,7 @@ The run's best evaluated policy is a policy checkpoint like the others, named by
 it is evaluated and while it is the best. Holds are file names, so pruning sees them in the listing it makes
 anyway: no read more per checkpoint, on a local disk and on an object store alike. A serial run keeps its
 best as ``<exp_dir>/ckpt/ckpt_best.pt`` with the same record beside it (``ckpt/best.json``)."""
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,11 @@ class BestRecord:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r} must be an integer >= 0")
-        if isinstance(self.eval_return, bool) or not isinstance(self.eval_return, (int, float)) \
-                or not math.isfinite(self.eval_return):
+        if (
+            isinstance(self.eval_return, bool)
+            or not isinstance(self.eval_return, (int, float))
+            or not math.isfinite(self.eval_return)
+        ):
             raise ValueError(f"eval_return={self.eval_return!r} must be a finite number")
 
     def describe(self) -> str:
@@ -115,8 +119,10 @@ class BestRecord:
         try:
             return cls(**{name: data[name] for name in ("version", "eval_return", "env_steps", "train_iter")})
         except (KeyError, TypeError, ValueError) as exc:
-            raise StorageError(f"{source}: not a best-policy record ({type(exc).__name__}: {exc}); delete it, or "
-                               f"pass --checkpoint newest or a checkpoint file") from None
+            raise StorageError(
+                f"{source}: not a best-policy record ({type(exc).__name__}: {exc}); delete it, or "
+                f"pass --checkpoint newest or a checkpoint file"
+            ) from None
 
 
 def save_best_record(path: str, record: BestRecord, backend=LocalBackend) -> None:
@@ -134,8 +140,10 @@ def load_best_record(path: str, backend=LocalBackend) -> Optional[BestRecord]:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StorageError(f"{path}: not a best-policy record (not JSON: {exc}); delete it, or pass "
-                           f"--checkpoint newest or a checkpoint file") from None
+        raise StorageError(
+            f"{path}: not a best-policy record (not JSON: {exc}); delete it, or pass "
+            f"--checkpoint newest or a checkpoint file"
+        ) from None
     return BestRecord.from_json(data if isinstance(data, dict) else {}, path)
 
 
@@ -207,8 +215,10 @@ class LearnerStates(Checkpoints):
     def check(self, state: Dict) -> None:
         iteration = state.get("train_iter")
         if not isinstance(state.get("policy"), dict) or type(iteration) is not int or not 0 <= iteration <= 2**53:
-            raise ValueError(f"a learner state is {{'policy': a state dict, 'train_iter': int >= 0}}, got "
-                             f"policy={type(state.get('policy')).__name__}, train_iter={iteration!r:.40}")
+            raise ValueError(
+                f"a learner state is {{'policy': a state dict, 'train_iter': int >= 0}}, got "
+                f"policy={type(state.get('policy')).__name__}, train_iter={iteration!r:.40}"
+            )
 
 
 class LeagueSnapshots(Checkpoints):

@@ -4,6 +4,7 @@ checked (its headers only) by the coordinator before it indexes the rows.
 
 Every chunk read from the store goes through one door, :func:`load_chunk` (its headers only:
 :func:`chunk_layout`): it returns a chunk every reader can use as it is, or raises StorageError."""
+
 from __future__ import annotations
 
 import functools
@@ -56,8 +57,9 @@ class ChunkFiles(Family):
         return chunk_frames(path, self.backend.readable(path))
 
     @store_op("reading chunks")
-    def read_many(self, names: List[str], known: Optional[Callable[[str], Optional[np.ndarray]]] = None
-                  ) -> Dict[str, Any]:
+    def read_many(
+        self, names: List[str], known: Optional[Callable[[str], Optional[np.ndarray]]] = None
+    ) -> Dict[str, Any]:
         """Several chunks at once: each one's columns, None for a chunk that is gone, the StorageError for one
         that is not a valid chunk (the others are read all the same); a fault of the store raises. Concurrent
         requests on an object store, where each request waits a round trip; one after the other on a local
@@ -74,8 +76,10 @@ class ChunkFiles(Family):
             data = fetched.get(path)
             return self._own_frames(base, known) if data is None else chunk_frames(path, io.BytesIO(data))
 
-        return {paths[path]: None if data is None else _decode_or_why(path, data, own_frames)
-                for path, data in fetched.items()}
+        return {
+            paths[path]: None if data is None else _decode_or_why(path, data, own_frames)
+            for path, data in fetched.items()
+        }
 
     def _read_or_why(self, name: str, known=None) -> Any:
         try:
@@ -118,8 +122,11 @@ class ChunkFiles(Family):
 
     @store_op("listing chunks")
     def names(self) -> List[str]:
-        return sorted(f[: -len(CHUNK_SUFFIX)] for f in self.backend.listdir(self.directory)
-                      if f.endswith(CHUNK_SUFFIX) and not f.startswith("."))  # not temp files
+        return sorted(
+            f[: -len(CHUNK_SUFFIX)]
+            for f in self.backend.listdir(self.directory)
+            if f.endswith(CHUNK_SUFFIX) and not f.startswith(".")
+        )  # not temp files
 
 
 def _decode_or_why(path: str, data: bytes, own_frames: Callable[[str], np.ndarray]) -> Any:
@@ -143,6 +150,7 @@ class Chunk(dict):
     frame pool's frames, the first, its own file holds (the others came from the chunk it refers to): the frames
     the chunk after it may refer to (a reader that caches the pool passes them back: ``ChunkFiles.read``'s
     ``known``); 0 for a chunk without frames."""
+
     own_frames = 0
 
 
@@ -179,11 +187,15 @@ def load_chunk(path: str, source: Any, own_frames: Optional[Callable[[str], np.n
     except StorageFaultError:
         raise
     except FileNotFoundError:
-        raise StorageError(f"{path}: not {KIND} (its frames refer to chunk {base!r}, which is not on the store: "
-                           f"the chunk cannot be rebuilt)") from None
+        raise StorageError(
+            f"{path}: not {KIND} (its frames refer to chunk {base!r}, which is not on the store: "
+            f"the chunk cannot be rebuilt)"
+        ) from None
     except StorageError as exc:
-        raise StorageError(f"{path}: not {KIND} (its frames refer to chunk {base!r}, which cannot be read: "
-                           f"{' '.join(str(exc).split())[:300]})") from exc
+        raise StorageError(
+            f"{path}: not {KIND} (its frames refer to chunk {base!r}, which cannot be read: "
+            f"{' '.join(str(exc).split())[:300]})"
+        ) from exc
     try:
         return _resolve(columns, base, pool)
     except Exception as exc:  # noqa: BLE001 (any exception of resolving it is the chunk's damage, as open_npz's)
@@ -204,6 +216,7 @@ def chunk_layout(path: str, source: Any) -> Tuple[int, int, int]:
     """``(rows, bytes, bytes per row)`` of the chunk at ``path`` from its headers only (no data is read): what
     :func:`load_chunk` checks before it reads, and its file's size. A packed chunk's bytes per row are 0: its
     size is not fixed bytes plus bytes per row (its pool varies), so its rows cannot be counted by size."""
+
     def layout(f, nbytes: int) -> Tuple[int, int, int]:
         headers = npz_arrays(f, nbytes, headers_only=True)
         rows, row_bytes = _check_columns(headers)
@@ -222,15 +235,19 @@ def _columns(path: str, f, nbytes: int) -> Dict[str, np.ndarray]:
             base = str(columns[FRAME_BASE_COLUMN][0])
             own = parse_chunk_name(posixpath.basename(path)[: -len(CHUNK_SUFFIX)])
             if own is None or own[1] < 1 or base != chunk_name(own[0], own[1] - 1):
-                raise ValueError(f"its frames refer to chunk {base[:140]!r}; a chunk may only refer to the chunk its "
-                                 f"collector wrote just before it")
+                raise ValueError(
+                    f"its frames refer to chunk {base[:140]!r}; a chunk may only refer to the chunk its "
+                    f"collector wrote just before it"
+                )
             floor = None  # negative indices point into the base's pool: checked when it is read (_resolve)
         for name in STACKED_COLUMNS:
             refs = columns[name + FRAMES_SUFFIX]
             low, high = int(refs.min()), int(refs.max())  # at least one row: never empty
             if (floor is not None and low < floor) or high >= frames:
-                raise ValueError(f"column {name + FRAMES_SUFFIX!r} points at frame {high if high >= frames else low} "
-                                 f"of a pool of {frames}")
+                raise ValueError(
+                    f"column {name + FRAMES_SUFFIX!r} points at frame {high if high >= frames else low} "
+                    f"of a pool of {frames}"
+                )
     return columns
 
 
@@ -239,8 +256,10 @@ def _resolve(columns: Chunk, base: str, base_pool: np.ndarray) -> Chunk:
     the base frames it uses appended to its own pool, its indices remapped. ValueError when they do not fit."""
     own = columns[POOL_COLUMN]
     if base_pool.shape[1:] != own.shape[1:] or base_pool.dtype != own.dtype:
-        raise ValueError(f"its frames are {own.dtype}{list(own.shape[1:])}, those of chunk {base!r} it refers to "
-                         f"{base_pool.dtype}{list(base_pool.shape[1:])}")
+        raise ValueError(
+            f"its frames are {own.dtype}{list(own.shape[1:])}, those of chunk {base!r} it refers to "
+            f"{base_pool.dtype}{list(base_pool.shape[1:])}"
+        )
     refs = [columns[name + FRAMES_SUFFIX].astype(np.int64) for name in STACKED_COLUMNS]  # any integer dtype
     low = min(int(r.min()) for r in refs)
     if low < -len(base_pool):
@@ -272,15 +291,20 @@ def _check_columns(columns: Mapping[str, Tuple[tuple, np.dtype]]) -> Tuple[int, 
     if FRAME_BASE_COLUMN in columns:
         shape, dtype = columns[FRAME_BASE_COLUMN]
         if not packed or dtype.kind != "U" or shape != (1,):
-            raise ValueError(f"column {FRAME_BASE_COLUMN!r} is {dtype}{list(shape)}"
-                             f"{'' if packed else ' in a chunk without frames'}; it is one str, in a packed chunk")
+            raise ValueError(
+                f"column {FRAME_BASE_COLUMN!r} is {dtype}{list(shape)}"
+                f"{'' if packed else ' in a chunk without frames'}; it is one str, in a packed chunk"
+            )
     if packed:
         if len(columns[POOL_COLUMN][0]) < 1 or columns[POOL_COLUMN][0][0] < 1:
             raise ValueError(f"a frame pool of shape {columns[POOL_COLUMN][0]}: no frames")
         for name in STACKED_COLUMNS:
             shape, dtype = columns[name + FRAMES_SUFFIX]
             if dtype.kind not in "iu" or len(shape) != 2:
-                raise ValueError(f"column {name + FRAMES_SUFFIX!r} is {dtype}{list(shape)}; frame indices are "
-                                 f"integers, one row of them per row")
-    return lengths[0], sum(dtype.itemsize * math.prod(shape[1:]) for name, (shape, dtype) in columns.items()
-                           if name not in CHUNK_COLUMNS)
+                raise ValueError(
+                    f"column {name + FRAMES_SUFFIX!r} is {dtype}{list(shape)}; frame indices are "
+                    f"integers, one row of them per row"
+                )
+    return lengths[0], sum(
+        dtype.itemsize * math.prod(shape[1:]) for name, (shape, dtype) in columns.items() if name not in CHUNK_COLUMNS
+    )

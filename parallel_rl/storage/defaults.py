@@ -1,6 +1,7 @@
 """The shared store's keys of the run config's ``parallel`` section (its root and the object store's options). A
 module of its own, importing only the config's section type: the config's assembly reads it without loading the
 store's backends."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,11 +19,17 @@ class StorageSection(Section):
     path = "parallel"
     title = "Shared store"
 
-    shared_dir: str = setting("", doc="""shared filesystem root: a local path or file:// URL, or an object store
-        (s3://bucket/prefix, gs://, az://); empty: <exp_name>/shared""")
-    storage_options: Dict[str, Any] = setting({}, doc="""options of the object store's fsspec filesystem, e.g.
+    shared_dir: str = setting(
+        "",
+        doc="""shared filesystem root: a local path or file:// URL, or an object store
+        (s3://bucket/prefix, gs://, az://); empty: <exp_name>/shared""",
+    )
+    storage_options: Dict[str, Any] = setting(
+        {},
+        doc="""options of the object store's fsspec filesystem, e.g.
         dict(endpoint_url=..., profile=...) for s3fs (credentials are better left to AWS_ACCESS_KEY_ID /
-        AWS_SECRET_ACCESS_KEY or a profile: every worker receives this config); any keys""")
+        AWS_SECRET_ACCESS_KEY or a profile: every worker receives this config); any keys""",
+    )
 
 
 def storage_default_config() -> EasyDict:

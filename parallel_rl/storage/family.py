@@ -1,5 +1,6 @@
 """What every artifact family of the shared store shares: its directory under the root, the store's backend
 and health, and (numbered families) the listing of its versions."""
+
 from __future__ import annotations
 
 import posixpath

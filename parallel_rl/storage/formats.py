@@ -1,6 +1,7 @@
 """The file formats of the shared store: step-data columns as ``.npz`` (never unpickled), checkpoints as
 ``torch.save`` of a state dict (loaded with ``weights_only=True``). A backend (:mod:`.backends`) moves the
 bytes; this module encodes and decodes them."""
+
 from __future__ import annotations
 
 import errno
@@ -109,15 +110,19 @@ def npz_arrays(f, nbytes: int, headers_only: bool = False) -> Dict[str, Any]:
                 raise ValueError(f"array {name!r} is compressed; arrays are stored uncompressed (numpy.savez)")
             stored += member.compress_size
             if member.file_size != member.compress_size or stored > nbytes:
-                raise ValueError(f"array {name!r}: the zip says {member.file_size} bytes stored in "
-                                 f"{member.compress_size}, the arrays so far in {stored} of a {nbytes}-byte file")
+                raise ValueError(
+                    f"array {name!r}: the zip says {member.file_size} bytes stored in "
+                    f"{member.compress_size}, the arrays so far in {stored} of a {nbytes}-byte file"
+                )
             with archive.open(member) as data:
                 header = _npy_header(data)
                 shape, fortran, dtype = _npy_declared(header)
                 size = dtype.itemsize * math.prod(shape)
                 if len(header) + size != member.file_size:
-                    raise ValueError(f"array {name!r} declares {dtype}{list(shape)} ({size} bytes), its member "
-                                     f"holds {member.file_size - len(header)} bytes of data")
+                    raise ValueError(
+                        f"array {name!r} declares {dtype}{list(shape)} ({size} bytes), its member "
+                        f"holds {member.file_size - len(header)} bytes of data"
+                    )
                 arrays[name] = (shape, dtype) if headers_only else _npy_data(data, shape, fortran, dtype, size)
     return arrays
 
@@ -219,10 +224,15 @@ def _check_torch_zip(f, nbytes: int) -> None:
     f.seek(0)
     with zipfile.ZipFile(f) as archive:
         for member in archive.infolist():
-            if member.compress_type != zipfile.ZIP_STORED or member.file_size != member.compress_size \
-                    or member.file_size > nbytes:
-                raise ValueError(f"member {member.filename!r}: {member.file_size} bytes stored in "
-                                 f"{member.compress_size} of a {nbytes}-byte file (torch.save stores them whole)")
+            if (
+                member.compress_type != zipfile.ZIP_STORED
+                or member.file_size != member.compress_size
+                or member.file_size > nbytes
+            ):
+                raise ValueError(
+                    f"member {member.filename!r}: {member.file_size} bytes stored in "
+                    f"{member.compress_size} of a {nbytes}-byte file (torch.save stores them whole)"
+                )
 
 
 def check_state(state: Any, depth: int = 0, where: str = "the checkpoint") -> None:

@@ -1,6 +1,7 @@
 """Whether the shared store works: a process's own view (:class:`StorageHealth`), the check of another
 process's report (:func:`check_health_report`), and :func:`store_op`, which turns the store's failures into
 :class:`StorageFaultError` and keeps the health up to date."""
+
 from __future__ import annotations
 
 import errno
@@ -68,8 +69,13 @@ class StorageHealth:
             return delay
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"healthy": self.error is None, "error": self.error, "since": self.since, "faults": self.faults,
-                "failures": self.failures}
+        return {
+            "healthy": self.error is None,
+            "error": self.error,
+            "since": self.since,
+            "faults": self.faults,
+            "failures": self.failures,
+        }
 
     def update_from(self, report: Mapping[str, Any]) -> bool:
         """Take a process's own report (:meth:`to_dict`, checked by :func:`check_health_report`); a stale one
@@ -99,8 +105,12 @@ def check_health_report(report: Any) -> Dict[str, Any]:
         raise ValueError(f"'storage.since' must be epoch seconds or null, got {since!r:.40}")
     if isinstance(faults, bool) or not isinstance(faults, int) or not 0 <= faults < 2**53:
         raise ValueError(f"'storage.faults' must be a count, got {faults!r:.40}")
-    return {"healthy": healthy, "error": None if error is None else error[:500],
-            "since": None if since is None else float(since), "faults": faults}
+    return {
+        "healthy": healthy,
+        "error": None if error is None else error[:500],
+        "since": None if since is None else float(since),
+        "faults": faults,
+    }
 
 
 def store_op(what: str, write: bool = False):
@@ -121,9 +131,11 @@ def store_op(what: str, write: bool = False):
             except store.backend.faults as exc:
                 code = errno.errorcode.get(getattr(exc, "errno", None) or -1)
                 cause = f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
-                message = (f"{what.format(noun=self.noun)} failed on the shared store {store.root}: {cause}"
-                           f"{f' ({code})' if code else ''}; free space or repair the store (workers back off and "
-                           f"try again)")
+                message = (
+                    f"{what.format(noun=self.noun)} failed on the shared store {store.root}: {cause}"
+                    f"{f' ({code})' if code else ''}; free space or repair the store (workers back off and "
+                    f"try again)"
+                )
                 store.health.fault(message)
                 raise StorageFaultError(message) from exc
             if write and store.health.error is not None:

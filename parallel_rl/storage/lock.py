@@ -1,4 +1,5 @@
 """The run lock: one run (or coordinator) at a time uses a shared directory (``run.lock``, see docs/storage.md)."""
+
 from __future__ import annotations
 
 import logging
@@ -39,8 +40,9 @@ def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
     import socket
 
     if storage.remote:  # no flock on an object store: nothing to hold
-        logger.warning("storage: %s is an object store, which has no locks: make sure no other run uses it",
-                       storage.root)
+        logger.warning(
+            "storage: %s is an object store, which has no locks: make sure no other run uses it", storage.root
+        )
         return SharedDirLock(posixpath.join(storage.root, RUN_LOCK_NAME), None)
     path = os.path.join(storage.root, RUN_LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -49,14 +51,18 @@ def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
     except BlockingIOError:
         holder_line = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process (it is starting)"
         os.close(fd)
-        raise SharedDirInUseError(f"the shared directory {storage.root} is in use by {holder_line}; stop that "
-                                  f"run first, or give this one another --shared-dir") from None
+        raise SharedDirInUseError(
+            f"the shared directory {storage.root} is in use by {holder_line}; stop that "
+            f"run first, or give this one another --shared-dir"
+        ) from None
     except OSError as exc:
         os.close(fd)
-        raise StorageError(f"cannot lock {path}: {exc}; the shared directory's filesystem must support flock "
-                           f"(a local disk, NFS)") from exc
-    line = (f"pid {os.getpid()} on {socket.gethostname()} ({holder}, since "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n").encode()
+        raise StorageError(
+            f"cannot lock {path}: {exc}; the shared directory's filesystem must support flock (a local disk, NFS)"
+        ) from exc
+    line = (
+        f"pid {os.getpid()} on {socket.gethostname()} ({holder}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+    ).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, line, 0)
     return SharedDirLock(path, fd)

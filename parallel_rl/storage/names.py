@@ -1,6 +1,7 @@
 """Every name on the shared store, in one place: each artifact family's directory, file names and pattern.
 
 Nothing else spells a file name or a directory of the store (see docs/storage.md for the layout)."""
+
 from __future__ import annotations
 
 import re
@@ -87,7 +88,5 @@ OURS = {
 def check_name(name: str) -> str:
     """``name`` when it is a plain file name (a chunk's, from a message), else PathOutsideRootError."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
-        raise PathOutsideRootError(
-            f"invalid file name {name!r}: use letters, digits, '_', '-', '.' (max 128, no '..')"
-        )
+        raise PathOutsideRootError(f"invalid file name {name!r}: use letters, digits, '_', '-', '.' (max 128, no '..')")
     return name

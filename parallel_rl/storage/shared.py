@@ -25,6 +25,7 @@ way a reader never sees half a file. Names that
 come from messages are validated and resolved; anything pointing outside the
 root raises :class:`PathOutsideRootError`.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,6 @@ from .health import StorageHealth
 from .names import LEAGUE, LEARNER, OURS, POLICY, TEMP_PREFIX, TENSORBOARD_DIR, TENSORBOARD_EVENTS_RE, VIDEO
 from .states import CoordinatorStates
 from .videos import Videos
-
-
 
 
 class SharedStorage:
@@ -82,7 +81,6 @@ class SharedStorage:
             raise PathOutsideRootError(f"invalid path {relpath!r}")
         return self.backend.resolve(relpath)
 
-
     def local_dir(self, *parts: str, fallback: str) -> Optional[str]:
         """A directory for files that need a local filesystem (TensorBoard's event files): under the root
         when it is local, else under ``fallback`` (the process's experiment directory)."""
@@ -99,8 +97,9 @@ class SharedStorage:
         event files (a directory per writer: a fresh run must not leave the last run's scalars to ``plot``)."""
         places = list(OURS.items())
         tensorboard = posixpath.join(self.backend.base, TENSORBOARD_DIR)
-        places += [(posixpath.join(TENSORBOARD_DIR, writer), (TENSORBOARD_EVENTS_RE,))
-                   for writer in self._listdir(tensorboard)]
+        places += [
+            (posixpath.join(TENSORBOARD_DIR, writer), (TENSORBOARD_EVENTS_RE,)) for writer in self._listdir(tensorboard)
+        ]
         for relative, patterns in places:
             directory = posixpath.join(self.backend.base, relative)
             for name in self._listdir(directory):

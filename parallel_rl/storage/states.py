@@ -1,6 +1,7 @@
 """Coordinator snapshots on the shared store: ``coordinator/state_<seq>.npz`` (the replay index arrays),
 then ``state_<seq>.json`` (everything else, and the name of its arrays: written last, the commit point).
 The newest two are kept: a damaged newest snapshot falls back to the one before."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,19 @@ KEEP_COORDINATOR_STATES = 2
 # a snapshot's JSON (tasks, workers, histories: the replay index is in its arrays) past this is not one
 MAX_STATE_JSON_BYTES = 256 * 1024 * 1024
 # each section of a snapshot (Snapshots.state_dict) and the JSON type it has; counters are integers or numbers
-SECTIONS = {"seq": int, "arrays": str, "tasks": dict, "workers": list, "counters": dict, "learn_info": dict,
-            "eval_history": list, "throughput_history": list, "commander": dict, "tasks_forgotten": int,
-            "outcome": dict}
+SECTIONS = {
+    "seq": int,
+    "arrays": str,
+    "tasks": dict,
+    "workers": list,
+    "counters": dict,
+    "learn_info": dict,
+    "eval_history": list,
+    "throughput_history": list,
+    "commander": dict,
+    "tasks_forgotten": int,
+    "outcome": dict,
+}
 INT_COUNTERS = ("env_steps", "episodes", "train_iter", "policy_version")
 NUMBER_COUNTERS = ("uptime", "started_at", "last_eval_return", "best_eval_return")
 
@@ -55,8 +66,7 @@ def check_meta(meta: Mapping[str, Any], seq: int, arrays: str) -> None:
             raise ValueError(f"counter {name!r} is {counters.get(name)!r:.40}, not an integer")
     for name in NUMBER_COUNTERS:
         value = counters.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or abs(value) > 1e300):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 1e300):
             raise ValueError(f"counter {name!r} is {value!r:.40}, not a number")
 
 
@@ -69,8 +79,10 @@ class CoordinatorStates(Family):
 
     def paths(self, seq: int) -> tuple:
         """(json, npz) paths of snapshot ``seq``."""
-        return (posixpath.join(self.directory, STATE_JSON.name(seq)),
-                posixpath.join(self.directory, STATE_ARRAYS.name(seq)))
+        return (
+            posixpath.join(self.directory, STATE_JSON.name(seq)),
+            posixpath.join(self.directory, STATE_ARRAYS.name(seq)),
+        )
 
     def seqs(self) -> List[int]:
         """Sequence numbers of the complete snapshots (their JSON, written last, exists), oldest first."""
@@ -82,8 +94,9 @@ class CoordinatorStates(Family):
         all but the newest :data:`KEEP_COORDINATOR_STATES`. Returns the JSON path."""
         json_path, npz_path = self.paths(seq)
         save_npz(self.backend, npz_path, arrays)
-        body = json.dumps({"format": COORDINATOR_STATE_FORMAT, "seq": int(seq), "arrays": os.path.basename(npz_path),
-                           **meta}).encode()
+        body = json.dumps(
+            {"format": COORDINATOR_STATE_FORMAT, "seq": int(seq), "arrays": os.path.basename(npz_path), **meta}
+        ).encode()
         self.backend.write_atomic(json_path, lambda f: f.write(body))
         for old in self.seqs()[:-KEEP_COORDINATOR_STATES]:
             for path in self.paths(old):
@@ -109,9 +122,11 @@ class CoordinatorStates(Family):
         if isinstance(meta, dict) and "format" not in meta:
             raise StorageError(f"{json_path}: not a readable coordinator state (no format)")
         if fmt != COORDINATOR_STATE_FORMAT:
-            raise StateFormatError(f"{json_path}: coordinator state format {fmt!r}, this parallel_rl reads format "
-                                   f"{COORDINATOR_STATE_FORMAT} only; run the parallel_rl version that wrote it, or "
-                                   f"start over with --fresh")
+            raise StateFormatError(
+                f"{json_path}: coordinator state format {fmt!r}, this parallel_rl reads format "
+                f"{COORDINATOR_STATE_FORMAT} only; run the parallel_rl version that wrote it, or "
+                f"start over with --fresh"
+            )
         try:
             check_meta(meta, seq, posixpath.basename(npz_path))
         except ValueError as exc:
@@ -140,6 +155,11 @@ class CoordinatorStates(Family):
                 logger.warning("storage: %s; falling back to the snapshot before it", error)
             return state
         if errors:
-            raise StorageError("no loadable coordinator state in " + self.directory + ": " + "; ".join(errors)
-                               + " (move the directory away, or start over with --fresh)")
+            raise StorageError(
+                "no loadable coordinator state in "
+                + self.directory
+                + ": "
+                + "; ".join(errors)
+                + " (move the directory away, or start over with --fresh)"
+            )
         return None

@@ -4,6 +4,7 @@ made by the first video; the newest :data:`KEEP_VIDEOS` are kept.
 
 Anyone may read them (the API serves them without a token), so only regular files inside the store are listed or
 served: a link, a FIFO, a directory or a device at a video's name (or a link in place of ``videos/``) is no video."""
+
 from __future__ import annotations
 
 import posixpath

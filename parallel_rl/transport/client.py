@@ -1,5 +1,6 @@
 """The HTTP client side: :class:`HttpClient` makes JSON calls with a timeout and a bounded retry with exponential
 backoff; it raises typed errors and never waits forever."""
+
 from __future__ import annotations
 
 import json as _json
@@ -18,6 +19,7 @@ logger = logging.getLogger(__name__)
 # a few thousand rows is a few hundred KiB), far under what would take a process's memory
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
+
 class HttpClient:
     """JSON calls to one peer, with the cluster token, a timeout and bounded retries.
 
@@ -28,9 +30,16 @@ class HttpClient:
     ``max_answer_bytes``, which is never read whole (a peer's answer cannot take this process's memory).
     """
 
-    def __init__(self, base_url: str, token: Optional[str] = None, timeout: float = 5.0,
-                 max_retries: int = 3, backoff: float = 0.1, max_backoff: float = 2.0,
-                 max_answer_bytes: int = MAX_ANSWER_BYTES):
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        timeout: float = 5.0,
+        max_retries: int = 3,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+    ):
         self.base_url = base_url.rstrip("/")
         self.max_answer_bytes = int(max_answer_bytes)
         self.token = token
@@ -54,8 +63,15 @@ class HttpClient:
             headers[LEASE_HEADER] = lease
         self._headers = headers
 
-    def request(self, method: str, path: str, json: Any = None, timeout: Optional[float] = None,
-                retries: Optional[int] = None, params: Optional[dict] = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        params: Optional[dict] = None,
+    ) -> Any:
         url = self.base_url + path
         body = None if json is None else encode_json(json)
         retries = self.max_retries if retries is None else retries
@@ -63,8 +79,15 @@ class HttpClient:
         last_exc: Optional[Exception] = None
         for attempt in range(retries + 1):
             try:
-                response = self._pool.request(method, url, body=body, fields=params, headers=self._headers,
-                                              timeout=timeout or self.timeout, preload_content=False)
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=body,
+                    fields=params,
+                    headers=self._headers,
+                    timeout=timeout or self.timeout,
+                    preload_content=False,
+                )
                 content = self._read(method, url, response)
             except urllib3.exceptions.HTTPError as exc:  # refused, reset, timed out
                 last_exc = exc
@@ -93,7 +116,8 @@ class HttpClient:
                 f"{method} {url} answered HTTP {response.status} with more than {limit} bytes"
                 f"{f' ({declared} declared)' if declared > limit else ''}; a parallel_rl server answers far less "
                 f"(is this a parallel_rl server? if the answers are meant to be this large, raise the client's "
-                f"max_answer_bytes)")
+                f"max_answer_bytes)"
+            )
             exc.status = response.status
             raise exc
         response.release_conn()
@@ -106,7 +130,8 @@ class HttpClient:
         except ValueError:
             snippet = content[:80].decode(errors="replace").replace("\n", " ")
             exc = ProtocolError(
-                f"{method} {url} answered HTTP {status} with non-JSON {snippet!r}; is this a parallel_rl server?")
+                f"{method} {url} answered HTTP {status} with non-JSON {snippet!r}; is this a parallel_rl server?"
+            )
             exc.status = status
             raise exc from None
         if status >= 400:

@@ -12,6 +12,7 @@ token and the names of the headers and variables that carry it.
   :func:`slave_proof`: the cluster token (from the environment, or the file `parallel-rl run` writes for the
   client commands) and the proof a slave gives of holding it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -88,11 +89,15 @@ def token_from_file(path: str) -> str:
             token = f.read().strip()
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, or bytes that are not text
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise ConfigError(f"--token-file {path!r}: cannot read it ({why}); pass the file `parallel-rl run` "
-                          f"printed (`token: in PATH`), or export {TOKEN_ENV}") from None
+        raise ConfigError(
+            f"--token-file {path!r}: cannot read it ({why}); pass the file `parallel-rl run` "
+            f"printed (`token: in PATH`), or export {TOKEN_ENV}"
+        ) from None
     if not token:
-        raise ConfigError(f"--token-file {path} is empty; pass the file `parallel-rl run` printed "
-                          f"(`token: in PATH`), or export {TOKEN_ENV}")
+        raise ConfigError(
+            f"--token-file {path} is empty; pass the file `parallel-rl run` printed "
+            f"(`token: in PATH`), or export {TOKEN_ENV}"
+        )
     return token
 
 
@@ -130,12 +135,12 @@ def field(data: Dict[str, Any], name: str, kind: type | tuple, required: bool = 
         raise ProtocolViolation(f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got bool")
     if not isinstance(value, kinds):
         raise ProtocolViolation(
-            f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
+            f"field {name!r} must be {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}"
+        )
     return value
 
 
-def number_field(data: Dict[str, Any], name: str, default: float, lo: float = -math.inf,
-                 hi: float = math.inf) -> float:
+def number_field(data: Dict[str, Any], name: str, default: float, lo: float = -math.inf, hi: float = math.inf) -> float:
     """``data[name]``, an int or a float, as a float in ``[lo, hi]``; ProtocolViolation (400) naming the field
     otherwise (an integer past float range included: ``float()`` of it raises OverflowError)."""
     value = field(data, name, (int, float), required=False, default=default)
@@ -157,9 +162,17 @@ def check_url(value: Any, name: str = "address") -> str:
     try:
         parts = urlsplit(value)
         port = parts.port
-        why = ("the scheme must be http or https" if parts.scheme not in ("http", "https")
-               else "no host" if not parts.hostname else "no port" if port is None
-               else "the port must be 1-65535" if port == 0 else None)
+        why = (
+            "the scheme must be http or https"
+            if parts.scheme not in ("http", "https")
+            else "no host"
+            if not parts.hostname
+            else "no port"
+            if port is None
+            else "the port must be 1-65535"
+            if port == 0
+            else None
+        )
     except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", "Port could not be cast ..."
         why = str(exc)
     if why is not None:
@@ -188,8 +201,9 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
     if isinstance(value, dict):
         packed = value.get("dtype")
         if packed not in PACKED_DTYPES or not isinstance(value.get("base64"), str):
-            raise ValueError(f"a packed array is {{\"dtype\": one of {list(PACKED_DTYPES)}, \"base64\": str}}, "
-                             f"got {sorted(value)}")
+            raise ValueError(
+                f'a packed array is {{"dtype": one of {list(PACKED_DTYPES)}, "base64": str}}, got {sorted(value)}'
+            )
         raw = base64.b64decode(value["base64"], validate=True)
         if len(raw) % np.dtype(packed).itemsize:
             raise ValueError(f"{len(raw)} bytes are not a whole number of {packed} values")
@@ -203,4 +217,3 @@ def unpack_array(value: Any, dtype: Any) -> np.ndarray:
             raise ValueError(f"expected a flat list of numbers, got {array.ndim} dimensions")
         return array
     raise ValueError(f"expected a list of numbers or a packed array, got {type(value).__name__}")
-

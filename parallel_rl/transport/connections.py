@@ -3,6 +3,7 @@ connections and on a peer's unproven ones, no spin when the process runs out of 
 selector under a deadline (a client trickling its request holds no thread) within one budget of bytes for all heads not
 yet shown to carry the cluster token, and no body read for a request without it (answered 401/403 and closed).
 :class:`~parallel_rl.transport.server.ServerThread` is the way in."""
+
 from __future__ import annotations
 
 import ctypes
@@ -29,7 +30,6 @@ from .codec import encode_json
 from .strangers import ReadAhead, bearer_refusal
 
 logger = logging.getLogger(__name__)
-
 
 
 # derived connection cap leaves a quarter of the open-file limit, at least this many, to them
@@ -95,8 +95,10 @@ class _Connections(cheroot.connections.ConnectionManager):
         if conn is not None and not server.read_ahead.admit(conn, getattr(conn, "remote_addr", None)):
             conn.close()  # its address holds max_connections_per_peer connections that showed no token
             server.refused_connections += 1
-            self._warn(f"{conn.remote_addr} holds {server.read_ahead.max_per_peer} connections that showed no "
-                       f"cluster token (the most one address may: max_connections_per_peer); closing new ones")
+            self._warn(
+                f"{conn.remote_addr} holds {server.read_ahead.max_per_peer} connections that showed no "
+                f"cluster token (the most one address may: max_connections_per_peer); closing new ones"
+            )
             return None
         return conn
 
@@ -110,8 +112,10 @@ class _Connections(cheroot.connections.ConnectionManager):
             return  # EAGAIN: the client gave up meanwhile
         sock.close()
         self.server.refused_connections += 1
-        self._warn(f"{self.server.open_connections} connections open (the most this server keeps: "
-                   f"max_open_connections={self.server.max_open_connections}), all busy; closing new ones")
+        self._warn(
+            f"{self.server.open_connections} connections open (the most this server keeps: "
+            f"max_open_connections={self.server.max_open_connections}), all busy; closing new ones"
+        )
 
     def _exhausted(self, exc: OSError) -> None:
         shed = self._shed_idle(max(1, len(self._idle()) // 4))
@@ -119,9 +123,12 @@ class _Connections(cheroot.connections.ConnectionManager):
             self._pause = min(1.0, max(0.05, self._pause * 2))
             self._resume_at = time.monotonic() + self._pause
             self._selector.unregister(self.server.socket.fileno())
-        self._warn(f"out of descriptors ({exc.strerror}) with {self.server.open_connections} connections open; "
-                   f"closed {shed} idle connection(s)" + ("" if shed else f", accepting again in {self._pause:.2f}s")
-                   + ": raise the open-file limit (ulimit -n) or lower max_open_connections")
+        self._warn(
+            f"out of descriptors ({exc.strerror}) with {self.server.open_connections} connections open; "
+            f"closed {shed} idle connection(s)"
+            + ("" if shed else f", accepting again in {self._pause:.2f}s")
+            + ": raise the open-file limit (ulimit -n) or lower max_open_connections"
+        )
 
     def _give_memory_back(self) -> None:
         """After many connections closed, hand the memory their buffers held back to the OS (glibc keeps freed
@@ -214,8 +221,9 @@ class _Connection(cheroot.server.HTTPConnection):
     def answer_timeout(self) -> None:
         """Answer 408 when a request was begun (best effort: the connection is closed next)."""
         if self.request_started is not None:
-            self.answer_and_close(408, "request_timeout",
-                                  f"the request was not complete within {self.server.request_timeout:g}s")
+            self.answer_and_close(
+                408, "request_timeout", f"the request was not complete within {self.server.request_timeout:g}s"
+            )
 
     def answer_and_close(self, status: int, code: str, message: str) -> None:
         """Send ``{"error": ...}`` with ``status`` and ``Connection: close``, without waiting (best effort: the
@@ -224,8 +232,10 @@ class _Connection(cheroot.server.HTTPConnection):
         reason = _REASONS.get(status, b"Error")
         try:
             self.socket.setblocking(False)
-            self.socket.send(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (status, reason, len(body), body))
+            self.socket.send(
+                b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (status, reason, len(body), body)
+            )
         except OSError:
             pass  # the client is gone or its window full: the close tells it as much
 
@@ -257,8 +267,11 @@ class _Connection(cheroot.server.HTTPConnection):
                 self.deadline = None
                 # bytes of a next request sent along with this one: its deadline runs from now
                 self.request_started = time.monotonic() if self.pending else None
-            if not (keep_open and self.server.ready
-                    and (self.rfile.has_data() or _readable(self.socket, self.server.linger))):
+            if not (
+                keep_open
+                and self.server.ready
+                and (self.rfile.has_data() or _readable(self.socket, self.server.linger))
+            ):
                 return keep_open
 
     def _request_arrived(self) -> bool:
@@ -314,8 +327,9 @@ class _Connection(cheroot.server.HTTPConnection):
         if end >= 0:
             head = bytes(self.pending[:end])
             authorization = _AUTHORIZATION.search(head)
-            refusal = bearer_refusal(authorization.group(1).decode("latin-1") if authorization else "",
-                                     read_ahead.token)
+            refusal = bearer_refusal(
+                authorization.group(1).decode("latin-1") if authorization else "", read_ahead.token
+            )
             if refusal is None:
                 read_ahead.prove(self)
             elif _announces_body(head):
@@ -352,8 +366,12 @@ _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,18})", re.I
 _EXPECT = re.compile(rb"\r\nexpect[ \t]*:", re.IGNORECASE)
 _TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 _AUTHORIZATION = re.compile(rb"\r\nauthorization[ \t]*:([^\r\n]*)", re.IGNORECASE)
-_BUSY = (503, "unavailable", "the server holds as many unfinished requests of clients without the cluster token "
-                             "as it may (its read-ahead budget); try again")
+_BUSY = (
+    503,
+    "unavailable",
+    "the server holds as many unfinished requests of clients without the cluster token "
+    "as it may (its read-ahead budget); try again",
+)
 _REASONS = {401: b"Unauthorized", 403: b"Forbidden", 408: b"Request Timeout", 503: b"Service Unavailable"}
 # once this many connections closed since the most open, freed memory is handed back to the OS (malloc_trim)
 _TRIM_AFTER_CLOSED = 256
@@ -459,4 +477,3 @@ class Server(cheroot.wsgi.Server):
             super().process_conn(conn)
         else:
             self.put_conn(conn)
-

@@ -7,6 +7,7 @@
   (:class:`~parallel_rl.errors.RequestRefused`) are answered with their status here.
 - :func:`check_token` compares the cluster token in constant time; :func:`json_body` reads a request's JSON.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,11 +37,19 @@ class ApiError(Exception):
 
 
 _CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large",
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    409: "conflict",
+    413: "payload_too_large",
     415: "unsupported_media_type",
     422: "unprocessable",
-    429: "too_many_requests", 500: "internal_error", 503: "unavailable",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
 }
 
 
@@ -151,14 +160,34 @@ class ServerThread:
     what clients without it can hold is bounded (:class:`~.strangers.ReadAhead`): no body of theirs is read,
     their unfinished heads share ``read_ahead_bytes``, one address has ``max_connections_per_peer`` of them."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8, name: str = "http",
-                 max_body_bytes: int = 8 * 1024 * 1024, connection_limit: int = 200, timeout: float = 10.0,
-                 linger: float = 0.005, max_connections: Optional[int] = None,
-                 request_timeout: Optional[float] = None, token: Optional[str] = None,
-                 read_ahead_bytes: int = 16 * 1024 * 1024, max_connections_per_peer: int = 1024):
+    def __init__(
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        threads: int = 8,
+        name: str = "http",
+        max_body_bytes: int = 8 * 1024 * 1024,
+        connection_limit: int = 200,
+        timeout: float = 10.0,
+        linger: float = 0.005,
+        max_connections: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+        token: Optional[str] = None,
+        read_ahead_bytes: int = 16 * 1024 * 1024,
+        max_connections_per_peer: int = 1024,
+    ):
         # request_queue_size is the listen backlog: hundreds of collectors connect at once
-        self.server = Server((host, port), app, numthreads=threads, max=threads, server_name="parallel_rl",
-                             request_queue_size=1024, timeout=timeout, shutdown_timeout=1)
+        self.server = Server(
+            (host, port),
+            app,
+            numthreads=threads,
+            max=threads,
+            server_name="parallel_rl",
+            request_queue_size=1024,
+            timeout=timeout,
+            shutdown_timeout=1,
+        )
         # a body whose Content-Length is over max_body_bytes is answered 413 before it is read
         self.server.max_request_body_size = max_body_bytes
         # after an answer, a thread waits this long for its connection's next request (_Connection)
@@ -183,9 +212,10 @@ class ServerThread:
             self.server.prepare()  # binds: the port is known from here on
         except OSError as exc:  # cheroot's message: "No socket could be created -- ((host, port): [Errno 98] ...)"
             reason = str(exc).rpartition(": ")[2].rstrip(")") or str(exc)
-            raise BindError(f"{name}: cannot listen on {host}:{port}: {reason}; another process holds the port "
-                            f"(an earlier run still alive?): stop it or choose another --port (0 lets the OS pick)"
-                            ) from None
+            raise BindError(
+                f"{name}: cannot listen on {host}:{port}: {reason}; another process holds the port "
+                f"(an earlier run still alive?): stop it or choose another --port (0 lets the OS pick)"
+            ) from None
         self.host, self.port = self.server.bind_addr[0], int(self.server.bind_addr[1])
         self.thread = threading.Thread(target=self.server.serve, name=f"{name}-server", daemon=True)
         self.closed = False
@@ -210,9 +240,8 @@ class ServerThread:
         stopper.start()
         stopper.join(timeout + 1.0)
         if stopper.is_alive():
-            logger.warning("http server on port %d: a request still runs %gs after close; left to finish",
-                           self.port, timeout + 1.0)
+            logger.warning(
+                "http server on port %d: a request still runs %gs after close; left to finish", self.port, timeout + 1.0
+            )
         if self.thread.is_alive():
             self.thread.join(timeout)
-
-

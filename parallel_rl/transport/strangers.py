@@ -2,6 +2,7 @@
 (:func:`bearer_refusal`, asked by the views' ``check_token`` and by the connection layer before it reads a body), and
 the budget of bytes read ahead and of connections per address for connections that have not shown it
 (:class:`ReadAhead`, kept by :class:`~parallel_rl.transport.connections.Server`)."""
+
 from __future__ import annotations
 
 import hmac

@@ -1,5 +1,6 @@
 """Helpers the test modules share: waiting on public state with a deadline, a fake policy, a small cluster config
 on the toy env, CLI processes, HTTP look-ups. Fixtures stay in tests/conftest.py."""
+
 from __future__ import annotations
 
 import socket
@@ -40,14 +41,21 @@ def toy_cluster_config(tmp_path, **parallel):
 
     user = {
         "exp_name": str(tmp_path / "exp"),
-        "env": {"env_id": "parallel_rl/Counting-v0", "env_kwargs": {"episode_length": 5},
-                "collector_env_num": 2, "evaluator_env_num": 2, "n_evaluator_episode": 2, "stop_value": 4.0},
+        "env": {
+            "env_id": "parallel_rl/Counting-v0",
+            "env_kwargs": {"episode_length": 5},
+            "collector_env_num": 2,
+            "evaluator_env_num": 2,
+            "n_evaluator_episode": 2,
+            "stop_value": 4.0,
+        },
         "policy": {"model": {"hidden_size_list": [16]}, "nstep": 1},
-        "parallel": {"coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0, "long_poll_slots": 8},
-                     "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
-                     "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0,
-                                   "allowance_grant": 16},
-                     "collector": {"chunk_size": 16}},
+        "parallel": {
+            "coordinator": {"heartbeat_ttl": 2.0, "chunk_grace_seconds": 0.0, "long_poll_slots": 8},
+            "worker": {"heartbeat_interval": 0.2, "request_timeout": 2.0, "max_retries": 1},
+            "commander": {"collector_task_env_steps": 64, "max_env_steps_per_update": 0.0, "allowance_grant": 16},
+            "collector": {"chunk_size": 16},
+        },
     }
     for section, values in parallel.items():
         user["parallel"].setdefault(section, {}).update(values)
@@ -72,8 +80,17 @@ class CliProcess:
     press Ctrl-C on it (``os.killpg(pid, SIGINT)``) without signalling pytest. ``prefix``: the command that runs
     it (e.g. ``ip netns exec NS``: :mod:`tests.support.hosts`); ``program``: another program than parallel_rl's."""
 
-    def __init__(self, tmp_path, name: str, *args: str, env: dict | None = None, cwd=None,
-                 new_session: bool = False, prefix: tuple = (), program: tuple = ()):
+    def __init__(
+        self,
+        tmp_path,
+        name: str,
+        *args: str,
+        env: dict | None = None,
+        cwd=None,
+        new_session: bool = False,
+        prefix: tuple = (),
+        program: tuple = (),
+    ):
         import os
         import subprocess
         import sys
@@ -81,9 +98,15 @@ class CliProcess:
         self.name = name
         self.log_path = tmp_path / f"{name}.log"
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([*prefix, *(program or (sys.executable, "-m", "parallel_rl")), *args], stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=new_session)
+        self.proc = subprocess.Popen(
+            [*prefix, *(program or (sys.executable, "-m", "parallel_rl")), *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=new_session,
+        )
 
     @property
     def pid(self) -> int:
@@ -98,8 +121,9 @@ class CliProcess:
 
         def find():
             if self.proc.poll() is not None and not re.search(pattern, self.output(), re.M):
-                raise AssertionError(f"{self.name} exited ({self.proc.returncode}) before printing "
-                                     f"{pattern!r}:\n{self.output()[-3000:]}")
+                raise AssertionError(
+                    f"{self.name} exited ({self.proc.returncode}) before printing {pattern!r}:\n{self.output()[-3000:]}"
+                )
             return re.search(pattern, self.output(), re.M)
 
         return eventually(find, timeout=timeout, interval=0.05, message=f"{self.name}: {pattern!r}")

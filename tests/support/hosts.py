@@ -21,6 +21,7 @@ SIGKILL after a deadline), kills whatever is left in the namespaces (``ip netns 
 harness started live there) and deletes the namespaces, which deletes their links. Without root, or when
 ``ip netns add`` fails, the test is skipped with the reason.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -100,6 +101,7 @@ class HostProcess(CliProcess):
 
     def program_pid(self) -> Optional[int]:
         """The program's pid as the root namespace sees it (None once ``unshare`` has exited)."""
+
         def child():
             if self.proc.poll() is not None:
                 return -1
@@ -158,41 +160,74 @@ class Host:
 
     def environment(self, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """The environment of a process on this host: the test's, with this host's own temp directories."""
-        return {**os.environ, "TMPDIR": str(self.tmpdir), "PARALLEL_RL_CPU_CLAIMS": str(self.root / "cpu-claims"),
-                **(env or {})}
+        return {
+            **os.environ,
+            "TMPDIR": str(self.tmpdir),
+            "PARALLEL_RL_CPU_CLAIMS": str(self.root / "cpu-claims"),
+            **(env or {}),
+        }
 
-    def run(self, argv: Sequence[str], timeout: float = COMMAND_SECONDS, check: bool = True,
-            env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float = COMMAND_SECONDS,
+        check: bool = True,
+        env: Optional[Dict[str, str]] = None,
+    ) -> subprocess.CompletedProcess:
         """Run ``argv`` in this host's network namespace and wait for it (``check``: a failure raises, with its
         output), e.g. ``host.run(["iptables", "-A", "INPUT", "-s", other.address, "-j", "DROP"])``."""
-        proc = subprocess.run([*self.exec_prefix, *argv], capture_output=True, text=True, timeout=timeout,
-                              env=self.environment(env), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [*self.exec_prefix, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.environment(env),
+            stdin=subprocess.DEVNULL,
+        )
         if check and proc.returncode != 0:
-            raise HostError(f"{self.name}: {' '.join(argv)} exited with {proc.returncode}: "
-                            f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+            raise HostError(
+                f"{self.name}: {' '.join(argv)} exited with {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-2000:]}"
+            )
         return proc
 
-    def popen(self, argv: Sequence[str], env: Optional[Dict[str, str]] = None, name: Optional[str] = None,
-              cwd: Optional[Path] = None) -> HostProcess:
+    def popen(
+        self,
+        argv: Sequence[str],
+        env: Optional[Dict[str, str]] = None,
+        name: Optional[str] = None,
+        cwd: Optional[Path] = None,
+    ) -> HostProcess:
         """Start ``argv`` on this host as PID 1 of a PID namespace of its own; output to ``<name>.log``."""
         name = name or f"{self.name}-{Path(argv[0]).name}-{len(self.processes)}"
-        process = HostProcess(self.network.tmp_path, name, *argv[1:], program=(argv[0],), env=self.environment(env),
-                              cwd=cwd, prefix=(*self.exec_prefix, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"))
+        process = HostProcess(
+            self.network.tmp_path,
+            name,
+            *argv[1:],
+            program=(argv[0],),
+            env=self.environment(env),
+            cwd=cwd,
+            prefix=(*self.exec_prefix, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"),
+        )
         self.processes.append(process)
         return process
 
-    def cli(self, name: str, *args: str, env: Optional[Dict[str, str]] = None,
-            cwd: Optional[Path] = None) -> HostProcess:
+    def cli(
+        self, name: str, *args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None
+    ) -> HostProcess:
         """``python -m parallel_rl *args`` on this host (see :meth:`popen`)."""
         return self.popen([sys.executable, "-m", "parallel_rl", *args], env=env, name=name, cwd=cwd)
 
     def get_json(self, url: str, timeout: float = 10.0):
         """GET ``url`` from this host; its JSON body (``AssertionError`` naming the answer when it is none)."""
-        script = ("import sys, urllib.request\n"
-                  "with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])) as r: "
-                  "sys.stdout.write(r.read().decode())")
-        proc = self.run([sys.executable, "-c", script, url, str(timeout)], timeout=timeout + COMMAND_SECONDS,
-                        check=False)
+        script = (
+            "import sys, urllib.request\n"
+            "with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])) as r: "
+            "sys.stdout.write(r.read().decode())"
+        )
+        proc = self.run(
+            [sys.executable, "-c", script, url, str(timeout)], timeout=timeout + COMMAND_SECONDS, check=False
+        )
         assert proc.returncode == 0, f"GET {url} from {self.name}: {proc.stderr.strip()[-1000:]}"
         return json.loads(proc.stdout)
 
@@ -283,6 +318,7 @@ class Network:
     @staticmethod
     def _empty(netns: str) -> None:
         """SIGKILL what still runs in ``netns`` (only processes this harness started) and wait until it is gone."""
+
         def pids():
             return [int(p) for p in _ip("netns", "pids", netns).split()]
 
@@ -309,8 +345,23 @@ def cut(host: Host, peer: Host, *, answers_only_from_port: Optional[int] = None)
     if answers_only_from_port is None:
         rules = [["INPUT", "-s", peer.address, "-j", "DROP"], ["OUTPUT", "-d", peer.address, "-j", "DROP"]]
     else:
-        rules = [["OUTPUT", "-d", peer.address, "-p", "tcp", "--sport", str(answers_only_from_port),
-                  "-m", "length", "--length", "100:65535", "-j", "DROP"]]
+        rules = [
+            [
+                "OUTPUT",
+                "-d",
+                peer.address,
+                "-p",
+                "tcp",
+                "--sport",
+                str(answers_only_from_port),
+                "-m",
+                "length",
+                "--length",
+                "100:65535",
+                "-j",
+                "DROP",
+            ]
+        ]
     for rule in rules:
         host.run(["iptables", "-A", *rule])
     return rules
@@ -327,27 +378,67 @@ TOKEN = "hosts-test-token"
 ENV = {"PARALLEL_RL_TOKEN": TOKEN}
 
 
-def start_coordinator(host: Host, config: str, shared, tmp_path: Path, *extra: str,
-                      env: Optional[Dict[str, str]] = None):
+def start_coordinator(
+    host: Host, config: str, shared, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None
+):
     """`parallel-rl coordinator` bound to ``host``'s address, port picked by the OS; (its process, its REST URL)."""
-    coordinator = host.cli("coordinator", "coordinator", "-c", config, "--host", host.address, "--port", "0",
-                           "--shared-dir", str(shared), "--set", f"exp_name={Path(tmp_path) / 'exp'}", *extra,
-                           env={**ENV, **(env or {})})
+    coordinator = host.cli(
+        "coordinator",
+        "coordinator",
+        "-c",
+        config,
+        "--host",
+        host.address,
+        "--port",
+        "0",
+        "--shared-dir",
+        str(shared),
+        "--set",
+        f"exp_name={Path(tmp_path) / 'exp'}",
+        *extra,
+        env={**ENV, **(env or {})},
+    )
     url = coordinator.wait_line(rf"^REST API: (http://{re.escape(host.address)}:\d+)/api/v1$", timeout=120).group(1)
     return coordinator, url
 
 
-def start_worker(host: Host, role: str, url: str, shared, *extra: str, name: Optional[str] = None,
-                 env: Optional[Dict[str, str]] = None) -> HostProcess:
+def start_worker(
+    host: Host,
+    role: str,
+    url: str,
+    shared,
+    *extra: str,
+    name: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> HostProcess:
     """A ``role`` (learner, collector) on ``host`` that registers itself with the coordinator at ``url`` and
     advertises ``host``'s address, port 9000 (as in deploy/k8s)."""
-    return host.cli(name or f"{role}-{host.name}", role, "--coordinator", url, "--host", host.address, "--port",
-                    "9000", "--advertise", host.url(9000), "--shared-dir", str(shared), *extra,
-                    env={**ENV, **(env or {})})
+    return host.cli(
+        name or f"{role}-{host.name}",
+        role,
+        "--coordinator",
+        url,
+        "--host",
+        host.address,
+        "--port",
+        "9000",
+        "--advertise",
+        host.url(9000),
+        "--shared-dir",
+        str(shared),
+        *extra,
+        env={**ENV, **(env or {})},
+    )
 
 
-def start_roles(network: Network, config: str, tmp_path: Path, *extra: str, env: Optional[Dict[str, str]] = None,
-                shared: Optional[str] = None):
+def start_roles(
+    network: Network,
+    config: str,
+    tmp_path: Path,
+    *extra: str,
+    env: Optional[Dict[str, str]] = None,
+    shared: Optional[str] = None,
+):
     """Coordinator on host A (bound to A's address, --linger: its REST API stays up after training), learner on B,
     collectors on C and D that register themselves and advertise their own addresses (port 9000, as in
     deploy/k8s); the data directory (``tmp_path/shared``) is the only thing they share, and host E is left for a
@@ -375,22 +466,43 @@ def start_seaweedfs_on(host: Host, dir: Path, bucket: str, timeout: float = 120.
     dir = Path(dir)
     (dir / "data").mkdir(parents=True, exist_ok=True)
     identities = dir / "s3-identities.json"
-    identities.write_text(json.dumps({"identities": [{
-        "name": "tests", "credentials": [{"accessKey": seaweedfs.ACCESS_KEY, "secretKey": seaweedfs.SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    identities.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "tests",
+                        "credentials": [{"accessKey": seaweedfs.ACCESS_KEY, "secretKey": seaweedfs.SECRET_KEY}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
     # ports of their own on a host of its own, yet not SeaweedFS's defaults: weed names Unix sockets in the shared
     # /tmp after them (seaweedfs.SeaweedFS.stop removes them), which another test's server would share
     base = 20000 + int(host.address.rsplit(".", 2)[1]) * 160 + int(host.address.rsplit(".", 1)[1]) % 16 * 10
     ports = {name: base + i for i, name in enumerate(seaweedfs.DEFAULT_PORTS)}
-    process = host.popen(seaweedfs._command(seaweedfs.weed_binary(), host.address, dir, ports, identities),
-                         name="seaweedfs", cwd=dir)
-    server = seaweedfs.SeaweedFS(f"http://{host.address}:{ports['s3']}", seaweedfs.ACCESS_KEY, seaweedfs.SECRET_KEY,
-                                 host.address, dir, ports, process.proc, process.log_path)
-    script = ("import sys, boto3, botocore.config, botocore.exceptions\n"
-              "c = boto3.client('s3', config=botocore.config.Config(connect_timeout=2, read_timeout=5, "
-              "retries={'max_attempts': 1}))\n"
-              "try:\n    c.create_bucket(Bucket=sys.argv[1])\n"
-              "except c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n")
+    process = host.popen(
+        seaweedfs._command(seaweedfs.weed_binary(), host.address, dir, ports, identities), name="seaweedfs", cwd=dir
+    )
+    server = seaweedfs.SeaweedFS(
+        f"http://{host.address}:{ports['s3']}",
+        seaweedfs.ACCESS_KEY,
+        seaweedfs.SECRET_KEY,
+        host.address,
+        dir,
+        ports,
+        process.proc,
+        process.log_path,
+    )
+    script = (
+        "import sys, boto3, botocore.config, botocore.exceptions\n"
+        "c = boto3.client('s3', config=botocore.config.Config(connect_timeout=2, read_timeout=5, "
+        "retries={'max_attempts': 1}))\n"
+        "try:\n    c.create_bucket(Bucket=sys.argv[1])\n"
+        "except c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
+    )
 
     def made():
         if process.proc.poll() is not None:

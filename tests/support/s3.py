@@ -6,6 +6,7 @@ A test module takes the fixtures by importing them (``from tests.support.s3 impo
 each (ids ``[moto]`` / ``[seaweedfs]``); ``s3_env`` points this process and its children at the server, ``bucket``
 is a fresh bucket. A test that stops its store makes its own with :func:`start_s3` and restarts it with
 ``start_again()``."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,12 @@ class MotoS3:
     name: str = "moto"
 
     def env(self) -> Dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def stop(self) -> None:
         self.server.stop()

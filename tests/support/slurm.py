@@ -7,6 +7,7 @@ is gone), and slurmdbd only speaks MySQL. The lightest real thing is therefore a
 127.0.0.1 (its own data directory, ``--skip-grant-tables``: no users to create) behind a private slurmdbd.
 Processes and cgroups: ``proctrack/linuxproc`` and ``task/none`` (a container's cgroups are not Slurm's to use).
 """
+
 from __future__ import annotations
 
 import getpass
@@ -30,8 +31,9 @@ START_DEADLINE = 90.0
 
 
 def which(name: str) -> Optional[str]:
-    return shutil.which(name) or next((os.path.join(d, name) for d in SBIN if os.access(os.path.join(d, name),
-                                                                                           os.X_OK)), None)
+    return shutil.which(name) or next(
+        (os.path.join(d, name) for d in SBIN if os.access(os.path.join(d, name), os.X_OK)), None
+    )
 
 
 def missing() -> Optional[str]:
@@ -40,8 +42,10 @@ def missing() -> Optional[str]:
         return "the test Slurm needs root (slurmd starts jobs as their user); run the tests as root"
     absent = [name for name in DAEMONS + CLIENTS if which(name) is None]
     if absent:
-        return (f"{', '.join(absent)} not installed: `make slurm` installs Debian's slurmctld, slurmd, slurmdbd, "
-                f"slurm-client, munge and mariadb-server")
+        return (
+            f"{', '.join(absent)} not installed: `make slurm` installs Debian's slurmctld, slurmd, slurmdbd, "
+            f"slurm-client, munge and mariadb-server"
+        )
     return None
 
 
@@ -66,8 +70,9 @@ class SlurmCluster:
 
     def run(self, *argv: str, timeout: float = 30.0, check: bool = True) -> str:
         """A client command's output (``check``: a non-zero exit fails with its stderr)."""
-        done = subprocess.run([which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            [which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
         return done.stdout
@@ -94,8 +99,14 @@ class SlurmCluster:
         log = self.root / "log" / f"{name}.out"
         self.logs[name] = log
         with open(log, "ab") as out:
-            proc = subprocess.Popen([which(argv[0]) or argv[0], *argv[1:]], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            proc = subprocess.Popen(
+                [which(argv[0]) or argv[0], *argv[1:]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
@@ -112,8 +123,12 @@ class SlurmCluster:
 
     def _answers(self, *argv: str) -> bool:
         try:
-            return subprocess.run([which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True,
-                                  timeout=10).returncode == 0
+            return (
+                subprocess.run(
+                    [which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True, timeout=10
+                ).returncode
+                == 0
+            )
         except subprocess.TimeoutExpired:
             return False
 
@@ -131,23 +146,55 @@ class SlurmCluster:
         os.chmod(key, 0o400)
         self._write_configs()
 
-        munged = self._spawn("munged", ["munged", "--foreground", "--force", f"--socket={self.munge_socket}",
-                                        f"--key-file={key}", f"--log-file={self.root / 'log' / 'munged.log'}",
-                                        f"--pid-file={self.root / 'run' / 'munged.pid'}",
-                                        f"--seed-file={self.root / 'munge' / 'munged.seed'}"])
+        munged = self._spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--pid-file={self.root / 'run' / 'munged.pid'}",
+                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+            ],
+        )
         self._wait("munged", self.munge_socket.exists, munged)
 
         datadir = self.root / "mysql" / "data"
-        done = subprocess.run([which("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
-                               "--auth-root-authentication-method=normal", "--skip-test-db"],
-                              capture_output=True, text=True, timeout=START_DEADLINE)
+        done = subprocess.run(
+            [
+                which("mariadb-install-db"),
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=START_DEADLINE,
+        )
         if done.returncode != 0:
             raise AssertionError(f"mariadb-install-db exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-        mysql = self._spawn("mariadbd", [
-            "mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root", "--bind-address=127.0.0.1",
-            f"--port={self.ports['mysql']}", f"--socket={self.root / 'mysql' / 'mysqld.sock'}",
-            f"--pid-file={self.root / 'run' / 'mysqld.pid'}", "--skip-grant-tables", "--skip-log-bin",
-            "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M", "--performance-schema=OFF"])
+        mysql = self._spawn(
+            "mariadbd",
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                "--bind-address=127.0.0.1",
+                f"--port={self.ports['mysql']}",
+                f"--socket={self.root / 'mysql' / 'mysqld.sock'}",
+                f"--pid-file={self.root / 'run' / 'mysqld.pid'}",
+                "--skip-grant-tables",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=16M",
+                "--innodb-log-file-size=8M",
+                "--performance-schema=OFF",
+            ],
+        )
         self._wait("mariadbd", lambda: self._port_open(self.ports["mysql"]), mysql)
 
         dbd = self._spawn("slurmdbd", ["slurmdbd", "-D"])
@@ -159,15 +206,17 @@ class SlurmCluster:
         ctld = self._spawn("slurmctld", ["slurmctld", "-D", "-i"])
         self._wait("slurmctld", lambda: self._answers("scontrol", "ping"), ctld)
         slurmd = self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
-        self._wait("slurmd (node idle)", lambda: "idle" in self.run("sinfo", "-h", "-N", "-o", "%T", check=False),
-                   slurmd)
+        self._wait(
+            "slurmd (node idle)", lambda: "idle" in self.run("sinfo", "-h", "-N", "-o", "%T", check=False), slurmd
+        )
         return self
 
     def stop(self) -> None:
         """Cancel what is left, then stop the daemons in reverse order (SIGTERM, then SIGKILL after 20 s)."""
         if any(p.poll() is None for p in self.procs) and self._answers("scontrol", "ping"):
-            subprocess.run([which("scancel"), "--full", "-u", getpass.getuser()], env=self.env, capture_output=True,
-                           timeout=30)
+            subprocess.run(
+                [which("scancel"), "--full", "-u", getpass.getuser()], env=self.env, capture_output=True, timeout=30
+            )
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -203,14 +252,16 @@ class SlurmCluster:
             f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs={cpus} "
             "State=UNKNOWN\n"
             # jobs may share CPUs (a second job of collectors joins a training that holds every CPU of the node)
-            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n")
+            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n"
+        )
         dbd = self.root / "etc" / "slurmdbd.conf"
         dbd.write_text(
             auth + "DbdHost=localhost\nDbdAddr=127.0.0.1\n"
             f"DbdPort={self.ports['dbd']}\nSlurmUser=root\n"
             f"LogFile={r / 'log' / 'slurmdbd.log'}\nPidFile={r / 'run' / 'slurmdbd.pid'}\n"
             "StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\n"
-            f"StoragePort={self.ports['mysql']}\nStorageUser=root\nStorageLoc=slurm_acct_db\n")
+            f"StoragePort={self.ports['mysql']}\nStorageUser=root\nStorageLoc=slurm_acct_db\n"
+        )
         os.chmod(dbd, 0o600)
 
 
@@ -247,8 +298,9 @@ def wait_for_state(cluster: SlurmCluster, job_id: str, states, timeout: float) -
     wanted = {states} if isinstance(states, str) else set(states)
 
     def now():
-        state = cluster.job_state(job_id) or next((row[1].split()[0] for row in cluster.sacct(job_id, "JobID,State")
-                                                   if row[0] == job_id), "")
+        state = cluster.job_state(job_id) or next(
+            (row[1].split()[0] for row in cluster.sacct(job_id, "JobID,State") if row[0] == job_id), ""
+        )
         return state if state in wanted else None
 
     return eventually(now, timeout=timeout, interval=0.5, message=f"job {job_id} in {sorted(wanted)}")
