@@ -163,6 +163,7 @@ def partition(network, tmp_path, toy_config, victim_host, cut_off):
 
 
 @pytest.mark.slow
+@pytest.mark.partition
 def test_a_collector_partitioned_from_the_coordinator_for_30s_comes_back_and_nothing_is_lost(
     network, tmp_path, toy_config
 ):
@@ -174,6 +175,7 @@ def test_a_collector_partitioned_from_the_coordinator_for_30s_comes_back_and_not
 
 
 @pytest.mark.slow
+@pytest.mark.partition
 def test_the_learner_partitioned_from_the_coordinator_for_30s_comes_back(network, tmp_path, toy_config):
     """Learner B is cut off from the coordinator for 30 s: listed unreachable; its task fails and a replacement
     waits; after the heal it registers again, takes the replacement (resuming its saved state) and trains on."""
@@ -181,6 +183,7 @@ def test_the_learner_partitioned_from_the_coordinator_for_30s_comes_back(network
 
 
 @pytest.mark.slow
+@pytest.mark.partition
 def test_an_asymmetric_partition_requests_arrive_answers_are_lost(network, tmp_path, toy_config):
     """The coordinator's answers to collector C are dropped for 30 s (its requests arrive: TCP's handshake and
     ACKs pass, every packet with data from the coordinator's port to C is dropped): the coordinator keeps its
@@ -196,6 +199,7 @@ def test_an_asymmetric_partition_requests_arrive_answers_are_lost(network, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.partition
 def test_the_coordinator_partitioned_from_the_object_store_for_30s_resumes_indexing(network, tmp_path, toy_config):
     """Every role uses SeaweedFS's S3 gateway on host F as the shared store (a directory cannot be partitioned);
     the coordinator on A is cut off from F for 30 s while the workers still reach it. /cluster says so: the store
