@@ -476,6 +476,15 @@ class ActorCriticQModel(Section):
     critic_hidden_size_list: List[int] = setting([256, 256], doc="each critic's hidden layers")
 
 
+def cuda_graph_setting() -> bool:
+    """SAC's and TD3's ``learn.cuda_graph``: their update on CUDA (policy/graphs.py), one field for both sections."""
+    return setting(
+        True,
+        doc="""on CUDA, each update replays a CUDA graph recorded after three eager warm-ups (policy/graphs.py; the
+        same numbers, 7-10x the updates/s of a launch-bound eager update); no effect on the CPU""",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class SACLearn(Section):
     title = "SAC's training"
@@ -489,12 +498,7 @@ class SACLearn(Section):
     init_alpha: float = setting(0.2, above=0, doc="the temperature at the start")
     auto_alpha: bool = setting(True, doc="learn the temperature")
     target_entropy_per_dim: float = setting(-1.0, doc="target entropy per action dimension (-1: the usual -dim(A))")
-    cuda_graph: bool = setting(
-        True,
-        doc="""on CUDA, each update replays a CUDA graph recorded after three eager
-        warm-ups (policy/graphs.py; the same numbers, 7-10x the updates/s of a launch-bound eager update); no
-        effect on the CPU""",
-    )
+    cuda_graph: bool = cuda_graph_setting()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,12 +544,7 @@ class TD3Learn(Section):
         +-noise_clip, in the [-1, 1] action scale""",
     )
     noise_clip: float = setting(0.5, lo=0, doc="target policy smoothing's clip")
-    cuda_graph: bool = setting(
-        True,
-        doc="""on CUDA, each update replays a CUDA graph recorded after three eager
-        warm-ups (policy/graphs.py; the same numbers, 7-10x the updates/s of a launch-bound eager update); no
-        effect on the CPU""",
-    )
+    cuda_graph: bool = cuda_graph_setting()
 
 
 @dataclasses.dataclass(frozen=True)
