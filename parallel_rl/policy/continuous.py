@@ -82,6 +82,19 @@ class BoxActorCritic(Policy):
         """A batch's env actions scaled to [-1, 1], as the networks see them."""
         return (to_tensor(batch["action"], self.device).reshape(n, -1) - self.action_bias) / self.action_scale
 
+    def learn_inputs(self, batch: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+        """A replay batch as the tensors an update reads (its CUDA graph's inputs): observations, actions in
+        [-1, 1], reward, done, discount, and the importance weights under prioritized replay."""
+        inputs = {
+            "obs": self._obs(batch["obs"]),
+            "next_obs": self._obs(batch["next_obs"]),
+            "action": self.unit_action(batch, len(batch["obs"])),
+        }
+        inputs.update(
+            {k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight") if k in batch}
+        )
+        return inputs
+
     def critic_loss(self, q1: torch.Tensor, q2: torch.Tensor, td_target: torch.Tensor, batch) -> torch.Tensor:
         """Both critics' squared TD errors; importance-weighted when the batch has weights (prioritized replay)."""
         if "weight" in batch:

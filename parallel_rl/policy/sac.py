@@ -20,7 +20,7 @@ from torch import nn
 from ..envs.spaces import ActionSpec
 from .continuous import BoxActorCritic, QNetwork  # noqa: F401  (QNetwork: parallel_rl.policy.sac's name)
 from .defaults import sac_default_config
-from .nets import mlp, to_tensor
+from .nets import mlp
 from .graphs import GraphedUpdate
 from .optim import Adam
 
@@ -86,14 +86,7 @@ class SACPolicy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One SAC update (critics, actor, temperature, Polyak targets); scalars as 0-d tensors."""
-        inputs = {
-            "obs": self._obs(batch["obs"]),
-            "next_obs": self._obs(batch["next_obs"]),
-            "action": self.unit_action(batch, len(batch["obs"])),
-        }
-        inputs.update(
-            {k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight") if k in batch}
-        )
+        inputs = self.learn_inputs(batch)
         info = self._graphed_update(inputs)
         self.learn_steps += 1
         td_error = info.pop("td_error")

@@ -22,7 +22,7 @@ from ..envs.spaces import ActionSpec
 from ..errors import ConfigError
 from .continuous import BoxActorCritic
 from .defaults import td3_default_config
-from .nets import mlp, to_tensor
+from .nets import mlp
 from .graphs import GraphedUpdate
 from .optim import Adam
 
@@ -89,14 +89,7 @@ class TD3Policy(BoxActorCritic):
     # ---- learning --------------------------------------------------------------
     def forward_learn(self, batch: Dict[str, np.ndarray]) -> Dict:
         """One critic update; every ``policy_delay``-th call also an actor update and the Polyak targets."""
-        inputs = {
-            "obs": self._obs(batch["obs"]),
-            "next_obs": self._obs(batch["next_obs"]),
-            "action": self.unit_action(batch, len(batch["obs"])),
-        }
-        inputs.update(
-            {k: to_tensor(batch[k], self.device) for k in ("reward", "done", "discount", "weight") if k in batch}
-        )
+        inputs = self.learn_inputs(batch)
         self.learn_steps += 1
         actor_updated = self.learn_steps % self.cfg.learn.policy_delay == 0
         # the delayed actor step is a branch of the update: each branch is a graph of its own on CUDA
