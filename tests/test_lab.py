@@ -51,6 +51,13 @@ def table(path):
         return list(csv.DictReader(f))
 
 
+# a space of one knob: the fake env's reward per step, so a trial's eval return is exactly 5 x its draw
+REWARD_SPACE = """
+    def space(trial):
+        return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
+"""
+
+
 def write_space(tmp_path, body: str) -> str:
     path = tmp_path / "space.py"
     path.write_text(textwrap.dedent(body))
@@ -114,13 +121,7 @@ def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complet
 @pytest.mark.slow
 def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
     out = tmp_path / "sweep"
-    space = write_space(
-        tmp_path,
-        """
-        def space(trial):
-            return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """,
-    )
+    space = write_space(tmp_path, REWARD_SPACE)
     proc = lab(
         "sweep",
         "-c",
@@ -207,13 +208,7 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
     from parallel_rl.config import compile_config, load_config_file
 
     out = tmp_path / "tune"
-    space = write_space(
-        tmp_path,
-        """
-        def space(trial):
-            return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """,
-    )
+    space = write_space(tmp_path, REWARD_SPACE)
     args = ["tune", "-c", flat_config, "--space", space, "--out", str(out), "--startup-trials", "10"]
     first = lab(*args, "--trials", "3", cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -321,13 +316,7 @@ def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_pa
 @pytest.mark.slow
 def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(tmp_path, flat_config):
     out = tmp_path / "tune"
-    space = write_space(
-        tmp_path,
-        """
-        def space(trial):
-            return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}
-    """,
-    )
+    space = write_space(tmp_path, REWARD_SPACE)
     args = ["-c", flat_config, "--trials", "2", "--space", space, "--out", str(out)]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     tune = CliProcess(
