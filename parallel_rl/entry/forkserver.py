@@ -109,13 +109,17 @@ def become_fork_server() -> None:
     for number in _RUN_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _RUN_SIGNALS)
-    signal.signal(STOP_SIGNAL, _exit_on_signal)  # an exit, so that leave_fork_server runs
+    signal.signal(STOP_SIGNAL, _exit_on_signal)
     atexit.register(leave_fork_server)  # preload registers it again after its imports, to run before theirs
     die_with_parent(signum=STOP_SIGNAL)
 
 
 def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(0)
+    """Leave at once, not by raising SystemExit: the signal may land in Python code that torch's import runs
+    from C++ (pybind11), where an exception becomes a C++ one and the process aborts, printing "terminate
+    called after throwing an instance of 'pybind11::error_already_set'" and a stack to the launcher's
+    stderr (seen once in CI, under a CLI that refused its arguments while the fork server imported torch)."""
+    leave_fork_server()
 
 
 def leave_fork_server() -> None:

@@ -54,7 +54,7 @@ _preload()
 # would walk it all and write to every page it is on, copying them): Python's advice for fork without exec
 gc.freeze()
 
-# the fork server exits when the launcher does (multiprocessing raises SystemExit in it, or SIGTERM does); leave
+# the fork server exits when the launcher does (multiprocessing raises SystemExit in it, or the stop signal comes); leave
 # without the interpreter's teardown, as the CLI does (0.4-1.1 s once torch is imported, seconds on a busy box,
 # and it holds the launcher's stdout open until then). Registered last, so it runs first; workers never run it
 # (they leave through os._exit)
