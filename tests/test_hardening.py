@@ -804,11 +804,14 @@ def test_a_stopping_coordinator_waits_for_the_workers_final_reports(cluster):  #
 
     coordinator, url, shared = cluster.coordinator, cluster.url, cluster.coordinator_shared
     roles = [cluster.start(role, f"{role}-{n}") for n, role in enumerate(("learner", "collector", "collector"))]
-    eventually(
-        lambda: requests.get(f"{url}/api/v1/cluster", timeout=5).json()["train_iter"] >= 30,
-        timeout=90,
-        message="training",
-    )
+
+    def training_with_both_collectors() -> bool:
+        # both collectors registered and busy: a collector still importing torch when the coordinator stops (a
+        # loaded box) was never let go, and retries its first registration for 60 s (what it promises)
+        state = requests.get(f"{url}/api/v1/cluster", timeout=5).json()
+        return state["train_iter"] >= 30 and state["workers"]["collector"]["busy"] == 2
+
+    eventually(training_with_both_collectors, timeout=90, message="training with both collectors")
     coordinator.proc.send_signal(signal.SIGTERM)
     assert coordinator.wait(30) == 0, coordinator.output()[-3000:]
     for role in roles:

@@ -323,6 +323,8 @@ PONG_TINY = [
                 "--set",
                 "policy.learn.batch_size=64",
                 "--set",
+                "policy.learn.epoch_per_collect=1",  # 4 updates a segment, not 16: the plumbing is the test
+                "--set",
                 "parallel.commander.eval_freq=2",
                 "--set",
                 "parallel.collector.chunk_size=256",
