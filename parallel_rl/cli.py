@@ -369,6 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
         "newest evaluation at each), so that trials evaluated at different env steps (cluster "
         "configs) are compared at the same ones (default 0: each evaluation at its env step)",
     )
+    p.add_argument(
+        "--objective",
+        choices=["return", "solve-steps"],
+        default="return",
+        help="what the search optimises: return (the final eval return, maximised; the default) or solve-steps "
+        "(the env steps to reach the config's stop value, minimised; a trial that does not reach it within its "
+        "budget counts twice its env steps; no pruning)",
+    )
     _add_lab_args(p, "tune")
 
     from .after.commands import add_parsers as add_after_training

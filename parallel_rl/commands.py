@@ -433,7 +433,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import os
 
     from .lab import ProcessRunner
-    from .lab.tune import COLUMNS, TABLE_NAME, Tuner, storage_url
+    from .lab.tune import TABLE_NAME, Tuner, storage_url
     from .runtime import on_signals, signal_exit_code
 
     configs, out = _lab_start(args, "tune")
@@ -450,6 +450,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         startup_trials=args.startup_trials,
         warmup_steps=args.warmup_steps,
         report_every=args.report_every,
+        objective=args.objective,
     )
     heard: List[str] = []
 
@@ -474,11 +475,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tuner.optimize(args.trials, args.parallel, on_result=lambda r: _print_trial("tune", r))
     finally:  # the table of what ran, an unknown key's stop included
         best = tuner.write_results(study_dir)
-    print(render_table(tuner.rows(), COLUMNS), flush=True)
+    print(render_table(tuner.rows(), tuner.columns), flush=True)
     print(f"tune: table in {os.path.join(study_dir, TABLE_NAME)}", flush=True)
     if best:
         print(
-            f"tune: best trial {tuner.best().number} (eval return {tuner.best().value:g}); its config: {best}",
+            f"tune: best trial {tuner.best().number} ({tuner.value_name} {tuner.best().value:g}); its config: {best}",
             flush=True,
         )
     if heard:

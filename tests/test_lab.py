@@ -179,6 +179,7 @@ def test_bad_sweep_input_is_one_line_exit_2_before_anything_runs(tmp_path, flat_
         ("def space(trial):\n    return [1]\n", [], "space(trial) returned list, not a dict"),
         ("x = 1\n", [], "defines no function space(trial)"),
         ("def space(trial):\n    return {}\n", ["--storage", "postgresql://db/x"], "is not an SQLite URL"),
+        ("def space(trial):\n    return {}\n", ["--objective", "solve-steps"], "needs a stop value"),
     ],
 )
 def test_bad_tune_input_is_one_line_exit_2_and_no_study_is_made(tmp_path, flat_config, space, args, message):
@@ -231,6 +232,43 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
     cfg = compile_config(load_config_file(str(path)))  # a ready config: `parallel-rl serial -c` loads it
     assert cfg.env.env_kwargs.reward == pytest.approx(float(best["settings"].split("=")[1]))
     assert cfg.serial.max_train_iter == 30
+
+
+@pytest.mark.slow
+def test_tune_for_solve_steps_minimises_the_env_steps_to_the_stop_value(tmp_path, flat_config):
+    """--objective solve-steps: a trial's value is the env steps at which it reached the stop value (minimised); one
+    that never does counts twice the env steps of its whole budget. Even trials earn 1 a step (eval return 5 >= the
+    stop value 2.5 at their first evaluation), odd ones 0 (they train to their budget). A study resumed with the
+    other objective would rank its trials backwards: refused."""
+    out = tmp_path / "tune"
+    space = write_space(
+        tmp_path,
+        """
+        def space(trial):
+            return {"env.env_kwargs.reward": 1.0 if trial.number % 2 == 0 else 0.0,
+                    "policy.learn.learning_rate": trial.suggest_float("lr", 1e-4, 1e-2, log=True)}
+    """,
+    )
+    args = ["tune", "-c", flat_config, "--space", space, "--out", str(out), "--set", "env.stop_value=2.5"]
+    proc = lab(*args, "--trials", "3", "--objective", "solve-steps", "--startup-trials", "10", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = table(out / "flat" / "trials.csv")
+    assert [r["status"] for r in rows] == ["done"] * 3
+    for r in rows:
+        steps, value = int(r["env_steps"]), float(r["solve_steps"])
+        if int(r["trial"]) % 2 == 0:
+            assert (float(r["eval_return"]), value) == (5.0, steps), r
+        else:
+            assert (float(r["eval_return"]), value) == (0.0, 2 * steps), r
+    best = min(rows, key=lambda r: float(r["solve_steps"]))
+    assert int(best["trial"]) % 2 == 0
+    assert f"best trial {best['trial']} (solve steps {float(best['solve_steps']):g})" in proc.stdout
+
+    other = lab(*args, "--trials", "4", cwd=tmp_path)  # the default objective, return: maximised
+    assert other.returncode == 2, other.stdout[-3000:] + other.stderr[-3000:]
+    [line] = other.stderr.strip().splitlines()
+    assert "was made to minimize its value, not to maximize it as --objective return does" in line, line
+    assert len(table(out / "flat" / "trials.csv")) == 3
 
 
 @pytest.mark.slow

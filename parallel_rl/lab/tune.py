@@ -4,8 +4,10 @@ TPE samples each trial's settings from the space file's ``space(trial)``; each t
 :class:`~.runner.Runner` and reports its evaluation curve (``trial.report(eval_return, env_steps)``) as it comes;
 the median pruner stops a trial whose curve falls below the median of the earlier trials' at the same env step
 (the training saves and exits). Serial runs evaluate at the same env steps whatever their settings; cluster runs
-do not, so their curves are compared at the multiples of ``report_every`` env steps. A trial's value is its final eval return (maximised). The study lives in an
-SQLite file: the same command run again resumes it (its finished trials are kept; ``--trials N`` is the total).
+do not, so their curves are compared at the multiples of ``report_every`` env steps. A trial's value is its final
+eval return (maximised), or with ``objective="solve-steps"`` the env steps it took to reach the config's stop value
+(minimised; no pruning: a curve's return says little about when it will solve). The study lives in an SQLite file:
+the same command run again resumes it (its finished trials are kept; ``--trials N`` is the total).
 
 Everything of study S goes under ``OUT/S/``: the trials' directories and logs, ``trials.csv`` (the study's table)
 and ``best_config.py`` (the best trial's config: ``parallel-rl run -c OUT/S/best_config.py`` trains it).
@@ -28,6 +30,8 @@ from .trials import Trial, TrialConfigs, load_space, space_settings
 logger = logging.getLogger(__name__)
 
 COLUMNS = ["trial", "settings", "status", "eval_return", "env_steps", "wall_s", "note"]
+# objective -> (the study's direction, the value's name in the table and the messages)
+OBJECTIVES = {"return": ("maximize", "eval return"), "solve-steps": ("minimize", "solve steps")}
 BEST_CONFIG_NAME = "best_config.py"
 TABLE_NAME = "trials.csv"
 SQLITE = "sqlite:///"
@@ -61,6 +65,7 @@ class Tuner:
         startup_trials: int = 5,
         warmup_steps: int = 0,
         report_every: int = 0,
+        objective: str = "return",
     ):
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the table says how each trial went
@@ -70,6 +75,13 @@ class Tuner:
         self.space = load_space(space_path)
         self.runner = runner
         self.report_every = report_every
+        self.objective = objective
+        direction, self.value_name = OBJECTIVES[objective]
+        if objective == "solve-steps" and configs.base.env.stop_value is None:
+            raise ConfigError(
+                "--objective solve-steps needs a stop value: the config has none (env.stop_value); set one with "
+                "--set env.stop_value=V, or search with --objective return"
+            )
         self.interrupted = threading.Event()
         # the space's keys, checked on a draw of its own before the study is made: an unknown one stops here
         draft = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
@@ -79,10 +91,22 @@ class Tuner:
             storage=storage,
             study_name=study_name,
             load_if_exists=True,
-            direction="maximize",
+            direction=direction,
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps),
+            pruner=(
+                optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps)
+                if objective == "return"
+                else optuna.pruners.NopPruner()
+            ),
         )
+        # an existing study keeps its own direction whatever create_study is told: a resumed study searched for
+        # the other objective would rank its trials backwards
+        if self.study.direction.name.lower() != direction:
+            raise ConfigError(
+                f"study {study_name!r} in {storage} was made to {self.study.direction.name.lower()} its value, not "
+                f"to {direction} it as --objective {objective} does: resume it with its own objective, or name "
+                f"another study (--study)"
+            )
 
     def finished(self) -> int:
         """Trials that came to an outcome (done, pruned, or failed with a reason); an interrupted one does not
@@ -149,17 +173,27 @@ class Tuner:
             raise self.optuna.TrialPruned(result.note)
         if result.status != "done":
             raise TrialFailed(result.note)
+        trial.set_user_attr("eval_return", result.eval_return)
+        if self.objective == "solve-steps":
+            # exit 0 with a stop value: solved, at its last evaluation; 3: the budget ran out first, and the trial
+            # ranks behind every one that solved within that budget
+            return float(result.env_steps if result.exit_code == 0 else 2 * (result.env_steps or 0))
         return result.eval_return
+
+    @property
+    def columns(self) -> List[str]:
+        """The table's columns: with the solve-steps objective, the value (``solve_steps``) before the return."""
+        return COLUMNS if self.objective == "return" else [*COLUMNS[:3], "solve_steps", *COLUMNS[3:]]
 
     def rows(self) -> List[Dict[str, Any]]:
         """The study's table: every trial, the earlier runs' included."""
         rows = []
         for t in self.study.trials:
-            value = (
-                t.value
-                if t.value is not None
-                else (t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
-            )
+            last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
+            if self.objective == "return":
+                value = t.value if t.value is not None else last
+            else:
+                value = t.user_attrs.get("eval_return", last)
             duration = t.duration.total_seconds() if t.duration is not None else None
             rows.append(
                 {
@@ -167,6 +201,7 @@ class Tuner:
                     "settings": Trial(t.number, t.user_attrs.get("settings", {})).label(),
                     "status": STATES.get(t.state.name, t.state.name.lower()),
                     "eval_return": value,
+                    "solve_steps": t.value,
                     "env_steps": t.user_attrs.get("env_steps"),
                     "wall_s": None if duration is None else round(duration, 1),
                     "note": t.user_attrs.get("note", ""),
@@ -177,12 +212,14 @@ class Tuner:
     def best(self):
         """The best finished trial, None when none finished."""
         done = [t for t in self.study.trials if t.state.name == "COMPLETE"]
-        return max(done, key=lambda t: t.value) if done else None
+        if not done:
+            return None
+        return (max if self.objective == "return" else min)(done, key=lambda t: t.value)
 
     def write_results(self, out_dir: str) -> Optional[str]:
         """``trials.csv`` and, when a trial finished, ``best_config.py``; returns the best config's path."""
         os.makedirs(out_dir, exist_ok=True)
-        write_table(os.path.join(out_dir, TABLE_NAME), self.rows(), COLUMNS)
+        write_table(os.path.join(out_dir, TABLE_NAME), self.rows(), self.columns)
         best = self.best()
         if best is None:
             return None
@@ -190,18 +227,19 @@ class Tuner:
             os.path.join(out_dir, BEST_CONFIG_NAME),
             self.configs,
             Trial(best.number, best.user_attrs.get("settings", {})),
-            best.value,
+            f"{self.value_name} {best.value:g}",
             self.study.study_name,
         )
 
 
-def write_best_config(path: str, configs: TrialConfigs, trial: Trial, value: float, study_name: str) -> str:
-    """A Python config file: the study's config (with its ``--set``) and the best trial's settings."""
+def write_best_config(path: str, configs: TrialConfigs, trial: Trial, value: str, study_name: str) -> str:
+    """A Python config file: the study's config (with its ``--set``) and the best trial's settings; ``value``: how
+    good it was, as people read it (``eval return 500``)."""
     from ..config import apply_overrides
 
     config = apply_overrides(configs.raw, trial.overrides())
     text = (
-        f'"""The best trial ({trial.number}, eval return {value:g}) of study {study_name!r}: '
+        f'"""The best trial ({trial.number}, {value}) of study {study_name!r}: '
         f"{os.path.basename(configs.config_path)} with {trial.label()}.\n\n"
         f'Train it: parallel-rl {"run" if configs.cluster else "serial"} -c {path}\n"""\n'
         f'inf, nan = float("inf"), float("nan")  # as repr() writes them\n'
