@@ -1,0 +1,110 @@
+"""Does an Optuna search find a setting that solves faster than the shipped config? (issue 44's Measure)
+
+    .venv/bin/python benchmarks/tune.py [--config configs/cartpole_ppo.py] [--trials 20] [--seeds 100-104]
+        [--out DIR] [--parallel 1]
+
+1. `parallel-rl tune -c CONFIG --trials N --space SPACE --objective solve-steps`: TPE over the space below, each
+   trial one training with the config's seed, its value the env steps it took to reach the stop value.
+2. The best trial's config (`best_config.py`, written by tune) and the shipped config, each trained on the same
+   fresh seeds (`parallel-rl sweep --seeds`): the best of N single-seed trials is partly luck (the seed it drew), so
+   the comparison is made again on seeds the search never saw.
+Prints the study's table, then per config the env steps to solve on each fresh seed, their medians and the ratio
+best / shipped (below 1: the search found a faster setting). Env steps do not depend on the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# CartPole PPO's knobs (RL Zoo's PPO search space, narrowed to what the config exposes)
+SPACE = textwrap.dedent("""
+    def space(trial):
+        return {
+            "policy.learn.learning_rate": trial.suggest_float("learning_rate", 1e-4, 3e-3, log=True),
+            "policy.learn.epoch_per_collect": trial.suggest_int("epoch_per_collect", 2, 10),
+            "policy.learn.batch_size": trial.suggest_categorical("batch_size", [32, 64, 128, 256]),
+            "policy.collect.n_sample": trial.suggest_categorical("n_sample", [256, 512, 1024]),
+            "policy.learn.gae_lambda": trial.suggest_categorical("gae_lambda", [0.9, 0.95, 0.98]),
+            "policy.discount_factor": trial.suggest_categorical("discount_factor", [0.98, 0.99, 0.995]),
+        }
+""")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True)
+    print(proc.stdout, end="", flush=True)
+    if proc.returncode not in (0, 1):  # sweep: 1 when a trial failed (reported in its table)
+        sys.exit(f"parallel-rl {args[0]} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def steps_to_solve(config: str, seeds: str, out: str, parallel: int) -> list:
+    """Env steps to the stop value on each seed (None where the budget ran out first)."""
+    cli("sweep", "-c", config, "--seeds", seeds, "--out", out, "--parallel", str(parallel))
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        return [int(r["env_steps"]) if r["exit"] == "0" else None for r in csv.DictReader(f)]
+
+
+def median(values: list) -> float:
+    solved = [v for v in values if v is not None]
+    return statistics.median(solved) if len(solved) == len(values) else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/cartpole_ppo.py")
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--seeds", default="100-104", help="fresh seeds for the comparison (sweep's --seeds)")
+    parser.add_argument("--out", default=None, help="where everything goes (default: a new temporary directory)")
+    parser.add_argument("--parallel", type=int, default=1, help="trainings at once (tune and sweep --parallel)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to tune")
+    args = parser.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="prl-tune-")
+    os.makedirs(out, exist_ok=True)
+    space = os.path.join(out, "space.py")
+    Path(space).write_text(SPACE)
+    config = str(ROOT / args.config)
+    study = Path(config).stem
+    sets = [a for s in args.set for a in ("--set", s)]
+    tune_out = os.path.join(out, "tune")
+    cli(
+        "tune",
+        "-c",
+        config,
+        "--trials",
+        str(args.trials),
+        "--space",
+        space,
+        "--objective",
+        "solve-steps",
+        "--out",
+        tune_out,
+        "--parallel",
+        str(args.parallel),
+        *sets,
+    )
+    best = os.path.join(tune_out, study, "best_config.py")
+    shipped = steps_to_solve(config, args.seeds, os.path.join(out, "shipped"), args.parallel)
+    found = steps_to_solve(best, args.seeds, os.path.join(out, "best"), args.parallel)
+    print(f"\nenv steps to the stop value on seeds {args.seeds} (None: not solved within the budget)")
+    print(f"  shipped {args.config}: {shipped}  median {median(shipped):g}")
+    print(f"  best trial's config:   {found}  median {median(found):g}")
+    print(
+        f"  best / shipped (medians): {median(found) / median(shipped):.2f}  (below 1: the search found a faster one)"
+    )
+    print(f"everything in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
