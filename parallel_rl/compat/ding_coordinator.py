@@ -1,7 +1,10 @@
-"""DI-engine's ``Coordinator.deal_with_*`` callbacks, as thin adapters over our coordinator's paths.
+"""DI-engine's ``Coordinator``: our coordinator with DI-engine's ``deal_with_*`` callbacks and ``default_config``.
+
+The core :class:`parallel_rl.coordinator.Coordinator` knows nothing of DI-engine; this subclass adds its surface,
+exported under DI-engine's name from here and from ``parallel_rl.worker`` (``ding.worker.Coordinator``).
 
 DI-engine's coordinator is driven by its comm layer calling ``deal_with_*`` with a task id; ours by slaves' typed
-messages (:mod:`.messages`) and sample requests. Each callback here turns DI-engine's call into the message or
+messages (:mod:`parallel_rl.coordinator.messages`) and sample requests. Each callback here turns DI-engine's call into the message or
 request the task's worker would have sent, and goes through the same check/apply path, so a call written for
 DI-engine does through this coordinator what DI-engine's does:
 
@@ -25,33 +28,20 @@ task ids are handled as DI-engine does: collector callbacks log an error and ret
 
 from __future__ import annotations
 
-import logging
 import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from easydict import EasyDict
 
-from .defaults import coordinator_default_config
-from .tasks import Task, TaskKind
-
-logger = logging.getLogger(__name__)
+from ..coordinator.coordinator import Coordinator as _Coordinator
+from ..coordinator.defaults import coordinator_default_config
+from ..coordinator.tasks import Task, TaskKind
 
 _CHUNK_KEYS = ("size", "policy_version", "env_steps", "episode_returns")
 
 
-class DingCallbacks:
-    """Mixed into :class:`~parallel_rl.coordinator.Coordinator` (which supplies ``tasks``, ``messages``, ...)."""
-
-    # what the coordinator supplies
-    tasks: Any
-    messages: Any
-    replay: Any
-    flow: Any
-    membership: Any
-    system_shutdown_flag: bool
-    kick: Callable[[], None]
-    info: Callable[[str], None]
-    error: Callable[[str], None]
+class Coordinator(_Coordinator):
+    """:class:`parallel_rl.coordinator.Coordinator` with DI-engine's ``deal_with_*`` callbacks."""
 
     @classmethod
     def default_config(cls) -> EasyDict:
