@@ -750,10 +750,14 @@ def test_parallel_collector_finish_info_env_manager_and_comm_names(tmp_path, cap
             collector.info("collecting")
         assert "collecting" in caplog.text
         slave = FlaskFileSystemCollector(token="t", shared_dir=str(tmp_path / "shared"))
-        slave.collector = collector  # what the slave's setup builds
-        path = slave.send_stepdata(path="chunk-1", stepdata={"obs": np.zeros((2, 1), np.float32)})
-        assert path.endswith(".npz") and "chunk-1" in path
-        slave.send_metadata(metadata={"type": "noop"})  # not connected: nothing to send it to
+        try:  # a slave serves from its construction (the port is known): closed, or its threads hold the exit
+            slave.collector = collector  # what the slave's setup builds
+            path = slave.send_stepdata(path="chunk-1", stepdata={"obs": np.zeros((2, 1), np.float32)})
+            assert path.endswith(".npz") and "chunk-1" in path
+            slave.send_metadata(metadata={"type": "noop"})  # not connected: nothing to send it to
+        finally:
+            slave.collector = None  # the test's own, closed below: the slave tears down what its set-up built
+            slave.close()
     finally:
         collector.close()
 
