@@ -49,19 +49,33 @@ class Coordinator(_Coordinator):
         DI-engine's ``Coordinator.config``; the run config's other sections come from their components)."""
         return coordinator_default_config()
 
-    def _ding_task(self, task_id: str, kind: TaskKind) -> Optional[Task]:
-        """The live ``kind`` task ``task_id`` names; None (logged) when there is none. Learner callbacks raise."""
+    def _running_task(self, task_id: str, kind: TaskKind) -> Optional[Task]:
+        """The running ``kind`` task ``task_id`` names (held by a worker), or None."""
         task = self.tasks.get(task_id)
         if task is not None and task.kind == kind and not task.state.is_final and task.worker_id is not None:
             return task
-        why = f"{kind.value} task({task_id}) is not a running {kind.value} task of this coordinator"
-        if kind == TaskKind.LEARNER:
-            raise RuntimeError(f"invalid learner task_id({task_id}): {why}; use the id of a running learner task")
-        self.error(why)
         return None
+
+    def _collector_task(self, task_id: str) -> Optional[Task]:
+        """The running collector task ``task_id`` names; None, logged, when there is none (as DI-engine's)."""
+        task = self._running_task(task_id, TaskKind.COLLECTOR)
+        if task is None:
+            self.error(f"collector task({task_id}) is not a running collector task of this coordinator")
+        return task
+
+    def _learner_task(self, task_id: str) -> Task:
+        """The running learner task ``task_id`` names; RuntimeError when there is none (as DI-engine's)."""
+        task = self._running_task(task_id, TaskKind.LEARNER)
+        if task is None:
+            raise RuntimeError(
+                f"invalid learner task_id({task_id}): learner task({task_id}) is not a running learner task of "
+                f"this coordinator; use the id of a running learner task"
+            )
+        return task
 
     def _send_as_worker(self, task: Task, message: Dict[str, Any]) -> bool:
         """Check and apply ``message`` as the task's worker sent it; False (logged) when it is refused."""
+        assert task.worker_id is not None  # a running task's (_running_task)
         worker = self.membership.get_worker(task.worker_id)
         refused = self.messages.check_and_apply(worker, [message])
         for r in refused:
@@ -69,7 +83,7 @@ class Coordinator(_Coordinator):
         return not refused
 
     def deal_with_collector_send_data(self, task_id: str, buffer_id: str, data_id: str, data: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is not None:
             message = {
                 "type": "chunk",
@@ -81,14 +95,14 @@ class Coordinator(_Coordinator):
                 self.info(f"collector task({task_id}) send data({data_id})")
 
     def deal_with_collector_judge_finish(self, task_id: str, data: dict) -> bool:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is None:
             return False
         target = task.spec.get("env_steps", math.inf)
         return bool(self.system_shutdown_flag or task.progress.get("env_steps", 0) >= target)
 
     def deal_with_collector_finish_task(self, task_id: str, finished_task: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is not None:
             self._send_as_worker(task, {"type": "task_done", "task_id": task_id, "result": dict(finished_task)})
 
@@ -97,7 +111,7 @@ class Coordinator(_Coordinator):
     ) -> Optional[List[dict]]:
         """One batch of ``batch_size`` references (``data_id``: the chunk, ``row`` in it; ``replay_buffer_idx``,
         ``replay_unique_id``, ``IS`` as DI-engine's buffers name them), or None while there is not enough data."""
-        self._ding_task(task_id, TaskKind.LEARNER)
+        self._learner_task(task_id)
         answer = self.flow.metering.sample(self.replay, batch_size, 1, cur_learner_iter, 0.0, "json")
         if not answer.get("batches"):
             return None
@@ -111,7 +125,7 @@ class Coordinator(_Coordinator):
         """``info``: DI-engine's learn info; ``priority_info`` (``replay_buffer_idx``, ``replay_unique_id``,
         ``priority``) updates the replay index, the train iteration (``learner_step``) and the numbers of
         ``learner_info`` (or of ``info`` itself) become the run's learn info."""
-        task = self._ding_task(task_id, TaskKind.LEARNER)
+        task = self._learner_task(task_id)
         priority = info.get("priority_info")
         if priority:
             self.replay.update_priorities(
@@ -125,11 +139,11 @@ class Coordinator(_Coordinator):
         )
 
     def deal_with_learner_judge_finish(self, task_id: str, info: dict) -> bool:
-        self._ding_task(task_id, TaskKind.LEARNER)
+        self._learner_task(task_id)
         return bool(self.system_shutdown_flag)
 
     def deal_with_learner_finish_task(self, task_id: str, finished_task: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.LEARNER)
+        task = self._learner_task(task_id)
         self._send_as_worker(task, {"type": "task_done", "task_id": task_id, "result": dict(finished_task)})
 
     def deal_with_increase_collector(self) -> None:
