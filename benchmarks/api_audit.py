@@ -205,7 +205,7 @@ SEED_CLASSES: Dict[str, Tuple[str, Dict[str, str]]] = {
         },
     ),
     "Coordinator": (
-        "parallel_rl.coordinator:Coordinator",
+        "parallel_rl.worker:Coordinator",
         {
             "default_config": "",
             "__init__": "cfg",

@@ -50,18 +50,16 @@ def cfg(tmp_path):
     return compile_config({"exp_name": str(tmp_path / "exp")})
 
 
-@pytest.fixture
-def coordinator_factory(tmp_path):
-    """Start coordinators (REST on 127.0.0.1, port picked by the OS); all closed at the end."""
+def _coordinators(tmp_path, cls):
+    """Start ``cls`` coordinators (REST on 127.0.0.1, port picked by the OS); all closed at the end."""
     from coordinator_app import serve_coordinator
-    from parallel_rl.coordinator import Coordinator
     from parallel_rl.storage import SharedStorage
 
     started = []
 
     def make(cfg=None, token="test-token", **parallel):
         cfg = cfg or toy_cluster_config(tmp_path, **parallel)
-        coordinator = Coordinator(cfg, SharedStorage(str(tmp_path / "shared")), token)
+        coordinator = cls(cfg, SharedStorage(str(tmp_path / "shared")), token)
         server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
         coordinator.start()
         started.append((coordinator, server))
@@ -71,6 +69,22 @@ def coordinator_factory(tmp_path):
     for coordinator, server in started:
         coordinator.close(notify_workers=False)
         server.close()
+
+
+@pytest.fixture
+def coordinator_factory(tmp_path):
+    """Start coordinators (REST on 127.0.0.1, port picked by the OS); all closed at the end."""
+    from parallel_rl.coordinator import Coordinator
+
+    yield from _coordinators(tmp_path, Coordinator)
+
+
+@pytest.fixture
+def ding_coordinator_factory(tmp_path):
+    """The same, of DI-engine's ``Coordinator`` (``parallel_rl.worker``: ours with its ``deal_with_*`` callbacks)."""
+    from parallel_rl.worker import Coordinator
+
+    yield from _coordinators(tmp_path, Coordinator)
 
 
 @pytest.fixture

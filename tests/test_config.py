@@ -240,7 +240,7 @@ def test_parallel_section_is_each_cluster_components_own_defaults():
     # each cluster component keeps its section's defaults beside it; the assembly only gathers them
     from parallel_rl.collector.base import BaseParallelCollector
     from parallel_rl.config import default_config
-    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.worker import Coordinator
     from parallel_rl.coordinator.commander import commander_default_config
     from parallel_rl.entry.defaults import supervisor_default_config
     from parallel_rl.learner.defaults import learner_default_config

@@ -710,7 +710,7 @@ def test_to_tensor_transitions_takes_shallow_copy_next_obs():
 
 
 def test_coordinator_state_dict_load_state_dict_and_info(tmp_path, caplog):
-    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.worker import Coordinator
     from parallel_rl.storage import SharedStorage
     from tests.support import toy_cluster_config
 
@@ -750,10 +750,14 @@ def test_parallel_collector_finish_info_env_manager_and_comm_names(tmp_path, cap
             collector.info("collecting")
         assert "collecting" in caplog.text
         slave = FlaskFileSystemCollector(token="t", shared_dir=str(tmp_path / "shared"))
-        slave.collector = collector  # what the slave's setup builds
-        path = slave.send_stepdata(path="chunk-1", stepdata={"obs": np.zeros((2, 1), np.float32)})
-        assert path.endswith(".npz") and "chunk-1" in path
-        slave.send_metadata(metadata={"type": "noop"})  # not connected: nothing to send it to
+        try:  # a slave serves from its construction (the port is known): closed, or its threads hold the exit
+            slave.collector = collector  # what the slave's setup builds
+            path = slave.send_stepdata(path="chunk-1", stepdata={"obs": np.zeros((2, 1), np.float32)})
+            assert path.endswith(".npz") and "chunk-1" in path
+            slave.send_metadata(metadata={"type": "noop"})  # not connected: nothing to send it to
+        finally:
+            slave.collector = None  # the test's own, closed below: the slave tears down what its set-up built
+            slave.close()
     finally:
         collector.close()
 
@@ -799,7 +803,7 @@ def test_marine_collector_policy_setter_plays_the_new_policy_against_the_current
 def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
     # DI-engine: Coordinator(cfg), ZerglingParallelCollector(cfg); the shared store is the run's
     from parallel_rl.compat.ding import ZerglingParallelCollector
-    from parallel_rl.coordinator import Coordinator
+    from parallel_rl.worker import Coordinator
     from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
@@ -817,12 +821,26 @@ def test_coordinator_and_parallel_collector_are_built_from_cfg_alone(tmp_path):
 from .test_coordinator import api, slaves  # noqa: E402,F401  (the scripted slaves on the real slave shell)
 
 
+def test_only_di_engines_coordinator_has_its_callbacks():
+    # issue 42 item 4: DI-engine's surface is an adapter in compat; the core coordinator inherits nothing of it
+    from parallel_rl import coordinator, worker
+
+    callbacks = {name for name in dir(worker.Coordinator) if name.startswith("deal_with_")}
+    assert len(callbacks) == 9 and issubclass(worker.Coordinator, coordinator.Coordinator)
+    assert not [name for name in dir(coordinator.Coordinator) if name.startswith("deal_with_")]
+    assert not hasattr(coordinator.Coordinator, "default_config")
+    assert [c.__module__ for c in coordinator.Coordinator.__mro__] == [
+        "parallel_rl.coordinator.coordinator",
+        "builtins",
+    ]
+
+
 def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_task(
-    coordinator_factory,
+    ding_coordinator_factory,
     slaves,  # noqa: F811
     caplog,
 ):
-    coordinator, server = coordinator_factory()
+    coordinator, server = ding_coordinator_factory()
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     task_id = collector.received[0].task_id  # its spec: 64 env steps
@@ -848,8 +866,8 @@ def test_coordinator_collector_callbacks_announce_judge_and_finish_a_collector_t
     assert body["state"] == "finished" and body["result"]["step_count"] == 64
 
 
-def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(coordinator_factory, slaves):  # noqa: F811
-    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+def test_coordinator_learner_callbacks_sample_references_update_priorities_and_finish(ding_coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = ding_coordinator_factory(learner={"min_buffer_size": 8})
     collector = slaves("collector", server.url)
     learner = slaves("learner", server.url)
     assert collector.got_task.wait(5) and learner.got_task.wait(5)
@@ -880,8 +898,8 @@ def test_coordinator_learner_callbacks_sample_references_update_priorities_and_f
     assert coordinator.deal_with_collector_judge_finish(collector.received[0].task_id, {}) is True
 
 
-def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(coordinator_factory, slaves):  # noqa: F811
-    coordinator, server = coordinator_factory()
+def test_coordinator_increase_and_decrease_collector_callbacks_take_no_arguments(ding_coordinator_factory, slaves):  # noqa: F811
+    coordinator, server = ding_coordinator_factory()
     first = slaves("collector", server.url)
     assert first.got_task.wait(5)
     second = slaves("collector", server.url, run=False)
@@ -1069,8 +1087,12 @@ def test_a_comm_collector_written_against_di_engines_base_keeps_its_cfg():
 def test_coordinator_and_parallel_collectors_default_config_is_their_section_of_the_run_config(tmp_path):
     # DI-engine: cls.default_config() -> the class's own config; ours is its section of the run config
     from parallel_rl.config import compile_config, default_config
-    from parallel_rl.coordinator import Coordinator
-    from parallel_rl.worker import BaseParallelCollector, MarineParallelCollector, ZerglingParallelCollector
+    from parallel_rl.worker import (
+        BaseParallelCollector,
+        Coordinator,
+        MarineParallelCollector,
+        ZerglingParallelCollector,
+    )
 
     run = default_config()
     assert Coordinator.default_config() == run.parallel.coordinator and "heartbeat_ttl" in Coordinator.default_config()

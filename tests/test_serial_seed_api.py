@@ -43,6 +43,17 @@ def test_commander_step_adjusts_epsilon_each_iteration_from_the_policy_schedule(
     assert BaseSerialCommander(None, learner, collector, None, None).step() == {}  # no policy: no settings
 
 
+def test_the_serial_commanders_section_refuses_a_key_it_would_ignore():
+    # DI-engine passes policy.other.commander; ours has no settings (the eps schedule is the policy's): a key there
+    # did nothing, silently (an eps schedule put there was never applied)
+    learner, collector = BaseLearner(learner_cfg(), FakeLearnMode()), FakeCollector()
+    assert BaseSerialCommander.default_config() == {}
+    for cfg in (None, BaseSerialCommander.default_config(), {"cfg_type": "BaseSerialCommanderDict"}):  # DI-engine's
+        assert BaseSerialCommander(cfg, learner, collector, None, None).step() == {}
+    with pytest.raises(ConfigError, match=r"policy\.other\.commander\.eps .*policy\.other\.eps"):
+        BaseSerialCommander({"eps": {"start": 1.0}}, learner, collector, None, None)
+
+
 def test_serial_pipeline_collects_with_the_commanders_settings(tmp_path, monkeypatch):
     seen = []
     step = BaseSerialCommander.step

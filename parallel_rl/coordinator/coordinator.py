@@ -26,7 +26,6 @@ from .best import BestPolicy
 from .bottleneck import bottleneck
 from .commander import create_parallel_commander
 from .commander_api import Commander, CommanderHandle
-from .ding_callbacks import DingCallbacks
 from .flow_control import FlowControl
 from .membership import Membership
 from .messages import MessageTable
@@ -62,7 +61,7 @@ class CoordinatorState:
     CLOSED = "closed"
 
 
-class Coordinator(DingCallbacks):
+class Coordinator:
     def __init__(
         self,
         cfg: EasyDict,

@@ -1,6 +1,7 @@
 """The coordinator's sections of the run config: ``parallel.coordinator``, what
-:class:`~parallel_rl.coordinator.coordinator.Coordinator` and its parts read (``Coordinator.default_config()``
-answers it, as DI-engine's ``Coordinator.config``), and ``parallel.commander``, what its commander reads. A module
+:class:`~parallel_rl.coordinator.coordinator.Coordinator` and its parts read (DI-engine's
+``Coordinator.default_config()``, :mod:`parallel_rl.compat.ding_coordinator`, answers it as DI-engine's
+``Coordinator.config``), and ``parallel.commander``, what its commander reads. A module
 of its own, importing only the config's section type: the config's assembly reads these without loading the
 coordinator (its transport, Flask)."""
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional
 from easydict import EasyDict
 
 from ..policy.epsilon import exploration_schedule
+from .defaults import SerialCommanderSection
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +30,11 @@ class BaseSerialCommander:
 
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict()
+        """Its section's defaults (:class:`~.defaults.SerialCommanderSection`: no settings)."""
+        return SerialCommanderSection.defaults()
 
     def __init__(self, cfg: Optional[EasyDict], learner, collector, evaluator, replay_buffer, policy: Any = None):
-        self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
+        self.cfg = SerialCommanderSection.load(cfg)
         self._learner, self._collector = learner, collector
         self._evaluator, self._replay_buffer = evaluator, replay_buffer
         self.policy = policy

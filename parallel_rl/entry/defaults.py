@@ -1,11 +1,12 @@
-"""The launcher's own section of the run config, ``parallel.supervisor``: how ``parallel-rl run`` (:mod:`.launcher`)
-restarts the children that die. A module of its own: the launcher's imports reach the config package (through the
-REST app), whose assembly imports this."""
+"""The entry points' sections: the launcher's own section of the run config, ``parallel.supervisor`` (how
+``parallel-rl run``, :mod:`.launcher`, restarts the children that die), and the serial commander's (DI-engine's
+``BaseSerialCommander``, :mod:`.commander`). A module of its own: the launcher's imports reach the config package
+(through the REST app), whose assembly imports this."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping, Optional
 
 from easydict import EasyDict
 
@@ -55,3 +56,31 @@ class SupervisorSection(Section):
 def supervisor_default_config() -> EasyDict:
     """The ``parallel.supervisor`` section's defaults (the seed name)."""
     return SupervisorSection.defaults()
+
+
+@dataclasses.dataclass(frozen=True)
+class SerialCommanderSection(Section):
+    """DI-engine's ``BaseSerialCommander(cfg, ...)`` section (DI-engine passes ``policy.other.commander``, empty by
+    default). It has no settings: the exploration schedule the commander applies is the policy's
+    (``policy.other.eps``), so a key here would do nothing and is refused (DI-engine's ``cfg_type`` label aside)."""
+
+    path = "policy.other.commander"
+    title = "The serial commander (DI-engine's BaseSerialCommander)"
+
+    # the label DI-engine's default_config() adds to every section it makes: carried, never read
+    LABEL: ClassVar[str] = "cfg_type"
+
+    @classmethod
+    def load(cls, cfg: Optional[Mapping[str, Any]]) -> EasyDict:
+        """The section's defaults with ``cfg`` over them, checked; a key it does not have is a ConfigError."""
+        values = cls.defaults()
+        for key, value in (cfg or {}).items():
+            if key not in values and key != cls.LABEL:
+                keys = ", ".join(repr(k) for k in values) or "none"
+                raise ConfigError(
+                    f"unknown config key {cls.path}.{key} (BaseSerialCommander's keys: {keys}; the epsilon schedule "
+                    f"is the policy's, policy.other.eps): remove it"
+                )
+            values[key] = value
+        cls.check(values)
+        return values

@@ -1,6 +1,7 @@
 """DI-engine's ``ding.worker`` names, in one place: the serial collectors, evaluators and learner, the comm
-classes and the cluster's collector and learner classes. The code lives in the wings (``parallel_rl.collector``,
-``.learner``, ``.evaluator``, ``.slave``) under descriptive names; this package only re-exports."""
+classes and the cluster's coordinator, collector and learner classes. The code lives in the wings
+(``parallel_rl.coordinator``, ``.collector``, ``.learner``, ``.evaluator``, ``.slave``) under descriptive names, and
+DI-engine's extra surface on them in ``parallel_rl.compat``; this package only re-exports."""
 
 from ..data.buffer import get_buffer_cls
 from ..collector.serial import (
@@ -50,6 +51,7 @@ _COMM = (
 
 
 _CLUSTER = (
+    "Coordinator",
     "FlaskFileSystemCollector",
     "FlaskFileSystemLearner",
     "LearnerAggregator",

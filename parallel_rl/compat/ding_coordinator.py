@@ -1,7 +1,10 @@
-"""DI-engine's ``Coordinator.deal_with_*`` callbacks, as thin adapters over our coordinator's paths.
+"""DI-engine's ``Coordinator``: our coordinator with DI-engine's ``deal_with_*`` callbacks and ``default_config``.
+
+The core :class:`parallel_rl.coordinator.Coordinator` knows nothing of DI-engine; this subclass adds its surface,
+exported under DI-engine's name from here and from ``parallel_rl.worker`` (``ding.worker.Coordinator``).
 
 DI-engine's coordinator is driven by its comm layer calling ``deal_with_*`` with a task id; ours by slaves' typed
-messages (:mod:`.messages`) and sample requests. Each callback here turns DI-engine's call into the message or
+messages (:mod:`parallel_rl.coordinator.messages`) and sample requests. Each callback here turns DI-engine's call into the message or
 request the task's worker would have sent, and goes through the same check/apply path, so a call written for
 DI-engine does through this coordinator what DI-engine's does:
 
@@ -25,33 +28,20 @@ task ids are handled as DI-engine does: collector callbacks log an error and ret
 
 from __future__ import annotations
 
-import logging
 import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from easydict import EasyDict
 
-from .defaults import coordinator_default_config
-from .tasks import Task, TaskKind
-
-logger = logging.getLogger(__name__)
+from ..coordinator.coordinator import Coordinator as _Coordinator
+from ..coordinator.defaults import coordinator_default_config
+from ..coordinator.tasks import Task, TaskKind
 
 _CHUNK_KEYS = ("size", "policy_version", "env_steps", "episode_returns")
 
 
-class DingCallbacks:
-    """Mixed into :class:`~parallel_rl.coordinator.Coordinator` (which supplies ``tasks``, ``messages``, ...)."""
-
-    # what the coordinator supplies
-    tasks: Any
-    messages: Any
-    replay: Any
-    flow: Any
-    membership: Any
-    system_shutdown_flag: bool
-    kick: Callable[[], None]
-    info: Callable[[str], None]
-    error: Callable[[str], None]
+class Coordinator(_Coordinator):
+    """:class:`parallel_rl.coordinator.Coordinator` with DI-engine's ``deal_with_*`` callbacks."""
 
     @classmethod
     def default_config(cls) -> EasyDict:
@@ -59,19 +49,33 @@ class DingCallbacks:
         DI-engine's ``Coordinator.config``; the run config's other sections come from their components)."""
         return coordinator_default_config()
 
-    def _ding_task(self, task_id: str, kind: TaskKind) -> Optional[Task]:
-        """The live ``kind`` task ``task_id`` names; None (logged) when there is none. Learner callbacks raise."""
+    def _running_task(self, task_id: str, kind: TaskKind) -> Optional[Task]:
+        """The running ``kind`` task ``task_id`` names (held by a worker), or None."""
         task = self.tasks.get(task_id)
         if task is not None and task.kind == kind and not task.state.is_final and task.worker_id is not None:
             return task
-        why = f"{kind.value} task({task_id}) is not a running {kind.value} task of this coordinator"
-        if kind == TaskKind.LEARNER:
-            raise RuntimeError(f"invalid learner task_id({task_id}): {why}; use the id of a running learner task")
-        self.error(why)
         return None
+
+    def _collector_task(self, task_id: str) -> Optional[Task]:
+        """The running collector task ``task_id`` names; None, logged, when there is none (as DI-engine's)."""
+        task = self._running_task(task_id, TaskKind.COLLECTOR)
+        if task is None:
+            self.error(f"collector task({task_id}) is not a running collector task of this coordinator")
+        return task
+
+    def _learner_task(self, task_id: str) -> Task:
+        """The running learner task ``task_id`` names; RuntimeError when there is none (as DI-engine's)."""
+        task = self._running_task(task_id, TaskKind.LEARNER)
+        if task is None:
+            raise RuntimeError(
+                f"invalid learner task_id({task_id}): learner task({task_id}) is not a running learner task of "
+                f"this coordinator; use the id of a running learner task"
+            )
+        return task
 
     def _send_as_worker(self, task: Task, message: Dict[str, Any]) -> bool:
         """Check and apply ``message`` as the task's worker sent it; False (logged) when it is refused."""
+        assert task.worker_id is not None  # a running task's (_running_task)
         worker = self.membership.get_worker(task.worker_id)
         refused = self.messages.check_and_apply(worker, [message])
         for r in refused:
@@ -79,7 +83,7 @@ class DingCallbacks:
         return not refused
 
     def deal_with_collector_send_data(self, task_id: str, buffer_id: str, data_id: str, data: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is not None:
             message = {
                 "type": "chunk",
@@ -91,14 +95,14 @@ class DingCallbacks:
                 self.info(f"collector task({task_id}) send data({data_id})")
 
     def deal_with_collector_judge_finish(self, task_id: str, data: dict) -> bool:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is None:
             return False
         target = task.spec.get("env_steps", math.inf)
         return bool(self.system_shutdown_flag or task.progress.get("env_steps", 0) >= target)
 
     def deal_with_collector_finish_task(self, task_id: str, finished_task: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.COLLECTOR)
+        task = self._collector_task(task_id)
         if task is not None:
             self._send_as_worker(task, {"type": "task_done", "task_id": task_id, "result": dict(finished_task)})
 
@@ -107,7 +111,7 @@ class DingCallbacks:
     ) -> Optional[List[dict]]:
         """One batch of ``batch_size`` references (``data_id``: the chunk, ``row`` in it; ``replay_buffer_idx``,
         ``replay_unique_id``, ``IS`` as DI-engine's buffers name them), or None while there is not enough data."""
-        self._ding_task(task_id, TaskKind.LEARNER)
+        self._learner_task(task_id)
         answer = self.flow.metering.sample(self.replay, batch_size, 1, cur_learner_iter, 0.0, "json")
         if not answer.get("batches"):
             return None
@@ -121,7 +125,7 @@ class DingCallbacks:
         """``info``: DI-engine's learn info; ``priority_info`` (``replay_buffer_idx``, ``replay_unique_id``,
         ``priority``) updates the replay index, the train iteration (``learner_step``) and the numbers of
         ``learner_info`` (or of ``info`` itself) become the run's learn info."""
-        task = self._ding_task(task_id, TaskKind.LEARNER)
+        task = self._learner_task(task_id)
         priority = info.get("priority_info")
         if priority:
             self.replay.update_priorities(
@@ -135,11 +139,11 @@ class DingCallbacks:
         )
 
     def deal_with_learner_judge_finish(self, task_id: str, info: dict) -> bool:
-        self._ding_task(task_id, TaskKind.LEARNER)
+        self._learner_task(task_id)
         return bool(self.system_shutdown_flag)
 
     def deal_with_learner_finish_task(self, task_id: str, finished_task: dict) -> None:
-        task = self._ding_task(task_id, TaskKind.LEARNER)
+        task = self._learner_task(task_id)
         self._send_as_worker(task, {"type": "task_done", "task_id": task_id, "result": dict(finished_task)})
 
     def deal_with_increase_collector(self) -> None:
