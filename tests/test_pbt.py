@@ -231,6 +231,7 @@ BAD_SPACE = """
         (["--interval", "0"], r"--interval 0: members train this many env steps between exploits; give > 0"),
         (["--perturb", "0.8,-1"], r"--perturb '0\.8,-1': give positive factors separated by commas, .*"),
         (["--resample-probability", "1.5"], r"--resample-probability 1\.5: give a probability in \[0, 1\]"),
+        (["--max-env-step", "0"], r"--max-env-step 0: give the env steps each member trains, > 0"),
         (
             ["--space", "BAD"],
             r"unknown config key 'policy\.learn\.learnin_rate'; did you mean 'policy\.learn\.learning_rate'\?.*",
@@ -241,6 +242,8 @@ def test_bad_input_is_one_line_exit_2_before_anything_runs(tmp_path, config, arg
     out = tmp_path / "pbt"
     options = {"--population": "4", "--interval": "32", "--space": write_space(tmp_path), "--generations": "2"}
     pairs = dict(zip(args[::2], args[1::2]))
+    if "--max-env-step" in pairs:  # the other way to say how long
+        del options["--generations"]
     if pairs.get("--space") == "BAD":
         pairs["--space"] = write_space(tmp_path, BAD_SPACE)
     options.update(pairs)

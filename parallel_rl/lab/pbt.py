@@ -113,6 +113,8 @@ def parse_options(
         if generations < 1:
             raise ConfigError(f"--generations {generations}: give >= 1")
         total = generations * interval
+    elif max_env_step is not None and max_env_step <= 0:
+        raise ConfigError(f"--max-env-step {max_env_step}: give the env steps each member trains, > 0")
     else:
         total = max_env_step if max_env_step is not None else config_max_env_step
         if total <= 0:
