@@ -17,8 +17,9 @@ curve starts with the inherited weights. Exploit copies the source's saved state
 
 Records: every exploit and explore goes to ``OUT/pbt.jsonl`` (one JSON object a line: ``start`` per member, ``step``
 per generation with the scores, ``exploit`` per copy with the generation, member, source, scores, old and new
-settings and how each parameter moved); the final table (member, status, final score, env steps, settings,
-hyperparameter history, note) is printed and written to ``OUT/pbt.csv``. Each member's directory is a serial run
+settings and how each parameter moved, ``explore_failed`` when the explored settings cannot run and the member keeps
+its own); the final table (member, status, final score, env steps, settings, hyperparameter history, note) is
+printed and written to ``OUT/pbt.csv``. Each member's directory is a serial run
 that ``parallel-rl plot`` and ``parallel-rl compare`` read (its curve jumps where it copied another member).
 """
 
@@ -411,15 +412,23 @@ class PopulationTraining:
             source = self.rng.choice(top)
             if source.score <= target.score:
                 continue
+            try:  # a space whose parameters depend on others' values may not take the explored ones
+                params, how = self.space.explore(
+                    source.params, self.rng, self.options.perturb, self.options.resample_probability, self.policy_type
+                )
+                settings = self.space.settings(params)
+                # clipped to the config's ranges: only a relation between keys can refuse the explored settings
+                reason = self.configs.check(
+                    self._trial(Member(target.number, params, settings, target.seed), generation + 1)
+                )
+            except ConfigError as exc:
+                reason = f"explore failed: {exc}"
+            if reason:
+                self._keep(target, source, generation, reason)
+                continue
             copy_serial_state(source.exp_dir, target.exp_dir)
             old_settings, old_score = target.settings, target.score
-            params, how = self.space.explore(
-                source.params, self.rng, self.options.perturb, self.options.resample_probability, self.policy_type
-            )
-            target.params, target.settings, target.score = params, self.space.settings(params), source.score
-            reason = self.configs.check(self._trial(target, generation + 1))
-            if reason:  # clipped to the config's ranges, so only a relation between keys can refuse it
-                target.status, target.note = "failed", f"explored settings do not compile: {reason}"
+            target.params, target.settings, target.score = params, settings, source.score
             target.history.append(f"{generation + 1}: from {source.number}: {target.label()}")
             self.record(
                 {
@@ -442,6 +451,19 @@ class PopulationTraining:
                 f"pbt: generation {generation}: member {target.number} (eval_return {old_score:.4g}) copies member "
                 f"{source.number} ({source.score:.4g}) and explores: {target.label()}"
             )
+
+    def _keep(self, target: Member, source: Member, generation: int, reason: str) -> None:
+        """No exploit for ``target`` this time (it keeps its own state and settings): recorded, said."""
+        self.record(
+            {
+                "event": "explore_failed",
+                "generation": generation,
+                "member": target.number,
+                "copied_from": source.number,
+                "reason": reason,
+            }
+        )
+        self.on_event(f"pbt: generation {generation}: member {target.number} keeps its own state: {reason}")
 
     def rows(self) -> List[Dict[str, object]]:
         return [member.row() for member in self.members]
