@@ -379,6 +379,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_lab_args(p, "tune")
 
+    p = sub.add_parser(
+        "pbt",
+        help="population-based training: K members train in steps of T env steps; after each, the bottom "
+        "quantile copies the weights and hyperparameters of the top and perturbs them",
+    )
+    _add_config_args(p)
+    p.add_argument("--population", type=int, required=True, metavar="K", help="members (>= 2)")
+    p.add_argument(
+        "--interval", type=int, required=True, metavar="T", help="env steps each member trains between exploits"
+    )
+    p.add_argument(
+        "--space",
+        required=True,
+        metavar="SPACE.py",
+        help="a Python file defining def space(trial) -> {dotted.key: value} (Optuna's suggest_* API): the "
+        "hyperparameters members draw and perturb",
+    )
+    p.add_argument(
+        "--quantile",
+        type=float,
+        default=0.25,
+        metavar="Q",
+        help="the fraction at each end of the ranking: the bottom Q copies the top Q (in (0, 0.5], default 0.25)",
+    )
+    p.add_argument(
+        "--perturb",
+        default="0.8,1.2",
+        metavar="F1,F2",
+        help="explore: each copied hyperparameter is multiplied by one of these factors (default 0.8,1.2)",
+    )
+    p.add_argument(
+        "--resample-probability",
+        type=float,
+        default=0.25,
+        metavar="P",
+        help="explore: the chance a hyperparameter is drawn again from the space instead (default 0.25)",
+    )
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--generations", type=int, default=None, metavar="G", help="train G steps of T env steps")
+    length.add_argument(
+        "--max-env-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train each member to N env steps (default: the config's serial.max_env_step)",
+    )
+    _add_lab_args(p, "pbt")
+
     from .after.commands import add_parsers as add_after_training
 
     add_after_training(sub, _add_config_args)  # eval, plot, compare, export

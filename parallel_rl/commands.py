@@ -363,7 +363,7 @@ def cmd_collectors(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- a lab's experiments: sweep, tune (parallel_rl.lab) ----------------------------------------------------------
+# ---- a lab's experiments: sweep, tune, pbt (parallel_rl.lab) -----------------------------------------------------
 def _lab_start(args: argparse.Namespace, command: str):
     """(configs, out dir, runner) of a sweep or search; a config that does not compile is exit 2 here."""
     import os
@@ -491,6 +491,67 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pbt(args: argparse.Namespace) -> int:
+    import os
+
+    from .lab.pbt import COLUMNS, LINEAGE_NAME, TABLE_NAME, MemberRunner, PopulationTraining, SearchSpace, parse_options
+    from .lab.sweep import check_out_dir
+    from .runtime import on_signals, signal_exit_code
+
+    configs, out = _lab_start(args, "pbt")
+    options = parse_options(
+        args.population,
+        args.interval,
+        args.quantile,
+        args.perturb,
+        args.resample_probability,
+        args.generations,
+        args.max_env_step,
+        config_max_env_step=int(configs.base.serial.max_env_step),
+        seed=args.sampler_seed,
+    )  # before anything is written or runs
+    check_out_dir(out, "pbt")
+    pbt = PopulationTraining(
+        configs,
+        SearchSpace(args.space, args.sampler_seed),
+        MemberRunner(args.config, args.overrides, out),
+        options,
+        out,
+        parallel=args.parallel,
+        on_event=lambda line: print(line, flush=True),
+    )
+    heard: List[str] = []
+
+    def stop(name: str) -> None:
+        heard.append(name)
+        pbt.interrupt()
+
+    on_signals(stop)
+    print(
+        f"pbt: {options.population} members, {options.generations} generation(s) of {options.interval} env steps "
+        f"(to {options.max_env_step}), {args.parallel} at a time, in {out}",
+        flush=True,
+    )
+    members = pbt.run()
+    print(render_table(pbt.rows(), COLUMNS), flush=True)
+    table = os.path.join(out, TABLE_NAME)
+    if heard:
+        print(
+            f"pbt: interrupted ({heard[0]}); the table of what ran is in {table}, the lineage in "
+            f"{os.path.join(out, LINEAGE_NAME)}",
+            flush=True,
+        )
+        return signal_exit_code(heard[0])
+    print(f"pbt: table in {table}, lineage in {os.path.join(out, LINEAGE_NAME)}", flush=True)
+    failed = sum(m.status != "done" for m in members)
+    if failed:
+        print(
+            f"parallel-rl pbt: {failed} of {len(members)} member(s) failed; their reasons are in the table",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
 COMMANDS = {
     "run": cmd_run,
     "coordinator": cmd_coordinator,
@@ -502,6 +563,7 @@ COMMANDS = {
     "collectors": cmd_collectors,
     "sweep": cmd_sweep,
     "tune": cmd_tune,
+    "pbt": cmd_pbt,
 }
 
 

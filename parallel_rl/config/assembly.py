@@ -9,7 +9,7 @@ package stays cheap and torch-free).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, List, Mapping, Tuple, Type
+from typing import Any, Dict, Iterable, List, Mapping, Tuple, Type
 
 from easydict import EasyDict
 
@@ -133,6 +133,19 @@ def sections(policy_type: str = "dqn") -> List[Tuple[str, Type[Section]]]:
     """``(path, section)`` of every typed section of the tree with policy ``policy_type``, those inside others
     included."""
     return [pair for section in top_sections(policy_type) for pair in section.walk()]
+
+
+def key_range(key: str, policy_type: str = "dqn") -> Dict[str, Any]:
+    """The range of the typed setting at dotted ``key`` (``lo``/``hi`` inclusive, ``above``/``below``
+    exclusive; None: no bound) in the tree with policy ``policy_type``; {} for a key no typed section declares
+    (an open section's, such as ``env.env_kwargs.*``). What a search clips a perturbed value to (PBT's explore)."""
+    path, _, name = key.rpartition(".")
+    for section_path, section in sections(policy_type):
+        if section_path == path:
+            for f in section.fields():
+                if f.name == name and f.metadata.get("section") is None:
+                    return {bound: f.metadata.get(bound) for bound in ("lo", "hi", "above", "below")}
+    return {}
 
 
 def section_values(cfg: Mapping, path: str) -> Mapping:

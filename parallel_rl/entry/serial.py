@@ -30,7 +30,7 @@ from ..envs.env_manager import EnvManager
 from ..policy import create_policy
 from ..runtime import experiment_dir, set_torch_threads
 from ..storage import torch_load, torch_save_atomic
-from ..storage.checkpoints import SERIAL_BEST, BestRecord, save_best_record
+from ..storage.checkpoints import SERIAL_BEST, SERIAL_CKPT_DIR, SERIAL_STATE, BestRecord, save_best_record
 from ..storage.names import BEST_RECORD
 from ..tblog import TensorBoardLogger
 from ..collector.serial import create_serial_collector
@@ -40,9 +40,6 @@ from ..evaluator.serial import InteractionSerialEvaluator
 from ..learner.learner import create_learner
 
 logger = logging.getLogger(__name__)
-
-# the serial pipeline's full state, in <exp_dir>/ckpt: what `serial --resume` continues from
-SERIAL_STATE = "serial_state.pt"
 
 
 @dataclass
@@ -103,7 +100,7 @@ def prepare_run(cfg: EasyDict) -> str:
 def load_serial_state(resume: str) -> dict:
     """The full state a serial run saved in its experiment directory ``resume``; ConfigError in one line when
     there is none (or it does not load)."""
-    path = os.path.join(os.path.abspath(resume), "ckpt", SERIAL_STATE)
+    path = os.path.join(os.path.abspath(resume), SERIAL_CKPT_DIR, SERIAL_STATE)
     if not os.path.isfile(path):
         raise ConfigError(
             f"--resume {resume}: no saved serial state in {os.path.dirname(path)} ({SERIAL_STATE}); "

@@ -40,6 +40,8 @@ PROGRESS_LINE = re.compile(
 )
 ENV_STEPS = re.compile(r"\benv_steps=(\d+)")  # progress lines and the final summary: the last one is the count
 ERROR_LINE = re.compile(r"^parallel-rl (serial|run)(: error)?: ")
+# the last line of a traceback (an error the training did not turn into its one-line error): the reason too
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): \S")
 STOP_SECONDS = 60.0  # a training stopped by SIGINT saves and exits within this, else SIGTERM, then SIGKILL
 
 
@@ -138,7 +140,7 @@ class ProcessRunner:
                 for line in proc.stdout:
                     log.write(line)
                     match = PROGRESS_LINE.match(line)
-                    if ERROR_LINE.match(line):
+                    if ERROR_LINE.match(line) or EXCEPTION_LINE.match(line):
                         last_error = line.strip()
                     steps = ENV_STEPS.findall(line)
                     if steps:

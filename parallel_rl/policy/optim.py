@@ -101,7 +101,8 @@ class Adam:
         self.exp_avg = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg"], self.params)]
         self.exp_avg_sq = [t.to(p.device, copy=True) for t, p in zip(state["exp_avg_sq"], self.params)]
         self.state_steps = [t.to(p.device, torch.float32, copy=True) for t, p in zip(state["state_steps"], self.params)]
-        self.lr = float(state.get("lr", self.lr))
+        # the learning rate is the config's, not the saved one: a run resumed with another learning rate (PBT's
+        # explore, --set) trains with it; the saved "lr" is kept in the state for readers only
 
 
 class RMSprop:
@@ -168,7 +169,7 @@ class RMSprop:
         for name in self._STATE[:3]:
             setattr(self, name, [t.to(p.device, copy=True) for t, p in zip(state[name], self.params)])
         self.state_steps = [t.to(torch.float32, copy=True) for t in state["state_steps"]]
-        self.lr = float(state.get("lr", self.lr))
+        # the learning rate stays the config's (see Adam.load_state_dict)
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], learn) -> "Adam | RMSprop":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import posixpath
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional
@@ -26,6 +27,10 @@ from .names import BEST_RECORD, POLICY_HOLD
 
 # a serial run's best checkpoint (the serial evaluator saves it on every new best), its record beside it
 SERIAL_BEST = "ckpt_best.pt"
+# a serial run's full state in <exp_dir>/ckpt (the policy's learning state: model, optimizer; the counters; the best
+# evaluation): what `serial --resume` continues from
+SERIAL_STATE = "serial_state.pt"
+SERIAL_CKPT_DIR = "ckpt"
 
 logger = logging.getLogger(__name__)
 
@@ -237,3 +242,28 @@ class LeagueSnapshots(Checkpoints):
 
     def remove(self, version: int) -> bool:
         return self.backend.unlink(self.path(version))
+
+
+def copy_serial_state(source_dir: str, target_dir: str, backend=LocalBackend) -> List[str]:
+    """Population-based training's exploit: the saved state of the serial run in experiment directory
+    ``source_dir`` (:data:`SERIAL_STATE`, its best checkpoint and that one's record) copied over ``target_dir``'s,
+    so that ``serial --resume target_dir`` continues from the source's weights, optimizer and counters. Each file
+    is a byte copy (no torch: the resumed run's loader checks it) written atomically and durably; the state goes
+    last, so a copy cut short leaves the target's own state. A best file the source lacks is removed from the
+    target. Returns the paths written; FileNotFoundError when the source saved no state."""
+    source, target = os.path.join(source_dir, SERIAL_CKPT_DIR), os.path.join(target_dir, SERIAL_CKPT_DIR)
+    state = backend.read_bytes(os.path.join(source, SERIAL_STATE))
+    backend.makedirs(target)
+    written = []
+    for name in (SERIAL_BEST, BEST_RECORD):
+        path = os.path.join(target, name)
+        try:
+            raw = backend.read_bytes(os.path.join(source, name))
+        except FileNotFoundError:
+            backend.unlink(path)
+            continue
+        backend.write_atomic(path, lambda f: f.write(raw), durable=True)
+        written.append(path)
+    path = os.path.join(target, SERIAL_STATE)
+    backend.write_atomic(path, lambda f: f.write(state), durable=True)
+    return written + [path]
