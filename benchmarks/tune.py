@@ -48,9 +48,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def steps_to_solve(config: str, seeds: str, out: str, parallel: int) -> list:
+def steps_to_solve(config: str, seeds: str, out: str, parallel: int, sets: list) -> list:
     """Env steps to the stop value on each seed (None where the budget ran out first)."""
-    cli("sweep", "-c", config, "--seeds", seeds, "--out", out, "--parallel", str(parallel))
+    cli("sweep", "-c", config, "--seeds", seeds, "--out", out, "--parallel", str(parallel), *sets)
     with open(os.path.join(out, "results.csv"), newline="") as f:
         return [int(r["env_steps"]) if r["exit"] == "0" else None for r in csv.DictReader(f)]
 
@@ -67,7 +67,13 @@ def main() -> int:
     parser.add_argument("--seeds", default="100-104", help="fresh seeds for the comparison (sweep's --seeds)")
     parser.add_argument("--out", default=None, help="where everything goes (default: a new temporary directory)")
     parser.add_argument("--parallel", type=int, default=1, help="trainings at once (tune and sweep --parallel)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to tune")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to tune and to the shipped config's sweep (best_config.py holds them), e.g. env.stop_value=475",
+    )
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="prl-tune-")
     os.makedirs(out, exist_ok=True)
@@ -94,10 +100,10 @@ def main() -> int:
         *sets,
     )
     best = os.path.join(tune_out, study, "best_config.py")
-    shipped = steps_to_solve(config, args.seeds, os.path.join(out, "shipped"), args.parallel)
-    found = steps_to_solve(best, args.seeds, os.path.join(out, "best"), args.parallel)
+    shipped = steps_to_solve(config, args.seeds, os.path.join(out, "shipped"), args.parallel, sets)
+    found = steps_to_solve(best, args.seeds, os.path.join(out, "best"), args.parallel, [])
     print(f"\nenv steps to the stop value on seeds {args.seeds} (None: not solved within the budget)")
-    print(f"  shipped {args.config}: {shipped}  median {median(shipped):g}")
+    print(f"  shipped {args.config} {' '.join(args.set)}: {shipped}  median {median(shipped):g}")
     print(f"  best trial's config:   {found}  median {median(found):g}")
     print(
         f"  best / shipped (medians): {median(found) / median(shipped):.2f}  (below 1: the search found a faster one)"
