@@ -374,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .after.commands import add_parsers as add_after_training
 
     add_after_training(sub, _add_config_args)  # eval, plot, compare, export
+    from .service.commands import add_parsers as add_service
+
+    add_service(sub, _add_config_args, _client_parent(), port_number, positive_int)  # serve, runs
 
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)
@@ -471,6 +474,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command in AFTER_TRAINING:
         return AFTER_TRAINING[args.command](args)
+    from .service.commands import COMMANDS as SERVICE
+
+    if args.command in SERVICE:
+        return SERVICE[args.command](args)
     from . import commands  # the cluster commands live beside the servers they start
 
     return commands.dispatch(args)
