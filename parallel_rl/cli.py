@@ -376,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_after_training(sub, _add_config_args)  # eval, plot, compare, export
     from .service.commands import add_parsers as add_service
 
-    add_service(sub, _add_config_args, _client_parent(), port_number, positive_int)  # serve, runs
+    add_service(sub, _add_config_args, _add_token_file, port_number, positive_int)  # serve, runs
 
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)

@@ -17,7 +17,7 @@ TOKEN_FILE = "service.token"
 RUN_COLUMNS = ["id", "name", "state", "weight", "env_steps", "last_eval_return", "workers", "reason"]
 
 
-def add_parsers(sub, add_config_args: Callable, client_parent: argparse.ArgumentParser, port_number, positive_int):
+def add_parsers(sub, add_config_args: Callable, add_token_file: Callable, port_number, positive_int) -> None:
     p = sub.add_parser("serve", help="the service: several trainings (runs) on one pool of workers (REST: runs)")
     p.add_argument("--dir", required=True, metavar="DIR", help="the runs' directories and the service's state")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -25,14 +25,16 @@ def add_parsers(sub, add_config_args: Callable, client_parent: argparse.Argument
     p.add_argument("--collectors", type=positive_int, default=2, metavar="N", help="collector slots (default 2)")
     p.add_argument("--learners", type=positive_int, default=1, metavar="M", help="learner slots: runs at once (1)")
 
-    service = argparse.ArgumentParser(add_help=False)
-    service.add_argument(
+    client = argparse.ArgumentParser(add_help=False)  # accepted before or after the action, as other clients
+    client.add_argument(
         "--service",
         default=argparse.SUPPRESS,
         metavar="URL",
         help="the service's URL, e.g. http://127.0.0.1:8000 (env PARALLEL_RL_SERVICE)",
     )
-    parents = [client_parent, service]
+    client.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not a table")
+    add_token_file(client, default=argparse.SUPPRESS)
+    parents = [client]
     p = sub.add_parser("runs", help="submit, list and stop the runs of a service (parallel-rl serve)", parents=parents)
     rsub = p.add_subparsers(dest="action", metavar="ACTION")
     s = rsub.add_parser("submit", help="submit a training: queued until the pool can start it", parents=parents)
