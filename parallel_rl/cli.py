@@ -120,7 +120,20 @@ def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
 
 
 def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
+    p.add_argument(
+        "--parallel",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="trials trained at once (default 1; with --service every trial: the pool queues them)",
+    )
+    p.add_argument(
+        "--service",
+        default=None,
+        metavar="URL",
+        help="train the trials as runs of this service (parallel-rl serve) on its pool of workers; the token "
+        "from --token-file or PARALLEL_RL_TOKEN",
+    )
     p.add_argument(
         "--out",
         default=None,

@@ -9,6 +9,7 @@ config's stop value 4 solves within seconds.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -280,3 +281,34 @@ def test_fuzz_the_service_routes_answer_4xx_json_never_5xx(service_app, method, 
     if answer.status_code >= 400:
         message = answer.get_json()["error"]["message"]
         assert message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_sweep_with_service_trains_its_trials_as_runs_on_the_pool(tmp_path, toy_config):
+    service, url = serve(tmp_path, tmp_path / "svc", "--learners", "1", "--collectors", "2")
+    try:
+        out = tmp_path / "sweep"
+        sweep = subprocess.run(
+            [sys.executable, "-m", "parallel_rl", "sweep", "-c", toy_config, "--service", url, "--out", str(out)]
+            + ["--grid", "env.stop_value=3,4", "--grid", "policy.learn.batch_size=-1,16"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **ENV},
+        )
+        assert sweep.returncode == 1, sweep.stdout[-3000:] + sweep.stderr[-3000:]  # the two bad trials failed
+        rows = list(csv.DictReader(open(out / "results.csv")))
+        assert [(r["settings"], r["status"]) for r in rows] == [
+            ("env.stop_value=3 policy.learn.batch_size=-1", "failed"),
+            ("env.stop_value=3 policy.learn.batch_size=16", "done"),
+            ("env.stop_value=4 policy.learn.batch_size=-1", "failed"),
+            ("env.stop_value=4 policy.learn.batch_size=16", "done"),
+        ]
+        assert "batch_size" in rows[0]["note"]
+        for row in (rows[1], rows[3]):
+            assert row["exit"] == "0" and float(row["eval_return"]) >= 3.0
+        runs = requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]
+        # the bad trials never reached the service; the good ones ran there, one after the other (1 learner)
+        assert [(r["name"], r["state"]) for r in runs] == [("trial_001", "solved"), ("trial_003", "solved")]
+    finally:
+        service.stop()
