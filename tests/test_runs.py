@@ -312,3 +312,17 @@ def test_a_sweep_with_service_trains_its_trials_as_runs_on_the_pool(tmp_path, to
         assert [(r["name"], r["state"]) for r in runs] == [("trial_001", "solved"), ("trial_003", "solved")]
     finally:
         service.stop()
+
+
+def test_a_damaged_state_file_stops_the_service_with_one_line(tmp_path):
+    (tmp_path / "svc").mkdir()
+    (tmp_path / "svc" / "service.json").write_text('{"version": 1, "next": 2, "runs": [{"run_id": "../etc"}]}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_rl", "serve", "--dir", str(tmp_path / "svc"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **ENV},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "service.json" in proc.stderr, proc.stderr

@@ -19,6 +19,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, ConflictError, NotFoundError, ParallelRLError, RequestRefused
+from ..entry.launcher import MAX_LEARNER_GRACE
 from .hosted import HostedCluster, compile_run_config, run_overrides
 from .runs import RunRecord, RunState, load_records, run_dir, save_records
 from .share import Claim, fair_share
@@ -259,7 +260,7 @@ class Service:
                     raise
                 logger.warning("service: %s: nothing saved to resume; starting it afresh", record.run_id)
                 cluster = HostedCluster(record, self.dir, self.add_slot, resume=False)
-        except ParallelRLError as exc:
+        except (ParallelRLError, OSError) as exc:  # a config changed on disk since, a store it cannot use
             self._end(record, RunState.FAILED, f"did not start: {exc}")
             return False
         for role in ["learner"] + ["collector"] * collectors:
@@ -310,8 +311,10 @@ class Service:
         self._wake.set()
         for cluster in clusters:
             cluster.request_stop("SIGTERM")
-        for thread in list(self._threads.values()):
-            thread.join()
+        for thread in list(self._threads.values()):  # each run's shutdown has deadlines of its own (the launcher's)
+            thread.join(MAX_LEARNER_GRACE + 30.0)
+            if thread.is_alive():
+                logger.error("service: %s did not stop within %.0fs; leaving it", thread.name, MAX_LEARNER_GRACE + 30)
         if self._loop is not None:
             self._loop.join(5.0)
 
