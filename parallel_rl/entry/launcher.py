@@ -195,6 +195,7 @@ class LocalCluster:
         # per role: when each restart within parallel.supervisor.restart_window happened (monotonic)
         self.restarts: Dict[str, List[float]] = {"learner": [], "collector": []}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
+        self._pending_lock = threading.Lock()  # starts are queued from request threads (and the service's pool)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
 
     # a run hosted by the service (parallel_rl.service) shares this process and its fork server with other runs:
@@ -234,7 +235,8 @@ class LocalCluster:
         """``POST /api/v1/collectors`` without an address (``parallel-rl collectors add``): one more ``role``
         process, started by the wait loop as a restart is (and supervised like the others)."""
         name = self._new_name(role)
-        self._pending.append((time.monotonic(), role, name))
+        with self._pending_lock:
+            self._pending.append((time.monotonic(), role, name))
         return {"worker_id": name, "kind": role, "state": "starting"}
 
     def _spawn(self, role: str, name: Optional[str] = None) -> Child:
@@ -353,19 +355,22 @@ class LocalCluster:
                 sup.max_restarts,
                 within,
             )
-            self._pending.append((now + delay, child.role, None))
+            with self._pending_lock:
+                self._pending.append((now + delay, child.role, None))
         now = time.monotonic()
-        for item in [p for p in self._pending if p[0] <= now]:
-            self._pending.remove(item)
+        with self._pending_lock:
+            due = [p for p in self._pending if p[0] <= now]
+            self._pending = [p for p in self._pending if p[0] > now]
+        for item in due:
             child = self._spawn(item[1], item[2])
             logger.info("launcher: started %s (pid %d)", child.name, child.proc.pid)
         return None
 
     def next_restart_in(self) -> float:
         """Seconds until the next scheduled restart (the wait loop's tick at most)."""
-        if not self._pending:
-            return LOOP_TICK
-        return max(0.0, min(LOOP_TICK, min(item[0] for item in self._pending) - time.monotonic()))
+        with self._pending_lock:
+            starts = [item[0] for item in self._pending]
+        return max(0.0, min(LOOP_TICK, min(starts) - time.monotonic())) if starts else LOOP_TICK
 
     def run(self) -> int:
         """Start everything, wait for the end, shut down; returns the exit code."""

@@ -79,10 +79,16 @@ class HostedCluster(LocalCluster):
         return sum(c.proc.poll() is None for c in list(self.children))
 
     def retire_collector(self) -> bool:
-        """Give one collector back to the pool: the newest registered collector is removed as ``DELETE
-        /api/v1/collectors/<id>`` removes one (its task wraps up, its data stays, it is not replaced); its slot is
-        free once its process exited. False: none registered to retire now (the next tick tries again; a start
-        not made yet is left to the launcher's loop, which owns its queue)."""
+        """Give one collector back to the pool: a start not made yet is cancelled; else the newest registered
+        collector is removed as ``DELETE /api/v1/collectors/<id>`` removes one (its task wraps up, its data
+        stays, it is not replaced) and its slot is free once its process exited. False: none to retire now (one
+        forked and not registered yet: the next tick tries again)."""
+        with self._pending_lock:
+            starts = [item for item in self._pending if item[1] == "collector"]
+            if starts:
+                self._pending.remove(starts[-1])
+                self.granted["collector"] -= 1
+                return True
         for child in reversed(list(self.children)):
             if child.role != "collector" or child.proc.poll() is not None:
                 continue
