@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Flask, current_app, jsonify
+from flask import Blueprint, Flask, current_app, jsonify, request
 
 from parallel_rl.protocol import Registration, RunSubmission
 from parallel_rl.transport import ApiError, check_token, install_json_errors, json_body
+from parallel_rl.transport.strangers import bearer_refusal
 
 bp = Blueprint("service", __name__, url_prefix="/api/v1")
 KIND_OF = {"collectors": "collector", "learners": "learner"}
@@ -35,10 +36,21 @@ def health():
     return jsonify({"status": "ok"})
 
 
+def _holds_token() -> bool:
+    expected = current_app.config.get("CLUSTER_TOKEN")
+    return not expected or bearer_refusal(request.headers.get("Authorization", ""), expected) is None
+
+
 @bp.get("/runs")
 def list_runs():
-    service = _service()
-    return jsonify({"runs": [service.row(r) for r in list(service.records)]})
+    """Every run; of a run whose config closes its reads (``parallel.coordinator.auth_read``), only its id, name
+    and state without the token."""
+    service, holder = _service(), _holds_token()
+    rows = [
+        service.row(r) if holder or not r.auth_read else {"id": r.run_id, "name": r.name, "state": r.state.value}
+        for r in list(service.records)
+    ]
+    return jsonify({"runs": rows})
 
 
 @bp.post("/runs")
@@ -51,6 +63,8 @@ def submit_run():
 
 @bp.get("/runs/<run_id>")
 def get_run(run_id: str):
+    if _service().record(run_id).auth_read:  # the run's own coordinator answers it only with the token
+        _require_token()
     return jsonify(_service().detail(run_id))
 
 

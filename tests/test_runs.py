@@ -153,6 +153,14 @@ def test_bad_input_is_one_line_and_disturbs_nothing(tmp_path, toy_config):
         assert requests.post(f"{url}/api/v1/runs", json={"config": toy_config}, timeout=10).status_code == 401
         assert requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"] == []  # nothing was submitted
 
+        # a run whose config closes its reads (auth_read) is read on the service with the token only
+        submit(url, toy_config, ["parallel.coordinator.auth_read=true", *UNENDING])
+        assert requests.get(f"{url}/api/v1/runs/run-1", timeout=10).status_code == 401
+        [closed] = requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]
+        assert (sorted(closed), closed["id"]) == (["id", "name", "state"], "run-1")  # no numbers without the token
+        assert requests.get(f"{url}/api/v1/runs/run-1", headers=AUTH, timeout=10).json()["id"] == "run-1"
+        assert runs_cli(url, "stop", "run-1").returncode == 0
+
         service.stop()
         down = runs_cli(url, "list")
         assert down.returncode == 2 and down.stderr.count("\n") == 1, down.stderr

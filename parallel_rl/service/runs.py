@@ -48,6 +48,7 @@ class RunRecord:
     created_at: float = field(default_factory=time.time)
     started: bool = False  # it ran once: its shared directory holds a state to resume
     last: Dict[str, Any] = field(default_factory=dict)  # its last summary numbers (env_steps, eval returns)
+    auth_read: bool = False  # its config's parallel.coordinator.auth_read: reading it needs the token too
 
     def to_json(self) -> Dict[str, Any]:
         return {**asdict(self), "state": self.state.value}
@@ -58,6 +59,7 @@ class RunRecord:
             raise ConfigError(f"{where}: a run must be an object, got {obj!r:.60}")
         kinds = {"run_id": str, "name": str, "config": str, "overrides": list, "weight": (int, float)}
         kinds.update({"state": str, "reason": str, "created_at": (int, float), "started": bool, "last": dict})
+        kinds.update({"auth_read": bool})
         for key, kind in kinds.items():
             if not isinstance(obj.get(key), kind) or isinstance(obj.get(key), bool) is not (kind is bool):
                 raise ConfigError(f"{where}: run field {key!r} is missing or not {kind}, got {obj.get(key)!r:.60}")

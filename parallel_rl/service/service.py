@@ -73,9 +73,10 @@ class Service:
                     f.write(config_text)
             record.config = os.path.abspath(str(config))
             try:
-                compile_run_config(record.config, run_overrides(record, self.dir))
+                cfg = compile_run_config(record.config, run_overrides(record, self.dir))
             except ParallelRLError as exc:
                 raise RequestRefused(f"run not submitted: {exc}", code="bad_config") from None
+            record.auth_read = bool(cfg.parallel.coordinator.auth_read)
             record.name = record.name or os.path.splitext(os.path.basename(record.config))[0]
             self._next += 1
             self.records.append(record)
