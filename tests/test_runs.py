@@ -334,3 +334,16 @@ def test_a_damaged_state_file_stops_the_service_with_one_line(tmp_path):
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "service.json" in proc.stderr, proc.stderr
+
+
+def test_the_service_openapi_document_names_every_route_and_nothing_else(service_app):
+    doc = service_app.get("/api/v1/openapi.json").get_json()
+    routes = {
+        (rule.rule.removeprefix("/api/v1").replace("<", "{").replace(">", "}"), method.lower())
+        for rule in service_app.application.url_map.iter_rules()
+        if rule.rule.startswith("/api/v1/")
+        for method in rule.methods - {"HEAD", "OPTIONS"}
+    }
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops if method != "parameters"}
+    assert routes == documented
+    assert "RunSubmission" in doc["components"]["schemas"] and "Run" in doc["components"]["schemas"]
