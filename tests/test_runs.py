@@ -347,3 +347,41 @@ def test_the_service_openapi_document_names_every_route_and_nothing_else(service
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops if method != "parameters"}
     assert routes == documented
     assert "RunSubmission" in doc["components"]["schemas"] and "Run" in doc["components"]["schemas"]
+
+
+FLAT_CLUSTER = TOY_CONFIG.replace(
+    'env_id="parallel_rl/Counting-v0", env_kwargs=dict(episode_length=5)',
+    'env_id="parallel_rl_test/Flat-v0", import_names=["tests.lab_env"], env_kwargs=dict(episode_length=5)',
+).replace("stop_value=4.0", "stop_value=None")
+
+
+@pytest.mark.slow
+def test_tune_with_service_searches_on_the_pool_and_each_value_is_the_runs_curve(tmp_path):
+    """On the flat env every evaluation returns exactly 5 x the reward drawn, so each trial's value is known."""
+    assert "Flat-v0" in FLAT_CLUSTER and "stop_value=None" in FLAT_CLUSTER
+    config = tmp_path / "flat_cluster.py"
+    config.write_text(FLAT_CLUSTER)
+    space = tmp_path / "space.py"
+    space.write_text(
+        'def space(trial):\n    return {"env.env_kwargs.reward": trial.suggest_float("reward", 0.0, 1.0)}\n'
+    )
+    service, url = serve(tmp_path, tmp_path / "svc", "--learners", "2", "--collectors", "2")
+    try:
+        out = tmp_path / "tune"
+        tune = subprocess.run(
+            [sys.executable, "-m", "parallel_rl", "tune", "-c", str(config), "--trials", "2", "--space", str(space)]
+            + ["--out", str(out), "--service", url, "--set", "parallel.commander.max_env_step=400"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **ENV},
+        )
+        assert tune.returncode == 0, tune.stdout[-3000:] + tune.stderr[-3000:]
+        rows = list(csv.DictReader(open(out / "flat_cluster" / "trials.csv")))
+        assert [r["status"] for r in rows] == ["done", "done"]
+        for row in rows:
+            assert float(row["eval_return"]) == pytest.approx(5 * float(row["settings"].split("=")[1]))
+        runs = requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]
+        assert [r["state"] for r in runs] == ["stopped", "stopped"]  # each trained to its budget on the pool
+    finally:
+        service.stop()

@@ -81,7 +81,9 @@ class PoolRunner:
         result.env_steps = run["env_steps"]
         if result.curve:
             result.eval_return = result.curve[-1].eval_return
-        result.exit_code = {"solved": 0, "stopped": 3, "failed": 1}[run["state"]]
+        # as `parallel-rl run` exits: a budget is the goal (0) of a run without a stop value, else 3
+        budget = 0 if run["summary"].get("stop_value") is None else 3
+        result.exit_code = {"solved": 0, "stopped": budget, "failed": 1}[run["state"]]
         if pruned_at is not None:
             result.status, result.note = "pruned", f"pruned at env step {pruned_at}"
         elif self._stopping.is_set() and run["reason"].startswith("stopped by DELETE"):
