@@ -129,6 +129,15 @@ def test_two_runs_on_one_learner_queue_start_stop_and_move_the_slots(tmp_path, t
 def test_bad_input_is_one_line_and_disturbs_nothing(tmp_path, toy_config):
     service, url = serve(tmp_path, tmp_path / "svc")
     try:
+        second = subprocess.run(  # a second service on the directory would start the same runs again
+            [sys.executable, "-m", "parallel_rl", "serve", "--dir", str(tmp_path / "svc"), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **ENV},
+        )
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert f"is in use by pid {service.pid} " in second.stderr and "parallel-rl serve" in second.stderr
         unknown = requests.get(f"{url}/api/v1/runs/run-9", timeout=10)
         assert unknown.status_code == 404
         assert unknown.json()["error"]["message"].startswith("no run 'run-9'")

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, ConflictError, NotFoundError, ParallelRLError, RequestRefused
 from ..entry.launcher import MAX_LEARNER_GRACE
+from ..storage import lock_directory
 from .hosted import HostedCluster, compile_run_config, run_overrides
 from .runs import RunRecord, RunState, load_records, run_dir, save_records
 from .share import Claim, fair_share
@@ -27,6 +28,7 @@ from .share import Claim, fair_share
 logger = logging.getLogger(__name__)
 TICK = 0.1  # seconds between the pool's looks at its runs (a finished worker's slot is given on within this)
 MIN_COLLECTORS = 1
+LOCK_NAME = "service.lock"
 
 
 class Service:
@@ -37,6 +39,15 @@ class Service:
             )
         self.dir = os.path.abspath(service_dir)
         os.makedirs(self.dir, exist_ok=True)
+        # held for the service's life: a second service on DIR would start the same runs on the same directories
+        self.dir_lock = lock_directory(
+            self.dir,
+            "parallel-rl serve",
+            LOCK_NAME,
+            f"the service directory {self.dir}",
+            "stop that service first, or give this one another --dir",
+            "the service directory's filesystem must support flock (a local disk, NFS)",
+        )
         self.learners, self.collectors, self.min_collectors = learners, collectors, min_collectors
         self.records, self._next = load_records(self.dir)
         self.clusters: Dict[str, HostedCluster] = {}
@@ -47,7 +58,6 @@ class Service:
         self._closing = threading.Event()
         self._loop: Optional[threading.Thread] = None
         self.busy_seconds = self.available_seconds = 0.0
-        self.started_at = time.time()
         for record in self.records:
             if not record.state.ended:  # the runs of the service's last life: queued again, resumed when started
                 record.state = RunState.QUEUED
@@ -318,6 +328,7 @@ class Service:
                 logger.error("service: %s did not stop within %.0fs; leaving it", thread.name, MAX_LEARNER_GRACE + 30)
         if self._loop is not None:
             self._loop.join(5.0)
+        self.dir_lock.release()
 
 
 def _numbers(summary: Dict[str, Any]) -> Dict[str, Any]:
