@@ -25,13 +25,9 @@ def _load(args: argparse.Namespace):
 def _load_checked(args: argparse.Namespace):
     """The config, checked against the env (spaces fit the algorithm), the machine (device) and what the
     cluster trains before any process starts."""
-    from .config import check_cluster_config
-    from .envs.fit import check_env_fits
+    from .config import load_cluster_config
 
-    cfg = _load(args)
-    check_cluster_config(cfg)
-    check_env_fits(cfg)
-    return cfg
+    return load_cluster_config(getattr(args, "config", None), getattr(args, "overrides", []))
 
 
 def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:

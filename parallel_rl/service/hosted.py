@@ -9,22 +9,12 @@ import logging
 import os
 from typing import Callable, List, Optional
 
+from ..config import load_cluster_config
 from ..coordinator import CoordinatorState
 from ..entry.launcher import LocalCluster
 from .runs import RunRecord, run_dir
 
 logger = logging.getLogger(__name__)
-
-
-def compile_run_config(config: str, overrides: List[str]):
-    """The run's compiled config, checked as ``parallel-rl run`` checks it (ConfigError: the one-line reason)."""
-    from ..config import check_cluster_config, load_config
-    from ..envs.fit import check_env_fits
-
-    cfg = load_config(config, overrides)
-    check_cluster_config(cfg)
-    check_env_fits(cfg)
-    return cfg
 
 
 def run_overrides(record: RunRecord, service_dir: str) -> List[str]:
@@ -39,7 +29,7 @@ class HostedCluster(LocalCluster):
         self, record: RunRecord, service_dir: str, add_worker: Callable[[str], dict], resume: bool = False
     ) -> None:
         overrides = run_overrides(record, service_dir)
-        cfg = compile_run_config(record.config, overrides)
+        cfg = load_cluster_config(record.config, overrides)
         shared = os.path.join(run_dir(service_dir, record.run_id), "shared")
         super().__init__(
             cfg,

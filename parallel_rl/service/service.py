@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Optional
 from ..errors import ConfigError, ConflictError, NotFoundError, ParallelRLError, RequestRefused
 from ..entry.launcher import MAX_LEARNER_GRACE
 from ..storage import lock_directory
-from .hosted import HostedCluster, compile_run_config, run_overrides
+from ..config import load_cluster_config
+from .hosted import HostedCluster, run_overrides
 from .runs import RunRecord, RunState, load_records, run_dir, save_records
 from .share import Claim, fair_share
 
@@ -83,7 +84,7 @@ class Service:
                     f.write(config_text)
             record.config = os.path.abspath(str(config))
             try:
-                cfg = compile_run_config(record.config, run_overrides(record, self.dir))
+                cfg = load_cluster_config(record.config, run_overrides(record, self.dir))
             except ParallelRLError as exc:
                 raise RequestRefused(f"run not submitted: {exc}", code="bad_config") from None
             record.auth_read = bool(cfg.parallel.coordinator.auth_read)
@@ -224,7 +225,7 @@ class Service:
                         break
                     self._schedule()
                     self._count(now - last)
-            except Exception:  # the pool must go on for the other runs; the run at fault was marked failed
+            except Exception:  # a bug must not stop the pool for every run: logged whole, the next tick tries again
                 logger.exception("service: the pool's loop failed a tick")
             last = now
 
@@ -300,7 +301,7 @@ class Service:
                 self._save()  # the service stops: the run stays running in the record, resumed next time
             elif failure or c.state == "failed":
                 self._end(record, RunState.FAILED, failure or c.reason)
-            elif c.state == "solved" and record.run_id not in self._stop_asked:
+            elif c.state == "solved":  # solved first, stopped after: it solved
                 self._end(record, RunState.SOLVED, c.reason)
             else:
                 self._end(record, RunState.STOPPED, self._stop_asked.get(record.run_id, c.reason))
