@@ -731,3 +731,138 @@ def openapi_document(version: str) -> Dict[str, Any]:
             },
         },
     }
+
+
+def service_openapi_document(version: str) -> Dict[str, Any]:
+    """The OpenAPI document of the service (``parallel-rl serve``: runs and the pool), at its
+    ``/api/v1/openapi.json``; each run's coordinator serves :func:`openapi_document` on its own port."""
+    base = openapi_document(version)
+    schemas = base["components"]["schemas"]
+    run = {
+        "type": "object",
+        "required": ["id", "name", "state", "weight", "env_steps", "workers"],
+        "properties": {
+            "id": {"type": "string", "description": "run-N"},
+            "name": {"type": "string"},
+            "state": {"type": "string", "enum": ["queued", "running", "solved", "stopped", "failed"]},
+            "reason": {"type": "string", "description": "how it ended (one line)"},
+            "weight": {"type": "number"},
+            "env_steps": {"type": "integer"},
+            "last_eval_return": {"type": "number", "nullable": True},
+            "best_eval_return": {"type": "number", "nullable": True},
+            "workers": {
+                "type": "object",
+                "description": "slots it holds now",
+                "properties": {"learners": {"type": "integer"}, "collectors": {"type": "integer"}},
+            },
+            "url": {
+                "type": "string",
+                "nullable": True,
+                "description": "its coordinator's address while it runs: every endpoint of a one-run cluster",
+            },
+            "dir": {"type": "string", "description": "its experiment directory (shared store: shared/ in it)"},
+            "config": {"type": "string"},
+            "overrides": {"type": "array", "items": {"type": "string"}},
+            "created_at": {"type": "number"},
+        },
+    }
+    detail = {
+        "allOf": [
+            _ref("Run"),
+            {
+                "type": "object",
+                "properties": {
+                    "summary": {"type": "object", "description": "its coordinator's GET /cluster"},
+                    "curve": {"type": "array", "items": {"type": "object"}, "description": "its evaluations"},
+                    "tasks": {"type": "array", "items": _ref("Task"), "description": "its newest 100 tasks"},
+                },
+            },
+        ]
+    }
+    pool = {
+        "type": "object",
+        "properties": {
+            "learners": {"type": "integer", "description": "learner slots"},
+            "collectors": {"type": "integer", "description": "collector slots"},
+            "min_collectors": {"type": "integer"},
+            "held": {"type": "object", "description": "slots held by running runs, by kind"},
+            "runs": {"type": "object", "description": "runs by state"},
+            "busy_seconds": {"type": "number"},
+            "available_seconds": {"type": "number"},
+            "busy_fraction": {
+                "type": "number",
+                "nullable": True,
+                "description": "slot-seconds held by a running worker / slot-seconds available, while a run "
+                "ran or waited",
+            },
+        },
+    }
+    collection = {"name": "collection", "in": "path", "required": True, "schema": {"type": "string"}}
+    workers = {"type": "object", "additionalProperties": {"type": "array", "items": _ref("Worker")}}
+    paths = {
+        "/health": base["paths"]["/health"],
+        "/runs": {
+            "get": {
+                "summary": "every run: id, name, state, env steps, last evaluation, slots held",
+                "responses": {
+                    "200": _json(
+                        {"type": "object", "properties": {"runs": {"type": "array", "items": _ref("Run")}}},
+                        "the runs, in submission order",
+                    )
+                },
+            },
+            "post": {
+                "summary": "submit a run: queued, started when the pool has a learner and its minimum of collectors",
+                "security": AUTH,
+                "requestBody": _body("RunSubmission"),
+                "responses": {"201": _json(_ref("Run"), "the run"), **_errors("400", "401", "403", "413")},
+            },
+        },
+        "/runs/{run_id}": {
+            "parameters": [_path_param("run_id")],
+            "get": {
+                "summary": "one run: its row, its coordinator's summary, eval curve and newest tasks",
+                "responses": {"200": _json(detail, "the run"), **_errors("404")},
+            },
+            "delete": {
+                "summary": "stop a run (queued: at once; running: it saves and its workers leave); its data stays",
+                "security": AUTH,
+                "responses": {"200": _json(_ref("Run"), "the run"), **_errors("401", "403", "404")},
+            },
+        },
+        "/pool": {
+            "get": {
+                "summary": "slots, what the runs hold, the busy fraction",
+                "responses": {"200": _json(_ref("Pool"), "the pool")},
+            }
+        },
+        "/{collection}": {
+            "parameters": [collection],
+            "get": {
+                "summary": "the running runs' workers, each id RUN:WORKER",
+                "responses": {"200": _json(workers, "workers"), **_errors("404")},
+            },
+            "post": {
+                "summary": "one more slot of the kind in the pool (no address: the service starts its workers)",
+                "security": AUTH,
+                "requestBody": _body("Registration"),
+                "responses": {"202": _json({"type": "object"}, "the slot count"), **_errors("400", "401", "403")},
+            },
+        },
+        "/{collection}/{worker_id}": {
+            "parameters": [collection, _path_param("worker_id")],
+            "delete": {
+                "summary": "remove collector RUN:WORKER from its run and one collector slot from the pool "
+                "(learners: 409, stop the run instead)",
+                "security": AUTH,
+                "responses": {"200": _json(_ref("Worker"), "the worker"), **_errors("401", "403", "404")},
+            },
+        },
+        "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3"}}}},
+    }
+    return {
+        **base,
+        "info": {**base["info"], "title": "parallel_rl service (runs and the pool)"},
+        "components": {**base["components"], "schemas": {**schemas, "Run": run, "Pool": pool}},
+        "paths": paths,
+    }

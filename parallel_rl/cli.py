@@ -120,7 +120,20 @@ def _add_token_file(p: argparse.ArgumentParser, default: object = None) -> None:
 
 
 def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument("--parallel", type=positive_int, default=1, metavar="K", help="trials trained at once (default 1)")
+    p.add_argument(
+        "--parallel",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="trials trained at once (default 1; with --service every trial: the pool queues them)",
+    )
+    p.add_argument(
+        "--service",
+        default=None,
+        metavar="URL",
+        help="train the trials as runs of this service (parallel-rl serve) on its pool of workers; the token "
+        "from --token-file or PARALLEL_RL_TOKEN",
+    )
     p.add_argument(
         "--out",
         default=None,
@@ -430,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .after.commands import add_parsers as add_after_training
 
     add_after_training(sub, _add_config_args)  # eval, plot, compare, export
+    from .service.commands import add_parsers as add_service
+
+    add_service(sub, _add_config_args, _add_token_file, port_number, positive_int)  # serve, runs
 
     client = [_client_parent()]
     sub.add_parser("status", help="cluster summary", parents=client)
@@ -527,6 +543,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command in AFTER_TRAINING:
         return AFTER_TRAINING[args.command](args)
+    from .service.commands import COMMANDS as SERVICE
+
+    if args.command in SERVICE:
+        return SERVICE[args.command](args)
     from . import commands  # the cluster commands live beside the servers they start
 
     return commands.dispatch(args)

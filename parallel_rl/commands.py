@@ -25,13 +25,9 @@ def _load(args: argparse.Namespace):
 def _load_checked(args: argparse.Namespace):
     """The config, checked against the env (spaces fit the algorithm), the machine (device) and what the
     cluster trains before any process starts."""
-    from .config import check_cluster_config
-    from .envs.fit import check_env_fits
+    from .config import load_cluster_config
 
-    cfg = _load(args)
-    check_cluster_config(cfg)
-    check_env_fits(cfg)
-    return cfg
+    return load_cluster_config(getattr(args, "config", None), getattr(args, "overrides", []))
 
 
 def _coordinator_address(args: argparse.Namespace, cfg) -> tuple:
@@ -375,6 +371,24 @@ def _lab_start(args: argparse.Namespace, command: str):
     return configs, out
 
 
+def _lab_runner(args: argparse.Namespace, configs, out: str):
+    """The trials' runner: the service's pool (``--service URL``), else this machine's processes."""
+    from .lab import ProcessRunner
+
+    if not args.service:
+        return ProcessRunner(args.config, args.overrides, out, configs.cluster)
+    from .lab.pool import PoolRunner
+    from .transport import token_from_env, token_from_file
+
+    if not configs.cluster:
+        raise ConfigError(
+            f"{args.command} --service: {args.config} is a serial config; the service trains cluster configs "
+            f"(with a parallel section), e.g. configs/cartpole_ppo_parallel.py"
+        )
+    token = token_from_file(args.token_file) if args.token_file else token_from_env()
+    return PoolRunner(args.service, token, args.config, args.overrides)
+
+
 def _print_trial(command: str, result) -> None:
     print(
         f"{command}: trial {result.trial.number} {result.status}: {result.trial.label()} seed="
@@ -387,7 +401,6 @@ def _print_trial(command: str, result) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
-    from .lab import ProcessRunner
     from .lab.sweep import COLUMNS, RESULTS_NAME, check_out_dir, check_trials, plan, random_settings, run_sweep
     from .lab.trials import parse_grid, parse_seeds
     from .runtime import on_signals, signal_exit_code
@@ -400,7 +413,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     random = random_settings(args.space, args.random, args.sampler_seed) if args.random else []
     trials = plan(configs, grid, seeds, random)
     reasons = check_trials(configs, trials)  # an unknown key: exit 2 before anything runs
-    runner = ProcessRunner(args.config, args.overrides, out, configs.cluster)
+    runner = _lab_runner(args, configs, out)
+    parallel = args.parallel or (len(trials) if args.service else 1)
     heard: List[str] = []
 
     def stop(name: str) -> None:
@@ -408,8 +422,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         runner.stop_all()
 
     on_signals(stop)
-    print(f"sweep: {len(trials)} trial(s), {args.parallel} at a time, in {out}", flush=True)
-    results = run_sweep(trials, reasons, runner, args.parallel, out, on_result=lambda r: _print_trial("sweep", r))
+    where = f"on the pool of {args.service}" if args.service else "at a time"
+    print(f"sweep: {len(trials)} trial(s), {parallel} {where}, in {out}", flush=True)
+    results = run_sweep(trials, reasons, runner, parallel, out, on_result=lambda r: _print_trial("sweep", r))
     print(render_table([r.row() for r in results], COLUMNS), flush=True)
     table = os.path.join(out, RESULTS_NAME)
     if heard:
@@ -432,7 +447,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     import os
 
-    from .lab import ProcessRunner
     from .lab.tune import TABLE_NAME, Tuner, storage_url
     from .runtime import on_signals, signal_exit_code
 
@@ -443,7 +457,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     tuner = Tuner(
         configs,
         args.space,
-        ProcessRunner(args.config, args.overrides, study_dir, configs.cluster),
+        _lab_runner(args, configs, study_dir),
         storage,
         study_name,
         seed=args.sampler_seed,
@@ -472,7 +486,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        tuner.optimize(args.trials, args.parallel, on_result=lambda r: _print_trial("tune", r))
+        tuner.optimize(args.trials, args.parallel or 1, on_result=lambda r: _print_trial("tune", r))
     finally:  # the table of what ran, an unknown key's stop included
         best = tuner.write_results(study_dir)
     print(render_table(tuner.rows(), tuner.columns), flush=True)

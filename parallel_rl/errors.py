@@ -72,6 +72,13 @@ class RemoteError(ProtocolError):
         self.message = message
 
 
+class ServiceRequestError(ParallelRLError):
+    """A client command's request to the service was refused (an unknown run id, a config that does not compile)
+    or the service could not be reached: bad input, said in one line."""
+
+    exit_code = 2
+
+
 class LearnerRankLostError(ParallelRLError):
     """A data-parallel learner rank died or a collective timed out; the aggregator restarts the group."""
 

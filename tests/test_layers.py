@@ -29,7 +29,8 @@ PACKAGES = ("parallel_rl", "coordinator_app")
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("cli", "__main__"),
     # after: the after-training commands (eval, plot, export) and the notebook API; lab: sweep and tune
-    ("commands", "after", "lab"),
+    ("commands", "after", "lab", "service.commands"),  # service.commands: serve, runs (the service's CLI)
+    ("service",),  # the runs API and the pool: several trainings on one pool of workers (#44)
     # other libraries' names: DI-engine's parallel_rl.worker and comm, tianshou's and torchrl's collectors
     ("worker", "compat"),
     ("config",),  # the assembly of every component's defaults (config.assembly), the launcher's included

@@ -5,7 +5,7 @@ over :func:`default_config` and rejects keys the defaults do not know, naming th
 one. A default that is an empty dict is *open*: any keys are accepted below it (e.g. env kwargs).
 """
 
-from .assembly import compile_config, default_buffer_type, default_config, load_config
+from .assembly import compile_config, default_buffer_type, default_config, load_cluster_config, load_config
 from .schema import (
     RUN_CONFIG_NAME,
     SELFPLAY_POLICY_TYPES,
@@ -29,6 +29,7 @@ __all__ = [
     "compile_config",
     "default_buffer_type",
     "default_config",
+    "load_cluster_config",
     "load_config",
     "load_config_file",
     "merge",

@@ -222,6 +222,18 @@ def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
     return compile_config(apply_overrides(user, overrides))
 
 
+def load_cluster_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
+    """The config of a cluster training (``run``, ``coordinator``, a run of the service), checked against what the
+    cluster trains, the env (its spaces fit the algorithm) and the machine (the device) before any process starts."""
+    from ..envs.fit import check_env_fits
+    from .schema import check_cluster_config
+
+    cfg = load_config(path, overrides)
+    check_cluster_config(cfg)
+    check_env_fits(cfg)
+    return cfg
+
+
 # the keys that say what a config is (its name, algorithm and env): a config states them even at their default
 IDENTITY_KEYS = ("exp_name", "env.type", "env.env_id", "policy.type")
 

@@ -124,6 +124,7 @@ class LocalCluster:
         config_path: Optional[str] = None,
         overrides: Optional[List[str]] = None,
         resume: Optional[str] = None,
+        add_worker: Optional[Callable[[str], dict]] = None,
     ):
         if collectors < 1:
             from ..errors import ConfigError
@@ -153,7 +154,7 @@ class LocalCluster:
 
         # bound before the store is touched: a port in use must not cost the earlier run its files
         try:
-            self.server = serve_coordinator(self.coordinator, host, port, start_worker=self.start_worker)
+            self.server = serve_coordinator(self.coordinator, host, port, start_worker=add_worker or self.start_worker)
         except BaseException:
             self.dir_lock.release()
             raise
@@ -194,7 +195,13 @@ class LocalCluster:
         # per role: when each restart within parallel.supervisor.restart_window happened (monotonic)
         self.restarts: Dict[str, List[float]] = {"learner": [], "collector": []}
         self._pending: List[tuple] = []  # (start at monotonic time, role, name or None)
+        self._pending_lock = threading.Lock()  # starts are queued from request threads (and the service's pool)
         self._pinned_cpus: Optional[dict] = None  # role -> CPU set, once placed (.placement)
+
+    # a run hosted by the service (parallel_rl.service) shares this process and its fork server with other runs:
+    # it pins no CPUs, leaves the fork server running, and its workers are started by the service's pool
+    hosted = False
+    progress_name = "cluster"  # the progress line's label
 
     @property
     def url(self) -> str:
@@ -228,7 +235,8 @@ class LocalCluster:
         """``POST /api/v1/collectors`` without an address (``parallel-rl collectors add``): one more ``role``
         process, started by the wait loop as a restart is (and supervised like the others)."""
         name = self._new_name(role)
-        self._pending.append((time.monotonic(), role, name))
+        with self._pending_lock:
+            self._pending.append((time.monotonic(), role, name))
         return {"worker_id": name, "kind": role, "state": "starting"}
 
     def _spawn(self, role: str, name: Optional[str] = None) -> Child:
@@ -347,19 +355,22 @@ class LocalCluster:
                 sup.max_restarts,
                 within,
             )
-            self._pending.append((now + delay, child.role, None))
+            with self._pending_lock:
+                self._pending.append((now + delay, child.role, None))
         now = time.monotonic()
-        for item in [p for p in self._pending if p[0] <= now]:
-            self._pending.remove(item)
+        with self._pending_lock:
+            due = [p for p in self._pending if p[0] <= now]
+            self._pending = [p for p in self._pending if p[0] > now]
+        for item in due:
             child = self._spawn(item[1], item[2])
             logger.info("launcher: started %s (pid %d)", child.name, child.proc.pid)
         return None
 
     def next_restart_in(self) -> float:
         """Seconds until the next scheduled restart (the wait loop's tick at most)."""
-        if not self._pending:
-            return LOOP_TICK
-        return max(0.0, min(LOOP_TICK, min(item[0] for item in self._pending) - time.monotonic()))
+        with self._pending_lock:
+            starts = [item[0] for item in self._pending]
+        return max(0.0, min(LOOP_TICK, min(starts) - time.monotonic())) if starts else LOOP_TICK
 
     def run(self) -> int:
         """Start everything, wait for the end, shut down; returns the exit code."""
@@ -368,15 +379,17 @@ class LocalCluster:
         freeze_startup_objects()  # `parallel-rl run`'s own process (run_local_cluster)
         print(f"REST API: {self.url}/api/v1", flush=True)
         # steps/s counts this process's steps: a resumed run's steps before the resume are not its own
-        reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster", start_envstep=self.coordinator.env_steps)
+        reporter = ProgressReporter(
+            self.cfg.env.stop_value, name=self.progress_name, start_envstep=self.coordinator.env_steps
+        )
         self._console = reporter.console(sys.stderr)  # children's lines never land on the bar's line
         failure: Optional[str] = None
         placement = CpuPlacement(self.cfg.parallel.learner.world_size)
-        place = bool(self.cfg.parallel.learner.dedicated_cpu) and placement.possible
+        place = bool(self.cfg.parallel.learner.dedicated_cpu) and placement.possible and not self.hosted
         next_placement = 0.0
         start_iter = self.coordinator.train_iter  # a resumed run places once its own learner trains, not at once
         try:  # from the first child on: whatever fails, the server's threads stop and the process can exit
-            for role in ["learner"] + ["collector"] * self.n_collectors:
+            for role in [] if self.hosted else ["learner"] + ["collector"] * self.n_collectors:
                 if self._stop.is_set():  # interrupted while starting: no more children to start and stop again
                     break
                 self._spawn(role)
@@ -415,7 +428,10 @@ class LocalCluster:
         )
         if self.interrupted:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
-            print(f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True)
+            if not self.hosted:  # the service resumes its runs itself
+                print(
+                    f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True
+                )
             return signal_exit_code(self.interrupted)
         code = outcome_exit_code(c.state, self.cfg.env.stop_value)
         if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
@@ -462,7 +478,8 @@ class LocalCluster:
             if child.reader is not None:
                 child.reader.join(2.0)
         try:
-            forkserver.stop()
+            if not self.hosted:
+                forkserver.stop()
         finally:  # the server's threads are not daemons: left running, they keep the process from exiting
             self.server.close(timeout=2.0)
             try:

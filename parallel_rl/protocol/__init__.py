@@ -17,7 +17,7 @@ Its modules, imported from here: ``fields`` (the limits, ``wire`` and the checks
 (the request bodies and the sample answer).
 """
 
-from .bodies import BODIES, Heartbeat, MetadataBatch, Registration, SampleAnswer, SampleRequest
+from .bodies import BODIES, Heartbeat, MetadataBatch, Registration, RunSubmission, SampleAnswer, SampleRequest
 from .fields import (
     MAX_COUNTER,
     MAX_RANKS,
@@ -53,6 +53,7 @@ __all__ = [
     "Heartbeat",
     "MetadataBatch",
     "Registration",
+    "RunSubmission",
     "SampleAnswer",
     "SampleRequest",
     "MAX_COUNTER",

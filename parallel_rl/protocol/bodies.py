@@ -264,4 +264,68 @@ class Registration:
         return _json_fields(self)
 
 
-BODIES = (MetadataBatch, Heartbeat, SampleRequest, SampleAnswer, Registration, StorageReport, TimeBreakdown)
+MAX_CONFIG_TEXT = 1024 * 1024  # characters of a submitted config file
+MAX_OVERRIDES = 256
+RUN_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+@dataclass
+class RunSubmission:
+    """``POST /api/v1/runs`` on the service (``parallel-rl serve``): one training for its pool of workers, from a
+    config file on the service's host or a config file's text, with ``--set`` overrides. Either ``config`` or
+    ``config_text``; the config is compiled before the answer (a config that does not compile is a 400)."""
+
+    config: Optional[str] = wire(default=None, doc="path of a config file on the service's host")
+    config_text: Optional[str] = wire(
+        default=None,
+        doc=f"the text of a Python config file (at most {MAX_CONFIG_TEXT} characters), "
+        "kept in the run's directory as config.py",
+    )
+    overrides: List[str] = wire(
+        default_factory=list, doc=f"KEY=VALUE overrides, as --set takes them (at most {MAX_OVERRIDES})"
+    )
+    weight: float = wire(
+        default=1.0, lo=0.01, hi=1000.0, doc="the run's share of the collectors beyond each run's minimum"
+    )
+    name: Optional[str] = wire(default=None, doc="a label for people (letters, digits, . _ -; default: the config's)")
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "RunSubmission":
+        config = field(body, "config", str, required=False)
+        text = field(body, "config_text", str, required=False)
+        if (config is None) == (text is None):
+            raise ProtocolViolation("give exactly one of 'config' (a path on the service's host) and 'config_text'")
+        if config is not None and not 0 < len(config) <= 4096:
+            raise ProtocolViolation(f"field 'config' must be a path of 1-4096 characters, got {len(config)}")
+        if text is not None and len(text) > MAX_CONFIG_TEXT:
+            raise ProtocolViolation(f"field 'config_text' holds {len(text)} characters, over {MAX_CONFIG_TEXT}")
+        overrides = field(body, "overrides", list, required=False, default=[])
+        if len(overrides) > MAX_OVERRIDES or not all(isinstance(o, str) and "=" in o for o in overrides):
+            raise ProtocolViolation(
+                f"field 'overrides' must be a list of at most {MAX_OVERRIDES} strings KEY=VALUE, got {overrides!r:.80}"
+            )
+        name = field(body, "name", str, required=False)
+        if name is not None and not (0 < len(name) <= 100 and set(name) <= RUN_NAME_CHARACTERS):
+            raise ProtocolViolation(f"field 'name' must be 1-100 letters, digits, '.', '_' or '-', got {name!r:.60}")
+        return cls(
+            config=config,
+            config_text=text,
+            overrides=list(overrides),
+            weight=number_field(body, "weight", 1.0, lo=0.01, hi=1000.0),
+            name=name,
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        return _json_fields(self)
+
+
+BODIES = (
+    MetadataBatch,
+    Heartbeat,
+    SampleRequest,
+    SampleAnswer,
+    Registration,
+    RunSubmission,
+    StorageReport,
+    TimeBreakdown,
+)

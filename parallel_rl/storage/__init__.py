@@ -12,7 +12,7 @@
 from .backends import ATOMIC_PROTOCOLS, LOCAL_PROTOCOLS, Backend, FsspecBackend, LocalBackend, is_remote, split_url
 from .formats import NOT_A_FILE_ERRNOS, NPY_MAX_HEADER, atomic_save_npz, load_npz, torch_load, torch_save_atomic
 from .health import StorageHealth, check_health_report
-from .lock import SharedDirLock, lock_shared_dir
+from .lock import SharedDirLock, lock_directory, lock_shared_dir
 from .names import RUN_LOCK_NAME
 from .shared import SharedStorage
 from .states import COORDINATOR_STATE_FORMAT, KEEP_COORDINATOR_STATES
@@ -37,6 +37,7 @@ __all__ = [
     "check_health_report",
     "is_remote",
     "load_npz",
+    "lock_directory",
     "lock_shared_dir",
     "split_url",
     "torch_load",

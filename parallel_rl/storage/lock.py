@@ -36,30 +36,41 @@ def lock_shared_dir(storage: "SharedStorage", holder: str) -> SharedDirLock:
 
     An ``flock`` holds on a local disk, and across hosts on NFS (Linux maps it to NFS byte-range locks);
     an object store or a filesystem without locks (some FUSE mounts) does not enforce it."""
-    import fcntl
-    import socket
-
     if storage.remote:  # no flock on an object store: nothing to hold
         logger.warning(
             "storage: %s is an object store, which has no locks: make sure no other run uses it", storage.root
         )
         return SharedDirLock(posixpath.join(storage.root, RUN_LOCK_NAME), None)
-    path = os.path.join(storage.root, RUN_LOCK_NAME)
+    return lock_directory(
+        storage.root,
+        holder,
+        RUN_LOCK_NAME,
+        f"the shared directory {storage.root}",
+        "stop that run first, or give this one another --shared-dir",
+        "the shared directory's filesystem must support flock (a local disk, NFS)",
+    )
+
+
+def lock_directory(
+    directory: str, holder: str, name: str, label: str, in_use_hint: str, no_flock_hint: str
+) -> SharedDirLock:
+    """An exclusive ``flock`` on ``directory/name`` for ``holder``, who is written into it (a run's shared
+    directory, a service's directory); SharedDirInUseError naming ``label`` and the process that holds it, at
+    once."""
+    import fcntl
+    import socket
+
+    path = os.path.join(directory, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder_line = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process (it is starting)"
         os.close(fd)
-        raise SharedDirInUseError(
-            f"the shared directory {storage.root} is in use by {holder_line}; stop that "
-            f"run first, or give this one another --shared-dir"
-        ) from None
+        raise SharedDirInUseError(f"{label} is in use by {holder_line}; {in_use_hint}") from None
     except OSError as exc:
         os.close(fd)
-        raise StorageError(
-            f"cannot lock {path}: {exc}; the shared directory's filesystem must support flock (a local disk, NFS)"
-        ) from exc
+        raise StorageError(f"cannot lock {path}: {exc}; {no_flock_hint}") from exc
     line = (
         f"pid {os.getpid()} on {socket.gethostname()} ({holder}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
     ).encode()
