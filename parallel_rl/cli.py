@@ -127,13 +127,14 @@ def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
         metavar="K",
         help="trials trained at once (default 1; with --service every trial: the pool queues them)",
     )
-    p.add_argument(
-        "--service",
-        default=None,
-        metavar="URL",
-        help="train the trials as runs of this service (parallel-rl serve) on its pool of workers; the token "
-        "from --token-file or PARALLEL_RL_TOKEN",
-    )
+    if command != "pbt":  # pbt's members are serial runs in local processes; the pool trains cluster configs
+        p.add_argument(
+            "--service",
+            default=None,
+            metavar="URL",
+            help="train the trials as runs of this service (parallel-rl serve) on its pool of workers; the token "
+            "from --token-file or PARALLEL_RL_TOKEN",
+        )
     p.add_argument(
         "--out",
         default=None,

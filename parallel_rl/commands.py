@@ -531,7 +531,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         MemberRunner(args.config, args.overrides, out),
         options,
         out,
-        parallel=args.parallel,
+        parallel=args.parallel or 1,
         on_event=lambda line: print(line, flush=True),
     )
     heard: List[str] = []
@@ -543,7 +543,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
     on_signals(stop)
     print(
         f"pbt: {options.population} members, {options.generations} generation(s) of {options.interval} env steps "
-        f"(to {options.max_env_step}), {args.parallel} at a time, in {out}",
+        f"(to {options.max_env_step}), {args.parallel or 1} at a time, in {out}",
         flush=True,
     )
     members = pbt.run()
