@@ -230,7 +230,7 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
     assert f"best trial {best['trial']} " in again.stdout
     cfg = compile_config(load_config_file(str(path)))  # a ready config: `parallel-rl serial -c` loads it
     assert cfg.env.env_kwargs.reward == pytest.approx(float(best["settings"].split("=")[1]))
-    assert cfg.serial.max_train_iter == 30
+    assert cfg.run.max_train_iter == 30
 
 
 @pytest.mark.slow

@@ -78,16 +78,12 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
     return out
 
 
-# the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
-BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
-
-
 def normalise(cfg: EasyDict) -> None:
-    """Values a user may write two ways, made one (in place, before :func:`validate`): ``env.stop_value`` inf
+    """Values a user may write two ways, made one (in place, before :func:`validate`): ``run.stop_value`` inf
     (DI-engine's configs write it) is None, *no stop value*: the run trains to its budget and ends with exit 0.
     JSON, which carries the config to the cluster's workers, has no inf."""
-    if cfg.env.stop_value == math.inf:
-        cfg.env.stop_value = None
+    if cfg.run.stop_value == math.inf:
+        cfg.run.stop_value = None
 
 
 def validate(cfg: EasyDict) -> None:

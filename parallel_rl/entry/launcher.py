@@ -368,7 +368,7 @@ class LocalCluster:
         freeze_startup_objects()  # `parallel-rl run`'s own process (run_local_cluster)
         print(f"REST API: {self.url}/api/v1", flush=True)
         # steps/s counts this process's steps: a resumed run's steps before the resume are not its own
-        reporter = ProgressReporter(self.cfg.env.stop_value, name="cluster", start_envstep=self.coordinator.env_steps)
+        reporter = ProgressReporter(self.cfg.run.stop_value, name="cluster", start_envstep=self.coordinator.env_steps)
         self._console = reporter.console(sys.stderr)  # children's lines never land on the bar's line
         failure: Optional[str] = None
         placement = CpuPlacement(self.cfg.parallel.learner.world_size)
@@ -417,7 +417,7 @@ class LocalCluster:
             print(f"interrupted ({self.interrupted}); {summary}", flush=True)
             print(f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True)
             return signal_exit_code(self.interrupted)
-        code = outcome_exit_code(c.state, self.cfg.env.stop_value)
+        code = outcome_exit_code(c.state, self.cfg.run.stop_value)
         if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
             print(f"{c.state}: {c.reason}; {summary}", flush=True)
             if code:
