@@ -2,17 +2,14 @@
 :func:`parallel_rl.config.compile_config` merges it, so the core reads one name per setting.
 
 What ends a run and how often it is evaluated are ``run.*`` (:class:`parallel_rl.config.assembly.RunSection`),
-serial and cluster alike. DI-engine writes them in a different place per mode:
+serial and cluster alike. DI-engine writes them in a different place per mode (:data:`RUN_KEYS`):
 
-=====================================  ==========================================  =================
-``run.``                               serial (``parallel-rl serial``)             cluster (``run``,
-                                                                                   ``coordinator``)
-=====================================  ==========================================  =================
-``stop_value``                         ``env.stop_value``                          ``env.stop_value``
-``max_env_step``, ``max_train_iter``,  ``serial.max_*``                            ``parallel.commander.max_*``
-``max_seconds``
-``eval_freq``                          ``policy.eval.evaluator.eval_freq``         ``parallel.commander.eval_freq``
-=====================================  ==========================================  =================
+- ``env.stop_value`` is ``run.stop_value`` in both modes;
+- serial (``parallel-rl serial``): ``serial.max_env_step``, ``serial.max_train_iter``, ``serial.max_seconds`` and
+  ``policy.eval.evaluator.eval_freq`` are ``run.max_env_step``, ``run.max_train_iter``, ``run.max_seconds`` and
+  ``run.eval_freq``;
+- cluster (``run``, ``coordinator``, the workers, ``slurm``): ``parallel.commander.max_env_step``,
+  ``parallel.commander.max_train_iter``, ``parallel.commander.max_seconds`` and ``parallel.commander.eval_freq``.
 
 The other mode's keys are dropped, with one INFO line naming them: a cluster config written over a serial one
 (most of ``configs/*_parallel.py``) gives both, and each mode keeps its own budgets. A key given both as ``run.X``
@@ -81,7 +78,7 @@ def mode_of(user_cfg: Mapping) -> str:
 def origins(user_cfg: Mapping, mode: str) -> Dict[str, str]:
     """``{run name: the DI-engine key the user wrote}`` for each key ``mode`` translates that ``user_cfg``
     gives: a bad value is refused naming the key the user wrote."""
-    return {name: key for key, name in RUN_KEYS[mode].items() if _given(user_cfg, key)} if mode in MODES else {}
+    return {RUN_KEYS[mode][key]: key for key in legacy_keys(mode) if _given(user_cfg, key)}
 
 
 def translate(user_cfg: Mapping, mode: str) -> dict:
