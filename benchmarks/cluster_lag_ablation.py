@@ -68,7 +68,7 @@ def iterations_to_solve(raw: dict, seed: int, args: argparse.Namespace) -> int:
         cfg.policy.eval.evaluator,
         eenv,
         policy.eval_mode,
-        cfg.env.stop_value,
+        cfg.run.stop_value,
         cfg.env.n_evaluator_episode,
         seed=seed + 20_000,
     )

@@ -93,7 +93,7 @@ def final_return(shared: str, episodes: int) -> tuple:
         cfg.policy.eval.evaluator,
         env,
         policy.eval_mode,
-        stop_value=cfg.env.stop_value,
+        stop_value=cfg.run.stop_value,
         n_evaluator_episode=episodes,
         seed=1000,
     )

@@ -477,7 +477,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
 
     from .envs.fit import check_env_fits
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides, mode="serial")
     check_env_fits(cfg)
     setup_process(cfg)
     from .envs.multiagent import is_battle_env
@@ -491,7 +491,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
             )
         from .entry.selfplay import selfplay_pipeline as pipeline
     # off a terminal a line per evaluation (min_interval inf: the forced updates only), as before the bar
-    with ProgressReporter(cfg.env.stop_value, name="serial", min_interval=math.inf) as reporter:
+    with ProgressReporter(cfg.run.stop_value, name="serial", min_interval=math.inf) as reporter:
 
         def progress(info: dict) -> None:
             """After an evaluation (its info: a line), or after a collect (numbers for the bar)."""
@@ -507,7 +507,7 @@ def cmd_serial(args: argparse.Namespace) -> int:
 
         result = pipeline(cfg, progress=progress, **extra)
     print(result.summary(), flush=True)
-    code = outcome_exit_code("solved" if result.solved else "stopped", cfg.env.stop_value)
+    code = outcome_exit_code("solved" if result.solved else "stopped", cfg.run.stop_value)
     if code:
         print(f"parallel-rl serial: {result.reason} before reaching the stop value", file=sys.stderr)
     return code

@@ -17,9 +17,11 @@ logger = logging.getLogger(__name__)
 
 
 def _load(args: argparse.Namespace):
+    """The cluster's config (every command here is the cluster's: DI-engine's keys read as the cluster reads
+    them, parallel.commander.*)."""
     from .config import load_config
 
-    return load_config(getattr(args, "config", None), getattr(args, "overrides", []))
+    return load_config(getattr(args, "config", None), getattr(args, "overrides", []), mode="cluster")
 
 
 def _load_checked(args: argparse.Namespace):
@@ -163,12 +165,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         dir_lock.release()
     if lingered:  # the exit code is the run's outcome, as without --linger
         print(f"coordinator: stopped by {interrupted[0]} (the run ended {coordinator.state})", flush=True)
-        return outcome_exit_code(coordinator.state, cfg.env.stop_value)
+        return outcome_exit_code(coordinator.state, cfg.run.stop_value)
     if interrupted:  # SIGTERM is a service's stop (docker compose stop): exit 0; Ctrl-C is an interruption
         print(f"coordinator: stopped by {interrupted[0]}", flush=True)
         return signal_exit_code(interrupted[0]) if interrupted[0] == "SIGINT" else 0
     print(f"coordinator: {coordinator.state}: {coordinator.reason}", flush=True)
-    return outcome_exit_code(coordinator.state, cfg.env.stop_value)
+    return outcome_exit_code(coordinator.state, cfg.run.stop_value)
 
 
 def cmd_slave(args: argparse.Namespace) -> int:
@@ -521,7 +523,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         args.resample_probability,
         args.generations,
         args.max_env_step,
-        config_max_env_step=int(configs.base.serial.max_env_step),
+        config_max_env_step=int(configs.base.run.max_env_step),
         seed=args.sampler_seed,
     )  # before anything is written or runs
     check_out_dir(out, "pbt")

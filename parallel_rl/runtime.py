@@ -119,10 +119,22 @@ def run_storage(cfg, override: str | None = None):
     return SharedStorage(shared_root(cfg, override), cfg.parallel.storage_options)
 
 
+def budget_used_up(run, env_steps: int, train_iter: int, elapsed: float) -> str:
+    """Which of the run's budgets (``run.max_env_step``, ``max_train_iter``, ``max_seconds``; 0: none) is used up,
+    as the run's reason, in the serial pipeline and the coordinator alike; "" while none is."""
+    if run.max_env_step and env_steps >= run.max_env_step:
+        return f"env step budget {run.max_env_step} used up"
+    if run.max_train_iter and train_iter >= run.max_train_iter:
+        return f"train iteration budget {run.max_train_iter} used up"
+    if run.max_seconds and elapsed >= run.max_seconds:
+        return f"time budget {run.max_seconds:g}s used up"
+    return ""
+
+
 def outcome_exit_code(outcome: str, stop_value: float | None) -> int:
     """The CLI's exit code for how training ended ("solved", "stopped" on a budget, anything else a failure).
 
-    A budget is the goal (exit 0) only when there is no stop value (the compiled ``env.stop_value`` is None:
+    A budget is the goal (exit 0) only when there is no stop value (the compiled ``run.stop_value`` is None:
     the user wrote None or inf); otherwise it ran out before the stop value (exit 3)."""
     if outcome == "solved":
         return 0

@@ -11,7 +11,7 @@ def test_defaults_have_every_component_section():
     assert cfg.env.env_id == "CartPole-v1"
     assert cfg.policy.learn.batch_size == 64
     assert cfg.policy.other.replay_buffer.type == "advanced"
-    assert cfg.policy.eval.evaluator.eval_freq > 0
+    assert cfg.run.eval_freq > 0
     assert "hook" in cfg.policy.learn.learner
     assert cfg.system.torch_num_threads == 1
 
@@ -20,7 +20,7 @@ def test_user_values_merge_deeply_over_defaults():
     cfg = compile_config({"policy": {"learn": {"batch_size": 32}}, "env": {"stop_value": 100}})
     assert cfg.policy.learn.batch_size == 32
     assert cfg.policy.learn.learning_rate == 1e-3  # sibling default kept
-    assert cfg.env.stop_value == 100.0 and isinstance(cfg.env.stop_value, float)
+    assert cfg.run.stop_value == 100.0 and isinstance(cfg.run.stop_value, float)
 
 
 def test_unknown_key_names_key_and_closest_valid_one():
@@ -124,14 +124,14 @@ def test_parse_override_rejects_malformed(text):
 def test_overrides_apply_before_validation():
     user = apply_overrides({"env": {"stop_value": 1}}, ["env.stop_value=400", "policy.learn.batch_size=128"])
     cfg = compile_config(user)
-    assert cfg.env.stop_value == 400 and cfg.policy.learn.batch_size == 128
+    assert cfg.run.stop_value == 400 and cfg.policy.learn.batch_size == 128
 
 
 def test_load_config_file(tmp_path):
     path = tmp_path / "c.py"
     path.write_text("main_config = dict(exp_name='x', env=dict(stop_value=5))\n")
     assert load_config_file(str(path))["exp_name"] == "x"
-    assert load_config(str(path), ["env.stop_value=7"]).env.stop_value == 7
+    assert load_config(str(path), ["env.stop_value=7"]).run.stop_value == 7
 
 
 def test_load_config_file_errors(tmp_path):
@@ -154,8 +154,8 @@ def test_no_stop_value_is_none_in_the_compiled_config_and_survives_json(written)
     import json
 
     cfg = compile_config({"env": {"stop_value": written}})
-    assert cfg.env.stop_value is None
-    assert compile_config(json.loads(json.dumps(cfg, allow_nan=False))).env.stop_value is None
+    assert cfg.run.stop_value is None
+    assert compile_config(json.loads(json.dumps(cfg, allow_nan=False))).run.stop_value is None
 
 
 YAML_CONFIG = """\
@@ -193,7 +193,7 @@ def test_a_yaml_config_loads_equal_to_the_same_python_config(tmp_path, suffix):
     (tmp_path / f"c{suffix}").write_text(YAML_CONFIG)
     from_yaml = load_config(str(tmp_path / f"c{suffix}"), ["policy.learn.batch_size=32"])
     assert from_yaml == load_config(str(tmp_path / "c.py"), ["policy.learn.batch_size=32"])
-    assert from_yaml.policy.learn.learning_rate == 1e-4 and from_yaml.env.stop_value is None
+    assert from_yaml.policy.learn.learning_rate == 1e-4 and from_yaml.run.stop_value is None
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_config_files_of_other_kinds_are_one_line_config_errors(tmp_path, name, 
 def test_shipped_configs_compile():
     for path in ("configs/cartpole_dqn.py",):
         cfg = load_config(path)
-        assert cfg.env.stop_value == 195
+        assert cfg.run.stop_value == 195
 
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
@@ -230,10 +230,9 @@ BUDGET_CONFIGS = sorted(
 def test_shipped_benchmark_configs_train_to_their_budget_with_no_stop_value(name):
     """The MuJoCo, MinAtar and Atari configs run to a budget: no stop value (they used stop_value=100_000, so a
     complete run ended with exit 3, read as a failure by scripts), and a budget in the mode they are for."""
-    cfg = load_config(str(CONFIGS / name))
-    assert cfg.env.stop_value is None
-    budgets = cfg.parallel.commander if name.endswith("_parallel.py") else cfg.serial
-    assert any(budgets[key] > 0 for key in ("max_env_step", "max_train_iter", "max_seconds"))
+    cfg = load_config(str(CONFIGS / name), mode="cluster" if name.endswith("_parallel.py") else "serial")
+    assert cfg.run.stop_value is None
+    assert any(cfg.run[key] > 0 for key in ("max_env_step", "max_train_iter", "max_seconds"))
 
 
 def test_parallel_section_is_each_cluster_components_own_defaults():

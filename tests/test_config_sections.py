@@ -73,7 +73,7 @@ def test_the_walk_covers_every_section_and_bounded_key():
         "parallel.commander",
         "parallel.learner",
         "system",
-        "serial",
+        "run",
         "env",
         "policy",
         "policy.learn",
@@ -148,8 +148,8 @@ def test_an_infinite_stop_value_compiles_to_none_which_crosses_json():
     import json
 
     cfg = compile_config({"env": {"stop_value": float("inf")}})
-    assert cfg.env.stop_value is None
-    assert json.loads(json.dumps(cfg.env, allow_nan=False))["stop_value"] is None
+    assert cfg.run.stop_value is None
+    assert json.loads(json.dumps(cfg.run, allow_nan=False))["stop_value"] is None
 
 
 def test_a_users_algorithm_comes_in_by_register_policy_with_its_section_and_bounds():

@@ -118,6 +118,21 @@ def test_a_trial_with_a_bad_value_fails_with_its_reason_while_the_others_complet
     assert (good["status"], good["exit"], float(good["eval_return"])) == ("done", "0", 5.0)
 
 
+def test_a_grid_over_a_di_engine_key_is_read_as_its_run_key_and_a_bad_value_is_its_trials_reason(tmp_path, flat_config):
+    """serial.max_train_iter (DI-engine's name for run.max_train_iter in a serial config) is a known key of the
+    sweep: a bad value fails its trial naming the key as written, not the sweep."""
+    out = tmp_path / "sweep"
+    proc = lab("sweep", "-c", flat_config, "--grid", "serial.max_train_iter=-1,20", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    bad, good = table(out / "results.csv")
+    assert (bad["status"], bad["exit"], bad["note"]) == (
+        "failed",
+        "2",
+        "serial needs max_train_iter >= 0, got serial.max_train_iter=-1",
+    )
+    assert (good["status"], good["exit"], float(good["eval_return"])) == ("done", "0", 5.0)
+
+
 @pytest.mark.slow
 def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
     out = tmp_path / "sweep"
@@ -231,7 +246,7 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
     assert f"best trial {best['trial']} " in again.stdout
     cfg = compile_config(load_config_file(str(path)))  # a ready config: `parallel-rl serial -c` loads it
     assert cfg.env.env_kwargs.reward == pytest.approx(float(best["settings"].split("=")[1]))
-    assert cfg.serial.max_train_iter == 30
+    assert cfg.run.max_train_iter == 30
 
 
 @pytest.mark.slow

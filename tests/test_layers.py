@@ -49,7 +49,9 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
         "tblog",
         "config.schema",
         "config.section",
-    ),  # config.schema: merge, coerce, validate; config.section: the typed section every component declares
+        "compat.keys",
+    ),  # config.schema: merge, coerce, validate; config.section: the typed section every component declares;
+    # compat.keys: DI-engine's config keys translated at the edge (compile_config calls it first)
     ("transport",),  # HTTP server, client, codec: on errors alone
     ("errors", "parallel_rl"),
 )

@@ -135,7 +135,7 @@ def test_a_learner_taking_over_gets_fresh_segments(coordinator_factory, cli, tmp
     import signal
 
     cfg = ppo_cluster_config(tmp_path)
-    cfg.parallel.commander.max_train_iter = 0
+    cfg.run.max_train_iter = 0
     coordinator, server = coordinator_factory(cfg=cfg, token=TOKEN)
     api = server.url + "/api/v1"
     shared = str(tmp_path / "shared")

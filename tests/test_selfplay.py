@@ -62,7 +62,7 @@ def test_selfplay_pipeline_grows_the_pool_and_fills_the_payoff_table(tmp_path):
 def test_selfplay_learns_the_toy_game_against_first_legal(tmp_path):
     cfg = countdown_cfg(tmp_path, max_train_iter=3000)
     cfg.policy.eval.evaluator.stop_opponent = "first_legal"
-    cfg.env.stop_value = 1.0
+    cfg.run.stop_value = 1.0
     result = selfplay_pipeline(cfg)
     # countdown from 7: the first mover wins by taking 1 (leaving 6, a multiple of 3); against "take 1" the
     # second mover wins as well (7 -> 6 -> 4 -> 3 ...): perfect play wins every game from both sides

@@ -95,7 +95,7 @@ def test_pipelines_called_from_python_run_torch_on_the_configured_threads(tmp_pa
     from tests.support import toy_cluster_config
 
     cfg = toy_cluster_config(tmp_path)
-    cfg.serial.max_train_iter = 2
+    cfg.run.max_train_iter = 2
     cfg.system.torch_num_threads = 1
     before = torch.get_num_threads()
     try:

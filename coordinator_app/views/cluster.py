@@ -24,7 +24,7 @@ def history():
     """Time series for charts: evaluations and throughput samples (one per second, last 10 minutes)."""
     c = get_coordinator()
     return jsonify(
-        {"eval": list(c.eval_history), "throughput": list(c.throughput_history), "stop_value": c.cfg.env.stop_value}
+        {"eval": list(c.eval_history), "throughput": list(c.throughput_history), "stop_value": c.cfg.run.stop_value}
     )
 
 

@@ -1,7 +1,7 @@
 """The notebook API: ``parallel_rl.train(config, **overrides)`` and ``parallel_rl.load_policy(path)``.
 
 >>> import parallel_rl
->>> run = parallel_rl.train("configs/cartpole_dqn.py", exp_name="/tmp/cp", serial={"max_env_step": 2000})
+>>> run = parallel_rl.train("configs/cartpole_dqn.py", exp_name="/tmp/cp", run={"max_env_step": 2000})
 >>> agent = parallel_rl.load_policy(run.run_dir)     # the best evaluated checkpoint of the run
 >>> agent.act(obs)                                   # one observation -> one action (or a batch -> a batch)
 """
@@ -32,7 +32,7 @@ class TrainRun:
 
 
 def override_strings(overrides: Mapping[str, Any], prefix: str = "") -> List[str]:
-    """``{"serial": {"max_env_step": 10}, "seed": 1}`` -> ``["serial.max_env_step=10", "seed=1"]`` (the CLI's
+    """``{"run": {"max_env_step": 10}, "seed": 1}`` -> ``["run.max_env_step=10", "seed=1"]`` (the CLI's
     ``--set``); a key may also be dotted already (``**{"policy.learn.batch_size": 32}``)."""
     out = []
     for key, value in overrides.items():
@@ -63,7 +63,7 @@ def train(
 
     sets = override_strings(overrides)
     user = _user_config(config)
-    cfg = compile_config(apply_overrides(user, sets))
+    cfg = compile_config(apply_overrides(user, sets), "cluster" if cluster else "serial")
     run_dir = experiment_dir(cfg)
     if cluster:
         from ..config import save_run_config

@@ -29,10 +29,10 @@ def evaluate_policy(
     num_envs = max(1, min(int(cfg.env.evaluator_env_num), episodes))
     env = env or EnvManager.from_cfg(cfg.env, num_envs, seed=seed, evaluating=True)
     evaluator = InteractionSerialEvaluator(
-        EasyDict(eval_freq=1, max_seconds=0.0),
+        EasyDict(max_seconds=0.0),
         env,
         policy.eval_mode,
-        stop_value=cfg.env.stop_value,
+        stop_value=cfg.run.stop_value,
         n_evaluator_episode=episodes,
         seed=seed,
     )
@@ -80,7 +80,7 @@ def evaluate_battle(cfg: EasyDict, policy, episodes: int, seed: int) -> Dict[str
         env,
         policy.eval_mode,
         opponents,
-        cfg.env.stop_value,
+        cfg.run.stop_value,
         episodes,
         seed=seed,
     )

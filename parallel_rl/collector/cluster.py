@@ -207,7 +207,7 @@ class ClusterCollector(BaseParallelCollector):
                 self.cfg.policy.eval.evaluator,
                 env,
                 self._eval_policy.eval_mode,
-                stop_value=self.cfg.env.stop_value,
+                stop_value=self.cfg.run.stop_value,
                 n_evaluator_episode=self.cfg.env.n_evaluator_episode,
                 seed=self._seed + 20_000,
             )

@@ -131,7 +131,7 @@ class BattleClusterCollector(ClusterCollector):
                     name: create_bot(name, seed=self._seed + 60_000 + i, n_actions=env.action_spec.n)
                     for i, name in enumerate(ecfg.opponents)
                 },
-                self.cfg.env.stop_value,
+                self.cfg.run.stop_value,
                 self.cfg.env.n_evaluator_episode,
                 seed=self._seed + 20_000,
             )

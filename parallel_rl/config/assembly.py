@@ -9,30 +9,50 @@ package stays cheap and torch-free).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Mapping, Tuple, Type
+import math
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type
 
 from easydict import EasyDict
 
 from ..errors import ConfigError
+from ..compat import keys as compat_keys
 from .section import Section, setting
-from .schema import _type_name, apply_overrides, load_config_file, merge, normalise, validate
+from .schema import _type_name, apply_overrides, coerce, load_config_file, merge, normalise, validate
 
 
 @dataclasses.dataclass(frozen=True)
-class SerialSection(Section):
-    """The serial pipeline's budgets (``parallel-rl serial``). Reaching one ends the run: exit code 0 with no stop
-    value (env.stop_value None), else 3 (the stop value was not reached)."""
+class RunSection(Section):
+    """What ends a run and how often it is evaluated, the same in the serial pipeline and the cluster: the stop
+    value (exit 0 when an evaluation reaches it) and the budgets (reaching one ends the run: exit 0 with no stop
+    value, else 3, the stop value was not reached). With neither a stop value nor a budget a run trains until it
+    is stopped (Ctrl-C, SIGTERM), as before. DI-engine's keys for these (``serial.max_*``,
+    ``parallel.commander.max_*``, ``env.stop_value``, ``eval_freq``) are translated at the edge
+    (:mod:`parallel_rl.compat.keys`)."""
 
-    path = "serial"
-    title = "Serial pipeline budgets"
+    path = "run"
+    title = "Budgets, stop value, evaluations (serial and cluster)"
 
     max_env_step: int = setting(0, lo=0, doc="budget: stop after this many env steps (0: none)")
     max_train_iter: int = setting(0, lo=0, doc="budget: stop after this many train iterations (0: none)")
     max_seconds: float = setting(0.0, lo=0, doc="budget: stop after this many seconds (0: none)")
+    stop_value: Optional[float] = setting(
+        195.0,
+        nullable=True,
+        doc="""the mean evaluation return that ends the run
+        (exit 0); None (or inf): no stop value, the run trains to its budget""",
+    )
+    eval_freq: int = setting(
+        200, lo=1, doc="evaluate every N learner iterations (on the newest policy), serial and cluster alike"
+    )
 
-
-def serial_default_config() -> EasyDict:
-    return SerialSection.defaults()
+    @classmethod
+    def check_setting(cls, name: str, value: Any, key: str) -> None:
+        super().check_setting(name, value, key)
+        if name == "stop_value" and value is not None and (math.isnan(value) or value == -math.inf):
+            raise ConfigError(
+                f"{key} must be a number, or None (or inf) for no stop value: the run trains to its budget; "
+                f"got {value!r}"
+            )
 
 
 def parallel_default_config() -> EasyDict:
@@ -89,7 +109,7 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
         seed=0,
         env=EnvManager.default_config(),
         policy=policy,
-        serial=serial_default_config(),
+        run=RunSection.defaults(),
         parallel=parallel_default_config(),
         system=system_default_config(),
     )
@@ -117,7 +137,7 @@ def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
     return [
         EnvSection,
         *([policy] if policy else []),
-        SerialSection,
+        RunSection,
         SystemSection,
         StorageSection,
         CoordinatorSection,
@@ -183,11 +203,26 @@ def _user_section(user_cfg: Mapping, path: str) -> Mapping:
     return section
 
 
-def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
-    """Merge ``user_cfg`` over the defaults; unknown keys and bad types raise ConfigError."""
+def translate_user_config(user_cfg: Mapping, mode: Optional[str] = None) -> dict:
+    """``user_cfg`` with DI-engine's keys translated (:func:`parallel_rl.compat.keys.translate`) for ``mode``
+    (``serial``, ``cluster``; None: :func:`parallel_rl.compat.keys.mode_of`), each translated value checked
+    first under the key the user wrote (its type, its range)."""
+    mode = mode or compat_keys.mode_of(user_cfg)
+    written = compat_keys.origins(user_cfg, mode)
+    tree = compat_keys.translate(user_cfg, mode)
+    defaults = RunSection.defaults()
+    for name, key in written.items():
+        RunSection.check_setting(name, coerce(key, defaults[name], tree["run"][name]), key)
+    return tree
+
+
+def compile_config(user_cfg: Mapping | None = None, mode: Optional[str] = None) -> EasyDict:
+    """Merge ``user_cfg`` over the defaults; unknown keys and bad types raise ConfigError. DI-engine's keys are
+    translated first, as ``mode`` reads them (``serial``, ``cluster``; None: the mode the tree's keys say,
+    :func:`parallel_rl.compat.keys.mode_of`); a compiled config compiles to itself."""
     from ..data.buffer import buffer_default_config
 
-    user_cfg = dict(user_cfg or {})
+    user_cfg = translate_user_config(dict(user_cfg or {}), mode)
     # the policy type brings its own keys (ppo, sac, ... or a registered one)
     battle = _user_section(user_cfg, "env").get("type", "gymnasium") == "pettingzoo"
     user_policy = _user_section(user_cfg, "policy")
@@ -216,10 +251,11 @@ def compile_config(user_cfg: Mapping | None = None) -> EasyDict:
     return cfg
 
 
-def load_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
-    """File + overrides -> compiled config (what every CLI command uses)."""
+def load_config(path: str | None, overrides: Iterable[str] = (), mode: Optional[str] = None) -> EasyDict:
+    """File + overrides -> compiled config (what every CLI command uses), DI-engine's keys read as ``mode``
+    reads them (``serial``, ``cluster``; None: as the tree's keys say)."""
     user = load_config_file(path) if path else {}
-    return compile_config(apply_overrides(user, overrides))
+    return compile_config(apply_overrides(user, overrides), mode)
 
 
 def load_cluster_config(path: str | None, overrides: Iterable[str] = ()) -> EasyDict:
@@ -228,7 +264,7 @@ def load_cluster_config(path: str | None, overrides: Iterable[str] = ()) -> Easy
     from ..envs.fit import check_env_fits
     from .schema import check_cluster_config
 
-    cfg = load_config(path, overrides)
+    cfg = load_config(path, overrides, mode="cluster")
     check_cluster_config(cfg)
     check_env_fits(cfg)
     return cfg
@@ -253,10 +289,19 @@ def restated_defaults(user_cfg: Mapping) -> List[str]:
     defaults.policy.other.replay_buffer = buffer_default_config(buf_type)
     defaults.policy.other.replay_buffer.type = flow_buffer  # the type the flow picks when the config names none
     out: List[str] = []
+    legacy = compat_keys.legacy_keys(compat_keys.mode_of(user_cfg))  # DI-engine's keys: their run.* defaults
+    legacy_sections = {key.rpartition(".")[0] for key in legacy}
 
     def walk(path: str, user: Mapping, default: Mapping) -> None:
         for key, value in user.items():
             key_path = f"{path}.{key}" if path else str(key)
+            if key_path in legacy:
+                if _same(value, section_values(defaults, legacy[key_path])):
+                    out.append(key_path)
+                continue
+            if key_path in legacy_sections and key not in default and isinstance(value, Mapping):
+                walk(key_path, value, {})  # serial: gone from the tree, its keys are run.*
+                continue
             if key not in default or key_path in IDENTITY_KEYS:
                 continue
             if isinstance(value, Mapping) and isinstance(default[key], Mapping):

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import runpy
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, List, Mapping
 
 import yaml
 from easydict import EasyDict
@@ -78,16 +78,12 @@ def merge(path: str, default: dict, user: Mapping) -> dict:
     return out
 
 
-# the budgets a run ends at, in ``serial`` and in ``parallel.commander`` (0: none)
-BUDGETS = ("max_env_step", "max_train_iter", "max_seconds")
-
-
 def normalise(cfg: EasyDict) -> None:
-    """Values a user may write two ways, made one (in place, before :func:`validate`): ``env.stop_value`` inf
+    """Values a user may write two ways, made one (in place, before :func:`validate`): ``run.stop_value`` inf
     (DI-engine's configs write it) is None, *no stop value*: the run trains to its budget and ends with exit 0.
     JSON, which carries the config to the cluster's workers, has no inf."""
-    if cfg.env.stop_value == math.inf:
-        cfg.env.stop_value = None
+    if cfg.run.stop_value == math.inf:
+        cfg.run.stop_value = None
 
 
 def validate(cfg: EasyDict) -> None:
@@ -230,10 +226,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
-    """Apply ``--set`` overrides to a user config (before compile)."""
+    """Apply ``--set`` overrides to a user config (before compile). An override of a run setting wins over the
+    file whichever name each gives it (``--set run.max_env_step=N`` over a file's ``serial.max_env_step``, and the
+    other way round: :func:`parallel_rl.compat.keys.displaced_by`)."""
+    from ..compat.keys import displaced_by
+
     cfg = copy.deepcopy(user_cfg)
     for text in overrides:
         parts, value = parse_override(text)
+        for other in displaced_by(".".join(parts)):
+            _discard(cfg, other.split("."))
         node = cfg
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -242,6 +244,15 @@ def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
             node = child
         node[parts[-1]] = value
     return cfg
+
+
+def _discard(tree: dict, parts: List[str]) -> None:
+    """Remove the key at ``parts`` from ``tree`` where it is there."""
+    node: Any = tree
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
 
 
 # a run's copy of its compiled config, in its experiment directory (written when a run starts from Python or the

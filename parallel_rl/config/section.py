@@ -118,11 +118,19 @@ class Section:
             value = values.get(f.name)
             if f.metadata.get("section") is not None and isinstance(value, Mapping):
                 f.metadata["section"].check(value, f"{path}.{f.name}")
-            if not bounded(f) or (value is None and f.metadata.get("nullable")):
-                continue
-            if not _in_range(f.metadata, value):
-                raise ConfigError(f"{path} needs {f.name} {describe(f)}, got {path}.{f.name}={value!r}")
+            cls.check_setting(f.name, value, f"{path}.{f.name}")
         cls.check_relations(values, path)
+
+    @classmethod
+    def check_setting(cls, name: str, value: Any, key: str) -> None:
+        """ConfigError when ``value`` of field ``name`` is outside its range or choices, naming it as ``key`` (the
+        dotted key the user wrote: DI-engine's name where the edge translated one, parallel_rl.compat.keys)."""
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        if not bounded(f) or (value is None and f.metadata.get("nullable")):
+            return
+        if not _in_range(f.metadata, value):
+            parent, _, leaf = key.rpartition(".")
+            raise ConfigError(f"{parent} needs {leaf} {describe(f)}, got {key}={value!r}")
 
     @classmethod
     def check_relations(cls, values: Mapping[str, Any], path: str) -> None:

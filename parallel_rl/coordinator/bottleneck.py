@@ -38,7 +38,7 @@ COLLECTOR_ADVICE = {
     "chunk_write": "collectors are bound by chunk writes: raise parallel.collector.chunk_size or use a faster "
     "shared store",
     "policy_load": "collectors are bound by loading policies: raise parallel.learner.publish_every",
-    "evaluate": "collectors are busy evaluating: raise parallel.commander.eval_freq",
+    "evaluate": "collectors are busy evaluating: raise run.eval_freq",
     "other": "collectors are bound by their own bookkeeping: add collectors",
 }
 LEARNER_ADVICE = {

@@ -2,7 +2,7 @@
 
 :class:`SoloCommander`: one learner task; a collector task for every free
 collector; an evaluator task on a collector whenever the policy has advanced
-``eval_freq`` iterations since the last evaluation; failed tasks are replaced
+``run.eval_freq`` iterations since the last evaluation; failed tasks are replaced
 (up to ``max_task_attempts`` within ``task_failure_window``); epsilon decays with collected env steps.
 The coordinator calls :meth:`step` whenever something changed. What a commander implements and what it
 may do of the coordinator: :mod:`.commander_api`.
@@ -122,7 +122,7 @@ class SoloCommander:
         version = c.policy_version
         if version < 0:
             return
-        if self.last_eval_version is not None and version - self.last_eval_version < self.ccfg.eval_freq:
+        if self.last_eval_version is not None and version - self.last_eval_version < self.cfg.run.eval_freq:
             return
         if any(not t.state.is_final for t in c.tasks(kind=TaskKind.EVALUATOR.value)):
             return

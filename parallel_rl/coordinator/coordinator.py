@@ -21,6 +21,7 @@ from easydict import EasyDict
 
 from ..errors import ConflictError, ParallelRLError, ProtocolViolation, RemoteError
 from ..protocol import MAX_COUNTER
+from ..runtime import budget_used_up
 from ..storage import SharedStorage, StorageHealth
 from .best import BestPolicy
 from .bottleneck import bottleneck
@@ -129,7 +130,7 @@ class Coordinator:
             membership=self.membership,
             states=self.storage.states,
             exp_name=cfg.exp_name,
-            stop_value=cfg.env.stop_value,
+            stop_value=cfg.run.stop_value,
             interval=float(cfg.parallel.coordinator.snapshot_interval),
         )
         self._wake = threading.Event()
@@ -289,13 +290,9 @@ class Coordinator:
 
     def check_budgets(self) -> None:
         """Finish the run (stopped) when a budget is used up: env steps, train iterations, seconds."""
-        b = self.cfg.parallel.commander
-        if b.max_env_step and self.env_steps >= b.max_env_step:
-            self.finish(CoordinatorState.STOPPED, f"env step budget {b.max_env_step} used up")
-        elif b.max_train_iter and self.train_iter >= b.max_train_iter:
-            self.finish(CoordinatorState.STOPPED, f"train iteration budget {b.max_train_iter} used up")
-        elif b.max_seconds and self.uptime >= b.max_seconds:
-            self.finish(CoordinatorState.STOPPED, f"time budget {b.max_seconds:g}s used up")
+        reason = budget_used_up(self.cfg.run, self.env_steps, self.train_iter, self.uptime)
+        if reason:
+            self.finish(CoordinatorState.STOPPED, reason)
 
     def _sample_throughput(self) -> None:
         now = self.uptime
@@ -455,7 +452,7 @@ class Coordinator:
             del self.eval_history[:-10_000]
             env_steps, train_iter = self.env_steps, self.train_iter
         self.best.evaluated(version, mean, env_steps, train_iter, handed=handed)
-        stop_value = self.cfg.env.stop_value  # None: no stop value, the run trains to its budget
+        stop_value = self.cfg.run.stop_value  # None: no stop value, the run trains to its budget
         logger.info(
             "coordinator: eval of policy %s: mean return %.1f (%s)",
             version,
@@ -529,7 +526,7 @@ class Coordinator:
             "last_eval_return": json_number(self.last_eval_return),
             "best_eval_return": json_number(self.best_eval_return),
             "train_return": json_number(mean_return(self.train_returns)),
-            "stop_value": self.cfg.env.stop_value,  # null: no stop value, the run trains to its budget
+            "stop_value": self.cfg.run.stop_value,  # null: no stop value, the run trains to its budget
             "policy_propagation_ms": self._propagation_stats(),
             "learn_info": dict(self.learn_info),
             "uptime": round(self.uptime, 3),

@@ -111,7 +111,7 @@ class CoordinatorSection(Section):
 
 @dataclasses.dataclass(frozen=True)
 class CommanderSection(Section):
-    """Which commander, its tasks' sizes, evaluations, the collectors' allowance and the failures it tolerates."""
+    """Which commander, its tasks' sizes, the collectors' allowance and the failures it tolerates."""
 
     path = "parallel.commander"
     title = "Commander (the coordinator's task policy)"
@@ -124,7 +124,6 @@ class CommanderSection(Section):
     collector_task_env_steps: int = setting(
         4096, lo=1, doc="env steps per collector task; the next task follows at once"
     )
-    eval_freq: int = setting(200, lo=1, doc="evaluate every N learner iterations (on the newest policy)")
     max_env_steps_per_update: float = setting(
         16.0,
         lo=0,
@@ -169,9 +168,6 @@ class CommanderSection(Section):
         learner, evaluator) in a row fail with the same error, as their workers report it (numbers aside): a
         deterministic failure would otherwise be reissued for ever. 0: never""",
     )
-    max_env_step: int = setting(0, lo=0, doc="budget: stop after this many env steps (0: none)")
-    max_train_iter: int = setting(0, lo=0, doc="budget: stop after this many train iterations (0: none)")
-    max_seconds: float = setting(0.0, lo=0, doc="budget: stop after this many seconds (0: none)")
 
 
 def coordinator_default_config() -> EasyDict:

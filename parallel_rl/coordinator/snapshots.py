@@ -84,7 +84,7 @@ class Snapshots:
         stop_value: Optional[float],
         interval: float,
     ):
-        """``states``: the store's coordinator snapshots; ``stop_value``: ``env.stop_value`` (None: none);
+        """``states``: the store's coordinator snapshots; ``stop_value``: ``run.stop_value`` (None: none);
         ``interval``: ``parallel.coordinator.snapshot_interval``."""
         self._run, self._lock = run, lock
         self._tasks, self._workers, self._replay = tasks, workers, replay

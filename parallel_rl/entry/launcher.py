@@ -380,7 +380,7 @@ class LocalCluster:
         print(f"REST API: {self.url}/api/v1", flush=True)
         # steps/s counts this process's steps: a resumed run's steps before the resume are not its own
         reporter = ProgressReporter(
-            self.cfg.env.stop_value, name=self.progress_name, start_envstep=self.coordinator.env_steps
+            self.cfg.run.stop_value, name=self.progress_name, start_envstep=self.coordinator.env_steps
         )
         self._console = reporter.console(sys.stderr)  # children's lines never land on the bar's line
         failure: Optional[str] = None
@@ -433,7 +433,7 @@ class LocalCluster:
                     f"continue with: parallel-rl run --resume {self.storage.root} (and the same -c/--set)", flush=True
                 )
             return signal_exit_code(self.interrupted)
-        code = outcome_exit_code(c.state, self.cfg.env.stop_value)
+        code = outcome_exit_code(c.state, self.cfg.run.stop_value)
         if c.state in (CoordinatorState.SOLVED, CoordinatorState.STOPPED):
             print(f"{c.state}: {c.reason}; {summary}", flush=True)
             if code:

@@ -17,7 +17,7 @@ the :class:`~parallel_rl.league.League`:
    serial pipeline;
 4. the evaluator plays the greedy policy against ``evaluator.opponents`` from
    both sides; the run stops when the win rate against ``stop_opponent``
-   reaches ``env.stop_value`` within the per-side bounds.
+   reaches ``run.stop_value`` within the per-side bounds.
 
 Checkpoints: ``<exp_name>/ckpt/ckpt_best.pt`` (best evaluation) and
 ``ckpt_final.pt`` (the policy the run ended with).
@@ -44,7 +44,8 @@ from ..evaluator.battle import BattleInteractionSerialEvaluator
 from .commander import BaseSerialCommander
 from ..learner.learner import create_learner
 from ..collector.serial import concat_columns
-from .serial import TrainResult, budget_used_up, prepare_run
+from ..runtime import budget_used_up
+from .serial import TrainResult, prepare_run
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ logger = logging.getLogger(__name__)
 def selfplay_pipeline(
     cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None, on_eval: Optional[Callable[[dict], None]] = None
 ) -> TrainResult:
-    """Train until the evaluator's win rate reaches ``env.stop_value`` (within its bounds) or a budget runs out.
+    """Train until the evaluator's win rate reaches ``run.stop_value`` (within its bounds) or a budget runs out.
 
     ``on_eval`` gets every evaluation's info (the benchmark records games and wall time with it)."""
     start = time.perf_counter()
@@ -81,14 +82,15 @@ def selfplay_pipeline(
         evaluator_env,
         policy.eval_mode,
         {name: bots[name] for name in cfg.policy.eval.evaluator.opponents},
-        cfg.env.stop_value,
+        cfg.run.stop_value,
         cfg.env.n_evaluator_episode,
         seed=cfg.seed + 20_000,
+        eval_freq=cfg.run.eval_freq,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
-    learn, budget = cfg.policy.learn, cfg.serial
+    learn, budget = cfg.policy.learn, cfg.run
     last_return = best_return = float("nan")
     solved, reason = False, ""
     games = 0
@@ -103,7 +105,7 @@ def selfplay_pipeline(
                     **info,
                     "games": games,
                     "elapsed": time.perf_counter() - start,
-                    "stop_value": cfg.env.stop_value,
+                    "stop_value": cfg.run.stop_value,
                     "league": league.table(),
                 }
                 tb.scalars(collector.envstep, "evaluator/", **{f"win_rate_{k}": v for k, v in info["win_rate"].items()})
@@ -122,7 +124,7 @@ def selfplay_pipeline(
                         True,
                         (
                             f"win rate {last_return:.3f} against {evaluator.stop_opponent!r} >= "
-                            f"stop value {cfg.env.stop_value:g}"
+                            f"stop value {cfg.run.stop_value:g}"
                         ),
                     )
                     break

@@ -28,7 +28,7 @@ from ..data.buffer import create_buffer
 from ..errors import ConfigError, StorageError
 from ..envs.env_manager import EnvManager
 from ..policy import create_policy
-from ..runtime import experiment_dir, set_torch_threads
+from ..runtime import budget_used_up, experiment_dir, set_torch_threads
 from ..storage import torch_load, torch_save_atomic
 from ..storage.checkpoints import SERIAL_BEST, SERIAL_CKPT_DIR, SERIAL_STATE, BestRecord, save_best_record
 from ..storage.names import BEST_RECORD
@@ -59,18 +59,6 @@ class TrainResult:
             f"last_eval_return={self.last_eval_return:.1f} best_eval_return={self.best_eval_return:.1f} "
             f"time={self.duration:.2f}s"
         )
-
-
-def budget_used_up(budget: EasyDict, env_steps: int, train_iter: int, elapsed: float) -> str:
-    """Which of the ``serial`` budgets (``max_env_step``, ``max_train_iter``, ``max_seconds``; 0: none) is used
-    up, as the run's reason; "" while none is."""
-    if budget.max_env_step and env_steps >= budget.max_env_step:
-        return f"env step budget {budget.max_env_step} used up"
-    if budget.max_train_iter and train_iter >= budget.max_train_iter:
-        return f"train iteration budget {budget.max_train_iter} used up"
-    if budget.max_seconds and elapsed >= budget.max_seconds:
-        return f"time budget {budget.max_seconds:g}s used up"
-    return ""
 
 
 def warm_up(policy_cfg: EasyDict, collector, buffer) -> None:
@@ -120,7 +108,7 @@ def load_serial_state(resume: str) -> dict:
 def serial_pipeline(
     cfg: EasyDict, progress: Optional[Callable[[dict], None]] = None, resume: Optional[str] = None
 ) -> TrainResult:
-    """Train until the evaluator's mean return reaches ``env.stop_value`` or a budget runs out; ``resume``: the
+    """Train until the evaluator's mean return reaches ``run.stop_value`` or a budget runs out; ``resume``: the
     experiment directory of an earlier serial run to continue (its counters go on; the budgets count them).
 
     ``progress`` is called after each evaluation with its info, and after each collect with ``envstep``,
@@ -148,9 +136,10 @@ def serial_pipeline(
         cfg.policy.eval.evaluator,
         evaluator_env,
         policy.eval_mode,
-        stop_value=cfg.env.stop_value,
+        stop_value=cfg.run.stop_value,
         n_evaluator_episode=cfg.env.n_evaluator_episode,
         seed=cfg.seed + 20_000,
+        eval_freq=cfg.run.eval_freq,
     )
     buffer = create_buffer(cfg.policy.other.replay_buffer)
     if collector_env.frame_stack and hasattr(buffer, "store_frames_once"):  # ALE's stacks: each frame once
@@ -158,7 +147,7 @@ def serial_pipeline(
     tb = TensorBoardLogger(os.path.join(exp_dir, "tensorboard") if cfg.system.tensorboard else None)
     commander = BaseSerialCommander(None, learner, collector, evaluator, buffer, cfg.policy)
     learn = cfg.policy.learn
-    budget = cfg.serial
+    budget = cfg.run
     last_return = best_return = float("nan")
     train_returns = deque(maxlen=TRAIN_RETURN_WINDOW)
     solved, reason = False, ""
@@ -223,13 +212,13 @@ def serial_pipeline(
                         {
                             **info,
                             "elapsed": time.perf_counter() - start,
-                            "stop_value": cfg.env.stop_value,
+                            "stop_value": cfg.run.stop_value,
                             "best_return": best_return,
                             "train_return": mean_return(train_returns),
                         }
                     )
                 if stop:
-                    solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.env.stop_value:g}"
+                    solved, reason = True, f"eval return {last_return:.1f} >= stop value {cfg.run.stop_value:g}"
                     break
             reason = budget_used_up(budget, collector.envstep, learner.train_iter, time.perf_counter() - start)
             if reason:

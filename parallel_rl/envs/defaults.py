@@ -1,11 +1,10 @@
-"""The ``env`` section of the run config: which env, how many copies, how they are stepped, the stop value. A
+"""The ``env`` section of the run config: which env, how many copies, how they are stepped. A
 module of its own, importing only the config's section type: the config's assembly reads it without loading
 gymnasium."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..config.section import Section, setting
@@ -39,12 +38,6 @@ class EnvSection(Section):
     collector_env_num: int = setting(8, lo=1, doc="envs each collector steps")
     evaluator_env_num: int = setting(8, lo=1, doc="envs each evaluator steps")
     n_evaluator_episode: int = setting(8, lo=1, doc="episodes per evaluation")
-    stop_value: Optional[float] = setting(
-        195.0,
-        nullable=True,
-        doc="""the mean evaluation return that ends the run
-        (exit 0); None (or inf): no stop value, the run trains to its budget, serial and cluster alike""",
-    )
     vector_mode: str = setting("auto", choices=VECTOR_MODES, doc="how the collectors' envs are vectorised")
     evaluator_vector_mode: Optional[str] = setting(
         None,
@@ -89,12 +82,6 @@ class EnvSection(Section):
 
     @classmethod
     def check_relations(cls, values: Mapping[str, Any], path: str) -> None:
-        stop_value = values["stop_value"]
-        if stop_value is not None and (math.isnan(stop_value) or stop_value == -math.inf):
-            raise ConfigError(
-                f"{path}.stop_value must be a number, or None (or inf) for no stop value: the run "
-                f"trains to its budget; got {stop_value!r}"
-            )
         if values["step_latency_ms"] and values["type"] != "gymnasium":
             raise ConfigError(
                 f"{path}.step_latency_ms must be 0 unless env.type='gymnasium', got "

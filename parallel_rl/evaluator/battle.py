@@ -39,15 +39,13 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
     @classmethod
     def default_config(cls) -> EasyDict:
         return EasyDict(
-            # evaluate every N learner iterations
-            eval_freq=200,
             # give up on an evaluation after this many seconds (0: no limit)
             max_seconds=120.0,
             # built-in bots to evaluate against (parallel_rl.policy.bots: random, lookahead, first_legal)
             opponents=["random"],
             # whose results decide the stop ("" = the first opponent)
             stop_opponent="",
-            # per-side bounds that must hold as well as the mean win rate >= env.stop_value
+            # per-side bounds that must hold as well as the mean win rate >= run.stop_value
             min_win_rate=dict(first=0.0, second=0.0),
             max_loss_rate=dict(first=1.0, second=1.0),
             # other opponents' mean win rates that must hold too, e.g. {"random": 0.9} (open: opponent names)
@@ -66,10 +64,12 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         tb_logger=None,
         exp_name: str = "default_experiment",
         instance_name: str = "evaluator",
+        eval_freq: Optional[int] = None,
     ):
         """``policy``: a player (a policy's ``eval_mode`` or a bot); ``opponents``: name -> player.
-        ``stop_value`` / ``n_evaluator_episode`` default to ``cfg.stop_value`` / ``cfg.n_episode`` (no stop value:
-        never a stop); ``tb_logger`` gets each opponent's win rate (DI-engine's keywords)."""
+        ``stop_value`` / ``n_evaluator_episode`` / ``eval_freq`` default to ``cfg.stop_value`` / ``cfg.n_episode``
+        / ``cfg.eval_freq`` (no stop value: never a stop); ``tb_logger`` gets each opponent's win rate (DI-engine's
+        keywords)."""
         self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         n_evaluator_episode = self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode")
@@ -81,6 +81,7 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self._policy = policy
         self.opponents = dict(opponents)
         self.stop_value = self._stop_value(stop_value, self.cfg)
+        self.eval_freq = self._eval_freq(eval_freq, self.cfg)
         self.n_episode = int(n_evaluator_episode)
         self.stop_opponent = self.cfg.stop_opponent or next(iter(self.opponents))
         unknown = sorted(set(self.cfg.min_mean_win_rate) - set(self.opponents))
@@ -111,12 +112,6 @@ class BattleInteractionSerialEvaluator(ISerialEvaluator):
         self._last_eval_iter = None
         self.eval_count = 0
         self.best_return = -math.inf
-
-    def should_eval(self, train_iter: int) -> bool:
-        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
-            return False
-        self._last_eval_iter = train_iter
-        return True
 
     def close(self) -> None:
         self.env.close()

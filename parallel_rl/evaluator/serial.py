@@ -111,16 +111,21 @@ class VectorEvalMonitor:
         return np.stack([np.concatenate([v, np.repeat(v[-1:], length - len(v), 0)]) for v in chosen])
 
 
+# learner iterations between evaluations when neither the caller nor the evaluator's cfg says (run.eval_freq's)
+DEFAULT_EVAL_FREQ = 200
+
+
 class ISerialEvaluator(abc.ABC):
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(eval_freq=200)
+        return EasyDict(eval_freq=DEFAULT_EVAL_FREQ)
 
     _last_eval_iter: Optional[int] = None
+    eval_freq: int = DEFAULT_EVAL_FREQ
 
     def should_eval(self, train_iter: int) -> bool:
-        """True on the first call and then every ``cfg.eval_freq`` learner iterations."""
-        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.cfg.eval_freq:
+        """True on the first call and then every ``eval_freq`` learner iterations."""
+        if self._last_eval_iter is not None and train_iter - self._last_eval_iter < self.eval_freq:
             return False
         self._last_eval_iter = train_iter
         return True
@@ -155,6 +160,15 @@ class ISerialEvaluator(abc.ABC):
         return None if value is None else float(value)
 
     @staticmethod
+    def _eval_freq(value: Optional[int], cfg: Any) -> int:
+        """Learner iterations between evaluations: the argument (the pipelines pass ``run.eval_freq``), else
+        ``cfg.eval_freq`` (DI-engine's key, for an evaluator made from Python), else :data:`DEFAULT_EVAL_FREQ`."""
+        value = value if value is not None else cfg.get("eval_freq", DEFAULT_EVAL_FREQ)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"eval_freq must be an int >= 1, got {value!r}")
+        return value
+
+    @staticmethod
     def _from_cfg(value: Any, cfg: Any, key: str, argument: str) -> Any:
         """An argument, or the cfg's ``key`` when it is None (DI-engine reads n_episode from cfg)."""
         value = value if value is not None else cfg.get(key)
@@ -167,8 +181,6 @@ class InteractionSerialEvaluator(ISerialEvaluator):
     @classmethod
     def default_config(cls) -> EasyDict:
         return EasyDict(
-            # evaluate every N learner iterations
-            eval_freq=200,
             # give up on an evaluation after this many seconds (0: no limit)
             max_seconds=60.0,
             # cluster: record one episode as an MP4 into the shared store's videos/ every N evaluations of a
@@ -188,17 +200,19 @@ class InteractionSerialEvaluator(ISerialEvaluator):
         stop_value: Optional[float] = None,
         n_evaluator_episode: Optional[int] = None,
         seed: int = 0,
+        eval_freq: Optional[int] = None,
     ):
         """DI-engine's arguments in its order (``env`` and ``policy`` may come later through ``reset_env`` /
         ``reset_policy``), then ours by keyword. ``policy``: a policy mode whose ``forward(obs)`` returns
-        greedy actions. ``stop_value`` and ``n_evaluator_episode`` default to ``cfg.stop_value`` and
-        ``cfg.n_episode`` (DI-engine's keys; no stop value: never a stop); ``tb_logger`` gets every evaluation's
-        numbers."""
+        greedy actions. ``stop_value``, ``n_evaluator_episode`` and ``eval_freq`` default to ``cfg.stop_value``,
+        ``cfg.n_episode`` and ``cfg.eval_freq`` (DI-engine's keys; no stop value: never a stop); ``tb_logger``
+        gets every evaluation's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
         self.env = env
         self._policy = self._eval_mode(policy) if policy is not None else None
         self.stop_value = self._stop_value(stop_value, self.cfg)
+        self.eval_freq = self._eval_freq(eval_freq, self.cfg)
         self.n_episode = int(self._from_cfg(n_evaluator_episode, self.cfg, "n_episode", "n_evaluator_episode"))
         self._seed = seed
         self._last_eval_iter: Optional[int] = None
@@ -366,6 +380,7 @@ class MetricSerialEvaluator(ISerialEvaluator):
         ``tb_logger`` gets a metric that is a number, or a dict's numbers."""
         self.cfg = EasyDict({**self.default_config(), **(cfg or {})})
         self._name(tb_logger, exp_name, instance_name)
+        self.eval_freq = self._eval_freq(None, self.cfg)
         self._policy = policy
         self.dataloader: Any = None
         self.metric: Optional[IMetric] = None

@@ -168,8 +168,9 @@ class TrialConfigs:
         self.config_path = config_path
         self.overrides = list(overrides)
         self.raw = apply_overrides(load_config_file(config_path), self.overrides)
-        self.base = compile_config(self.raw)  # a config that does not compile: the sweep's error, exit 2
         self.cluster = "parallel" in self.raw  # a cluster config runs as `parallel-rl run`, else `serial`
+        self.mode = "cluster" if self.cluster else "serial"  # how that command reads DI-engine's keys
+        self.base = compile_config(self.raw, self.mode)  # a config that does not compile: the sweep's error, exit 2
 
     def user_config(self, trial: Trial) -> dict:
         from ..config import apply_overrides
@@ -182,7 +183,7 @@ class TrialConfigs:
         from ..config import compile_config
 
         try:
-            compile_config(self.user_config(trial))
+            compile_config(self.user_config(trial), self.mode)
         except ConfigError as exc:
             for key in trial.settings:
                 reason = self._unknown(key)
@@ -195,14 +196,16 @@ class TrialConfigs:
 
     def _unknown(self, key: str) -> Optional[str]:
         """compile_config's reason when ``key`` is not a key of the config (neither in the compiled config nor
-        under an open section such as env.env_kwargs, which takes any key); None for a known key."""
+        under an open section such as env.env_kwargs, which takes any key); None for a known key. DI-engine's keys
+        are known as what they become (``serial.max_env_step``: ``run.max_env_step``)."""
+        from ..compat.keys import legacy_keys
         from ..config import compile_config
 
         node: Any = self.base
-        for part in key.split("."):
+        for part in legacy_keys(self.mode).get(key, key).split("."):
             if not isinstance(node, Mapping) or part not in node:
                 try:
-                    compile_config(self.user_config(Trial(-1, {key: None})))
+                    compile_config(self.user_config(Trial(-1, {key: None})), self.mode)
                 except ConfigError as exc:
                     return str(exc)
                 return None

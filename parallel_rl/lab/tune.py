@@ -77,10 +77,10 @@ class Tuner:
         self.report_every = report_every
         self.objective = objective
         direction, self.value_name = OBJECTIVES[objective]
-        if objective == "solve-steps" and configs.base.env.stop_value is None:
+        if objective == "solve-steps" and configs.base.run.stop_value is None:
             raise ConfigError(
-                "--objective solve-steps needs a stop value: the config has none (env.stop_value); set one with "
-                "--set env.stop_value=V, or search with --objective return"
+                "--objective solve-steps needs a stop value: the config has none (run.stop_value); set one with "
+                "--set run.stop_value=V, or search with --objective return"
             )
         self.interrupted = threading.Event()
         # the space's keys, checked on a draw of its own before the study is made: an unknown one stops here

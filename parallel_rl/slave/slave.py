@@ -216,7 +216,7 @@ class Slave(CoordinatorLink):
         from ..config import compile_config
 
         try:
-            cfg = compile_config(config)
+            cfg = compile_config(config, mode="cluster")
         except ConfigError as exc:
             raise ApiError(400, "bad_request", f"config from the coordinator is invalid: {exc}") from None
         root = self.shared_dir_override or shared_dir
