@@ -18,6 +18,7 @@ from tests.support.s3 import (
     objects,
     point_at,
     s3_env,  # noqa: F401 (a fixture)
+    s3_requests,  # noqa: F401 (a fixture)
     s3_server,  # noqa: F401 (fixtures)
     start_s3,
 )
@@ -47,6 +48,52 @@ def test_chunks_round_trip_and_leave_the_bucket_when_deleted(bucket):
     assert objects(bucket) == []
     with pytest.raises(FileNotFoundError):
         store.chunks.read("c1")
+
+
+def new_bucket() -> str:
+    import uuid
+
+    import boto3
+
+    name = f"rl-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def requests_to(log, bucket):
+    """The requests ``log`` recorded since it was last asked, as (method, key) (the query left out); a listing
+    of the bucket as ("LIST", its prefix)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    found = []
+    for method, target in log.taken():
+        parts = urlsplit(target)
+        query = parse_qs(parts.query)
+        if method == "GET" and "list-type" in query:
+            found.append(("LIST", query.get("prefix", [""])[0]))
+        else:
+            found.append((method, parts.path.removeprefix(f"/{bucket}/")))
+    return found
+
+
+def test_reading_an_object_is_one_get_request(s3_requests):
+    """A chunk, a round of chunks, a checkpoint: one GET per object and nothing else. s3fs asks an object's size
+    (a HEAD) before each GET unless told to read it in one piece; that doubled the requests of the learner's
+    batches and of the collectors' policy loads."""
+    import torch
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.chunks.write("c1", columns())
+    store.chunks.write("c2", columns())
+    store.policies.save(1, {"w": torch.zeros(2)})
+    s3_requests.clear()
+    store.chunks.read("c1")
+    assert requests_to(s3_requests, bucket) == [("GET", "run/data/c1.npz")]
+    store.chunks.read_many(["c1", "c2"])
+    assert sorted(requests_to(s3_requests, bucket)) == [("GET", "run/data/c1.npz"), ("GET", "run/data/c2.npz")]
+    store.policies.load(1)
+    assert requests_to(s3_requests, bucket) == [("GET", "run/policy/policy_000000001.pt")]
 
 
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):

@@ -280,6 +280,9 @@ class FsspecBackend:
             raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
         self.url = f"{protocol}://{self.base}"
         self.protocol = protocol
+        # s3fs asks an object's size (a HEAD) before each GET, to fetch large ones in concurrent ranges: one GET
+        # per object instead (ours are a few MB at most; the HEAD doubled every read's requests and latency)
+        self._read_kw: Dict[str, Any] = {"max_concurrency": 1} if protocol in ("s3", "s3a") else {}
         self._stamp: Tuple[float, Optional[List[str]], int] = (0.0, None, 0)  # (listed at, names, stamp)
 
     def resolve(self, relpath: str) -> str:
@@ -335,16 +338,16 @@ class FsspecBackend:
         """Object stores have no directories: nothing to make."""
 
     def read_bytes(self, path: str) -> bytes:
-        return bytes(self.fs.cat_file(path))  # FileNotFoundError when absent
+        return bytes(self.fs.cat_file(path, **self._read_kw))  # FileNotFoundError when absent
 
     def readable(self, path: str) -> io.BytesIO:
-        return io.BytesIO(self.fs.cat_file(path))  # FileNotFoundError when absent
+        return io.BytesIO(self.fs.cat_file(path, **self._read_kw))  # FileNotFoundError when absent
 
     def read_many(self, paths: List[str]) -> Dict[str, Optional[bytes]]:
         """Every path's bytes (None when absent), fetched concurrently: one round of requests, not n. A fault
         of the store raises it; any other error is a StorageError naming the path."""
         out: Dict[str, Optional[bytes]] = {}
-        for path, data in self.fs.cat(list(paths), on_error="return").items():
+        for path, data in self.fs.cat(list(paths), on_error="return", **self._read_kw).items():
             if isinstance(data, FileNotFoundError):
                 out[path] = None
                 continue
@@ -400,7 +403,7 @@ class FsspecBackend:
     def open_regular(self, path: str) -> OpenedFile:
         """The object's bytes (FileNotFoundError when no object has that name)."""
         try:
-            data = self.fs.cat_file(path)
+            data = self.fs.cat_file(path, **self._read_kw)
         except (IsADirectoryError, NotADirectoryError):
             raise _not_regular(path) from None
         return OpenedFile(io.BytesIO(data), len(data), None)
