@@ -96,6 +96,24 @@ def test_reading_an_object_is_one_get_request(s3_requests):
     assert requests_to(s3_requests, bucket) == [("GET", "run/policy/policy_000000001.pt")]
 
 
+def test_a_collector_looks_for_a_new_policy_with_one_list_request(s3_requests, tmp_path):
+    """A collector asks for new policy checkpoints after every batch of steps. On S3 that is one LIST (at most
+    every 0.25 s) whose names serve; it used to list a second time for the names whenever they had changed."""
+    from parallel_rl.collector.cluster import ClusterCollector
+    from tests.support import toy_cluster_config
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    collector = ClusterCollector(toy_cluster_config(tmp_path), store, seed=0)
+    try:
+        store.policies.save(20, collector.policy.model_state_dict())
+        s3_requests.clear()
+        assert collector.get_policy_update_info() == 20
+        assert requests_to(s3_requests, bucket) == [("LIST", "run/policy/")]
+    finally:
+        collector.close()
+
+
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
     """SeaweedFS keeps the directory that a prefix's last object leaves (its filer is a file tree) and lists it as
     an empty object ``data/`` under ``data/``; moto (and AWS) forget the prefix. Either way nothing is in it."""
