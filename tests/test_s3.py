@@ -114,6 +114,37 @@ def test_a_collector_looks_for_a_new_policy_with_one_list_request(s3_requests, t
         collector.close()
 
 
+def test_the_sweep_for_stale_temp_files_asks_an_object_store_nothing(s3_requests):
+    """The coordinator sweeps the store for temp files left by killed writers (at its start, then every minute);
+    an object store's writes leave none, and the sweep listed its 7 directories (14 requests on the run's start
+    path) to find that out."""
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.chunks.write("c1", columns())
+    s3_requests.clear()
+    assert store.remove_stale_temp_files(0.0) == 0
+    assert requests_to(s3_requests, bucket) == []
+    assert store.chunks.names() == ["c1"]
+
+
+def test_pruning_after_a_policy_alone_lists_the_policies_alone(s3_requests):
+    """The learner prunes after every policy checkpoint it writes, and saves its whole state only every
+    ``save_state_every``: between those the learner states' directory has nothing new to prune, and its listing
+    (one request on the learner's publishing path, every checkpoint) is left out."""
+    import torch
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    for version in (1, 2, 3):
+        store.policies.save(version, {"w": torch.zeros(1)})
+    store.learner_states.save(1, {"policy": {}, "train_iter": 1})
+    s3_requests.clear()
+    assert store.prune_checkpoints(keep=2, states=False) == 1
+    assert requests_to(s3_requests, bucket) == [("LIST", "run/policy/"), ("DELETE", "run/policy/policy_000000001.pt")]
+    assert store.prune_checkpoints(keep=1) == 1  # both families, as after a learner state
+    assert [key for _, key in requests_to(s3_requests, bucket)].count("run/learner/") == 1
+
+
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
     """SeaweedFS keeps the directory that a prefix's last object leaves (its filer is a file tree) and lists it as
     an empty object ``data/`` under ``data/``; moto (and AWS) forget the prefix. Either way nothing is in it."""
