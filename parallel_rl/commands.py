@@ -184,10 +184,11 @@ def cmd_slave(args: argparse.Namespace) -> int:
     cfg = _load(args)
     _check_port_free(args.host or "127.0.0.1", args.port, args.command)  # before torch's import
     setup_process(cfg, need_torch=True)
+    storage = None
     if args.shared_dir:  # a store we cannot use fails here, not when the coordinator connects us
         from .storage import SharedStorage
 
-        SharedStorage(args.shared_dir, cfg.parallel.storage_options)
+        storage = SharedStorage(args.shared_dir, cfg.parallel.storage_options)
     wcfg = cfg.parallel.worker
     slave = slave_class(args.command)(
         args.coordinator,
@@ -201,6 +202,7 @@ def cmd_slave(args: argparse.Namespace) -> int:
         max_retries=wcfg.max_retries,
         worker_id=args.worker_id,
         insecure_no_token=args.insecure_no_token,
+        storage=storage,
     )
     heard: List[str] = []
 

@@ -145,6 +145,32 @@ def test_pruning_after_a_policy_alone_lists_the_policies_alone(s3_requests):
     assert [key for _, key in requests_to(s3_requests, bucket)].count("run/learner/") == 1
 
 
+def test_a_worker_given_the_store_opens_it_once(s3_requests, tmp_path, cli):
+    """A worker started with --shared-dir opens the store at once (to fail fast), and the coordinator's config names
+    the same store when it connects the worker: one opening, one probe object. It opened it again on every
+    adoption: a second client, the bucket check and the probe again, on every worker's start path."""
+    from coordinator_app import serve_coordinator
+    from parallel_rl.coordinator import Coordinator
+    from tests.support import toy_cluster_config
+
+    bucket = new_bucket()
+    root = f"s3://{bucket}/run"
+    coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage(root), "s3-token")
+    server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
+    coordinator.start()
+    try:
+        env = {**s3_requests.env(), **TOKEN_ENV, "PARALLEL_RL_TOKEN": "s3-token"}
+        worker = cli("collector", "collector", "--coordinator", server.url, "--shared-dir", root, env=env)
+        worker.wait_line(r"collector: set up in", timeout=120)
+        probes = [
+            key for method, key in requests_to(s3_requests, bucket) if key.startswith(f"run/.probe-{worker.pid}-")
+        ]
+        assert [key.split("-")[1] for key in probes] == [str(worker.pid)] * 2  # one written, the same deleted
+    finally:
+        coordinator.close(notify_workers=False)
+        server.close()
+
+
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
     """SeaweedFS keeps the directory that a prefix's last object leaves (its filer is a file tree) and lists it as
     an empty object ``data/`` under ``data/``; moto (and AWS) forget the prefix. Either way nothing is in it."""

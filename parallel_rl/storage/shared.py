@@ -57,6 +57,9 @@ class SharedStorage:
     def __init__(self, root: str, options: Optional[Mapping] = None, create: bool = True):
         self.backend: Backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
+        # what it was opened with: a process handed the same again keeps this one (each opening of an object
+        # store makes a client and three requests: the bucket check and a probe object written and deleted)
+        self.opened_as = (root, dict(options or {}))
         self.remote = self.backend.remote
         self.health = StorageHealth()
         self.chunks = ChunkFiles(self)
