@@ -506,4 +506,7 @@ def test_a_store_that_goes_away_is_a_fault_of_the_store(kind, tmp_path, monkeypa
         store.chunks.write("c2", columns())
     with pytest.raises(StorageFaultError, match=r"reading a chunk failed"):
         store.chunks.read("c1")
-    assert not store.health.healthy and store.health.faults == 2
+    # "is it there?" is no answer either (it said False: a policy announced meanwhile was refused as a lie)
+    with pytest.raises(StorageFaultError, match=r"looking for a policy checkpoint failed"):
+        store.policies.exists(1)
+    assert not store.health.healthy and store.health.faults == 3

@@ -388,7 +388,13 @@ class FsspecBackend:
         return [posixpath.basename(p) for p in paths if p != directory]
 
     def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(path))
+        """Whether an object is at ``path``; a store that fails raises (fsspec's ``isfile`` answers False to every
+        error: an unreachable store said "no such checkpoint", and a policy announced during an outage was
+        refused as a lie instead of kept and sent again)."""
+        try:
+            return bool(self.fs.info(path)["type"] == "file")
+        except FileNotFoundError:
+            return False
 
     def dir_stamp(self, directory: str) -> int:
         """The local time (ns) at which the listing last changed; listed at most every ``_REMOTE_POLL_S``."""
