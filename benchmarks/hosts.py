@@ -19,8 +19,11 @@ coordinator on host A (bound to A's address), the learner on B, each collector o
 itself; every role PID 1 of its own PID namespace with its own TMPDIR; a directory is all they share. Timed from
 the coordinator's start to its exit (it exits when the run ends). The baseline, `parallel-rl run` with the same
 config, collectors and overrides, is timed from command start to exit in the same iteration (one after the other,
-on the same box). Target: separate hosts / run <= 1.15 (medians). A run that ends without solving (a budget given
-with --set parallel.commander.max_seconds=..., e.g. to see the script work) is reported with how it ended.
+on the same box). Target: separate hosts / run <= 1.15 (medians), printed end to end and for the training phase
+(from the coordinator's log lines: every role registered -> solved), the one to read the target against on one
+box (docs/deploy.md, "Separate hosts": four hosts' torch imports share its two cores). A run that ends without
+solving (a budget given with --set parallel.commander.max_seconds=..., e.g. to see the script work) is reported
+with how it ended.
 """
 
 from __future__ import annotations
