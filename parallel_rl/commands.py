@@ -181,10 +181,11 @@ def cmd_slave(args: argparse.Namespace) -> int:
     die_with_parent()
     cfg = _load(args)
     _check_port_free(args.host or "127.0.0.1", args.port, args.command)  # before torch's import
+    storage = None
     if args.shared_dir:  # a store we cannot use fails here, not when the coordinator connects us; before torch too
         from .storage import SharedStorage
 
-        SharedStorage(args.shared_dir, cfg.parallel.storage_options)
+        storage = SharedStorage(args.shared_dir, cfg.parallel.storage_options)
     setup_process(cfg, need_torch=True)
     wcfg = cfg.parallel.worker
     slave = slave_class(args.command)(
@@ -199,6 +200,7 @@ def cmd_slave(args: argparse.Namespace) -> int:
         max_retries=wcfg.max_retries,
         worker_id=args.worker_id,
         insecure_no_token=args.insecure_no_token,
+        storage=storage,
     )
     heard: List[str] = []
 

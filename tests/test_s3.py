@@ -18,6 +18,7 @@ from tests.support.s3 import (
     objects,
     point_at,
     s3_env,  # noqa: F401 (a fixture)
+    s3_requests,  # noqa: F401 (a fixture)
     s3_server,  # noqa: F401 (fixtures)
     start_s3,
 )
@@ -47,6 +48,127 @@ def test_chunks_round_trip_and_leave_the_bucket_when_deleted(bucket):
     assert objects(bucket) == []
     with pytest.raises(FileNotFoundError):
         store.chunks.read("c1")
+
+
+def new_bucket() -> str:
+    import uuid
+
+    import boto3
+
+    name = f"rl-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+def requests_to(log, bucket):
+    """The requests ``log`` recorded since it was last asked, as (method, key) (the query left out); a listing
+    of the bucket as ("LIST", its prefix)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    found = []
+    for method, target in log.taken():
+        parts = urlsplit(target)
+        query = parse_qs(parts.query)
+        if method == "GET" and "list-type" in query:
+            found.append(("LIST", query.get("prefix", [""])[0]))
+        else:
+            found.append((method, parts.path.removeprefix(f"/{bucket}/")))
+    return found
+
+
+def test_reading_an_object_is_one_get_request(s3_requests):
+    """A chunk, a round of chunks, a checkpoint: one GET per object and nothing else. s3fs asks an object's size
+    (a HEAD) before each GET unless told to read it in one piece; that doubled the requests of the learner's
+    batches and of the collectors' policy loads."""
+    import torch
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.chunks.write("c1", columns())
+    store.chunks.write("c2", columns())
+    store.policies.save(1, {"w": torch.zeros(2)})
+    s3_requests.clear()
+    store.chunks.read("c1")
+    assert requests_to(s3_requests, bucket) == [("GET", "run/data/c1.npz")]
+    store.chunks.read_many(["c1", "c2"])
+    assert sorted(requests_to(s3_requests, bucket)) == [("GET", "run/data/c1.npz"), ("GET", "run/data/c2.npz")]
+    store.policies.load(1)
+    assert requests_to(s3_requests, bucket) == [("GET", "run/policy/policy_000000001.pt")]
+
+
+def test_a_collector_looks_for_a_new_policy_with_one_list_request(s3_requests, tmp_path):
+    """A collector asks for new policy checkpoints after every batch of steps. On S3 that is one LIST (at most
+    every 0.25 s) whose names serve; it used to list a second time for the names whenever they had changed."""
+    from parallel_rl.collector.cluster import ClusterCollector
+    from tests.support import toy_cluster_config
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    collector = ClusterCollector(toy_cluster_config(tmp_path), store, seed=0)
+    try:
+        store.policies.save(20, collector.policy.model_state_dict())
+        s3_requests.clear()
+        assert collector.get_policy_update_info() == 20
+        assert requests_to(s3_requests, bucket) == [("LIST", "run/policy/")]
+    finally:
+        collector.close()
+
+
+def test_the_sweep_for_stale_temp_files_asks_an_object_store_nothing(s3_requests):
+    """The coordinator sweeps the store for temp files left by killed writers (at its start, then every minute);
+    an object store's writes leave none, and the sweep listed its 7 directories (14 requests on the run's start
+    path) to find that out."""
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    store.chunks.write("c1", columns())
+    s3_requests.clear()
+    assert store.remove_stale_temp_files(0.0) == 0
+    assert requests_to(s3_requests, bucket) == []
+    assert store.chunks.names() == ["c1"]
+
+
+def test_pruning_after_a_policy_alone_lists_the_policies_alone(s3_requests):
+    """The learner prunes after every policy checkpoint it writes, and saves its whole state only every
+    ``save_state_every``: between those the learner states' directory has nothing new to prune, and its listing
+    (one request on the learner's publishing path, every checkpoint) is left out."""
+    import torch
+
+    bucket = new_bucket()
+    store = SharedStorage(f"s3://{bucket}/run")
+    for version in (1, 2, 3):
+        store.policies.save(version, {"w": torch.zeros(1)})
+    store.learner_states.save(1, {"policy": {}, "train_iter": 1})
+    s3_requests.clear()
+    assert store.prune_checkpoints(keep=2, states=False) == 1
+    assert requests_to(s3_requests, bucket) == [("LIST", "run/policy/"), ("DELETE", "run/policy/policy_000000001.pt")]
+    assert store.prune_checkpoints(keep=1) == 1  # both families, as after a learner state
+    assert [key for _, key in requests_to(s3_requests, bucket)].count("run/learner/") == 1
+
+
+def test_a_worker_given_the_store_opens_it_once(s3_requests, tmp_path, cli):
+    """A worker started with --shared-dir opens the store at once (to fail fast), and the coordinator's config names
+    the same store when it connects the worker: one opening, one probe object. It opened it again on every
+    adoption: a second client, the bucket check and the probe again, on every worker's start path."""
+    from coordinator_app import serve_coordinator
+    from parallel_rl.coordinator import Coordinator
+    from tests.support import toy_cluster_config
+
+    bucket = new_bucket()
+    root = f"s3://{bucket}/run"
+    coordinator = Coordinator(toy_cluster_config(tmp_path), SharedStorage(root), "s3-token")
+    server = serve_coordinator(coordinator, "127.0.0.1", 0).start()
+    coordinator.start()
+    try:
+        env = {**s3_requests.env(), **TOKEN_ENV, "PARALLEL_RL_TOKEN": "s3-token"}
+        worker = cli("collector", "collector", "--coordinator", server.url, "--shared-dir", root, env=env)
+        worker.wait_line(r"collector: set up in", timeout=120)
+        probes = [
+            key for method, key in requests_to(s3_requests, bucket) if key.startswith(f"run/.probe-{worker.pid}-")
+        ]
+        assert [key.split("-")[1] for key in probes] == [str(worker.pid)] * 2  # one written, the same deleted
+    finally:
+        coordinator.close(notify_workers=False)
+        server.close()
 
 
 def test_a_directory_emptied_of_its_objects_lists_nothing(bucket):
@@ -387,4 +509,7 @@ def test_a_store_that_goes_away_is_a_fault_of_the_store(kind, tmp_path, monkeypa
         store.chunks.write("c2", columns())
     with pytest.raises(StorageFaultError, match=r"reading a chunk failed"):
         store.chunks.read("c1")
-    assert not store.health.healthy and store.health.faults == 2
+    # "is it there?" is no answer either (it said False: a policy announced meanwhile was refused as a lie)
+    with pytest.raises(StorageFaultError, match=r"looking for a policy checkpoint failed"):
+        store.policies.exists(1)
+    assert not store.health.healthy and store.health.faults == 3

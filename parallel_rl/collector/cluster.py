@@ -10,7 +10,6 @@ a separate env set. The process shell is
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Dict, Optional, Set, Tuple
 
 import numpy as np
@@ -26,9 +25,6 @@ from ..evaluator.serial import InteractionSerialEvaluator
 from .base import BaseParallelCollector
 
 logger = logging.getLogger(__name__)
-
-# a directory mtime this old cannot change without changing its value (far above timestamp ticks)
-_SETTLED_NS = 50_000_000
 
 
 class ClusterCollector(BaseParallelCollector):
@@ -100,15 +96,15 @@ class ClusterCollector(BaseParallelCollector):
     def get_policy_update_info(self) -> Optional[int]:
         """The newest policy version on the shared disk, if newer than ours.
 
-        One ``stat`` of the policy directory while nothing changed there: cheap enough to ask after
-        every batch of steps. The directory is listed again while its mtime is recent (two changes
-        within one timestamp tick share an mtime). A directory whose changes show late, as on NFS with
-        attribute caching, only delays this: the coordinator's control block announces policies too."""
-        stamp = self.storage.policies.dir_stamp()
-        if stamp == self._policy_dir_stamp and time.time_ns() - stamp > _SETTLED_NS:
+        One ``stat`` of the policy directory while nothing changed there (on an object store one LIST request at
+        most every 0.25 s, whose names serve when they changed): cheap enough to ask after every batch of steps.
+        The directory is listed again while its mtime is recent (two changes within one timestamp tick share an
+        mtime). A directory whose changes show late, as on NFS with attribute caching, only delays this: the
+        coordinator's control block announces policies too."""
+        self._policy_dir_stamp, versions = self.storage.policies.changed_versions(self._policy_dir_stamp)
+        if versions is None:
             return None
-        self._policy_dir_stamp = stamp
-        latest = max((v for v in self.storage.policies.versions() if v not in self.damaged_versions), default=None)
+        latest = max((v for v in versions if v not in self.damaged_versions), default=None)
         return latest if latest is not None and latest > self.policy_version else None
 
     def update_policy(self, version: int) -> bool:

@@ -63,10 +63,13 @@ class LearnerSlave(Slave, BaseCommLearner):
         the newest version the collectors act with (an older one would never get a segment)."""
         lcfg = self.cfg.parallel.learner
         with self.clock.timing("publishing"):
-            if final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0:
+            saves_state = (
+                final or policy.flow.state_with_every_checkpoint or train_iter % int(lcfg.save_state_every) == 0
+            )
+            if saves_state:
                 self.storage.learner_states.save(train_iter, {"policy": policy.state_dict(), "train_iter": train_iter})
             self.storage.policies.save(train_iter, policy.model_state_dict())
-            self.storage.prune_checkpoints(int(lcfg.keep_checkpoints))
+            self.storage.prune_checkpoints(int(lcfg.keep_checkpoints), states=saves_state)
             self.send_metadata(Policy(version=train_iter).to_json(), urgent=True)
 
     def send_learn_info(self, task: SlaveTask, learner, pipeline: DataPipeline, rate: float = 0.0) -> None:

@@ -73,7 +73,10 @@ class Slave(CoordinatorLink):
         max_retries: int = 3,
         worker_id: Optional[str] = None,
         insecure_no_token: bool = False,
+        storage: Optional[SharedStorage] = None,
     ):
+        """``storage``: the store at ``shared_dir``, opened already (the CLI opens it to fail fast); kept when the
+        coordinator's config opens the same store with the same options."""
         if not token and not insecure_no_token:
             raise ConfigError(
                 f"a {self.kind} needs the cluster token: without one anybody who reaches its port "
@@ -97,7 +100,7 @@ class Slave(CoordinatorLink):
         self.request_timeout, self.max_retries = request_timeout, max_retries
         self.worker_id: Optional[str] = None
         self.cfg: Optional[EasyDict] = None
-        self.storage: Optional[SharedStorage] = None
+        self.storage: Optional[SharedStorage] = storage
         self.coordinator: Optional[HttpClient] = None
         self.outbox: Optional[Outbox] = None
         self.inbox = TaskInbox()
@@ -231,7 +234,7 @@ class Slave(CoordinatorLink):
                 raise ApiError(400, "bad_request", "no coordinator URL: start the slave with --coordinator")
             self.cfg = cfg
             self._heartbeat_interval, self._heartbeat_ttl = heartbeat_interval, heartbeat_ttl
-            if self.storage is None or self.storage.root != root:
+            if self.storage is None or self.storage.opened_as != (root, dict(cfg.parallel.storage_options or {})):
                 try:
                     self.storage = SharedStorage(root, cfg.parallel.storage_options)
                 except StorageError as exc:

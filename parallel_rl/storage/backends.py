@@ -39,6 +39,8 @@ ATOMIC_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
 LOCAL_PROTOCOLS = ("", "file", "local")
 # a remote store's policy listing is asked for at most this often by dir_stamp (one LIST request)
 _REMOTE_POLL_S = 0.25
+# a directory mtime this old cannot change without changing its value (far above timestamp ticks)
+_SETTLED_NS = 50_000_000
 
 
 def split_url(url: str) -> Tuple[str, str]:
@@ -167,6 +169,15 @@ class LocalBackend:
     def dir_stamp(directory: str) -> int:
         return os.stat(directory).st_mtime_ns
 
+    def changed_names(self, directory: str, seen: Optional[int]) -> Tuple[int, Optional[List[str]]]:
+        """(the directory's mtime, its names), or (its mtime, None) when that is ``seen`` and old enough to trust:
+        one ``stat`` while nothing changed. A recent mtime is listed again (two changes within one timestamp
+        tick share an mtime)."""
+        stamp = self.dir_stamp(directory)
+        if stamp == seen and time.time_ns() - stamp > _SETTLED_NS:
+            return stamp, None
+        return stamp, self.listdir(directory)
+
     @staticmethod
     def mtime(path: str) -> float:
         return os.stat(path).st_mtime
@@ -280,7 +291,10 @@ class FsspecBackend:
             raise StorageUnavailableError(f"shared store {url}: no bucket in the URL; use {protocol}://BUCKET/PREFIX")
         self.url = f"{protocol}://{self.base}"
         self.protocol = protocol
-        self._stamp: Tuple[float, Optional[List[str]], int] = (0.0, None, 0)  # (listed at, names, stamp)
+        # s3fs asks an object's size (a HEAD) before each GET, to fetch large ones in concurrent ranges: one GET
+        # per object instead (ours are a few MB at most; the HEAD doubled every read's requests and latency)
+        self._read_kw: Dict[str, Any] = {"max_concurrency": 1} if protocol in ("s3", "s3a") else {}
+        self._stamps: Dict[str, Tuple[float, List[str], int]] = {}  # directory -> (listed at, names, stamp)
 
     def resolve(self, relpath: str) -> str:
         full = posixpath.normpath(posixpath.join(self.base, relpath))
@@ -335,16 +349,16 @@ class FsspecBackend:
         """Object stores have no directories: nothing to make."""
 
     def read_bytes(self, path: str) -> bytes:
-        return bytes(self.fs.cat_file(path))  # FileNotFoundError when absent
+        return bytes(self.fs.cat_file(path, **self._read_kw))  # FileNotFoundError when absent
 
     def readable(self, path: str) -> io.BytesIO:
-        return io.BytesIO(self.fs.cat_file(path))  # FileNotFoundError when absent
+        return io.BytesIO(self.fs.cat_file(path, **self._read_kw))  # FileNotFoundError when absent
 
     def read_many(self, paths: List[str]) -> Dict[str, Optional[bytes]]:
         """Every path's bytes (None when absent), fetched concurrently: one round of requests, not n. A fault
         of the store raises it; any other error is a StorageError naming the path."""
         out: Dict[str, Optional[bytes]] = {}
-        for path, data in self.fs.cat(list(paths), on_error="return").items():
+        for path, data in self.fs.cat(list(paths), on_error="return", **self._read_kw).items():
             if isinstance(data, FileNotFoundError):
                 out[path] = None
                 continue
@@ -374,19 +388,33 @@ class FsspecBackend:
         return [posixpath.basename(p) for p in paths if p != directory]
 
     def isfile(self, path: str) -> bool:
-        return bool(self.fs.isfile(path))
+        """Whether an object is at ``path``; a store that fails raises (fsspec's ``isfile`` answers False to every
+        error: an unreachable store said "no such checkpoint", and a policy announced during an outage was
+        refused as a lie instead of kept and sent again)."""
+        try:
+            return bool(self.fs.info(path)["type"] == "file")
+        except FileNotFoundError:
+            return False
 
     def dir_stamp(self, directory: str) -> int:
         """The local time (ns) at which the listing last changed; listed at most every ``_REMOTE_POLL_S``."""
-        listed_at, names, stamp = self._stamp
+        return self._listing(directory)[2]
+
+    def changed_names(self, directory: str, seen: Optional[int]) -> Tuple[int, Optional[List[str]]]:
+        """(the stamp, the names) of the listing that made it, or (the stamp, None) when that is ``seen``: one LIST
+        request at most every ``_REMOTE_POLL_S``, and no second one for the names."""
+        _, names, stamp = self._listing(directory)
+        return stamp, None if stamp == seen else list(names)
+
+    def _listing(self, directory: str) -> Tuple[float, List[str], int]:
         now = time.monotonic()
-        if names is not None and now - listed_at < _REMOTE_POLL_S:
-            return stamp
+        known = self._stamps.get(directory)
+        if known is not None and now - known[0] < _REMOTE_POLL_S:
+            return known
         current = sorted(self.listdir(directory))
-        if current != names:
-            stamp = time.time_ns()
-        self._stamp = (now, current, stamp)
-        return stamp
+        stamp = known[2] if known is not None and known[1] == current else time.time_ns()
+        self._stamps[directory] = (now, current, stamp)
+        return self._stamps[directory]
 
     def mtime(self, path: str) -> float:
         return float(self.fs.modified(path).timestamp())
@@ -400,7 +428,7 @@ class FsspecBackend:
     def open_regular(self, path: str) -> OpenedFile:
         """The object's bytes (FileNotFoundError when no object has that name)."""
         try:
-            data = self.fs.cat_file(path)
+            data = self.fs.cat_file(path, **self._read_kw)
         except (IsADirectoryError, NotADirectoryError):
             raise _not_regular(path) from None
         return OpenedFile(io.BytesIO(data), len(data), None)
@@ -451,6 +479,11 @@ class Backend(Protocol):
 
     def dir_stamp(self, directory: str) -> int:
         """A number that changes when the directory's listing changes (new checkpoints)."""
+        ...
+
+    def changed_names(self, directory: str, seen: Optional[int]) -> Tuple[int, Optional[List[str]]]:
+        """(``dir_stamp``, the names in the directory), or (``dir_stamp``, None) when the listing has not changed
+        since ``seen`` (a stamp this returned before): what a poller of new checkpoints asks, in one request."""
         ...
 
     def mtime(self, path: str) -> float: ...

@@ -16,7 +16,7 @@ import math
 import os
 import posixpath
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..errors import StorageError, StorageFaultError
 from .backends import LocalBackend
@@ -81,6 +81,15 @@ class Checkpoints(NumberedFiles):
         """Changes when one is added or removed: the directory's mtime (ns) on a local disk; on an object
         store, the time its listing was last seen to change (listed at most every 0.25 s)."""
         return self.backend.dir_stamp(self.directory)
+
+    @store_op("listing {noun}s")
+    def changed_versions(self, seen: Optional[int]) -> Tuple[int, Optional[List[int]]]:
+        """(:meth:`dir_stamp`, the versions there, oldest first), or (the stamp, None) when nothing changed since
+        stamp ``seen``: a stat on a local disk, one LIST request on an object store (at most every 0.25 s)."""
+        stamp, names = self.backend.changed_names(self.directory, seen)
+        if names is None:
+            return stamp, None
+        return stamp, sorted(v for v in map(self.series.version, names) if v is not None)
 
     def prune(self, keep: int) -> int:
         """Delete all but the newest ``keep``; returns the files removed."""

@@ -57,6 +57,9 @@ class SharedStorage:
     def __init__(self, root: str, options: Optional[Mapping] = None, create: bool = True):
         self.backend: Backend = FsspecBackend(root, options) if is_remote(root) else LocalBackend(root)
         self.root = self.backend.url
+        # what it was opened with: a process handed the same again keeps this one (each opening of an object
+        # store makes a client and three requests: the bucket check and a probe object written and deleted)
+        self.opened_as = (root, dict(options or {}))
         self.remote = self.backend.remote
         self.health = StorageHealth()
         self.chunks = ChunkFiles(self)
@@ -87,10 +90,12 @@ class SharedStorage:
         return os.path.join(fallback if self.remote else self.root, *parts)
 
     # ---- the whole store --------------------------------------------------------------
-    def prune_checkpoints(self, keep: int) -> int:
+    def prune_checkpoints(self, keep: int, states: bool = True) -> int:
         """Delete all but the newest ``keep`` policy and learner checkpoints (and the held policy versions: the
-        best, those under evaluation); returns files removed."""
-        return self.policies.prune(keep) + self.learner_states.prune(keep)
+        best, those under evaluation); returns files removed. ``states=False``: the policy checkpoints only (no
+        learner state was saved since the last prune: nothing to remove there, and a listing less, one request
+        on an object store)."""
+        return self.policies.prune(keep) + (self.learner_states.prune(keep) if states else 0)
 
     def _our_files(self):
         """(directory, name, is_temp) of every file of ours on the shared store: the families' and TensorBoard's
@@ -120,7 +125,9 @@ class SharedStorage:
 
     def remove_stale_temp_files(self, max_age: float) -> int:
         """Remove temp files untouched for ``max_age`` seconds: left by a writer killed mid-write (local
-        disks only: an object store's writes leave no temp objects)."""
+        disks only: an object store's writes leave no temp objects, and its 7 listings found none)."""
+        if self.remote:
+            return 0
         cutoff, removed = time.time() - max_age, 0
         for directory, name, temp in list(self._our_files()):
             path = posixpath.join(directory, name)

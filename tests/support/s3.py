@@ -116,3 +116,128 @@ def objects(bucket, prefix=""):
 
     pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+class RequestLog:
+    """A TCP proxy on 127.0.0.1 (OS-picked port) in front of an S3 server that records each HTTP request our
+    code sends through it, as ``(method, path and query)``: S3 requests counted on the wire (``env()`` points a
+    process at the proxy instead of the server). Bytes pass unchanged both ways (a signed request stays valid:
+    its Host header names the proxy, as the client signed it); the client's stream is parsed only to find where
+    each request starts (Content-Length or chunked bodies, ``Expect: 100-continue`` included). ``close()`` stops
+    it."""
+
+    def __init__(self, server):
+        import socket
+        import threading
+        from urllib.parse import urlsplit
+
+        upstream = urlsplit(server.endpoint)
+        self.server, self.upstream = server, (upstream.hostname, upstream.port)
+        self.requests: list = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets: list = []
+        threading.Thread(target=self._accept, name="s3-request-log", daemon=True).start()
+
+    def env(self) -> Dict[str, str]:
+        return {**self.server.env(), "AWS_ENDPOINT_URL": self.endpoint}
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def taken(self) -> list:
+        """The requests recorded since the last ``taken()`` or ``clear()`` (and forgets them)."""
+        with self._lock:
+            taken, self.requests[:] = list(self.requests), []
+        return taken
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.upstream, timeout=30)
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(2)
+                except OSError:
+                    pass
+
+    def _requests(self, client, upstream) -> None:
+        reader = client.makefile("rb")
+        try:
+            while line := reader.readline():
+                head = [line]
+                while (header := reader.readline()) not in (b"\r\n", b"\n", b""):
+                    head.append(header)
+                head.append(header)
+                upstream.sendall(b"".join(head))  # before the body: the client may wait for "100 Continue"
+                method, target = line.decode("latin-1").split()[:2]
+                with self._lock:
+                    self.requests.append((method, target))
+                headers = {
+                    k.strip().lower(): v.strip() for k, _, v in (h.decode("latin-1").partition(":") for h in head[1:-1])
+                }
+                if headers.get("transfer-encoding", "").lower() == "chunked":
+                    while True:
+                        size_line = reader.readline()
+                        upstream.sendall(size_line)
+                        size = int(size_line.split(b";")[0], 16)
+                        if size == 0:
+                            while (trailer := reader.readline()) not in (b"\r\n", b"\n", b""):
+                                upstream.sendall(trailer)
+                            upstream.sendall(trailer)
+                            break
+                        upstream.sendall(reader.read(size + 2))  # the chunk and its CRLF
+                else:
+                    left = int(headers.get("content-length", "0"))
+                    while left > 0:
+                        data = reader.read1(min(left, 65536))
+                        if not data:
+                            return
+                        upstream.sendall(data)
+                        left -= len(data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            for sock in (client, upstream):
+                try:
+                    sock.shutdown(2)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def s3_requests(s3_server, monkeypatch):
+    """A :class:`RequestLog` in front of the session's server, with the AWS variables of this process pointing
+    at it; ``bucket_through(log)`` makes a bucket there."""
+    log = RequestLog(s3_server)
+    point_at(log, monkeypatch)
+    yield log
+    log.close()
