@@ -1,10 +1,10 @@
 """Does an Optuna search find a setting that solves faster than the shipped config? (issue 44's Measure)
 
-    .venv/bin/python benchmarks/tune.py [--config configs/cartpole_ppo.py] [--trials 20] [--seeds 100-104]
-        [--out DIR] [--parallel 1]
+    .venv/bin/python benchmarks/tune.py [--config configs/cartpole_ppo.py] [--trials 20] [--trial-seeds 0-2]
+        [--seeds 100-104] [--out DIR] [--parallel 1] [--set run.stop_value=475]
 
-1. `parallel-rl tune -c CONFIG --trials N --space SPACE --objective solve-steps`: TPE over the space below, each
-   trial one training with the config's seed, its value the env steps it took to reach the stop value.
+1. `parallel-rl tune -c CONFIG --trials N --space SPACE --objective solve-steps --seeds 0-2`: TPE over the space
+   below, each trial one training per seed, its value the median of the env steps they took to reach the stop value.
 2. The best trial's config (`best_config.py`, written by tune) and the shipped config, each trained on the same
    fresh seeds (`parallel-rl sweep --seeds`): the best of N single-seed trials is partly luck (the seed it drew), so
    the comparison is made again on seeds the search never saw.
@@ -65,6 +65,11 @@ def main() -> int:
     parser.add_argument("--config", default="configs/cartpole_ppo.py")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seeds", default="100-104", help="fresh seeds for the comparison (sweep's --seeds)")
+    parser.add_argument(
+        "--trial-seeds",
+        default="0-2",
+        help="the seeds each trial trains (tune's --seeds; its value the median); one seed: the search picks luck",
+    )
     parser.add_argument("--out", default=None, help="where everything goes (default: a new temporary directory)")
     parser.add_argument("--parallel", type=int, default=1, help="trainings at once (tune and sweep --parallel)")
     parser.add_argument(

@@ -384,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
         "configs) are compared at the same ones (default 0: each evaluation at its env step)",
     )
     p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="0-2|0,2,5",
+        help="train every trial once per seed (a range, both ends in, or a list) and take the median of their "
+        "values: one seed's luck decides less (no pruning then; default: one training, the config's seed)",
+    )
+    p.add_argument(
         "--objective",
         choices=["return", "solve-steps"],
         default="return",

@@ -451,9 +451,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     import os
 
+    from .lab.trials import parse_seeds
     from .lab.tune import TABLE_NAME, Tuner, storage_url
     from .runtime import on_signals, signal_exit_code
 
+    seeds = parse_seeds(args.seeds)  # before anything is read or runs
     configs, out = _lab_start(args, "tune")
     study_name = args.study or os.path.splitext(os.path.basename(args.config))[0]
     storage = storage_url(args.storage, out)
@@ -469,6 +471,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup_steps,
         report_every=args.report_every,
         objective=args.objective,
+        seeds=seeds,
     )
     heard: List[str] = []
 

@@ -40,7 +40,7 @@ class PoolRunner:
         body = {
             "config": self.config_path,
             "overrides": [*self.overrides, *trial.overrides()],
-            "name": f"trial_{trial.number:03d}",
+            "name": trial.dir_name(),
         }
         with self._lock:
             if self._stopping.is_set():

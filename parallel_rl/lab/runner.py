@@ -113,7 +113,7 @@ class ProcessRunner:
         return cmd
 
     def run(self, trial: Trial, on_eval: Optional[OnEval] = None) -> TrialResult:
-        exp_dir = os.path.join(self.out_dir, f"trial_{trial.number:03d}")
+        exp_dir = os.path.join(self.out_dir, trial.dir_name())
         result = TrialResult(trial, "interrupted", exp_dir=exp_dir, note="not started: the sweep was stopped")
         start = time.perf_counter()
         with self._lock:

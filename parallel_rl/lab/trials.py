@@ -35,6 +35,12 @@ class Trial:
     number: int
     settings: Dict[str, Any] = field(default_factory=dict)
     seed: Optional[int] = None
+    replica: Optional[int] = None  # tune --seeds: which of the trial's trainings (one per seed) this is
+
+    def dir_name(self) -> str:
+        """Its directory's (and log's) name in the sweep's or study's directory: ``trial_NNN``, ``trial_NNN_K`` for
+        replica K."""
+        return f"trial_{self.number:03d}" + ("" if self.replica is None else f"_{self.replica}")
 
     def overrides(self) -> List[str]:
         """The trial's ``--set`` arguments (values as JSON literals, which ``--set`` parses back)."""

@@ -6,7 +6,8 @@ the median pruner stops a trial whose curve falls below the median of the earlie
 (the training saves and exits). Serial runs evaluate at the same env steps whatever their settings; cluster runs
 do not, so their curves are compared at the multiples of ``report_every`` env steps. A trial's value is its final
 eval return (maximised), or with ``objective="solve-steps"`` the env steps it took to reach the config's stop value
-(minimised; no pruning: a curve's return says little about when it will solve). The study lives in an SQLite file:
+(minimised; no pruning: a curve's return says little about when it will solve). With ``seeds``, each trial trains
+once per seed and its value is the median of theirs (no pruning either). The study lives in an SQLite file:
 the same command run again resumes it (its finished trials are kept; ``--trials N`` is the total).
 
 Everything of study S goes under ``OUT/S/``: the trials' directories and logs, ``trials.csv`` (the study's table)
@@ -19,8 +20,9 @@ import logging
 import math
 import os
 import pprint
+import statistics
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..errors import ConfigError
 from .runner import EvalPoint, Runner, TrialResult
@@ -66,6 +68,7 @@ class Tuner:
         warmup_steps: int = 0,
         report_every: int = 0,
         objective: str = "return",
+        seeds: Sequence[Optional[int]] = (None,),
     ):
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the table says how each trial went
@@ -76,6 +79,9 @@ class Tuner:
         self.runner = runner
         self.report_every = report_every
         self.objective = objective
+        # one training per seed, the trial's value their median: one seed's luck (CartPole PPO's env steps to 475
+        # swing 9k-14k over seeds of one setting) picks the best of 20 single-seed trials more than its settings do
+        self.seeds = list(seeds) or [None]
         direction, self.value_name = OBJECTIVES[objective]
         if objective == "solve-steps" and configs.base.run.stop_value is None:
             raise ConfigError(
@@ -95,7 +101,7 @@ class Tuner:
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials),
             pruner=(
                 optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps)
-                if objective == "return"
+                if objective == "return" and len(self.seeds) == 1
                 else optuna.pruners.NopPruner()
             ),
         )
@@ -142,41 +148,58 @@ class Tuner:
             raise TrialFailed("interrupted before it started")
         settings = space_settings(self.space, trial, self.space_path)
         trial.set_user_attr("settings", settings)
-        spec = Trial(trial.number, settings)
-        reason = self.configs.check(spec)  # an unknown key: ConfigError, the study stops
-        if reason:
-            result = TrialResult(spec, "failed", exit_code=2, note=reason)
-        else:
-            reported = [-1]
+        reason = self.configs.check(Trial(trial.number, settings))  # an unknown key: ConfigError, the study stops
+        replicas = len(self.seeds) > 1
+        results: List[TrialResult] = []
+        for k, seed in enumerate(self.seeds):
+            spec = Trial(trial.number, settings, seed, k if replicas else None)
+            if reason:
+                result = TrialResult(spec, "failed", exit_code=2, note=reason)
+            else:
+                # the pruner reads one curve per trial: with several seeds, none
+                result = self.runner.run(spec, None if replicas else self._reporter(trial))
+            if result.status == "done" and math.isnan(result.eval_return):
+                result.status, result.note = "failed", "no evaluation before the training ended; raise its budget"
+            if on_result:
+                on_result(result)
+            results.append(result)
+            if result.status != "done":
+                break
+        last = results[-1]
+        trial.set_user_attr("env_steps", sum(r.env_steps or 0 for r in results))
+        trial.set_user_attr(
+            "note", last.note if not replicas or last.status == "done" else f"seed {last.trial.seed}: {last.note}"
+        )
+        if last.status != "interrupted":
+            trial.set_user_attr("outcome", last.status)
+        if last.status == "pruned":
+            raise self.optuna.TrialPruned(last.note)
+        if last.status != "done":
+            raise TrialFailed(last.note)
+        trial.set_user_attr("eval_return", statistics.median(r.eval_return for r in results))
+        return statistics.median(self._value(r) for r in results)
 
-            def on_eval(point: EvalPoint) -> bool:
-                """The pruner compares trials at the same step: each evaluation at its env step, or with
-                report_every the newest evaluation at each multiple of it that the curve passed."""
-                step = point.env_steps - point.env_steps % self.report_every if self.report_every else point.env_steps
-                if step <= reported[0]:
-                    return False
-                reported[0] = step
-                trial.report(point.eval_return, step)
-                return trial.should_prune()
+    def _reporter(self, trial) -> Callable[[EvalPoint], bool]:
+        """What a training reports to the pruner at each evaluation: each at its env step, or with report_every the
+        newest evaluation at each multiple of it that the curve passed (the pruner compares trials at the same
+        step); True: prune it."""
+        reported = [-1]
 
-            result = self.runner.run(spec, on_eval)
-        trial.set_user_attr("env_steps", result.env_steps)
-        trial.set_user_attr("note", result.note)
-        if on_result:
-            on_result(result)
-        if result.status == "done" and math.isnan(result.eval_return):
-            result.status, result.note = "failed", "no evaluation before the training ended; raise its budget"
-            trial.set_user_attr("note", result.note)
-        if result.status != "interrupted":
-            trial.set_user_attr("outcome", result.status)
-        if result.status == "pruned":
-            raise self.optuna.TrialPruned(result.note)
-        if result.status != "done":
-            raise TrialFailed(result.note)
-        trial.set_user_attr("eval_return", result.eval_return)
+        def on_eval(point: EvalPoint) -> bool:
+            step = point.env_steps - point.env_steps % self.report_every if self.report_every else point.env_steps
+            if step <= reported[0]:
+                return False
+            reported[0] = step
+            trial.report(point.eval_return, step)
+            return trial.should_prune()
+
+        return on_eval
+
+    def _value(self, result: TrialResult) -> float:
+        """One training's value: its final eval return, or (solve-steps) its env steps to the stop value (exit 0
+        with a stop value: solved, at its last evaluation; 3: the budget ran out first, and it ranks behind every
+        one that solved within that budget)."""
         if self.objective == "solve-steps":
-            # exit 0 with a stop value: solved, at its last evaluation; 3: the budget ran out first, and the trial
-            # ranks behind every one that solved within that budget
             return float(result.env_steps if result.exit_code == 0 else 2 * (result.env_steps or 0))
         return result.eval_return
 
