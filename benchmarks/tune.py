@@ -77,7 +77,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="passed to tune and to the shipped config's sweep (best_config.py holds them), e.g. env.stop_value=475",
+        help="passed to tune and to the shipped config's sweep (best_config.py holds them), e.g. run.stop_value=475",
     )
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="prl-tune-")
@@ -98,6 +98,8 @@ def main() -> int:
         space,
         "--objective",
         "solve-steps",
+        "--seeds",
+        args.trial_seeds,
         "--out",
         tune_out,
         "--parallel",
