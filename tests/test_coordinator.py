@@ -288,10 +288,13 @@ def test_a_sample_request_without_a_batch_size_is_answered_with_the_coordinators
     assert [len(batch["row"]) for batch in answer["batches"]] == [3, 3]
 
 
-def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
-    from parallel_rl.learner.pipeline import DataPipeline
+def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves, tmp_path):
+    from parallel_rl.data.flows import REPLAY
+    from parallel_rl.learner.pipeline import DataPipeline, PipelineSection
 
-    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8, "prefetch_batches": 3, "chunk_cache_size": 2})
+    cfg.policy.learn.batch_size = 4  # the coordinator's: the pipeline never names one
+    coordinator, server = coordinator_factory(cfg)
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     task_id = collector.received[0].task_id
@@ -300,9 +303,9 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
     learner = slaves("learner", server.url, run=False)
     collector.storage.chunks.delete("c-c")  # indexed, then gone before the learner reads it
     # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
-    pipeline = DataPipeline(
-        learner.coordinator, learner.worker_id, collector.storage, batch_size=4, prefetch=3, cache_size=2, chunk_rows=8
-    ).start()
+    section = PipelineSection.read(cfg, REPLAY)
+    assert (section.prefetch, section.cache_slots, section.chunk_rows) == (3, 12, 16)
+    pipeline = DataPipeline(section, REPLAY, learner.coordinator, learner.worker_id, collector.storage).start()
     try:
         batches = [eventually(lambda: pipeline.get(timeout=0.2), message="a batch") for _ in range(30)]
     finally:
