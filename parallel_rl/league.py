@@ -18,6 +18,7 @@ plays itself (``self``), otherwise an opponent from the pool with weight
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Dict, Iterable, List, Optional
@@ -25,7 +26,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 from easydict import EasyDict
 
-from .errors import ConfigError
+from .config.section import Section, setting
 
 logger = logging.getLogger(__name__)
 
@@ -47,33 +48,41 @@ def snapshot_version(name: str) -> Optional[int]:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class LeagueSection(Section):
+    """Two-player self-play's opponent league (env.type='pettingzoo'): the pool of opponents, the payoff table and
+    prioritised fictitious self-play (PFSP)."""
+
+    path = "league"
+    title = "League (two-player self-play)"
+
+    snapshot_every: int = setting(
+        200,
+        lo=1,
+        doc="""put a frozen copy of the trained policy into the opponent pool every N versions
+        (serial: learner iterations; cluster: policy versions)""",
+    )
+    pool_size: int = setting(
+        10, lo=1, doc="keep the last N snapshots in the pool (older ones leave it and are no longer chosen)"
+    )
+    bots: List[str] = setting(["random"], doc="built-in bots in the pool (parallel_rl.policy.bots)")
+    self_play_prob: float = setting(
+        0.5, lo=0, hi=1, doc="chance that main plays itself (both players' rows are trained on)"
+    )
+    pfsp_weighting: str = setting(
+        "hard", choices=WEIGHTINGS, doc="PFSP weight of an opponent main scores p against: hard (1 - p)^2, or uniform"
+    )
+
+
 class League:
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            # put a frozen copy of the trained policy into the opponent pool every N versions
-            # (serial: learner iterations; cluster: policy versions)
-            snapshot_every=200,
-            # keep the last N snapshots in the pool (older ones leave it and are no longer chosen)
-            pool_size=10,
-            # built-in bots in the pool (parallel_rl.policy.bots)
-            bots=["random"],
-            # chance that main plays itself (both players' rows are trained on)
-            self_play_prob=0.5,
-            # PFSP weight of an opponent main scores p against: hard (1 - p)^2 | uniform
-            pfsp_weighting="hard",
-        )
+        """DI-engine's seed name for the ``league`` section's defaults (:class:`LeagueSection`)."""
+        return LeagueSection.defaults()
 
     def __init__(self, cfg: Optional[EasyDict] = None, seed: Optional[int] = None):
         cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
-        if cfg.snapshot_every <= 0 or cfg.pool_size <= 0:
-            raise ConfigError(
-                f"league.snapshot_every and league.pool_size must be > 0, got {cfg.snapshot_every=} {cfg.pool_size=}"
-            )
-        if not 0.0 <= cfg.self_play_prob <= 1.0:
-            raise ConfigError(f"league.self_play_prob must be in [0, 1], got {cfg.self_play_prob}")
-        if cfg.pfsp_weighting not in WEIGHTINGS:
-            raise ConfigError(f"league.pfsp_weighting must be one of {WEIGHTINGS}, got {cfg.pfsp_weighting!r}")
+        LeagueSection.check(cfg)  # a league built without compile_config is checked the same
         self.cfg = cfg
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()

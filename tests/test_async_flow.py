@@ -59,7 +59,7 @@ def test_rollout_buffer_hands_out_the_oldest_fresh_rows_once_and_counts_what_it_
     again = RolloutReplayBuffer({"replay_buffer_size": 16, "max_staleness": 2})
     again.load_state_dict(state)
     assert again.stats() == stats
-    with pytest.raises(ConfigError, match="max_use must be 1"):
+    with pytest.raises(ConfigError, match=r"needs max_use in \[1, 1\], got policy.other.replay_buffer.max_use=2"):
         RolloutReplayBuffer({"max_use": 2})
 
 

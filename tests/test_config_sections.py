@@ -42,21 +42,37 @@ def nested(path: str, key: str, value) -> dict:
     return tree
 
 
+# the user config that brings a variant's sections: a replay buffer type's, a two-player game's
+VARIANTS = {"battle": {"env": {"type": "pettingzoo"}}}
+
+
+def variant(name: str) -> dict:
+    return VARIANTS.get(name) or {"policy": {"other": {"replay_buffer": {"type": name}}}}
+
+
 def cases():
-    """(policy type, section path, key, value just outside its range) for every bounded field of every section,
-    each algorithm's policy section under its own policy.type."""
+    """(policy type, variant, section path, key, value just outside its range) for every bounded field of every
+    section: each algorithm's policy section under its own policy.type, each replay buffer type's section under
+    that type, a two-player game's sections (collector, league) under env.type='pettingzoo'."""
+    from parallel_rl.data.buffer import BUFFER_REGISTRY
     from parallel_rl.policy.spec import POLICIES
 
+    walks = [(policy_type, "", sections(policy_type)) for policy_type in POLICIES]
+    walks += [("dqn", name, sections("dqn", buffer_type=name)) for name in BUFFER_REGISTRY.names()]
+    walks.append(("dqn", "battle", sections("dqn", battle=True)))
     out = {}
-    for policy_type in POLICIES:
-        for path, section in sections(policy_type):
-            owner = policy_type if path.startswith("policy") else "dqn"  # the other sections once
+    for policy_type, kind, walked in walks:
+        for path, section in walked:
+            owner = policy_type if path.startswith("policy") and not kind else "dqn"  # the other sections once
+            where = kind if path in ("policy.other.replay_buffer", "league", "policy.collect.collector") else ""
             for f in filter(bounded, section.fields()):
                 for value in just_outside(f):
-                    out[(owner, path, f.name, repr(value))] = value
+                    out[(owner, where, path, f.name, repr(value))] = value
     return [
-        pytest.param(policy_type, path, key, value, id=f"{policy_type}:{path}.{key}={shown}")
-        for (policy_type, path, key, shown), value in out.items()
+        pytest.param(
+            policy_type, kind, path, key, value, id=f"{policy_type}:{kind + ':' if kind else ''}{path}.{key}={shown}"
+        )
+        for (policy_type, kind, path, key, shown), value in out.items()
     ]
 
 
@@ -65,7 +81,7 @@ CASES = cases()
 
 def test_the_walk_covers_every_section_and_bounded_key():
     # a walk over nothing passes: the sections and their bounded keys are there to walk
-    walked = {(case.values[0], case.values[1], case.values[2]) for case in CASES}
+    walked = {(case.values[0], case.values[2], case.values[3]) for case in CASES}
     assert len(walked) >= 150
     assert {
         "parallel.worker",
@@ -79,7 +95,17 @@ def test_the_walk_covers_every_section_and_bounded_key():
         "policy.learn",
         "policy.model.encoder",
         "policy.other.eps",
+        "policy.learn.learner.hook",
+        "policy.other.replay_buffer",
+        "league",
     } <= {p for _, p, _ in walked}
+    kinds = {(case.values[1], case.values[2], case.values[3]) for case in CASES}
+    assert {
+        ("advanced", "policy.other.replay_buffer", "alpha"),
+        ("rollout", "policy.other.replay_buffer", "max_use"),
+        ("episode", "policy.other.replay_buffer", "replay_buffer_size"),
+        ("battle", "league", "pfsp_weighting"),
+    } <= kinds
     assert {
         ("td3", "policy.learn", "policy_noise"),
         ("td3", "policy.learn", "policy_delay"),
@@ -87,9 +113,17 @@ def test_the_walk_covers_every_section_and_bounded_key():
     } <= walked
 
 
-@pytest.mark.parametrize("policy_type, path, key, value", CASES)
-def test_every_value_just_outside_its_range_is_a_config_error_naming_key_and_value(policy_type, path, key, value):
-    user = nested(path, key, value)
+def merged(*trees: dict) -> dict:
+    out: dict = {}
+    for tree in trees:
+        for key, value in tree.items():
+            out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+@pytest.mark.parametrize("policy_type, kind, path, key, value", CASES)
+def test_every_value_just_outside_its_range_is_a_config_error_naming_key_and_value(policy_type, kind, path, key, value):
+    user = merged(variant(kind) if kind else {}, nested(path, key, value))
     user.setdefault("policy", {}).setdefault("type", policy_type)
     with pytest.raises(ConfigError, match=re.escape(f"{path}.{key}={value!r}")):
         compile_config(user)
@@ -223,3 +257,42 @@ def test_a_restated_default_is_found(tmp_path):
         '                               other=dict(replay_buffer=dict(type="naive"))))\n'
     )
     assert stated_defaults(config) == ["seed", "env.stop_value", "policy.learn.batch_size"]
+
+
+def test_a_two_player_collector_trains_players_0_or_1():
+    battle = {"env": {"type": "pettingzoo"}}
+    assert compile_config(merged(battle, {"policy": {"collect": {"collector": {"trained_players": [0, 1]}}}}))
+    for players in ([], [2], [0, -1]):
+        user = merged(battle, {"policy": {"collect": {"collector": {"trained_players": players}}}})
+        with pytest.raises(ConfigError, match=re.escape(f"policy.collect.collector.trained_players={players!r}")):
+            compile_config(user)
+
+
+def test_a_buffer_or_league_built_without_compile_config_is_checked_by_its_section():
+    # library users build them from their own dicts: the same bounds, the same message
+    from parallel_rl.data.buffer import create_buffer
+    from parallel_rl.league import League
+
+    for cfg, match in [
+        ({"type": "advanced", "alpha": 1.5}, r"policy.other.replay_buffer.alpha=1.5"),
+        ({"type": "segment", "max_use": 0}, r"policy.other.replay_buffer.max_use=0"),
+        ({"type": "rollout", "max_use": 2}, r"policy.other.replay_buffer.max_use=2"),
+        ({"type": "naive", "replay_buffer_size": 0}, r"policy.other.replay_buffer.replay_buffer_size=0"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            create_buffer(cfg)
+    assert create_buffer({"type": "advanced", "alpha": 1.0}).capacity == 20000
+    with pytest.raises(ConfigError, match=r"league.self_play_prob=1.5"):
+        League({"self_play_prob": 1.5})
+
+
+def test_a_component_reads_its_section_as_a_frozen_instance():
+    from parallel_rl.learner.defaults import BaseLearnerSection, LearnerHooksSection, LearnerSection
+
+    cfg = compile_config({"parallel": {"learner": {"prefetch_batches": 3}}})
+    section = LearnerSection.read(cfg)
+    assert (section.prefetch_batches, section.chunk_cache_size) == (3, 512)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        section.prefetch_batches = 4
+    learner = BaseLearnerSection.read(cfg)
+    assert isinstance(learner.hook, LearnerHooksSection) and learner.hook.log_show_after_iter == 500

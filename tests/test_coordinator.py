@@ -11,7 +11,7 @@ import requests
 from parallel_rl.errors import RemoteError
 from parallel_rl.transport import ApiError, pack_array, unpack_array
 from parallel_rl.slave.slave import Slave, SlaveTask
-from tests.support import eventually
+from tests.support import eventually, toy_cluster_config
 
 TOKEN = "test-token"
 
@@ -268,10 +268,33 @@ def test_rows_past_the_end_of_a_chunk_file_are_dropped_not_read_from_another_chu
     assert cols is None and not keep.any()
 
 
-def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves):
-    from parallel_rl.learner.pipeline import DataPipeline
+def test_a_sample_request_without_a_batch_size_is_answered_with_the_coordinators_own(
+    coordinator_factory, slaves, tmp_path
+):
+    # the batch size no longer travels coordinator -> learner -> coordinator: the learners name none, and the
+    # coordinator answers with its own flow's (policy.learn.batch_size here)
+    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8})
+    cfg.policy.learn.batch_size = 6
+    coordinator, server = coordinator_factory(cfg)
+    collector = slaves("collector", server.url)
+    assert collector.got_task.wait(5)
+    collector.write_chunk(collector.received[0].task_id, "c-1", n=16)
+    learner = slaves("learner", server.url, run=False)
+    ask = {"worker_id": learner.worker_id, "batches": 2, "train_iter": 1}
+    answer = learner.coordinator.post("/api/v1/buffers/default/sample", ask)
+    assert [len(batch["row"]) for batch in answer["batches"]] == [6, 6]
+    # a request that names one (a learner of an earlier release, a REST user) still gets it
+    answer = learner.coordinator.post("/api/v1/buffers/default/sample", {**ask, "batch_size": 3})
+    assert [len(batch["row"]) for batch in answer["batches"]] == [3, 3]
 
-    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+
+def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinator_factory, slaves, tmp_path):
+    from parallel_rl.data.flows import REPLAY
+    from parallel_rl.learner.pipeline import DataPipeline, PipelineSection
+
+    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8, "prefetch_batches": 3, "chunk_cache_size": 2})
+    cfg.policy.learn.batch_size = 4  # the coordinator's: the pipeline never names one
+    coordinator, server = coordinator_factory(cfg)
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(5)
     task_id = collector.received[0].task_id
@@ -280,9 +303,9 @@ def test_data_pipeline_gathers_the_sampled_rows_and_drops_deleted_ones(coordinat
     learner = slaves("learner", server.url, run=False)
     collector.storage.chunks.delete("c-c")  # indexed, then gone before the learner reads it
     # two cache slots asked for, but a round (3 batches x 4 rows) may touch up to 12 chunks: it gets room for them
-    pipeline = DataPipeline(
-        learner.coordinator, learner.worker_id, collector.storage, batch_size=4, prefetch=3, cache_size=2, chunk_rows=8
-    ).start()
+    section = PipelineSection.read(cfg, REPLAY)
+    assert (section.prefetch, section.cache_slots, section.chunk_rows) == (3, 12, 16)
+    pipeline = DataPipeline(section, REPLAY, learner.coordinator, learner.worker_id, collector.storage).start()
     try:
         batches = [eventually(lambda: pipeline.get(timeout=0.2), message="a batch") for _ in range(30)]
     finally:

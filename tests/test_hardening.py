@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from parallel_rl.errors import ConfigError
 from parallel_rl.transport import LEASE_HEADER, ApiError
-from tests.support import eventually
+from tests.support import eventually, toy_cluster_config
 from tests.test_coordinator import TOKEN, ScriptedSlave, slaves  # noqa: F401  (fixture)
 from tests.test_operations import cluster  # noqa: F401  (fixture)
 
@@ -89,9 +89,12 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(
     """A fault of the store (here the chunk directory replaced by a file: ENOTDIR, as a vanished NFS mount) ends
     the data thread with its reason, and the learner's task fails with it (a damaged chunk only loses its rows:
     tests/test_reliability_data.py)."""
-    from parallel_rl.learner.pipeline import DataPipeline
+    from parallel_rl.data.flows import REPLAY
+    from parallel_rl.learner.pipeline import DataPipeline, PipelineSection
 
-    coordinator, server = coordinator_factory(learner={"min_buffer_size": 8})
+    cfg = toy_cluster_config(tmp_path, learner={"min_buffer_size": 8})
+    cfg.policy.learn.batch_size = 4  # the coordinator's: the pipeline names none
+    coordinator, server = coordinator_factory(cfg)
     collector = slaves("collector", server.url)
     assert collector.got_task.wait(10)
     collector.write_chunk(collector.received[0].task_id, "c-bad", n=8)
@@ -99,9 +102,8 @@ def test_a_store_fault_fails_the_learner_data_thread_with_its_reason(
     data = tmp_path / "shared" / "data"
     data.rename(data.with_name("data.away"))  # after the chunk was announced
     data.write_bytes(b"not a directory")
-    pipeline = DataPipeline(
-        learner.coordinator, learner.worker_id, learner.storage, batch_size=4, prefetch=2, cache_size=4, chunk_rows=16
-    ).start()
+    section = PipelineSection(prefetch=2, cache_slots=8, chunk_rows=16)
+    pipeline = DataPipeline(section, REPLAY, learner.coordinator, learner.worker_id, learner.storage).start()
     try:
         error = eventually(lambda: pipeline.error, message="the data thread's error")
     finally:

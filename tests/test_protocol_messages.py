@@ -57,6 +57,7 @@ EXAMPLES = [
         encoding="base64",
         priorities={"index": [1], "uid": [2], "priority": [0.5]},
     ),
+    SampleRequest(worker_id="learner-1", batches=4),  # no batch_size: the coordinator's flow's
     SampleAnswer(
         chunks=["c-1"],
         batches=[{"chunk": [0], "row": [3], "index": [7], "uid": [9], "weight": [1.0]}],
@@ -148,7 +149,7 @@ def chunk(**fields):
         (Heartbeat, {"tasks": ["t"] * 1001}, "field 'tasks' must be a list of at most 1000 task ids"),
         (Heartbeat, {"ranks": [{"rank": 0, "pid": 1}]}, "field 'ranks' must be a list of at most 1024 objects"),
         (Heartbeat, {"storage": []}, "'storage' must be an object"),
-        (SampleRequest, {"worker_id": "learner-1"}, "missing field 'batch_size'"),
+        (SampleRequest, {"worker_id": "learner-1", "batch_size": "64"}, "field 'batch_size' must be int, got str"),
         (SampleRequest, {"worker_id": "learner-1", "batch_size": 0}, "need 1 <= batch_size <= 65536"),
         (
             SampleRequest,

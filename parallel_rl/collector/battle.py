@@ -42,6 +42,7 @@ import numpy as np
 from easydict import EasyDict
 
 from ..envs.multiagent import BattleEnvManager, Transition
+from .defaults import BattleCollectorSection
 from .serial import (
     COLLECTOR_REGISTRY,
     CollectStats,
@@ -127,7 +128,9 @@ class _BattleCollector:
 
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(type=cls.TYPE, trained_players=[0])
+        """The ``policy.collect.collector`` section's defaults (:class:`~.defaults.BattleCollectorSection`) with
+        this collector's type."""
+        return EasyDict(BattleCollectorSection.defaults(), type=cls.TYPE)
 
     TYPE = ""
 

@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..policy.memory import LaneMemory, strip_state
 from ..registry import Registry, import_modules
 from ..tblog import add_scalars
+from .defaults import SerialCollectorSection
 from .nstep import NStepBuilder, action_column  # noqa: F401 (action_column: re-exported)
 from .stats import CollectStats, CollectStatsBase, SequenceSummaryStats  # noqa: F401 (re-exported)
 
@@ -113,7 +114,9 @@ def log_collect(collector, stats: CollectStats, train_iter: int) -> None:
 class ISerialCollector(abc.ABC):
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(type="sample")
+        """DI-engine's seed name for the ``policy.collect.collector`` section's defaults
+        (:class:`~.defaults.SerialCollectorSection`)."""
+        return SerialCollectorSection.defaults()
 
     def __init__(
         self,
@@ -259,10 +262,6 @@ class ISerialCollector(abc.ABC):
 
 class SampleSerialCollector(ISerialCollector):
     """Collects exactly ``n_sample`` n-step transitions per call."""
-
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(type="sample")
 
     def __init__(
         self,
@@ -410,7 +409,7 @@ class EpisodeSerialCollector(ISerialCollector):
 
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(type="episode")
+        return EasyDict(SerialCollectorSection.defaults(), type="episode")
 
     def __init__(
         self,

@@ -120,23 +120,34 @@ def default_config(policy_type: str = "dqn", battle: bool = False) -> EasyDict:
     return tree
 
 
-def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
+def top_sections(
+    policy_type: str = "dqn", battle: bool = False, buffer_type: Optional[str] = None
+) -> List[Type[Section]]:
     """The typed sections of the config tree with policy ``policy_type`` (each knows its dotted path; sections
-    inside them are theirs), in the reference's order."""
-    from ..collector.defaults import CollectorSection
+    inside them are theirs), in the reference's order. ``battle``: a two-player game's (its collector, the
+    ``league``); ``buffer_type``: the replay buffer's (None: the one the policy's data flow picks). A registered
+    policy or buffer that brings no section has none here."""
+    from ..collector.defaults import BattleCollectorSection, CollectorSection, SerialCollectorSection
     from ..coordinator.defaults import CommanderSection, CoordinatorSection
+    from ..data.buffer import buffer_section
     from ..entry.defaults import SupervisorSection
     from ..envs.defaults import EnvSection
-    from ..learner.defaults import LearnerSection
+    from ..league import LeagueSection
+    from ..learner.defaults import BaseLearnerSection, LearnerSection
     from ..policy.spec import policy_spec
     from ..runtime import SystemSection
     from ..slave.defaults import WorkerSection
     from ..storage.defaults import StorageSection
 
-    policy = policy_spec(policy_type).typed
+    spec = policy_spec(policy_type)
+    policy = spec.typed
+    buffer = buffer_section(buffer_type or default_buffer_type(spec.defaults()))
     return [
         EnvSection,
         *([policy] if policy else []),
+        BaseLearnerSection,
+        BattleCollectorSection if battle else SerialCollectorSection,
+        *([buffer] if buffer else []),
         RunSection,
         SystemSection,
         StorageSection,
@@ -146,13 +157,16 @@ def top_sections(policy_type: str = "dqn") -> List[Type[Section]]:
         LearnerSection,
         SupervisorSection,
         WorkerSection,
+        *([LeagueSection] if battle else []),
     ]
 
 
-def sections(policy_type: str = "dqn") -> List[Tuple[str, Type[Section]]]:
-    """``(path, section)`` of every typed section of the tree with policy ``policy_type``, those inside others
-    included."""
-    return [pair for section in top_sections(policy_type) for pair in section.walk()]
+def sections(
+    policy_type: str = "dqn", battle: bool = False, buffer_type: Optional[str] = None
+) -> List[Tuple[str, Type[Section]]]:
+    """``(path, section)`` of every typed section of the tree with policy ``policy_type`` (and ``battle``,
+    ``buffer_type``: as :func:`top_sections`), those inside others included."""
+    return [pair for section in top_sections(policy_type, battle, buffer_type) for pair in section.walk()]
 
 
 def key_range(key: str, policy_type: str = "dqn") -> Dict[str, Any]:
@@ -177,7 +191,8 @@ def section_values(cfg: Mapping, path: str) -> Mapping:
 
 def check_sections(cfg: Mapping) -> None:
     """Each typed section's check (its fields' ranges and choices, then its relations) on a compiled config."""
-    for section in top_sections(cfg["policy"]["type"]):
+    battle = cfg["env"]["type"] == "pettingzoo"
+    for section in top_sections(cfg["policy"]["type"], battle, cfg["policy"]["other"]["replay_buffer"]["type"]):
         section.check(section_values(cfg, section.path))
 
 

@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any, List
 
-from .assembly import sections
+from .assembly import top_sections
 
 HEADER = """# Configuration reference
 
@@ -25,8 +25,9 @@ of one section by that section's `check_relations`. A config file states only wh
 (a test fails when a shipped config in `configs/` restates one).
 
 Sections not typed yet (their defaults still come from `default_config()` beside their component, their checks
-from `config/schema.py:validate` and the data flows): `policy.learn.learner`,
-`policy.collect.collector`, `policy.eval.evaluator`, `policy.other.replay_buffer`, `league`.
+from `config/schema.py:validate`): `policy.eval.evaluator`. The replay buffer's section depends on its `type`
+(one table per type below); a two-player game (`env.type='pettingzoo'`) has the two-player collector's section
+and a `league`.
 
 An algorithm is one `PolicySpec` (`parallel_rl/policy/spec.py`: its name, its `"module:Class"`, its `policy`
 section, the action spaces it trains on); `register_policy(PolicySpec(...))` adds your own, its section's fields
@@ -56,14 +57,35 @@ def _table(lines: List[str], path: str, section: Any, heading: str) -> None:
         lines.append(f"| `{key}` | {_default(row['default'])} | {_cell(row['values'])} | {_cell(row['doc'])} |")
 
 
+def _shared_sections() -> List[Any]:
+    """Every section but the algorithms' own, in :func:`~.assembly.top_sections` order: the replay buffer's of
+    every registered type (naive's first: its ``type`` names them all) where the default tree has one, the
+    two-player collector's beside the collector's, and the league's."""
+    from ..data.buffer import BUFFER_REGISTRY, buffer_section
+    from ..policy.spec import policy_spec
+
+    buffers: List[Any] = []
+    for name in sorted(BUFFER_REGISTRY.names(), key=lambda name: name != "naive"):
+        section = buffer_section(name)
+        if section is not None and section not in buffers:
+            buffers.append(section)
+    single, battle = top_sections("dqn"), top_sections("dqn", battle=True)
+    out: List[Any] = []
+    for one, two in zip(single, battle):
+        if one is policy_spec("dqn").typed:
+            continue
+        out += buffers if one in buffers else [one] if one is two else [one, two]
+    return out + battle[len(single) :]
+
+
 def render() -> str:
     """The reference as Markdown: one table per section, in :func:`~.assembly.top_sections` order, then each
     algorithm's ``policy`` section (its own keys, bounds and defaults)."""
     from ..policy.spec import POLICIES
 
     lines: List[str] = [HEADER.rstrip("\n")]
-    for path, section in sections():
-        if not path.startswith("policy"):
+    for top in _shared_sections():
+        for path, section in top.walk():
             _table(lines, path, section, "")
     for name, spec in POLICIES.items():
         for path, section in spec.typed.walk() if spec.typed else ():

@@ -90,12 +90,6 @@ def validate(cfg: EasyDict) -> None:
     """The values that fit each other: bounds, and pairings of sections (env and policy, learner ranks);
     ConfigError naming the key and the value. What the policy's data flow needs (its buffer, n-step, chunk size)
     the flow checks itself (``parallel_rl.data.flows``, called by the assembly)."""
-    positive = [
-        ("policy.other.replay_buffer.replay_buffer_size", cfg.policy.other.replay_buffer.replay_buffer_size),
-    ]
-    for name, value in positive:
-        if value <= 0:
-            raise ConfigError(f"{name} must be > 0, got {value}")
     buf_type = cfg.policy.other.replay_buffer.type
     if buf_type == "sequence":
         raise ConfigError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Self, Sequence, Tuple, Type
 
 from easydict import EasyDict
 
@@ -108,6 +108,28 @@ class Section:
                 for f in dataclasses.fields(cls)
             }
         )
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Self:
+        """This section's ``values`` (a compiled config's, or a default's) as a frozen instance: what a component
+        receives instead of the tree. A key ``values`` lacks takes its default, a key it has beyond the fields is
+        left out, and a section inside this one is an instance of its own."""
+        defaults = cls.defaults()
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            value = values[f.name] if f.name in values else defaults[f.name]
+            inner = f.metadata.get("section")
+            kwargs[f.name] = inner.of(value) if inner is not None and isinstance(value, Mapping) else value
+        return cls(**kwargs)
+
+    @classmethod
+    def read(cls, cfg: Mapping[str, Any], path: Optional[str] = None) -> Self:
+        """This section of the compiled config ``cfg`` (at ``path``, else the section's own), as :meth:`of` makes
+        it: ``LearnerSection.read(cfg).prefetch_batches``."""
+        values: Mapping[str, Any] = cfg
+        for key in filter(None, (cls.path if path is None else path).split(".")):
+            values = values[key]
+        return cls.of(values)
 
     @classmethod
     def check(cls, values: Mapping[str, Any], path: Optional[str] = None) -> None:

@@ -480,7 +480,7 @@ class Coordinator:
     def sample(
         self,
         worker_id: str,
-        batch_size: int,
+        batch_size: Optional[int],
         batches: int,
         train_iter: int,
         priorities: Optional[Dict[str, Any]] = None,
@@ -490,8 +490,9 @@ class Coordinator:
         ahead: int = 0,
     ) -> Dict[str, Any]:
         """Batches of references for a learner, ``{"chunks", "batches"}`` (numbers as JSON lists, or packed
-        with ``encoding="base64"``); waits up to ``wait`` s for enough data. ``ahead``: batches the learner holds
-        untrained (its ``train_iter`` is its progress; the batches are trained later)."""
+        with ``encoding="base64"``); waits up to ``wait`` s for enough data. ``batch_size``: rows per batch (None:
+        the flow's own, :attr:`~.metering.Metering.batch_size`). ``ahead``: batches the learner holds untrained
+        (its ``train_iter`` is its progress; the batches are trained later)."""
         worker = self.membership.heartbeat(worker_id, lease)
         if worker.kind != "learner":
             raise ConflictError(f"{worker_id} is a {worker.kind}; only learners sample batches")
@@ -508,7 +509,9 @@ class Coordinator:
             self.train_iter = max(self.train_iter, train_iter)
         if advanced:
             self.flow.notify_progress()
-        return self.flow.metering.sample(self.replay, batch_size, batches, train_iter, wait, encoding, ahead)
+        metering = self.flow.metering
+        rows = metering.batch_size if batch_size is None else batch_size
+        return metering.sample(self.replay, rows, batches, train_iter, wait, encoding, ahead)
 
     # ---- inspection ---------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

@@ -24,6 +24,8 @@ from typing import Any, Dict, Optional
 
 from easydict import EasyDict
 
+from ..data.flows import flow_of
+from ..policy.spec import policy_spec
 from .workers import Worker, WorkerRegistry
 
 EMPTY = {"chunks": [], "batches": []}
@@ -43,6 +45,9 @@ class Metering:
         self._replay = replay  # the replay index the learner samples
         # off-policy warm-up with random actions (only off-policy types have the key)
         self.random_collect_size = int(cfg.policy.get("random_collect_size", 0) or 0)
+        # rows per batch a learner's sample request is answered with (one that names its own gets that): the
+        # flow's, from the policy's typed section
+        self.batch_size = flow_of(cfg.policy).learner_batch_size(policy_spec(cfg.policy.type).read(cfg))
 
     def control(self, worker: Worker) -> Dict[str, Any]:
         """This flow's fields of the control block ``worker`` gets."""

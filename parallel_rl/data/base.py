@@ -4,16 +4,37 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Type
 
 import numpy as np
 from easydict import EasyDict
 
-from ..errors import ConfigError
+from ..config.section import Section, setting
 from .columns import Columns
+
+# where the replay buffer's section sits in the config tree
+BUFFER_PATH = "policy.other.replay_buffer"
+
+
+@dataclasses.dataclass(frozen=True)
+class NaiveBufferSection(Section):
+    """Uniform replay over a ring of rows (the coordinator keeps references into chunk files, not the rows)."""
+
+    path = BUFFER_PATH
+    title = "Replay buffer (type='naive')"
+
+    type: str = setting(
+        "naive",
+        doc="""the buffer (parallel_rl/data/: naive, advanced, episode, segment, rollout, sequence, or one
+        registered in BUFFER_REGISTRY); left out, the policy's data flow picks it (advanced for off-policy,
+        segment for synchronous and rollout for asynchronous on-policy data)""",
+    )
+    replay_buffer_size: int = setting(20000, lo=1, doc="rows the buffer holds; a full buffer drops its oldest")
+    seed: int = setting(0, lo=0, doc="the seed of the buffer's sampling")
 
 
 @dataclass
@@ -30,9 +51,15 @@ class BufferStats:
 class IBuffer(abc.ABC):
     """What every replay buffer offers."""
 
+    # the buffer type's section of the config (None: a registered buffer that brings only default_config())
+    section: ClassVar[Optional[Type[Section]]] = None
+
     @classmethod
-    @abc.abstractmethod
-    def default_config(cls) -> EasyDict: ...
+    def default_config(cls) -> EasyDict:
+        """DI-engine's seed name for the defaults of this buffer type's section (``policy.other.replay_buffer``)."""
+        if cls.section is None:
+            raise NotImplementedError(f"{cls.__name__} needs a section or its own default_config()")
+        return cls.section.defaults()
 
     @abc.abstractmethod
     def push(self, data: Mapping[str, np.ndarray], cur_collector_envstep: int = -1) -> np.ndarray: ...
@@ -54,9 +81,9 @@ class IBuffer(abc.ABC):
         (the buffer writes nothing to ``tb_logger``: its numbers are in :meth:`stats`)."""
         self.tb_logger, self.exp_name, self.instance_name = tb_logger, exp_name, instance_name
         self.cfg = EasyDict({**type(self).default_config(), **(cfg or {})})
+        if type(self).section is not None:  # a buffer built without compile_config is checked the same
+            type(self).section.check(self.cfg)
         self.capacity = int(self.cfg.replay_buffer_size)
-        if self.capacity <= 0:
-            raise ConfigError(f"replay_buffer_size must be > 0, got {self.capacity}")
         self.on_evict = on_evict
         self._lock = threading.RLock()
         self._rng = np.random.default_rng(self.cfg.seed)
@@ -127,9 +154,7 @@ class IBuffer(abc.ABC):
 class NaiveReplayBuffer(IBuffer):
     """Uniform replay over a ring of columns."""
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(type="naive", replay_buffer_size=20000, seed=0)
+    section = NaiveBufferSection
 
     def __init__(
         self,

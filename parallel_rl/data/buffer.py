@@ -18,10 +18,11 @@ and ``rollout`` (synchronous and asynchronous on-policy, :mod:`.segment`), ``seq
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Type
 
 from easydict import EasyDict
 
+from ..config.section import Section
 from ..registry import Registry, import_modules
 from .base import BufferStats, IBuffer, NaiveReplayBuffer
 from .columns import Columns, columns_len
@@ -41,6 +42,7 @@ __all__ = [
     "SegmentReplayBuffer",
     "SequenceReplayBuffer",
     "buffer_default_config",
+    "buffer_section",
     "columns_len",
     "create_buffer",
     "get_buffer_cls",
@@ -56,7 +58,14 @@ BUFFER_REGISTRY.register("sequence", SequenceReplayBuffer)
 
 
 def buffer_default_config(buffer_type: str) -> EasyDict:
+    """The defaults of buffer type ``buffer_type``'s section (DI-engine's seed name)."""
     return BUFFER_REGISTRY.get(buffer_type).default_config()
+
+
+def buffer_section(buffer_type: str) -> Optional[Type[Section]]:
+    """The section of buffer type ``buffer_type`` (``policy.other.replay_buffer``); None for a registered buffer
+    that brings only its ``default_config()``."""
+    return getattr(BUFFER_REGISTRY.get(buffer_type), "section", None)
 
 
 def get_buffer_cls(cfg: Mapping) -> type:

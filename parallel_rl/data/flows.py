@@ -70,17 +70,19 @@ class DataFlow:
                 f"{self.buffer_types[-1]} (or leave the key out)"
             )
 
-    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
-        """Rows the learner's data pipeline hands over per update."""
+    def learner_batch_size(self, policy: Any) -> int:
+        """Rows per learner batch, as the coordinator answers a learner's sample request (``policy``: the
+        ``policy`` section, read by attribute: ``PolicySpec.read(cfg)``)."""
         raise NotImplementedError
 
-    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
-        """Updates between two published policy versions."""
+    def publish_every(self, learner: Any) -> int:
+        """Updates between two published policy versions (``learner``: the ``parallel.learner`` section, read by
+        attribute)."""
         raise NotImplementedError
 
-    def learner_prefetch(self, learner_cfg: Mapping[str, Any]) -> int:
+    def learner_prefetch(self, learner: Any) -> int:
         """Batches a learner's data thread asks for per round trip (and keeps ready)."""
-        return int(learner_cfg["prefetch_batches"])
+        return int(learner.prefetch_batches)
 
     def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         """The serial pipelines' step after collecting ``data``."""
@@ -124,11 +126,11 @@ class ReplayFlow(DataFlow):
     name = "replay"
     buffer_types = ("advanced", "naive", "episode")
 
-    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
-        return int(policy_cfg["learn"]["batch_size"])
+    def learner_batch_size(self, policy: Any) -> int:
+        return int(policy.learn.batch_size)
 
-    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
-        return int(learner_cfg["publish_every"])
+    def publish_every(self, learner: Any) -> int:
+        return int(learner.publish_every)
 
     def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
         buffer.push(data, cur_collector_envstep=envstep)
@@ -190,12 +192,18 @@ class OnPolicyFlow(DataFlow):
                 f"are not split across ranks; use world_size=1"
             )
 
-    def learner_batch_size(self, policy_cfg: Mapping[str, Any]) -> int:
-        return int(policy_cfg["collect"]["n_sample"])
+    def learner_batch_size(self, policy: Any) -> int:
+        return int(policy.collect.n_sample)
 
-    def publish_every(self, learner_cfg: Mapping[str, Any]) -> int:
+    def publish_every(self, learner: Any) -> int:
         # synchronous collectors wait for every version; asynchronous ones act with the newest, and the staleness
         # bound counts updates: a version held back would age every row collected meanwhile
+        return 1
+
+    def learner_prefetch(self, learner: Any) -> int:
+        # synchronous: the next segment is asked for once the learner trained on the last one (asked earlier, it
+        # would be asked for with the iteration before); asynchronous: one batch ready while the learner trains on
+        # another hides the round trip, and every batch held ahead is one version older by the time it is trained
         return 1
 
     def train_on_collected(self, learner: Any, buffer: Any, data: Dict[str, Any], learn: Any, envstep: int) -> None:
@@ -275,11 +283,6 @@ class AsyncFlow(OnPolicyFlow):
                 f">= 0 (3: collectors stay three batches ahead of the learner; 0: no limit), got "
                 f"{batches!r}"
             )
-
-    def learner_prefetch(self, learner_cfg: Mapping[str, Any]) -> int:
-        # one batch ready while the learner trains on another: the round trip is hidden, and every batch held
-        # ahead is one version older by the time it is trained on
-        return 1
 
     def collector_meter(self) -> Meter:
         return QueueMeter()

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, Mapping, Optional
 
 import numpy as np
-from easydict import EasyDict
 
-from ..errors import ConfigError
-from .base import NaiveReplayBuffer
+from ..config.section import setting
+from .base import NaiveBufferSection, NaiveReplayBuffer
 from .columns import Columns
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvancedBufferSection(NaiveBufferSection):
+    """Prioritized replay (Schaul et al. 2016): P(i) = p_i^alpha / sum_k p_k^alpha, importance weights
+    (p_i / p_min)^-beta; new rows get the largest priority seen."""
+
+    title = "Replay buffer (type='advanced')"
+
+    type: str = setting("advanced", doc="prioritized replay (see naive's type for the others)")
+    alpha: float = setting(0.6, lo=0, hi=1, doc="how much the priorities count (0: uniform)")
+    beta: float = setting(0.4, lo=0, doc="the importance weights' exponent (1: full correction)")
+    anneal_step: int = setting(0, lo=0, doc="anneal beta linearly to 1 over this many samples (0: constant beta)")
+    max_use: int = setting(0, lo=0, doc="remove a row after it was sampled this many times (0: never)")
+    max_staleness: int = setting(
+        0, lo=0, doc="drop rows collected more than this many learner iterations ago (0: never)"
+    )
 
 
 class _SumTree:
@@ -78,21 +95,7 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
     weight_i = (p_i / p_min)^-beta; new rows get the largest priority seen.
     """
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(
-            type="advanced",
-            replay_buffer_size=20000,
-            seed=0,
-            alpha=0.6,
-            beta=0.4,
-            # anneal beta linearly to 1 over this many samples (0: constant beta)
-            anneal_step=0,
-            # remove a row after it was sampled this many times (0: never)
-            max_use=0,
-            # drop rows collected more than this many learner iterations ago (0: never)
-            max_staleness=0,
-        )
+    section = AdvancedBufferSection
 
     def __init__(
         self,
@@ -103,10 +106,6 @@ class AdvancedReplayBuffer(NaiveReplayBuffer):
         on_evict: Optional[Callable[[Columns], None]] = None,
     ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
-        if not 0.0 <= self.cfg.alpha <= 1.0 or self.cfg.beta < 0:
-            raise ConfigError(
-                f"replay buffer needs 0 <= alpha <= 1 and beta >= 0, got {self.cfg.alpha=} {self.cfg.beta=}"
-            )
         self._tree = _SumTree(self.capacity)
         self._use_count = np.zeros(self.capacity, dtype=np.int64)
         self._max_priority = 1.0

@@ -7,11 +7,46 @@ import dataclasses
 from typing import Callable, Dict, Mapping, Optional
 
 import numpy as np
-from easydict import EasyDict
 
-from ..errors import ConfigError
-from .base import BufferStats, NaiveReplayBuffer
+from ..config.section import setting
+from .base import BufferStats, NaiveBufferSection, NaiveReplayBuffer
 from .columns import Columns
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentBufferSection(NaiveBufferSection):
+    """Synchronous on-policy data (PPO): whole segments of recent policy versions, handed out and dropped."""
+
+    title = "Replay buffer (type='segment')"
+
+    type: str = setting("segment", doc="synchronous on-policy segments (see naive's type for the others)")
+    max_use: int = setting(1, lo=1, doc="hand a segment to the learner this many times, then drop it")
+    max_staleness: int = setting(
+        0, lo=0, doc="accept rows collected at most this many learner iterations (= policy versions) ago"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutBufferSection(SegmentBufferSection):
+    """Asynchronous on-policy data (IMPALA, APPO): the queued rollouts within a staleness bound, oldest first."""
+
+    title = "Replay buffer (type='rollout')"
+
+    type: str = setting("rollout", doc="asynchronous on-policy rollouts (see naive's type for the others)")
+    replay_buffer_size: int = setting(
+        20000,
+        lo=1,
+        doc="rows waiting for the learner, at most (full: the oldest unused rows are dropped, counted stale)",
+    )
+    max_use: int = setting(1, lo=1, hi=1, doc="hand a row to the learner at most once")
+    max_staleness: int = setting(
+        8,
+        lo=0,
+        doc="""accept rows collected at most this many policy versions (= learner iterations) before the one
+        the learner trains them at. The pipeline alone accounts for ~3 (two batches held by the learner, one chunk
+        in flight), the queue (parallel.commander.rollout_queue_batches) for ~3; the rest is room for a chunk's
+        collection and announcement (flush_interval)""",
+    )
 
 
 class SegmentReplayBuffer(NaiveReplayBuffer):
@@ -26,17 +61,7 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
     ``max_use=1``) a learner at iteration T trains only on rows of policy version T, once.
     """
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(
-            type="segment",
-            replay_buffer_size=20000,
-            seed=0,
-            # hand a segment to the learner this many times, then drop it
-            max_use=1,
-            # accept rows collected at most this many learner iterations (= policy versions) ago
-            max_staleness=0,
-        )
+    section = SegmentBufferSection
 
     def __init__(
         self,
@@ -47,11 +72,6 @@ class SegmentReplayBuffer(NaiveReplayBuffer):
         on_evict: Optional[Callable[[Columns], None]] = None,
     ):
         super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
-        if self.cfg.max_use < 1 or self.cfg.max_staleness < 0:
-            raise ConfigError(
-                f"a segment buffer needs max_use >= 1 and max_staleness >= 0, got "
-                f"{self.cfg.max_use=} {self.cfg.max_staleness=}"
-            )
         self._use_count = np.zeros(self.capacity, dtype=np.int64)
         self.dropped_stale = 0  # rows dropped unused: fell more than max_staleness versions behind
 
@@ -122,36 +142,7 @@ class RolloutReplayBuffer(SegmentReplayBuffer):
     nine).
     """
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(
-            type="rollout",
-            # rows waiting for the learner, at most (full: the oldest unused rows are dropped, counted stale)
-            replay_buffer_size=20000,
-            seed=0,
-            # hand a row to the learner at most once
-            max_use=1,
-            # accept rows collected at most this many policy versions (= learner iterations) before the one the
-            # learner trains them at. The pipeline alone accounts for ~3 (two batches held by the learner, one
-            # chunk in flight), the queue (parallel.commander.rollout_queue_batches) for ~3; the rest is room for
-            # a chunk's collection and announcement (flush_interval)
-            max_staleness=8,
-        )
-
-    def __init__(
-        self,
-        cfg: Optional[Mapping] = None,
-        tb_logger=None,
-        exp_name: str = "default_experiment",
-        instance_name: str = "buffer",
-        on_evict: Optional[Callable[[Columns], None]] = None,
-    ):
-        super().__init__(cfg, tb_logger, exp_name, instance_name, on_evict)
-        if self.cfg.max_use != 1:
-            raise ConfigError(
-                f"policy.other.replay_buffer.max_use must be 1 for a rollout buffer (every row is "
-                f"trained on at most once), got {self.cfg.max_use}"
-            )
+    section = RolloutBufferSection
 
     def push(self, data: Mapping[str, np.ndarray], cur_collector_envstep: int = -1) -> np.ndarray:
         with self._lock:

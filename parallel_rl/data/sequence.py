@@ -4,13 +4,33 @@ episodes (:class:`EpisodeReplayBuffer`); R2D2's replay sequences, built as they 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, List, Mapping, Optional
 
 import numpy as np
-from easydict import EasyDict
 
-from .base import BufferStats, IBuffer, NaiveReplayBuffer
+from ..config.section import setting
+from .base import BufferStats, IBuffer, NaiveBufferSection, NaiveReplayBuffer
 from .columns import Columns, columns_len
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceBufferSection(NaiveBufferSection):
+    """Contiguous same-episode sequences of rows, for library use (the pipelines train on transitions)."""
+
+    title = "Replay buffer (type='sequence')"
+
+    type: str = setting("sequence", doc="same-episode sequences (see naive's type for the others)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeBufferSection(NaiveBufferSection):
+    """Whole episodes, sampled uniformly."""
+
+    title = "Replay buffer (type='episode')"
+
+    type: str = setting("episode", doc="whole episodes (see naive's type for the others)")
+    replay_buffer_size: int = setting(1000, lo=1, doc="episodes the buffer holds; a full buffer drops its oldest")
 
 
 class SequenceReplayBuffer(NaiveReplayBuffer):
@@ -25,9 +45,7 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
     truncation: push a list of episodes, or an ``end`` column, to split those.)
     """
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(type="sequence", replay_buffer_size=20000, seed=0)
+    section = SequenceBufferSection
 
     def __init__(
         self,
@@ -149,9 +167,7 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
 class EpisodeReplayBuffer(IBuffer):
     """Whole episodes (dicts of columns), sampled uniformly; capacity counts episodes."""
 
-    @classmethod
-    def default_config(cls) -> EasyDict:
-        return EasyDict(type="episode", replay_buffer_size=1000, seed=0)
+    section = EpisodeBufferSection
 
     def __init__(
         self,

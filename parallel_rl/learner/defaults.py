@@ -1,11 +1,13 @@
-"""The cluster learner's own section of the run config, ``parallel.learner``: what its process shell
-(:class:`~parallel_rl.learner.shell.LearnerSlave`), data pipeline and data-parallel ranks (:mod:`.aggregator`)
-read, and the launcher's CPU placement. A module of its own: the shell's imports reach the config package (a slave
-compiles the configs it is sent), whose assembly imports this."""
+"""The learner's sections of the run config: ``parallel.learner``, the cluster learner's own (what its process
+shell :class:`~parallel_rl.learner.shell.LearnerSlave`, data pipeline and data-parallel ranks (:mod:`.aggregator`)
+read, and the launcher's CPU placement), and ``policy.learn.learner``, DI-engine's ``BaseLearner`` and its hooks
+(:mod:`.learner`; ``BaseLearner.default_config()`` answers it). A module of its own: the shell's imports reach the
+config package (a slave compiles the configs it is sent), whose assembly imports this."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Dict
 
 from easydict import EasyDict
 
@@ -105,3 +107,30 @@ class LearnerSection(Section):
 def learner_default_config() -> EasyDict:
     """The ``parallel.learner`` section's defaults (the seed name)."""
     return LearnerSection.defaults()
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerHooksSection(Section):
+    """DI-engine's short-form hooks, ``<name>_<position>`` keys (:func:`~.learner.build_learner_hook_by_cfg`). The
+    cluster's learners save through the shared store instead of the save_ckpt hooks (parallel.learner)."""
+
+    title = "Learner hooks"
+
+    load_ckpt_before_run: str = setting("", doc="a checkpoint file to load before the first update (empty: none)")
+    log_show_after_iter: int = setting(500, lo=0, doc="log the learn info every N iterations (0: never)")
+    save_ckpt_after_iter: int = setting(
+        0, lo=0, doc="serial: save iteration_<N>.pt in the experiment's ckpt folder every N iterations (0: never)"
+    )
+    save_ckpt_after_run: bool = setting(True, doc="serial: save a checkpoint when the run ends")
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseLearnerSection(Section):
+    """DI-engine's ``BaseLearner`` (parallel_rl/learner/learner.py), which runs the policy's updates and its hooks
+    in the serial pipeline and in every cluster learner."""
+
+    path = "policy.learn.learner"
+    title = "Learner"
+
+    type: str = setting("base", doc="the learner class: base, or one registered in LEARNER_REGISTRY")
+    hook: Dict[str, Any] = setting(LearnerHooksSection, doc="DI-engine's hooks")

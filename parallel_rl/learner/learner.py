@@ -26,6 +26,7 @@ from easydict import EasyDict
 from ..errors import ConfigError
 from ..registry import Registry
 from ..tblog import add_scalars
+from .defaults import BaseLearnerSection
 
 logger = logging.getLogger(__name__)
 
@@ -165,15 +166,8 @@ class IterCount(int):
 class BaseLearner:
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            type="base",
-            hook=dict(
-                load_ckpt_before_run="",
-                log_show_after_iter=500,
-                save_ckpt_after_iter=0,
-                save_ckpt_after_run=True,
-            ),
-        )
+        """DI-engine's seed name for the ``policy.learn.learner`` section's defaults (:class:`~.defaults.BaseLearnerSection`)."""
+        return BaseLearnerSection.defaults()
 
     def __init__(
         self,

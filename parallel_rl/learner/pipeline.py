@@ -7,22 +7,27 @@ learner trains on the current batch.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from ..collector.defaults import CollectorSection
+from ..data.flows import DataFlow
 from ..data.frames import POOL, is_packed_rows, rebuild_stacks
-from ..errors import ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
+from ..errors import ConfigError, ParallelRLError, PeerUnavailableError, StorageError, StorageFaultError
+from ..policy.spec import policy_spec
 from ..protocol import SampleAnswer, SampleRequest
 from ..runtime import guarded_thread
 from ..slave.phases import PhaseClock
 from ..storage import SharedStorage
 from ..storage.names import parse_chunk_name
 from ..transport import HttpClient, pack_array, unpack_array
+from .defaults import LearnerSection
 
 logger = logging.getLogger(__name__)
 
@@ -281,53 +286,75 @@ def collector_lanes(chunks: List[str], chunk: np.ndarray, row: np.ndarray, env_i
     return lane, rank[chunk] * (int(row.max(initial=0)) + 1) + row
 
 
-class DataPipeline:
-    """Prefetches batches for a learner in a background thread.
+@dataclasses.dataclass(frozen=True)
+class PipelineSection:
+    """What the data pipeline reads of the run config, each value from the typed section that owns it
+    (:meth:`read`). The batch size is not among them: the coordinator answers every sample request with its own
+    data flow's (``policy.learn.batch_size``; on-policy ``policy.collect.n_sample``)."""
 
-    With ``whole_segments`` (on-policy) each batch is one whole segment (at least ``batch_size`` rows of
-    the policy versions the coordinator accepts for the learner's ``train_iter``), and the next one is
-    asked for only after the learner trained on the last (:meth:`trained`): asked for earlier, it
+    prefetch: int  # batches asked for per round trip: parallel.learner.prefetch_batches (on-policy flows: 1)
+    cache_slots: int  # chunks the row cache holds: parallel.learner.chunk_cache_size, or room for a whole round
+    chunk_rows: int  # rows a chunk holds at most: parallel.collector.chunk_size
+
+    def __post_init__(self) -> None:
+        if min(self.prefetch, self.cache_slots, self.chunk_rows) < 1:
+            raise ConfigError(f"a data pipeline needs every value >= 1, got {self!r}")
+
+    @classmethod
+    def read(cls, cfg: Mapping[str, Any], flow: DataFlow) -> "PipelineSection":
+        """From the compiled config ``cfg``'s typed sections (parallel.learner, parallel.collector, the policy's)
+        and the policy's data ``flow``. A round of batches touches at most prefetch * batch_size chunks, and they
+        must fit in the cache at once (a segment: at most one chunk per row)."""
+        learner, collector = LearnerSection.read(cfg), CollectorSection.read(cfg)
+        prefetch = flow.learner_prefetch(learner)
+        round_rows = prefetch * flow.learner_batch_size(policy_spec(cfg["policy"]["type"]).read(cfg))
+        return cls(prefetch, max(learner.chunk_cache_size, round_rows), collector.chunk_size)
+
+
+class DataPipeline:
+    """Prefetches batches for a learner in a background thread: ``section`` (:class:`PipelineSection`) says how
+    many per round trip and how many chunks' rows it caches, ``flow`` (the policy's data flow) what a batch is.
+
+    With the flow's ``whole_segments`` (synchronous on-policy) each batch is one whole segment (at least the
+    coordinator's batch size of rows of the policy versions it accepts for the learner's ``train_iter``), and the
+    next one is asked for only after the learner trained on the last (:meth:`trained`): asked for earlier, it
     would be asked for with the iteration before, by a learner about to be one version further.
     Otherwise each request says how many batches the learner holds untrained (``ahead``: queued, or
     handed over and not trained yet), so the coordinator knows the iteration the answer is trained at.
-    With ``lanes`` (on-policy) a batch's env ids are made distinct per chunk.
+    With the flow's ``lanes`` (on-policy) a batch's env ids are made distinct per chunk.
     """
+
+    buffer = "default"  # the coordinator's replay index (a run has one)
 
     def __init__(
         self,
+        section: PipelineSection,
+        flow: DataFlow,
         client: HttpClient,
         worker_id: str,
         storage: SharedStorage,
-        batch_size: int,
-        prefetch: int,
-        cache_size: int,
-        chunk_rows: int,
-        on_control=None,
-        buffer: str = "default",
-        whole_segments: bool = False,
-        load_rows: bool = True,
+        *,
+        on_control: Optional[Callable[[Dict[str, Any]], None]] = None,
         on_damaged: Optional[Callable[[str, str], None]] = None,
-        lanes: bool = False,
+        load_rows: bool = True,
         clock: Optional[PhaseClock] = None,
     ):
-        """``clock``: where the thread's time goes (background phases sample_request and reading_rows)."""
+        """``client``, ``worker_id``: the learner's link to the coordinator; ``storage``: where the chunks are.
+        ``on_control``: gets each answer's control block; ``on_damaged(name, reason)``: a chunk found damaged;
+        ``load_rows``: hand over rows (False: references, each learner rank reads its own share); ``clock``: where
+        the thread's time goes (background phases sample_request and reading_rows)."""
         self.client, self.worker_id, self.storage = client, worker_id, storage
         self.clock = clock or PhaseClock((), background=("sample_request", "reading_rows"))
-        self.whole_segments = whole_segments
-        self.lanes = lanes
+        self.whole_segments = flow.whole_segments
+        self.lanes = flow.lanes
         self.load_rows = load_rows
-        if whole_segments:
-            prefetch = 1
-        self.batch_size, self.prefetch = batch_size, prefetch
-        self.buffer = buffer
+        self.prefetch = prefetch = section.prefetch
         self.on_control = on_control
         self.train_iter = 0
         self.error: Optional[str] = None
         self.missing_rows = 0
         self.wait_seconds = 0.0
-        # a round of batches touches at most prefetch * batch_size chunks, and they must fit at once (a
-        # segment: at most one chunk per row)
-        self._rows = RowStore(storage, max(cache_size, prefetch * batch_size), chunk_rows, on_damaged)
+        self._rows = RowStore(storage, section.cache_slots, section.chunk_rows, on_damaged)
         # batches put in the queue (the data thread's count) and trained on (the learner's): the difference is
         # what the learner holds untrained, counted without a lock (a late read only overstates it)
         self._put = self._trained = 0
@@ -421,9 +448,8 @@ class DataPipeline:
                 if infos
                 else None
             )
-            body = SampleRequest(
+            body = SampleRequest(  # no batch_size: the coordinator answers with its flow's
                 worker_id=self.worker_id,
-                batch_size=self.batch_size,
                 batches=self.prefetch,
                 train_iter=self.train_iter,
                 ahead=min(256, self._put - self._trained),

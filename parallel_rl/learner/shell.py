@@ -26,7 +26,8 @@ from ..slave.slave import Slave, SlaveTask
 from ..tblog import worker_logger
 from ..transport import ApiError
 from .learner import create_learner, store_saving
-from .pipeline import DataPipeline
+from .defaults import LearnerSection
+from .pipeline import DataPipeline, PipelineSection
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class LearnerSlave(Slave, BaseCommLearner):
 
     def run_training(self, task: SlaveTask, resume: bool) -> Dict[str, Any]:
         """Train until ``task`` is stopped; ``resume``: from the newest good learner state on the shared disk."""
-        cfg, lcfg = self.cfg, self.cfg.parallel.learner
+        cfg = self.cfg
         policy = create_policy(cfg.policy, self.obs_dim, self.action_spec, seed=cfg.seed)
         learner = create_learner(
             store_saving(cfg.policy.learn.learner),
@@ -142,23 +143,18 @@ class LearnerSlave(Slave, BaseCommLearner):
         self.data_stats = (
             {f"{name}s": 0, f"{name}_rows": 0, f"{name}_rows_total": 0, f"{name}_staleness_max": 0} if name else {}
         )
-        batch_size = flow.learner_batch_size(cfg.policy)
         pipeline = DataPipeline(
+            PipelineSection.read(cfg, flow),
+            flow,
             self.coordinator,
             self.worker_id,
             self.storage,
-            batch_size,
-            flow.learner_prefetch(lcfg),
-            int(lcfg.chunk_cache_size),
-            int(cfg.parallel.collector.chunk_size),
             on_control=self.on_control,
-            whole_segments=flow.whole_segments,
-            load_rows=self.loads_rows,
             on_damaged=self.report_damaged_chunk,
-            lanes=flow.lanes,
+            load_rows=self.loads_rows,
             clock=self.clock,
         ).start()
-        publish_every = flow.publish_every(lcfg)
+        publish_every = flow.publish_every(LearnerSection.read(cfg))
         # under the worker id the REST API shows (learner-1; a restarted learner: learner-2, ...)
         self.tb = worker_logger(
             cfg.system,

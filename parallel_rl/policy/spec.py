@@ -48,6 +48,12 @@ class PolicySpec:
         """The ``policy`` section's defaults, a fresh tree each call."""
         return self.typed.defaults() if self.typed else EasyDict(self.section())
 
+    def read(self, cfg: Mapping[str, Any]) -> Any:
+        """The ``policy`` section of the compiled config ``cfg`` as a frozen instance of the algorithm's section
+        (:meth:`~parallel_rl.config.section.Section.read`: ``.learn.batch_size``); an algorithm registered with a
+        defaults function only has no section, and gets the tree's ``policy`` (read by attribute the same)."""
+        return self.typed.read(cfg) if self.typed else cfg["policy"]
+
     @property
     def flow(self) -> str:
         """The data flow its defaults ask for (``replay``, ``segments``, ``async``; parallel_rl.data.flows)."""

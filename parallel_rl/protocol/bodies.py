@@ -153,7 +153,13 @@ class SampleRequest:
     its past batches ride along."""
 
     worker_id: str = wire(doc="the learner")
-    batch_size: int = wire(lo=1, hi=65536, doc="rows per batch (on-policy: the segment's rows)")
+    batch_size: Optional[int] = wire(
+        lo=1,
+        hi=65536,
+        default=None,
+        doc="rows per batch; left out (as the cluster's learners do), the coordinator's own data flow's: "
+        "policy.learn.batch_size, on-policy policy.collect.n_sample (the segment's rows)",
+    )
     batches: int = wire(lo=1, hi=256, default=1)
     train_iter: int = wire(default=0, doc="the learner's iteration")
     ahead: int = wire(
@@ -174,9 +180,9 @@ class SampleRequest:
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "SampleRequest":
-        batch_size = field(body, "batch_size", int)
+        batch_size = field(body, "batch_size", int, required=False)
         batches = field(body, "batches", int, required=False, default=1)
-        if not 1 <= batch_size <= 65536 or not 1 <= batches <= 256:
+        if not 1 <= (1 if batch_size is None else batch_size) <= 65536 or not 1 <= batches <= 256:
             raise ProtocolViolation(
                 f"need 1 <= batch_size <= 65536 and 1 <= batches <= 256, got {batch_size=} {batches=}"
             )
