@@ -55,9 +55,11 @@ def steps_to_solve(config: str, seeds: str, out: str, parallel: int, sets: list)
         return [int(r["env_steps"]) if r["exit"] == "0" else None for r in csv.DictReader(f)]
 
 
-def median(values: list) -> float:
-    solved = [v for v in values if v is not None]
-    return statistics.median(solved) if len(solved) == len(values) else float("nan")
+def summary(values: list) -> tuple:
+    """(median, mean) env steps to solve; NaN where a seed did not solve."""
+    if any(v is None for v in values):
+        return float("nan"), float("nan")
+    return statistics.median(values), statistics.mean(values)
 
 
 def main() -> int:
@@ -110,10 +112,16 @@ def main() -> int:
     shipped = steps_to_solve(config, args.seeds, os.path.join(out, "shipped"), args.parallel, sets)
     found = steps_to_solve(best, args.seeds, os.path.join(out, "best"), args.parallel, [])
     print(f"\nenv steps to the stop value on seeds {args.seeds} (None: not solved within the budget)")
-    print(f"  shipped {args.config} {' '.join(args.set)}: {shipped}  median {median(shipped):g}")
-    print(f"  best trial's config:   {found}  median {median(found):g}")
+    (shipped_median, shipped_mean), (found_median, found_mean) = summary(shipped), summary(found)
+    print(f"  shipped {args.config} {' '.join(args.set)}: {shipped}  median {shipped_median:g} mean {shipped_mean:g}")
+    print(f"  best trial's config:   {found}  median {found_median:g} mean {found_mean:g}")
+    # steps to solve come in evaluations (every eval_freq iterations): one seed's two counts a few steps apart are
+    # the same evaluation
+    faster = sum(f is not None and (s is None or f < s - 100) for f, s in zip(found, shipped))
+    slower = sum(s is not None and (f is None or f > s + 100) for f, s in zip(found, shipped))
     print(
-        f"  best / shipped (medians): {median(found) / median(shipped):.2f}  (below 1: the search found a faster one)"
+        f"  best / shipped: medians {found_median / shipped_median:.2f}, means {found_mean / shipped_mean:.2f}; "
+        f"faster on {faster} seed(s), slower on {slower}, the same evaluation on the rest (below 1: faster)"
     )
     print(f"everything in {out}")
     return 0
