@@ -6,7 +6,8 @@ Each (algorithm, env, pipeline) runs its shipped config as a fresh `parallel-rl`
 (torch's import counted, as a user sees it) and reads the final summary line. The baseline measured
 in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algorithm the service
 shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
-env steps; Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
+env steps (and TD3, reported: both were tests until 2026-11-28, 30-100 s of CPU each: learning runs are
+benchmarks); Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
 -250, serial and cluster (reported); recurrent PPO (issue 29) on CartPole / Pendulum with velocities masked:
 500 / -220 within 100k env steps, and feed-forward PPO on the masked CartPole for contrast; R2D2 (issue 29):
 CartPole with its velocities masked, eval >= 400 within 100k env steps, serial and cluster.
@@ -31,6 +32,7 @@ CASES = {
     "ppo-cartpole-cluster": ("run", "configs/cartpole_ppo_parallel.py"),
     "sac-pendulum-serial": ("serial", "configs/pendulum_sac.py"),
     "sac-pendulum-cluster": ("run", "configs/pendulum_sac_parallel.py"),
+    "td3-pendulum-serial": ("serial", "configs/pendulum_td3.py"),
     "ppo-pendulum-serial": ("serial", "configs/pendulum_ppo.py"),
     "appo-cartpole-serial": ("serial", "configs/cartpole_appo.py"),
     "appo-cartpole-cluster": ("run", "configs/cartpole_appo_parallel.py"),

@@ -141,13 +141,6 @@ def test_coordinator_hands_out_random_warm_up_then_batches_only_once_it_is_in(co
     assert len(batches()) == 2
 
 
-@pytest.mark.slow
-def test_serial_td3_solves_pendulum(tmp_path):
-    proc = run_cli("serial", "-c", "configs/pendulum_td3.py", "--set", f"exp_name={tmp_path / 'exp'}", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
-
-
 @pytest.mark.parametrize(
     "config, env_id",
     [

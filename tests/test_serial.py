@@ -132,13 +132,6 @@ def test_serial_ppo_solves_cartpole(tmp_path):
     )
 
 
-@pytest.mark.slow
-def test_serial_sac_solves_pendulum(tmp_path):
-    proc = run_cli("serial", "-c", "configs/pendulum_sac.py", "--set", f"exp_name={tmp_path / 'exp'}", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1].startswith("solved: eval return")
-
-
 @pytest.mark.parametrize(
     "command, config, sets, match",
     [
