@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # test processes: most tests wait on servers, subprocesses and Docker, so more processes than the 2 cores pay
 PYTEST_WORKERS ?= 4
 
-.PHONY: run serial test test-partitions test-fast lint docs browser docker kubectl netns slurm bench clean
+.PHONY: run serial test test-long test-fast lint docs browser docker kubectl netns slurm bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,12 +27,14 @@ serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
 test: $(STAMP) browser docker kubectl netns slurm lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not partition" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not partition and not multirun" $(PYTEST_ARGS)
 
-# the network-partition tests (tests/test_faults.py): each holds a partition between hosts for 30 s inside a run
-# of two minutes, mostly waiting; CI (.ci/run) runs them after `make test`, which they would push past 10 minutes
-test-partitions: $(STAMP) netns
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m partition $(PYTEST_ARGS)
+# the tests `make test` leaves out to stay under 10 minutes on a 2-core machine; CI (.ci/run) runs them after it:
+# the network-partition tests (tests/test_faults.py: each holds a partition between hosts for 30 s inside a run of two
+# minutes, mostly waiting) and the ones that train many runs, each a process that imports torch (sweeps, searches,
+# PBT, the service's pool: tests/test_lab.py, test_pbt.py, test_runs.py; their bad-input tests stay in `make test`)
+test-long: $(STAMP) netns
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "partition or multirun" $(PYTEST_ARGS)
 
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff];
 # the formatter's check (the tree is formatted: `ruff format .` before committing); then mypy over the typed seams

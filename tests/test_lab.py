@@ -135,6 +135,7 @@ def test_a_grid_over_a_di_engine_key_is_read_as_its_run_key_and_a_bad_value_is_i
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_random_draws_of_the_space_file_run_as_trials(tmp_path, flat_config):
     out = tmp_path / "sweep"
     space = write_space(tmp_path, REWARD_SPACE)
@@ -221,6 +222,7 @@ def test_bad_tune_input_is_one_line_exit_2_and_no_study_is_made(tmp_path, flat_c
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, flat_config):
     from parallel_rl.config import compile_config, load_config_file
 
@@ -251,6 +253,7 @@ def test_tune_writes_its_study_resumes_it_and_writes_the_best_config(tmp_path, f
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_tune_for_solve_steps_minimises_the_median_env_steps_to_the_stop_value_over_seeds(tmp_path, flat_config):
     """--objective solve-steps: a training's value is the env steps at which it reached the stop value (minimised);
     one that never does counts twice the env steps of its whole budget. --seeds 0,1: every trial trains once per
@@ -290,6 +293,7 @@ def test_tune_for_solve_steps_minimises_the_median_env_steps_to_the_stop_value_o
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_clearly_worse_trial_is_pruned_and_its_training_stopped(tmp_path, flat_config):
     out = tmp_path / "tune"
     # the first trial earns 1 a step (eval return 5 from its first evaluation), every later one 0: below the
@@ -328,6 +332,7 @@ def test_a_clearly_worse_trial_is_pruned_and_its_training_stopped(tmp_path, flat
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_path, flat_config):
     out = tmp_path / "sweep"
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
@@ -370,6 +375,7 @@ def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(tmp_path, flat_config):
     out = tmp_path / "tune"
     space = write_space(tmp_path, REWARD_SPACE)
@@ -413,6 +419,7 @@ def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(t
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_cluster_trial_runs_as_parallel_rl_run_and_its_curve_comes_from_the_coordinator_state(tmp_path):
     from tests.test_cluster import TOY_CONFIG
 

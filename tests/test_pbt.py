@@ -85,6 +85,7 @@ def explored(value, how, low, high, integer=False):
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_the_bottom_member_copies_the_top_members_weights_and_hyperparameters_and_continues_from_them(tmp_path, config):
     out = tmp_path / "pbt"
     proc = cli(
@@ -164,6 +165,7 @@ def test_the_bottom_member_copies_the_top_members_weights_and_hyperparameters_an
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_member_whose_training_fails_gets_its_reason_in_the_table_and_the_others_go_on(tmp_path, config):
     out = tmp_path / "pbt"
     proc = cli(
@@ -293,6 +295,7 @@ def test_explore_moves_each_parameter_by_a_factor_or_a_draw_inside_the_space_and
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_ctrl_c_stops_every_member_and_says_where_the_results_are(tmp_path, config):
     out = tmp_path / "pbt"
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
@@ -337,6 +340,7 @@ def test_ctrl_c_stops_every_member_and_says_where_the_results_are(tmp_path, conf
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_resumed_run_trains_with_the_learning_rate_it_is_given_not_the_saved_one(tmp_path):
     """PBT's explore changes a member's learning rate between steps: the resumed run must use the new one (the
     optimizer's saved state once put its own learning rate back)."""

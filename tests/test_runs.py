@@ -81,6 +81,7 @@ def test_the_fair_share_gives_each_run_its_minimum_then_shares_the_rest_by_weigh
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_two_runs_on_one_learner_queue_start_stop_and_move_the_slots(tmp_path, toy_config):
     service, url = serve(tmp_path, tmp_path / "svc", "--learners", "1", "--collectors", "2")
     try:
@@ -127,6 +128,7 @@ def test_two_runs_on_one_learner_queue_start_stop_and_move_the_slots(tmp_path, t
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_bad_input_is_one_line_and_disturbs_nothing(tmp_path, toy_config):
     service, url = serve(tmp_path, tmp_path / "svc")
     try:
@@ -179,6 +181,7 @@ def test_bad_input_is_one_line_and_disturbs_nothing(tmp_path, toy_config):
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_restarted_service_resumes_the_run_it_hosted(tmp_path, toy_config):
     service_dir = tmp_path / "svc"
     service, url = serve(tmp_path, service_dir)
@@ -213,6 +216,7 @@ def test_a_restarted_service_resumes_the_run_it_hosted(tmp_path, toy_config):
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_collectors_are_shared_by_weight_and_the_pool_grows_and_shrinks(tmp_path, toy_config):
     service, url = serve(tmp_path, tmp_path / "svc", "--learners", "2", "--collectors", "3")
 
@@ -302,6 +306,7 @@ def test_fuzz_the_service_routes_answer_4xx_json_never_5xx(service_app, method, 
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_a_sweep_with_service_trains_its_trials_as_runs_on_the_pool(tmp_path, toy_config):
     service, url = serve(tmp_path, tmp_path / "svc", "--learners", "1", "--collectors", "2")
     try:
@@ -366,6 +371,7 @@ FLAT_CLUSTER = TOY_CONFIG.replace(
 
 
 @pytest.mark.slow
+@pytest.mark.multirun
 def test_tune_with_service_searches_on_the_pool_and_each_value_is_the_runs_curve(tmp_path):
     """On the flat env every evaluation returns exactly 5 x the reward drawn, so each trial's value is known."""
     assert "Flat-v0" in FLAT_CLUSTER and "stop_value=None" in FLAT_CLUSTER

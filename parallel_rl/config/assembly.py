@@ -131,6 +131,7 @@ def top_sections(
     from ..coordinator.defaults import CommanderSection, CoordinatorSection
     from ..data.buffer import buffer_section
     from ..entry.defaults import SupervisorSection
+    from ..evaluator.defaults import BattleEvaluatorSection, SerialEvaluatorSection
     from ..envs.defaults import EnvSection
     from ..league import LeagueSection
     from ..learner.defaults import BaseLearnerSection, LearnerSection
@@ -147,6 +148,7 @@ def top_sections(
         *([policy] if policy else []),
         BaseLearnerSection,
         BattleCollectorSection if battle else SerialCollectorSection,
+        BattleEvaluatorSection if battle else SerialEvaluatorSection,
         *([buffer] if buffer else []),
         RunSection,
         SystemSection,

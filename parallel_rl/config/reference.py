@@ -24,10 +24,9 @@ the range or choices shown here with a `ConfigError` naming the key and the valu
 of one section by that section's `check_relations`. A config file states only what differs from these defaults
 (a test fails when a shipped config in `configs/` restates one).
 
-Sections not typed yet (their defaults still come from `default_config()` beside their component, their checks
-from `config/schema.py:validate`): `policy.eval.evaluator`. The replay buffer's section depends on its `type`
-(one table per type below); a two-player game (`env.type='pettingzoo'`) has the two-player collector's section
-and a `league`.
+Every section of the tree is typed. The replay buffer's section depends on its `type` (one table per type
+below); a two-player game (`env.type='pettingzoo'`) has the two-player collector's and evaluator's sections and a
+`league`.
 
 An algorithm is one `PolicySpec` (`parallel_rl/policy/spec.py`: its name, its `"module:Class"`, its `policy`
 section, the action spaces it trains on); `register_policy(PolicySpec(...))` adds your own, its section's fields

@@ -38,19 +38,11 @@ SIDES = ("first", "second")
 class BattleInteractionSerialEvaluator(ISerialEvaluator):
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            # give up on an evaluation after this many seconds (0: no limit)
-            max_seconds=120.0,
-            # built-in bots to evaluate against (parallel_rl.policy.bots: random, lookahead, first_legal)
-            opponents=["random"],
-            # whose results decide the stop ("" = the first opponent)
-            stop_opponent="",
-            # per-side bounds that must hold as well as the mean win rate >= run.stop_value
-            min_win_rate=dict(first=0.0, second=0.0),
-            max_loss_rate=dict(first=1.0, second=1.0),
-            # other opponents' mean win rates that must hold too, e.g. {"random": 0.9} (open: opponent names)
-            min_mean_win_rate=dict(),
-        )
+        """DI-engine's seed name for the two-player ``policy.eval.evaluator`` section's defaults
+        (:class:`~.defaults.BattleEvaluatorSection`)."""
+        from .defaults import BattleEvaluatorSection
+
+        return BattleEvaluatorSection.defaults()
 
     def __init__(
         self,

@@ -180,13 +180,11 @@ class ISerialEvaluator(abc.ABC):
 class InteractionSerialEvaluator(ISerialEvaluator):
     @classmethod
     def default_config(cls) -> EasyDict:
-        return EasyDict(
-            # give up on an evaluation after this many seconds (0: no limit)
-            max_seconds=60.0,
-            # cluster: record one episode as an MP4 into the shared store's videos/ every N evaluations of a
-            # collector (0: never; the env must render rgb_array frames; needs imageio-ffmpeg)
-            record_every=0,
-        )
+        """DI-engine's seed name for the ``policy.eval.evaluator`` section's defaults
+        (:class:`~.defaults.SerialEvaluatorSection`)."""
+        from .defaults import SerialEvaluatorSection
+
+        return SerialEvaluatorSection.defaults()
 
     def __init__(
         self,
