@@ -64,7 +64,8 @@ def cases():
     for policy_type, kind, walked in walks:
         for path, section in walked:
             owner = policy_type if path.startswith("policy") and not kind else "dqn"  # the other sections once
-            where = kind if path in ("policy.other.replay_buffer", "league", "policy.collect.collector") else ""
+            kinds = ("policy.other.replay_buffer", "league", "policy.collect.collector", "policy.eval.evaluator")
+            where = kind if path.startswith(kinds) else ""
             for f in filter(bounded, section.fields()):
                 for value in just_outside(f):
                     out[(owner, where, path, f.name, repr(value))] = value
@@ -105,6 +106,8 @@ def test_the_walk_covers_every_section_and_bounded_key():
         ("rollout", "policy.other.replay_buffer", "max_use"),
         ("episode", "policy.other.replay_buffer", "replay_buffer_size"),
         ("battle", "league", "pfsp_weighting"),
+        ("battle", "policy.eval.evaluator.max_loss_rate", "first"),
+        ("", "policy.eval.evaluator", "record_every"),
     } <= kinds
     assert {
         ("td3", "policy.learn", "policy_noise"),
