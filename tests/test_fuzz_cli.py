@@ -2,8 +2,8 @@
 real parser's sub-commands and options (read from it: a new option is fuzzed without a line here) and random
 values. Whatever comes in, argparse refuses it (exit 2) or the command ends with an exit code and a one-line
 error; never an uncaught exception. Only commands that fail fast: every config given is not one (a missing or
-damaged file), every coordinator refuses connections, and the roles that serve (collector, learner, their ranks)
-are left out."""
+damaged file), every coordinator refuses connections, and the roles that serve (collector, learner, their ranks, the
+service) are left out."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from parallel_rl.cli import build_parser, main
 
-# the roles that serve and wait for a coordinator (a collector retries its registration for 60 s)
-SERVING = {"collector", "learner", "learner-rank"}
+# the roles that serve and wait for a coordinator (a collector retries its registration for 60 s), and the service
+# (`serve --dir D` serves until stopped)
+SERVING = {"collector", "learner", "learner-rank", "serve"}
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: a client's call fails at once
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "cartpole_dqn.py")
 
