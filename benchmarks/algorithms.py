@@ -6,7 +6,7 @@ Each (algorithm, env, pipeline) runs its shipped config as a fresh `parallel-rl`
 (torch's import counted, as a user sees it) and reads the final summary line. The baseline measured
 in the same run is DQN on CartPole (configs/cartpole_dqn.py, serial), the algorithm the service
 shipped first. Targets (2-core machine): CartPole PPO eval >= 195; Pendulum SAC >= -250 within 30k
-env steps (and TD3, reported: both were tests until 2026-11-28, 30-100 s of CPU each: learning runs are
+env steps (and TD3, reported: both were tests until 2026-11-28, 12-17 s each on the idle box and 70-110 s inside the loaded suite: learning runs are
 benchmarks); Pendulum PPO >= -400 (reported only); IMPALA / APPO (issue 26): CartPole 195 and Pendulum
 -250, serial and cluster (reported); recurrent PPO (issue 29) on CartPole / Pendulum with velocities masked:
 500 / -220 within 100k env steps, and feed-forward PPO on the masked CartPole for contrast; R2D2 (issue 29):
