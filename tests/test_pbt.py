@@ -9,18 +9,17 @@ steps have different update counters: a member resumed from another's copied sta
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from tests.support import CliProcess, eventually
+from tests.test_lab import lab as cli  # a `parallel-rl` command to its end, tests.lab_env importable
+from tests.test_lab import table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 16 env steps a collect (2 envs), an evaluation every 4 updates: a step of 32 env steps is exactly 2 collects
@@ -53,22 +52,9 @@ def write_space(tmp_path, body: str = SPACE) -> str:
     return str(path)
 
 
-def cli(*args, cwd, timeout=300):
-    """A `parallel-rl` command run to its end (tests.lab_env importable through PYTHONPATH)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(
-        [sys.executable, "-m", "parallel_rl", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-    )
-
-
 def lineage(out):
     with open(out / "pbt.jsonl") as f:
         return [json.loads(line) for line in f]
-
-
-def table(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def resumed(log_path):
