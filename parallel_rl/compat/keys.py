@@ -117,15 +117,19 @@ def translate(user_cfg: Mapping, mode: str) -> dict:
     return tree
 
 
-def displaced_by(key: str) -> list:
-    """The dotted keys a ``--set key=...`` takes the place of, so that an override wins over the file whichever name
-    either used: ``run.X`` every DI-engine key for X (both modes); a DI-engine key ``run.X`` (the other mode's
-    own key stays, for the other mode). Empty for a key that is no run setting's."""
+def drop_displaced(tree: MutableMapping, key: str) -> None:
+    """Before a ``--set key=...`` lands in ``tree``: remove the keys it takes the place of, so that an override
+    wins over the file whichever name either used: ``run.X`` every DI-engine key for X (both modes); a DI-engine
+    key ``run.X`` (the other mode's own key stays, for the other mode). Nothing for a key that is no run
+    setting's."""
     if key.startswith(RUN + "."):
         name = key.split(".", 1)[1]
-        return sorted({legacy for keys in RUN_KEYS.values() for legacy, n in keys.items() if n == name})
-    names = {keys[key] for keys in RUN_KEYS.values() if key in keys}
-    return [f"{RUN}.{name}" for name in sorted(names)]
+        displaced = {legacy for keys in RUN_KEYS.values() for legacy, n in keys.items() if n == name}
+    else:
+        displaced = {f"{RUN}.{keys[key]}" for keys in RUN_KEYS.values() if key in keys}
+    for other in displaced:
+        if _given(tree, other):
+            _pop(tree, other)
 
 
 def _drop_serial_section(tree: MutableMapping) -> None:

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import runpy
-from typing import Any, Iterable, List, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 from easydict import EasyDict
@@ -222,14 +222,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
     """Apply ``--set`` overrides to a user config (before compile). An override of a run setting wins over the
     file whichever name each gives it (``--set run.max_env_step=N`` over a file's ``serial.max_env_step``, and the
-    other way round: :func:`parallel_rl.compat.keys.displaced_by`)."""
-    from ..compat.keys import displaced_by
+    other way round: :func:`parallel_rl.compat.keys.drop_displaced`)."""
+    from ..compat.keys import drop_displaced
 
     cfg = copy.deepcopy(user_cfg)
     for text in overrides:
         parts, value = parse_override(text)
-        for other in displaced_by(".".join(parts)):
-            _discard(cfg, other.split("."))
+        drop_displaced(cfg, ".".join(parts))
         node = cfg
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -238,15 +237,6 @@ def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
             node = child
         node[parts[-1]] = value
     return cfg
-
-
-def _discard(tree: dict, parts: List[str]) -> None:
-    """Remove the key at ``parts`` from ``tree`` where it is there."""
-    node: Any = tree
-    for part in parts[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        node.pop(parts[-1], None)
 
 
 # a run's copy of its compiled config, in its experiment directory (written when a run starts from Python or the
