@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 import threading
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 from .errors import AuthError, ConfigError, ParallelRLError
 
@@ -402,12 +402,38 @@ def _print_trial(command: str, result) -> None:
     )
 
 
+def _stop_on_signals(stop: Callable[[], None]) -> List[str]:
+    """A lab command's Ctrl-C and SIGTERM: ``stop`` (its trainings save and exit, no more start); the list the
+    signals' names are put in, empty while none came."""
+    from .runtime import on_signals
+
+    heard: List[str] = []
+
+    def heard_one(name: str) -> None:
+        heard.append(name)
+        stop()
+
+    on_signals(heard_one)
+    return heard
+
+
+def _failures_exit(command: str, statuses: Sequence[str], what: str) -> int:
+    """A lab command's exit: 0 when every one is done, else 1 with a line saying how many of them failed."""
+    failed = sum(status != "done" for status in statuses)
+    if failed:
+        print(
+            f"parallel-rl {command}: {failed} of {len(statuses)} {what}(s) failed; their reasons are in the table",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
     from .lab.sweep import COLUMNS, RESULTS_NAME, check_out_dir, check_trials, plan, random_settings, run_sweep
     from .lab.trials import parse_grid, parse_seeds
-    from .runtime import on_signals, signal_exit_code
+    from .runtime import signal_exit_code
 
     seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid)  # before anything is read or runs
     if (args.random is None) != (args.space is None):
@@ -419,13 +445,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     reasons = check_trials(configs, trials)  # an unknown key: exit 2 before anything runs
     runner = _lab_runner(args, configs, out)
     parallel = args.parallel or (len(trials) if args.service else 1)
-    heard: List[str] = []
-
-    def stop(name: str) -> None:
-        heard.append(name)
-        runner.stop_all()
-
-    on_signals(stop)
+    heard = _stop_on_signals(runner.stop_all)
     where = f"on the pool of {args.service}" if args.service else "at a time"
     print(f"sweep: {len(trials)} trial(s), {parallel} {where}, in {out}", flush=True)
     results = run_sweep(trials, reasons, runner, parallel, out, on_result=lambda r: _print_trial("sweep", r))
@@ -439,13 +459,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
         return signal_exit_code(heard[0])
     print(f"sweep: table in {table}", flush=True)
-    failed = sum(r.status != "done" for r in results)
-    if failed:
-        print(
-            f"parallel-rl sweep: {failed} of {len(results)} trial(s) failed; their reasons are in the table",
-            file=sys.stderr,
-        )
-    return 1 if failed else 0
+    return _failures_exit("sweep", [r.status for r in results], "trial")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -453,7 +467,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     from .lab.trials import parse_seeds
     from .lab.tune import TABLE_NAME, Tuner, storage_url
-    from .runtime import on_signals, signal_exit_code
+    from .runtime import signal_exit_code
 
     seeds = parse_seeds(args.seeds)  # before anything is read or runs
     configs, out = _lab_start(args, "tune")
@@ -473,13 +487,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         objective=args.objective,
         seeds=seeds,
     )
-    heard: List[str] = []
-
-    def stop(name: str) -> None:
-        heard.append(name)
-        tuner.interrupt()
-
-    on_signals(stop)
+    heard = _stop_on_signals(tuner.interrupt)
     if configs.cluster and not args.report_every:
         print(
             "tune: cluster trials evaluate at different env steps: pass --report-every ENV_STEPS for the pruner to "
@@ -517,7 +525,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
 
     from .lab.pbt import COLUMNS, LINEAGE_NAME, TABLE_NAME, MemberRunner, PopulationTraining, SearchSpace, parse_options
     from .lab.sweep import check_out_dir
-    from .runtime import on_signals, signal_exit_code
+    from .runtime import signal_exit_code
 
     configs, out = _lab_start(args, "pbt")
     options = parse_options(
@@ -541,13 +549,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         parallel=args.parallel or 1,
         on_event=lambda line: print(line, flush=True),
     )
-    heard: List[str] = []
-
-    def stop(name: str) -> None:
-        heard.append(name)
-        pbt.interrupt()
-
-    on_signals(stop)
+    heard = _stop_on_signals(pbt.interrupt)
     print(
         f"pbt: {options.population} members, {options.generations} generation(s) of {options.interval} env steps "
         f"(to {options.max_env_step}), {args.parallel or 1} at a time, in {out}",
@@ -564,13 +566,7 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         )
         return signal_exit_code(heard[0])
     print(f"pbt: table in {table}, lineage in {os.path.join(out, LINEAGE_NAME)}", flush=True)
-    failed = sum(m.status != "done" for m in members)
-    if failed:
-        print(
-            f"parallel-rl pbt: {failed} of {len(members)} member(s) failed; their reasons are in the table",
-            file=sys.stderr,
-        )
-    return 1 if failed else 0
+    return _failures_exit("pbt", [m.status for m in members], "member")
 
 
 COMMANDS = {
