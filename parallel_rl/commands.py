@@ -176,16 +176,13 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_slave(args: argparse.Namespace) -> int:
     from .transport import token_from_env
     from .entry.roles import slave_class
-    from .runtime import die_with_parent, on_signals, setup_process, signal_exit_code
+    from .runtime import die_with_parent, on_signals, run_storage, setup_process, signal_exit_code
 
     die_with_parent()
     cfg = _load(args)
     _check_port_free(args.host or "127.0.0.1", args.port, args.command)  # before torch's import
-    storage = None
-    if args.shared_dir:  # a store we cannot use fails here, not when the coordinator connects us; before torch too
-        from .storage import SharedStorage
-
-        storage = SharedStorage(args.shared_dir, cfg.parallel.storage_options)
+    # a store we cannot use fails here, not when the coordinator connects us; before torch's import too
+    storage = run_storage(cfg, args.shared_dir) if args.shared_dir else None
     setup_process(cfg, need_torch=True)
     wcfg = cfg.parallel.worker
     slave = slave_class(args.command)(
