@@ -186,6 +186,10 @@ def test_mujoco_sac_config_trains_in_the_cluster(cli, tmp_path):
         "parallel.commander.max_env_step=600",
         "--set",
         "parallel.commander.eval_freq=100",
+        # collectors wait for the learner past the 300 random steps (the default warm-up, 1,000, is more than
+        # the budget: on a loaded box the collector could use all 600 before the learner's first update)
+        "--set",
+        "parallel.commander.warmup_env_steps=300",
         *SHORT,
         "--set",
         "policy.learn.batch_size=64",
