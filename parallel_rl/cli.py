@@ -75,7 +75,8 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable)",
+        help="override a config value, e.g. --set policy.learn.batch_size=128 (repeatable; the value is a JSON "
+        "literal, inf or -inf, else a string)",
     )
 
 

@@ -109,6 +109,9 @@ def test_open_dicts_accept_any_keys():
         ("a=hello", ["a"], "hello"),
         ('a="3"', ["a"], "3"),
         ("a=", ["a"], ""),
+        ("a=inf", ["a"], float("inf")),
+        ("a=-Inf", ["a"], float("-inf")),
+        ("a=infinite", ["a"], "infinite"),
     ],
 )
 def test_parse_override(text, parts, value):
@@ -125,6 +128,12 @@ def test_overrides_apply_before_validation():
     user = apply_overrides({"env": {"stop_value": 1}}, ["env.stop_value=400", "policy.learn.batch_size=128"])
     cfg = compile_config(user)
     assert cfg.run.stop_value == 400 and cfg.policy.learn.batch_size == 128
+
+
+def test_a_stop_value_of_inf_on_the_command_line_trains_to_the_budget():
+    assert compile_config(apply_overrides({"env": {"stop_value": 1}}, ["run.stop_value=inf"])).run.stop_value is None
+    with pytest.raises(ConfigError, match="stop_value"):
+        compile_config(apply_overrides({}, ["run.stop_value=nan"]))
 
 
 def test_load_config_file(tmp_path):

@@ -207,7 +207,8 @@ def load_config_file(path: str) -> dict:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'a.b=3'`` -> (['a', 'b'], 3); the value is a JSON literal, else a string."""
+    """``'a.b=3'`` -> (['a', 'b'], 3); the value is a JSON literal, else ``inf``/``-inf``/``nan`` as Python
+    writes them (a float: ``--set run.stop_value=inf`` trains to the budget, as ``null`` does), else a string."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -215,8 +216,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = json.loads(raw)
     except ValueError:
-        value = raw
+        value = float(raw) if raw.strip().lower() in NON_FINITE else raw
     return key.split("."), value
+
+
+NON_FINITE = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan"}
 
 
 def apply_overrides(user_cfg: dict, overrides: Iterable[str]) -> dict:
