@@ -2,7 +2,8 @@
 `parallel-rl run`s one after another and N at once, in the same invocation on the same box.
 
     .venv/bin/python benchmarks/pool.py [--seeds 5] [--config configs/cartpole_ppo_parallel.py] [--collectors 2]
-        [--pool-learners 2] [--pool-collectors 4] [--only pool sequential concurrent] [--set KEY=VALUE ...]
+        [--pool-learners 2] [--pool-collectors 4] [--budget 20000] [--only pool sequential concurrent]
+        [--set KEY=VALUE ...]
 
 - sequential: `parallel-rl run -c CONFIG --collectors C --set seed=S` for each seed, one after another;
 - concurrent: the same N commands started at once;
@@ -11,10 +12,13 @@
   pool's busy fraction (slot-seconds held by a running worker process / slot-seconds available, while a run ran
   or waited) is read from `GET /api/v1/pool` afterwards.
 
-For each mode: the wall time for all N trainings, how many ended at their stop value (exit 0) or budget (exit 3),
-and the median env steps. Targets (docs/benchmarks.md): the sweep's wall <= 0.8x the better of the other two,
-busy fraction >= 0.85. ``--set`` overrides go to every training (e.g. a small budget:
-``--set parallel.commander.max_env_step=2000``).
+Every training trains ``--budget`` env steps (``run.stop_value=inf``, ``run.max_env_step=BUDGET``): a seed study
+trains every seed to the same budget, and the modes then do the same work. ``--budget 0`` trains each to the
+config's stop value instead; the modes then do not do the same work (how many env steps a synchronous PPO run
+takes to its stop value depends on how late its evaluations come back, which depends on the load: docs/lab.md).
+For each mode: the wall time for all N trainings, their exit codes (0: solved or budget mode, 3: a budget ran out
+before the stop value) and the median env steps. Targets (docs/lab.md): the sweep's wall <= 0.8x the better of the
+other two, busy fraction >= 0.85. ``--set`` overrides go to every training.
 """
 
 from __future__ import annotations
@@ -125,13 +129,13 @@ def pool(args, tmp: str) -> dict:
             timeout=args.timeout * args.seeds,
         )
         wall = time.perf_counter() - start
+        if sweep.returncode not in (0, 1):  # 1: some trial failed (its row says why); else no table at all
+            raise SystemExit(f"the sweep failed (exit {sweep.returncode}): {sweep.stderr.strip()[-2000:]}")
         with urllib.request.urlopen(f"{url}/api/v1/pool", timeout=10) as answer:
             pool_state = json.load(answer)
         with open(os.path.join(out, "results.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
         ends = [(int(r["exit"]) if r["exit"] else None, int(r["env_steps"]) if r["env_steps"] else None) for r in rows]
-        if sweep.returncode not in (0, 1):
-            print(sweep.stdout[-2000:], sweep.stderr[-2000:], file=sys.stderr)
         return {"wall": wall, "ends": ends, "busy_fraction": pool_state["busy_fraction"]}
     finally:
         serve.send_signal(signal.SIGTERM)
@@ -152,8 +156,13 @@ def main() -> int:
     parser.add_argument("--pool-collectors", type=int, default=4, help="the service's collector slots")
     parser.add_argument("--only", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one training may take")
+    parser.add_argument(
+        "--budget", type=int, default=20_000, help="env steps every training trains (0: to the config's stop value)"
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run")
     args = parser.parse_args()
+    if args.budget:
+        args.set = ["run.stop_value=inf", f"run.max_env_step={args.budget}", *args.set]
     os.chdir(ROOT)
     os.environ.setdefault("PARALLEL_RL_TOKEN", secrets.token_urlsafe(24))  # the service's and the sweep's
     results = {}
@@ -177,9 +186,9 @@ def summary(result: dict) -> str:
     codes = [code for code, _ in result["ends"]]
     steps = [s for _, s in result["ends"] if s is not None]
     text = (
-        f"wall {result['wall']:.1f}s, solved {codes.count(0)}, budget {codes.count(3)}, other {codes}"
+        f"wall {result['wall']:.1f}s, exit 0: {codes.count(0)}, exit 3: {codes.count(3)}, other {codes}"
         if any(c not in (0, 3) for c in codes)
-        else f"wall {result['wall']:.1f}s, solved {codes.count(0)}, budget {codes.count(3)}"
+        else f"wall {result['wall']:.1f}s, exit 0: {codes.count(0)}, exit 3: {codes.count(3)}"
     )
     if steps:
         text += f", median env steps {statistics.median(steps):.0f}"
