@@ -191,8 +191,10 @@ def test_a_real_cluster_run_by_its_experiment_directory_or_its_store(tmp_path):
         assert out.returncode == 0, out.stderr
         run, group = read_csv(tmp_path / "c.csv")
         assert (run["group"], run["seed"], group["group"]) == ("toy", "0", "toy")  # the exp_name its state holds
+        # placed at the env steps its policy was trained on (when it was announced), not those when it came back
+        assert 0 < history[-1]["policy_env_steps"] <= history[-1]["env_steps"]
         assert (float(run["final_env_steps"]), float(run["final_score"])) == (
-            history[-1]["env_steps"],
+            history[-1]["policy_env_steps"],
             history[-1]["eval_return"],
         )
     twice = run_cli("compare", str(exp), str(exp / "shared"))

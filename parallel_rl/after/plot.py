@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +40,15 @@ def _coordinator_state(root: str) -> Optional[dict]:
     return None if state is None else state[0]
 
 
+def eval_env_steps(entry: dict) -> Any:
+    """The env steps an evaluation of a cluster run is plotted at: those collected when the evaluated policy was
+    announced (``policy_env_steps``: what it was trained on; the same count whatever the load), else (a state
+    written before the coordinator recorded them, or a version announced before a resume) those collected when
+    the result came back."""
+    steps = entry.get("policy_env_steps")
+    return entry["env_steps"] if steps is None else steps
+
+
 def _from_coordinator_state(root: str) -> Optional[List[dict]]:
     """The eval points of the coordinator state in the store at ``root``."""
     state = _coordinator_state(root)
@@ -49,7 +58,7 @@ def _from_coordinator_state(root: str) -> Optional[List[dict]]:
     try:
         points = [
             {
-                "env_steps": float(p["env_steps"]),
+                "env_steps": float(eval_env_steps(p)),
                 "wall": float(p["t"]),
                 "updates": float(p["train_iter"]),
                 "return": float(p["eval_return"]),

@@ -171,6 +171,9 @@ class Coordinator:
         self.train_iter = 0
         self.policy_version = -1
         self.policy_published_at: Dict[int, float] = {}
+        # the env steps collected when each version was announced: what the evaluated policy was trained on (an
+        # evaluation's result comes back later, after more env steps, the more the busier the box)
+        self.policy_env_steps: Dict[int, int] = {}
         # seconds from a policy's announcement to the first chunk stamped with it
         self.policy_propagation: List[float] = []
         self.learn_info: Dict[str, Any] = {}
@@ -444,6 +447,7 @@ class Coordinator:
                     "t": round(self.uptime, 3),
                     "policy_version": version,
                     "env_steps": self.env_steps,
+                    "policy_env_steps": self.policy_env_steps.get(version),
                     "train_iter": self.train_iter,
                     "eval_return": mean,
                     "train_return": json_number(mean_return(self.train_returns)),

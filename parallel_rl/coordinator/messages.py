@@ -62,6 +62,7 @@ class RunCounters(Protocol):
     policy_version: int
     train_returns: Deque[float]
     policy_published_at: Dict[int, float]  # version -> when it was announced
+    policy_env_steps: Dict[int, int]  # version -> the run's env steps when it was announced
     policy_propagation: List[float]  # seconds from an announcement to the first chunk stamped with it
     learn_info: Dict[str, Any]
 
@@ -372,8 +373,11 @@ class MessageTable:
             if version > c.policy_version:
                 c.policy_version = version
                 c.policy_published_at[version] = time.time()
+                c.policy_env_steps[version] = c.env_steps
                 for old in [v for v in c.policy_published_at if v < version - 1000]:
                     del c.policy_published_at[old]
+                for old in [v for v in c.policy_env_steps if v < version - 1000]:
+                    del c.policy_env_steps[old]
         self.flow.notify_progress()  # throttled collectors pick the new policy up now
         self._kick()
 

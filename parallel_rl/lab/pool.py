@@ -101,10 +101,14 @@ class PoolRunner:
 
 def _points(curve: List[dict], seen: List[EvalPoint]) -> List[EvalPoint]:
     """The evaluations of a run's curve (``GET /api/v1/runs/<id>``) after those in ``seen``."""
+    from ..after.plot import eval_env_steps
+
     last = seen[-1].env_steps if seen else -1
     points = []
     for entry in curve:
-        steps, value = entry.get("env_steps"), entry.get("eval_return")
+        if not isinstance(entry, dict) or "env_steps" not in entry:
+            continue
+        steps, value = eval_env_steps(entry), entry.get("eval_return")
         if isinstance(steps, int) and isinstance(value, (int, float)) and math.isfinite(value) and steps > last:
             points.append(EvalPoint(steps, float(value)))
             last = steps

@@ -78,6 +78,7 @@ class TrialResult:
             "env_steps": self.env_steps,
             "wall_s": round(self.wall, 1),
             "note": self.note,
+            "dir": self.exp_dir,
         }
 
 

@@ -21,6 +21,7 @@ from .trials import Trial, TrialConfigs, grid_settings, load_space, space_settin
 logger = logging.getLogger(__name__)
 
 COLUMNS = ["trial", "settings", "seed", "status", "exit", "eval_return", "env_steps", "wall_s", "note"]
+CSV_COLUMNS = [*COLUMNS, "dir"]  # the CSV also names each trial's run directory (on a pool: the service's)
 RESULTS_NAME = "results.csv"
 
 
@@ -99,7 +100,7 @@ def run_sweep(
         for result in pool.map(run_one, runnable):
             results[result.trial.number] = result
     ordered = [results[trial.number] for trial in trials]
-    write_table(os.path.join(out_dir, RESULTS_NAME), [r.row() for r in ordered], COLUMNS)
+    write_table(os.path.join(out_dir, RESULTS_NAME), [r.row() for r in ordered], CSV_COLUMNS)
     return ordered
 
 

@@ -197,10 +197,15 @@ class Tuner:
 
     def _value(self, result: TrialResult) -> float:
         """One training's value: its final eval return, or (solve-steps) its env steps to the stop value (exit 0
-        with a stop value: solved, at its last evaluation; 3: the budget ran out first, and it ranks behind every
-        one that solved within that budget)."""
+        with a stop value: solved, at its first evaluation at the stop value, a cluster run's counted when the
+        evaluated policy was announced, see :func:`~parallel_rl.after.plot.eval_env_steps`; 3: the budget ran out
+        first, and it ranks behind every one that solved within that budget)."""
         if self.objective == "solve-steps":
-            return float(result.env_steps if result.exit_code == 0 else 2 * (result.env_steps or 0))
+            if result.exit_code == 0:  # the first evaluation at the stop value (a cluster run's: its policy's steps)
+                stop = self.configs.base.run.stop_value
+                solved = [p.env_steps for p in result.curve if p.eval_return >= stop]
+                return float(solved[0] if solved else result.env_steps)
+            return float(2 * (result.env_steps or 0))
         return result.eval_return
 
     @property
