@@ -24,6 +24,7 @@ other two, busy fraction >= 0.85. ``--set`` overrides go to every training.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY = re.compile(r"env_steps=(\d+) train_iter=")
@@ -90,20 +92,23 @@ def concurrent(args, tmp: str) -> dict:
     return {"wall": time.perf_counter() - start, "ends": ends}
 
 
-def pool(args, tmp: str) -> dict:
-    service_dir = os.path.join(tmp, "service")
+@contextlib.contextmanager
+def service(tmp: str, learners: int, collectors: int) -> Iterator[str]:
+    """`parallel-rl serve --dir TMP/service` with that pool, its URL while the block runs; SIGTERM after it. The
+    service and this process's clients (sweep, tune) share one token (PARALLEL_RL_TOKEN, made here if unset)."""
+    os.environ.setdefault("PARALLEL_RL_TOKEN", secrets.token_urlsafe(24))
     log = open(os.path.join(tmp, "serve.log"), "w+")
     serve = subprocess.Popen(
         cli(
             "serve",
             "--dir",
-            service_dir,
+            os.path.join(tmp, "service"),
             "--port",
             "0",
             "--learners",
-            str(args.pool_learners),
+            str(learners),
             "--collectors",
-            str(args.pool_collectors),
+            str(collectors),
         ),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -119,6 +124,19 @@ def pool(args, tmp: str) -> dict:
             found = re.search(r"^REST API: (http://\S+)/api/v1$", log.read(), re.M)
             url = found.group(1) if found else None
             time.sleep(0.1)
+        yield url
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(90)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait(10)
+        log.close()
+
+
+def pool(args, tmp: str) -> dict:
+    with service(tmp, args.pool_learners, args.pool_collectors) as url:
         start = time.perf_counter()
         sets = [a for o in args.set for a in ("--set", o)]
         out = os.path.join(tmp, "sweep")
@@ -137,14 +155,6 @@ def pool(args, tmp: str) -> dict:
             rows = list(csv.DictReader(f))
         ends = [(int(r["exit"]) if r["exit"] else None, int(r["env_steps"]) if r["env_steps"] else None) for r in rows]
         return {"wall": wall, "ends": ends, "busy_fraction": pool_state["busy_fraction"]}
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(90)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait(10)
-        log.close()
 
 
 def main() -> int:
@@ -164,7 +174,6 @@ def main() -> int:
     if args.budget:
         args.set = ["run.stop_value=inf", f"run.max_env_step={args.budget}", *args.set]
     os.chdir(ROOT)
-    os.environ.setdefault("PARALLEL_RL_TOKEN", secrets.token_urlsafe(24))  # the service's and the sweep's
     results = {}
     with tempfile.TemporaryDirectory(prefix="pool-bench-") as tmp:
         for mode in args.only:
