@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import math
 import os
 import sys
@@ -481,9 +482,11 @@ def cmd_serial(args: argparse.Namespace) -> int:
     from .entry.serial import serial_pipeline
     from .errors import ConfigError
     from .progress import ProgressReporter
-    from .runtime import outcome_exit_code, setup_process
+    from .runtime import die_with_parent, outcome_exit_code, setup_process
 
     from .envs.fit import check_env_fits
+
+    die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
 
     cfg = load_config(args.config, args.overrides, mode="serial")
     check_env_fits(cfg)

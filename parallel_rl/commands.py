@@ -7,6 +7,7 @@ import argparse
 import datetime
 import json
 import logging
+import signal
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Sequence
@@ -64,9 +65,10 @@ def _check_port_free(host: str, port: int, role: str) -> None:
 # ---- roles ---------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from .entry import forkserver
-    from .runtime import on_signals
+    from .runtime import die_with_parent, on_signals
 
     on_signals()  # SIGINT/SIGTERM are heard from here on (never a KeyboardInterrupt); the launcher acts on them
+    die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
     forkserver.start()  # its imports (torch, gymnasium, the roles) overlap the coordinator's boot
     try:
         from .entry.launcher import run_local_cluster

@@ -433,3 +433,56 @@ def test_a_cluster_trial_runs_as_parallel_rl_run_and_its_curve_comes_from_the_co
     assert float(row["eval_return"]) >= 0.5  # solved: the curve's last evaluation reached the stop value
     assert (out / "trial_000" / "shared" / "coordinator").is_dir()
     assert "REST API: http://" in (out / "trial_000.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_with_sigkill_leaves_no_training_running_and_the_training_saved(tmp_path, flat_config):
+    from tests.test_signals import descendants
+
+    out = tmp_path / "sweep"
+    state = out / "trial_000" / "ckpt" / "serial_state.pt"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    # a training that evaluates (and prints) once, at its start, and then trains its whole budget quietly: only
+    # the sweep's death can end it early
+    sweep = CliProcess(
+        tmp_path,
+        "sweep",
+        "sweep",
+        "-c",
+        flat_config,
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+        "--set",
+        "serial.max_train_iter=0",
+        "--set",
+        "serial.max_env_step=100000000",
+        "--set",
+        "run.eval_freq=1000000000",
+        env=env,
+        cwd=str(tmp_path),
+        new_session=True,
+    )
+    try:
+        eventually(state.exists, timeout=120, message="the training's state saved after its first evaluation")
+        trainings = descendants(sweep.pid)
+        saved = state.stat().st_mtime_ns
+        os.kill(sweep.pid, signal.SIGKILL)
+        eventually(
+            lambda: not any(_alive(pid) for pid in trainings),
+            timeout=60,
+            message="the training ending after its sweep was killed",
+        )
+    finally:
+        sweep.stop()
+    assert state.stat().st_mtime_ns > saved  # it saved on the way out: what it trained is there for --resume
+
+
+def _alive(pid: int) -> bool:
+    """Not gone and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -244,6 +244,9 @@ def serial_pipeline(
             policy.flow.train_on_collected(learner, buffer, data, learn, collector.envstep)
         learner.call_hook("after_run")
         save_state()
+    except KeyboardInterrupt:  # Ctrl-C (and a lab trial whose sweep died): what it trained is kept for --resume
+        save_state()
+        raise
     finally:
         collector.close()
         evaluator.close()

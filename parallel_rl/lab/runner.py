@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
 from ..errors import ConfigError
+from ..runtime import PARENT_ENV
 from .trials import Trial
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,9 @@ class ProcessRunner:
             os.makedirs(self.out_dir, exist_ok=True)
             log_path = f"{exp_dir}.log"
             log = open(log_path, "w", buffering=1)  # line by line: the log is followed as it grows
-            # a session of its own: Ctrl-C at a terminal reaches the sweep, which stops each training itself
+            # a session of its own: Ctrl-C at a terminal reaches the sweep, which stops each training itself; and
+            # the training gets SIGINT if the sweep dies (SIGKILL too: die_with_parent; the kernel sends it when
+            # this thread ends, and this thread waits for the training)
             proc = subprocess.Popen(
                 self.command(trial, exp_dir),
                 stdout=subprocess.PIPE,
@@ -131,6 +134,7 @@ class ProcessRunner:
                 text=True,
                 bufsize=1,
                 start_new_session=True,
+                env={**os.environ, PARENT_ENV: str(os.getpid())},
             )
             self._running[trial.number] = proc
         logger.info("lab: trial %d started (pid %d): %s; log %s", trial.number, proc.pid, trial.label(), log_path)
