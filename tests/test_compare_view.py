@@ -13,6 +13,7 @@ import pytest
 import requests
 from scipy.stats import trim_mean
 
+from tests.support import eventually
 from tests.test_compare import read_csv, run_cli
 from tests.test_runs import AUTH, serve
 
@@ -127,7 +128,10 @@ def test_bad_queries_are_one_line_4xx_and_a_closed_run_needs_the_token(service):
         "runs=run-1&at_env_step=50": (400, "no evaluation at or before env step 50"),
         "runs=run-1&runs=run-2": (400, "'runs' is given twice"),
         "runs=run-1&color=red": (400, "unknown query parameter 'color'"),
-        "runs=run-1,run-8": (409, "run-8"),  # failed before its first evaluation: nothing to compare yet
+        "runs=run-1,run-8": (
+            409,
+            "run-8 has no evaluation yet",
+        ),  # failed before its first evaluation: nothing to compare yet
         "runs=run-1,run-7": (401, ""),  # its config closes reads: not shown without the token
     }
     for query, (status, words) in cases.items():
@@ -138,3 +142,72 @@ def test_bad_queries_are_one_line_4xx_and_a_closed_run_needs_the_token(service):
     assert compare(url, "runs=run-1,run-7&group=name", AUTH).json()["groups"][1]["iqm"] == 3.0
     listed = {r["id"]: r for r in requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]}
     assert "last_eval_return" not in listed["run-7"]  # the list shows it, without its numbers, as before
+
+
+@pytest.mark.slow
+def test_the_compare_view_lists_runs_and_draws_the_ticked_ones(service, tmp_path):
+    """Headless Chromium on the service's /: tick run-1..run-6, see the two groups' bands drawn, the IQM table
+    and the CSV link; tick run-8 too: the endpoint's one line shows instead."""
+    from tests.test_observability import chrome
+
+    url, _ = service
+    browser = chrome()
+    try:
+        browser.set_page_load_timeout(30)
+        browser.get(url + "/")
+
+        def rows():
+            found = browser.find_elements("css selector", "#runs tbody tr[data-run-id]")
+            return found if len(found) == 8 else None
+
+        listed = eventually(rows, timeout=20, message="8 run rows")
+        assert [r.get_attribute("data-run-id") for r in listed] == [f"run-{i}" for i in range(1, 9)]
+        assert [c.text for c in listed[0].find_elements("css selector", "td")][1:] == [
+            "run-1",
+            "cart_s0",
+            "solved",
+            "0",
+            "–",
+        ]  # the row the service lists (its saved numbers: none here, the state files were written by hand)
+        for run_id in [f"run-{i}" for i in range(1, 7)]:
+            box = f'#runs tr[data-run-id="{run_id}"] input[type=checkbox]'
+            eventually(lambda: browser.find_elements("css selector", box), timeout=10, message=run_id)
+            browser.execute_script("arguments[0].click()", browser.find_element("css selector", box))
+        wanted = "runs=run-1,run-2,run-3,run-4,run-5,run-6&group=config"
+        eventually(
+            lambda: browser.execute_script("return document.body.dataset.compared") == wanted,
+            timeout=30,
+            message="the six runs compared",
+        )
+        table = {
+            r.get_attribute("data-group"): r.find_element("css selector", "td.iqm").text
+            for r in browser.find_elements("css selector", "#iqm tbody tr")
+        }
+        assert table == {"cart": "5", "ppo": "7"}  # trim_mean(CART, 0.25) and the single run's score
+        assert browser.find_element("id", "csv").get_attribute("href").endswith(f"/api/v1/compare?{wanted}&format=csv")
+        # both groups drew: count painted pixels of each group's colour on uPlot's canvas (line and band)
+        painted = browser.execute_script("""
+            const c = document.querySelector('#curve-chart canvas');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            const near = (i, r, g, b) => Math.abs(d[i] - r) < 40 && Math.abs(d[i + 1] - g) < 40 && Math.abs(d[i + 2] - b) < 40;
+            let blue = 0, orange = 0;
+            for (let i = 0; i < d.length; i += 4) {
+              if (d[i + 3] < 200) continue;
+              if (near(i, 0x17, 0x5c, 0xd3)) blue++; else if (near(i, 0xf7, 0x90, 0x09)) orange++;
+            }
+            return [blue, orange];""")
+        assert painted[0] > 100 and painted[1] > 100, painted
+        shot = tmp_path / "compare.png"
+        browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        browser.execute_script(
+            "arguments[0].click()",
+            browser.find_element("css selector", '#runs tr[data-run-id="run-8"] input[type=checkbox]'),
+        )
+        error = eventually(
+            lambda: browser.find_element("id", "compare-error").text, timeout=30, message="the 409's line"
+        )
+        assert error.startswith("/compare: run-8 has no evaluation yet"), error
+        assert not browser.find_elements("css selector", "#iqm tbody tr, #curve-chart canvas")  # nothing stale
+    finally:
+        browser.quit()

@@ -177,10 +177,15 @@ def make_groups(
         if name in groups:
             raise ConfigError(f"--group {name} is given twice; give each group one --group NAME=DIR,DIR,...")
         groups[name] = Group(name, [load_run(d, names.get(d)) for d in dirs])
+    return group_runs([load_run(d, names.get(d)) for d in run_dirs], group_by, groups)
+
+
+def group_runs(runs: List[Run], group_by: str, groups: Optional[Dict[str, Group]] = None) -> List[Group]:
+    """``runs`` (read) grouped by ``group_by`` after the ``groups`` given by name, in the order first seen."""
+    groups = dict(groups or {})
     keyed: Dict[str, List[Run]] = {}
-    for run_dir in run_dirs:
-        run = load_run(run_dir, names.get(run_dir))
-        key = group_key(run_dir)[0] if group_by == "config" else SEED_SUFFIX.sub("", run.name)
+    for run in runs:
+        key = group_key(run.run_dir)[0] if group_by == "config" else SEED_SUFFIX.sub("", run.name)
         keyed.setdefault(key, []).append(run)
     for runs in keyed.values():
         label = unique = group_label(runs)
@@ -444,11 +449,18 @@ def service_comparison(runs: Sequence[Tuple[str, str, str]], query) -> object:
     (a :class:`~parallel_rl.protocol.CompareQuery`, already checked: its caps bound the work) asks; the JSON
     (a dict) or the CSV (a str). A run that cannot be read (no evaluation yet, a damaged state) is a 409 naming
     it; an ``at_env_step`` before a run's first evaluation a 400."""
-    dirs = [run_dir for _, run_dir, _ in runs]
+    read = []
+    for run_id, run_dir, name in runs:
+        if not os.path.isdir(run_dir):
+            raise ConflictError(f"{run_id} has no evaluation yet (it never started); compare it after its first one")
+        try:
+            read.append(load_run(run_dir, name))
+        except ConfigError as exc:
+            raise ConflictError(f"{run_id} cannot be compared yet: {exc}") from None
     try:
-        groups = make_groups(dirs, (), query.group, {run_dir: name for _, run_dir, name in runs})
-    except ConfigError as exc:
-        raise ConflictError(f"cannot compare these runs yet: {exc}") from None
+        groups = group_runs(read, query.group)
+    except ConfigError as exc:  # its config.json damaged
+        raise ConflictError(f"cannot group these runs: {exc}") from None
     try:
         step = summarise(groups, query.at_env_step, query.reps, query.seed)
     except ConfigError as exc:
