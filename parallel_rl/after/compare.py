@@ -32,11 +32,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ConfigError, ConflictError, RequestRefused
+from ..protocol import COMPARE_GROUPS
 from .plot import group_key, run_history, run_name
 
 logger = logging.getLogger(__name__)
 
-GROUP_BY = ("config", "name")
+GROUP_BY = COMPARE_GROUPS  # what --group-by and the service's group= take
 CONFIDENCE = 0.95
 MAX_REPS = 1_000_000  # rliable's default is 50,000
 BATCH_VALUES = 10_000_000  # resampled values held at once (80 MB)
@@ -150,14 +151,10 @@ def parse_group(text: str) -> Tuple[str, List[str]]:
     return name.strip(), runs
 
 
-def make_groups(
-    run_dirs: Sequence[str], named: Sequence[str], group_by: str = "config", names: Optional[Dict[str, str]] = None
-) -> List[Group]:
+def make_groups(run_dirs: Sequence[str], named: Sequence[str], group_by: str = "config") -> List[Group]:
     """The runs, read and grouped: ``named`` (``--group NAME=DIR,...``) as given, the others by ``group_by``
     (``config``: the same config apart from exp_name and seed, else the same name without its seed suffix;
-    ``name``: the same name without its seed suffix), in the order first seen. ``names``: run directory -> its
-    name, where it is not the one :func:`load_run` finds."""
-    names = names or {}
+    ``name``: the same name without its seed suffix), in the order first seen."""
     if group_by not in GROUP_BY:
         raise ConfigError(f"--group-by must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
     explicit = [parse_group(text) for text in named]
@@ -176,8 +173,8 @@ def make_groups(
     for name, dirs in explicit:
         if name in groups:
             raise ConfigError(f"--group {name} is given twice; give each group one --group NAME=DIR,DIR,...")
-        groups[name] = Group(name, [load_run(d, names.get(d)) for d in dirs])
-    return group_runs([load_run(d, names.get(d)) for d in run_dirs], group_by, groups)
+        groups[name] = Group(name, [load_run(d) for d in dirs])
+    return group_runs([load_run(d) for d in run_dirs], group_by, groups)
 
 
 def group_runs(runs: List[Run], group_by: str, groups: Optional[Dict[str, Group]] = None) -> List[Group]:
@@ -435,11 +432,10 @@ def compare(
     at_env_step: Optional[float] = None,
     reps: int = 2000,
     seed: int = 0,
-    names: Optional[Dict[str, str]] = None,
 ) -> Comparison:
     """Read and group the runs (:func:`make_groups`), score them (:func:`summarise`): ConfigError naming the
     first run or option that stops it, before anything is computed for the others."""
-    groups = make_groups(run_dirs, named, group_by, names)
+    groups = make_groups(run_dirs, named, group_by)
     step = summarise(groups, at_env_step, reps, seed)
     return Comparison(groups, step, at_env_step, reps, seed)
 
