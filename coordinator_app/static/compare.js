@@ -10,6 +10,7 @@ const g6 = (x) => (x === null || x === undefined) ? "–" : String(Number(x.toPr
 const COLORS = ["#175cd3", "#f79009", "#12b76a", "#7a5af8", "#f04438", "#ee46bc", "#0e9384", "#667085"];
 const ticked = new Set();
 let shown = "", plot = null;  // the query drawn now, and its chart
+let steps = "", compared = 0;  // the ticked runs' states and env steps when last compared, and when
 
 async function get(path) {
   const response = await fetch(`${API}${path}`, {cache: "no-store"});
@@ -122,22 +123,27 @@ async function refreshCompare(force = false) {
     $("scored").textContent = `· final scores at env step ${fmt(c.env_step)} (${c.scored_at}); ` +
       `${c.reps} resamples`;
     $("compare-error").textContent = "";
+    compared = Date.now();
     document.body.dataset.compared = query;
   } catch (err) {
     if (shown === query) clearCompare(err.message);  // nothing stale beside the one line that says why
   }
 }
 
-let steps = "";  // the ticked runs' env steps when last compared: new evaluations are compared again
+// the ticked runs that train are compared again as they go, at most every RECOMPARE_MS (a comparison costs the
+// service CPU: up to a second at its caps)
+const RECOMPARE_MS = 10000;
 async function refresh() {
   try {
     const [{runs}, pool] = await Promise.all([get("/runs"), get("/pool")]);
     renderRuns(runs);
     $("pool").textContent = `${pool.learners} learner · ${pool.collectors} collector slots`;
-    const now = runs.filter((r) => ticked.has(r.id)).map((r) => `${r.id}:${r.env_steps}`).join(" ");
-    const changed = now !== steps;
-    steps = now;
-    if (changed && shown) await refreshCompare(true);
+    const now = runs.filter((r) => ticked.has(r.id)).map((r) => `${r.id}:${r.state}:${r.env_steps}`).join(" ");
+    if (now !== steps && shown && Date.now() - compared > RECOMPARE_MS) {
+      steps = now;
+      compared = Date.now();
+      await refreshCompare(true);
+    }
     $("error").textContent = "";
     document.body.dataset.updated = String(Date.now());
   } catch (err) {
