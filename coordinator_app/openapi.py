@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from parallel_rl import protocol
 from parallel_rl.transport import PACKED_DTYPES
@@ -733,6 +733,29 @@ def openapi_document(version: str) -> Dict[str, Any]:
     }
 
 
+def _query_params(cls) -> List[Dict[str, Any]]:
+    """The query parameters of a query dataclass (``protocol.CompareQuery``): names, types, limits and docs from its
+    fields (a list travels comma-separated, as one string)."""
+    params = []
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        schema = {"type": "string"} if typing.get_origin(hint) is list else _type_schema(hint)
+        schema.pop("nullable", None)
+        for key, name in (("lo", "minimum"), ("hi", "maximum")):
+            if f.metadata.get(key) is not None:
+                schema[name] = f.metadata[key]
+        choices = {"group": protocol.COMPARE_GROUPS, "format": protocol.COMPARE_FORMATS}.get(f.name)
+        if choices:
+            schema["enum"] = list(choices)
+        if f.default is not dataclasses.MISSING and f.default is not None:
+            schema["default"] = f.default
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        params.append(
+            {"name": f.name, "in": "query", "required": required, "description": f.metadata["doc"], "schema": schema}
+        )
+    return params
+
+
 def service_openapi_document(version: str) -> Dict[str, Any]:
     """The OpenAPI document of the service (``parallel-rl serve``: runs and the pool), at its
     ``/api/v1/openapi.json``; each run's coordinator serves :func:`openapi_document` on its own port."""
@@ -797,6 +820,39 @@ def service_openapi_document(version: str) -> Dict[str, Any]:
             },
         },
     }
+    number = {"type": "number", "nullable": True}
+    comparison = {
+        "type": "object",
+        "properties": {
+            "env_step": {"type": "number", "description": "the env step every run is scored at"},
+            "scored_at": {"type": "string", "description": "at_env_step, or the smallest final env step"},
+            "reps": {"type": "integer"},
+            "seed": {"type": "integer"},
+            "confidence": {"type": "number"},
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "runs": {"type": "array", "items": {"type": "object"}, "description": "id, final score"},
+                        "iqm": number,
+                        "ci": {"type": "array", "items": number, "description": "[low, high], 95 %"},
+                        "median": number,
+                        "mean": number,
+                        "note": {"type": "string"},
+                        "curve": {
+                            "type": "object",
+                            "description": "the mean over runs and its 95 % bootstrap band on a common env-step grid",
+                            "properties": {
+                                k: {"type": "array", "items": number} for k in ("env_steps", "mean", "low", "high")
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    }
     collection = {"name": "collection", "in": "path", "required": True, "schema": {"type": "string"}}
     workers = {"type": "object", "additionalProperties": {"type": "array", "items": _ref("Worker")}}
     paths = {
@@ -829,6 +885,26 @@ def service_openapi_document(version: str) -> Dict[str, Any]:
                 "security": AUTH,
                 "responses": {"200": _json(_ref("Run"), "the run"), **_errors("401", "403", "404")},
             },
+        },
+        "/compare": {
+            "get": {
+                "summary": "groups of runs as `parallel-rl compare` reports them: final scores as IQM with a 95 % "
+                "bootstrap CI, mean curves with 95 % bootstrap bands; format=csv: the CLI's CSV. A run whose config "
+                "closes reads (auth_read) needs the token",
+                "parameters": _query_params(protocol.CompareQuery),
+                "responses": {
+                    "200": {
+                        "description": "per group: runs, iqm, ci, median, mean, note, curve (env_steps, mean, low, "
+                        "high); the CSV with format=csv",
+                        "content": {
+                            "application/json": {"schema": _ref("Comparison")},
+                            "text/csv": {"schema": {"type": "string"}},
+                        },
+                    },
+                    **_errors("400", "401", "403", "404"),
+                    "409": _json(_ref("Error"), "a run has no evaluation to compare yet"),
+                },
+            }
         },
         "/pool": {
             "get": {
@@ -863,6 +939,9 @@ def service_openapi_document(version: str) -> Dict[str, Any]:
     return {
         **base,
         "info": {**base["info"], "title": "parallel_rl service (runs and the pool)"},
-        "components": {**base["components"], "schemas": {**schemas, "Run": run, "Pool": pool}},
+        "components": {
+            **base["components"],
+            "schemas": {**schemas, "Run": run, "Pool": pool, "Comparison": comparison},
+        },
         "paths": paths,
     }

@@ -2,13 +2,16 @@
 ``/api/v1``. Each run's own coordinator keeps serving every endpoint of a one-run cluster on its own port (the
 ``url`` of the run). The token rules are the coordinator's: mutating calls need ``Authorization: Bearer
 <PARALLEL_RL_TOKEN>``; read-only calls are open. The service object (``parallel_rl.service.Service``) is kept in
-``app.extensions``; the views stay thin."""
+``app.extensions``; the views stay thin. ``GET /api/v1/compare`` is computed by the function ``parallel-rl serve``
+hands the app (``parallel_rl.after.compare.service_comparison``, above this layer); the compare view is at ``/``."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Flask, current_app, jsonify, request
+from typing import Callable, Optional
 
-from parallel_rl.protocol import Registration, RunSubmission
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+
+from parallel_rl.protocol import CompareQuery, Registration, RunSubmission
 from parallel_rl.transport import ApiError, check_token, install_json_errors, json_body
 from parallel_rl.transport.strangers import bearer_refusal
 
@@ -75,6 +78,24 @@ def stop_run(run_id: str):
     return jsonify(service.row(service.stop(run_id)))
 
 
+@bp.get("/compare")
+def compare():
+    """Groups of runs as ``parallel-rl compare`` reports them (IQM with a 95 % bootstrap CI, mean curves with
+    bands), JSON or its CSV; a run whose config closes its reads needs the token, as ``GET /runs/<id>``."""
+    query = CompareQuery.from_query(request.args)
+    service = _service()
+    records = [service.record(run_id) for run_id in query.runs]  # 404 naming the first unknown id
+    if any(record.auth_read for record in records):
+        _require_token()
+    computed = current_app.extensions.get("parallel_rl.compare")
+    if computed is None:
+        raise ApiError(503, "unavailable", "this app computes no comparisons: `parallel-rl serve` serves them")
+    out = computed([(r.run_id, service.directory(r.run_id), r.name) for r in records], query)
+    if query.format == "csv":
+        return Response(out, mimetype="text/csv", headers={"Content-Disposition": 'attachment; filename="compare.csv"'})
+    return jsonify(out)
+
+
 @bp.get("/pool")
 def pool():
     return jsonify(_service().pool())
@@ -116,23 +137,29 @@ def openapi():
     return jsonify(service_openapi_document(__version__))
 
 
-def create_service_app(service=None, token=None) -> Flask:
+def create_service_app(service=None, token=None, compare: Optional[Callable] = None) -> Flask:
+    """``compare(runs, query)``: what computes ``GET /api/v1/compare`` (without it: 503)."""
+    from .views.dashboard import compare_bp
+
     app = Flask("parallel_rl.service", static_folder=None)
     app.config.from_mapping(CLUSTER_TOKEN=token, MAX_CONTENT_LENGTH=MAX_BODY_BYTES, JSON_SORT_KEYS=False)
     app.json.sort_keys = False
     if service is not None:
         app.extensions["parallel_rl.service"] = service
+    if compare is not None:
+        app.extensions["parallel_rl.compare"] = compare
     install_json_errors(app)
     app.register_blueprint(bp)
+    app.register_blueprint(compare_bp)
     return app
 
 
-def serve_service(service, host: str, port: int, token: str):
+def serve_service(service, host: str, port: int, token: str, compare: Optional[Callable] = None):
     """A cheroot server (not started) for the service's REST API on ``host:port`` (0: the OS picks)."""
     from parallel_rl.transport import ServerThread
 
     return ServerThread(
-        create_service_app(service, token),
+        create_service_app(service, token, compare),
         host,
         port,
         threads=8,

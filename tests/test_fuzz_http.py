@@ -1,5 +1,6 @@
-"""Fuzzing every HTTP route (issue #41): a real coordinator and a real slave on 127.0.0.1, every route of their
-Flask url maps (a new route is fuzzed without a line here), with and without the cluster token, bodies made
+"""Fuzzing every HTTP route (issue #41): a real coordinator, a real slave and a real service (`parallel-rl serve`'s
+app, over ended runs with evaluations: its compare view computes) on 127.0.0.1, every route of their Flask url maps
+(a new route is fuzzed without a line here), with and without the cluster token, bodies made
 from the protocol's dataclasses and then mutated (wrong types, huge and non-finite numbers, deep nesting, long
 strings), random query strings and path segments. Whatever comes in, the answer is 2xx, 3xx or a 4xx with the
 JSON error shape and a one-line message; never a 5xx. Afterwards each server still answers its health check and
@@ -130,6 +131,7 @@ ROUTE_BODIES = {
     ),
     "start_task": st.fixed_dictionaries({}, optional={"task_id": TEXT, "kind": TEXT, "spec": JSON}),
     "disconnect": st.fixed_dictionaries({}, optional={"reason": JSON}),
+    "service.submit_run": body_of(BY_NAME["RunSubmission"]),
 }
 ANY_BODY = st.one_of(*ROUTE_BODIES.values(), *[body_of(cls) for cls in BODIES], MESSAGE_BODIES, JSON)
 
@@ -174,8 +176,14 @@ SEGMENTS = st.one_of(
     ),
 )
 QUERIES = st.dictionaries(
-    st.sampled_from(["kind", "state", "limit", "offset", "challenge", "x", ""]),
-    st.one_of(TEXT, st.integers().map(str), st.sampled_from(["-1", "1e9", "nan", "99999999999999999999999"])),
+    st.sampled_from(["kind", "state", "limit", "offset", "challenge", "x", ""])
+    | st.sampled_from(["runs", "group", "format", "reps", "seed", "at_env_step"]),  # the service's compare
+    st.one_of(
+        TEXT,
+        st.integers().map(str),
+        st.sampled_from(["-1", "1e9", "nan", "99999999999999999999999"]),
+        st.sampled_from(["run-1", "run-1,run-2", "run-2,run-3", "run-1,run-1", ",", "name", "config", "csv", "150"]),
+    ),
     max_size=3,
 )
 
@@ -202,9 +210,32 @@ def fill(rule: str, segments: list) -> str:
 
 
 @pytest.fixture
-def servers(coordinator_factory, tmp_path):
+def service_server(tmp_path):
+    """The service's app on a real server, as `parallel-rl serve` serves it (its pool's loop not started: nothing
+    trains), over run-1 and run-2 (ended, evaluated) and run-3 (its reads closed)."""
+    from coordinator_app.service import serve_service
+    from parallel_rl.after.compare import service_comparison
+    from parallel_rl.service.runs import save_records
+    from parallel_rl.service.service import Service
+    from tests.test_compare_view import CONFIG, ended_run
+
+    where = tmp_path / "svc"
+    records = [ended_run(where, f"run-{i}", f"cart_s{i}", float(i), {**CONFIG, "seed": i}) for i in (1, 2)]
+    records.append(ended_run(where, "run-3", "closed", 3.0, CONFIG, auth_read=True))
+    save_records(str(where), records, 4)
+    service = Service(str(where), learners=1, collectors=1)
+    server = serve_service(service, "127.0.0.1", 0, TOKEN, service_comparison).start()
+    yield server
+    server.close()
+    service.close()
+
+
+@pytest.fixture
+def servers(coordinator_factory, tmp_path, service_server):
     """A coordinator, a collector slave registered with it (the slave's client sends the token and its lease),
-    and every route of both."""
+    the service, and every route of the three."""
+    from coordinator_app.service import create_service_app
+
     coordinator, server = coordinator_factory()
     slave = ScriptedSlave("collector", server.url, shared_dir=str(tmp_path / "shared"))
     slave.start()
@@ -212,10 +243,17 @@ def servers(coordinator_factory, tmp_path):
     runner.start()
     eventually(lambda: slave.connected.is_set(), message="the slave registered")
     session = requests.Session()
-    targets = [(server.url, *route) for route in routes(create_app())] + [
-        (slave.server.url, *route) for route in routes(slave.app)
-    ]
-    yield session, targets, slave, (server.url + "/api/v1/health", slave.server.url + "/slave/v1/health")
+    targets = (
+        [(server.url, *route) for route in routes(create_app())]
+        + [(slave.server.url, *route) for route in routes(slave.app)]
+        + [(service_server.url, *route) for route in routes(create_service_app())]
+    )
+    healths = (
+        server.url + "/api/v1/health",
+        slave.server.url + "/slave/v1/health",
+        service_server.url + "/api/v1/health",
+    )
+    yield session, targets, slave, healths
     session.close()
     for ev in slave.finish.values():
         ev.set()
@@ -251,7 +289,7 @@ def test_fuzz_every_route_answers_4xx_json_never_5xx(servers, data):
         return
     threads = threading.active_count()
     base, rule, endpoint, method = data.draw(st.sampled_from(targets), label="route")
-    own = [slave.worker_id or "collector-1", "default", "collectors", "learners"]  # names the servers know
+    own = [slave.worker_id or "collector-1", "default", "collectors", "learners", "run-1"]  # names the servers know
     segments = data.draw(st.lists(st.one_of(st.sampled_from(own), SEGMENTS), min_size=1, max_size=3), label="path")
     path = fill(rule, segments)
     query = data.draw(QUERIES, label="query")
@@ -284,3 +322,40 @@ def test_fuzz_every_route_answers_4xx_json_never_5xx(servers, data):
         timeout=10,
         message=f"the thread count back to {threads} after {method} {url}",
     )
+
+
+def near(valid: list, odd: list) -> st.SearchStrategy:
+    """A query value: mostly one of ``valid``, else one of ``odd`` or any text (each key absent half the time)."""
+    return st.one_of(*[st.sampled_from(valid)] * 4, st.one_of(st.sampled_from(odd), TEXT, st.integers().map(str)))
+
+
+COMPARE_QUERIES = st.fixed_dictionaries(
+    {"runs": near(["run-1", "run-1,run-2", "run-2,run-3", " run-1 , run-2 "], ["run-1,run-1", "run-9", ",", ""])},
+    optional={
+        "group": near(["name", "config"], ["seed", ""]),
+        "format": near(["csv", "json"], ["xml", ""]),
+        "reps": near(["1", "150", "5000"], ["5001", "0", "-1", "1e3", "٣", "²", "1_0", "99999999999999999999999"]),
+        "seed": near(["0", "7", "4294967295"], ["4294967296", "-1", ""]),
+        "at_env_step": near(["100", "250", "400", "1e9", "50", "0"], ["nan", "inf", "-1", "1e999"]),
+    },
+)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(query=COMPARE_QUERIES, token=st.booleans())
+@example(query={"runs": "run-1,run-2", "format": "csv", "reps": "150"}, token=False)
+@example(query={"runs": "run-2,run-3", "group": "name", "at_env_step": "250"}, token=True)
+def test_fuzz_the_service_compare_query_answers_4xx_json_never_5xx(service_server, query, token):
+    """The compare view's query string (the general fuzzer draws its route among all the others): whatever it
+    holds, a 200 (JSON groups or the CSV) or a one-line 4xx, and the service still answers."""
+    headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+    url = f"{service_server.url}/api/v1/compare?{urlencode(query)}"
+    answer = requests.get(url, headers=headers, timeout=30)
+    check_answer(answer, url)
+    event(f"compare -> {answer.status_code}")
+    if answer.status_code == 200:
+        if query.get("format") == "csv":
+            assert answer.text.startswith("row,group,run_dir,"), answer.text[:200]
+        else:
+            assert answer.json()["groups"], answer.text[:300]
+    assert requests.get(f"{service_server.url}/api/v1/health", timeout=30).status_code == 200

@@ -270,11 +270,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..commands import render_table
-    from .compare import check_options, make_groups, plot_groups, summarise, write_csv
+    from .compare import check_options, compare, plot_groups, write_csv
 
     check_options(args.csv, args.png, args.reps, args.seed, args.at_env_step)
-    groups = make_groups(args.runs, args.group, args.group_by)  # every run is read before anything is written
-    step = summarise(groups, args.at_env_step, args.reps, args.seed)
+    # every run is read before anything is written
+    result = compare(args.runs, args.group, args.group_by, args.at_env_step, args.reps, args.seed)
+    groups, step = result.groups, result.env_step
     written = [write_csv(groups, args.csv)] if args.csv else []  # written before the tables: a failure is one line
     if args.png:
         written.append(plot_groups(groups, args.png, step, args.reps, args.seed))

@@ -12,11 +12,16 @@ within each task) is resampling its runs with replacement: ``scipy.stats.bootstr
 rliable itself is not used: rliable 1.2.0 needs ``arch < 8``, whose 7.x releases fail to import under our pandas 3
 (``pandas.util._decorators.deprecate_kwarg`` changed its signature), and arch 8 no longer takes the
 ``random_state`` keyword rliable passes (docs/after-training.md).
+
+:func:`compare` computes it all and returns a :class:`Comparison` (its JSON and its CSV): the CLI prints and writes
+it, and the service's ``GET /api/v1/compare`` answers it (:func:`service_comparison`, handed to the service's app
+by ``parallel-rl serve``).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
 import os
@@ -26,12 +31,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ConflictError, RequestRefused
+from ..protocol import COMPARE_GROUPS
 from .plot import group_key, run_history, run_name
 
 logger = logging.getLogger(__name__)
 
-GROUP_BY = ("config", "name")
+GROUP_BY = COMPARE_GROUPS  # what --group-by and the service's group= take
 CONFIDENCE = 0.95
 MAX_REPS = 1_000_000  # rliable's default is 50,000
 BATCH_VALUES = 10_000_000  # resampled values held at once (80 MB)
@@ -120,13 +126,13 @@ def run_seed(run_dir: str, name: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def load_run(run_dir: str) -> Run:
+def load_run(run_dir: str, name: Optional[str] = None) -> Run:
     """A run directory through the validating loaders; ConfigError naming it when it is not a run or has no
-    evaluation."""
+    evaluation. ``name``: what it is called (default :func:`.plot.run_name`; the service: the run's name)."""
     history = sorted(run_history(run_dir), key=lambda p: p["env_steps"])
     if not all(np.isfinite([p["env_steps"] for p in history] + [p["return"] for p in history])):
         raise ConfigError(f"{run_dir!r}: its eval history holds a non-finite env step or return; compare other runs")
-    name = run_name(run_dir)
+    name = name or run_name(run_dir)
     return Run(run_dir, name, run_seed(run_dir, name), history)
 
 
@@ -168,10 +174,15 @@ def make_groups(run_dirs: Sequence[str], named: Sequence[str], group_by: str = "
         if name in groups:
             raise ConfigError(f"--group {name} is given twice; give each group one --group NAME=DIR,DIR,...")
         groups[name] = Group(name, [load_run(d) for d in dirs])
+    return group_runs([load_run(d) for d in run_dirs], group_by, groups)
+
+
+def group_runs(runs: List[Run], group_by: str, groups: Optional[Dict[str, Group]] = None) -> List[Group]:
+    """``runs`` (read) grouped by ``group_by`` after the ``groups`` given by name, in the order first seen."""
+    groups = dict(groups or {})
     keyed: Dict[str, List[Run]] = {}
-    for run_dir in run_dirs:
-        run = load_run(run_dir)
-        key = group_key(run_dir)[0] if group_by == "config" else SEED_SUFFIX.sub("", run.name)
+    for run in runs:
+        key = group_key(run.run_dir)[0] if group_by == "config" else SEED_SUFFIX.sub("", run.name)
         keyed.setdefault(key, []).append(run)
     for runs in keyed.values():
         label = unique = group_label(runs)
@@ -195,7 +206,7 @@ def score_at(run: Run, env_step: float) -> None:
     if not before:
         raise ConfigError(
             f"{run.run_dir!r}: no evaluation at or before env step {env_step:g} (its first is at "
-            f"{run.history[0]['env_steps']:g}); pass a larger --at-env-step"
+            f"{run.history[0]['env_steps']:g}); pass a larger --at-env-step (the service: at_env_step=)"
         )
     run.final_env_steps, run.final_score = before[-1]["env_steps"], before[-1]["return"]
 
@@ -293,12 +304,20 @@ def csv_rows(groups: List[Group]) -> List[dict]:
     return rows
 
 
+def csv_text(groups: List[Group]) -> str:
+    """The CSV (:func:`csv_rows` under a header): what ``--csv`` writes and ``GET /api/v1/compare?format=csv``
+    answers."""
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, CSV_COLUMNS, restval="")
+    writer.writeheader()
+    writer.writerows(csv_rows(groups))
+    return out.getvalue()
+
+
 def write_csv(groups: List[Group], output: str) -> str:
     def write(tmp: str) -> None:
         with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, CSV_COLUMNS, restval="")
-            writer.writeheader()
-            writer.writerows(csv_rows(groups))
+            f.write(csv_text(groups))
 
     _write_atomic(output, write)
     return output
@@ -337,3 +356,110 @@ def check_options(
             raise ConfigError(f"{option} {path!r}: a NUL in the name; name another file")
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ConfigError(f"{option} {path!r}: its directory does not exist; make it or write elsewhere")
+
+
+@dataclass
+class Comparison:
+    """The groups scored at ``env_step`` (``at_env_step`` None: the smallest final env step among the runs), with
+    ``reps`` bootstrap resamples seeded by ``seed``: what ``parallel-rl compare`` prints and writes and what the
+    service's ``GET /api/v1/compare`` answers."""
+
+    groups: List[Group]
+    env_step: float
+    at_env_step: Optional[float]
+    reps: int
+    seed: int
+
+    def csv(self) -> str:
+        return csv_text(self.groups)
+
+    def to_json(self, ids: Optional[Dict[str, str]] = None) -> dict:
+        """Per group: its runs' final scores, the IQM with its 95 % CI, median and mean, and the mean curve with
+        its 95 % bootstrap band on the group's common env-step grid (empty when its runs' ranges do not overlap).
+        ``ids``: run directory -> the id to show for it (the service's run ids)."""
+        ids = ids or {}
+        out = []
+        for group in self.groups:
+            xs, mean, low, high = curve_band(group.runs, self.reps, self.seed)
+            runs = [
+                {
+                    "id": ids.get(run.run_dir),
+                    "name": run.name,
+                    "run_dir": run.run_dir,
+                    "seed": run.seed,
+                    "final_env_steps": run.final_env_steps,
+                    "final_score": run.final_score,
+                }
+                for run in group.runs
+            ]
+            out.append(
+                {
+                    "name": group.name,
+                    "runs": runs,
+                    "iqm": _finite(group.iqm),
+                    "ci": [_finite(group.ci[0]), _finite(group.ci[1])],
+                    "median": _finite(group.median),
+                    "mean": _finite(group.mean),
+                    "note": group.note,
+                    "curve": {
+                        "env_steps": [float(x) for x in xs],
+                        "mean": [_finite(y) for y in mean],
+                        "low": [_finite(y) for y in low],
+                        "high": [_finite(y) for y in high],
+                    },
+                }
+            )
+        at = "at_env_step" if self.at_env_step is not None else "the smallest final env step among the runs"
+        return {
+            "env_step": self.env_step,
+            "scored_at": at,
+            "reps": self.reps,
+            "seed": self.seed,
+            "confidence": CONFIDENCE,
+            "groups": out,
+        }
+
+
+def _finite(x: float) -> Optional[float]:
+    """``x`` as JSON takes it: NaN and infinities are not JSON (null)."""
+    return float(x) if math.isfinite(x) else None
+
+
+def compare(
+    run_dirs: Sequence[str],
+    named: Sequence[str] = (),
+    group_by: str = "config",
+    at_env_step: Optional[float] = None,
+    reps: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Read and group the runs (:func:`make_groups`), score them (:func:`summarise`): ConfigError naming the
+    first run or option that stops it, before anything is computed for the others."""
+    groups = make_groups(run_dirs, named, group_by)
+    step = summarise(groups, at_env_step, reps, seed)
+    return Comparison(groups, step, at_env_step, reps, seed)
+
+
+def service_comparison(runs: Sequence[Tuple[str, str, str]], query) -> object:
+    """``GET /api/v1/compare`` of the service: ``runs`` (run id, its directory, its name) compared as ``query``
+    (a :class:`~parallel_rl.protocol.CompareQuery`, already checked: its caps bound the work) asks; the JSON
+    (a dict) or the CSV (a str). A run that cannot be read (no evaluation yet, a damaged state) is a 409 naming
+    it; an ``at_env_step`` before a run's first evaluation a 400."""
+    read = []
+    for run_id, run_dir, name in runs:
+        if not os.path.isdir(run_dir):
+            raise ConflictError(f"{run_id} has no evaluation yet (it never started); compare it after its first one")
+        try:
+            read.append(load_run(run_dir, name))
+        except ConfigError as exc:
+            raise ConflictError(f"{run_id} cannot be compared yet: {exc}") from None
+    try:
+        groups = group_runs(read, query.group)
+    except ConfigError as exc:  # its config.json damaged
+        raise ConflictError(f"cannot group these runs: {exc}") from None
+    try:
+        step = summarise(groups, query.at_env_step, query.reps, query.seed)
+    except ConfigError as exc:
+        raise RequestRefused(str(exc)) from None
+    result = Comparison(groups, step, query.at_env_step, query.reps, query.seed)
+    return result.csv() if query.format == "csv" else result.to_json({run_dir: run_id for run_id, run_dir, _ in runs})

@@ -17,7 +17,20 @@ Its modules, imported from here: ``fields`` (the limits, ``wire`` and the checks
 (the request bodies and the sample answer).
 """
 
-from .bodies import BODIES, Heartbeat, MetadataBatch, Registration, RunSubmission, SampleAnswer, SampleRequest
+from .bodies import (
+    BODIES,
+    COMPARE_FORMATS,
+    COMPARE_GROUPS,
+    MAX_COMPARE_REPS,
+    MAX_COMPARE_RUNS,
+    CompareQuery,
+    Heartbeat,
+    MetadataBatch,
+    Registration,
+    RunSubmission,
+    SampleAnswer,
+    SampleRequest,
+)
 from .fields import (
     MAX_COUNTER,
     MAX_RANKS,
@@ -54,6 +67,11 @@ __all__ = [
     "MetadataBatch",
     "Registration",
     "RunSubmission",
+    "CompareQuery",
+    "COMPARE_FORMATS",
+    "COMPARE_GROUPS",
+    "MAX_COMPARE_REPS",
+    "MAX_COMPARE_RUNS",
     "SampleAnswer",
     "SampleRequest",
     "MAX_COUNTER",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -323,6 +324,82 @@ class RunSubmission:
 
     def to_json(self) -> Dict[str, Any]:
         return _json_fields(self)
+
+
+MAX_COMPARE_RUNS = 64  # runs in one GET /api/v1/compare: bounds its reading and its resampling
+MAX_COMPARE_REPS = 5000  # bootstrap resamples of one GET /api/v1/compare (the CLI's --reps default is 2000)
+COMPARE_GROUPS = ("config", "name")
+COMPARE_FORMATS = ("json", "csv")
+
+
+@dataclass
+class CompareQuery:
+    """``GET /api/v1/compare?runs=run-1,run-2[&group=config|name][&format=json|csv][&reps=N][&seed=N]
+    [&at_env_step=N]`` on the service: the query string, checked (the one door it comes in by). Its caps bound
+    the CPU a request costs: at most :data:`MAX_COMPARE_RUNS` runs and :data:`MAX_COMPARE_REPS` resamples."""
+
+    runs: List[str] = wire(doc=f"run ids, comma-separated, each once (1-{MAX_COMPARE_RUNS})")
+    group: str = wire(default="config", doc="group the runs by config (apart from seed) or by name without seed suffix")
+    format: str = wire(default="json", doc="json, or csv: the CSV `parallel-rl compare --csv` writes")
+    reps: int = wire(default=2000, lo=1, hi=MAX_COMPARE_REPS, doc="bootstrap resamples")
+    seed: int = wire(default=0, lo=0, hi=2**32 - 1, doc="the bootstrap's seed: the same seed, the same CIs")
+    at_env_step: Optional[float] = wire(
+        default=None,
+        lo=0,
+        doc="score each run's last evaluation at or before this env step (default: the smallest "
+        "final env step among the runs)",
+    )
+
+    @classmethod
+    def from_query(cls, args: Any) -> "CompareQuery":
+        """From the request's query arguments (a werkzeug MultiDict); ProtocolViolation (400) naming the bad one."""
+        allowed = ("runs", "group", "format", "reps", "seed", "at_env_step")
+        for key in args.keys():
+            if key not in allowed:
+                raise ProtocolViolation(f"unknown query parameter {key!r:.40}: use {', '.join(allowed)}")
+            if len(args.getlist(key)) > 1:
+                raise ProtocolViolation(f"query parameter {key!r} is given twice; give it once")
+        runs = [r.strip() for r in args.get("runs", "").split(",") if r.strip()]
+        if not runs:
+            raise ProtocolViolation("query parameter 'runs' is empty: name run ids, e.g. runs=run-1,run-2")
+        if len(runs) > MAX_COMPARE_RUNS:
+            raise ProtocolViolation(f"query parameter 'runs' names {len(runs)} runs, over {MAX_COMPARE_RUNS}")
+        repeated = sorted({r for r in runs if runs.count(r) > 1})
+        if repeated:
+            raise ProtocolViolation(f"query parameter 'runs' names {repeated[0]!r:.40} twice; name each run once")
+        group, fmt = args.get("group", "config"), args.get("format", "json")
+        for name, value, choices in (("group", group, COMPARE_GROUPS), ("format", fmt, COMPARE_FORMATS)):
+            if value not in choices:
+                raise ProtocolViolation(
+                    f"query parameter {name!r} must be one of {', '.join(choices)}, got {value!r:.40}"
+                )
+        at = args.get("at_env_step")
+        if at is not None:
+            try:
+                at = float(at)
+            except ValueError:
+                at = math.nan
+            if not 0 <= at < math.inf:
+                raise ProtocolViolation(
+                    f"query parameter 'at_env_step' must be a number of env steps >= 0, got {args['at_env_step']!r:.40}"
+                )
+        return cls(
+            runs=runs,
+            group=group,
+            format=fmt,
+            reps=_int_query(args, "reps", 2000, 1, MAX_COMPARE_REPS),
+            seed=_int_query(args, "seed", 0, 0, 2**32 - 1),
+            at_env_step=at,
+        )
+
+
+def _int_query(args: Any, name: str, default: int, lo: int, hi: int) -> int:
+    raw = args.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not lo <= int(raw) <= hi:
+        raise ProtocolViolation(f"query parameter {name!r} must be an integer in [{lo}, {hi}], got {raw!r:.40}")
+    return int(raw)
 
 
 BODIES = (

@@ -91,6 +91,7 @@ def _runs(args: argparse.Namespace, client) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator_app.service import serve_service
 
+    from ..after.compare import service_comparison
     from ..entry import forkserver
     from ..runtime import on_signals, setup_logging
     from ..transport import TOKEN_ENV, new_token, write_token_file
@@ -115,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             path = os.path.join(service.dir, TOKEN_FILE)
             write_token_file(path, token)
             print(f"token: in {path} (client commands: --token-file {path})", flush=True)
-        server = serve_service(service, args.host, args.port, token).start()
+        server = serve_service(service, args.host, args.port, token, service_comparison).start()
         service.start()
         print(f"REST API: {server.url}/api/v1", flush=True)
         print(f"pool: {service.learners} learner slot(s), {service.collectors} collector slot(s)", flush=True)

@@ -102,6 +102,10 @@ class Service:
                 return record
         raise NotFoundError(f"no run {run_id!r:.60}: `parallel-rl runs list` shows the service's runs")
 
+    def directory(self, run_id: str) -> str:
+        """The run's experiment directory (its shared store is ``shared/`` in it)."""
+        return run_dir(self.dir, self.record(run_id).run_id)
+
     def stop(self, run_id: str) -> RunRecord:
         """``DELETE /api/v1/runs/<id>``: a queued run ends at once, a running one stops (saved, its data kept)."""
         with self._lock:

@@ -1,0 +1,213 @@
+"""The service's compare view (issue 44, item 6): ``GET /api/v1/compare`` and the page at the service's ``/``,
+through a real `parallel-rl serve` process over a service directory that holds runs with known curves (their
+coordinator states written by the store's own snapshot writer, as tests/test_compare.py writes them; the runs
+ended, so the pool starts none of them and nothing trains). The endpoint's CSV is the CLI's, byte for byte; its
+IQM is rliable's (``aggregate_iqm``: ``scipy.stats.trim_mean(scores, 0.25)``) of the known final scores."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import requests
+from scipy.stats import trim_mean
+
+from tests.support import eventually
+from tests.test_compare import read_csv, run_cli
+from tests.test_runs import AUTH, serve
+
+# run-1..run-5: seeds of one config, final scores CART (IQM 5: the middle three of five, 2, 3 and 10); run-6 another
+# config (final 7); run-7 a config that closes its reads (auth_read); run-8 failed before its first evaluation
+CART = [1.0, 2.0, 3.0, 10.0, 100.0]
+STEPS = (100, 200, 300, 400)
+CONFIG = {"env": {"env_id": "CartPole-v1"}, "policy": {"type": "dqn"}}
+
+
+def ended_run(service_dir, run_id: str, name: str, final, config: dict, auth_read: bool = False):
+    """A run record as the service keeps it (ended) and, when ``final`` is not None, its directory: a coordinator
+    state with evaluations at STEPS (return ``final * k / 4`` at the k-th) and its config.json."""
+    from easydict import EasyDict
+
+    from parallel_rl.config import save_run_config
+    from parallel_rl.service.runs import RunRecord, RunState, run_dir
+    from parallel_rl.storage import SharedStorage
+
+    where = run_dir(str(service_dir), run_id)
+    if final is not None:
+        history = [
+            {"t": float(k), "policy_version": k, "env_steps": step, "train_iter": 10 * k}
+            | {"eval_return": final * k / len(STEPS), "train_return": None}
+            for k, step in enumerate(STEPS, 1)
+        ]  # exp_name: what the CLI calls the run (its basename), the same name the service keeps
+        SharedStorage(os.path.join(where, "shared")).states.save(
+            1, {"exp_name": f"lab/{name}", "eval_history": history}, {}
+        )
+        save_run_config(EasyDict(config), where)
+    state = RunState.SOLVED if final is not None else RunState.FAILED
+    return RunRecord(run_id, name, "/nowhere/config.py", [], state=state, started=True, auth_read=auth_read)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """A `parallel-rl serve` over 8 ended runs: (url, the service directory)."""
+    from parallel_rl.service.runs import save_records
+
+    base = tmp_path_factory.mktemp("compare_view")
+    service_dir = base / "svc"
+    records = [
+        ended_run(service_dir, f"run-{i + 1}", f"cart_s{i}", final, {**CONFIG, "seed": i})
+        for i, final in enumerate(CART)
+    ]
+    records.append(ended_run(service_dir, "run-6", "ppo_s0", 7.0, {**CONFIG, "policy": {"type": "ppo"}, "seed": 0}))
+    records.append(
+        ended_run(service_dir, "run-7", "secret", 3.0, {**CONFIG, "policy": {"type": "sac"}}, auth_read=True)
+    )
+    records.append(ended_run(service_dir, "run-8", "broken", None, CONFIG))
+    save_records(str(service_dir), records, 9)
+    proc, url = serve(base, service_dir, "--learners", "1", "--collectors", "1", name="serve_compare")
+    yield url, service_dir
+    proc.stop()
+
+
+def compare(url: str, query: str, headers=None) -> requests.Response:
+    return requests.get(f"{url}/api/v1/compare?{query}", headers=headers or {}, timeout=60)
+
+
+def test_the_endpoint_reports_the_iqm_ci_and_curves_and_its_csv_is_the_clis(service, tmp_path):
+    url, service_dir = service
+    runs = ",".join(f"run-{i}" for i in range(1, 7))
+    answer = compare(url, f"runs={runs}&reps=1000&seed=3")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["env_step"], body["reps"], body["seed"], body["confidence"]) == (400, 1000, 3, 0.95)
+    cart, ppo = body["groups"]
+    assert (cart["name"], ppo["name"]) == ("cart", "ppo")  # by config: the five seeds of one config, then ppo
+    assert [r["id"] for r in cart["runs"]] == [f"run-{i}" for i in range(1, 6)]
+    assert [r["seed"] for r in cart["runs"]] == [0, 1, 2, 3, 4] and [r["final_score"] for r in cart["runs"]] == CART
+    assert cart["iqm"] == trim_mean(CART, 0.25) == 5.0  # rliable's aggregate_iqm of the known finals
+    assert (cart["median"], cart["mean"]) == (3.0, np.mean(CART))
+    assert cart["ci"][0] < 5.0 < cart["ci"][1]
+    assert ppo["iqm"] == ppo["ci"][0] == ppo["ci"][1] == 7.0 and "1 run" in ppo["note"]
+    # the mean curve: every run is final * k / 4 at the k-th step, so the mean is mean(CART) * k / 4
+    assert cart["curve"]["env_steps"] == list(STEPS)
+    assert cart["curve"]["mean"] == pytest.approx([np.mean(CART) * k / 4 for k in (1, 2, 3, 4)])
+    assert all(lo <= m <= hi for lo, m, hi in zip(cart["curve"]["low"], cart["curve"]["mean"], cart["curve"]["high"]))
+    assert cart["curve"]["low"][-1] < cart["curve"]["high"][-1]
+
+    answer = compare(url, f"runs={runs}&reps=1000&seed=3&format=csv")
+    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/csv"), answer.text
+    dirs = [str(service_dir / "runs" / f"run-{i}") for i in range(1, 7)]
+    out = run_cli("compare", *dirs, "--csv", str(tmp_path / "cli.csv"), "--reps", "1000", "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "cli.csv", newline="") as f:
+        assert answer.text == f.read()  # one computation: the CLI's CSV, byte for byte
+    rows = read_csv(tmp_path / "cli.csv")
+    group = next(r for r in rows if r["row"] == "group" and r["group"] == "cart")
+    assert [float(group["ci_low"]), float(group["ci_high"])] == cart["ci"]  # the JSON's CI is the CSV's
+
+    by_name = compare(url, "runs=run-1,run-6&group=name").json()["groups"]
+    assert [(g["name"], [r["id"] for r in g["runs"]]) for g in by_name] == [("cart", ["run-1"]), ("ppo", ["run-6"])]
+
+
+def test_bad_queries_are_one_line_4xx_and_a_closed_run_needs_the_token(service):
+    url, _ = service
+    too_many = ",".join(f"run-{i}" for i in range(1, 66))
+    cases = {
+        "": (400, "'runs' is empty"),
+        "runs=": (400, "'runs' is empty"),
+        "runs=run-1,run-99": (404, "'run-99'"),
+        "runs=nope": (404, "'nope'"),
+        f"runs={too_many}": (400, "65 runs, over 64"),
+        "runs=run-1,run-1": (400, "'run-1' twice"),
+        "runs=run-1&group=seed": (400, "'group' must be one of config, name"),
+        "runs=run-1&format=xml": (400, "'format' must be one of json, csv"),
+        "runs=run-1&reps=5001": (400, "'reps' must be an integer in [1, 5000]"),
+        "runs=run-1&reps=-1": (400, "'reps'"),
+        "runs=run-1&at_env_step=nan": (400, "'at_env_step'"),
+        "runs=run-1&at_env_step=50": (400, "no evaluation at or before env step 50"),
+        "runs=run-1&runs=run-2": (400, "'runs' is given twice"),
+        "runs=run-1&color=red": (400, "unknown query parameter 'color'"),
+        "runs=run-1,run-8": (
+            409,
+            "run-8 has no evaluation yet",
+        ),  # failed before its first evaluation: nothing to compare yet
+        "runs=run-1,run-7": (401, ""),  # its config closes reads: not shown without the token
+    }
+    for query, (status, words) in cases.items():
+        answer = compare(url, query)
+        assert answer.status_code == status, (query, answer.text)
+        message = answer.json()["error"]["message"]
+        assert words in message and "\n" not in message, (query, message)
+    assert compare(url, "runs=run-1,run-7&group=name", AUTH).json()["groups"][1]["iqm"] == 3.0
+    listed = {r["id"]: r for r in requests.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]}
+    assert "last_eval_return" not in listed["run-7"]  # the list shows it, without its numbers, as before
+
+
+@pytest.mark.slow
+def test_the_compare_view_lists_runs_and_draws_the_ticked_ones(service, tmp_path):
+    """Headless Chromium on the service's /: tick run-1..run-6, see the two groups' bands drawn, the IQM table
+    and the CSV link; tick run-8 too: the endpoint's one line shows instead."""
+    from tests.test_observability import chrome
+
+    url, _ = service
+    browser = chrome()
+    try:
+        browser.set_page_load_timeout(30)
+        browser.get(url + "/")
+
+        def rows():
+            found = browser.find_elements("css selector", "#runs tbody tr[data-run-id]")
+            return found if len(found) == 8 else None
+
+        listed = eventually(rows, timeout=20, message="8 run rows")
+        assert [r.get_attribute("data-run-id") for r in listed] == [f"run-{i}" for i in range(1, 9)]
+        assert [c.text for c in listed[0].find_elements("css selector", "td")][1:] == [
+            "run-1",
+            "cart_s0",
+            "solved",
+            "0",
+            "–",
+        ]  # the row the service lists (its saved numbers: none here, the state files were written by hand)
+        for run_id in [f"run-{i}" for i in range(1, 7)]:
+            box = f'#runs tr[data-run-id="{run_id}"] input[type=checkbox]'
+            eventually(lambda: browser.find_elements("css selector", box), timeout=10, message=run_id)
+            browser.execute_script("arguments[0].click()", browser.find_element("css selector", box))
+        wanted = "runs=run-1,run-2,run-3,run-4,run-5,run-6&group=config"
+        eventually(
+            lambda: browser.execute_script("return document.body.dataset.compared") == wanted,
+            timeout=30,
+            message="the six runs compared",
+        )
+        table = {
+            r.get_attribute("data-group"): r.find_element("css selector", "td.iqm").text
+            for r in browser.find_elements("css selector", "#iqm tbody tr")
+        }
+        assert table == {"cart": "5", "ppo": "7"}  # trim_mean(CART, 0.25) and the single run's score
+        assert browser.find_element("id", "csv").get_attribute("href").endswith(f"/api/v1/compare?{wanted}&format=csv")
+        # both groups drew: count painted pixels of each group's colour on uPlot's canvas (line and band)
+        painted = browser.execute_script("""
+            const c = document.querySelector('#curve-chart canvas');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            const near = (i, r, g, b) => Math.abs(d[i] - r) < 40 && Math.abs(d[i + 1] - g) < 40 && Math.abs(d[i + 2] - b) < 40;
+            let blue = 0, orange = 0;
+            for (let i = 0; i < d.length; i += 4) {
+              if (d[i + 3] < 200) continue;
+              if (near(i, 0x17, 0x5c, 0xd3)) blue++; else if (near(i, 0xf7, 0x90, 0x09)) orange++;
+            }
+            return [blue, orange];""")
+        assert painted[0] > 100 and painted[1] > 100, painted
+        shot = tmp_path / "compare.png"
+        browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        browser.execute_script(
+            "arguments[0].click()",
+            browser.find_element("css selector", '#runs tr[data-run-id="run-8"] input[type=checkbox]'),
+        )
+        error = eventually(
+            lambda: browser.find_element("id", "compare-error").text, timeout=30, message="the 409's line"
+        )
+        assert error.startswith("/compare: run-8 has no evaluation yet"), error
+        assert not browser.find_elements("css selector", "#iqm tbody tr, #curve-chart canvas")  # nothing stale
+    finally:
+        browser.quit()
