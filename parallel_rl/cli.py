@@ -129,14 +129,14 @@ def _add_lab_args(p: argparse.ArgumentParser, command: str) -> None:
         metavar="K",
         help="trials trained at once (default 1; with --service every trial: the pool queues them)",
     )
-    if command != "pbt":  # pbt's members are serial runs in local processes; the pool trains cluster configs
-        p.add_argument(
-            "--service",
-            default=None,
-            metavar="URL",
-            help="train the trials as runs of this service (parallel-rl serve) on its pool of workers; the token "
-            "from --token-file or PARALLEL_RL_TOKEN",
-        )
+    p.add_argument(
+        "--service",
+        default=None,
+        metavar="URL",
+        help="train the trials as runs of this service (parallel-rl serve) on its pool of workers (a cluster "
+        "config; pbt: each member's step a run started from its last checkpoint); the token from --token-file or "
+        "PARALLEL_RL_TOKEN",
+    )
     p.add_argument(
         "--out",
         default=None,
@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="train each member to N env steps (default: the config's serial.max_env_step)",
+        help="train each member to N env steps (default: the config's run.max_env_step: serial.max_env_step, parallel.commander.max_env_step)",
     )
     _add_lab_args(p, "pbt")
 

@@ -380,6 +380,11 @@ def _lab_runner(args: argparse.Namespace, configs, out: str):
 
     if not args.service:
         return ProcessRunner(args.config, args.overrides, out, configs.cluster)
+    return _pool_runner(args, configs)
+
+
+def _pool_runner(args: argparse.Namespace, configs):
+    """The service's pool as a lab command's runner; a serial config is exit 2 (the pool trains cluster ones)."""
     from .lab.pool import PoolRunner
     from .transport import token_from_env, token_from_file
 
@@ -522,7 +527,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_pbt(args: argparse.Namespace) -> int:
     import os
 
-    from .lab.pbt import COLUMNS, LINEAGE_NAME, TABLE_NAME, MemberRunner, PopulationTraining, SearchSpace, parse_options
+    from .lab.members import PoolSteps, SerialSteps
+    from .lab.pbt import LINEAGE_NAME, TABLE_NAME, PopulationTraining, SearchSpace, parse_options
     from .lab.sweep import check_out_dir
     from .runtime import signal_exit_code
 
@@ -538,24 +544,29 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         config_max_env_step=int(configs.base.run.max_env_step),
         seed=args.sampler_seed,
     )  # before anything is written or runs
+    steps = PoolSteps(_pool_runner(args, configs)) if args.service else SerialSteps(args.config, args.overrides, out)
     check_out_dir(out, "pbt")
+    if os.path.exists(os.path.join(out, LINEAGE_NAME)):  # a pool PBT's members leave no trial_ directories there
+        raise ConfigError(f"--out {out} holds an earlier pbt's lineage; pass another --out (or remove that directory)")
+    parallel = args.parallel or (options.population if args.service else 1)
     pbt = PopulationTraining(
         configs,
         SearchSpace(args.space, args.sampler_seed),
-        MemberRunner(args.config, args.overrides, out),
+        steps,
         options,
         out,
-        parallel=args.parallel or 1,
+        parallel=parallel,
         on_event=lambda line: print(line, flush=True),
     )
     heard = _stop_on_signals(pbt.interrupt)
+    where = f"on the pool of {args.service}" if args.service else "at a time"
     print(
         f"pbt: {options.population} members, {options.generations} generation(s) of {options.interval} env steps "
-        f"(to {options.max_env_step}), {args.parallel or 1} at a time, in {out}",
+        f"(to {options.max_env_step}), {parallel} {where}, in {out}",
         flush=True,
     )
     members = pbt.run()
-    print(render_table(pbt.rows(), COLUMNS), flush=True)
+    print(render_table(pbt.rows(), pbt.columns), flush=True)
     table = os.path.join(out, TABLE_NAME)
     if heard:
         print(

@@ -205,12 +205,9 @@ def find_checkpoint(cfg: EasyDict, checkpoint: Optional[str] = None, run: Option
 def policy_state(checkpoint: Checkpoint) -> Tuple[Dict[str, Any], bool]:
     """(state, whole): a serial checkpoint's learner state (``whole``: the policy's ``state_dict``), else the
     acting networks a cluster checkpoint holds (``model_state_dict``)."""
-    state = checkpoint.state
-    if not isinstance(state, dict):
-        raise ConfigError(f"{checkpoint.source}: not a policy checkpoint (a {type(state).__name__})")
-    if isinstance(state.get("policy"), dict):
-        return state["policy"], True
-    return state, False
+    from ..policy.base import checkpoint_parts
+
+    return checkpoint_parts(checkpoint.state, checkpoint.source)
 
 
 def spaces_env(cfg: EasyDict, num_envs: int = 1, seed: Optional[int] = None, evaluating: bool = False):
@@ -230,6 +227,7 @@ def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
     was trained with another algorithm or env. ``env``: an EnvManager of the config's env (made when None, to
     read the spaces)."""
     from ..policy import create_policy
+    from ..policy.base import load_checkpoint
 
     own_env = env is None
     if own_env:
@@ -240,18 +238,6 @@ def build_policy(cfg: EasyDict, checkpoint: Checkpoint, env=None):
         if own_env:
             env.close()
     state, whole = policy_state(checkpoint)
-    try:
-        # the networks this policy saves must all be there (a policy's loader skips names it does not find)
-        missing = sorted(set(policy.state_dict() if whole else policy.model_state_dict()) - set(state))
-        if missing:
-            raise KeyError(f"no {', '.join(missing)} in it (it has {', '.join(sorted(map(str, state)))})")
-        (policy.load_state_dict if whole else policy.load_model_state_dict)(state)
-    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        first = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
-        raise ConfigError(
-            f"{checkpoint.source} does not fit policy.type={cfg.policy.type!r} on env "
-            f"{cfg.env.env_id!r} ({type(exc).__name__}: {first[:200]}); pass the config the run "
-            f"was trained with"
-        ) from None
+    fits = f"policy.type={cfg.policy.type!r} on env {cfg.env.env_id!r}"
+    load_checkpoint(policy, state, whole, checkpoint.source, fits, "pass the config the run was trained with")
     return policy

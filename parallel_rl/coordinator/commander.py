@@ -155,7 +155,14 @@ class SoloCommander:
         A failure on the shared store (``store_fault``: the worker reported the store unhealthy) counts at most
         once per ``parallel.worker.storage_max_backoff`` seconds of the chain: a store read-only for a few
         seconds fails a task several times within its backoff (0.5, 1, 2 s ...) and must not end the run, while
-        a store that stays down still does, after ``max_task_attempts`` such periods."""
+        a store that stays down still does, after ``max_task_attempts`` such periods. A learner task that failed on
+        a ConfigError ends the run at once: a replacement would fail alike."""
+        if task.kind == TaskKind.LEARNER and (task.error or "").startswith(CONFIG_ERROR_PREFIX):
+            # the learner cannot start from what the config says (a parallel.learner.init_from that does not load
+            # or fit): every learner would fail alike, and the collectors would go on without one, so the run ends
+            logger.error("commander: %s failed on the config, not retrying: %s", task.task_id, task.error)
+            self.cluster.finish("failed", f"learner task failed on the config: {task.error}")
+            return
         now = time.time()
         window = float(self.ccfg.task_failure_window)
         failures = [t for t in task.failures if window <= 0 or now - t <= window]

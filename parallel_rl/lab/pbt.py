@@ -9,18 +9,19 @@ best checkpoint) and hyperparameters (*exploit*), then perturbs each hyperparame
 of the ``--perturb`` factors, or with ``--resample-probability`` drawn again from the space; a categorical one is
 only redrawn; clipped to the space's range and the config key's), and every member continues from where it is.
 
-How: a member is a serial training in ``OUT/trial_NNN`` (run through :class:`MemberRunner`, the lab's process
-runner); its step g is ``parallel-rl serial -c CONFIG --resume OUT/trial_NNN --set serial.max_env_step=(g+1)*T``
-with its current hyperparameters (the first step starts it fresh). The resumed run evaluates first, so each step's
-curve starts with the inherited weights. Exploit copies the source's saved state files over the target's
-(:func:`~parallel_rl.storage.checkpoints.copy_serial_state`) while no member runs.
+How: a member's step is trained by a member-steps object (:mod:`.members`): without ``--service`` a serial
+training in ``OUT/trial_NNN`` resumed every step and exploit copies the source's saved state files
+(:class:`~.members.SerialSteps`); with ``--service URL`` each step is a fresh run of the service's pool started from
+the member's last run's learner state (``parallel.learner.init_from``) and exploit points the target at the
+source's last run (:class:`~.members.PoolSteps`). Exploit happens while no member runs.
 
 Records: every exploit and explore goes to ``OUT/pbt.jsonl`` (one JSON object a line: ``start`` per member, ``step``
 per generation with the scores, ``exploit`` per copy with the generation, member, source, scores, old and new
 settings and how each parameter moved, ``explore_failed`` when the explored settings cannot run and the member keeps
 its own); the final table (member, status, final score, env steps, settings, hyperparameter history, note) is
-printed and written to ``OUT/pbt.csv``. Each member's directory is a serial run
-that ``parallel-rl plot`` and ``parallel-rl compare`` read (its curve jumps where it copied another member).
+printed and written to ``OUT/pbt.csv`` (pool: with the run id of each step, also in each ``step`` line). A serial
+member's directory is a run that ``parallel-rl plot`` and ``parallel-rl compare`` read (its curve jumps where it
+copied another member); a pool member's steps are runs of the service, each with its own curve from env step 0.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import os
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError
-from ..storage.checkpoints import copy_serial_state
-from .runner import ProcessRunner, TrialResult
+from .members import Member, PoolSteps, SerialSteps
+from .runner import TrialResult
 from .sweep import import_optuna, write_table
 from .trials import Trial, TrialConfigs, load_space, space_settings
 
@@ -45,13 +46,9 @@ logger = logging.getLogger(__name__)
 
 LINEAGE_NAME = "pbt.jsonl"
 TABLE_NAME = "pbt.csv"
-COLUMNS = ["member", "status", "score", "env_steps", "settings", "history", "note"]
 MAX_QUANTILE = 0.5  # the bottom and the top quantile must not overlap
 MAX_POPULATION = 1000
-# each member-step's budget: the env steps it trains to; the other serial budgets are off (they would count the
-# earlier steps too and end a step early)
-BUDGET_KEY = "serial.max_env_step"
-BUDGETS_OFF = {"serial.max_train_iter": 0, "serial.max_seconds": 0}
+BUDGET_KEY = "run.max_env_step"  # the config's budget: how long each member trains, when no option says
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,10 @@ class PbtOptions:
     def budget(self, generation: int) -> int:
         """The env steps every member has trained at the end of step ``generation`` (0-based)."""
         return min((generation + 1) * self.interval, self.max_env_step)
+
+    def step_budget(self, generation: int) -> int:
+        """The env steps step ``generation`` trains (the last one may be shorter)."""
+        return self.budget(generation) - (self.budget(generation - 1) if generation else 0)
 
 
 def parse_options(
@@ -241,69 +242,22 @@ def _clip_to(value: Any, bounds: Dict[str, Any], integer: bool) -> Any:
     return value
 
 
-class MemberRunner(ProcessRunner):
-    """The lab's process runner for PBT's members: a member's steps after its first resume its experiment
-    directory (``serial --resume``), with the step's budget and its current settings."""
-
-    def __init__(self, config_path: str, overrides: Sequence[str], out_dir: str):
-        super().__init__(config_path, overrides, out_dir, cluster=False)
-        self.resuming: Set[int] = set()
-
-    def command(self, trial: Trial, exp_dir: str) -> List[str]:
-        cmd = super().command(trial, exp_dir)
-        return cmd + ["--resume", exp_dir] if trial.number in self.resuming else cmd
-
-
-@dataclass
-class Member:
-    """One member of the population: its space parameters, the settings they give, and how it went."""
-
-    number: int
-    params: Dict[str, Any]
-    settings: Dict[str, Any]
-    seed: Optional[int] = None
-    status: str = "training"  # training, then done, failed or interrupted
-    score: float = math.nan  # its latest evaluation return
-    env_steps: Optional[int] = None
-    exp_dir: str = ""
-    note: str = ""
-    history: List[str] = field(default_factory=list)
-
-    def label(self) -> str:
-        return Trial(self.number, self.settings).label()
-
-    def row(self) -> Dict[str, object]:
-        return {
-            "member": self.number,
-            "status": self.status,
-            "score": self.score,
-            "env_steps": self.env_steps,
-            "settings": self.label(),
-            "history": " | ".join(self.history),
-            "note": self.note,
-        }
-
-
 class PopulationTraining:
-    """One PBT run: the population, its steps through a :class:`MemberRunner`, exploit and explore between them,
-    and the lineage and table in ``out_dir``."""
+    """One PBT run: the population, its steps through ``steps`` (:mod:`.members`: serial processes or the
+    service's pool), exploit and explore between them, and the lineage and table in ``out_dir``."""
 
     def __init__(
         self,
         configs: TrialConfigs,
         space: SearchSpace,
-        runner: MemberRunner,
+        steps: Union[SerialSteps, PoolSteps],
         options: PbtOptions,
         out_dir: str,
         parallel: int = 1,
         on_event: Optional[Callable[[str], None]] = None,
     ):
-        if configs.cluster:
-            raise ConfigError(
-                f"pbt: {configs.config_path} is a cluster config (it has a parallel section); PBT trains serial "
-                f"configs (each member a `parallel-rl serial` run): pass a serial config"
-            )
-        self.configs, self.space, self.runner, self.options = configs, space, runner, options
+        steps.check(configs)
+        self.configs, self.space, self.steps, self.options = configs, space, steps, options
         self.out_dir, self.parallel = out_dir, parallel
         self.on_event = on_event or (lambda line: None)
         self.rng = random.Random(options.seed)
@@ -322,8 +276,8 @@ class PopulationTraining:
                 member.status, member.note = "failed", reason
 
     def _trial(self, member: Member, generation: int) -> Trial:
-        budget = {BUDGET_KEY: self.options.budget(generation), **BUDGETS_OFF}
-        return Trial(member.number, {**member.settings, **budget}, member.seed)
+        options = self.options
+        return self.steps.trial(member, options.step_budget(generation), options.budget(generation), generation)
 
     def record(self, event: Dict[str, Any]) -> None:
         """One line of the lineage (appended whole, flushed)."""
@@ -333,7 +287,7 @@ class PopulationTraining:
     def interrupt(self) -> None:
         """Ctrl-C: stop the members in flight, start no more steps."""
         self.interrupted.set()
-        self.runner.stop_all()
+        self.steps.stop_all()
 
     def run(self) -> List[Member]:
         os.makedirs(self.out_dir, exist_ok=True)
@@ -370,22 +324,21 @@ class PopulationTraining:
         self.on_event(f"pbt: generation {generation}: {len(live)} member(s) train to env step {budget}")
 
         def run_one(member: Member) -> TrialResult:
-            return self.runner.run(self._trial(member, generation))
+            return self.steps.run(self._trial(member, generation))
 
         with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="pbt-member") as pool:
             results = list(pool.map(run_one, live))
         for member, result in zip(live, results):
-            member.exp_dir, member.env_steps = result.exp_dir, result.env_steps
+            self.steps.ran(member, result)
             if not math.isnan(result.eval_return):
                 member.score = result.eval_return
-            if result.status == "done":
-                self.runner.resuming.add(member.number)
-            else:
+            if result.status != "done":
                 member.status, member.note = result.status, result.note
             self.on_event(
                 f"pbt: generation {generation}: member {member.number} {result.status}: eval_return="
                 f"{member.score:.4g} env_steps={member.env_steps}" + (f" ({result.note})" if result.note else "")
             )
+        runs = {str(m.number): m.runs[-1] for m in live if m.runs}  # pool: each member's run of this step
         self.record(
             {
                 "event": "step",
@@ -393,6 +346,7 @@ class PopulationTraining:
                 "env_steps": budget,
                 "scores": {str(m.number): _json_score(m.score) for m in live},
                 "status": {str(m.number): m.status for m in live},
+                **({"runs": runs} if runs else {}),
             }
         )
 
@@ -426,7 +380,7 @@ class PopulationTraining:
             if reason:
                 self._keep(target, source, generation, reason)
                 continue
-            copy_serial_state(source.exp_dir, target.exp_dir)
+            self.steps.copy(source, target)
             old_settings, old_score = target.settings, target.score
             target.params, target.settings, target.score = params, settings, source.score
             target.history.append(f"{generation + 1}: from {source.number}: {target.label()}")
@@ -437,6 +391,7 @@ class PopulationTraining:
                     "env_steps": self.options.budget(generation),
                     "member": target.number,
                     "copied_from": source.number,
+                    "source_dir": source.exp_dir,  # where the target's next step starts from
                     "score": _json_score(old_score),
                     "source_score": _json_score(source.score),
                     "old_settings": old_settings,
@@ -469,4 +424,8 @@ class PopulationTraining:
         return [member.row() for member in self.members]
 
     def write_table(self) -> str:
-        return write_table(os.path.join(self.out_dir, TABLE_NAME), self.rows(), COLUMNS)
+        return write_table(os.path.join(self.out_dir, TABLE_NAME), self.rows(), self.columns)
+
+    @property
+    def columns(self) -> List[str]:
+        return list(self.steps.columns)

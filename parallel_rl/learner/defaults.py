@@ -7,7 +7,7 @@ config package (a slave compiles the configs it is sent), whose assembly imports
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from easydict import EasyDict
 
@@ -94,6 +94,16 @@ class LearnerSection(Section):
         above=0,
         doc="""seconds a collective (or the rendezvous) may wait for a
         rank before it fails: a dead rank never hangs the others""",
+    )
+    init_from: Optional[str] = setting(
+        None,
+        nullable=True,
+        doc="""warm start: a checkpoint the learner loads before its first
+        update (None: a fresh model). A learner state (<shared>/learner/learner_*.pt, a serial run's ckpt/*.pt): the
+        model, the optimizer's moments and the policy's own counters; a policy checkpoint (policy/policy_*.pt): the
+        model only; a run's directory or shared store: its newest learner state. The run's counters (env steps,
+        train iterations, policy versions) start at 0. Missing, damaged or of another algorithm/env: the learner
+        task fails with one line (docs/lab.md)""",
     )
     max_rank_restarts: int = setting(
         3,

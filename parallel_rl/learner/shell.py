@@ -28,6 +28,7 @@ from ..transport import ApiError
 from .learner import create_learner, store_saving
 from .defaults import LearnerSection
 from .pipeline import DataPipeline, PipelineSection
+from .warm_start import warm_start
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +126,16 @@ class LearnerSlave(Slave, BaseCommLearner):
             exp_dir=None,
             instance_name=f"learner {self.worker_id}",
         )
-        if resume:
-            found = self.storage.learner_states.latest_good()
-            if found is not None:
-                version, state = found
-                policy.load_state_dict(state["policy"])
-                learner.train_iter = int(state["train_iter"])
-                logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
+        found = self.storage.learner_states.latest_good() if resume else None
+        if found is not None:
+            version, state = found
+            policy.load_state_dict(state["policy"])
+            learner.train_iter = int(state["train_iter"])
+            logger.info("learner %s: resumed from learner state %d", self.worker_id, version)
+        else:  # a run's first learner (or one that took over before any state was saved): the warm start, if any
+            source = warm_start(policy, cfg)
+            if source is not None:
+                logger.info("learner %s: started from %s (parallel.learner.init_from)", self.worker_id, source)
         start_iter = learner.train_iter
         self.start_training(policy, learner)
         self.send_policy(policy, learner.train_iter)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..data.flows import REPLAY, DataFlow
+from ..errors import ConfigError
 from .nets import cpu_state_dict
 
 
@@ -58,3 +59,30 @@ class Policy:
 
     def load_model_state_dict(self, state: Dict) -> None:
         self.model.load_state_dict(state["model"])
+
+
+def checkpoint_parts(state: Any, source: str) -> Tuple[Dict, bool]:
+    """(state, whole) of a checkpoint file's contents: a learner's whole state (``{"policy": ..., "train_iter"}``: a
+    serial run's ``ckpt/*.pt``, a cluster's ``learner/learner_*.pt``; ``whole``: the policy's ``state_dict``, the
+    optimizer's included), else the acting networks a policy checkpoint holds (``model_state_dict``)."""
+    if not isinstance(state, dict):
+        raise ConfigError(f"{source}: not a policy checkpoint (a {type(state).__name__})")
+    if isinstance(state.get("policy"), dict):
+        return state["policy"], True
+    return state, False
+
+
+def load_checkpoint(policy: Policy, state: Dict, whole: bool, source: str, fits: str, fix: str) -> None:
+    """Load a checkpoint's ``state`` into ``policy`` (``whole``: its ``load_state_dict``, else the acting networks');
+    ConfigError in one line naming ``source`` when it was trained with another algorithm or env (``fits``: what
+    it should fit, e.g. ``policy.type='ppo' on env 'CartPole-v1'``; ``fix``: how to fix that)."""
+    try:
+        # the networks this policy saves must all be there (a policy's loader skips names it does not find)
+        missing = sorted(set(policy.state_dict() if whole else policy.model_state_dict()) - set(state))
+        if missing:
+            raise KeyError(f"no {', '.join(missing)} in it (it has {', '.join(sorted(map(str, state)))})")
+        (policy.load_state_dict if whole else policy.load_model_state_dict)(state)
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        first = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
+        raise ConfigError(f"{source} does not fit {fits} ({type(exc).__name__}: {first[:200]}); {fix}") from None
