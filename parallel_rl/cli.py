@@ -478,15 +478,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serial(args: argparse.Namespace) -> int:
+    from .runtime import die_with_parent, on_signals, signal_exit_code
+
+    heard: List[str] = []
+
+    def on_signal(name: str) -> None:
+        heard.append(name)
+        if len(heard) > 1:  # asked twice (or the lab's SIGTERM after its grace): leave now, without saving more
+            print(f"parallel-rl serial: {name} again: leaving at once", file=sys.stderr, flush=True)
+            os._exit(signal_exit_code(name))
+
+    # Ctrl-C and SIGTERM are heard from here on and acted on between two steps of the training (after a collect
+    # or an evaluation: never inside one, where an exception could leave a lock or a file half done)
+    on_signals(on_signal)
+    die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
     from .config import load_config
     from .entry.serial import serial_pipeline
     from .errors import ConfigError
     from .progress import ProgressReporter
-    from .runtime import die_with_parent, outcome_exit_code, setup_process
+    from .runtime import outcome_exit_code, setup_process
 
     from .envs.fit import check_env_fits
-
-    die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
 
     cfg = load_config(args.config, args.overrides, mode="serial")
     check_env_fits(cfg)
@@ -501,22 +513,40 @@ def cmd_serial(args: argparse.Namespace) -> int:
                 f"start over without --resume"
             )
         from .entry.selfplay import selfplay_pipeline as pipeline
-    # off a terminal a line per evaluation (min_interval inf: the forced updates only), as before the bar
-    with ProgressReporter(cfg.run.stop_value, name="serial", min_interval=math.inf) as reporter:
+    try:
+        # off a terminal a line per evaluation (min_interval inf: the forced updates only), as before the bar
+        with ProgressReporter(cfg.run.stop_value, name="serial", min_interval=math.inf) as reporter:
 
-        def progress(info: dict) -> None:
-            """After an evaluation (its info: a line), or after a collect (numbers for the bar)."""
-            evaluated = "eval_episode_return_mean" in info
-            reporter.update(
-                info["envstep"],
-                info["train_iter"],
-                info.get("eval_episode_return_mean", math.nan),
-                best_return=info.get("best_return", math.nan),
-                force=evaluated,
-                train_return=info.get("train_return", math.nan),
+            def progress(info: dict) -> None:
+                """After an evaluation (its info: a line), or after a collect (numbers for the bar); a stop
+                signal heard meanwhile ends the training here (the serial pipeline saves its state)."""
+                evaluated = "eval_episode_return_mean" in info
+                reporter.update(
+                    info["envstep"],
+                    info["train_iter"],
+                    info.get("eval_episode_return_mean", math.nan),
+                    best_return=info.get("best_return", math.nan),
+                    force=evaluated,
+                    train_return=info.get("train_return", math.nan),
+                )
+                if heard:
+                    raise KeyboardInterrupt
+
+            if heard:
+                raise KeyboardInterrupt
+            result = pipeline(cfg, progress=progress, **extra)
+    except KeyboardInterrupt:
+        name = heard[0] if heard else "SIGINT"
+        if pipeline is serial_pipeline:
+            print(
+                f"parallel-rl serial: stopped by {name}; continue with: parallel-rl serial -c {args.config} "
+                f"--resume {os.path.abspath(cfg.exp_name)} (and the same --set)",
+                file=sys.stderr,
+                flush=True,
             )
-
-        result = pipeline(cfg, progress=progress, **extra)
+        if name == "SIGINT":
+            raise  # main's one line: interrupted, exit 130
+        return signal_exit_code(name)
     print(result.summary(), flush=True)
     code = outcome_exit_code("solved" if result.solved else "stopped", cfg.run.stop_value)
     if code:

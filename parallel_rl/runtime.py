@@ -158,7 +158,9 @@ def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> Non
     kernel sends it when the *thread* that started this process ends: start such processes from a thread that
     lives as long as the process (the main thread)."""
     parent = os.environ.get(env_var)
-    if not parent or not sys.platform.startswith("linux"):
+    # this process's own pid: a launcher named itself for its children (its command run again in its process,
+    # as the CLI's fuzzer does), not a parent to die with
+    if not parent or not parent.isdigit() or int(parent) == os.getpid() or not sys.platform.startswith("linux"):
         return
     import ctypes
     import signal

@@ -211,3 +211,12 @@ def test_the_compare_view_lists_runs_and_draws_the_ticked_ones(service, tmp_path
         assert not browser.find_elements("css selector", "#iqm tbody tr, #curve-chart canvas")  # nothing stale
     finally:
         browser.quit()
+
+
+def test_an_ended_run_of_an_earlier_life_of_the_service_shows_its_saved_curve(service):
+    url, _ = service
+    run = requests.get(f"{url}/api/v1/runs/run-6", timeout=30).json()
+    assert [(p["env_steps"], p["eval_return"]) for p in run["curve"]] == [
+        (s, 7.0 * k / 4) for k, s in enumerate(STEPS, 1)
+    ]
+    assert requests.get(f"{url}/api/v1/runs/run-8", timeout=30).json()["curve"] == []  # it saved none

@@ -47,6 +47,12 @@ def lab(*args, cwd, timeout=300):
     )
 
 
+def lab_process(tmp_path, command: str, *args) -> CliProcess:
+    """A `parallel-rl COMMAND ARGS` process in a session of its own (as at a terminal), from ``tmp_path``."""
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    return CliProcess(tmp_path, command, command, *args, env=env, cwd=str(tmp_path), new_session=True)
+
+
 def table(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -335,10 +341,8 @@ def test_a_clearly_worse_trial_is_pruned_and_its_training_stopped(tmp_path, flat
 @pytest.mark.multirun
 def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_path, flat_config):
     out = tmp_path / "sweep"
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    sweep = CliProcess(
+    sweep = lab_process(
         tmp_path,
-        "sweep",
         "sweep",
         "-c",
         flat_config,
@@ -350,9 +354,6 @@ def test_ctrl_c_stops_the_sweeps_trainings_and_says_where_the_results_are(tmp_pa
         "serial.max_train_iter=0",
         "--set",
         "serial.max_env_step=100000000",
-        env=env,
-        cwd=str(tmp_path),
-        new_session=True,
     )
     try:
         sweep.wait_line(r"^sweep: 3 trial\(s\), 1 at a time")
@@ -380,10 +381,8 @@ def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(t
     out = tmp_path / "tune"
     space = write_space(tmp_path, REWARD_SPACE)
     args = ["-c", flat_config, "--trials", "2", "--space", space, "--out", str(out)]
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    tune = CliProcess(
+    tune = lab_process(
         tmp_path,
-        "tune",
         "tune",
         *args,
         "--set",
@@ -392,9 +391,6 @@ def test_ctrl_c_stops_tune_and_the_rerun_resumes_without_the_interrupted_trial(t
         "serial.max_env_step=100000000",
         "--set",
         "policy.eval.evaluator.eval_freq=1000",
-        env=env,
-        cwd=str(tmp_path),
-        new_session=True,
     )
     try:
         log = out / "flat" / "trial_000.log"
@@ -441,12 +437,10 @@ def test_a_sweep_killed_with_sigkill_leaves_no_training_running_and_the_training
 
     out = tmp_path / "sweep"
     state = out / "trial_000" / "ckpt" / "serial_state.pt"
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     # a training that evaluates (and prints) once, at its start, and then trains its whole budget quietly: only
     # the sweep's death can end it early
-    sweep = CliProcess(
+    sweep = lab_process(
         tmp_path,
-        "sweep",
         "sweep",
         "-c",
         flat_config,
@@ -460,9 +454,6 @@ def test_a_sweep_killed_with_sigkill_leaves_no_training_running_and_the_training
         "serial.max_env_step=100000000",
         "--set",
         "run.eval_freq=1000000000",
-        env=env,
-        cwd=str(tmp_path),
-        new_session=True,
     )
     try:
         eventually(state.exists, timeout=120, message="the training's state saved after its first evaluation")
@@ -486,3 +477,24 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+def test_serial_stopped_by_sigterm_saves_says_how_to_continue_and_the_resume_goes_on(tmp_path, flat_config):
+    exp = tmp_path / "run"
+    sets = ["--set", f"exp_name={exp}", "--set", "serial.max_train_iter=0"]
+    serial = lab_process(tmp_path, "serial", "-c", flat_config, *sets, "--set", "serial.max_env_step=100000000")
+    try:
+        serial.wait_line(r"eval_return=", timeout=120)
+        serial.send_signal(signal.SIGTERM)  # e.g. docker stop, a Slurm job's end, the lab's escalation
+        assert serial.wait(60) == 143, serial.output()[-3000:]
+    finally:
+        serial.stop()
+    hint = re.search(r"stopped by SIGTERM; continue with: parallel-rl serial -c \S+ --resume (\S+)", serial.output())
+    assert hint and hint.group(1) == str(exp), serial.output()[-3000:]
+    stopped_at = int(re.findall(r"env_steps=(\d+)", serial.output())[-1])
+    again = lab(
+        "serial", "-c", flat_config, "--resume", hint.group(1), *sets, "--set", "serial.max_env_step=1", cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert int(re.search(r"env_steps=(\d+) train_iter=", again.stdout).group(1)) >= stopped_at  # it went on

@@ -17,9 +17,9 @@ import textwrap
 
 import pytest
 
-from tests.support import CliProcess, eventually
+from tests.support import eventually
 from tests.test_lab import lab as cli  # a `parallel-rl` command to its end, tests.lab_env importable
-from tests.test_lab import table
+from tests.test_lab import lab_process, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 16 env steps a collect (2 envs), an evaluation every 4 updates: a step of 32 env steps is exactly 2 collects
@@ -284,10 +284,8 @@ def test_explore_moves_each_parameter_by_a_factor_or_a_draw_inside_the_space_and
 @pytest.mark.multirun
 def test_ctrl_c_stops_every_member_and_says_where_the_results_are(tmp_path, config):
     out = tmp_path / "pbt"
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    pbt = CliProcess(
+    pbt = lab_process(
         tmp_path,
-        "pbt",
         "pbt",
         "-c",
         config,
@@ -301,9 +299,6 @@ def test_ctrl_c_stops_every_member_and_says_where_the_results_are(tmp_path, conf
         write_space(tmp_path),
         "--out",
         str(out),
-        env=env,
-        cwd=str(tmp_path),
-        new_session=True,
     )
     try:
         pbt.wait_line(r"^pbt: generation 0: 2 member\(s\) train to env step 100000000")

@@ -155,6 +155,8 @@ class Service:
             out["summary"] = c.summary()
             out["curve"] = list(c.eval_history)
             out["tasks"] = [t.to_dict() for t in c.tasks.list()[-100:]]
+        elif record.started:  # a run of an earlier life of the service: its curve from its last saved state
+            out["curve"] = saved_curve(run_dir(self.dir, run_id))
         return out
 
     # ---- the pool -------------------------------------------------------------------------------------------
@@ -334,6 +336,20 @@ class Service:
         if self._loop is not None:
             self._loop.join(5.0)
         self.dir_lock.release()
+
+
+def saved_curve(directory: str) -> List[Dict[str, Any]]:
+    """The eval history of the newest coordinator state a run saved in its store (``directory``/shared), read
+    through the store's validating loader; [] when it has none or it cannot be read (logged)."""
+    from ..storage import SharedStorage
+
+    try:
+        found = SharedStorage(os.path.join(directory, "shared"), create=False).states.latest()
+    except (ParallelRLError, OSError) as exc:
+        logger.warning("service: no curve from %s: %s", directory, exc)
+        return []
+    history = found[0].get("eval_history") if found is not None else None
+    return [p for p in history if isinstance(p, dict)] if isinstance(history, list) else []
 
 
 def _numbers(summary: Dict[str, Any]) -> Dict[str, Any]:
