@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -123,6 +124,28 @@ def test_two_runs_on_one_learner_queue_start_stop_and_move_the_slots(tmp_path, t
         assert [r["state"] for r in json.loads(listing.stdout)["runs"]] == ["stopped", "solved"]
         busy = requests.get(f"{url}/api/v1/pool", timeout=10).json()["busy_fraction"]
         assert 0.0 < busy <= 1.0
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.multirun
+def test_runs_submitted_together_start_with_their_shares_and_no_collector_is_forked_to_be_retired(tmp_path, toy_config):
+    from parallel_rl.service.service import SETTLE
+
+    service, url = serve(tmp_path, tmp_path / "svc", "--learners", "2", "--collectors", "4")
+    try:
+        first = time.monotonic()
+        submit(url, toy_config, UNENDING)
+        submit(url, toy_config, UNENDING)
+        if time.monotonic() - first >= SETTLE:  # what the service promises is for submissions within SETTLE
+            pytest.skip(f"the two submissions took {time.monotonic() - first:.2f}s, over the {SETTLE}s window")
+        eventually(
+            lambda: [run_of(url, r)["workers"] for r in ("run-1", "run-2")] == [{"learners": 1, "collectors": 2}] * 2,
+            timeout=START,
+            message="both runs with their shares",
+        )
+        assert "back to the pool" not in service.output()  # run-1 never started alone on the whole pool
     finally:
         service.stop()
 
