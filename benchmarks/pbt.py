@@ -3,15 +3,20 @@ same population, at equal total env steps.
 
     .venv/bin/python benchmarks/pbt.py [-c configs/cartpole_ppo.py] [--population 4] [--interval 20000]
         [--max-env-step 200000] [--space SPACE.py] [--sampler-seed 0] [--parallel 1] [--out DIR] [--png curves.png]
-        [--set KEY=VALUE ...]
+        [--pool LEARNERS,COLLECTORS] [--set KEY=VALUE ...]
 
 Both arms draw the same K settings from the space (Optuna's random sampler with --sampler-seed: `pbt` and `sweep
 --random` draw alike) and train each for --max-env-step env steps, K x that in all:
 
 - PBT: `parallel-rl pbt --population K --interval T --max-env-step N --space SPACE`; its score is the best member's
   final evaluation return;
-- fixed: `parallel-rl sweep --random K --space SPACE --set serial.max_env_step=N` (every setting kept from start
+- fixed: `parallel-rl sweep --random K --space SPACE --set run.max_env_step=N` (every setting kept from start
   to end); its score is the best trial's final evaluation return.
+
+With ``--pool L,C`` (a cluster config, e.g. ``configs/minatar_breakout_ppo_parallel.py``) a service with L learner
+and C collector slots is started first (benchmarks/pool.py's ``service``) and both arms train on its pool: ``pbt
+--service`` (each member step a run started from the member's, or after an exploit the source's, last learner
+state) and ``sweep --service``.
 
 Prints both scores and PBT / fixed (target: >= 1, the issue's "PBT's final score >= the best fixed one's"), with
 each arm's table; --png draws both arms' mean curves with bootstrap bands (`parallel-rl compare --group`). The
@@ -32,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +81,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=1, help="members / trials trained at once")
     parser.add_argument("--out", default=None, help="where both arms' runs go (default: a temporary directory)")
     parser.add_argument("--png", default=None, help="both arms' curves (mean and bootstrap band) to this file")
+    parser.add_argument("--pool", default=None, metavar="LEARNERS,COLLECTORS", help="both arms on a service's pool")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
 
@@ -94,16 +101,26 @@ def main() -> int:
     )
 
     pbt_out, fixed_out = out / "pbt", out / "fixed"
-    pbt_code, pbt_wall = cli(
-        ["pbt", *common, "--population", str(args.population), "--interval", str(args.interval)]
-        + ["--max-env-step", str(args.max_env_step), "--out", str(pbt_out)],
-        out / "pbt.log",
-    )
-    fixed_code, fixed_wall = cli(
-        ["sweep", *common, "--random", str(args.population), "--out", str(fixed_out)]
-        + ["--set", f"serial.max_env_step={args.max_env_step}"],
-        out / "fixed.log",
-    )
+    if args.pool:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from pool import service  # benchmarks/pool.py
+
+        learners, collectors = (int(n) for n in args.pool.split(","))
+        pool = service(str(out), learners, collectors)
+    else:
+        pool = nullcontext(None)
+    with pool as url:
+        on_pool = ["--service", url] if url else []
+        pbt_code, pbt_wall = cli(
+            ["pbt", *common, *on_pool, "--population", str(args.population), "--interval", str(args.interval)]
+            + ["--max-env-step", str(args.max_env_step), "--out", str(pbt_out)],
+            out / "pbt.log",
+        )
+        fixed_code, fixed_wall = cli(
+            ["sweep", *common, *on_pool, "--random", str(args.population), "--out", str(fixed_out)]
+            + ["--set", f"run.max_env_step={args.max_env_step}"],
+            out / "fixed.log",
+        )
     for name, code, wall, log in (
         ("pbt", pbt_code, pbt_wall, out / "pbt.log"),
         ("fixed", fixed_code, fixed_wall, out / "fixed.log"),
