@@ -235,3 +235,14 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(fake, tmp_path, case):
 def test_help_shows_an_example():
     out = run_cli("compare", "--help")
     assert out.returncode == 0 and "example:\n  parallel-rl compare " in out.stdout, out.stdout
+
+
+def test_runs_that_ended_at_different_env_steps_are_scored_at_the_latest_first_evaluation_by_default(tmp_path):
+    # one run evaluated only at 500 (it stopped at its stop value late), one that ended at 300
+    late = snapshot_run(tmp_path / "late_s0", 9.0, steps=(500,))
+    early = snapshot_run(tmp_path / "early_s0", 30.0, steps=(100, 200, 300))
+    out = run_cli("compare", "--group", f"x={late},{early}", "--csv", str(tmp_path / "c.csv"))
+    assert out.returncode == 0, out.stderr
+    assert "scores at env step 500 (the latest first evaluation among the runs" in out.stdout
+    runs = [r for r in read_csv(tmp_path / "c.csv") if r["row"] == "run"]
+    assert [(r["final_env_steps"], float(r["final_score"])) for r in runs] == [("500", 9.0), ("300", 30.0)]

@@ -35,7 +35,7 @@ COMPARE_EXAMPLE = """example:
 
 Runs with the same config (apart from exp_name and seed; --group-by name: the same name without its seed
 suffix) form a group. Each run's final score is its last evaluation at or before --at-env-step (default:
-the smallest final env step among the runs); per group: IQM with a 95 % percentile-bootstrap CI over its
+the smallest final env step among the runs, or the latest first evaluation where that comes after it); per group: IQM with a 95 % percentile-bootstrap CI over its
 runs, median and mean. A directory that is not a run, or has no evaluations: one line, exit 2, nothing written.
 """
 EXPORT_EXAMPLE = """example:
@@ -279,7 +279,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     written = [write_csv(groups, args.csv)] if args.csv else []  # written before the tables: a failure is one line
     if args.png:
         written.append(plot_groups(groups, args.png, step, args.reps, args.seed))
-    how = "--at-env-step" if args.at_env_step is not None else "the smallest final env step among the runs"
+    how = "--at-env-step" if args.at_env_step is not None else result.default_step
     print(
         f"compare: scores at env step {step:g} ({how}); IQM with a 95 % percentile-bootstrap CI over runs "
         f"({args.reps} resamples, seed {args.seed})"

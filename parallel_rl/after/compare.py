@@ -212,10 +212,16 @@ def score_at(run: Run, env_step: float) -> None:
 
 
 def summarise(groups: List[Group], at_env_step: Optional[float], reps: int, seed: int) -> float:
-    """Score every run at ``at_env_step`` (None: the smallest final env step among the runs) and set each group's
-    IQM, CI, median and mean; returns the env step compared."""
+    """Score every run at ``at_env_step`` and set each group's IQM, CI, median and mean; returns the env step
+    compared. None: the smallest final env step among the runs, or, where a run's first evaluation comes later (runs
+    that ended at different env steps, e.g. at their stop value), the latest first evaluation: a run that ended
+    before it is scored by its last evaluation."""
     runs = [run for group in groups for run in group.runs]
-    step = min(run.history[-1]["env_steps"] for run in runs) if at_env_step is None else float(at_env_step)
+    if at_env_step is None:
+        step = min(run.history[-1]["env_steps"] for run in runs)
+        step = max(step, max(run.history[0]["env_steps"] for run in runs))
+    else:
+        step = float(at_env_step)
     for run in runs:
         score_at(run, step)
     for group in groups:
@@ -373,6 +379,14 @@ class Comparison:
     def csv(self) -> str:
         return csv_text(self.groups)
 
+    @property
+    def default_step(self) -> str:
+        """Which default the runs were scored at (``at_env_step`` None)."""
+        runs = [run for group in self.groups for run in group.runs]
+        if self.env_step == min(run.history[-1]["env_steps"] for run in runs):
+            return "the smallest final env step among the runs"
+        return "the latest first evaluation among the runs: some ended before it and count their last"
+
     def to_json(self, ids: Optional[Dict[str, str]] = None) -> dict:
         """Per group: its runs' final scores, the IQM with its 95 % CI, median and mean, and the mean curve with
         its 95 % bootstrap band on the group's common env-step grid (empty when its runs' ranges do not overlap).
@@ -409,7 +423,7 @@ class Comparison:
                     },
                 }
             )
-        at = "at_env_step" if self.at_env_step is not None else "the smallest final env step among the runs"
+        at = "at_env_step" if self.at_env_step is not None else self.default_step
         return {
             "env_step": self.env_step,
             "scored_at": at,
