@@ -2,8 +2,6 @@
 // GET /api/v1/compare (the numbers of `parallel-rl compare`): mean curves with 95 % bootstrap bands per group and
 // the IQM table. No build step; uPlot from static/vendor.
 "use strict";
-const API = "api/v1";
-const $ = (id) => document.getElementById(id);
 const fmt = (x, digits = 2) => (x === null || x === undefined || Number.isNaN(x)) ? "–"
   : (typeof x === "number" ? (Number.isInteger(x) ? x.toLocaleString() : x.toFixed(digits)) : String(x));
 const g6 = (x) => (x === null || x === undefined) ? "–" : String(Number(x.toPrecision(6)));  // the CLI's %.6g
@@ -11,23 +9,6 @@ const COLORS = ["#175cd3", "#f79009", "#12b76a", "#7a5af8", "#f04438", "#ee46bc"
 const ticked = new Set();
 let shown = "", plot = null;  // the query drawn now, and its chart
 let steps = "", compared = 0;  // the ticked runs' states and env steps when last compared, and when
-
-async function get(path) {
-  const response = await fetch(`${API}${path}`, {cache: "no-store"});
-  if (!response.ok) {
-    let message = `HTTP ${response.status}`;
-    try { message = (await response.json()).error.message; } catch (err) { /* not JSON: the status says it */ }
-    throw new Error(`${path.split("?")[0]}: ${message}`);
-  }
-  return response.json();
-}
-
-function cell(row, text, cls) {
-  const td = row.insertCell();
-  td.textContent = text;
-  if (cls) td.className = cls;
-  return td;
-}
 
 function renderRuns(runs) {
   const body = $("runs").tBodies[0];

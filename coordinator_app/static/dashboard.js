@@ -1,22 +1,7 @@
 // parallel_rl dashboard: polls the coordinator's REST API once a second; no build step.
 "use strict";
-const API = "api/v1";
-const $ = (id) => document.getElementById(id);
 const fmt = (x, digits = 1) => (x === null || x === undefined || Number.isNaN(x)) ? "–"
   : (typeof x === "number" ? (Number.isInteger(x) ? x.toLocaleString() : x.toFixed(digits)) : String(x));
-
-async function get(path) {
-  const response = await fetch(`${API}${path}`, {cache: "no-store"});
-  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
-  return response.json();
-}
-
-function cell(row, text, cls) {
-  const td = row.insertCell();
-  td.textContent = text;
-  if (cls) td.className = cls;
-  return td;
-}
 
 function chart(el, series, yAxes, scales = {}) {
   const width = () => Math.max(300, el.clientWidth - 10);
