@@ -137,7 +137,9 @@ def main() -> int:
     print(f"PBT (best member's final eval return): {pbt_score:.4g}", flush=True)
     print(f"fixed (best setting's final eval return): {fixed_score:.4g}", flush=True)
     print(f"PBT / fixed: {ratio:.3f} (target >= 1)", flush=True)
-    if args.png:
+    if args.png and args.pool:  # a pool member's steps are runs of their own (no stitched curve): pbt.jsonl has them
+        print("curves: not drawn on the pool (each member step is a run of its own; see pbt/pbt.jsonl)", flush=True)
+    elif args.png:
         members = ",".join(str(p) for p in sorted(pbt_out.glob("trial_*")) if p.is_dir())
         trials = ",".join(str(p) for p in sorted(fixed_out.glob("trial_*")) if p.is_dir())
         code, _ = cli(
