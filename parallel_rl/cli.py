@@ -478,25 +478,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serial(args: argparse.Namespace) -> int:
-    from .runtime import die_with_parent, on_signals, signal_exit_code
+    """Ctrl-C and SIGTERM are heard from the first line and acted on between two steps of the training (after a
+    collect or an evaluation: never inside one, where an exception could leave a lock or a file half done). The
+    handler only notes the signal (the main thread runs it between two bytecodes: at once, whatever else runs); a
+    second one leaves at once. The handlers before are put back when the command returns (the CLI's fuzzer runs
+    commands in its own process)."""
+    from .runtime import die_with_parent, signal_exit_code
 
     heard: List[str] = []
 
-    def on_signal(name: str) -> None:
-        heard.append(name)
+    def on_signal(number: int, frame: object) -> None:
+        heard.append(signal.Signals(number).name)
         if len(heard) > 1:  # asked twice (or the lab's SIGTERM after its grace): leave now, without saving more
-            print(f"parallel-rl serial: {name} again: leaving at once", file=sys.stderr, flush=True)
-            os._exit(signal_exit_code(name))
+            os.write(2, f"parallel-rl serial: {heard[-1]} again: leaving at once\n".encode())
+            os._exit(signal_exit_code(heard[-1]))
 
-    # Ctrl-C and SIGTERM are heard from here on and acted on between two steps of the training (after a collect
-    # or an evaluation: never inside one, where an exception could leave a lock or a file half done)
-    on_signals(on_signal)
-    die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
+    before = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
+        return _serial(args, heard)
+    finally:
+        for number, handler in before.items():  # None: one not set from Python
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+
+def _serial(args: argparse.Namespace, heard: List[str]) -> int:
     from .config import load_config
     from .entry.serial import serial_pipeline
     from .errors import ConfigError
     from .progress import ProgressReporter
-    from .runtime import outcome_exit_code, setup_process
+    from .runtime import outcome_exit_code, setup_process, signal_exit_code
 
     from .envs.fit import check_env_fits
 
