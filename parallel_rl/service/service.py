@@ -28,9 +28,9 @@ from .share import Claim, fair_share
 
 logger = logging.getLogger(__name__)
 TICK = 0.1  # seconds between the pool's looks at its runs (a finished worker's slot is given on within this)
-# a queued run starts once no run was submitted for SETTLE seconds (at most SETTLE_MAX after the first of a
-# burst): a sweep's trials arrive one request after another, and the first one started alone would take every
-# collector slot only to give most back a moment later (forked, set up and retired for nothing)
+# a queued run starts once no submission is being compiled and none came for SETTLE seconds (at most SETTLE_MAX
+# after the first of a burst): a sweep's trials arrive one request after another, and the first one started alone
+# would take every collector slot only to give most back a moment later (forked, set up and retired for nothing)
 SETTLE, SETTLE_MAX = 0.5, 2.0
 MIN_COLLECTORS = 1
 LOCK_NAME = "service.lock"
@@ -63,7 +63,11 @@ class Service:
         self._closing = threading.Event()
         self._loop: Optional[threading.Thread] = None
         self.busy_seconds = self.available_seconds = 0.0
-        self._burst: Optional[tuple] = None  # (first, latest) monotonic time of the submissions not settled yet
+        # submissions not settled yet: (the first's arrival, the latest's arrival or end), and how many are being
+        # compiled now
+        self._burst: Optional[tuple] = None
+        self._in_flight = 0
+        self._counting = threading.Lock()
         for record in self.records:
             if not record.state.ended:  # the runs of the service's last life: queued again, resumed when started
                 record.state = RunState.QUEUED
@@ -79,6 +83,27 @@ class Service:
         name: Optional[str] = None,
     ) -> RunRecord:
         """A new run, queued; its config compiled first (RequestRefused: the ConfigError's one line)."""
+        with self._counting:  # in flight from its arrival: no queued run starts while one is being compiled
+            self._in_flight += 1
+            arrived = time.monotonic()
+            self._burst = (self._burst[0] if self._burst else arrived, arrived)
+        try:
+            return self._submit(config, config_text, overrides, weight, name)
+        finally:
+            with self._counting:
+                self._in_flight -= 1
+                if self._burst:
+                    self._burst = (self._burst[0], time.monotonic())
+            self._wake.set()
+
+    def _submit(
+        self,
+        config: Optional[str],
+        config_text: Optional[str],
+        overrides: List[str],
+        weight: float,
+        name: Optional[str],
+    ) -> RunRecord:
         with self._lock:
             run_id = f"run-{self._next}"
             record = RunRecord(run_id, name or "", "", list(overrides), weight)
@@ -96,11 +121,8 @@ class Service:
             record.name = record.name or os.path.splitext(os.path.basename(record.config))[0]
             self._next += 1
             self.records.append(record)
-            now = time.monotonic()
-            self._burst = (self._burst[0] if self._burst else now, now)
             self._save()
         logger.info("service: %s (%s) submitted, weight %g", run_id, record.name, weight)
-        self._wake.set()
         return record
 
     def record(self, run_id: str) -> RunRecord:
@@ -261,12 +283,13 @@ class Service:
                 cluster.retire_collector()
         held = lambda role: sum(self.clusters[r.run_id].held(role) for r in running)  # noqa: E731
         free_learners, free = self.learners - held("learner"), self.collectors - held("collector")
-        if self._burst is not None:
-            now, (first, latest) = time.monotonic(), self._burst
-            if now - latest < SETTLE and now - first < SETTLE_MAX:
-                queued = []  # more submissions may follow at once: start none of them yet
-            else:
-                self._burst = None
+        with self._counting:
+            if self._burst is not None:
+                now, (first, latest) = time.monotonic(), self._burst
+                if (self._in_flight or now - latest < SETTLE) and now - first < SETTLE_MAX:
+                    queued = []  # one is being compiled, or more may follow at once: start none of them yet
+                elif not self._in_flight:
+                    self._burst = None
         for record in queued:
             if record.run_id not in shares or free_learners < 1 or free < self.min_collectors:
                 continue
