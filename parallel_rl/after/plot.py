@@ -29,15 +29,12 @@ X_AXES = {"env_steps": "env steps", "wall": "wall time (s)", "updates": "updates
 def _coordinator_state(root: str) -> Optional[dict]:
     """The newest coordinator state in the store at ``root`` (read only: plot and compare write nothing there), None
     when it has none; ConfigError naming the store when the state is damaged."""
-    from ..storage import SharedStorage
+    from ..storage import newest_state
 
-    if not os.path.isdir(os.path.join(root, "coordinator")):
-        return None
     try:
-        state = SharedStorage(root, create=False).states.latest()
+        return newest_state(root)
     except StorageError as exc:
         raise ConfigError(f"cannot read the run {root}: {exc}") from None
-    return None if state is None else state[0]
 
 
 def eval_env_steps(entry: dict) -> Any:

@@ -374,10 +374,9 @@ class MessageTable:
                 c.policy_version = version
                 c.policy_published_at[version] = time.time()
                 c.policy_env_steps[version] = c.env_steps
-                for old in [v for v in c.policy_published_at if v < version - 1000]:
-                    del c.policy_published_at[old]
-                for old in [v for v in c.policy_env_steps if v < version - 1000]:
-                    del c.policy_env_steps[old]
+                for table in (c.policy_published_at, c.policy_env_steps):  # the newest 1,000 versions' only
+                    for old in [v for v in table if v < version - 1000]:
+                        del table[old]
         self.flow.notify_progress()  # throttled collectors pick the new policy up now
         self._kick()
 

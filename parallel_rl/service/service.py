@@ -377,14 +377,14 @@ class Service:
 def saved_curve(directory: str) -> List[Dict[str, Any]]:
     """The eval history of the newest coordinator state a run saved in its store (``directory``/shared), read
     through the store's validating loader; [] when it has none or it cannot be read (logged)."""
-    from ..storage import SharedStorage
+    from ..storage import newest_state
 
     try:
-        found = SharedStorage(os.path.join(directory, "shared"), create=False).states.latest()
+        state = newest_state(os.path.join(directory, "shared"))
     except (ParallelRLError, OSError) as exc:
         logger.warning("service: no curve from %s: %s", directory, exc)
         return []
-    history = found[0].get("eval_history") if found is not None else None
+    history = state.get("eval_history") if state is not None else None
     return [p for p in history if isinstance(p, dict)] if isinstance(history, list) else []
 
 

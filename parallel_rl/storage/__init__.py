@@ -14,7 +14,7 @@ from .formats import NOT_A_FILE_ERRNOS, NPY_MAX_HEADER, atomic_save_npz, load_np
 from .health import StorageHealth, check_health_report
 from .lock import SharedDirLock, lock_directory, lock_shared_dir
 from .names import RUN_LOCK_NAME
-from .shared import SharedStorage
+from .shared import SharedStorage, newest_state
 from .states import COORDINATOR_STATE_FORMAT, KEEP_COORDINATOR_STATES
 from .videos import KEEP_VIDEOS
 
@@ -39,6 +39,7 @@ __all__ = [
     "load_npz",
     "lock_directory",
     "lock_shared_dir",
+    "newest_state",
     "split_url",
     "torch_load",
     "torch_save_atomic",

@@ -137,3 +137,13 @@ class SharedStorage:
             except FileNotFoundError:  # renamed into place meanwhile
                 pass
         return removed
+
+
+def newest_state(root: str) -> Optional[dict]:
+    """The newest coordinator state saved in the local store at ``root``, read only (nothing is made there): None
+    when it holds none; StorageError when every state there is damaged. What `plot`, `compare` and the service read
+    a run's curve from."""
+    if not os.path.isdir(os.path.join(root, "coordinator")):
+        return None
+    found = SharedStorage(root, create=False).states.latest()
+    return None if found is None else found[0]
