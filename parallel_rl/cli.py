@@ -507,7 +507,7 @@ def _serial(args: argparse.Namespace, heard: List[str]) -> int:
     from .entry.serial import serial_pipeline
     from .errors import ConfigError
     from .progress import ProgressReporter
-    from .runtime import outcome_exit_code, setup_process, signal_exit_code
+    from .runtime import outcome_exit_code, setup_process, signal_exit_code, silence_output
 
     from .envs.fit import check_env_fits
 
@@ -532,14 +532,20 @@ def _serial(args: argparse.Namespace, heard: List[str]) -> int:
                 """After an evaluation (its info: a line), or after a collect (numbers for the bar); a stop
                 signal heard meanwhile ends the training here (the serial pipeline saves its state)."""
                 evaluated = "eval_episode_return_mean" in info
-                reporter.update(
-                    info["envstep"],
-                    info["train_iter"],
-                    info.get("eval_episode_return_mean", math.nan),
-                    best_return=info.get("best_return", math.nan),
-                    force=evaluated,
-                    train_return=info.get("train_return", math.nan),
-                )
+                try:
+                    reporter.update(
+                        info["envstep"],
+                        info["train_iter"],
+                        info.get("eval_episode_return_mean", math.nan),
+                        best_return=info.get("best_return", math.nan),
+                        force=evaluated,
+                        train_return=info.get("train_return", math.nan),
+                    )
+                except BrokenPipeError:
+                    # the reader of this output is gone (a lab's sweep killed with SIGKILL closes the pipe before
+                    # its SIGINT arrives): stop and save as at Ctrl-C, with nowhere left to print to
+                    silence_output()
+                    raise KeyboardInterrupt from None
                 if heard:
                     raise KeyboardInterrupt
 

@@ -175,6 +175,15 @@ def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> Non
         os.kill(os.getpid(), signum)
 
 
+def silence_output() -> None:
+    """Point this process's stdout and stderr at /dev/null: for when their reader is gone (a broken pipe), so that
+    the lines still to come (a last message, the interpreter's flush at exit) cannot fail what is left to do."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def pin_process(pid: int, cpus: set) -> bool:
     """Pin every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it); False if gone."""
     try:
