@@ -486,16 +486,24 @@ def cmd_serial(args: argparse.Namespace) -> int:
     from .runtime import die_with_parent, signal_exit_code
 
     heard: List[str] = []
+    trial: List[bool] = []  # started by a lab's sweep: it stops this with SIGINT once, then SIGTERM after its grace
 
     def on_signal(number: int, frame: object) -> None:
+        if heard and trial and number == signal.SIGINT:
+            return  # the sweep's SIGINT again (a sweep killed with SIGKILL sends it once per thread): one stop
         heard.append(signal.Signals(number).name)
         if len(heard) > 1:  # asked twice (or the lab's SIGTERM after its grace): leave now, without saving more
-            os.write(2, f"parallel-rl serial: {heard[-1]} again: leaving at once\n".encode())
+            try:
+                os.write(2, f"parallel-rl serial: {heard[-1]} again: leaving at once\n".encode())
+            except OSError:  # nobody reads stderr any more
+                pass
             os._exit(signal_exit_code(heard[-1]))
 
     before = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        die_with_parent(signum=signal.SIGINT)  # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
+        # a lab's trial: Ctrl-C (save, stop) when its sweep dies, SIGKILL too
+        if die_with_parent(signum=signal.SIGINT):
+            trial.append(True)
         return _serial(args, heard)
     finally:
         for number, handler in before.items():  # None: one not set from Python

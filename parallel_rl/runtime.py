@@ -153,15 +153,17 @@ def set_torch_threads(n: int) -> None:
 PARENT_ENV = "PARALLEL_RL_PARENT_PID"
 
 
-def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> None:
-    """When started by ``parallel-rl run``: get ``signum`` (SIGTERM) if the launcher dies (Linux prctl). The
-    kernel sends it when the *thread* that started this process ends: start such processes from a thread that
-    lives as long as the process (the main thread)."""
+def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> bool:
+    """When started by ``parallel-rl run`` (or a lab's sweep): get ``signum`` (SIGTERM) if the launcher dies (Linux
+    prctl); True when it is set. The kernel sends it when the *thread* that started this process ends: start such
+    processes from a thread that lives as long as the process (the main thread). It can come more than once: the
+    kernel hands an ending thread's children to another thread of its process and sends it again as that one
+    ends (a launcher killed with SIGKILL ends thread by thread), so acting on it must be idempotent."""
     parent = os.environ.get(env_var)
     # this process's own pid: a launcher named itself for its children (its command run again in its process,
     # as the CLI's fuzzer does), not a parent to die with
     if not parent or not parent.isdigit() or int(parent) == os.getpid() or not sys.platform.startswith("linux"):
-        return
+        return False
     import ctypes
     import signal
 
@@ -170,9 +172,10 @@ def die_with_parent(env_var: str = PARENT_ENV, signum: int | None = None) -> Non
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signum)  # PR_SET_PDEATHSIG
     except OSError:
-        return
+        return False
     if os.getppid() != int(parent):  # the launcher died before prctl took effect
         os.kill(os.getpid(), signum)
+    return True
 
 
 def silence_output() -> None:
