@@ -156,33 +156,42 @@ def test_the_compare_view_lists_runs_and_draws_the_ticked_ones(service, tmp_path
         browser.set_page_load_timeout(30)
         browser.get(url + "/")
 
-        def rows():
-            found = browser.find_elements("css selector", "#runs tbody tr[data-run-id]")
+        def rows():  # read in one script: the page redraws the list as it polls (a row found earlier goes stale)
+            found = browser.execute_script(
+                "return [...document.querySelectorAll('#runs tbody tr[data-run-id]')]"
+                ".map(r => [r.dataset.runId, [...r.querySelectorAll('td')].map(c => c.innerText.trim())])"
+            )
             return found if len(found) == 8 else None
 
         listed = eventually(rows, timeout=20, message="8 run rows")
-        assert [r.get_attribute("data-run-id") for r in listed] == [f"run-{i}" for i in range(1, 9)]
-        assert [c.text for c in listed[0].find_elements("css selector", "td")][1:] == [
+        assert [run_id for run_id, _ in listed] == [f"run-{i}" for i in range(1, 9)]
+        assert listed[0][1][1:] == [
             "run-1",
             "cart_s0",
             "solved",
             "0",
             "–",
         ]  # the row the service lists (its saved numbers: none here, the state files were written by hand)
-        for run_id in [f"run-{i}" for i in range(1, 7)]:
+
+        def tick(run_id: str) -> None:
+            """Click a run's box, found and clicked in one script: the page redraws its run list as it polls, and an
+            element found by one WebDriver call can be gone (stale) by the next."""
             box = f'#runs tr[data-run-id="{run_id}"] input[type=checkbox]'
-            eventually(lambda: browser.find_elements("css selector", box), timeout=10, message=run_id)
-            browser.execute_script("arguments[0].click()", browser.find_element("css selector", box))
+            script = "const box = document.querySelector(arguments[0]); if (box) box.click(); return !!box;"
+            eventually(lambda: browser.execute_script(script, box), timeout=10, message=run_id)
+
+        for run_id in [f"run-{i}" for i in range(1, 7)]:
+            tick(run_id)
         wanted = "runs=run-1,run-2,run-3,run-4,run-5,run-6&group=config"
         eventually(
             lambda: browser.execute_script("return document.body.dataset.compared") == wanted,
             timeout=30,
             message="the six runs compared",
         )
-        table = {
-            r.get_attribute("data-group"): r.find_element("css selector", "td.iqm").text
-            for r in browser.find_elements("css selector", "#iqm tbody tr")
-        }
+        table = browser.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#iqm tbody tr')]"
+            ".map(r => [r.dataset.group, r.querySelector('td.iqm').textContent.trim()]))"
+        )
         assert table == {"cart": "5", "ppo": "7"}  # trim_mean(CART, 0.25) and the single run's score
         assert browser.find_element("id", "csv").get_attribute("href").endswith(f"/api/v1/compare?{wanted}&format=csv")
         # both groups drew: count painted pixels of each group's colour on uPlot's canvas (line and band)
@@ -200,10 +209,7 @@ def test_the_compare_view_lists_runs_and_draws_the_ticked_ones(service, tmp_path
         shot = tmp_path / "compare.png"
         browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000
-        browser.execute_script(
-            "arguments[0].click()",
-            browser.find_element("css selector", '#runs tr[data-run-id="run-8"] input[type=checkbox]'),
-        )
+        tick("run-8")
         error = eventually(
             lambda: browser.find_element("id", "compare-error").text, timeout=30, message="the 409's line"
         )

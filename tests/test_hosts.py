@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import eventually
-from tests.support.hosts import ENV, TOKEN, start_coordinator, start_roles
+from tests.support.hosts import ENV, TOKEN, start_coordinator, start_roles, start_worker
 from tests.test_cluster import TOY_CONFIG
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +50,20 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
     over REST, each collector task done by one of the two collectors, and `parallel-rl status` from E answers.
     Both collectors (PID 1 each, one host name) log their evaluations to tensorboard/evaluator in files of their
     own (they wrote one file, each truncating the other's)."""
-    (a, b, c, d, e), coordinator, url = start_roles(network, toy_config, tmp_path)
+    a, b, c, d, e = (network.host(name) for name in "abcde")
+    shared = tmp_path / "shared"
+    coordinator, url = start_coordinator(a, toy_config, shared, tmp_path, "--linger")
+    for host in (c, d):
+        start_worker(host, "collector", url, shared, name=f"collector-{host.name}")
+    # the learner last, once both collectors registered: the toy run can solve before a slow collector's registration,
+    # which a run that is over lets go at once
+    eventually(
+        lambda: len(e.get_json(f"{url}/api/v1/collectors")["collectors"]) == 2,
+        timeout=60 + 30,  # a worker retries its first registration for 60 s
+        interval=0.5,
+        message="both collectors registered",
+    )
+    start_worker(b, "learner", url, shared, name="learner")
     coordinator.wait_line(r"^coordinator: solved", timeout=90 + 60)  # the toy config's budget (max_seconds) and more
     workers = e.get_json(f"{url}/api/v1/workers")["workers"]
     assert {w["pid"] for w in workers} == {1}, workers  # each PID 1 of a PID namespace of its own
