@@ -27,16 +27,17 @@ serial: $(STAMP)
 	$(BIN)/parallel-rl serial -c configs/cartpole_dqn.py
 
 test: $(STAMP) browser docker kubectl netns slurm lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not partition and not multirun and not stress" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not partition and not multirun and not long" $(PYTEST_ARGS)
 
 # the tests `make test` leaves out to stay under 10 minutes on a 2-core machine; CI (.ci/run) runs them after it:
 # the network-partition tests (tests/test_faults.py: each holds a partition between hosts for 30 s inside a run of two
 # minutes, mostly waiting) and the ones that train many runs, each a process that imports torch (sweeps, searches,
 # PBT, the service's pool: tests/test_lab.py, test_pbt.py, test_runs.py; their bad-input tests stay in `make test`)
-# and the stress tests (a run beside 2 busy loops per CPU, or its processes killed in a loop: tests/test_under_load.py,
-# test_chaos.py), whose load slowed every test beside them
+# and the `long` ones: the stress tests (a run beside 2 busy loops per CPU, or its processes killed in a loop:
+# tests/test_under_load.py, test_chaos.py), whose load slowed every test beside them, and the long end-to-end runs whose
+# path a shorter test in `make test` also takes (CartPole on S3, on four hosts, with two learner ranks; the Pong configs)
 test-long: $(STAMP) netns
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "partition or multirun or stress" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "partition or multirun or long" $(PYTEST_ARGS)
 
 # pyflakes' rules (unused or undefined names, redefinitions) over the whole tree: pyproject.toml's [tool.ruff];
 # the formatter's check (the tree is formatted: `ruff format .` before committing); then mypy over the typed seams

@@ -33,7 +33,7 @@ def train_iter(url):
 
 
 @pytest.mark.slow
-@pytest.mark.stress
+@pytest.mark.long
 def test_run_solves_while_its_children_are_killed(cli, tmp_path):
     rng = random.Random(0)
     run = cli("run", "run", "-c", CONFIG, "--set", f"exp_name={tmp_path / 'exp'}", *CHAOS)
@@ -62,7 +62,7 @@ def test_run_solves_while_its_children_are_killed(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.stress
+@pytest.mark.long
 def test_roles_solve_while_any_process_is_killed_and_restarted(cli, tmp_path):
     """As docker compose runs it: every role its own process, restarted when killed (compose's policy)."""
     rng = random.Random(1)

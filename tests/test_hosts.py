@@ -88,6 +88,7 @@ def test_roles_on_four_hosts_train_to_the_stop_value_and_answer_rest_from_a_fift
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: the toy run on four hosts (above) takes the same path in make test
 def test_cartpole_solves_with_every_role_on_its_own_host(network, tmp_path):
     """configs/cartpole_dqn_parallel.py on four hosts reaches its stop value (195) within its budget."""
     config = str(REPO / "configs" / "cartpole_dqn_parallel.py")

@@ -272,6 +272,7 @@ def test_two_learner_ranks_under_run_survive_a_killed_rank(cli, tmp_path, toy_co
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: test_two_learner_ranks_under_run_survive_a_killed_rank trains two ranks in make test
 def test_two_learner_ranks_solve_cartpole(cli, tmp_path):
     """The shipped CartPole config with 2 learner ranks reaches the stop value as one learner does
     (test_cluster.test_run_solves_cartpole); benchmarks/learner_parity.py compares the returns closely."""

@@ -299,6 +299,7 @@ PONG_TINY = [
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: MinAtar's DQN config (above) trains pixels in the cluster in make test
 @pytest.mark.parametrize(
     "config, extra",
     [

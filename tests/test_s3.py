@@ -391,6 +391,7 @@ def test_role_processes_solve_the_toy_env_on_s3(cli, tmp_path, bucket, s3_env):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: the toy-env test above takes the same path in make test
 # CartPole through the production store only: the role processes' S3 paths run on both servers in the toy-env test
 # above, and this one adds a real learning run (about 20 s of CPU) rather than another server's answers
 @pytest.mark.parametrize("s3_server", ["seaweedfs"], indirect=True)

@@ -22,7 +22,7 @@ from tests.test_hardening import descendants_of_run
 from tests.test_signals import descendants
 from tests.test_supervisor import active_collectors
 
-pytestmark = [pytest.mark.slow, pytest.mark.stress, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]
 
 HOGS = 2 * (os.cpu_count() or 1)
 # the shipped lease (parallel_rl/coordinator/defaults.py, slave/defaults.py), not the toy config's 2 s one
