@@ -903,6 +903,7 @@ def service_openapi_document(version: str) -> Dict[str, Any]:
                     },
                     **_errors("400", "401", "403", "404"),
                     "409": _json(_ref("Error"), "a run has no evaluation to compare yet"),
+                    "429": _json(_ref("Error"), "2 comparisons are being computed; try again shortly"),
                 },
             }
         },

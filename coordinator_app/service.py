@@ -7,6 +7,7 @@ hands the app (``parallel_rl.after.compare.service_comparison``, above this laye
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Optional
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
@@ -18,6 +19,9 @@ from parallel_rl.transport.strangers import bearer_refusal
 bp = Blueprint("service", __name__, url_prefix="/api/v1")
 KIND_OF = {"collectors": "collector", "learners": "learner"}
 MAX_BODY_BYTES = 2 * 1024 * 1024  # a config's text (1 M characters) and its overrides
+# comparisons computed at once (each a bootstrap of up to 64 runs, open to anyone where no run closes its reads):
+# more are refused with 429 at once, so that they never hold every server thread nor the box's cores
+COMPARE_SLOTS = 2
 
 
 def _service():
@@ -90,7 +94,13 @@ def compare():
     computed = current_app.extensions.get("parallel_rl.compare")
     if computed is None:
         raise ApiError(503, "unavailable", "this app computes no comparisons: `parallel-rl serve` serves them")
-    out = computed([(r.run_id, service.directory(r.run_id), r.name) for r in records], query)
+    slots = current_app.extensions["parallel_rl.compare_slots"]
+    if not slots.acquire(blocking=False):
+        raise ApiError(429, "too_many_requests", f"{COMPARE_SLOTS} comparisons are being computed: try again shortly")
+    try:
+        out = computed([(r.run_id, service.directory(r.run_id), r.name) for r in records], query)
+    finally:
+        slots.release()
     if query.format == "csv":
         return Response(out, mimetype="text/csv", headers={"Content-Disposition": 'attachment; filename="compare.csv"'})
     return jsonify(out)
@@ -148,6 +158,7 @@ def create_service_app(service=None, token=None, compare: Optional[Callable] = N
         app.extensions["parallel_rl.service"] = service
     if compare is not None:
         app.extensions["parallel_rl.compare"] = compare
+    app.extensions["parallel_rl.compare_slots"] = threading.BoundedSemaphore(COMPARE_SLOTS)
     install_json_errors(app)
     app.register_blueprint(bp)
     app.register_blueprint(compare_bp)

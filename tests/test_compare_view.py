@@ -226,3 +226,48 @@ def test_an_ended_run_of_an_earlier_life_of_the_service_shows_its_saved_curve(se
         (s, 7.0 * k / 4) for k, s in enumerate(STEPS, 1)
     ]
     assert requests.get(f"{url}/api/v1/runs/run-8", timeout=30).json()["curve"] == []  # it saved none
+
+
+def test_a_third_comparison_at_once_is_refused_with_429_and_the_slots_come_back(tmp_path):
+    """The service computes at most 2 comparisons at once (each up to 64 runs and 5,000 resamples, open to anyone):
+    a third is refused at once with one line, never queued on a server thread; once the two end, the next one is
+    computed. The real service app on a real server; the computation is held until the test lets it go, which
+    makes "at once" exact."""
+    import threading
+
+    from coordinator_app.service import COMPARE_SLOTS, serve_service
+    from parallel_rl.service.service import Service
+    from parallel_rl.service.runs import save_records
+
+    service_dir = tmp_path / "svc"
+    save_records(str(service_dir), [ended_run(service_dir, "run-1", "cart_s0", 1.0, CONFIG)], 2)
+    computing, go = [], threading.Event()
+
+    def held(runs, query):
+        computing.append(runs)
+        assert go.wait(60)
+        return {"groups": []}
+
+    service = Service(str(service_dir), 1, 1)
+    server = serve_service(service, "127.0.0.1", 0, "token", held).start()
+    try:
+        answers = []
+        asking = [
+            threading.Thread(target=lambda: answers.append(compare(server.url, "runs=run-1")))
+            for _ in range(COMPARE_SLOTS)
+        ]
+        for thread in asking:
+            thread.start()
+        eventually(lambda: len(computing) == COMPARE_SLOTS, timeout=30, message="two comparisons being computed")
+        refused = compare(server.url, "runs=run-1")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["message"] == "2 comparisons are being computed: try again shortly"
+        go.set()
+        for thread in asking:
+            thread.join(60)
+        assert [a.status_code for a in answers] == [200] * COMPARE_SLOTS
+        assert compare(server.url, "runs=run-1").status_code == 200  # the slots came back
+    finally:
+        go.set()
+        server.close()
+        service.close()
