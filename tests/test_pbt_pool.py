@@ -157,9 +157,11 @@ def test_a_run_starts_from_init_from_and_a_checkpoint_that_does_not_fit_fails_th
 
     out = tmp_path / "pbt"
     bad = tmp_path / "other.pt"
+    # collectors get 64 env steps ahead of the learner's first update (1,000 by default, more than a step's 400): no
+    # member's run reaches its step's budget before its learner has loaded the checkpoint and failed
     proc = pbt(
         config, write_space(tmp_path, SPACE), out, service, "--set", f"parallel.learner.init_from={bad}",
-        generations="1",
+        "--set", "parallel.commander.warmup_env_steps=64", generations="1",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     for row in table(out / "pbt.csv"):
