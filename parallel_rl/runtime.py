@@ -121,14 +121,18 @@ def run_storage(cfg, override: str | None = None):
 
 def budget_used_up(run, env_steps: int, train_iter: int, elapsed: float) -> str:
     """Which of the run's budgets (``run.max_env_step``, ``max_train_iter``, ``max_seconds``; 0: none) is used up,
-    as the run's reason, in the serial pipeline and the coordinator alike; "" while none is."""
+    as the run's reason, in the serial pipeline and the coordinator alike; "" while none is. One used up before
+    any update says so: the run ends as asked, but nothing was trained (a budget within the collectors' head start,
+    ``parallel.commander.warmup_env_steps``, or a learner that had not started yet)."""
     if run.max_env_step and env_steps >= run.max_env_step:
-        return f"env step budget {run.max_env_step} used up"
-    if run.max_train_iter and train_iter >= run.max_train_iter:
+        reason = f"env step budget {run.max_env_step} used up"
+    elif run.max_train_iter and train_iter >= run.max_train_iter:
         return f"train iteration budget {run.max_train_iter} used up"
-    if run.max_seconds and elapsed >= run.max_seconds:
-        return f"time budget {run.max_seconds:g}s used up"
-    return ""
+    elif run.max_seconds and elapsed >= run.max_seconds:
+        reason = f"time budget {run.max_seconds:g}s used up"
+    else:
+        return ""
+    return reason + (" before the first update: nothing was trained" if train_iter == 0 else "")
 
 
 def outcome_exit_code(outcome: str, stop_value: float | None) -> int:

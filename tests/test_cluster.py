@@ -117,6 +117,21 @@ def test_a_run_that_reaches_its_budget_exits_0_without_a_stop_value_and_3_with_o
     assert re.search(r"coordinator: eval of policy \d+: mean return", output), "an evaluation ran"
 
 
+def test_a_run_whose_budget_ends_before_the_first_update_says_nothing_was_trained(cli, tmp_path, toy_config):
+    """Collectors may run ``warmup_env_steps`` (1,000) ahead of the learner's first update: a budget within that
+    head start (here the learner waits for 10,000 transitions) ends the run as asked, and says what it got. PBT's
+    short steps on a busy pool ended so, without a word, before their learner had started."""
+    run, _ = start_run(
+        cli, tmp_path, toy_config, "--set", "run.max_env_step=64", "--set", "parallel.learner.min_buffer_size=10000"
+    )
+    assert run.wait(120) == 3, run.output()[-3000:]  # the toy config has a stop value
+    assert re.search(
+        r"^stopped: env step budget 64 used up before the first update: nothing was trained; .* train_iter=0 ",
+        run.output(),
+        re.M,
+    ), run.output()[-3000:]
+
+
 def busy_collectors(url, n):
     """The busy collectors when there are ``n`` of them, else None."""
     busy = [w for w in get(url, "/collectors")["collectors"] if w["state"] == "busy"]
