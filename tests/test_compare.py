@@ -232,6 +232,40 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(fake, tmp_path, case):
     assert out.stdout == "" and not (tmp_path / "out.csv").exists() and tree(fake["base"]) == before
 
 
+@pytest.mark.parametrize(
+    "command, hidden, words",
+    [
+        ("compare", "scipy", "comparing runs needs scipy: pip install 'parallel-rl[compare]'"),
+        ("compare --png", "matplotlib", "drawing curves needs matplotlib: pip install 'parallel-rl[compare]'"),
+        ("plot", "matplotlib", "drawing curves needs matplotlib: pip install 'parallel-rl[compare]'"),
+    ],
+)
+def test_without_the_compare_extra_compare_and_plot_say_what_to_install(fake, tmp_path, command, hidden, words):
+    """scipy and matplotlib come with the `compare` extra only (the Docker image has neither): one line saying what
+    to install, exit 2, nothing written; it was a ModuleNotFoundError's traceback. The package is hidden from the
+    command's interpreter as an uninstalled one is (an ImportError on import)."""
+    name, *options = command.split()
+    out_file = tmp_path / "out.png"
+    args = {
+        "compare": [
+            name,
+            *fake["wide"][:2],
+            *(["--png", str(out_file)] if options else []),
+            "--csv",
+            str(tmp_path / "o.csv"),
+        ],
+        "plot": [name, *fake["wide"][:2], "-o", str(out_file)],
+    }[name]
+    hide = f"import sys; sys.modules[{hidden!r}] = None; from parallel_rl.cli import main; raise SystemExit(main())"
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(
+        [sys.executable, "-c", hide, *args], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr == f"parallel-rl {name}: error: {words}\n", out.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_help_shows_an_example():
     out = run_cli("compare", "--help")
     assert out.returncode == 0 and "example:\n  parallel-rl compare " in out.stdout, out.stdout

@@ -271,3 +271,30 @@ def test_a_third_comparison_at_once_is_refused_with_429_and_the_slots_come_back(
         go.set()
         server.close()
         service.close()
+
+
+def test_a_service_without_scipy_answers_503_saying_what_to_install(tmp_path, monkeypatch):
+    """scipy comes with the `compare` extra only (the Docker image has it not): the service's comparisons are
+    unavailable, said in one line, where they were a 500 with a ModuleNotFoundError. The real service app and its
+    real comparison on a real server, scipy hidden as an uninstalled package is."""
+    import sys
+
+    from coordinator_app.service import serve_service
+    from parallel_rl.after.compare import service_comparison
+    from parallel_rl.service.runs import save_records
+    from parallel_rl.service.service import Service
+
+    service_dir = tmp_path / "svc"
+    save_records(str(service_dir), [ended_run(service_dir, "run-1", "cart_s0", 1.0, CONFIG)], 2)
+    service = Service(str(service_dir), 1, 1)
+    server = serve_service(service, "127.0.0.1", 0, "token", service_comparison).start()
+    try:
+        assert compare(server.url, "runs=run-1").status_code == 200
+        monkeypatch.setitem(sys.modules, "scipy", None)
+        monkeypatch.setitem(sys.modules, "scipy.stats", None)
+        answer = compare(server.url, "runs=run-1")
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["message"] == "comparing runs needs scipy: pip install 'parallel-rl[compare]'"
+    finally:
+        server.close()
+        service.close()

@@ -31,9 +31,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import ConfigError, ConflictError, RequestRefused
+from ..errors import ConfigError, ConflictError, RequestRefused, UnavailableError
 from ..protocol import COMPARE_GROUPS
-from .plot import group_key, run_history, run_name
+from .plot import group_key, pyplot, run_history, run_name
 
 logger = logging.getLogger(__name__)
 
@@ -85,18 +85,25 @@ class Group:
     note: str = ""
 
 
+def scipy_stats():
+    """``scipy.stats``, or a ConfigError saying how to install it: scipy comes with the ``compare`` extra only (the
+    Docker image, for one, has it not)."""
+    try:
+        import scipy.stats
+    except ImportError:
+        raise ConfigError("comparing runs needs scipy: pip install 'parallel-rl[compare]'") from None
+    return scipy.stats
+
+
 def iqm(scores: np.ndarray, axis: Optional[int] = None) -> np.ndarray:
     """The interquartile mean: the mean of the scores left after cutting 25 % (rounded down) from each end."""
-    from scipy.stats import trim_mean
-
-    return trim_mean(scores, 0.25, axis=axis)
+    return scipy_stats().trim_mean(scores, 0.25, axis=axis)
 
 
 def bootstrap_ci(samples: np.ndarray, statistic, reps: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """(low, high) of the 95 % percentile bootstrap interval of ``statistic`` over ``samples``' first axis (the
     runs), each resample drawing as many runs with replacement; a single run gives the interval (x, x)."""
-    from scipy.stats import bootstrap
-
+    bootstrap = scipy_stats().bootstrap
     if len(samples) < 2:
         return samples[0], samples[0]
     res = bootstrap(
@@ -253,11 +260,7 @@ def curve_band(runs: List[Run], reps: int, seed: int) -> Tuple[np.ndarray, np.nd
 
 def plot_groups(groups: List[Group], output: str, env_step: float, reps: int, seed: int) -> str:
     """Draw each group's mean curve with its bootstrap band into ``output`` (.png or .svg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for group in groups:
         xs, mean, low, high = curve_band(group.runs, reps, seed)
@@ -348,7 +351,11 @@ def _write_atomic(path: str, write) -> None:
 def check_options(
     csv_out: Optional[str], png_out: Optional[str], reps: int, seed: int, at_env_step: Optional[float] = None
 ) -> None:
-    """Refuse options that cannot work (outputs that cannot be written, no resamples) before any run is read."""
+    """Refuse options that cannot work (outputs that cannot be written, no resamples, a missing package) before
+    any run is read."""
+    scipy_stats()
+    if png_out is not None:
+        pyplot()
     if at_env_step is not None and not math.isfinite(at_env_step):
         raise ConfigError(f"--at-env-step must be a number of env steps, got {at_env_step}")
     if not 1 <= reps <= MAX_REPS:
@@ -458,7 +465,11 @@ def service_comparison(runs: Sequence[Tuple[str, str, str]], query) -> object:
     """``GET /api/v1/compare`` of the service: ``runs`` (run id, its directory, its name) compared as ``query``
     (a :class:`~parallel_rl.protocol.CompareQuery`, already checked: its caps bound the work) asks; the JSON
     (a dict) or the CSV (a str). A run that cannot be read (no evaluation yet, a damaged state) is a 409 naming
-    it; an ``at_env_step`` before a run's first evaluation a 400."""
+    it; an ``at_env_step`` before a run's first evaluation a 400; no scipy here a 503."""
+    try:
+        scipy_stats()
+    except ConfigError as exc:
+        raise UnavailableError(str(exc)) from None
     read = []
     for run_id, run_dir, name in runs:
         if not os.path.isdir(run_dir):

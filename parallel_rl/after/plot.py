@@ -182,6 +182,19 @@ def read_reference(path: str) -> List[dict]:
         raise ConfigError(f"--reference {path!r}: not a CSV with columns x,return[,label] ({exc})") from None
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing to files (the Agg backend), or a ConfigError saying how to install it:
+    matplotlib comes with the ``compare`` extra only (the Docker image, for one, has it not)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("drawing curves needs matplotlib: pip install 'parallel-rl[compare]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_runs(
     run_dirs: List[str], output: str, x: str = "env_steps", reference: Optional[str] = None, title: Optional[str] = None
 ) -> Tuple[str, Dict[str, List[str]]]:
@@ -198,11 +211,7 @@ def plot_runs(
         entry = groups.setdefault(key, (label, [], []))
         entry[1].append(run_name(run_dir))
         entry[2].append(run_history(run_dir))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for label, names, histories in groups.values():
         xs, mean, low, high = band(histories, x)
