@@ -205,6 +205,20 @@ def test_bad_input_is_one_line_and_disturbs_nothing(tmp_path, toy_config):
         service.stop()
 
 
+def test_ctrl_c_stops_the_service_with_130_and_sigterm_with_0(tmp_path):
+    """As the coordinator and the workers: Ctrl-C is an interruption (130, as before the REST line), SIGTERM a
+    service's stop (0). Ctrl-C after start-up used to exit 0."""
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 0)):
+        service, _ = serve(tmp_path, tmp_path / "svc", name=f"serve-{sig.name}")
+        try:
+            service.send_signal(sig)
+            assert service.wait(60) == code, service.output()[-3000:]
+            assert f"service stopped ({sig.name}); no run left to resume" in service.output()
+            assert "Traceback" not in service.output()
+        finally:
+            service.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.multirun
 def test_a_restarted_service_resumes_the_run_it_hosted(tmp_path, toy_config):

@@ -93,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ..after.compare import service_comparison
     from ..entry import forkserver
-    from ..runtime import on_signals, setup_logging
+    from ..runtime import on_signals, setup_logging, signal_exit_code
     from ..transport import TOKEN_ENV, new_token, write_token_file
     from .service import Service
 
@@ -137,7 +137,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         flush=True,
     )
-    return 0
+    # as the coordinator and the workers: Ctrl-C is 130 (at start-up too), SIGTERM a service's stop (0)
+    return signal_exit_code(heard[0]) if heard and heard[0] == "SIGINT" else 0
 
 
 COMMANDS = {"serve": cmd_serve, "runs": cmd_runs}
