@@ -544,6 +544,14 @@ def cmd_pbt(args: argparse.Namespace) -> int:
         config_max_env_step=int(configs.base.run.max_env_step),
         seed=args.sampler_seed,
     )  # before anything is written or runs
+    head_start = int(configs.base.parallel.commander.warmup_env_steps) if configs.cluster else 0
+    if options.interval <= head_start:  # each step a run: its learner may start after its collectors are done
+        print(
+            f"pbt: warning: a step of {options.interval} env steps is within the collectors' head start of "
+            f"parallel.commander.warmup_env_steps={head_start}: a member's step can end before its first update "
+            f"(nothing trained); raise --interval or lower warmup_env_steps",
+            flush=True,
+        )
     steps = PoolSteps(_pool_runner(args, configs)) if args.service else SerialSteps(args.config, args.overrides, out)
     check_out_dir(out, "pbt")
     if os.path.exists(os.path.join(out, LINEAGE_NAME)):  # a pool PBT's members leave no trial_ directories there

@@ -130,6 +130,9 @@ def test_pool_pbt_starts_the_exploiting_members_next_run_from_the_sources_checkp
     assert float(rows[worst]["score"]) == pytest.approx(REWARD_EPISODE * exploit["new_params"]["reward"], rel=1e-6)
     assert rows[worst]["history"].split(" | ")[1].startswith(f"1: from {best}: env.env_kwargs.reward=")
     assert re.search(r"^MEMBER +STATUS +SCORE +ENV_STEPS +SETTINGS +HISTORY +NOTE +RUNS$", proc.stdout, re.M)
+    # steps of 400 env steps within the default head start of 1,000: said once, before the members start
+    warning = "pbt: warning: a step of 400 env steps is within the collectors' head start of "
+    assert proc.stdout.count(warning) == 1 and proc.stdout.index(warning) < proc.stdout.index("pbt: 2 members")
 
 
 @pytest.mark.slow
@@ -164,6 +167,7 @@ def test_a_run_starts_from_init_from_and_a_checkpoint_that_does_not_fit_fails_th
         "--set", "parallel.commander.warmup_env_steps=64", generations="1",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "head start" not in proc.stdout  # 64 env steps of it, within a step of 400
     for row in table(out / "pbt.csv"):
         assert row["status"] == "failed"
         assert "\n" not in row["note"] and "learner task failed on the config: " in row["note"]
