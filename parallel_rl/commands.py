@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import logging
 import signal
@@ -235,6 +236,22 @@ def cmd_learner_rank(args: argparse.Namespace) -> int:
 
 
 # ---- REST client for people ---------------------------------------------------------------------
+def client_command(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A REST client command (`status`, `tasks`, `collectors`, `runs`): a request its server refuses (an unknown
+    id, a bad value: a 4xx other than the token's) or a server that cannot be reached is bad input, one line and
+    exit 2 (:class:`ServiceRequestError`)."""
+    from .errors import PeerUnavailableError, RemoteError, ServiceRequestError
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (RemoteError, PeerUnavailableError) as exc:
+            raise ServiceRequestError(f"{exc}") from None
+
+    return run
+
+
 def _client(args: argparse.Namespace):
     """The client of the REST client commands; the token from ``--token-file`` when given, else the environment."""
     from .transport import HttpClient, token_from_env, token_from_file
@@ -311,6 +328,7 @@ def readable(key: str, value: Any) -> str:
     return str(value)
 
 
+@client_command
 def cmd_status(args: argparse.Namespace) -> int:
     data = _client(args).get("/api/v1/cluster")
     if args.json:
@@ -322,6 +340,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@client_command
 def cmd_tasks(args: argparse.Namespace) -> int:
     params = {k: v for k, v in (("kind", args.kind), ("state", args.state)) if v}
     params["limit"] = 1000
@@ -344,6 +363,7 @@ WORKER_COLUMNS = [
 ]
 
 
+@client_command
 def cmd_collectors(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "add":

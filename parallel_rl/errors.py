@@ -73,8 +73,8 @@ class RemoteError(ProtocolError):
 
 
 class ServiceRequestError(ParallelRLError):
-    """A client command's request to the service was refused (an unknown run id, a config that does not compile)
-    or the service could not be reached: bad input, said in one line."""
+    """A client command's request was refused by its server (the service or a coordinator: an unknown id, a config
+    that does not compile) or the server could not be reached: bad input, said in one line."""
 
     exit_code = 2
 

@@ -160,7 +160,10 @@ def test_people_cli_add_remove_and_inspect(cluster, cli, tmp_path):
     assert lone.proc.poll() is None  # started without --coordinator: it stays up, waiting to be added again
     assert len(cluster.get("/tasks?kind=collector")["tasks"]) == count  # no new task reached it
     bad = cli("bad", "collectors", "remove", "collector-9", env=people)
-    assert bad.wait(30) == 1 and "no collector 'collector-9'" in bad.output()
+    assert bad.wait(30) == 2 and "no collector 'collector-9'" in bad.output()  # bad input, as `runs` (was 1)
+    assert len(bad.output().strip().splitlines()) == 1, bad.output()
+    down = cli("down", "status", "--coordinator", "http://127.0.0.1:9", env=people)  # nothing listens there
+    assert down.wait(60) == 2 and len(down.output().strip().splitlines()) == 1, down.output()
 
 
 def test_role_processes_solve_and_all_exit_zero(cli, tmp_path):

@@ -10,7 +10,8 @@ import os
 import threading
 from typing import Callable, List
 
-from ..errors import ConfigError, PeerUnavailableError, RemoteError, ServiceRequestError
+from ..commands import client_command
+from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
 TOKEN_FILE = "service.token"
@@ -58,12 +59,9 @@ def _client(args: argparse.Namespace):
     return HttpClient(url, token, timeout=30.0, max_retries=1)
 
 
+@client_command
 def cmd_runs(args: argparse.Namespace) -> int:
-    client = _client(args)
-    try:
-        return _runs(args, client)
-    except (RemoteError, PeerUnavailableError) as exc:  # the service refused it, or is down: bad input, exit 2
-        raise ServiceRequestError(f"{exc}") from None
+    return _runs(args, _client(args))
 
 
 def _runs(args: argparse.Namespace, client) -> int:
