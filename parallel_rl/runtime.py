@@ -126,8 +126,8 @@ def budget_used_up(run, env_steps: int, train_iter: int, elapsed: float) -> str:
     ``parallel.commander.warmup_env_steps``, or a learner that had not started yet)."""
     if run.max_env_step and env_steps >= run.max_env_step:
         reason = f"env step budget {run.max_env_step} used up"
-    elif run.max_train_iter and train_iter >= run.max_train_iter:
-        return f"train iteration budget {run.max_train_iter} used up"
+    elif run.max_train_iter and train_iter >= run.max_train_iter:  # never before an update: the budget is >= 1
+        reason = f"train iteration budget {run.max_train_iter} used up"
     elif run.max_seconds and elapsed >= run.max_seconds:
         reason = f"time budget {run.max_seconds:g}s used up"
     else:
