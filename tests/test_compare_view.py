@@ -6,6 +6,7 @@ IQM is rliable's (``aggregate_iqm``: ``scipy.stats.trim_mean(scores, 0.25)``) of
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -228,6 +229,25 @@ def test_an_ended_run_of_an_earlier_life_of_the_service_shows_its_saved_curve(se
     assert requests.get(f"{url}/api/v1/runs/run-8", timeout=30).json()["curve"] == []  # it saved none
 
 
+@contextlib.contextmanager
+def one_run_service(tmp_path, computes):
+    """The service's real app on a real server in this process (its URL), over a service directory with one ended
+    run, run-1 (final score 1); ``computes`` what GET /api/v1/compare answers. Its pool is never started."""
+    from coordinator_app.service import serve_service
+    from parallel_rl.service.runs import save_records
+    from parallel_rl.service.service import Service
+
+    service_dir = tmp_path / "svc"
+    save_records(str(service_dir), [ended_run(service_dir, "run-1", "cart_s0", 1.0, CONFIG)], 2)
+    service = Service(str(service_dir), 1, 1)
+    server = serve_service(service, "127.0.0.1", 0, "token", computes).start()
+    try:
+        yield server.url
+    finally:
+        server.close()
+        service.close()
+
+
 def test_a_third_comparison_at_once_is_refused_with_429_and_the_slots_come_back(tmp_path):
     """The service computes at most 2 comparisons at once (each up to 64 runs and 5,000 resamples, open to anyone):
     a third is refused at once with one line, never queued on a server thread; once the two end, the next one is
@@ -235,12 +255,8 @@ def test_a_third_comparison_at_once_is_refused_with_429_and_the_slots_come_back(
     makes "at once" exact."""
     import threading
 
-    from coordinator_app.service import COMPARE_SLOTS, serve_service
-    from parallel_rl.service.service import Service
-    from parallel_rl.service.runs import save_records
+    from coordinator_app.service import COMPARE_SLOTS
 
-    service_dir = tmp_path / "svc"
-    save_records(str(service_dir), [ended_run(service_dir, "run-1", "cart_s0", 1.0, CONFIG)], 2)
     computing, go = [], threading.Event()
 
     def held(runs, query):
@@ -248,29 +264,26 @@ def test_a_third_comparison_at_once_is_refused_with_429_and_the_slots_come_back(
         assert go.wait(60)
         return {"groups": []}
 
-    service = Service(str(service_dir), 1, 1)
-    server = serve_service(service, "127.0.0.1", 0, "token", held).start()
-    try:
-        answers = []
-        asking = [
-            threading.Thread(target=lambda: answers.append(compare(server.url, "runs=run-1")))
-            for _ in range(COMPARE_SLOTS)
-        ]
-        for thread in asking:
-            thread.start()
-        eventually(lambda: len(computing) == COMPARE_SLOTS, timeout=30, message="two comparisons being computed")
-        refused = compare(server.url, "runs=run-1")
-        assert refused.status_code == 429, refused.text
-        assert refused.json()["error"]["message"] == "2 comparisons are being computed: try again shortly"
-        go.set()
-        for thread in asking:
-            thread.join(60)
-        assert [a.status_code for a in answers] == [200] * COMPARE_SLOTS
-        assert compare(server.url, "runs=run-1").status_code == 200  # the slots came back
-    finally:
-        go.set()
-        server.close()
-        service.close()
+    with one_run_service(tmp_path, held) as url:
+        try:
+            answers = []
+            asking = [
+                threading.Thread(target=lambda: answers.append(compare(url, "runs=run-1")))
+                for _ in range(COMPARE_SLOTS)
+            ]
+            for thread in asking:
+                thread.start()
+            eventually(lambda: len(computing) == COMPARE_SLOTS, timeout=30, message="two comparisons being computed")
+            refused = compare(url, "runs=run-1")
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["message"] == "2 comparisons are being computed: try again shortly"
+            go.set()
+            for thread in asking:
+                thread.join(60)
+            assert [a.status_code for a in answers] == [200] * COMPARE_SLOTS
+            assert compare(url, "runs=run-1").status_code == 200  # the slots came back
+        finally:
+            go.set()
 
 
 def test_a_service_without_scipy_answers_503_saying_what_to_install(tmp_path, monkeypatch):
@@ -279,22 +292,12 @@ def test_a_service_without_scipy_answers_503_saying_what_to_install(tmp_path, mo
     real comparison on a real server, scipy hidden as an uninstalled package is."""
     import sys
 
-    from coordinator_app.service import serve_service
     from parallel_rl.after.compare import service_comparison
-    from parallel_rl.service.runs import save_records
-    from parallel_rl.service.service import Service
 
-    service_dir = tmp_path / "svc"
-    save_records(str(service_dir), [ended_run(service_dir, "run-1", "cart_s0", 1.0, CONFIG)], 2)
-    service = Service(str(service_dir), 1, 1)
-    server = serve_service(service, "127.0.0.1", 0, "token", service_comparison).start()
-    try:
-        assert compare(server.url, "runs=run-1").status_code == 200
+    with one_run_service(tmp_path, service_comparison) as url:
+        assert compare(url, "runs=run-1").status_code == 200
         monkeypatch.setitem(sys.modules, "scipy", None)
         monkeypatch.setitem(sys.modules, "scipy.stats", None)
-        answer = compare(server.url, "runs=run-1")
+        answer = compare(url, "runs=run-1")
         assert answer.status_code == 503, answer.text
         assert answer.json()["error"]["message"] == "comparing runs needs scipy: pip install 'parallel-rl[compare]'"
-    finally:
-        server.close()
-        service.close()
