@@ -9,6 +9,7 @@ const COLORS = ["#175cd3", "#f79009", "#12b76a", "#7a5af8", "#f04438", "#ee46bc"
 const ticked = new Set();
 let shown = "", plot = null;  // the query drawn now, and its chart
 let steps = "", compared = 0;  // the ticked runs' states and env steps when last compared, and when
+let comparing = false;  // a GET /compare is in flight
 
 function renderRuns(runs) {
   const body = $("runs").tBodies[0];
@@ -96,18 +97,30 @@ async function refreshCompare(force = false) {
     clearCompare("");
     return;
   }
+  // one comparison at a time (the service computes 2 at once and refuses a third with 429): ticks made while one is
+  // computed are compared once it ends, as one selection
+  if (comparing) return;
+  comparing = true;
   try {
-    const c = await get(`/compare?${query}`);
-    if (shown !== query) return;  // the selection changed while this one was computed
-    drawCurves(c.groups);
-    renderTable(c.groups);
-    $("scored").textContent = `· final scores at env step ${fmt(c.env_step)} (${c.scored_at}); ` +
-      `${c.reps} resamples`;
-    $("compare-error").textContent = "";
-    compared = Date.now();
-    document.body.dataset.compared = query;
-  } catch (err) {
-    if (shown === query) clearCompare(err.message);  // nothing stale beside the one line that says why
+    let asked;
+    do {
+      asked = shown;
+      try {
+        const c = await get(`/compare?${asked}`);
+        if (shown !== asked) continue;  // the selection changed while this one was computed
+        drawCurves(c.groups);
+        renderTable(c.groups);
+        $("scored").textContent = `· final scores at env step ${fmt(c.env_step)} (${c.scored_at}); ` +
+          `${c.reps} resamples`;
+        $("compare-error").textContent = "";
+        compared = Date.now();
+        document.body.dataset.compared = asked;
+      } catch (err) {
+        if (shown === asked) clearCompare(err.message);  // nothing stale beside the one line that says why
+      }
+    } while (shown && shown !== asked);
+  } finally {
+    comparing = false;
   }
 }
 
